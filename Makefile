@@ -1,0 +1,46 @@
+# Every target that needs Python creates .venv at the repository root when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+UV := $(BIN)/uv
+export UV_CACHE_DIR ?= $(CURDIR)/.uv-cache
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+
+.PHONY: setup test test-fast test-slow lint typecheck demo bench lock clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(UV) || $(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
+	$(UV) pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(UV) pip install --quiet --python $(BIN)/python --no-deps -e .
+	touch $@
+
+lock:
+	$(UV) pip compile --quiet --python-version 3.11 --extra dev pyproject.toml -o requirements.lock
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+lint: setup
+	$(BIN)/ruff check operators plugin local dags tests benchmarks
+	$(BIN)/ruff format --check operators plugin local dags tests benchmarks
+
+typecheck: setup
+	$(BIN)/mypy operators plugin local
+
+demo: setup
+	$(BIN)/python -m local.demo
+
+bench: setup
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .uv-cache .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,40 @@
+"""The `elastic-training` console script: one subcommand module per verb.
+
+Each subcommand module keeps its heavy imports inside `run`, so `validate` never pays for
+the local cluster's imports and vice versa.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# verb -> module exposing `add_arguments(parser)` and `run(args) -> int`
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "cluster": ("cli.cluster", "run and control the one-machine Kubernetes stand-in"),
+    "validate": ("cli.validate", "validate Orbax checkpoints on local disk or gs://"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="elastic-training", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for verb, (module_name, help_text) in _COMMANDS.items():
+        sub_parser = sub.add_parser(verb, help=help_text)
+        sub_parser.set_defaults(_module=module_name)
+        importlib.import_module(module_name).add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(args._module)
+    result: int = module.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

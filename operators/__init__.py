@@ -1,0 +1,24 @@
+"""Airflow operators for elastic MaxText JobSets on Kubernetes.
+
+Public names are imported lazily so that the pure parts of the library (spec, policy,
+checkpoint validation) can be used without importing Airflow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_PUBLIC = {
+    "CheckpointValidationOperator": "operators.checkpoint_operator",
+    "ElasticJobSetOperator": "operators.jobset_operator",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'operators' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

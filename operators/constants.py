@@ -1,0 +1,66 @@
+"""Names shared by the library, the plugin and the local stand-ins: label keys and log markers.
+
+`local/` may import this module (and only this one) from `operators/`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+# Upstream JobSet labels/annotations (kubernetes-sigs/jobset, pkg/constants).
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
+JOBSET_VERSION: Final = "v1alpha2"
+JOBSET_PLURAL: Final = "jobsets"
+JOBSET_KIND: Final = "JobSet"
+JOBSET_PREFIX: Final = "jobset.sigs.k8s.io"
+LABEL_JOBSET_NAME: Final = f"{JOBSET_PREFIX}/jobset-name"
+LABEL_JOBSET_UID: Final = f"{JOBSET_PREFIX}/jobset-uid"
+LABEL_REPLICATED_JOB_NAME: Final = f"{JOBSET_PREFIX}/replicatedjob-name"
+LABEL_REPLICATED_JOB_REPLICAS: Final = f"{JOBSET_PREFIX}/replicatedjob-replicas"
+LABEL_GLOBAL_REPLICAS: Final = f"{JOBSET_PREFIX}/global-replicas"
+LABEL_JOB_INDEX: Final = f"{JOBSET_PREFIX}/job-index"
+LABEL_JOB_GLOBAL_INDEX: Final = f"{JOBSET_PREFIX}/job-global-index"
+LABEL_JOB_KEY: Final = f"{JOBSET_PREFIX}/job-key"
+LABEL_RESTART_ATTEMPT: Final = f"{JOBSET_PREFIX}/restart-attempt"
+ANNOTATION_COORDINATOR: Final = f"{JOBSET_PREFIX}/coordinator"
+
+# Kubernetes Job labels.
+LABEL_JOB_NAME: Final = "batch.kubernetes.io/job-name"
+LABEL_CONTROLLER_UID: Final = "batch.kubernetes.io/controller-uid"
+LABEL_JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+ANNOTATION_JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+
+# The project's own labels.
+PROJECT_PREFIX: Final = "elastic-training.airflow.apache.org"
+LABEL_RUN_NAME: Final = f"{PROJECT_PREFIX}/run-name"
+LABEL_STAGE: Final = f"{PROJECT_PREFIX}/stage"
+LABEL_DAG_ID: Final = f"{PROJECT_PREFIX}/dag-id"
+LABEL_TASK_ID: Final = f"{PROJECT_PREFIX}/task-id"
+LABEL_RUN_ID: Final = f"{PROJECT_PREFIX}/run-id"
+LABEL_MAP_INDEX: Final = f"{PROJECT_PREFIX}/map-index"
+
+# Replicated job and container names of a Pathways JobSet (as xpk renders it).
+HEAD_REPLICATED_JOB: Final = "pathways-head"
+WORKER_REPLICATED_JOB: Final = "worker"
+HEAD_MAIN_CONTAINER: Final = "jax-tpu"
+WORKER_CONTAINER: Final = "pathways-worker"
+
+# MaxText / pathwaysutils log lines (shared/DESIGN.md §4). Unanchored: absl prefixes lines.
+COMPLETED_STEP_RE: Final = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
+LIVE_SLICE_COUNT_RE: Final = re.compile(r"live slice count: (\d+)")
+ELASTIC_ATTEMPT_RE: Final = re.compile(r"Elastic attempt (\d+)")
+ELASTIC_EVENT_RE: Final = re.compile(r"Elastic event detected")
+SUFFICIENT_SLICES_RE: Final = re.compile(r"Sufficient slices active: (\d+) >= (\d+)")
+RESTORING_STEP_RE: Final = re.compile(r"restoring from this run's directory step (\d+)")
+NO_CHECKPOINT_RE: Final = re.compile(r"No existing checkpoints found, not restoring checkpoint\.")
+ASYNC_SAVE_STARTED_RE: Final = re.compile(r"Started an asynchronous checkpoint save for step (\d+)")
+SAVED_CHECKPOINT_RE: Final = re.compile(r"Saved a checkpoint at step (\d+)\.")
+TRAINING_STOPPED_RE: Final = re.compile(r"Training stopped: (.*)")
+
+# Orbax / MaxText checkpoint layout.
+CHECKPOINTS_DIR: Final = "checkpoints"
+COMMIT_SUCCESS_FILE: Final = "commit_success.txt"
+CHECKPOINT_METADATA_FILE: Final = "_CHECKPOINT_METADATA"
+TMP_DIR_SUFFIX: Final = ".orbax-checkpoint-tmp"
+RECOVERY_RECORDS_FILE: Final = "recoveries.jsonl"

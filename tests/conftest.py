@@ -1,0 +1,12 @@
+"""Session-wide test settings: Airflow and JAX never touch the home directory or the network."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="elastic-training-airflow-")
+os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
