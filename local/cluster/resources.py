@@ -1,0 +1,139 @@
+"""The resource types the local cluster serves, and the errors its API returns.
+
+Errors carry what a Kubernetes `Status` body needs (code, reason, message, causes), so the
+HTTP layer turns any of them into the response the real API server would send.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.constants import JOBSET_GROUP, JOBSET_KIND, JOBSET_PLURAL, JOBSET_VERSION
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One kind of object the API serves, e.g. ``pods`` in ``v1``."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    has_status: bool = True
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+PODS = ResourceType("", "v1", "pods", "Pod", singular="pod", short_names=("po",))
+EVENTS = ResourceType("", "v1", "events", "Event", has_status=False, singular="event", short_names=("ev",))
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, singular="namespace")
+JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job")
+JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
+
+RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS)
+
+
+def resource_type(group: str, version: str, plural: str) -> ResourceType | None:
+    """The served type for an API path's group/version/plural, or None."""
+    for candidate in RESOURCE_TYPES:
+        if (candidate.group, candidate.version, candidate.plural) == (group, version, plural):
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason an object is invalid: the JSON path of the field and what is wrong with it."""
+
+    field: str
+    message: str
+    reason: str = "FieldValueInvalid"
+
+
+@dataclass
+class ApiError(Exception):
+    """An API failure with the fields of a Kubernetes ``Status``."""
+
+    code: int
+    reason: str
+    message: str
+    kind: str = ""
+    name: str = ""
+    group: str = ""
+    causes: list[Cause] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def status_body(self) -> dict[str, Any]:
+        """The ``Status`` object the API server returns for this error."""
+        details: dict[str, Any] = {}
+        if self.name:
+            details["name"] = self.name
+        if self.group:
+            details["group"] = self.group
+        if self.kind:
+            details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = [{"reason": c.reason, "message": c.message, "field": c.field} for c in self.causes]
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if details:
+            body["details"] = details
+        return body
+
+
+def not_found(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{rtype} "{name}" not found', rtype.plural, name, rtype.group)
+
+
+def already_exists(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(409, "AlreadyExists", f'{rtype} "{name}" already exists', rtype.plural, name, rtype.group)
+
+
+def conflict(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {rtype} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        rtype.plural,
+        name,
+        rtype.group,
+    )
+
+
+def invalid(rtype: ResourceType, name: str, causes: list[Cause]) -> ApiError:
+    summary = ", ".join(f"{c.field}: {c.message}" for c in causes)
+    return ApiError(
+        422, "Invalid", f'{rtype.kind} "{name}" is invalid: {summary}', rtype.kind, name, rtype.group, causes
+    )
+
+
+def gone(resource_version: int, oldest: int) -> ApiError:
+    return ApiError(410, "Expired", f"too old resource version: {resource_version} ({oldest})")
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)

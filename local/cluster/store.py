@@ -1,0 +1,393 @@
+"""The local cluster's object store: what etcd plus the API server's registry do, in memory.
+
+One store serves every resource type. Every write takes the next cluster-wide resourceVersion
+and appends a watch event to a bounded history; a watch that asks to start before the oldest
+kept event gets ``410 Gone``, as the real API server does after compaction.
+
+The store is used from a single asyncio event loop (the API handlers, the controllers and the
+kubelet all run on it), so its methods are synchronous and need no locks; watchers receive
+events through ``asyncio.Queue`` objects. Code on other threads must hop onto the loop.
+
+Deletion follows the API server's rules:
+- a pod whose containers may still run is deleted gracefully: it gets ``deletionTimestamp`` and
+  ``deletionGracePeriodSeconds`` and stays until the kubelet has stopped it and calls
+  :meth:`Store.remove`; ``gracePeriodSeconds=0`` removes it at once (a forced delete);
+- ``propagationPolicy=Foreground`` marks the owner with ``deletionTimestamp`` and the
+  ``foregroundDeletion`` finalizer; the garbage collector deletes dependents, then drops the
+  finalizer, and an object being deleted is removed once its finalizers are empty;
+- ``Orphan`` strips the owner reference from dependents; ``Background`` (the default for
+  everything but pods created by controllers) removes the owner and leaves dependents to the
+  garbage collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import secrets
+import string
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from local.cluster.resources import (
+    NAMESPACES,
+    PODS,
+    ApiError,
+    ResourceType,
+    already_exists,
+    bad_request,
+    conflict,
+    gone,
+    not_found,
+)
+
+Obj = dict[str, Any]
+Key = tuple[ResourceType, str, str]  # (type, namespace or "", name)
+
+FOREGROUND_FINALIZER = "foregroundDeletion"
+ORPHAN_FINALIZER = "orphan"
+DEFAULT_NAMESPACE = "default"
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
+
+
+def now_rfc3339() -> str:
+    """The current time as the API server writes it in metadata (seconds, UTC)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change to one object, as a watch stream carries it."""
+
+    type: str  # ADDED, MODIFIED, DELETED
+    rtype: ResourceType
+    object: Obj
+    resource_version: int
+
+    @property
+    def namespace(self) -> str:
+        return str(self.object.get("metadata", {}).get("namespace", ""))
+
+
+class Watch:
+    """A live subscription to store events, optionally replaying history first."""
+
+    def __init__(self, store: Store, replay: list[WatchEvent]) -> None:
+        self._store = store
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        for event in replay:
+            self.queue.put_nowait(event)
+
+    async def next(self, timeout: float | None = None) -> WatchEvent | None:
+        """The next event, or None when the watch was expired by the store or timed out."""
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def close(self) -> None:
+        self._store._watches.discard(self)
+
+
+class Store:
+    """In-memory objects of every served type, with resourceVersions and a bounded event history."""
+
+    def __init__(self, history_limit: int = 1000) -> None:
+        if history_limit < 1:
+            raise ValueError("history_limit must be at least 1")
+        self._objects: dict[Key, Obj] = {}
+        self._resource_version = 0
+        self._history: deque[WatchEvent] = deque(maxlen=history_limit)
+        self._watches: set[Watch] = set()
+        self._listeners: list[Callable[[WatchEvent], None]] = []
+        self._create_namespace(DEFAULT_NAMESPACE)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._resource_version
+
+    def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
+        """A copy of one object; ``ApiError`` 404 when it does not exist."""
+        obj = self._objects.get(self._key(rtype, namespace, name))
+        if obj is None:
+            raise not_found(rtype, name)
+        return copy.deepcopy(obj)
+
+    def find(self, rtype: ResourceType, namespace: str, name: str) -> Obj | None:
+        """A copy of one object, or None."""
+        obj = self._objects.get(self._key(rtype, namespace, name))
+        return None if obj is None else copy.deepcopy(obj)
+
+    def list(self, rtype: ResourceType, namespace: str | None = None) -> tuple[list[Obj], int]:
+        """Copies of every object of a type (in one namespace, or all), and the list's resourceVersion."""
+        items = [
+            copy.deepcopy(obj)
+            for (kind, ns, _), obj in sorted(self._objects.items(), key=lambda kv: (kv[0][1], kv[0][2]))
+            if kind == rtype and (namespace is None or not rtype.namespaced or ns == namespace)
+        ]
+        return items, self._resource_version
+
+    def dependents(self, owner_uid: str) -> Iterator[tuple[ResourceType, Obj]]:
+        """Objects whose ownerReferences name ``owner_uid`` (copies)."""
+        for (rtype, _, _), obj in list(self._objects.items()):
+            refs = obj.get("metadata", {}).get("ownerReferences") or []
+            if any(ref.get("uid") == owner_uid for ref in refs):
+                yield rtype, copy.deepcopy(obj)
+
+    def uid_exists(self, uid: str) -> bool:
+        return any(obj["metadata"].get("uid") == uid for obj in self._objects.values())
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def create(self, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
+        """Store a new object, filling in the metadata the API server owns; returns a copy."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        if rtype.namespaced:
+            ns = namespace or meta.get("namespace") or DEFAULT_NAMESPACE
+            if meta.get("namespace") not in (None, "", ns):
+                raise bad_request(
+                    f"the namespace of the provided object ({meta['namespace']}) does not match "
+                    f"the namespace sent on the request ({ns})"
+                )
+            meta["namespace"] = ns
+        else:
+            ns = ""
+            meta.pop("namespace", None)
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f"{rtype.kind}.{rtype.group or 'core'} is invalid: metadata.name: "
+                    "Required value: name or generateName is required",
+                )
+            meta["name"] = self._generate_name(rtype, ns, prefix)
+        key = self._key(rtype, ns, meta["name"])
+        if key in self._objects:
+            raise already_exists(rtype, meta["name"])
+        obj["apiVersion"] = rtype.api_version
+        obj["kind"] = rtype.kind
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+        meta.pop("deletionTimestamp", None)
+        meta.pop("resourceVersion", None)
+        self._objects[key] = obj
+        return self._record("ADDED", rtype, obj)
+
+    def update(
+        self, rtype: ResourceType, obj: Obj, *, subresource: str | None = None, namespace: str | None = None
+    ) -> Obj:
+        """Replace an object (or only its ``status``), with optimistic concurrency on resourceVersion.
+
+        As on the real API server, a write to the main resource keeps the stored ``status`` of
+        types that have a status subresource, and a write to ``status`` changes nothing else.
+        """
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        ns = (namespace or meta.get("namespace") or DEFAULT_NAMESPACE) if rtype.namespaced else ""
+        key = self._key(rtype, ns, name)
+        current = self._objects.get(key)
+        if current is None:
+            raise not_found(rtype, name)
+        sent_version = meta.get("resourceVersion")
+        if sent_version not in (None, "") and str(sent_version) != current["metadata"]["resourceVersion"]:
+            raise conflict(rtype, name)
+        if subresource == "status":
+            updated = copy.deepcopy(current)
+            updated["status"] = copy.deepcopy(obj.get("status", {}))
+        elif subresource is None:
+            updated = copy.deepcopy(obj)
+            for owned in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace"):
+                if owned in current["metadata"]:
+                    updated["metadata"][owned] = current["metadata"][owned]
+                else:
+                    updated["metadata"].pop(owned, None)
+            updated["metadata"]["name"] = name
+            updated["apiVersion"] = rtype.api_version
+            updated["kind"] = rtype.kind
+            if rtype.has_status:
+                if "status" in current:
+                    updated["status"] = copy.deepcopy(current["status"])
+                else:
+                    updated.pop("status", None)
+            if updated.get("spec") != current.get("spec"):
+                updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        else:
+            raise bad_request(f"unknown subresource {subresource!r}")
+        if updated == current:
+            return copy.deepcopy(current)  # a no-op write does not bump resourceVersion
+        self._objects[key] = updated
+        if self._is_deleting(updated) and not updated["metadata"].get("finalizers"):
+            return self.remove(rtype, ns, name)
+        return self._record("MODIFIED", rtype, updated)
+
+    def mutate(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], None],
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """Read-modify-write for in-process controllers: ``change`` edits a copy in place."""
+        obj = self.get(rtype, namespace, name)
+        change(obj)
+        obj["metadata"].pop("resourceVersion", None)
+        return self.update(rtype, obj, subresource=subresource, namespace=namespace)
+
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        propagation_policy: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj:
+        """Delete an object following the API server's rules (see the module docstring).
+
+        Returns the object as the API returns it: the final state when it is gone, or the
+        object marked with ``deletionTimestamp`` when deletion continues in the background.
+        """
+        key = self._key(rtype, namespace, name)
+        current = self._objects.get(key)
+        if current is None:
+            raise not_found(rtype, name)
+        policy = propagation_policy or "Background"
+        if policy not in ("Foreground", "Background", "Orphan"):
+            raise bad_request(f"unknown propagationPolicy {policy!r}: want Foreground, Background or Orphan")
+        meta = current["metadata"]
+        force = grace_period_seconds == 0
+        if policy == "Orphan":
+            self._orphan_dependents(meta["uid"])
+        if rtype == PODS and not force and self._pod_may_run(current):
+            grace = grace_period_seconds
+            if grace is None:
+                grace = int(current.get("spec", {}).get("terminationGracePeriodSeconds", 30))
+            if not self._is_deleting(current):
+                return self._mark_deleting(rtype, key, grace, finalizer=None)
+            return copy.deepcopy(current)
+        if policy == "Foreground" and any(True for _ in self.dependents(meta["uid"])):
+            if FOREGROUND_FINALIZER in (meta.get("finalizers") or []):
+                return copy.deepcopy(current)
+            return self._mark_deleting(rtype, key, 0, finalizer=FOREGROUND_FINALIZER)
+        if meta.get("finalizers") and not force:
+            if self._is_deleting(current):
+                return copy.deepcopy(current)
+            return self._mark_deleting(rtype, key, 0, finalizer=None)
+        return self.remove(rtype, namespace, name)
+
+    def remove(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
+        """Take an object out of the store for good and emit ``DELETED`` (kubelet and GC use this)."""
+        key = self._key(rtype, namespace, name)
+        current = self._objects.pop(key, None)
+        if current is None:
+            raise not_found(rtype, name)
+        return self._record("DELETED", rtype, current)
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def watch(self, resource_version: int | None) -> Watch:
+        """Subscribe to events after ``resource_version``.
+
+        ``None`` (or 0) starts at "now" with no replay: the caller lists first, as informers
+        do, or asks the HTTP layer for synthetic ADDED events. A version older than the
+        kept history raises ``ApiError`` 410.
+        """
+        replay: list[WatchEvent] = []
+        if resource_version:
+            oldest = self._history[0].resource_version if self._history else self._resource_version + 1
+            if resource_version < oldest - 1 and resource_version < self._resource_version:
+                raise gone(resource_version, oldest)
+            replay = [event for event in self._history if event.resource_version > resource_version]
+        watch = Watch(self, replay)
+        self._watches.add(watch)
+        return watch
+
+    def expire_watches(self) -> int:
+        """End every open watch (fault injection); returns how many were open."""
+        count = len(self._watches)
+        for watch in list(self._watches):
+            watch.queue.put_nowait(None)
+        self._watches.clear()
+        return count
+
+    def compact(self) -> None:
+        """Forget the event history, so any watch from an older version gets 410 (fault injection)."""
+        self._history.clear()
+
+    def add_listener(self, listener: Callable[[WatchEvent], None]) -> None:
+        """Call ``listener`` synchronously on every event (controllers use this to enqueue work)."""
+        self._listeners.append(listener)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _key(self, rtype: ResourceType, namespace: str, name: str) -> Key:
+        return (rtype, namespace if rtype.namespaced else "", name)
+
+    def _next_version(self) -> int:
+        self._resource_version += 1
+        return self._resource_version
+
+    def _record(self, event_type: str, rtype: ResourceType, obj: Obj) -> Obj:
+        version = self._next_version()
+        obj["metadata"]["resourceVersion"] = str(version)
+        event = WatchEvent(event_type, rtype, copy.deepcopy(obj), version)
+        self._history.append(event)
+        for watch in self._watches:
+            watch.queue.put_nowait(event)
+        for listener in self._listeners:
+            listener(event)
+        return copy.deepcopy(obj)
+
+    def _generate_name(self, rtype: ResourceType, namespace: str, prefix: str) -> str:
+        for _ in range(100):
+            suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+            name = f"{prefix[:58]}{suffix}"
+            if self._key(rtype, namespace, name) not in self._objects:
+                return name
+        raise ApiError(500, "InternalError", f"could not generate a unique name for prefix {prefix!r}")
+
+    def _create_namespace(self, name: str) -> None:
+        self.create(NAMESPACES, {"metadata": {"name": name}, "status": {"phase": "Active"}})
+
+    @staticmethod
+    def _is_deleting(obj: Obj) -> bool:
+        return bool(obj.get("metadata", {}).get("deletionTimestamp"))
+
+    @staticmethod
+    def _pod_may_run(pod: Obj) -> bool:
+        return pod.get("status", {}).get("phase") in ("Pending", "Running", None)
+
+    def _mark_deleting(self, rtype: ResourceType, key: Key, grace: int, finalizer: str | None) -> Obj:
+        obj = copy.deepcopy(self._objects[key])
+        meta = obj["metadata"]
+        meta["deletionTimestamp"] = now_rfc3339()
+        meta["deletionGracePeriodSeconds"] = grace
+        if finalizer:
+            meta["finalizers"] = [*(meta.get("finalizers") or []), finalizer]
+        self._objects[key] = obj
+        return self._record("MODIFIED", rtype, obj)
+
+    def _orphan_dependents(self, owner_uid: str) -> None:
+        for rtype, dependent in list(self.dependents(owner_uid)):
+            meta = dependent["metadata"]
+            meta["ownerReferences"] = [r for r in meta.get("ownerReferences", []) if r.get("uid") != owner_uid]
+            key = self._key(rtype, meta.get("namespace", ""), meta["name"])
+            self._objects[key] = dependent
+            self._record("MODIFIED", rtype, dependent)
+
+
+def random_suffix(length: int = 5) -> str:
+    """A lowercase alphanumeric suffix for names, as the API server's generateName makes."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(length))
