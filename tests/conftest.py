@@ -10,3 +10,6 @@ os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Shared fixtures: a GCS emulator the tests start themselves, and real Orbax checkpoints.
+pytest_plugins = ["tests.support.gcs_emulator", "tests.support.orbax_checkpoints"]

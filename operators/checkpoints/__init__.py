@@ -1,0 +1,32 @@
+"""Orbax checkpoint discovery and validation on local disk and ``gs://``. No Airflow import here."""
+
+from __future__ import annotations
+
+from operators.checkpoints.discovery import QUARANTINE_DIR, Discovery, Ignored, IgnoredReason, discover
+from operators.checkpoints.problems import Finding, Problem
+from operators.checkpoints.quarantine import quarantine_step
+from operators.checkpoints.report import CheckpointReport, DeepOptions, validate_checkpoints
+from operators.checkpoints.storage import GCSStorage, LocalStorage, Storage, StorageError, storage_for
+from operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
+
+__all__ = [
+    "QUARANTINE_DIR",
+    "CheckpointReport",
+    "DeepOptions",
+    "Discovery",
+    "Finding",
+    "GCSStorage",
+    "Ignored",
+    "IgnoredReason",
+    "LocalStorage",
+    "Problem",
+    "StepVerdict",
+    "Storage",
+    "StorageError",
+    "ValidationOptions",
+    "discover",
+    "quarantine_step",
+    "storage_for",
+    "validate_checkpoints",
+    "validate_step",
+]

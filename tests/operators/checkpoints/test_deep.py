@@ -1,0 +1,62 @@
+"""Deep mode: Orbax restores on CPU, finite values, a byte budget that turns into sampling."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from operators.checkpoints import DeepOptions, Problem, validate_checkpoints
+from operators.checkpoints.deep import choose_sample
+from tests.support.orbax_checkpoints import make_tree, write_run
+
+
+def test_deep_restores_everything_within_budget(orbax_runs: dict[str, Path]) -> None:
+    for run in orbax_runs.values():
+        report = validate_checkpoints(str(run), deep=DeepOptions())
+        assert report.valid
+        deep = report.target.deep  # type: ignore[union-attr]
+        assert deep is not None and deep["items"]["arrays_checked"] == deep["items"]["arrays_total"] == 5
+        assert not deep["items"]["sampled"]
+
+
+def test_deep_samples_beyond_budget(orbax_runs: dict[str, Path]) -> None:
+    report = validate_checkpoints(str(orbax_runs["ocdbt"]), deep=DeepOptions(budget_bytes=300))
+    info = report.target.deep["items"]  # type: ignore[index, union-attr]
+    assert info["sampled"] and 1 <= info["arrays_checked"] < info["arrays_total"]
+    assert info["bytes_checked"] <= 300
+
+
+def test_non_finite_values_fall_back_to_an_older_step(tmp_path: Path) -> None:
+    def tree(step: int) -> dict[str, object]:
+        t = make_tree(step)
+        if step == 20:
+            t["opt"]["mu"] = np.full((8, 8), np.nan, np.float32)  # type: ignore[index]
+        return t
+
+    root = write_run(tmp_path / "run", ocdbt=False, steps=(10, 20), tree_fn=tree)
+    assert validate_checkpoints(str(root)).valid  # metadata alone cannot see NaNs
+    report = validate_checkpoints(str(root), deep=DeepOptions())
+    assert not report.valid and report.latest_valid_step == 10
+    (problem,) = report.target.problems  # type: ignore[union-attr]
+    assert problem.code is Problem.NON_FINITE_VALUES and problem.path == "items/opt.mu"
+    assert "64 of 64" in problem.detail
+    assert report.verdict(10).deep is not None  # type: ignore[union-attr]
+
+
+def test_garbage_chunk_is_a_restore_failure(orbax_runs: dict[str, Path], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(orbax_runs["zarr"], run)
+    (run / "checkpoints" / "20" / "items" / "opt.mu" / "0.0").write_bytes(b"not zstd at all")
+    report = validate_checkpoints(str(run), deep=DeepOptions())
+    assert [p.code for p in report.target.problems] == [Problem.RESTORE_FAILED]  # type: ignore[union-attr]
+    assert report.latest_valid_step == 10
+
+
+def test_choose_sample_is_bounded_and_deterministic() -> None:
+    sizes = {(f"a{i}",): 100 for i in range(20)}
+    chosen = choose_sample(sizes, 450, seed=1)
+    assert len(chosen) == 4 and chosen == choose_sample(sizes, 450, seed=1)
+    assert choose_sample(sizes, 10, seed=1) and len(choose_sample(sizes, 10, seed=1)) == 1
+    assert len(choose_sample(sizes, 10_000, seed=1)) == 20
