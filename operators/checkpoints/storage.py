@@ -181,11 +181,11 @@ def split_gcs(uri: str) -> tuple[str, str]:
     return bucket, key.strip("/")
 
 
-def default_retry(deadline: float = 120.0) -> Retry:
+def default_retry(deadline: float = 120.0, initial_delay: float = 0.2) -> Retry:
     """google-cloud-storage's own retry (429, 5xx, connection errors), with a bounded deadline."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    retry: Retry = DEFAULT_RETRY.with_timeout(deadline).with_delay(initial=0.2, maximum=8.0)
+    retry: Retry = DEFAULT_RETRY.with_timeout(deadline).with_delay(initial=initial_delay, maximum=8.0)
     return retry
 
 
