@@ -64,3 +64,8 @@ COMMIT_SUCCESS_FILE: Final = "commit_success.txt"
 CHECKPOINT_METADATA_FILE: Final = "_CHECKPOINT_METADATA"
 TMP_DIR_SUFFIX: Final = ".orbax-checkpoint-tmp"
 RECOVERY_RECORDS_FILE: Final = "recoveries.jsonl"
+
+# Upstream JobSet group labels/annotations (kubernetes-sigs/jobset, api/jobset/v1alpha2).
+LABEL_GROUP_NAME: Final = f"{JOBSET_PREFIX}/group-name"
+LABEL_GROUP_REPLICAS: Final = f"{JOBSET_PREFIX}/group-replicas"
+LABEL_JOB_GROUP_INDEX: Final = f"{JOBSET_PREFIX}/job-group-index"

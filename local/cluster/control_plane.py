@@ -1,35 +1,63 @@
 """The local cluster's control plane: JobSet and Job controllers, garbage collector and kubelet.
 
-All of them run as tasks on the event loop that owns the :class:`~local.cluster.store.Store`;
-they are woken by store events, never by polling.
+All of them run on the event loop that owns the :class:`~local.cluster.store.Store`; the
+controllers are level-triggered reconcile loops woken by store events, never by polling.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from local.cluster.garbage_collector import GarbageCollector
+from local.cluster.job_controller import JobController
+from local.cluster.jobset_controller import JobSetController
+from local.cluster.kubelet import Kubelet
 from local.cluster.logs import LogStore
 from local.cluster.store import Store
+
+SHUTDOWN_GRACE_CAP_SECONDS = 3.0
 
 
 class ControlPlane:
     """Everything that acts on stored objects: controllers, garbage collector, kubelet."""
 
     def __init__(self, store: Store, logs: LogStore, workdir: Path, pod_env: Mapping[str, str]) -> None:
-        self._store = store
-        self._logs = logs
-        self._workdir = workdir
-        self._pod_env = dict(pod_env)
+        self.store = store
+        self.jobsets = JobSetController(store)
+        self.jobs = JobController(store)
+        self.gc = GarbageCollector(store)
+        self.kubelet = Kubelet(store, logs, workdir, pod_env)
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """Start the controllers, the garbage collector and the kubelet on the running loop."""
+        if self._tasks:
+            return
+        for controller in (self.jobsets, self.jobs, self.gc):
+            controller.start()
+            self._tasks.append(asyncio.create_task(controller.queue.run(), name=controller.queue.name))
+        self.kubelet.start()
 
     async def stop(self) -> None:
-        """Stop every pod process (SIGTERM, then SIGKILL) and cancel the control-plane tasks."""
+        """Stop every pod process (SIGTERM, then SIGKILL within a few seconds) and cancel the tasks."""
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.kubelet.stop(SHUTDOWN_GRACE_CAP_SECONDS)
 
     async def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:
         """Send ``sig`` to the process group of one container of a pod (default: every container)."""
+        await self.kubelet.signal_pod(namespace, name, sig, container)
 
     async def delete_pod_now(self, namespace: str, name: str) -> None:
         """Like ``kubectl delete pod --grace-period=0 --force``: remove the pod and kill its processes."""
+        await self.kubelet.delete_pod_now(namespace, name)
+
+    def pod_pids(self, namespace: str, name: str) -> list[int]:
+        """The pids of a running pod's container processes (for tests and fault injection)."""
+        return self.kubelet.pids(namespace, name)

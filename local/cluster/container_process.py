@@ -1,0 +1,100 @@
+"""One run of one container as a local process group, with its output copied to the log store.
+
+The process starts in its own session (so its whole process group can be signalled, as a
+container runtime signals a container) and, on Linux, with ``PR_SET_PDEATHSIG`` = SIGKILL so it
+dies if the cluster process dies abruptly. PDEATHSIG fires when the *thread* that forked the
+child exits; asyncio forks from the event-loop thread, which lives as long as the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from local.cluster.logs import ContainerLogWriter
+
+_PR_SET_PDEATHSIG = 1
+_STREAM_LIMIT = 1 << 20  # longest line read at once; longer lines are split
+_LOG_DRAIN_SECONDS = 0.5  # how long to wait for output still in the pipes once the process is gone
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Runs in the child between fork and exec: ask the kernel to SIGKILL us when the parent goes."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(137)
+
+
+class ContainerProcess:
+    """A started container process: wait for it, signal its group, read its exit status."""
+
+    def __init__(self, process: asyncio.subprocess.Process, log: ContainerLogWriter) -> None:
+        self.process = process
+        self.pid = process.pid
+        self._log = log
+        assert process.stdout is not None and process.stderr is not None
+        self._pumps = [
+            asyncio.ensure_future(_pump(process.stdout, log, "stdout")),
+            asyncio.ensure_future(_pump(process.stderr, log, "stderr")),
+        ]
+
+    @classmethod
+    async def start(
+        cls, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: ContainerLogWriter
+    ) -> ContainerProcess:
+        """Spawn ``argv``; raises ``OSError`` (e.g. ``FileNotFoundError``) when it cannot start."""
+        parent = os.getpid()
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            env=dict(env),
+            cwd=str(cwd),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(parent),
+            limit=_STREAM_LIMIT,
+        )
+        return cls(process, log)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the container's process group (ignored once the group is gone)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    async def wait(self) -> int:
+        """Wait for the main process; then kill what is left of its group, as a runtime tears down a container.
+
+        Returns the raw return code (negative for a signal).
+        """
+        code = await self.process.wait()
+        self.signal_group(signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*self._pumps, return_exceptions=True), _LOG_DRAIN_SECONDS)
+        for pump in self._pumps:
+            pump.cancel()
+        self._log.close()
+        return code
+
+
+async def _pump(stream: asyncio.StreamReader, log: ContainerLogWriter, name: str) -> None:
+    while True:
+        try:
+            line = await stream.readline()
+        except ValueError:  # a line longer than the limit: take what is buffered
+            line = await stream.read(_STREAM_LIMIT)
+        if not line:
+            return
+        log.write_line(line.decode("utf-8", errors="replace").rstrip("\r\n"), name)

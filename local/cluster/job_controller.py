@@ -1,0 +1,321 @@
+"""The ``batch/v1`` Job controller of the local cluster (upstream semantics, trimmed).
+
+Implemented: ``completions``, ``parallelism``, ``completionMode: Indexed`` (index annotation and
+label, ``JOB_COMPLETION_INDEX`` env, hostname ``<job>-<index>``, pod names
+``<job>-<index>-<5 random>``), ``backoffLimit`` counting failed pods *and*, for
+``restartPolicy: OnFailure``, container restarts of running pods (as upstream), a pod deleted
+before it finished counts as failed and is replaced at once (upstream's default
+``podReplacementPolicy`` without a ``podFailurePolicy``), ``suspend``, ``activeDeadlineSeconds``.
+Terminal pods are counted as the store reports them (listener), standing in for upstream's
+pod-tracking finalizers. Unlike Kubernetes >= 1.31 the ``Failed`` condition is set at once
+(no ``FailureTarget`` phase) and the running pods are then deleted.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from local.cluster.conditions import is_true, set_condition
+from local.cluster.events import NORMAL, WARNING, record_event
+from local.cluster.logs import parse_rfc3339
+from local.cluster.owners import controller_ref, delete_all, owned_by, owner_reference
+from local.cluster.resources import JOBS, PODS
+from local.cluster.store import Obj, Store, WatchEvent, now_rfc3339
+from local.cluster.workqueue import WorkQueue
+from operators.constants import (
+    ANNOTATION_JOB_COMPLETION_INDEX,
+    LABEL_CONTROLLER_UID,
+    LABEL_JOB_COMPLETION_INDEX,
+    LABEL_JOB_NAME,
+)
+
+COMPONENT = "job-controller"
+DEFAULT_BACKOFF_LIMIT = 6
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+_FAILURE_MESSAGES = {
+    BACKOFF_LIMIT_EXCEEDED: "Job has reached the specified backoff limit",
+    DEADLINE_EXCEEDED: "Job was active longer than specified deadline",
+}
+
+JobKey = tuple[str, str]
+
+
+@dataclass
+class _Ledger:
+    """Terminal pods of one Job, recorded as the store reports them (pods may be removed later)."""
+
+    failed: set[str] = field(default_factory=set)
+    succeeded: dict[str, int | None] = field(default_factory=dict)
+    ignored: set[str] = field(default_factory=set)  # deleted by this controller on suspend
+
+    def record(self, pod: Obj, removed: bool = False) -> None:
+        uid = str(pod["metadata"]["uid"])
+        if uid in self.failed or uid in self.succeeded:
+            return
+        phase = pod.get("status", {}).get("phase")
+        if phase == "Succeeded":
+            self.succeeded[uid] = completion_index(pod)
+        elif (phase == "Failed" or removed or pod["metadata"].get("deletionTimestamp")) and uid not in self.ignored:
+            self.failed.add(uid)
+
+
+def completion_index(pod: Obj) -> int | None:
+    value = (pod.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_JOB_COMPLETION_INDEX)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _is_active(pod: Obj) -> bool:
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get(
+        "deletionTimestamp"
+    )
+
+
+def _is_ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in pod.get("status", {}).get("conditions", [])
+    )
+
+
+def format_indexes(indexes: set[int]) -> str:
+    """``0-2,4``: the interval notation of ``status.completedIndexes``."""
+    parts: list[str] = []
+    ordered = sorted(indexes)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+class JobController:
+    """Creates and counts the pods of every Job; sets Job status and conditions."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._ledgers: dict[str, _Ledger] = {}
+        self.queue: WorkQueue[JobKey] = WorkQueue(COMPONENT, self.reconcile)
+
+    def start(self) -> None:
+        """Subscribe to store events and queue every stored Job."""
+        self._store.add_listener(self._on_event)
+        for pod in self._store.list(PODS)[0]:
+            self._observe_pod(pod, removed=False)
+        for job in self._store.list(JOBS)[0]:
+            self.queue.enqueue((job["metadata"]["namespace"], job["metadata"]["name"]))
+
+    def _on_event(self, event: WatchEvent) -> None:
+        meta = event.object["metadata"]
+        if event.rtype == JOBS:
+            if event.type == "DELETED":
+                self._ledgers.pop(str(meta["uid"]), None)
+            else:
+                self.queue.enqueue((meta["namespace"], meta["name"]))
+        elif event.rtype == PODS:
+            self._observe_pod(event.object, removed=event.type == "DELETED")
+
+    def _observe_pod(self, pod: Obj, *, removed: bool) -> None:
+        ref = controller_ref(pod)
+        if ref is None or ref.get("kind") != "Job":
+            return
+        self._ledgers.setdefault(str(ref["uid"]), _Ledger()).record(pod, removed)
+        self.queue.enqueue((pod["metadata"]["namespace"], str(ref["name"])))
+
+    # -- reconcile ---------------------------------------------------------------------------
+
+    def reconcile(self, key: JobKey) -> None:
+        namespace, name = key
+        job = self._store.find(JOBS, namespace, name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return  # the garbage collector takes its pods
+        job = self._ensure_selector(job)
+        uid = str(job["metadata"]["uid"])
+        spec = job.get("spec", {})
+        status = copy.deepcopy(job.get("status") or {})
+        conditions: list[Obj] = status.setdefault("conditions", [])
+        pods = [p for p in self._store.list(PODS, namespace)[0] if owned_by(p, uid)]
+        ledger = self._ledgers.setdefault(uid, _Ledger())
+        for pod in pods:
+            ledger.record(pod)
+        active = [p for p in pods if _is_active(p)]
+        indexed = spec.get("completionMode") == "Indexed"
+        events: list[tuple[str, str, str]] = []
+
+        if is_true(conditions, "Complete") or is_true(conditions, "Failed"):
+            delete_all(self._store, PODS, active)
+            active = []
+        elif spec.get("suspend"):
+            for pod in active:
+                ledger.ignored.add(str(pod["metadata"]["uid"]))
+            delete_all(self._store, PODS, active)
+            active = []
+            if set_condition(conditions, "Suspended", True, "JobSuspended", "Job suspended", probe_time=True):
+                events.append((NORMAL, "Suspended", "Job suspended"))
+            status.pop("startTime", None)
+        else:
+            if set_condition(conditions, "Suspended", False, "JobResumed", "Job resumed", probe_time=True):
+                events.append((NORMAL, "Resumed", "Job resumed"))
+            status.setdefault("startTime", now_rfc3339())
+            active = self._sync_running(job, status, conditions, pods, active, ledger, indexed, events)
+
+        succeeded_indexes = {i for i in ledger.succeeded.values() if i is not None}
+        status["active"] = len(active)
+        status["ready"] = sum(1 for p in active if _is_ready(p))
+        status["terminating"] = sum(1 for p in pods if p["metadata"].get("deletionTimestamp") and not _is_done(p))
+        status["failed"] = len(ledger.failed)
+        status["succeeded"] = len(succeeded_indexes) if indexed else len(ledger.succeeded)
+        if indexed:
+            status["completedIndexes"] = format_indexes(succeeded_indexes)
+        status.setdefault("uncountedTerminatedPods", {})
+        if not conditions:
+            status.pop("conditions")
+        self._store.mutate(JOBS, namespace, name, lambda o: o.__setitem__("status", status), subresource="status")
+        for event_type, reason, message in events:
+            record_event(self._store, job, event_type, reason, message, COMPONENT)
+
+    def _sync_running(
+        self,
+        job: Obj,
+        status: Obj,
+        conditions: list[Obj],
+        pods: list[Obj],
+        active: list[Obj],
+        ledger: _Ledger,
+        indexed: bool,
+        events: list[tuple[str, str, str]],
+    ) -> list[Obj]:
+        """A running Job: fail it, complete it, or create the pods it lacks. Returns the active pods."""
+        spec = job.get("spec", {})
+        failure = self._failure_reason(job, status, active, ledger)
+        if failure is not None:
+            set_condition(conditions, "Failed", True, failure, _FAILURE_MESSAGES[failure], probe_time=True)
+            events.append((WARNING, failure, _FAILURE_MESSAGES[failure]))
+            delete_all(self._store, PODS, active)
+            return []
+        parallelism = int(spec.get("parallelism", 1))
+        completions = spec.get("completions")
+        if completions is None and "parallelism" not in spec:
+            completions = 1
+        if indexed:
+            done = {i for i in ledger.succeeded.values() if i is not None}
+            total = int(completions or 0)
+            complete = len(done & set(range(total))) >= total
+            running = {completion_index(p) for p in active}
+            missing = [i for i in range(total) if i not in done and i not in running]
+            to_create: list[int | None] = list(missing[: max(parallelism - len(active), 0)])
+        else:
+            succeeded = len(ledger.succeeded)
+            if completions is not None:
+                complete = succeeded >= int(completions)
+                want = min(parallelism, int(completions) - succeeded)
+            else:
+                complete = succeeded > 0 and not active
+                want = 0 if succeeded > 0 else parallelism
+            to_create = [None] * max(want - len(active), 0)
+        if complete:
+            message = "Reached expected number of succeeded pods"
+            set_condition(conditions, "SuccessCriteriaMet", True, "CompletionsReached", message, probe_time=True)
+            set_condition(conditions, "Complete", True, "CompletionsReached", message, probe_time=True)
+            status["completionTime"] = now_rfc3339()
+            events.append((NORMAL, "Completed", "Job completed"))
+            delete_all(self._store, PODS, active)
+            return []
+        for index in to_create:
+            pod = self._store.create(PODS, self._pod_for(job, index))
+            active.append(pod)
+            events.append((NORMAL, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}"))
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None and status.get("startTime"):
+            left = float(deadline) - _seconds_since(str(status["startTime"]))
+            self.queue.enqueue_after((job["metadata"]["namespace"], job["metadata"]["name"]), left + 0.05)
+        return active
+
+    def _failure_reason(self, job: Obj, status: Obj, active: list[Obj], ledger: _Ledger) -> str | None:
+        spec = job.get("spec", {})
+        limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
+        if len(ledger.failed) > limit:
+            return BACKOFF_LIMIT_EXCEEDED
+        if spec.get("template", {}).get("spec", {}).get("restartPolicy") == "OnFailure":
+            restarts = sum(
+                int(cs.get("restartCount", 0))
+                for pod in active
+                if pod.get("status", {}).get("phase") in ("Pending", "Running")
+                for cs in [*pod["status"].get("initContainerStatuses", []), *pod["status"].get("containerStatuses", [])]
+            )
+            if (restarts > 0) if limit == 0 else (restarts >= limit):
+                return BACKOFF_LIMIT_EXCEEDED
+        deadline = spec.get("activeDeadlineSeconds")
+        started = status.get("startTime")
+        if deadline is not None and started and _seconds_since(str(started)) >= float(deadline):
+            return DEADLINE_EXCEEDED
+        return None
+
+    # -- pods --------------------------------------------------------------------------------
+
+    def _ensure_selector(self, job: Obj) -> Obj:
+        """Stamp the selector and pod-template labels the API server adds to a new Job."""
+        uid = str(job["metadata"]["uid"])
+        name = str(job["metadata"]["name"])
+        wanted = {LABEL_CONTROLLER_UID: uid, LABEL_JOB_NAME: name, "controller-uid": uid, "job-name": name}
+        template_meta = job.get("spec", {}).get("template", {}).get("metadata") or {}
+        labels = template_meta.get("labels") or {}
+        if job.get("spec", {}).get("selector") and all(labels.get(k) == v for k, v in wanted.items()):
+            return job
+
+        def stamp(obj: Obj) -> None:
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("selector", {"matchLabels": {LABEL_CONTROLLER_UID: uid}})
+            meta = spec.setdefault("template", {}).setdefault("metadata", {})
+            meta["labels"] = {**(meta.get("labels") or {}), **wanted}
+
+        return self._store.mutate(JOBS, job["metadata"]["namespace"], name, stamp)
+
+    def _pod_for(self, job: Obj, index: int | None) -> Obj:
+        name = str(job["metadata"]["name"])
+        template = copy.deepcopy(job.get("spec", {}).get("template", {}))
+        meta = template.get("metadata") or {}
+        labels = dict(meta.get("labels") or {})
+        annotations = dict(meta.get("annotations") or {})
+        spec = template.get("spec") or {}
+        if index is None:
+            prefix = f"{name}-"
+        else:
+            labels[LABEL_JOB_COMPLETION_INDEX] = str(index)
+            annotations[ANNOTATION_JOB_COMPLETION_INDEX] = str(index)
+            prefix = f"{name[: 58 - len(str(index)) - 2]}-{index}-"  # generateName keeps 58 characters
+            if not spec.get("hostname"):
+                spec["hostname"] = f"{name}-{index}"[:63]
+            index_env = {
+                "name": "JOB_COMPLETION_INDEX",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_JOB_COMPLETION_INDEX}']"}},
+            }
+            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                env = container.setdefault("env", [])
+                if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+                    env.append(copy.deepcopy(index_env))
+        return {
+            "metadata": {
+                "generateName": prefix,
+                "namespace": job["metadata"]["namespace"],
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [owner_reference(job)],
+            },
+            "spec": spec,
+        }
+
+
+def _is_done(pod: Obj) -> bool:
+    return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _seconds_since(stamp: str) -> float:
+    return (datetime.now(UTC) - parse_rfc3339(stamp)).total_seconds()

@@ -1,0 +1,141 @@
+"""The local kubelet: every pod in the store runs as local processes on this machine.
+
+Images are ignored. A container runs its ``command`` + ``args`` (after ``$(VAR)`` expansion) with
+PATH = the project's venv ``bin`` first (so ``python``/``python3`` are the project's interpreter),
+then the system PATH. A container without ``command`` runs an idle placeholder that stays up
+until it is stopped (that is how the Pathways proxy and resource-manager sidecars behave here).
+The environment is: a few host variables (HOME, LANG, TMPDIR, ...), PATH, HOSTNAME, the
+cluster's ``pod_env`` (KUBECONFIG, KUBERNETES_SERVICE_HOST/PORT), then the container's ``env``.
+
+The kubelet reacts to store events: a new pod starts a :class:`PodWorker`; a pod marked for
+deletion is stopped gracefully and then removed from the store; a pod removed at once (forced
+deletion) has its processes killed immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+
+from local.cluster.logs import LogStore
+from local.cluster.pod_worker import PodWorker, grace_of, pod_is_terminal
+from local.cluster.resources import PODS, ApiError, not_found
+from local.cluster.store import Obj, Store, WatchEvent
+
+
+class Kubelet:
+    """Starts, stops and reports on pod processes."""
+
+    def __init__(self, store: Store, logs: LogStore, workdir: Path, pod_env: Mapping[str, str]) -> None:
+        self._store = store
+        self._logs = logs
+        self._workdir = workdir
+        self._pod_env = dict(pod_env)
+        self._workers: dict[str, PodWorker] = {}
+        self._finished: set[str] = set()  # uids whose worker has ended: never start them again
+        self._running = False
+
+    def start(self) -> None:
+        """Subscribe to pod events and start the pods already stored (call on the event loop)."""
+        self._running = True
+        self._store.add_listener(self._on_event)
+        pods, _ = self._store.list(PODS)
+        for pod in pods:
+            self._sync(pod)
+
+    async def stop(self, grace_cap_seconds: float = 3.0) -> None:
+        """Stop every pod's processes: SIGTERM, then SIGKILL after min(grace, cap); write nothing more."""
+        self._running = False
+        workers = list(self._workers.values())
+        for worker in workers:
+            worker.request_termination(min(grace_cap_seconds, worker_grace(self._store, worker)), silent=True)
+        tasks = [w.task for w in workers if w.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_cap_seconds + 2.0)
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    def worker(self, namespace: str, name: str) -> PodWorker | None:
+        for worker in self._workers.values():
+            if (worker.namespace, worker.name) == (namespace, name):
+                return worker
+        return None
+
+    def pids(self, namespace: str, name: str) -> list[int]:
+        """The pids of the pod's container processes so far (tests check they are all gone)."""
+        worker = self.worker(namespace, name)
+        return worker.pids() if worker else []
+
+    async def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:
+        """Send ``sig`` to the process group of one container (or all) of a running pod."""
+        worker = self.worker(namespace, name)
+        if worker is None:
+            raise not_found(PODS, name)
+        if worker.signal(sig, container) == 0 and container is not None:
+            raise ApiError(400, "BadRequest", f"container {container} is not running in pod {name}")
+
+    async def delete_pod_now(self, namespace: str, name: str) -> None:
+        """Remove the pod from the store at once and kill its processes (a forced deletion)."""
+        worker = self.worker(namespace, name)
+        self._store.delete(PODS, namespace, name, grace_period_seconds=0)
+        if worker is not None and worker.task is not None:
+            worker.kill_now()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(worker.task), 5.0)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.rtype != PODS or not self._running:
+            return
+        uid = str(event.object["metadata"].get("uid", ""))
+        if event.type == "DELETED":
+            worker = self._workers.get(uid)
+            if worker is not None:
+                worker.kill_now()
+            self._finished.discard(uid)
+            return
+        self._sync(event.object)
+
+    def _sync(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        uid = str(meta["uid"])
+        worker = self._workers.get(uid)
+        deleting = bool(meta.get("deletionTimestamp"))
+        if worker is not None:
+            if deleting:
+                worker.request_termination(grace_of(pod))
+            return
+        if uid in self._finished:
+            return
+        if deleting:
+            # Deleted before it ever ran: nothing to stop; remove it outside the listener so
+            # every watcher sees MODIFIED before DELETED.
+            asyncio.get_running_loop().call_soon(self._remove_quietly, pod)
+            return
+        if pod_is_terminal(pod):
+            return
+        worker = PodWorker(self._store, self._logs, pod, self._workdir, self._pod_env, self._worker_exited)
+        self._workers[uid] = worker
+        worker.start()
+
+    def _worker_exited(self, worker: PodWorker) -> None:
+        self._workers.pop(worker.uid, None)
+        if self._store.find(PODS, worker.namespace, worker.name) is not None:
+            self._finished.add(worker.uid)
+
+    def _remove_quietly(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        current = self._store.find(PODS, meta["namespace"], meta["name"])
+        if current is not None and current["metadata"].get("uid") == meta["uid"]:
+            with contextlib.suppress(ApiError):
+                self._store.remove(PODS, meta["namespace"], meta["name"])
+
+
+def worker_grace(store: Store, worker: PodWorker) -> float:
+    pod = store.find(PODS, worker.namespace, worker.name)
+    return grace_of(pod) if pod is not None else 0.0
