@@ -92,12 +92,15 @@ class LogStore:
         tail_lines: int | None = None,
         since: datetime | None = None,
         offset: int = 0,
+        run: int | None = None,
     ) -> tuple[list[LogLine], int]:
         """Lines of the container's current (or previous) run, and the byte offset read up to.
 
-        ``offset`` lets a follower continue where its last read stopped.
+        ``offset`` lets a follower continue where its last read stopped; ``run`` pins the
+        restart count to read (a follower must not jump to a newer run's file mid-stream).
         """
-        run = self.latest_run(pod_uid, container)
+        if run is None:
+            run = self.latest_run(pod_uid, container)
         if run is None:
             return [], 0
         if previous:

@@ -67,6 +67,7 @@ class WatchEvent:
     rtype: ResourceType
     object: Obj
     resource_version: int
+    old_object: Obj | None = None  # the object before a MODIFIED event (watch selectors need it)
 
     @property
     def namespace(self) -> str:
@@ -228,7 +229,7 @@ class Store:
         self._objects[key] = updated
         if self._is_deleting(updated) and not updated["metadata"].get("finalizers"):
             return self.remove(rtype, ns, name)
-        return self._record("MODIFIED", rtype, updated)
+        return self._record("MODIFIED", rtype, updated, old=current)
 
     def mutate(
         self,
@@ -339,10 +340,11 @@ class Store:
         self._resource_version += 1
         return self._resource_version
 
-    def _record(self, event_type: str, rtype: ResourceType, obj: Obj) -> Obj:
+    def _record(self, event_type: str, rtype: ResourceType, obj: Obj, old: Obj | None = None) -> Obj:
+        """Stamp the next resourceVersion and publish the event; ``old`` must no longer be in the store."""
         version = self._next_version()
         obj["metadata"]["resourceVersion"] = str(version)
-        event = WatchEvent(event_type, rtype, copy.deepcopy(obj), version)
+        event = WatchEvent(event_type, rtype, copy.deepcopy(obj), version, old)
         self._history.append(event)
         for watch in self._watches:
             watch.queue.put_nowait(event)
@@ -370,22 +372,24 @@ class Store:
         return pod.get("status", {}).get("phase") in ("Pending", "Running", None)
 
     def _mark_deleting(self, rtype: ResourceType, key: Key, grace: int, finalizer: str | None) -> Obj:
-        obj = copy.deepcopy(self._objects[key])
+        old = self._objects[key]
+        obj = copy.deepcopy(old)
         meta = obj["metadata"]
         meta["deletionTimestamp"] = now_rfc3339()
         meta["deletionGracePeriodSeconds"] = grace
         if finalizer:
             meta["finalizers"] = [*(meta.get("finalizers") or []), finalizer]
         self._objects[key] = obj
-        return self._record("MODIFIED", rtype, obj)
+        return self._record("MODIFIED", rtype, obj, old=old)
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         for rtype, dependent in list(self.dependents(owner_uid)):
             meta = dependent["metadata"]
             meta["ownerReferences"] = [r for r in meta.get("ownerReferences", []) if r.get("uid") != owner_uid]
             key = self._key(rtype, meta.get("namespace", ""), meta["name"])
+            old = self._objects[key]
             self._objects[key] = dependent
-            self._record("MODIFIED", rtype, dependent)
+            self._record("MODIFIED", rtype, dependent, old=old)
 
 
 def random_suffix(length: int = 5) -> str:

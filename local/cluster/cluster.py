@@ -1,0 +1,279 @@
+"""``LocalCluster``: the API server and the control plane on one event loop in a background thread.
+
+    with LocalCluster(workdir=tmp_path) as cluster:
+        kubernetes.config.load_kube_config(config_file=str(cluster.kubeconfig_path))
+        cluster.faults.delete_pod("default", "trainer-0")
+
+The store, the controllers and the kubelet are single-threaded on that loop; code on other
+threads reaches them through :meth:`LocalCluster.call` and the :attr:`LocalCluster.faults` facade,
+which marshal onto the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import inspect
+import ipaddress
+import logging
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from local.cluster.control_plane import ControlPlane
+from local.cluster.faults import FailRule, FaultInjector, LatencyRule
+from local.cluster.kubeconfig import write_kubeconfig
+from local.cluster.logs import LogStore
+from local.cluster.server import ApiServer
+from local.cluster.store import Store
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+STOP_TIMEOUT_SECONDS = 60.0
+
+
+class ClusterStartError(RuntimeError):
+    """The cluster could not start (port in use, unwritable work directory, ...)."""
+
+
+class Faults:
+    """Thread-safe fault injection: every method runs on the cluster's loop and waits for it."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self._cluster = cluster
+
+    def _injector(self) -> FaultInjector:
+        injector = self._cluster._injector
+        if injector is None:
+            raise RuntimeError("the cluster is not running")
+        return injector
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Remove a pod at once and kill its processes (``kubectl delete pod --grace-period=0 --force``)."""
+        self._cluster.run(lambda: self._injector().delete_pod(namespace, name))
+
+    def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:
+        """Send ``sig`` to a pod's container processes (every container when ``container`` is None)."""
+        self._cluster.run(lambda: self._injector().signal_pod(namespace, name, sig, container))
+
+    def fail_requests(
+        self,
+        code: int = 500,
+        *,
+        count: int | None = None,
+        probability: float | None = None,
+        path: str | None = None,
+        method: str | None = None,
+    ) -> FailRule:
+        """Fail matching API requests with ``code`` (the next ``count``, or each with ``probability``)."""
+        rule: FailRule = self._cluster.call(
+            lambda: self._injector().api.fail_requests(
+                code, count=count, probability=probability, path=path, method=method
+            )
+        )
+        return rule
+
+    def add_latency(self, seconds: float, *, path: str | None = None, method: str | None = None) -> LatencyRule:
+        """Delay matching API requests by ``seconds``."""
+        rule: LatencyRule = self._cluster.call(
+            lambda: self._injector().api.add_latency(seconds, path=path, method=method)
+        )
+        return rule
+
+    def expire_watches(self, compact: bool = False) -> int:
+        """End every open watch; with ``compact`` also drop the history so resuming watches get 410."""
+        expired: int = self._cluster.call(lambda: self._injector().expire_watches(compact))
+        return expired
+
+    def clear(self) -> None:
+        """Remove every API fault rule."""
+        self._cluster.call(lambda: self._injector().clear())
+
+
+def _check_loopback(host: str) -> None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise ValueError(f"the local cluster serves on a loopback address only, not {host!r}")
+
+
+class LocalCluster:
+    """A Kubernetes API with JobSet semantics on 127.0.0.1, running pods as local processes."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        port: int = 0,
+        watch_history: int = 1000,
+        host: str = "127.0.0.1",
+        *,
+        kubeconfig_path: Path | None = None,
+        run_control_plane: bool = True,
+    ) -> None:
+        """``run_control_plane=False`` serves the API alone (no controllers, no kubelet)."""
+        _check_loopback(host)
+        self.workdir = Path(workdir)
+        self.host = host
+        self.port = port
+        self.watch_history = watch_history
+        self.kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path else self.workdir / "kubeconfig"
+        self.run_control_plane = run_control_plane
+        self.token = secrets.token_urlsafe(24)
+        self.faults = Faults(self)
+        self.store: Store | None = None
+        self.logs: LogStore | None = None
+        self.control_plane: ControlPlane | None = None
+        self._injector: FaultInjector | None = None
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._loop is not None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        """Bind the port, write the kubeconfig, start serving; ``ClusterStartError`` when it cannot."""
+        if self._loop is not None:
+            raise RuntimeError("the cluster is already running")
+        sock = self._bind()
+        try:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            write_kubeconfig(self.kubeconfig_path, self.url, self.token)
+        except OSError as exc:
+            sock.close()
+            raise ClusterStartError(f"cannot write the cluster's files: {exc}") from exc
+        loop = asyncio.new_event_loop()
+        ready: Future[None] = Future()
+        self._thread = threading.Thread(
+            target=self._run_loop, args=(loop, sock, ready), name=f"local-cluster-{self.port}", daemon=True
+        )
+        self._thread.start()
+        try:
+            ready.result(timeout=STOP_TIMEOUT_SECONDS)
+        except BaseException:
+            self._thread.join(timeout=STOP_TIMEOUT_SECONDS)
+            self._thread = None
+            raise
+        self._loop = loop
+        return self
+
+    def stop(self) -> None:
+        """Stop every pod process, then the server, then the loop thread. Idempotent."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=STOP_TIMEOUT_SECONDS)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=STOP_TIMEOUT_SECONDS)
+            self._loop = None
+            self._thread = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the cluster's loop and return its result (awaited when it is awaitable)."""
+
+        async def invoke() -> Any:
+            result = fn()
+            if inspect.isawaitable(result):
+                return await result
+            return result
+
+        return self.run(invoke)
+
+    def run(self, coroutine_function: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Await ``coroutine_function()`` on the cluster's loop and return its result."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the cluster is not running")
+        future = asyncio.run_coroutine_threadsafe(coroutine_function(), loop)
+        return future.result(timeout=STOP_TIMEOUT_SECONDS)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise ClusterStartError(f"port {self.port} on {self.host} is already in use") from exc
+            raise ClusterStartError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
+        self.port = sock.getsockname()[1]
+        return sock
+
+    def _run_loop(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, ready: Future[None]) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._startup(sock))
+        except BaseException as exc:
+            sock.close()
+            loop.run_until_complete(self._shutdown())
+            loop.close()
+            ready.set_exception(ClusterStartError(f"the cluster failed to start: {exc}"))
+            return
+        ready.set_result(None)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _startup(self, sock: socket.socket) -> None:
+        self.store = Store(history_limit=self.watch_history)
+        self.logs = LogStore(self.workdir / "logs")
+        if self.run_control_plane:
+            pod_env = {
+                "KUBECONFIG": str(self.kubeconfig_path),
+                "KUBERNETES_SERVICE_HOST": self.host,
+                "KUBERNETES_SERVICE_PORT": str(self.port),
+            }
+            self.control_plane = ControlPlane(self.store, self.logs, self.workdir, pod_env)
+        self._injector = FaultInjector(self.store, self.control_plane)
+        server = ApiServer(self.store, self.logs, self._injector, self.token)
+        self._runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock, shutdown_timeout=1.0).start()
+        if self.control_plane is not None:
+            await self.control_plane.start()
+        log.info("local cluster serving on %s (kubeconfig %s)", self.url, self.kubeconfig_path)
+
+    async def _shutdown(self) -> None:
+        if self.control_plane is not None:
+            try:
+                await self.control_plane.stop()
+            except Exception:
+                log.exception("stopping the control plane failed")
+        if self.store is not None:
+            self.store.expire_watches()  # lets open watch streams end before the server goes
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,321 @@
+"""Fault injection: failing or slow API requests, expired watches, killed pods.
+
+API faults are rules kept in :class:`ApiFaults` and applied by an aiohttp middleware before a
+request reaches its handler. Pod faults go to the control plane (force-delete through the store,
+signals through the kubelet). Everything is reachable over HTTP under ``/_local/faults`` so the
+demo, benchmarks and the CLI can inject faults into a cluster running in another process:
+
+- ``GET    /_local/faults``                 the active rules
+- ``DELETE /_local/faults``                 clear every rule
+- ``POST   /_local/faults/fail-requests``   ``{"code", "count"?, "probability"?, "path"?, "method"?}``
+- ``POST   /_local/faults/latency``         ``{"seconds", "path"?, "method"?}``
+- ``POST   /_local/faults/expire-watches``  ``{"compact"?: bool}``
+- ``POST   /_local/faults/delete-pod``      ``{"namespace", "name"}``
+- ``POST   /_local/faults/signal-pod``      ``{"namespace", "name", "signal", "container"?}``
+
+All state lives on the cluster's event loop; nothing here is thread-safe by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from local.cluster.resources import PODS, ApiError, bad_request
+from local.cluster.store import Store
+
+FAULTS_PATH = "/_local/faults"
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    410: "Expired",
+    429: "TooManyRequests",
+    500: "InternalError",
+    502: "BadGateway",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+class PodControl(Protocol):
+    """The part of the control plane pod faults need."""
+
+    async def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None: ...
+
+    async def delete_pod_now(self, namespace: str, name: str) -> None: ...
+
+
+@dataclass
+class FailRule:
+    """Fail matching requests with ``code``: the next ``count`` of them, or each with ``probability``."""
+
+    code: int
+    count: int | None = None
+    probability: float | None = None
+    path: str | None = None  # a regex searched in the request path
+    method: str | None = None
+    id: int = 0
+
+    def applies(self, method: str, path: str) -> bool:
+        if self.method and self.method.upper() != method:
+            return False
+        if self.path and not re.search(self.path, path):
+            return False
+        if self.count is not None and self.count <= 0:
+            return False
+        return self.probability is None or random.random() < self.probability
+
+
+@dataclass
+class LatencyRule:
+    """Delay matching requests by ``seconds`` before they are served."""
+
+    seconds: float
+    path: str | None = None
+    method: str | None = None
+    id: int = 0
+
+    def applies(self, method: str, path: str) -> bool:
+        if self.method and self.method.upper() != method:
+            return False
+        return not self.path or re.search(self.path, path) is not None
+
+
+@dataclass
+class ApiFaults:
+    """The active API fault rules."""
+
+    failures: list[FailRule] = field(default_factory=list)
+    latencies: list[LatencyRule] = field(default_factory=list)
+    injected: int = 0  # requests failed so far
+    _next_id: int = 1
+
+    def fail_requests(
+        self,
+        code: int = 500,
+        *,
+        count: int | None = None,
+        probability: float | None = None,
+        path: str | None = None,
+        method: str | None = None,
+    ) -> FailRule:
+        """Add a failure rule; with neither ``count`` nor ``probability`` every matching request fails."""
+        if not 400 <= code <= 599:
+            raise bad_request(f"code must be an HTTP error status (400-599), got {code}")
+        if count is not None and count < 1:
+            raise bad_request("count must be at least 1")
+        if probability is not None and not 0.0 <= probability <= 1.0:
+            raise bad_request("probability must be between 0 and 1")
+        _check_regex(path)
+        rule = FailRule(code, count, probability, path, method, self._take_id())
+        self.failures.append(rule)
+        return rule
+
+    def add_latency(self, seconds: float, *, path: str | None = None, method: str | None = None) -> LatencyRule:
+        """Add a latency rule."""
+        if not 0 <= seconds <= 600:
+            raise bad_request("seconds must be between 0 and 600")
+        _check_regex(path)
+        rule = LatencyRule(seconds, path, method, self._take_id())
+        self.latencies.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        self.failures.clear()
+        self.latencies.clear()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "failures": [asdict(rule) for rule in self.failures],
+            "latencies": [asdict(rule) for rule in self.latencies],
+            "injected": self.injected,
+        }
+
+    def _take_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    async def apply(self, method: str, path: str) -> ApiError | None:
+        """Sleep for matching latency rules, then the error to answer with, if a failure rule fires."""
+        delay = sum(rule.seconds for rule in self.latencies if rule.applies(method, path))
+        if delay:
+            await asyncio.sleep(delay)
+        for rule in self.failures:
+            if rule.applies(method, path):
+                if rule.count is not None:
+                    rule.count -= 1
+                    if rule.count == 0:
+                        self.failures.remove(rule)
+                self.injected += 1
+                reason = _REASONS.get(rule.code, "InternalError")
+                return ApiError(rule.code, reason, f"injected fault: {reason} (rule {rule.id})")
+        return None
+
+    def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
+        """An aiohttp middleware applying the rules to every request outside ``/_local/``."""
+
+        @web.middleware
+        async def inject_faults(
+            request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+        ) -> web.StreamResponse:
+            if request.path.startswith("/_local/") or not (self.failures or self.latencies):
+                return await handler(request)
+            error = await self.apply(request.method, request.path)
+            if error is not None:
+                headers = {"Retry-After": "1"} if error.code == 429 else None
+                return web.json_response(error.status_body(), status=error.code, headers=headers)
+            return await handler(request)
+
+        return inject_faults
+
+
+def _check_regex(pattern: str | None) -> None:
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise bad_request(f"path is not a valid regular expression: {exc}") from exc
+
+
+class FaultInjector:
+    """API faults plus pod faults, on the cluster's event loop."""
+
+    def __init__(self, store: Store, pods: PodControl | None) -> None:
+        self.store = store
+        self.api = ApiFaults()
+        self._pods = pods
+
+    def expire_watches(self, compact: bool = False) -> int:
+        """End every open watch; with ``compact`` also forget history, so resuming gets 410."""
+        if compact:
+            self.store.compact()
+        return self.store.expire_watches()
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Remove a pod at once and kill its processes, like ``kubectl delete pod --grace-period=0 --force``."""
+        self.store.get(PODS, namespace, name)  # 404 for an unknown pod
+        if self._pods is None:
+            self.store.delete(PODS, namespace, name, grace_period_seconds=0)
+        else:
+            await self._pods.delete_pod_now(namespace, name)
+
+    async def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:
+        """Send ``sig`` to a pod's container processes (all containers when ``container`` is None)."""
+        self.store.get(PODS, namespace, name)  # 404 for an unknown pod
+        if self._pods is None:
+            raise ApiError(501, "NotImplemented", "this cluster runs no kubelet (API only)")
+        await self._pods.signal_pod(namespace, name, sig, container)
+
+    def clear(self) -> None:
+        self.api.clear()
+
+    # -- HTTP control endpoint ---------------------------------------------------------------
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get(FAULTS_PATH, self._get)
+        app.router.add_delete(FAULTS_PATH, self._clear)
+        app.router.add_post(f"{FAULTS_PATH}/fail-requests", self._fail_requests)
+        app.router.add_post(f"{FAULTS_PATH}/latency", self._latency)
+        app.router.add_post(f"{FAULTS_PATH}/expire-watches", self._expire_watches)
+        app.router.add_post(f"{FAULTS_PATH}/delete-pod", self._delete_pod)
+        app.router.add_post(f"{FAULTS_PATH}/signal-pod", self._signal_pod)
+
+    async def _get(self, request: web.Request) -> web.Response:
+        return web.json_response(self.api.describe())
+
+    async def _clear(self, request: web.Request) -> web.Response:
+        self.clear()
+        return web.json_response(self.api.describe())
+
+    async def _fail_requests(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        rule = self.api.fail_requests(
+            int(body.get("code", 500)),
+            count=_optional(body, "count", int),
+            probability=_optional(body, "probability", float),
+            path=_optional(body, "path", str),
+            method=_optional(body, "method", str),
+        )
+        return web.json_response(asdict(rule), status=201)
+
+    async def _latency(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        if "seconds" not in body:
+            raise bad_request("seconds is required")
+        rule = self.api.add_latency(
+            float(body["seconds"]), path=_optional(body, "path", str), method=_optional(body, "method", str)
+        )
+        return web.json_response(asdict(rule), status=201)
+
+    async def _expire_watches(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        expired = self.expire_watches(bool(body.get("compact", False)))
+        return web.json_response({"expired": expired, "compacted": bool(body.get("compact", False))})
+
+    async def _delete_pod(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        await self.delete_pod(_required(body, "namespace"), _required(body, "name"))
+        return web.json_response({"deleted": body["name"]})
+
+    async def _signal_pod(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        sig = parse_signal(body.get("signal", "SIGKILL"))
+        await self.signal_pod(
+            _required(body, "namespace"), _required(body, "name"), sig, _optional(body, "container", str)
+        )
+        return web.json_response({"signalled": body["name"], "signal": signal.Signals(sig).name})
+
+
+def parse_signal(value: Any) -> int:
+    """A signal given as a number, ``KILL`` or ``SIGKILL``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(signal.Signals(value))
+    text = str(value).upper()
+    if text.isdigit():
+        return int(signal.Signals(int(text)))
+    name = text if text.startswith("SIG") else f"SIG{text}"
+    try:
+        return int(signal.Signals[name])
+    except KeyError as exc:
+        raise bad_request(f"unknown signal {value!r}") from exc
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise bad_request(f"the request body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    return body
+
+
+def _required(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise bad_request(f"{key} is required")
+    return value
+
+
+def _optional(body: dict[str, Any], key: str, kind: Callable[[Any], Any]) -> Any:
+    value = body.get(key)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        raise bad_request(f"{key}: {exc}") from exc

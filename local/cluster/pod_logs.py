@@ -1,0 +1,171 @@
+"""``GET /api/v1/namespaces/{ns}/pods/{name}/log``: container logs as the kubelet serves them.
+
+The kubelet (control plane) writes CRI-format files through :class:`LogStore` and records each
+container's state in ``status.containerStatuses`` / ``initContainerStatuses``; a ``follow``
+stream reads the file of the run it started on until that run has terminated (or the pod is
+gone) and everything it wrote has been sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from local.cluster.logs import LogLine, LogStore, parse_rfc3339
+from local.cluster.resources import PODS, bad_request
+from local.cluster.store import Store
+
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+FOLLOW_POLL_SECONDS = 0.05
+
+
+def _flag(query: Mapping[str, str], key: str) -> bool:
+    return query.get(key, "").lower() in ("true", "1")
+
+
+def _non_negative_int(query: Mapping[str, str], key: str) -> int | None:
+    raw = query.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise bad_request(f"{key}: invalid integer {raw!r}") from exc
+    if value < 0:
+        raise bad_request(f"{key}: must be greater than or equal to 0")
+    return value
+
+
+def choose_container(pod: Mapping[str, Any], requested: str | None) -> str:
+    """The container to read; 400 when it is ambiguous or unknown, as on the real server."""
+    spec = pod.get("spec") or {}
+    name = pod["metadata"]["name"]
+    main = [c.get("name") for c in spec.get("containers") or []]
+    init = [c.get("name") for c in spec.get("initContainers") or []]
+    if requested is None:
+        default = (pod["metadata"].get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
+        if default in main:
+            return str(default)
+        if len(main) == 1:
+            return str(main[0])
+        message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(main)}]"
+        if init:
+            message += f" or one of the init containers: [{' '.join(init)}]"
+        raise bad_request(message)
+    if requested not in main and requested not in init:
+        raise bad_request(f"container {requested} is not valid for pod {name}")
+    return requested
+
+
+def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any] | None:
+    status = pod.get("status") or {}
+    for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+        if entry.get("name") == container:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def run_finished(store: Store, namespace: str, name: str, uid: str, container: str, run: int) -> bool:
+    """Whether run ``run`` of ``container`` can print no more: terminated, replaced, or its pod gone."""
+    pod = store.find(PODS, namespace, name)
+    if pod is None or pod["metadata"].get("uid") != uid:
+        return True
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return True
+    status = _container_status(pod, container)
+    if status is None:
+        return False
+    restarts = int(status.get("restartCount", 0))
+    if restarts > run:
+        return True
+    return restarts == run and "terminated" in (status.get("state") or {})
+
+
+def _since(query: Mapping[str, str]) -> datetime | None:
+    seconds = _non_negative_int(query, "sinceSeconds")
+    moment = query.get("sinceTime")
+    if seconds is not None and moment is not None:
+        raise bad_request("at most one of sinceTime or sinceSeconds may be specified")
+    if seconds is not None:
+        if seconds == 0:
+            raise bad_request("sinceSeconds: must be greater than 0")
+        return datetime.now(UTC) - timedelta(seconds=seconds)
+    if moment is not None:
+        try:
+            return parse_rfc3339(moment)
+        except ValueError as exc:
+            raise bad_request(f"sinceTime: invalid RFC 3339 time {moment!r}") from exc
+    return None
+
+
+class _Budget:
+    """What is left of ``limitBytes``."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.left = limit
+
+    def take(self, data: bytes) -> bytes:
+        if self.left is None:
+            return data
+        data = data[: self.left]
+        self.left -= len(data)
+        return data
+
+    @property
+    def spent(self) -> bool:
+        return self.left is not None and self.left <= 0
+
+
+def _render(lines: list[LogLine], timestamps: bool) -> bytes:
+    return "".join(line.render(timestamps) + "\n" for line in lines).encode()
+
+
+async def serve_pod_log(
+    request: web.Request, store: Store, logs: LogStore, namespace: str, name: str
+) -> web.StreamResponse:
+    """Answer one log request (plain text; streamed when ``follow``)."""
+    query = request.query
+    pod = store.get(PODS, namespace, name)
+    container = choose_container(pod, query.get("container"))
+    tail = _non_negative_int(query, "tailLines")
+    since = _since(query)
+    timestamps = _flag(query, "timestamps")
+    follow = _flag(query, "follow")
+    previous = _flag(query, "previous")
+    budget = _Budget(_non_negative_int(query, "limitBytes"))
+    uid = pod["metadata"]["uid"]
+    latest = logs.latest_run(uid, container)
+    if latest is None:
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if phase == "Pending" or previous:
+            raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+        return web.Response(body=b"", content_type="text/plain")
+    run = latest - 1 if previous else latest
+    if run < 0:
+        raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+    lines, offset = logs.read(uid, container, run=run, tail_lines=tail, since=since)
+    first = budget.take(_render(lines, timestamps))
+    if not follow or previous:
+        return web.Response(body=first, content_type="text/plain")
+    response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    try:
+        if first:
+            await response.write(first)
+        while not budget.spent:
+            finished = run_finished(store, namespace, name, uid, container, run)
+            lines, offset = logs.read(uid, container, run=run, offset=offset)
+            if lines:
+                await response.write(budget.take(_render(lines, timestamps)))
+            if finished:
+                break
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        await response.write_eof()
+    except ConnectionError:
+        pass
+    return response

@@ -1,0 +1,460 @@
+"""The local cluster's Kubernetes API over HTTP (aiohttp), on top of :class:`Store`.
+
+Paths are parsed by hand rather than by routes, as the API server's own path grammar is
+ambiguous for a route table (``/api/v1/namespaces/x/status`` versus ``/api/v1/namespaces/x/pods``).
+Every error leaves as a Kubernetes ``Status`` body. Objects written here are validated
+(:mod:`local.cluster.validation`); the in-process controllers write to the store directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from local.cluster import discovery
+from local.cluster.faults import FaultInjector
+from local.cluster.logs import LogStore
+from local.cluster.patching import apply_patch
+from local.cluster.pod_logs import serve_pod_log
+from local.cluster.resources import (
+    JOBS,
+    JOBSETS,
+    NAMESPACES,
+    PODS,
+    RESOURCE_TYPES,
+    ApiError,
+    ResourceType,
+    bad_request,
+    invalid,
+    resource_type,
+)
+from local.cluster.selectors import Selection, parse_field_selector, parse_label_selector
+from local.cluster.store import Obj, Store
+from local.cluster.validation import validate, validate_update
+from local.cluster.watching import stream_watch
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 4 * 1024 * 1024  # the real API server takes up to 3 MiB objects
+_PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version", "/version/")
+# Types whose DELETE returns the object rather than a Status once it is gone (as the real registries do).
+_DELETE_RETURNS_OBJECT = (PODS, JOBSETS)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an API path names: a collection (``name`` None), an object, or an object's subresource."""
+
+    rtype: ResourceType
+    namespace: str | None
+    name: str | None = None
+    subresource: str | None = None
+
+
+def _not_found_path(path: str) -> ApiError:
+    return ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+
+
+def parse_target(group: str, version: str, rest: list[str], path: str) -> Target:
+    """Turn the path segments after ``/api/v1`` or ``/apis/<g>/<v>`` into a :class:`Target`."""
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        nested = resource_type(group, version, rest[2])
+        if nested is not None and nested.namespaced:
+            if len(rest) > 5:
+                raise _not_found_path(path)
+            name = rest[3] if len(rest) > 3 else None
+            sub = rest[4] if len(rest) > 4 else None
+            return Target(nested, rest[1], name, sub)
+    rtype = resource_type(group, version, rest[0])
+    if rtype is None or len(rest) > 3 or (rtype.namespaced and len(rest) > 1):
+        raise _not_found_path(path)
+    return Target(rtype, None, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+
+
+class ApiServer:
+    """The request handlers, bound to one store, log store and fault injector."""
+
+    def __init__(self, store: Store, logs: LogStore, faults: FaultInjector, token: str | None) -> None:
+        self.store = store
+        self.logs = logs
+        self.faults = faults
+        self.token = token
+
+    def app(self) -> web.Application:
+        """A fresh aiohttp application serving this API."""
+        app = web.Application(
+            middlewares=[self._errors, self._authenticate, self.faults.api.middleware()],
+            client_max_size=MAX_BODY_BYTES,
+        )
+        for path in ("/version", "/version/"):
+            app.router.add_get(path, self._version)
+        for path in ("/healthz", "/readyz", "/livez"):
+            app.router.add_get(path, self._healthy)
+        for path in ("/api", "/api/"):
+            app.router.add_get(path, self._core_versions)
+        for path in ("/apis", "/apis/"):
+            app.router.add_get(path, self._group_list)
+        self.faults.add_routes(app)
+        app.router.add_route("*", "/api/{tail:.*}", self._core)
+        app.router.add_route("*", "/apis/{tail:.*}", self._grouped)
+        return app
+
+    # -- middlewares -------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as error:
+            return _status(error)
+        except web.HTTPException as exc:
+            if exc.status == 405:
+                return _status(ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on this path"))
+            if exc.status == 404:
+                return _status(_not_found_path(request.path))
+            raise
+        except Exception:
+            log.exception("internal error serving %s %s", request.method, request.path)
+            return _status(ApiError(500, "InternalError", f"internal error serving {request.method} {request.path}"))
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.token is None or request.path in _PUBLIC_PATHS:
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(header.encode(), f"Bearer {self.token}".encode()):
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        return await handler(request)
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.version_info())
+
+    async def _healthy(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _core_versions(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.core_versions(request.host))
+
+    async def _group_list(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.api_group_list())
+
+    async def _core(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.match_info["tail"].split("/") if p]
+        if not parts:
+            return await self._core_versions(request)
+        return await self._dispatch(request, "", parts[0], parts[1:])
+
+    async def _grouped(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.match_info["tail"].split("/") if p]
+        if not parts:
+            return await self._group_list(request)
+        if len(parts) == 1:
+            group = discovery.api_group(parts[0])
+            if group is None:
+                raise _not_found_path(request.path)
+            return web.json_response(group)
+        return await self._dispatch(request, parts[0], parts[1], parts[2:])
+
+    async def _dispatch(self, request: web.Request, group: str, version: str, rest: list[str]) -> web.StreamResponse:
+        if not rest:
+            resources = discovery.api_resource_list(group, version)
+            if resources is None:
+                raise _not_found_path(request.path)
+            return web.json_response(resources)
+        target = parse_target(group, version, rest, request.path)
+        method = request.method
+        if target.name is None:
+            if method == "GET":
+                return await self._list(request, target)
+            if method == "POST" and (target.namespace is not None or not target.rtype.namespaced):
+                return await self._create(request, target)
+            if method == "DELETE" and target.namespace is not None:
+                return await self._delete_collection(request, target)
+        elif target.subresource is None or (target.subresource == "status" and target.rtype.has_status):
+            if method == "GET":
+                return _json(self._get(target))
+            if method == "PUT":
+                return await self._replace(request, target)
+            if method == "PATCH":
+                return await self._patch(request, target)
+            if method == "DELETE" and target.subresource is None:
+                return await self._delete(request, target)
+        elif target.subresource == "log" and target.rtype == PODS:
+            if method == "GET":
+                assert target.namespace is not None
+                return await serve_pod_log(request, self.store, self.logs, target.namespace, target.name)
+        else:
+            raise _not_found_path(request.path)
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {request.path}")
+
+    # -- verbs -------------------------------------------------------------------------------
+
+    def _ns(self, target: Target) -> str:
+        return target.namespace or "" if target.rtype.namespaced else ""
+
+    def _get(self, target: Target) -> Obj:
+        assert target.name is not None
+        return self.store.get(target.rtype, self._ns(target), target.name)
+
+    async def _list(self, request: web.Request, target: Target) -> web.StreamResponse:
+        query = request.query
+        rtype = target.rtype
+        selection = Selection(
+            namespace=target.namespace if rtype.namespaced else None,
+            labels=parse_label_selector(query.get("labelSelector")),
+            fields=parse_field_selector(query.get("fieldSelector"), rtype),
+        )
+        if query.get("watch", "").lower() in ("true", "1"):
+            timeout = query.get("timeoutSeconds")
+            try:
+                timeout_seconds = float(timeout) if timeout else None
+            except ValueError as exc:
+                raise bad_request(f"timeoutSeconds: invalid number {timeout!r}") from exc
+            return await stream_watch(
+                request, self.store, rtype, selection, query.get("resourceVersion"), timeout_seconds
+            )
+        items, version = self.store.list(rtype, selection.namespace)
+        items = [obj for obj in items if selection.matches(obj)]
+        metadata: dict[str, Any] = {"resourceVersion": str(version)}
+        items, next_token, remaining = _page(items, query.get("limit"), query.get("continue"))
+        if next_token:
+            metadata["continue"] = next_token
+            metadata["remainingItemCount"] = remaining
+        body = {"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": metadata, "items": items}
+        return _json(body)
+
+    async def _create(self, request: web.Request, target: Target) -> web.Response:
+        _reject_dry_run(request)
+        rtype = target.rtype
+        body = await _object_body(request, rtype)
+        namespace = target.namespace if rtype.namespaced else None
+        if namespace is not None and self.store.find(NAMESPACES, "", namespace) is None:
+            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found', "namespaces", namespace)
+        _reset_status(rtype, body)
+        name = str((body.get("metadata") or {}).get("name") or (body.get("metadata") or {}).get("generateName", ""))
+        causes = validate(rtype, body)
+        if causes:
+            raise invalid(rtype, name, causes)
+        return _json(self.store.create(rtype, body, namespace), status=201)
+
+    async def _replace(self, request: web.Request, target: Target) -> web.Response:
+        _reject_dry_run(request)
+        rtype = target.rtype
+        body = await _object_body(request, rtype)
+        meta = body.setdefault("metadata", {})
+        if meta.get("name") not in (None, target.name):
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({target.name})"
+            )
+        meta["name"] = target.name
+        return _json(self._write(target, body))
+
+    async def _patch(self, request: web.Request, target: Target) -> web.Response:
+        _reject_dry_run(request)
+        try:
+            patch = json.loads(await request.read())
+        except ValueError as exc:
+            raise bad_request(f"the patch is not JSON: {exc}") from exc
+        current = self._get(target)
+        patched = apply_patch(request.content_type, current, patch)
+        meta = patched.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") != target.name:
+            raise bad_request("a patch may not change metadata.name")
+        if target.rtype.namespaced and meta.get("namespace") != target.namespace:
+            raise bad_request("a patch may not change metadata.namespace")
+        return _json(self._write(target, patched))
+
+    def _write(self, target: Target, obj: Obj) -> Obj:
+        """Validate and store an update of the object or its status."""
+        rtype = target.rtype
+        current = self._get(target)
+        if target.subresource is None:
+            causes = validate(rtype, obj) + validate_update(rtype, current, obj)
+            if causes:
+                raise invalid(rtype, str(target.name), causes)
+        return self.store.update(rtype, obj, subresource=target.subresource, namespace=self._ns(target) or None)
+
+    async def _delete(self, request: web.Request, target: Target) -> web.Response:
+        _reject_dry_run(request)
+        assert target.name is not None
+        options = await _delete_options(request)
+        rtype, namespace = target.rtype, self._ns(target)
+        current = self._get(target)
+        preconditions = options.get("preconditions") or {}
+        if preconditions.get("uid") not in (None, current["metadata"]["uid"]):
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {preconditions['uid']}")
+        if preconditions.get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
+            raise ApiError(409, "Conflict", "Precondition failed: resourceVersion in precondition does not match")
+        if rtype == NAMESPACES:
+            self._empty_namespace(target.name)
+        result = self.store.delete(
+            rtype,
+            namespace,
+            target.name,
+            propagation_policy=options.get("propagationPolicy"),
+            grace_period_seconds=options.get("gracePeriodSeconds"),
+        )
+        if self.store.find(rtype, namespace, target.name) is not None:
+            return _json(result, status=202 if rtype != PODS else 200)
+        if rtype in _DELETE_RETURNS_OBJECT:
+            return _json(result)
+        return _json(_success(rtype, target.name, result["metadata"].get("uid", "")))
+
+    def _empty_namespace(self, namespace: str) -> None:
+        """Delete everything in a namespace before the namespace itself (the namespace controller's job)."""
+        for rtype in RESOURCE_TYPES:
+            if not rtype.namespaced:
+                continue
+            items, _ = self.store.list(rtype, namespace)
+            for obj in items:
+                if self.store.find(rtype, namespace, obj["metadata"]["name"]) is not None:
+                    self.store.delete(rtype, namespace, obj["metadata"]["name"])
+
+    async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
+        _reject_dry_run(request)
+        options = await _delete_options(request)
+        rtype, namespace = target.rtype, str(target.namespace)
+        selection = Selection(
+            namespace=namespace,
+            labels=parse_label_selector(request.query.get("labelSelector")),
+            fields=parse_field_selector(request.query.get("fieldSelector"), rtype),
+        )
+        items, _ = self.store.list(rtype, namespace)
+        deleted = []
+        for obj in items:
+            if not selection.matches(obj) or self.store.find(rtype, namespace, obj["metadata"]["name"]) is None:
+                continue
+            deleted.append(
+                self.store.delete(
+                    rtype,
+                    namespace,
+                    obj["metadata"]["name"],
+                    propagation_policy=options.get("propagationPolicy"),
+                    grace_period_seconds=options.get("gracePeriodSeconds"),
+                )
+            )
+        _, version = self.store.list(rtype, namespace)
+        metadata = {"resourceVersion": str(version)}
+        return _json({"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": metadata, "items": deleted})
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(), status=status, content_type="application/json"
+    )
+
+
+def _status(error: ApiError) -> web.Response:
+    return _json(error.status_body(), status=error.code)
+
+
+def _success(rtype: ResourceType, name: str, uid: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "group": rtype.group, "kind": rtype.plural, "uid": uid},
+    }
+
+
+def _reject_dry_run(request: web.Request) -> None:
+    if request.query.get("dryRun"):
+        raise bad_request("dryRun is not supported by the local cluster")
+
+
+async def _object_body(request: web.Request, rtype: ResourceType) -> Obj:
+    try:
+        body = json.loads(await request.read())
+    except ValueError as exc:
+        raise bad_request(f"the request body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    if body.get("kind") not in (None, "", rtype.kind):
+        raise bad_request(f"the kind in the body ({body['kind']}) does not match the resource ({rtype.kind})")
+    if body.get("apiVersion") not in (None, "", rtype.api_version):
+        raise bad_request(
+            f"the API version in the data ({body['apiVersion']}) does not match the expected API version "
+            f"({rtype.api_version})"
+        )
+    if not isinstance(body.get("metadata", {}), dict):
+        raise bad_request("metadata must be an object")
+    return body
+
+
+def _reset_status(rtype: ResourceType, body: Obj) -> None:
+    """What the API server's create strategies do to ``status``: clients cannot create with one."""
+    if not rtype.has_status:
+        return
+    if rtype == PODS:
+        body["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    elif rtype == NAMESPACES:
+        body["status"] = {"phase": "Active"}
+    elif rtype == JOBS:
+        body["status"] = {}
+    else:
+        body.pop("status", None)
+
+
+async def _delete_options(request: web.Request) -> dict[str, Any]:
+    """``DeleteOptions`` from the body and/or the query string (the query wins)."""
+    options: dict[str, Any] = {}
+    if request.can_read_body:
+        raw = await request.read()
+        if raw.strip():
+            try:
+                parsed = json.loads(raw)
+            except ValueError as exc:
+                raise bad_request(f"the DeleteOptions body is not JSON: {exc}") from exc
+            if not isinstance(parsed, dict):
+                raise bad_request("DeleteOptions must be a JSON object")
+            options.update(parsed)
+    query = request.query
+    if "propagationPolicy" in query:
+        options["propagationPolicy"] = query["propagationPolicy"]
+    if "gracePeriodSeconds" in query:
+        options["gracePeriodSeconds"] = query["gracePeriodSeconds"]
+    if options.get("orphanDependents") is True or query.get("orphanDependents") == "true":
+        options.setdefault("propagationPolicy", "Orphan")
+    grace = options.get("gracePeriodSeconds")
+    if grace is not None:
+        try:
+            options["gracePeriodSeconds"] = int(grace)
+        except (TypeError, ValueError) as exc:
+            raise bad_request(f"gracePeriodSeconds: invalid integer {grace!r}") from exc
+        if options["gracePeriodSeconds"] < 0:
+            options["gracePeriodSeconds"] = 0
+    return options
+
+
+def _page(items: list[Obj], limit: str | None, token: str | None) -> tuple[list[Obj], str | None, int]:
+    """``limit``/``continue`` paging over a fresh list (not a consistent snapshot across pages)."""
+    start = 0
+    if token:
+        try:
+            start = int(json.loads(base64.urlsafe_b64decode(token.encode()))["start"])
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            raise ApiError(410, "Expired", "the provided continue parameter is too old or malformed") from exc
+    try:
+        size = int(limit) if limit else 0
+    except ValueError as exc:
+        raise bad_request(f"limit: invalid integer {limit!r}") from exc
+    if size <= 0 or start + size >= len(items):
+        return items[start:], None, 0
+    token = base64.urlsafe_b64encode(json.dumps({"start": start + size}).encode()).decode()
+    return items[start : start + size], token, len(items) - start - size
