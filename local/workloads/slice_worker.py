@@ -1,0 +1,46 @@
+"""`python -m local.workloads.slice_worker`: what a `worker` pod runs in place of a Pathways TPU worker.
+
+It holds its slice up: it stays alive (and so its pod Running) until SIGTERM or SIGINT, then exits 0.
+`--hold-file PATH` is a fault-injection knob: while PATH exists the worker exits 3 at once, so a replaced
+pod cannot bring its slice back (a slice that stays lost, as in replica-resize drills).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+EXIT_HELD = 3
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run until stopped."""
+    parser = argparse.ArgumentParser(prog="python -m local.workloads.slice_worker", description=__doc__)
+    parser.add_argument("--hold-file", default="", help="exit 3 at start while this file exists")
+    args = parser.parse_args(argv)
+    pod = os.environ.get("POD_NAME", "?")
+    if args.hold_file and os.path.exists(args.hold_file):
+        print(f"Slice worker {pod}: held down by {args.hold_file}, exiting {EXIT_HELD}", flush=True)
+        return EXIT_HELD
+    stopped = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:
+        del frame
+        print(f"Slice worker {pod}: received {signal.Signals(signum).name}, exiting", flush=True)
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"Slice worker {pod}: slice up at {time.strftime('%Y-%m-%dT%H:%M:%S')}", flush=True)
+    while not stopped.wait(3600):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

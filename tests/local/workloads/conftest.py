@@ -1,0 +1,66 @@
+"""Helpers for the workload tests: run the real entry points as processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+# Workload processes share one persistent XLA compilation cache, so only the first of them compiles.
+COMPILATION_CACHE = Path(tempfile.gettempdir()) / "elastic-training-tests-xla-cache"
+
+
+def workload_env(**extra: str) -> dict[str, str]:
+    """The test environment for a workload process: CPU JAX, no cluster, no inherited XLA device count."""
+    env = {k: v for k, v in os.environ.items() if k not in {"XLA_FLAGS", "JOBSET_NAME", "KUBECONFIG"}}
+    env.update(
+        {
+            "JAX_PLATFORMS": "cpu",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(REPO),
+            "JAX_COMPILATION_CACHE_DIR": str(COMPILATION_CACHE),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        },
+        **extra,
+    )
+    return env
+
+
+def run_module(
+    module: str, args: Sequence[str], *, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m module args...` to completion, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=workload_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_module(module: str, args: Sequence[str], **env: str) -> subprocess.Popen[str]:
+    """Start `python -m module args...` with stdout (and stderr) piped line by line."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=workload_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+
+
+@pytest.fixture
+def small_model() -> list[str]:
+    """Model keys that keep a test run to a few milliseconds per step."""
+    return ["base_emb_dim=32", "base_num_decoder_layers=1", "vocab_size=32", "max_target_length=16"]
