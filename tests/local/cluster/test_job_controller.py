@@ -1,0 +1,154 @@
+"""The Job controller, driven through the real client: completions, Indexed, backoffLimit, suspend."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+
+from local.cluster import LocalCluster
+from operators.constants import ANNOTATION_JOB_COMPLETION_INDEX, LABEL_JOB_COMPLETION_INDEX, LABEL_JOB_NAME
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.control_plane_support import (
+    NS,
+    condition,
+    container,
+    pod_pids,
+    pods_of,
+    unique,
+    wait_processes_gone,
+)
+from tests.local.cluster.helpers import wait_for
+
+
+def _job(name: str, script: str, *, restart_policy: str = "Never", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": restart_policy,
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [container("main", script)],
+                }
+            },
+            **spec,
+        },
+    }
+
+
+def _finished(k8s: K8s, name: str, kind: str, timeout: float = 15.0) -> client.V1Job:
+    def probe() -> client.V1Job | None:
+        job = k8s.batch.read_namespaced_job(name, NS)
+        return job if condition(job.status.conditions, kind) else None
+
+    return wait_for(probe, timeout)
+
+
+def _pods(k8s: K8s, job: str) -> list[client.V1Pod]:
+    return pods_of(k8s.core, f"{LABEL_JOB_NAME}={job}")
+
+
+def _log(k8s: K8s, pod: str) -> str:
+    return str(k8s.core.read_namespaced_pod_log(pod, NS, _preload_content=False).data.decode())
+
+
+def test_indexed_job_runs_one_pod_per_index_and_completes(k8s: K8s) -> None:
+    name = unique("indexed")
+    script = 'echo "index=$JOB_COMPLETION_INDEX host=$HOSTNAME"'
+    k8s.batch.create_namespaced_job(
+        NS, _job(name, script, completionMode="Indexed", completions=3, parallelism=3, backoffLimit=0)
+    )
+    job = _finished(k8s, name, "Complete")
+    assert (job.status.succeeded, job.status.failed or 0, job.status.active) == (3, 0, 0)
+    assert job.status.completed_indexes == "0-2"
+    pods = sorted(_pods(k8s, name), key=lambda p: p.metadata.name)
+    assert len(pods) == 3
+    for index, pod in enumerate(pods):
+        assert pod.metadata.name.startswith(f"{name}-{index}-") and len(pod.metadata.name) == len(name) + 8
+        assert pod.metadata.labels[LABEL_JOB_COMPLETION_INDEX] == str(index)
+        assert pod.metadata.annotations[ANNOTATION_JOB_COMPLETION_INDEX] == str(index)
+        assert pod.spec.hostname == f"{name}-{index}"
+        assert pod.metadata.owner_references[0].kind == "Job"
+        assert _log(k8s, pod.metadata.name).strip() == f"index={index} host={name}-{index}"
+
+
+def test_non_indexed_job_respects_parallelism_and_completions(k8s: K8s, tmp_path: Any) -> None:
+    name = unique("parallel")
+    trace = tmp_path / "trace"
+    k8s.batch.create_namespaced_job(
+        NS, _job(name, f"echo + >> {trace}; sleep 0.3; echo - >> {trace}", completions=3, parallelism=2)
+    )
+    job = _finished(k8s, name, "Complete")
+    assert job.status.succeeded == 3
+    pods = _pods(k8s, name)
+    assert len(pods) == 3
+    assert all(p.metadata.name.startswith(f"{name}-") and len(p.metadata.name) == len(name) + 6 for p in pods)
+    running, most = 0, 0
+    for mark in trace.read_text().split():
+        running += 1 if mark == "+" else -1
+        most = max(most, running)
+    assert most == 2
+
+
+def test_never_pods_fail_until_backoff_limit_exceeded(k8s: K8s) -> None:
+    name = unique("never")
+    k8s.batch.create_namespaced_job(NS, _job(name, "exit 1", backoffLimit=1))
+    job = _finished(k8s, name, "Failed")
+    failed = condition(job.status.conditions, "Failed")
+    assert (failed.reason, failed.message) == ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    assert job.status.failed == 2
+    pods = _pods(k8s, name)
+    assert len(pods) == 2 and all(p.status.phase == "Failed" for p in pods)  # failed pods stay, new ones made
+
+
+def test_on_failure_container_restarts_count_against_backoff_limit(k8s: K8s) -> None:
+    name = unique("onfailure")
+    k8s.batch.create_namespaced_job(NS, _job(name, "exit 2", restart_policy="OnFailure", backoffLimit=2))
+    job = _finished(k8s, name, "Failed")
+    assert condition(job.status.conditions, "Failed").reason == "BackoffLimitExceeded"
+    wait_for(lambda: not _pods(k8s, name), timeout=10)  # the restarting pod is deleted
+    assert len(k8s.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}").items) >= 1
+
+
+def test_deleted_pod_is_replaced_and_counts_as_failed(k8s: K8s, cluster: LocalCluster) -> None:
+    name = unique("replace")
+    k8s.batch.create_namespaced_job(
+        NS, _job(name, "sleep 30", completionMode="Indexed", completions=1, parallelism=1, backoffLimit=1)
+    )
+    first = wait_for(lambda: [p for p in _pods(k8s, name) if p.status.phase == "Running"])[0]
+    cluster.faults.delete_pod(NS, first.metadata.name)
+    second = wait_for(lambda: [p for p in _pods(k8s, name) if p.metadata.name != first.metadata.name])[0]
+    assert second.metadata.labels[LABEL_JOB_COMPLETION_INDEX] == "0"
+    job = wait_for(lambda: (j := k8s.batch.read_namespaced_job(name, NS)).status.failed == 1 and j)
+    assert not condition(job.status.conditions, "Failed")
+    wait_processes_gone(pod_pids(first))
+    k8s.batch.delete_namespaced_job(name, NS, propagation_policy="Foreground")
+
+
+def test_suspend_deletes_pods_without_counting_failures_and_resume_recreates(k8s: K8s) -> None:
+    name = unique("suspend")
+    k8s.batch.create_namespaced_job(NS, _job(name, "sleep 30", suspend=True, backoffLimit=0))
+    job = _finished(k8s, name, "Suspended")
+    assert condition(job.status.conditions, "Suspended").reason == "JobSuspended"
+    time.sleep(0.2)
+    assert not _pods(k8s, name)
+    k8s.batch.patch_namespaced_job(name, NS, {"spec": {"suspend": False}})
+    pod = wait_for(lambda: [p for p in _pods(k8s, name) if p.status.phase == "Running"])[0]
+    k8s.batch.patch_namespaced_job(name, NS, {"spec": {"suspend": True}})
+    wait_for(lambda: not _pods(k8s, name), timeout=10)
+    job = k8s.batch.read_namespaced_job(name, NS)
+    assert not condition(job.status.conditions, "Failed") and not job.status.failed
+    wait_processes_gone(pod_pids(pod))
+    k8s.batch.delete_namespaced_job(name, NS)
+
+
+def test_active_deadline_fails_the_job(k8s: K8s) -> None:
+    name = unique("deadline")
+    k8s.batch.create_namespaced_job(NS, _job(name, "sleep 30", activeDeadlineSeconds=1, backoffLimit=0))
+    job = _finished(k8s, name, "Failed", timeout=10)
+    assert condition(job.status.conditions, "Failed").reason == "DeadlineExceeded"
+    wait_for(lambda: not _pods(k8s, name), timeout=10)
