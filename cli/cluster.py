@@ -1,0 +1,155 @@
+"""``elastic-training cluster``: run the local cluster in the foreground, or inject faults into a running one.
+
+elastic-training cluster up --kubeconfig ./kubeconfig [--port N] [--workdir DIR] [--watch-history N]
+elastic-training cluster fault --kubeconfig ./kubeconfig delete-pod default trainer-worker-0-0-abcde
+elastic-training cluster fault --kubeconfig ./kubeconfig fail-requests --code 429 --count 3 --path jobsets
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``cluster up`` and ``cluster fault ...`` subcommands."""
+    verbs = parser.add_subparsers(dest="cluster_command", required=True, metavar="{up,fault}")
+    up = verbs.add_parser("up", help="serve a Kubernetes API on 127.0.0.1 in the foreground until SIGINT/SIGTERM")
+    up.add_argument("--kubeconfig", type=Path, required=True, help="where to write the kubeconfig")
+    up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    up.add_argument("--workdir", type=Path, help="pod logs and working files (default: a new temporary directory)")
+    up.add_argument("--watch-history", type=int, default=1000, help="watch events kept; older watches get 410")
+
+    fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
+    fault.add_argument("--kubeconfig", type=Path, required=True, help="the kubeconfig `cluster up` wrote")
+    kinds = fault.add_subparsers(dest="fault", required=True, metavar="FAULT")
+    delete = kinds.add_parser("delete-pod", help="remove a pod at once and kill its processes (--force)")
+    delete.add_argument("namespace")
+    delete.add_argument("name")
+    sig = kinds.add_parser("signal-pod", help="send a signal to a pod's container processes")
+    sig.add_argument("namespace")
+    sig.add_argument("name")
+    sig.add_argument("--signal", default="SIGKILL", help="name or number (default SIGKILL)")
+    sig.add_argument("--container", help="only this container (default: every container)")
+    fail = kinds.add_parser("fail-requests", help="answer matching API requests with an error status")
+    fail.add_argument("--code", type=int, default=500)
+    fail.add_argument("--count", type=int, help="fail only the next N matching requests")
+    fail.add_argument("--probability", type=float, help="fail each matching request with this probability")
+    fail.add_argument("--path", help="regular expression searched in the request path")
+    fail.add_argument("--method", help="only this HTTP method")
+    latency = kinds.add_parser("latency", help="delay matching API requests")
+    latency.add_argument("--seconds", type=float, required=True)
+    latency.add_argument("--path", help="regular expression searched in the request path")
+    latency.add_argument("--method", help="only this HTTP method")
+    expire = kinds.add_parser("expire-watches", help="end every open watch")
+    expire.add_argument("--compact", action="store_true", help="also drop the watch history, so resuming gets 410")
+    kinds.add_parser("clear", help="remove every API fault rule")
+    kinds.add_parser("show", help="print the active API fault rules")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.cluster_command == "up":
+        return _up(args)
+    return _fault(args)
+
+
+def _up(args: argparse.Namespace) -> int:
+    import signal
+    import tempfile
+    import threading
+
+    from local.cluster import ClusterStartError, LocalCluster
+
+    if args.watch_history < 1:
+        print("error: --watch-history must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-cluster-"))
+    cluster = LocalCluster(
+        workdir=workdir, port=args.port, watch_history=args.watch_history, kubeconfig_path=args.kubeconfig
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        cluster.start()
+    except ClusterStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        print(f"serving a Kubernetes API on {cluster.url}", flush=True)
+        print(f"kubeconfig: {cluster.kubeconfig_path.resolve()}", flush=True)
+        print(f"workdir: {workdir.resolve()}", flush=True)
+        stop.wait()
+        print("stopping: ending every pod process", flush=True)
+    finally:
+        cluster.stop()
+    return EXIT_OK
+
+
+def _fault(args: argparse.Namespace) -> int:
+    from local.cluster.kubeconfig import read_endpoint
+
+    try:
+        endpoint = read_endpoint(args.kubeconfig)
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read the kubeconfig: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    method, path, body = _fault_request(args)
+    try:
+        status, answer = _request(endpoint.url, endpoint.token, method, path, body)
+    except OSError as exc:
+        print(f"error: no local cluster answers at {endpoint.url}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(answer, indent=2, sort_keys=True))
+    return EXIT_OK if status < 400 else EXIT_FAILED
+
+
+def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    from local.cluster.faults import FAULTS_PATH
+
+    def present(**values: Any) -> dict[str, Any]:
+        return {key: value for key, value in values.items() if value is not None}
+
+    if args.fault == "delete-pod":
+        return "POST", f"{FAULTS_PATH}/delete-pod", {"namespace": args.namespace, "name": args.name}
+    if args.fault == "signal-pod":
+        body = present(namespace=args.namespace, name=args.name, signal=args.signal, container=args.container)
+        return "POST", f"{FAULTS_PATH}/signal-pod", body
+    if args.fault == "fail-requests":
+        body = present(
+            code=args.code, count=args.count, probability=args.probability, path=args.path, method=args.method
+        )
+        return "POST", f"{FAULTS_PATH}/fail-requests", body
+    if args.fault == "latency":
+        body = present(seconds=args.seconds, path=args.path, method=args.method)
+        return "POST", f"{FAULTS_PATH}/latency", body
+    if args.fault == "expire-watches":
+        return "POST", f"{FAULTS_PATH}/expire-watches", {"compact": args.compact}
+    if args.fault == "clear":
+        return "DELETE", FAULTS_PATH, None
+    return "GET", FAULTS_PATH, None
+
+
+def _request(
+    url: str, token: str | None, method: str, path: str, body: dict[str, Any] | None
+) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{url}{path}", data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status), json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return int(error.code), json.loads(error.read() or b"{}")
