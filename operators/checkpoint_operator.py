@@ -1,0 +1,189 @@
+"""`CheckpointValidationOperator`: let only a committed, complete, readable checkpoint flow downstream."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from operators.checkpoints import (
+    CheckpointReport,
+    DeepOptions,
+    StepVerdict,
+    ValidationOptions,
+    validate_checkpoints,
+)
+from operators.checkpoints.storage import is_gcs
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def checkpoint_asset_uri(path: str) -> str:
+    """The Asset URI of a checkpoint root: ``gs://...`` as is, local paths as ``file://`` URIs."""
+    if is_gcs(path):
+        return path.rstrip("/")
+    return "file://" + os.path.abspath(path)
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    """Templated fields render as strings; '' and 'None' mean unset."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        return None
+    if isinstance(value, bool):
+        raise AirflowFailException(f"{name} must be a step number, got {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise AirflowFailException(f"{name} must be a step number, got {value!r}") from None
+    if number < 0:
+        raise AirflowFailException(f"{name} must be >= 0, got {number}")
+    return number
+
+
+class CheckpointValidationOperator(BaseOperator):
+    """Validate the newest (or a given) Orbax step under `path` and publish it as an Asset event.
+
+    :param path: checkpoints root, MaxText run directory (with ``checkpoints/``) or a step
+        directory; local or ``gs://``. Templated.
+    :param step: validate this step instead of the newest. Templated.
+    :param expected_min_step: the step must be at least this, e.g. the final step the previous
+        stage pushed to XCom. Templated.
+    :param deep: also restore arrays with Orbax on CPU and check they are finite.
+    :param deep_budget_bytes: bytes restored per item in deep mode before sampling arrays.
+    :param reference_step: the step must have the same arrays, shapes and dtypes as this one.
+    :param require_commit_marker: require ``commit_success.txt`` (always required on ``gs://``).
+    :param required_items: item directories every step must have.
+    :param fallback_to_latest_valid: when the target step is invalid, succeed with the newest
+        valid step (still ``>= expected_min_step``) instead of failing.
+    :param asset: the Asset to update; by default ``Asset(<path as a URI>)`` when `path` is not
+        templated (no storage is read while parsing DAGs, so point `path` at the same directory
+        the consumers watch; the event's ``extra.root`` names the resolved checkpoints root).
+    :param asset_alias: with a templated `path`, the alias under which ``Asset(<rendered path>)``
+        is emitted (default ``checkpoints:<task_id>``).
+
+    The return value (XCom ``return_value``) is the chosen step's verdict; the full report is
+    pushed under the key ``report`` before a failure, too.
+    """
+
+    template_fields: Sequence[str] = ("path", "step", "expected_min_step")
+    ui_color = "#d6eaf8"
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        step: int | str | None = None,
+        expected_min_step: int | str | None = None,
+        deep: bool = False,
+        deep_budget_bytes: int = 1 << 30,
+        reference_step: int | None = None,
+        require_commit_marker: bool = True,
+        required_items: Sequence[str] = ("items",),
+        fallback_to_latest_valid: bool = False,
+        asset: Asset | None = None,
+        asset_alias: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        templated = "{{" in path or "{%" in path
+        self.asset = asset if asset is not None else (None if templated else Asset(checkpoint_asset_uri(path)))
+        self.asset_alias = (
+            AssetAlias(asset_alias or f"checkpoints:{kwargs.get('task_id', 'validate')}")
+            if self.asset is None
+            else None
+        )
+        outlets = list(kwargs.pop("outlets", None) or [])
+        outlets.append(self.asset if self.asset is not None else self.asset_alias)
+        super().__init__(outlets=outlets, **kwargs)
+        self.path = path
+        self.step = step
+        self.expected_min_step = expected_min_step
+        self.deep = deep
+        self.deep_budget_bytes = deep_budget_bytes
+        self.reference_step = reference_step
+        self.require_commit_marker = require_commit_marker
+        self.required_items = tuple(required_items)
+        self.fallback_to_latest_valid = fallback_to_latest_valid
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Validate, push the verdict, emit the Asset event; fail with the problems listed."""
+        step = _optional_int("step", self.step)
+        expected = _optional_int("expected_min_step", self.expected_min_step)
+        options = ValidationOptions(
+            require_commit_marker=self.require_commit_marker or is_gcs(self.path),
+            required_items=self.required_items,
+            min_step=expected,
+        )
+        report = validate_checkpoints(
+            self.path,
+            step=step,
+            options=options,
+            deep=DeepOptions(budget_bytes=self.deep_budget_bytes) if self.deep else None,
+            reference_step=self.reference_step,
+        )
+        context["ti"].xcom_push(key="report", value=report.to_json())
+        chosen = self._choose(report)
+        if chosen is not report.target:
+            self.log.warning(
+                "step %s is not valid; falling back to step %s (%s)",
+                report.target_step,
+                chosen.step,
+                chosen.path,
+            )
+        validated_at = datetime.fromtimestamp(report.validated_at, UTC).isoformat()
+        extra: dict[str, Any] = {
+            "step": chosen.step,
+            "path": chosen.path,
+            "root": report.root,
+            "bytes": chosen.bytes,
+            "files": chosen.files,
+            "validated_at": validated_at,
+        }
+        if self.asset is not None:
+            context["outlet_events"][self.asset].extra.update(extra)
+        elif self.asset_alias is not None:
+            asset = Asset(checkpoint_asset_uri(self.path))
+            context["outlet_events"][self.asset_alias].add(asset, extra=extra)
+        self.log.info(
+            "checkpoint step %s is valid: %s (%d files, %d bytes)", chosen.step, chosen.path, chosen.files, chosen.bytes
+        )
+        return {
+            **extra,
+            "valid": True,
+            "fallback": chosen is not report.target,
+            "requested_step": report.target_step,
+            "latest_valid_step": report.latest_valid_step,
+            "layout": chosen.layout,
+            "deep": chosen.deep,
+        }
+
+    def _choose(self, report: CheckpointReport) -> StepVerdict:
+        target = report.target
+        if report.valid and target is not None:
+            return target
+        reasons = self._describe(report)
+        latest = report.latest_valid_step
+        behind_target = (
+            latest is not None
+            and report.target_step is not None
+            and (latest < report.target_step or report.target is None)
+        )
+        if self.fallback_to_latest_valid and behind_target and latest is not None:
+            fallback = report.verdict(latest)
+            if fallback is not None:
+                self.log.warning("%s", reasons)
+                return fallback
+        hint = f"; newest valid step is {latest}" if latest is not None else "; no valid step found"
+        raise AirflowFailException(f"{reasons}{hint}")
+
+    @staticmethod
+    def _describe(report: CheckpointReport) -> str:
+        if report.error and report.target is None:
+            return f"checkpoint validation failed under {report.root}: {report.error}"
+        target = report.target
+        problems = "\n".join(f"  - {p}" for p in (target.problems if target else ()))
+        return f"checkpoint step {report.target_step} under {report.root} is not valid:\n{problems}"

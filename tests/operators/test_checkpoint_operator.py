@@ -1,0 +1,167 @@
+"""`CheckpointValidationOperator` run for real inside small DAGs with ``dag.test()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.checkpoint_operator import _optional_int, checkpoint_asset_uri
+
+
+def _xcom(dag_run: Any, task_id: str, key: str = "return_value") -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(XComModel)
+            .filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id, key=key)
+            .one_or_none()
+        )
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def _states(dag_run: Any) -> dict[str, str]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
+        return {ti.task_id: str(ti.state) for ti in tis}
+
+
+def _asset_events(uri: str) -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == uri)
+            .all()
+        )
+        return [dict(r.extra) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def airflow_db() -> None:
+    from airflow.utils import db
+
+    db.resetdb()
+
+
+def test_helpers() -> None:
+    assert checkpoint_asset_uri("gs://b/run/checkpoints/") == "gs://b/run/checkpoints"
+    assert checkpoint_asset_uri("/x/y") == "file:///x/y"
+    assert _optional_int("step", " None ") is None and _optional_int("step", "12") == 12
+    from airflow.sdk.exceptions import AirflowFailException
+
+    for bad in ("twelve", "-1", True):
+        with pytest.raises(AirflowFailException):
+            _optional_int("expected_min_step", bad)
+
+
+def _dag_from_source(dag_id: str, body: str) -> Any:
+    """``dag.test()`` needs the DAG in a bundle: write it to the dags folder and load it from there."""
+    import importlib.util
+    import textwrap
+
+    from airflow.configuration import conf
+
+    folder = Path(conf.get("core", "dags_folder"))
+    folder.mkdir(parents=True, exist_ok=True)
+    source = "from airflow.sdk import DAG, task\nfrom operators import CheckpointValidationOperator\n\n"
+    source += textwrap.dedent(body)
+    path = folder / f"{dag_id}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"test_dag_{dag_id}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+@pytest.mark.slow
+def test_valid_checkpoint_pushes_verdict_and_asset_event(airflow_db: None, orbax_runs: dict[str, Path]) -> None:
+    run = orbax_runs["zarr"]
+    dag = _dag_from_source(
+        "ckpt_ok",
+        f"""
+        with DAG("ckpt_ok", schedule=None) as dag:
+
+            @task
+            def pretrain() -> int:
+                return 20  # the final step the training stage reports
+
+            validate = CheckpointValidationOperator(
+                task_id="validate",
+                path={str(run)!r},
+                expected_min_step="{{{{ ti.xcom_pull(task_ids='pretrain') }}}}",
+            )
+            pretrain() >> validate
+        """,
+    )
+    dag_run = dag.test()
+    assert _states(dag_run) == {"pretrain": "success", "validate": "success"}
+    verdict = _xcom(dag_run, "validate")
+    assert verdict["step"] == 20 and verdict["valid"] and not verdict["fallback"]
+    assert verdict["path"] == str(run / "checkpoints" / "20") and verdict["layout"] == "zarr2"
+    report = _xcom(dag_run, "validate", "report")
+    assert report["latest_valid_step"] == 20 and len(report["steps"]) == 3
+    (extra,) = _asset_events(f"file://{run}")  # the path as given; extra says where the root is
+    assert extra["root"] == str(run / "checkpoints")
+    assert {k: extra[k] for k in ("step", "path", "files", "bytes")} == {
+        "step": 20,
+        "path": str(run / "checkpoints" / "20"),
+        "files": verdict["files"],
+        "bytes": verdict["bytes"],
+    }
+    assert extra["validated_at"].startswith("20")
+
+
+@pytest.mark.slow
+def test_invalid_newest_step_fails_or_falls_back(airflow_db: None, run_copy: Callable[[str], Path]) -> None:
+    run = run_copy("ocdbt")
+    (run / "checkpoints" / "20" / "items" / "manifest.ocdbt").unlink()
+    dag = _dag_from_source(
+        "ckpt_bad",
+        f"""
+        with DAG("ckpt_bad", schedule=None, params={{"run": {str(run)!r}}}) as dag:
+            CheckpointValidationOperator(task_id="strict", path={str(run)!r})
+            CheckpointValidationOperator(
+                task_id="fallback", path="{{{{ params.run }}}}", fallback_to_latest_valid=True, asset_alias="ckpt"
+            )
+            CheckpointValidationOperator(
+                task_id="behind", path={str(run)!r}, expected_min_step=21, fallback_to_latest_valid=True
+            )
+        """,
+    )
+    dag_run = dag.test()
+    assert _states(dag_run) == {"strict": "failed", "fallback": "success", "behind": "failed"}
+    strict_report = _xcom(dag_run, "strict", "report")
+    assert strict_report["steps"][0]["problems"][0]["code"] == "ocdbt_manifest_missing"
+    verdict = _xcom(dag_run, "fallback")
+    assert (verdict["step"], verdict["fallback"], verdict["requested_step"]) == (10, True, 20)
+    # The alias resolved to the rendered path: one event, for step 10.
+    assert [e["step"] for e in _asset_events(f"file://{run}")] == [10]
+
+
+def test_failure_message_lists_the_problems(run_copy: Callable[[str], Path]) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from operators import CheckpointValidationOperator
+    from operators.checkpoints import validate_checkpoints
+
+    run = run_copy("zarr")
+    (run / "checkpoints" / "20" / "commit_success.txt").unlink()
+    (run / "checkpoints" / "20" / "items" / "opt.mu" / "0.0").unlink()
+    op = CheckpointValidationOperator(task_id="v", path=str(run))
+    with pytest.raises(AirflowFailException) as err:
+        op._choose(validate_checkpoints(str(run)))
+    message = str(err.value)
+    assert "step 20" in message and "newest valid step is 10" in message
+    assert "commit_marker_missing" in message and "chunk_missing (items/opt.mu/0.0)" in message
