@@ -92,8 +92,10 @@ class JobSets:
     def get(self, name: str) -> Obj:
         return self._call("get_namespaced_custom_object", name=name)
 
-    def delete(self, name: str, propagation: str = "Foreground") -> Obj:
-        return self._call("delete_namespaced_custom_object", name=name, propagation_policy=propagation)
+    def delete(self, name: str, propagation: str = "Foreground") -> None:
+        self._custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, name, propagation_policy=propagation
+        )
 
     def patch(self, name: str, body: Obj) -> Obj:
         return self._call("patch_namespaced_custom_object", name=name, body=body)
