@@ -1,0 +1,145 @@
+"""Fault injection: failing and slow requests, expired watches, killed and force-deleted pods."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from local.cluster import LocalCluster
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.helpers import pod, wait_for
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_faults(cluster: LocalCluster) -> None:
+    cluster.faults.clear()
+
+
+def _control(cluster: LocalCluster, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{cluster.url}/_local/faults{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def test_failures_for_a_count_then_recovery(cluster: LocalCluster, k8s: K8s) -> None:
+    cluster.faults.fail_requests(500, count=2, path=r"/pods$", method="GET")
+    k8s.batch.list_namespaced_job("default")  # other paths are untouched
+    for _ in range(2):
+        with pytest.raises(client.ApiException) as caught:
+            k8s.core.list_namespaced_pod("default")
+        assert caught.value.status == 500 and json.loads(caught.value.body)["reason"] == "InternalError"
+    k8s.core.list_namespaced_pod("default")
+
+
+def test_throttling_is_retried_by_the_client_then_fails_until_cleared(cluster: LocalCluster, k8s: K8s) -> None:
+    # 429 carries Retry-After: 1, which urllib3 under the official client honours by retrying.
+    cluster.faults.fail_requests(429, count=1)
+    began = time.monotonic()
+    k8s.core.list_namespaced_pod("default")
+    assert time.monotonic() - began >= 0.9
+    cluster.faults.fail_requests(429, probability=1.0)
+    configuration = client.Configuration.get_default_copy()
+    configuration.host, configuration.api_key = cluster.url, {"authorization": f"Bearer {cluster.token}"}
+    configuration.retries = False
+    with client.ApiClient(configuration) as no_retries:
+        with pytest.raises(client.ApiException) as caught:
+            client.CoreV1Api(no_retries).list_namespaced_pod("default")
+        assert caught.value.status == 429 and caught.value.headers["Retry-After"] == "1"
+        cluster.faults.clear()
+        client.CoreV1Api(no_retries).list_namespaced_pod("default")
+
+
+def test_latency(cluster: LocalCluster, k8s: K8s) -> None:
+    cluster.faults.add_latency(0.3, path="/pods")
+    began = time.monotonic()
+    k8s.core.list_namespaced_pod("default")
+    assert time.monotonic() - began >= 0.3
+    began = time.monotonic()
+    k8s.batch.list_namespaced_job("default")
+    assert time.monotonic() - began < 0.3
+
+
+def test_http_control_endpoint(cluster: LocalCluster, k8s: K8s) -> None:
+    rule = _control(cluster, "POST", "/fail-requests", {"code": 503, "count": 1, "path": "jobs"})
+    assert rule["code"] == 503
+    assert _control(cluster, "GET", "")["failures"][0]["id"] == rule["id"]
+    with pytest.raises(client.ApiException) as caught:
+        k8s.batch.list_namespaced_job("default")
+    assert caught.value.status == 503
+    _control(cluster, "POST", "/latency", {"seconds": 0.01})
+    cleared = _control(cluster, "DELETE", "")
+    assert (cleared["failures"], cleared["latencies"]) == ([], [])
+    with pytest.raises(urllib.error.HTTPError) as error:
+        _control(cluster, "POST", "/fail-requests", {"code": 200})
+    assert error.value.code == 400
+
+
+def test_expired_and_compacted_watch_must_relist(cluster: LocalCluster, k8s: K8s) -> None:
+    start = k8s.core.list_namespaced_pod("default").metadata.resource_version
+    k8s.core.create_namespaced_pod("default", pod("fault-churn"))
+    threading.Timer(0.3, lambda: _control(cluster, "POST", "/expire-watches", {"compact": True})).start()
+    began = time.monotonic()
+    raw = k8s.core.list_namespaced_pod(
+        "default", watch=True, resource_version=start, timeout_seconds=30, _preload_content=False
+    )
+    lines = [json.loads(line) for line in raw.data.decode().splitlines()]
+    assert time.monotonic() - began < 5  # ended by the fault, not the timeout
+    assert lines[0]["type"] == "ADDED" and lines[0]["object"]["metadata"]["name"] == "fault-churn"
+    k8s.core.create_namespaced_pod("default", pod("fault-after-compaction"))
+    with pytest.raises(client.ApiException) as caught:
+        list(watch.Watch().stream(k8s.core.list_namespaced_pod, "default", resource_version=start, timeout_seconds=5))
+    assert caught.value.status == 410
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _running_pids(cluster: LocalCluster, name: str) -> list[int]:
+    assert cluster.control_plane is not None
+    control_plane = cluster.control_plane
+    pids: list[int] = cluster.call(lambda: control_plane.pod_pids("default", name))
+    return pids
+
+
+def test_delete_pod_force_removes_it_and_its_processes(cluster: LocalCluster, k8s: K8s) -> None:
+    k8s.core.create_namespaced_pod("default", pod("fault-delete", restart_policy="Never"))
+    pids = wait_for(lambda: _running_pids(cluster, "fault-delete"))
+    cluster.faults.delete_pod("default", "fault-delete")
+    with pytest.raises(client.ApiException) as caught:
+        k8s.core.read_namespaced_pod("fault-delete", "default")
+    assert caught.value.status == 404
+    wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=5)
+
+
+def test_signal_pod_kills_its_container(cluster: LocalCluster, k8s: K8s) -> None:
+    k8s.core.create_namespaced_pod("default", pod("fault-signal", restart_policy="Never"))
+    wait_for(lambda: _running_pids(cluster, "fault-signal"))
+    cluster.faults.signal_pod("default", "fault-signal", signal.SIGKILL)
+    failed = wait_for(
+        lambda: (p := k8s.core.read_namespaced_pod("fault-signal", "default")).status.phase == "Failed" and p
+    )
+    assert failed.status.container_statuses[0].state.terminated.exit_code == 137

@@ -1,0 +1,89 @@
+"""The kubeconfig works for every client the project uses: kubernetes, kubernetes_asyncio, Airflow's hooks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes_asyncio
+import pytest
+from kubernetes import client, config
+
+from local.cluster import LocalCluster
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.helpers import jobset_body, pod
+
+GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(workdir=tmp_path_factory.mktemp("clients"), run_control_plane=False) as running:
+        yield running
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _objects(k8s: K8s) -> None:
+    k8s.core.create_namespaced_pod("default", pod("client-pod", labels={"app": "clients"}))
+    k8s.custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, jobset_body("client-js"))
+
+
+@pytest.fixture
+def airflow_connection(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    extra = {"kube_config_path": str(cluster.kubeconfig_path), "namespace": "default"}
+    monkeypatch.setenv("AIRFLOW_CONN_LOCAL_CLUSTER", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return "local_cluster"
+
+
+def test_kubernetes_load_kube_config(cluster: LocalCluster) -> None:
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(cluster.kubeconfig_path), client_configuration=configuration)
+    assert configuration.host == cluster.url
+    with client.ApiClient(configuration) as api_client:
+        pods = client.CoreV1Api(api_client).list_namespaced_pod("default", label_selector="app=clients")
+        assert [p.metadata.name for p in pods.items] == ["client-pod"]
+    _, active = config.list_kube_config_contexts(config_file=str(cluster.kubeconfig_path))
+    assert active["context"]["namespace"] == "default"
+
+
+async def test_kubernetes_asyncio_load_kube_config_list_and_watch(cluster: LocalCluster) -> None:
+    configuration = kubernetes_asyncio.client.Configuration()
+    await kubernetes_asyncio.config.load_kube_config(
+        config_file=str(cluster.kubeconfig_path), client_configuration=configuration
+    )
+    async with kubernetes_asyncio.client.ApiClient(configuration) as api_client:
+        core = kubernetes_asyncio.client.CoreV1Api(api_client)
+        pods = await core.list_namespaced_pod("default")
+        assert "client-pod" in [p.metadata.name for p in pods.items]
+        custom = kubernetes_asyncio.client.CustomObjectsApi(api_client)
+        jobset = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "client-js")
+        assert jobset["metadata"]["name"] == "client-js"
+        seen = []
+        stream = kubernetes_asyncio.watch.Watch()
+        async for event in stream.stream(core.list_namespaced_pod, "default", timeout_seconds=2):
+            seen.append((event["type"], event["object"].metadata.name))
+            stream.stop()
+        assert seen == [("ADDED", "client-pod")]
+
+
+def test_airflow_kubernetes_hook(airflow_connection: str) -> None:
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    hook = KubernetesHook(conn_id=airflow_connection)
+    assert hook.get_namespace() == "default"
+    assert hook.core_v1_client.read_namespaced_pod("client-pod", "default").metadata.labels == {"app": "clients"}
+    jobset: dict[str, Any] = hook.get_custom_object(GROUP, VERSION, PLURAL, "client-js", namespace="default")
+    assert jobset["kind"] == "JobSet"
+
+
+async def test_airflow_async_kubernetes_hook(airflow_connection: str) -> None:
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+    hook = AsyncKubernetesHook(conn_id=airflow_connection)
+    found = await hook.get_pod("client-pod", "default")
+    assert found.metadata.name == "client-pod"
+    async with hook.get_conn() as api_client:
+        custom = kubernetes_asyncio.client.CustomObjectsApi(api_client)
+        listed = await custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
+        assert [js["metadata"]["name"] for js in listed["items"]] == ["client-js"]

@@ -1,0 +1,101 @@
+"""Pod logs through ``read_namespaced_pod_log``: real pods run by the kubelet, and files written directly."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from local.cluster import LocalCluster
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.helpers import pod, wait_for
+
+
+def _log(k8s: K8s, name: str, **kwargs: object) -> str:
+    # kubernetes 36 returns the repr of bytes for preloaded logs; read the raw body instead.
+    response = k8s.core.read_namespaced_pod_log(name, "default", _preload_content=False, **kwargs)
+    return str(response.data.decode())
+
+
+def _phase(k8s: K8s, name: str) -> str:
+    return str(k8s.core.read_namespaced_pod(name, "default").status.phase)
+
+
+def test_finished_pod_logs_with_tail_timestamps_since_and_limit(k8s: K8s) -> None:
+    k8s.core.create_namespaced_pod(
+        "default", pod("logs-done", command=["sh", "-c", "echo one; echo two; echo three"], restart_policy="Never")
+    )
+    wait_for(lambda: _phase(k8s, "logs-done") == "Succeeded")
+    assert _log(k8s, "logs-done") == "one\ntwo\nthree\n"
+    assert _log(k8s, "logs-done", tail_lines=1) == "three\n"
+    stamped = _log(k8s, "logs-done", timestamps=True).splitlines()
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (one|two|three)$", line) for line in stamped)
+    assert _log(k8s, "logs-done", since_seconds=3600) == "one\ntwo\nthree\n"
+    assert _log(k8s, "logs-done", limit_bytes=6) == "one\ntw"
+
+
+def test_container_must_be_named_when_a_pod_has_several(k8s: K8s) -> None:
+    body = pod("logs-two", restart_policy="Never")
+    body.spec.containers = [
+        client.V1Container(name="a", image="local", command=["sh", "-c", "echo from-a"]),
+        client.V1Container(name="b", image="local", command=["sh", "-c", "echo from-b"]),
+    ]
+    k8s.core.create_namespaced_pod("default", body)
+    wait_for(lambda: _phase(k8s, "logs-two") == "Succeeded")
+    with pytest.raises(client.ApiException) as caught:
+        _log(k8s, "logs-two")
+    assert caught.value.status == 400 and "a container name must be specified" in caught.value.body
+    assert _log(k8s, "logs-two", container="b") == "from-b\n"
+    with pytest.raises(client.ApiException) as caught:
+        _log(k8s, "logs-two", container="c")
+    assert caught.value.status == 400
+
+
+def test_follow_streams_until_the_container_ends(k8s: K8s) -> None:
+    script = "for i in 1 2 3; do echo line-$i; sleep 0.2; done"
+    k8s.core.create_namespaced_pod("default", pod("logs-follow", command=["sh", "-c", script], restart_policy="Never"))
+    wait_for(lambda: _phase(k8s, "logs-follow") == "Running")
+    began = time.monotonic()
+    response = k8s.core.read_namespaced_pod_log("logs-follow", "default", follow=True, _preload_content=False)
+    chunks = list(response.stream(64))
+    assert b"".join(chunks).decode() == "line-1\nline-2\nline-3\n"
+    assert time.monotonic() - began < 5
+
+
+def test_previous_run_and_since_time_from_log_files(tmp_path: Path) -> None:
+    with LocalCluster(workdir=tmp_path, run_control_plane=False) as cluster:
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig_path)))
+        created = api.create_namespaced_pod("default", pod("logs-files"))
+        uid = created.metadata.uid
+        assert cluster.logs is not None
+        first = cluster.logs.writer(uid, "main", 0)
+        first.write_line("first run")
+        first.close()
+        second = cluster.logs.writer(uid, "main", 1)
+        second.write_line("second run, early")
+        cut = datetime.now(UTC) + timedelta(milliseconds=5)
+        time.sleep(0.02)
+        second.write_line("second run, late")
+        second.close()
+
+        def read(**kwargs: object) -> str:
+            return str(
+                api.read_namespaced_pod_log("logs-files", "default", _preload_content=False, **kwargs).data.decode()
+            )
+
+        assert read() == "second run, early\nsecond run, late\n"
+        assert read(previous=True) == "first run\n"
+        # The official client has no sinceTime parameter; ask over plain HTTP.
+        since = urllib.parse.quote(cut.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+        request = urllib.request.Request(
+            f"{cluster.url}/api/v1/namespaces/default/pods/logs-files/log?sinceTime={since}&timestamps=true",
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.read().decode().endswith(" second run, late\n")
