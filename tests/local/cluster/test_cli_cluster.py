@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from tests.local.cluster.control_plane_support import process_alive
 from tests.local.cluster.helpers import pod, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,14 +43,6 @@ def _descendants(root: int) -> set[int]:
             found.add(child)
             pending.append(child)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.fixture
@@ -82,7 +75,7 @@ def test_up_serves_and_sigterm_stops_every_pod_process(served: tuple[subprocess.
     pod_processes = wait_for(lambda: _descendants(process.pid))
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
-    assert not [pid for pid in pod_processes if _alive(pid)]
+    assert not [pid for pid in pod_processes if process_alive(pid)]
 
 
 def test_fault_commands_reach_a_running_cluster(served: tuple[subprocess.Popen[str], Path]) -> None:

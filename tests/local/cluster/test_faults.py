@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
 import time
@@ -16,6 +15,7 @@ from kubernetes import client, watch
 
 from local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
+from tests.local.cluster.control_plane_support import process_alive
 from tests.local.cluster.helpers import pod, wait_for
 
 
@@ -106,18 +106,6 @@ def test_expired_and_compacted_watch_must_relist(cluster: LocalCluster, k8s: K8s
     assert caught.value.status == 410
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _running_pids(cluster: LocalCluster, name: str) -> list[int]:
     assert cluster.control_plane is not None
     control_plane = cluster.control_plane
@@ -132,7 +120,7 @@ def test_delete_pod_force_removes_it_and_its_processes(cluster: LocalCluster, k8
     with pytest.raises(client.ApiException) as caught:
         k8s.core.read_namespaced_pod("fault-delete", "default")
     assert caught.value.status == 404
-    wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=5)
+    wait_for(lambda: not any(process_alive(pid) for pid in pids), timeout=5)
 
 
 def test_signal_pod_kills_its_container(cluster: LocalCluster, k8s: K8s) -> None:
