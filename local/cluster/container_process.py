@@ -2,8 +2,9 @@
 
 The process starts in its own session (so its whole process group can be signalled, as a
 container runtime signals a container) and, on Linux, with ``PR_SET_PDEATHSIG`` = SIGKILL so it
-dies if the cluster process dies abruptly. PDEATHSIG fires when the *thread* that forked the
-child exits; asyncio forks from the event-loop thread, which lives as long as the cluster.
+dies at once if the cluster process dies abruptly. PDEATHSIG fires when the *thread* that forked
+the child exits; asyncio forks from the event-loop thread, which lives as long as the cluster.
+What the process forks itself is covered by the :class:`GroupReaper`, which kills the group.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from local.cluster.group_reaper import GroupReaper
 from local.cluster.logs import ContainerLogWriter
 
 _PR_SET_PDEATHSIG = 1
@@ -36,10 +38,15 @@ def _die_with_parent(parent_pid: int) -> None:
 class ContainerProcess:
     """A started container process: wait for it, signal its group, read its exit status."""
 
-    def __init__(self, process: asyncio.subprocess.Process, log: ContainerLogWriter) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, log: ContainerLogWriter, reaper: GroupReaper | None = None
+    ) -> None:
         self.process = process
         self.pid = process.pid
         self._log = log
+        self._reaper = reaper
+        if reaper is not None:
+            reaper.add(self.pid)
         assert process.stdout is not None and process.stderr is not None
         self._pumps = [
             asyncio.ensure_future(_pump(process.stdout, log, "stdout")),
@@ -48,7 +55,12 @@ class ContainerProcess:
 
     @classmethod
     async def start(
-        cls, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: ContainerLogWriter
+        cls,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        log: ContainerLogWriter,
+        reaper: GroupReaper | None = None,
     ) -> ContainerProcess:
         """Spawn ``argv``; raises ``OSError`` (e.g. ``FileNotFoundError``) when it cannot start."""
         parent = os.getpid()
@@ -63,7 +75,7 @@ class ContainerProcess:
             preexec_fn=lambda: _die_with_parent(parent),
             limit=_STREAM_LIMIT,
         )
-        return cls(process, log)
+        return cls(process, log, reaper)
 
     @property
     def alive(self) -> bool:
@@ -81,6 +93,8 @@ class ContainerProcess:
         """
         code = await self.process.wait()
         self.signal_group(signal.SIGKILL)
+        if self._reaper is not None:
+            self._reaper.remove(self.pid)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*self._pumps, return_exceptions=True), _LOG_DRAIN_SECONDS)
         for pump in self._pumps:

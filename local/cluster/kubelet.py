@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from local.cluster.group_reaper import GroupReaper
 from local.cluster.logs import LogStore
 from local.cluster.pod_worker import PodWorker, grace_of, pod_is_terminal
 from local.cluster.resources import PODS, ApiError, not_found
@@ -36,10 +37,12 @@ class Kubelet:
         self._workers: dict[str, PodWorker] = {}
         self._finished: set[str] = set()  # uids whose worker has ended: never start them again
         self._running = False
+        self._reaper = GroupReaper()
 
     def start(self) -> None:
         """Subscribe to pod events and start the pods already stored (call on the event loop)."""
         self._running = True
+        self._reaper.start()
         self._store.add_listener(self._on_event)
         pods, _ = self._store.list(PODS)
         for pod in pods:
@@ -58,6 +61,7 @@ class Kubelet:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*pending, return_exceptions=True)
+        self._reaper.stop()
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         for worker in self._workers.values():
@@ -119,7 +123,9 @@ class Kubelet:
             return
         if pod_is_terminal(pod):
             return
-        worker = PodWorker(self._store, self._logs, pod, self._workdir, self._pod_env, self._worker_exited)
+        worker = PodWorker(
+            self._store, self._logs, pod, self._workdir, self._pod_env, self._worker_exited, self._reaper
+        )
         self._workers[uid] = worker
         worker.start()
 

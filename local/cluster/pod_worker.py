@@ -26,6 +26,7 @@ from typing import Any
 
 from local.cluster.container_env import ContainerConfigError, container_argv, container_env
 from local.cluster.container_process import ContainerProcess
+from local.cluster.group_reaper import GroupReaper
 from local.cluster.logs import LogStore
 from local.cluster.resources import PODS, ApiError
 from local.cluster.store import Obj, Store, now_rfc3339
@@ -103,6 +104,7 @@ class PodWorker:
         workdir: Path,
         pod_env: Mapping[str, str],
         on_exit: Callable[[PodWorker], None],
+        reaper: GroupReaper | None = None,
     ) -> None:
         self._store = store
         self._logs = logs
@@ -114,6 +116,7 @@ class PodWorker:
         self._workdir = workdir
         self._pod_env = pod_env
         self._on_exit = on_exit
+        self._reaper = reaper
         spec = pod.get("spec", {})
         self._restart_policy = str(spec.get("restartPolicy") or "Always")
         self._grace = int(spec.get("terminationGracePeriodSeconds", 30))
@@ -294,7 +297,7 @@ class PodWorker:
             cwd.mkdir(parents=True, exist_ok=True)
             writer = self._logs.writer(self.uid, c.name, c.restart_count)
             try:
-                c.process = await ContainerProcess.start(argv, env, cwd, writer)
+                c.process = await ContainerProcess.start(argv, env, cwd, writer, self._reaper)
             except BaseException:
                 writer.close()
                 raise

@@ -236,3 +236,43 @@ def test_api_delete_with_grace_zero_is_forced(k8s: K8s) -> None:
     k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
     assert _gone(k8s, name)
     wait_processes_gone(pids, timeout=2)
+
+
+_ABRUPT_CLUSTER = """
+import sys, time
+from pathlib import Path
+from local.cluster import LocalCluster
+from local.cluster.resources import PODS
+
+cluster = LocalCluster(workdir=Path(sys.argv[1])).start()
+pod = {"metadata": {"name": "orphan-check"}, "spec": {"restartPolicy": "Never", "containers": [
+    {"name": "main", "image": "x", "command": ["sh", "-c", "sleep 60 & echo $! > child; wait"],
+     "workingDir": sys.argv[1]}]}}
+cluster.call(lambda: cluster.store.create(PODS, pod))
+while True:
+    status = cluster.call(lambda: cluster.store.get(PODS, "default", "orphan-check")).get("status", {})
+    running = [c for c in status.get("containerStatuses", []) if "running" in c["state"]]
+    if running and (Path(sys.argv[1]) / "child").stat().st_size if (Path(sys.argv[1]) / "child").exists() else 0:
+        child = (Path(sys.argv[1]) / "child").read_text().strip()
+        print(running[0]["containerID"].removeprefix("local://"), child, flush=True)
+        break
+    time.sleep(0.02)
+time.sleep(60)
+"""
+
+
+def test_container_processes_die_with_an_abruptly_killed_cluster(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cluster = subprocess.Popen(
+        [sys.executable, "-c", _ABRUPT_CLUSTER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert cluster.stdout is not None
+        pids = [int(pid) for pid in cluster.stdout.readline().split()]  # the shell and its background job
+        assert len(pids) == 2 and all(process_alive(pid) for pid in pids)
+    finally:
+        cluster.kill()  # SIGKILL: no shutdown code runs
+        cluster.wait()
+    wait_processes_gone(pids, timeout=5)
