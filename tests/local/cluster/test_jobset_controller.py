@@ -321,3 +321,31 @@ def test_foreground_delete_leaves_no_job_pod_or_process(k8s: K8s) -> None:
     assert not _jobs(k8s, name)
     assert not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name}")
     wait_processes_gone(pids, timeout=2)
+
+
+def test_in_order_startup_creates_workers_once_the_head_is_ready(k8s: K8s) -> None:
+    jobsets = JobSets(k8s.custom)
+    name = unique("inorder")
+    head = job_template(SLEEP, grace=5, initContainers=[{"name": "warmup", "image": "x", "command": ["sleep", "1"]}])
+    manifest = jobset_manifest(
+        name,
+        {HEAD: head, WORKER: job_template(SLEEP, replicas=2, grace=5)},
+        startupPolicy={"startupPolicyOrder": "InOrder"},
+    )
+    jobsets.create(manifest)
+    in_progress = _status_when(jobsets, name, lambda s: condition(s.get("conditions"), "StartupPolicyInProgress"))
+    assert in_progress["replicatedJobsStatus"][0]["ready"] == 0
+    assert [j.metadata.name for j in _jobs(k8s, name)] == [f"{name}-{HEAD}-0"]  # the head is still initialising
+    status = _status_when(jobsets, name, lambda s: condition(s.get("conditions"), "StartupPolicyCompleted"))
+    assert condition(status["conditions"], "StartupPolicyCompleted")["reason"] == "InOrderStartupPolicyCompleted"
+    assert len(_jobs(k8s, name)) == 3
+    jobsets.delete(name)
+
+
+def test_ttl_after_finished_deletes_the_jobset(k8s: K8s) -> None:
+    jobsets = JobSets(k8s.custom)
+    name = unique("ttl")
+    jobsets.create(jobset_manifest(name, {HEAD: job_template("true")}, ttlSecondsAfterFinished=1))
+    assert _terminal(jobsets, name)["terminalState"] == "Completed"
+    wait_for(lambda: not jobsets.exists(name), 10)
+    assert not _jobs(k8s, name)
