@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
     up.add_argument("--workdir", type=Path, help="pod logs and working files (default: a new temporary directory)")
     up.add_argument("--watch-history", type=int, default=1000, help="watch events kept; older watches get 410")
+    up.add_argument("--api-only", action="store_true", help="no controllers and no kubelet: the API alone")
 
     fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
     fault.add_argument("--kubeconfig", type=Path, required=True, help="the kubeconfig `cluster up` wrote")
@@ -72,7 +73,11 @@ def _up(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-cluster-"))
     cluster = LocalCluster(
-        workdir=workdir, port=args.port, watch_history=args.watch_history, kubeconfig_path=args.kubeconfig
+        workdir=workdir,
+        port=args.port,
+        watch_history=args.watch_history,
+        kubeconfig_path=args.kubeconfig,
+        run_control_plane=not args.api_only,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

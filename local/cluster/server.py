@@ -225,8 +225,7 @@ class ApiServer:
             return await stream_watch(
                 request, self.store, rtype, selection, query.get("resourceVersion"), timeout_seconds
             )
-        items, version = self.store.list(rtype, selection.namespace)
-        items = [obj for obj in items if selection.matches(obj)]
+        items, version = self.store.view(rtype, selection.namespace, selection.matches)
         metadata: dict[str, Any] = {"resourceVersion": str(version)}
         items, next_token, remaining = _page(items, query.get("limit"), query.get("continue"))
         if next_token:

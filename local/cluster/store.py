@@ -125,14 +125,27 @@ class Store:
         obj = self._objects.get(self._key(rtype, namespace, name))
         return None if obj is None else copy.deepcopy(obj)
 
-    def list(self, rtype: ResourceType, namespace: str | None = None) -> tuple[list[Obj], int]:
-        """Copies of every object of a type (in one namespace, or all), and the list's resourceVersion."""
+    def view(
+        self, rtype: ResourceType, namespace: str | None = None, where: Callable[[Obj], bool] | None = None
+    ) -> tuple[list[Obj], int]:
+        """Like :meth:`list` but the stored objects themselves, not copies: read-only, and only for
+        use before the next write (the API serialises them at once, with no await in between)."""
         items = [
-            copy.deepcopy(obj)
+            obj
             for (kind, ns, _), obj in sorted(self._objects.items(), key=lambda kv: (kv[0][1], kv[0][2]))
             if kind == rtype and (namespace is None or not rtype.namespaced or ns == namespace)
         ]
+        if where is not None:
+            items = [obj for obj in items if where(obj)]
         return items, self._resource_version
+
+    def list(
+        self, rtype: ResourceType, namespace: str | None = None, where: Callable[[Obj], bool] | None = None
+    ) -> tuple[list[Obj], int]:
+        """Copies of every object of a type (in one namespace, or all; only those ``where`` accepts),
+        and the list's resourceVersion."""
+        items, version = self.view(rtype, namespace, where)
+        return [copy.deepcopy(obj) for obj in items], version
 
     def dependents(self, owner_uid: str) -> Iterator[tuple[ResourceType, Obj]]:
         """Objects whose ownerReferences name ``owner_uid`` (copies)."""

@@ -71,7 +71,7 @@ async def stream_watch(
 ) -> web.StreamResponse:
     """Serve one watch request until its timeout, expiry, or the client going away."""
     start = parse_resource_version(resource_version)
-    initial: list[dict[str, Any]] = []
+    initial = b""
     try:
         watch = store.watch(start)
     except ApiError as error:
@@ -83,15 +83,15 @@ async def stream_watch(
         return response
     if start is None:
         # Listing and subscribing happen with no await between them, so nothing is missed.
-        items, _ = store.list(rtype, selection.namespace)
-        initial = [obj for obj in items if selection.matches(obj)]
+        current, _ = store.view(rtype, selection.namespace, selection.matches)
+        initial = b"".join(_line("ADDED", obj) for obj in current)  # serialised before any await
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
     try:
         response.enable_chunked_encoding()
         await response.prepare(request)
         if initial:
-            await response.write(b"".join(_line("ADDED", obj) for obj in initial))
+            await response.write(initial)
         ended = False
         while not ended:
             remaining = None if deadline is None else deadline - time.monotonic()

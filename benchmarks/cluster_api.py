@@ -1,0 +1,177 @@
+"""Requests per second of the local cluster's API, measured by a separate client process.
+
+    .venv/bin/python -m benchmarks.cluster_api
+
+Starts ``elastic-training cluster up --api-only`` in a child process (so client and server do not
+share a GIL; the API alone, so no kubelet starts 1000 processes) and drives it over loopback with
+the official ``kubernetes`` client from this process, one request at a time:
+
+- **create**: ``create_namespaced_pod`` while filling the namespace;
+- **get**: ``read_namespaced_pod``;
+- **list 10 / list 1000**: ``list_namespaced_pod`` over a label selector that matches 10, or
+  over all 1000 pods, deserialised into ``V1PodList`` by the client as callers do, and once more
+  as raw bytes (``_preload_content=False``) to separate the server's cost from the client's;
+- **watch replay**: a watch from a resourceVersion with 1000 events to replay;
+- **watch live**: events delivered to a watcher while another thread patches pods.
+
+Every loop is bounded by a request count and by ``--seconds``. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+NS = "default"
+PODS = 1000
+SELECTED = 10
+
+
+def _pod(index: int) -> dict[str, Any]:
+    labels = {"bench": "api", "group": "selected" if index < SELECTED else "rest"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"bench-{index:04d}", "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "local", "command": ["sleep", "600"]}]},
+    }
+
+
+def _rate(action: Callable[[int], object], count: int, seconds: float) -> tuple[int, float]:
+    """Run ``action(i)`` up to ``count`` times or for ``seconds``; (requests done, requests per second)."""
+    began = time.perf_counter()
+    done = 0
+    while done < count and time.perf_counter() - began < seconds:
+        action(done)
+        done += 1
+    elapsed = time.perf_counter() - began
+    return done, done / elapsed
+
+
+def _watch_replay(core: client.CoreV1Api, resource_version: str, expected: int, seconds: float) -> tuple[int, float]:
+    began = time.perf_counter()
+    stream = watch.Watch()
+    seen = 0
+    for _ in stream.stream(core.list_namespaced_pod, NS, resource_version=resource_version, timeout_seconds=seconds):
+        seen += 1
+        if seen >= expected:
+            stream.stop()
+    return seen, seen / (time.perf_counter() - began)
+
+
+def _watch_live(core: client.CoreV1Api, writer: client.CoreV1Api, count: int, seconds: float) -> tuple[int, float]:
+    resource_version = core.list_namespaced_pod(NS, limit=1).metadata.resource_version
+    received = 0
+    done = threading.Event()
+    began = time.perf_counter()
+
+    def patch_loop() -> None:
+        index = 0
+        while index < count and not done.is_set() and time.perf_counter() - began < seconds:
+            writer.patch_namespaced_pod(
+                f"bench-{index % PODS:04d}", NS, {"metadata": {"annotations": {"n": str(index)}}}
+            )
+            index += 1
+
+    patcher = threading.Thread(target=patch_loop, daemon=True)
+    stream = watch.Watch()
+    patcher.start()
+    for _ in stream.stream(
+        core.list_namespaced_pod, NS, resource_version=resource_version, timeout_seconds=seconds + 5
+    ):
+        received += 1
+        if received >= count or time.perf_counter() - began > seconds:
+            stream.stop()
+    done.set()
+    patcher.join(timeout=seconds)
+    return received, received / (time.perf_counter() - began)
+
+
+def run(seconds: float, requests: int) -> list[tuple[str, int, float]]:
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-api-") as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "cluster",
+                "up",
+                "--api-only",
+                "--watch-history",
+                "5000",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--workdir",
+                str(Path(tmp) / "work"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert server.stdout is not None
+            for _ in range(2):
+                server.stdout.readline()
+            api_client = config.new_client_from_config(config_file=str(kubeconfig))
+            writer_client = config.new_client_from_config(config_file=str(kubeconfig))
+            core, writer = client.CoreV1Api(api_client), client.CoreV1Api(writer_client)
+            start_version = core.list_namespaced_pod(NS).metadata.resource_version
+            results: list[tuple[str, int, float]] = []
+            created, rate = _rate(lambda i: core.create_namespaced_pod(NS, _pod(i)), PODS, 120)
+            results.append(("create pod", created, rate))
+            assert created == PODS, "the namespace must hold 1000 pods for the list measurements"
+            every = max(requests // 10, 10)
+            loops: list[tuple[str, Callable[[int], object], int]] = [
+                ("get pod", lambda i: core.read_namespaced_pod(f"bench-{i % PODS:04d}", NS), requests),
+                (
+                    f"list {SELECTED} of {PODS} pods (label selector)",
+                    lambda _: core.list_namespaced_pod(NS, label_selector="group=selected"),
+                    requests,
+                ),
+                (f"list {PODS} pods", lambda _: core.list_namespaced_pod(NS), every),
+                (
+                    f"list {PODS} pods, raw body (no client models)",
+                    lambda _: core.list_namespaced_pod(NS, _preload_content=False).data,
+                    every,
+                ),
+            ]
+            for name, action, count in loops:
+                results.append((name, *_rate(action, count, seconds)))
+            results.append(("watch replay (events/s)", *_watch_replay(core, start_version, PODS, seconds)))
+            results.append(("watch live, 1 writer (events/s)", *_watch_live(core, writer, requests, seconds)))
+            return results
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="time bound of each measurement")
+    parser.add_argument("--requests", type=int, default=2000, help="request bound of each measurement")
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    results = run(args.seconds, args.requests)
+    print("| operation | requests | per second |")
+    print("|---|---|---|")
+    for name, count, rate in results:
+        print(f"| {name} | {count} | {rate:,.0f} |")
+    if args.json:
+        args.json.write_text(
+            json.dumps([{"operation": n, "count": c, "per_second": r} for n, c, r in results], indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
