@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from operators.constants import LABEL_JOB_INDEX, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, WORKER_REPLICATED_JOB
 
@@ -25,16 +26,25 @@ _logger = logging.getLogger(__name__)
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
+# Identifies one incarnation of a slice: it changes whenever a pod of the slice is replaced or restarted,
+# because the slice's devices lost their state then, even if the slice looks healthy again.
+Generation = tuple[tuple[str, int], ...]
+
+
 class SliceHealth(Protocol):
-    """The set of healthy slice indices, refreshed on demand or in the background."""
+    """Which slices are healthy, and which incarnation of each, refreshed on demand or in the background."""
 
     @property
     def num_slices(self) -> int:
         """Slices in the allocation (indices 0..num_slices-1)."""
         ...
 
+    def generations(self) -> Mapping[int, Generation]:
+        """The latest known healthy slices with their incarnation (cheap; up to one poll interval old)."""
+        ...
+
     def healthy_slices(self) -> frozenset[int]:
-        """The latest known healthy slices (cheap; may be up to one poll interval old)."""
+        """The latest known healthy slices."""
         ...
 
     def refresh(self) -> frozenset[int]:
@@ -46,12 +56,18 @@ class SliceHealth(Protocol):
         ...
 
 
+def lost_slices(active: Mapping[int, Generation], now: Mapping[int, Generation]) -> frozenset[int]:
+    """Slices of `active` that are down now or came back as a new incarnation."""
+    return frozenset(index for index, generation in active.items() if now.get(index) != generation)
+
+
 class StaticSliceHealth:
     """All slices healthy, except those marked down with `set_down` (fault injection without a cluster)."""
 
     def __init__(self, num_slices: int) -> None:
         self._num_slices = num_slices
         self._down: set[int] = set()
+        self._incarnation = dict.fromkeys(range(num_slices), 0)
         self._lock = threading.Lock()
 
     @property
@@ -63,16 +79,21 @@ class StaticSliceHealth:
         """Mark slice `index` as lost."""
         with self._lock:
             self._down.add(index)
+            self._incarnation[index] += 1
 
     def set_up(self, index: int) -> None:
-        """Mark slice `index` as healthy again."""
+        """Mark slice `index` as healthy again (a new incarnation)."""
         with self._lock:
             self._down.discard(index)
 
-    def healthy_slices(self) -> frozenset[int]:
+    def generations(self) -> Mapping[int, Generation]:
         """Every slice not marked down."""
         with self._lock:
-            return frozenset(range(self._num_slices)) - self._down
+            return {i: (("static", self._incarnation[i]),) for i in range(self._num_slices) if i not in self._down}
+
+    def healthy_slices(self) -> frozenset[int]:
+        """Every slice not marked down."""
+        return frozenset(self.generations())
 
     def refresh(self) -> frozenset[int]:
         """Same as `healthy_slices`: nothing to poll."""
@@ -92,13 +113,8 @@ def pod_is_healthy(pod: client.V1Pod) -> bool:
     return all(bool(c.ready) for c in status.container_statuses or [])
 
 
-def healthy_slices_from_pods(
-    pods: Iterable[client.V1Pod], num_slices: int, expected_pods: Mapping[int, int] | None = None
-) -> frozenset[int]:
-    """Slices (by `job-index`) whose live pods are all healthy and at least `expected_pods[slice]` in number.
-
-    Pods in a terminal phase are ignored: a Job replaces them, and the replacement decides.
-    """
+def _live_pods_by_slice(pods: Iterable[client.V1Pod]) -> dict[int, list[client.V1Pod]]:
+    """Pods by `job-index`, without terminal ones (a Job replaces them; the replacement decides)."""
     live: dict[int, list[client.V1Pod]] = defaultdict(list)
     for pod in pods:
         labels = (pod.metadata.labels if pod.metadata is not None else None) or {}
@@ -108,21 +124,41 @@ def healthy_slices_from_pods(
         if pod.status is not None and pod.status.phase in _TERMINAL_PHASES:
             continue
         live[int(index_label)].append(pod)
+    return live
+
+
+def _generation(pods: list[client.V1Pod]) -> Generation:
+    def restarts(pod: client.V1Pod) -> int:
+        return sum(c.restart_count or 0 for c in (pod.status.container_statuses if pod.status else None) or [])
+
+    return tuple(sorted((str(p.metadata.uid if p.metadata else ""), restarts(p)) for p in pods))
+
+
+def slice_generations_from_pods(
+    pods: Iterable[client.V1Pod], num_slices: int, expected_pods: Mapping[int, int] | None = None
+) -> dict[int, Generation]:
+    """Healthy slices (by `job-index`) and their incarnation.
+
+    A slice is healthy when it has at least `expected_pods[slice]` live pods (default 1) and all are healthy.
+    """
+    live = _live_pods_by_slice(pods)
     expected = expected_pods or {}
-    return frozenset(
-        index
+    return {
+        index: _generation(live[index])
         for index in range(num_slices)
         if live.get(index)
         and len(live[index]) >= expected.get(index, 1)
         and all(pod_is_healthy(p) for p in live[index])
-    )
+    }
 
 
 class KubernetesSliceHealth:
     """Slice health of the JobSet `jobset_name`, from its `worker` pods, polled in a background thread.
 
     The number of pods a slice should have is the most ever seen at once for that slice, so a multi-VM
-    slice that lost one pod (and has no replacement yet) is not mistaken for a healthy one.
+    slice that lost one pod (and has no replacement yet) is not mistaken for a healthy one. A slice counts
+    only once the same incarnation has looked healthy for `min_ready_seconds` (Kubernetes' minReadySeconds
+    idea): a crash-looping worker is Running for a moment between restarts, and that is no slice.
     """
 
     def __init__(
@@ -131,15 +167,18 @@ class KubernetesSliceHealth:
         namespace: str,
         jobset_name: str,
         num_slices: int,
-        poll_interval: float = 0.25,
+        poll_interval: float = 0.1,
+        min_ready_seconds: float = 1.0,
     ) -> None:
         self._api = api
         self._namespace = namespace
         self._selector = f"{LABEL_JOBSET_NAME}={jobset_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
         self._num_slices = num_slices
         self._poll_interval = poll_interval
+        self._min_ready = min_ready_seconds
+        self._first_seen: dict[int, tuple[Generation, float]] = {}
         self._expected: dict[int, int] = {}
-        self._healthy: frozenset[int] = frozenset()
+        self._generations: dict[int, Generation] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.refresh()
@@ -147,7 +186,7 @@ class KubernetesSliceHealth:
         self._thread.start()
 
     @classmethod
-    def from_environment(cls, num_slices: int, poll_interval: float = 0.25) -> KubernetesSliceHealth | None:
+    def from_environment(cls, num_slices: int) -> KubernetesSliceHealth | None:
         """Build from `KUBECONFIG`, `JOBSET_NAME` and `POD_NAMESPACE`; None when not running in a JobSet."""
         jobset_name = os.environ.get("JOBSET_NAME")
         kubeconfig = os.environ.get("KUBECONFIG")
@@ -157,17 +196,21 @@ class KubernetesSliceHealth:
 
         api_client = config.new_client_from_config(config_file=kubeconfig)
         namespace = os.environ.get("POD_NAMESPACE", "default")
-        return cls(client.CoreV1Api(api_client), namespace, jobset_name, num_slices, poll_interval)
+        return cls(client.CoreV1Api(api_client), namespace, jobset_name, num_slices)
 
     @property
     def num_slices(self) -> int:
         """Slices in the allocation."""
         return self._num_slices
 
-    def healthy_slices(self) -> frozenset[int]:
+    def generations(self) -> Mapping[int, Generation]:
         """The result of the latest poll."""
         with self._lock:
-            return self._healthy
+            return dict(self._generations)
+
+    def healthy_slices(self) -> frozenset[int]:
+        """The result of the latest poll."""
+        return frozenset(self.generations())
 
     def refresh(self) -> frozenset[int]:
         """List the worker pods now. On an API error the previous answer stands (and is returned)."""
@@ -176,20 +219,28 @@ class KubernetesSliceHealth:
         except Exception as error:  # the API being briefly unreachable is not a slice failure
             _logger.warning("Slice health: listing worker pods failed: %s", error)
             return self.healthy_slices()
-        counts: dict[int, int] = defaultdict(int)
-        for pod in pods:
-            labels: dict[str, Any] = (pod.metadata.labels if pod.metadata else None) or {}
-            index = labels.get(LABEL_JOB_INDEX, "")
-            if index.isdigit() and not (pod.status and pod.status.phase in _TERMINAL_PHASES):
-                counts[int(index)] += 1
+        live = _live_pods_by_slice(pods)
         with self._lock:
-            for index, count in counts.items():
-                self._expected[index] = max(self._expected.get(index, 0), count)
-            healthy = healthy_slices_from_pods(pods, self._num_slices, self._expected)
-            if healthy != self._healthy:
-                _logger.info("Slice health: healthy slices %s of %d", sorted(healthy), self._num_slices)
-            self._healthy = healthy
-        return healthy
+            for index, slice_pods in live.items():
+                self._expected[index] = max(self._expected.get(index, 0), len(slice_pods))
+            generations = self._ready(slice_generations_from_pods(pods, self._num_slices, self._expected))
+            if generations != self._generations:
+                _logger.info("Slice health: healthy slices %s of %d", sorted(generations), self._num_slices)
+            self._generations = generations
+        return frozenset(generations)
+
+    def _ready(self, observed: dict[int, Generation]) -> dict[int, Generation]:
+        now = time.monotonic()
+        for index in set(self._first_seen) - set(observed):
+            del self._first_seen[index]
+        ready = {}
+        for index, generation in observed.items():
+            seen = self._first_seen.get(index)
+            if seen is None or seen[0] != generation:
+                seen = self._first_seen[index] = (generation, now)
+            if now - seen[1] >= self._min_ready:
+                ready[index] = generation
+        return ready
 
     def close(self) -> None:
         """Stop the poller."""

@@ -34,7 +34,7 @@ from local.workloads.elastic import (
     use_slice_health,
 )
 from local.workloads.recovery_log import RecoveryKind, RecoveryLog, RecoveryRecord
-from local.workloads.slices import SliceHealth
+from local.workloads.slices import Generation, SliceHealth, lost_slices
 
 _logger = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class Trainer:
         self.losses: list[float] = []
         self.stop_reason: str | None = None
         self._active: frozenset[int] = frozenset()
+        self._generations: dict[int, Generation] = {}
         self._pending: RecoveryRecord | None = None
         self._kill_after_save = int(os.environ.get(KILL_AFTER_SAVE_ENV, "-1"))
 
@@ -93,6 +94,8 @@ class Trainer:
         self.attempts += 1
         if self.manager is not None:
             self._active = frozenset(self.manager.active_slice_indices)
+        now = self.health.generations()
+        self._generations = {i: now[i] for i in self._active if i in now}
         devices = [d for i in sorted(self._active) for d in self.slice_to_devices[i]]
         mesh = Mesh(np.array(devices), ("data",))
         replicated = NamedSharding(mesh, P())  # type: ignore[no-untyped-call]
@@ -156,7 +159,7 @@ class Trainer:
             tokens = jax.device_put(model.corpus_batch("train", step, global_batch, self.dims), batch_sharding)
             new_state, loss = self.step_fn(state, tokens)
             loss_value = float(loss)
-            lost = self._active - self.health.healthy_slices()
+            lost = lost_slices(self._generations, self.health.generations()) | (self._active - set(self._generations))
             if lost:
                 raise slice_down_error(lost, f"Step {step} was not completed.")
             state = new_state
@@ -206,7 +209,7 @@ class Trainer:
         raise ScaleUpSignalError(f"slices {sorted(self.manager.available_inactive_slices)} are available")
 
     def _note_failure(self, error: jax.errors.JaxRuntimeError) -> None:
-        lost = self._active - self.health.healthy_slices()
+        lost = lost_slices(self._generations, self.health.generations())
         self._start_record("slice_down", str(error).splitlines()[0], lost, self.last_completed_step)
 
     def _start_record(self, kind: RecoveryKind, error: str, lost: Set[int], step: int | None) -> None:
