@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from local.cluster import LocalCluster
@@ -167,10 +168,12 @@ def test_deleted_worker_pod_is_replaced_without_a_jobset_restart(k8s: K8s, clust
     jobsets.delete(name)
 
 
-def test_worker_over_backoff_limit_restarts_the_jobset(k8s: K8s) -> None:
+@pytest.mark.parametrize("strategy", ["Recreate", "BlockingRecreate"])
+def test_worker_over_backoff_limit_restarts_the_jobset(k8s: K8s, strategy: str) -> None:
     jobsets = JobSets(k8s.custom)
     name = unique("restart")
-    jobsets.create(_pathways_like(name, head_script=SLEEP, worker_backoff=0, failurePolicy={"maxRestarts": 2}))
+    policy = {"maxRestarts": 2, "restartStrategy": strategy}
+    jobsets.create(_pathways_like(name, head_script=SLEEP, worker_backoff=0, failurePolicy=policy))
     first = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name}", 5)
     victim = next(p for p in first if p.metadata.labels[LABEL_REPLICATED_JOB_NAME] == WORKER)
     k8s.core.delete_namespaced_pod(victim.metadata.name, NS, grace_period_seconds=0)  # 1 failure > backoffLimit 0
@@ -349,3 +352,49 @@ def test_ttl_after_finished_deletes_the_jobset(k8s: K8s) -> None:
     assert _terminal(jobsets, name)["terminalState"] == "Completed"
     wait_for(lambda: not jobsets.exists(name), 10)
     assert not _jobs(k8s, name)
+
+
+def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s) -> None:
+    """DESIGN §3: proxy and RM sidecars (no command: idle placeholders), jax-tpu reads the coordinator."""
+    jobsets = JobSets(k8s.custom)
+    name = unique("pathways")
+    coordinator_env = {
+        "name": "PATHWAYS_HEAD",
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_COORDINATOR}']"}},
+    }
+    main = {
+        "name": "jax-tpu",
+        "image": "maxtext",
+        "command": ["python3", "-c", "import os; print(os.environ['JAX_BACKEND_TARGET'])"],
+        "env": [coordinator_env, {"name": "JAX_BACKEND_TARGET", "value": "grpc://$(PATHWAYS_HEAD):29000"}],
+    }
+    sidecars = [
+        {"name": "pathways-proxy", "image": "proxy", "restartPolicy": "Always", "args": ["--server_port=29000"]},
+        {"name": "pathways-rm", "image": "rm", "restartPolicy": "Always", "args": ["--instance_count=2"]},
+    ]
+    head = job_template(None, grace=5, initContainers=sidecars)
+    head["template"]["spec"]["template"]["spec"]["containers"] = [main]
+    manifest = jobset_manifest(
+        name,
+        {
+            HEAD: head,
+            WORKER: job_template(
+                SLEEP, replicas=2, completions=2, backoff_limit=4, restart_policy="OnFailure", grace=5
+            ),
+        },
+        coordinator={"replicatedJob": HEAD},
+        network={"enableDNSHostnames": True},
+        successPolicy={"operator": "All", "targetReplicatedJobs": [HEAD]},
+        failurePolicy={"restartStrategy": "Recreate", "maxRestarts": 1},
+    )
+    jobsets.create(manifest)
+    pods = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER}", 4)
+    status = _terminal(jobsets, name)
+    assert status["terminalState"] == "Completed"
+    head_pod = pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={HEAD}")[0]
+    log = k8s.core.read_namespaced_pod_log(head_pod.metadata.name, NS, container="jax-tpu", _preload_content=False)
+    assert log.data.decode().strip() == f"grpc://{name}-{HEAD}-0-0.{name}:29000"
+    assert head_pod.status.phase == "Succeeded"
+    assert all(s.state.terminated for s in head_pod.status.init_container_statuses)  # sidecars stopped
+    wait_processes_gone([pid for pod in [head_pod, *pods] for pid in pod_pids(pod)])
+    jobsets.delete(name)
