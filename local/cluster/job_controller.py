@@ -107,9 +107,8 @@ class JobController:
     def start(self) -> None:
         """Subscribe to store events and queue every stored Job."""
         self._store.add_listener(self._on_event)
-        for pod in self._store.list(PODS)[0]:
-            self._observe_pod(pod, removed=False)
         for job in self._store.list(JOBS)[0]:
+            self._ledgers.setdefault(str(job["metadata"]["uid"]), _Ledger())
             self.queue.enqueue((job["metadata"]["namespace"], job["metadata"]["name"]))
 
     def _on_event(self, event: WatchEvent) -> None:
@@ -118,6 +117,7 @@ class JobController:
             if event.type == "DELETED":
                 self._ledgers.pop(str(meta["uid"]), None)
             else:
+                self._ledgers.setdefault(str(meta["uid"]), _Ledger())
                 self.queue.enqueue((meta["namespace"], meta["name"]))
         elif event.rtype == PODS:
             self._observe_pod(event.object, removed=event.type == "DELETED")
@@ -126,7 +126,10 @@ class JobController:
         ref = controller_ref(pod)
         if ref is None or ref.get("kind") != "Job":
             return
-        self._ledgers.setdefault(str(ref["uid"]), _Ledger()).record(pod, removed)
+        ledger = self._ledgers.get(str(ref["uid"]))
+        if ledger is None:
+            return  # its Job is gone: nothing to count for
+        ledger.record(pod, removed)
         self.queue.enqueue((pod["metadata"]["namespace"], str(ref["name"])))
 
     # -- reconcile ---------------------------------------------------------------------------
@@ -142,7 +145,7 @@ class JobController:
         status = copy.deepcopy(job.get("status") or {})
         conditions: list[Obj] = status.setdefault("conditions", [])
         pods = [p for p in self._store.list(PODS, namespace)[0] if owned_by(p, uid)]
-        ledger = self._ledgers.setdefault(uid, _Ledger())
+        ledger = self._ledgers.setdefault(uid, _Ledger())  # pods are only made after this
         for pod in pods:
             ledger.record(pod)
         active = [p for p in pods if _is_active(p)]
