@@ -47,6 +47,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024  # the real API server takes up to 3 MiB object
 _PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version", "/version/")
 # Types whose DELETE returns the object rather than a Status once it is gone (as the real registries do).
 _DELETE_RETURNS_OBJECT = (PODS, JOBSETS)
+_UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -297,6 +298,10 @@ class ApiServer:
         if preconditions.get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
             raise ApiError(409, "Conflict", "Precondition failed: resourceVersion in precondition does not match")
         if rtype == NAMESPACES:
+            if target.name in _UNDELETABLE_NAMESPACES:
+                raise ApiError(
+                    403, "Forbidden", f'namespaces "{target.name}" is forbidden: this namespace may not be deleted'
+                )
             self._empty_namespace(target.name)
         result = self.store.delete(
             rtype,

@@ -106,6 +106,12 @@ def test_unknown_paths_methods_and_media_types(cluster: LocalCluster) -> None:
     assert code == 415
 
 
+def test_default_namespace_cannot_be_deleted(k8s: K8s) -> None:
+    with pytest.raises(client.ApiException) as caught:
+        k8s.core.delete_namespace("default")
+    assert (caught.value.status, _status(caught.value)["reason"]) == (403, "Forbidden")
+
+
 def test_missing_or_wrong_token_is_unauthorized(cluster: LocalCluster) -> None:
     code, body = _raw(cluster, "GET", "/api/v1/pods", Authorization="Bearer wrong")
     assert (code, body["reason"]) == (401, "Unauthorized")
