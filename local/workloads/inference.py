@@ -1,0 +1,66 @@
+"""Load the parameters of one committed checkpoint, for evaluation and synthesis."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import jax
+
+from local.workloads import checkpointing, model
+from local.workloads.config import CheckpointReaderConfig, join_path, parse_args
+from local.workloads.logs import configure_logging
+
+_logger = logging.getLogger(__name__)
+_R = TypeVar("_R", bound=CheckpointReaderConfig)
+
+
+class CheckpointNotFoundError(RuntimeError):
+    """The requested step (or any committed step) is not in the run's checkpoint directory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedParams:
+    """Parameters restored from `path` (a committed step of the run)."""
+
+    params: model.Params
+    step: int
+    path: str
+    dims: model.Dims
+
+
+def load_committed_params(config: CheckpointReaderConfig) -> LoadedParams:
+    """Restore the parameters of `checkpoint_step` (-1: the newest committed step) on one device."""
+    dims = model.Dims.from_config(config)
+    manager = checkpointing.create_manager(config.checkpoint_directory, read_only=True)
+    try:
+        committed = manager.all_steps()
+        step = max(committed, default=None) if config.checkpoint_step == -1 else config.checkpoint_step
+        if step is None or step not in committed:
+            wanted = "any committed step" if step is None else f"committed step {step}"
+            raise CheckpointNotFoundError(
+                f"{config.checkpoint_directory} has no {wanted} (committed: {sorted(committed)})"
+            )
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        abstract = jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device),  # type: ignore[no-untyped-call]
+            jax.eval_shape(lambda: model.init_state(dims, config.seed, 1e-3)),
+        )
+        state: Any = checkpointing.restore_checkpoint(manager, step, abstract)
+    finally:
+        manager.close()
+    return LoadedParams(state["params"], step, join_path(config.checkpoint_directory, str(step)), dims)
+
+
+def reader_main(config_class: type[_R], work: Callable[[_R], object], argv: Sequence[str]) -> int:
+    """Entry point body of a checkpoint reader: parse, run `work`; 1 when the checkpoint is missing."""
+    config = parse_args(config_class, argv)
+    configure_logging()
+    try:
+        work(config)
+    except CheckpointNotFoundError as error:
+        _logger.error("%s", error)
+        return 1
+    return 0
