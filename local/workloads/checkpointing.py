@@ -31,6 +31,8 @@ def create_manager(
     async_checkpointing: bool = True,
     max_to_keep: int | None = None,
     read_only: bool = False,
+    use_ocdbt: bool = True,
+    use_zarr3: bool = True,
 ) -> ocp.CheckpointManager:
     """An Orbax CheckpointManager over `directory` (the run's `checkpoints/`), as MaxText configures it."""
     options = ocp.CheckpointManagerOptions(
@@ -44,7 +46,7 @@ def create_manager(
     return ocp.CheckpointManager(
         directory,
         item_names=(ITEM_NAME,),
-        item_handlers={ITEM_NAME: ocp.PyTreeCheckpointHandler()},
+        item_handlers={ITEM_NAME: ocp.PyTreeCheckpointHandler(use_ocdbt=use_ocdbt, use_zarr3=use_zarr3)},
         options=options,
     )
 

@@ -83,6 +83,8 @@ class TrainConfig(ModelConfig):
     checkpoint_period: int = 10
     save_checkpoint_on_completion: bool = True
     max_num_checkpoints_to_keep: int | None = None
+    checkpoint_storage_use_ocdbt: bool = True
+    checkpoint_storage_use_zarr3: bool = True
     enable_single_controller: bool = False
     elastic_enabled: bool = False
     elastic_min_slice_count: int = -1
@@ -114,6 +116,13 @@ class TrainConfig(ModelConfig):
             raise ConfigError("elastic_max_retries", "must be at least 1 (it counts attempts)")
         if self.elastic_poll_interval_seconds <= 0:
             raise ConfigError("elastic_poll_interval_seconds", "must be positive")
+
+    @property
+    def storage_format(self) -> tuple[bool, bool]:
+        """(use_ocdbt, use_zarr3) as MaxText applies them: both off on Pathways (single controller)."""
+        if self.enable_single_controller:
+            return False, False
+        return self.checkpoint_storage_use_ocdbt, self.checkpoint_storage_use_zarr3
 
     @property
     def device_count(self) -> int:

@@ -25,7 +25,7 @@ def configure_logging(level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("absl", "jax", "orbax", "urllib3", "kubernetes"):
+    for noisy in ("absl", "jax", "orbax", "urllib3", "kubernetes", "fsspec", "gcsfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # A JAX error raised while a log call formats its arguments must not be swallowed (pathwaysutils' advice).
     logging.raiseExceptions = True

@@ -123,6 +123,8 @@ class Trainer:
             period=self.config.checkpoint_period,
             async_checkpointing=self.config.async_checkpointing,
             max_to_keep=self.config.max_num_checkpoints_to_keep,
+            use_ocdbt=self.config.storage_format[0],
+            use_zarr3=self.config.storage_format[1],
         )
 
     def _restore_or_init(self, manager: ocp.CheckpointManager | None, abstract: Any, replicated: NamedSharding) -> Any:

@@ -67,6 +67,9 @@ class FileTooLargeError(Exception):
 class Storage(Protocol):
     """The few operations checkpoint validation needs."""
 
+    # Whether many small reads gain from running in threads (remote: yes; local disk: no).
+    parallel_reads: bool
+
     def join(self, base: str, *parts: str) -> str:
         """Join path components."""
         ...
@@ -99,6 +102,8 @@ def is_gcs(path: str) -> bool:
 
 class LocalStorage:
     """Local filesystem. Never follows directory symlinks while walking."""
+
+    parallel_reads = False
 
     def join(self, base: str, *parts: str) -> str:
         """Join path components."""
@@ -209,6 +214,8 @@ def make_gcs_client(project: str | None = None) -> Client:
 
 class GCSStorage:
     """``gs://`` through google-cloud-storage, with the library's retry on every call."""
+
+    parallel_reads = True
 
     def __init__(
         self,

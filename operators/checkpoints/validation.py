@@ -350,7 +350,7 @@ def _check_zarr(
         parsed, why = _read_json(storage, path, opts.max_array_metadata_bytes)
         return array, parsed, why
 
-    mapper: Callable[..., Iterable[tuple[str, Any, str | None]]] = pool.map if pool else map
+    mapper: Callable[..., Iterable[tuple[str, Any, str | None]]] = pool.map if pool and storage.parallel_reads else map
     for array, parsed, why in mapper(load, present):
         sub = tree.dirs[array]
         where = f"{name}/{array}"
