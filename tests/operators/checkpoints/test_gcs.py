@@ -1,4 +1,4 @@
-"""gs:// against a real GCS emulator: Orbax writing straight to the bucket, damages, 503 retries."""
+"""gs:// against a real GCS emulator: Orbax writing to the bucket, damaged uploads, 503 retries."""
 
 from __future__ import annotations
 
@@ -17,14 +17,21 @@ from tests.support.orbax_checkpoints import write_run
 
 
 @pytest.fixture(scope="session")
-def gcs_runs(gcs_emulator: GCSEmulator) -> dict[str, str]:
-    """MaxText-layout runs written by Orbax directly to gs:// (commit-file atomicity, as on GCS)."""
+def gcs_runs(gcs_emulator: GCSEmulator, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """MaxText-layout runs on gs://.
+
+    zarr (what MaxText on Pathways writes) is written by Orbax straight to the bucket. OCDBT is
+    written locally and uploaded: the emulator intermittently rejects Orbax's concurrent
+    conditional OCDBT manifest writes ("Malformed StorageGeneration").
+    """
     from etils import epath
 
     bucket = gcs_emulator.create_bucket()
     runs = {"zarr": f"{bucket}/zarr", "ocdbt": f"{bucket}/ocdbt"}
     write_run(epath.Path(runs["zarr"]), ocdbt=False, steps=(10, 20), with_iter=True)  # type: ignore[arg-type]
-    write_run(epath.Path(runs["ocdbt"]), ocdbt=True, steps=(10, 20))  # type: ignore[arg-type]
+    local = tmp_path_factory.mktemp("gcs-ocdbt")
+    write_run(local, ocdbt=True, steps=(10, 20))
+    gcs_emulator.upload_dir(local, runs["ocdbt"])
     return runs
 
 
