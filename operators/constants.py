@@ -69,3 +69,6 @@ RECOVERY_RECORDS_FILE: Final = "recoveries.jsonl"
 LABEL_GROUP_NAME: Final = f"{JOBSET_PREFIX}/group-name"
 LABEL_GROUP_REPLICAS: Final = f"{JOBSET_PREFIX}/group-replicas"
 LABEL_JOB_GROUP_INDEX: Final = f"{JOBSET_PREFIX}/job-group-index"
+
+# The local trainer logs each in-process recovery as one JSON object (local/workloads/recovery_log.py).
+RECOVERY_RECORD_RE: Final = re.compile(r"Recovery record: (\{.*\})")

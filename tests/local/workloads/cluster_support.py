@@ -1,4 +1,4 @@
-"""A Pathways-shaped JobSet running the local workloads, and waits on the local cluster."""
+"""Waits on the local cluster, and the workloads' demo JobSet with the tests' compilation cache."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from local.workloads.jobset import elastic_jobset
 from operators.constants import (
     HEAD_MAIN_CONTAINER,
-    HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -20,81 +20,12 @@ from operators.constants import (
     LABEL_JOBSET_NAME,
     LABEL_REPLICATED_JOB_NAME,
     RECOVERY_RECORDS_FILE,
-    WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
 from tests.local.workloads.conftest import COMPILATION_CACHE
 
 NS = "default"
 T = TypeVar("T")
-
-
-def _field(path: str) -> dict[str, Any]:
-    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
-
-
-def elastic_jobset(
-    name: str, train_keys: Sequence[str], *, slices: int, hold_file: Path | None = None
-) -> dict[str, Any]:
-    """A JobSet shaped like xpk's Pathways one: a `pathways-head` trainer and `slices` worker slices."""
-    worker_args = ["--hold-file", str(hold_file)] if hold_file else []
-    env = [
-        {"name": "JOBSET_NAME", **_field(f"metadata.labels['{LABEL_JOBSET_NAME}']")},
-        {"name": "POD_NAMESPACE", **_field("metadata.namespace")},
-        {"name": "POD_NAME", **_field("metadata.name")},
-        {"name": "JAX_PLATFORMS", "value": "cpu"},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": "JAX_COMPILATION_CACHE_DIR", "value": str(COMPILATION_CACHE)},
-        {"name": "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "value": "0"},
-        {"name": "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "value": "0"},
-    ]
-
-    def job(replicas: int, restart: str, backoff: int, container: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "replicas": replicas,
-            "template": {
-                "spec": {
-                    "completionMode": "Indexed",
-                    "completions": 1,
-                    "parallelism": 1,
-                    "backoffLimit": backoff,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": restart,
-                            "terminationGracePeriodSeconds": 5,
-                            "containers": [container],
-                        }
-                    },
-                }
-            },
-        }
-
-    head = {
-        "name": HEAD_MAIN_CONTAINER,
-        "image": "local",
-        "command": ["python", "-m", "local.workloads.train"],
-        "args": list(train_keys),
-        "env": env,
-    }
-    worker = {
-        "name": WORKER_CONTAINER,
-        "image": "local",
-        "command": ["python", "-m", "local.workloads.slice_worker", *worker_args],
-        "env": env[2:],
-    }
-    return {
-        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
-        "kind": "JobSet",
-        "metadata": {"name": name},
-        "spec": {
-            "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "failurePolicy": {"maxRestarts": 0},
-            "replicatedJobs": [
-                {"name": HEAD_REPLICATED_JOB, **job(1, "Never", 0, head)},
-                {"name": WORKER_REPLICATED_JOB, **job(slices, "OnFailure", 100, worker)},
-            ],
-        },
-    }
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 90, interval: float = 0.05) -> T:
@@ -142,3 +73,15 @@ def recovery_records(run_directory: Path) -> list[dict[str, Any]]:
     """The trainer's recovery records."""
     path = run_directory / RECOVERY_RECORDS_FILE
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def jobset_for_tests(
+    name: str, train_keys: Sequence[str], *, slices: int, hold_file: Path | None = None
+) -> dict[str, Any]:
+    """`elastic_jobset` sharing the tests' persistent XLA compilation cache."""
+    env = {
+        "JAX_COMPILATION_CACHE_DIR": str(COMPILATION_CACHE),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    return elastic_jobset(name, train_keys, slices=slices, hold_file=hold_file, extra_env=env)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
-import re
 from pathlib import Path
 
 import pytest
 
 from local.workloads.recovery_log import RecoveryLog, RecoveryRecord
-from operators.constants import RECOVERY_RECORDS_FILE
+from operators.constants import RECOVERY_RECORD_RE, RECOVERY_RECORDS_FILE
 
 
 def _record(**fields: object) -> RecoveryRecord:
@@ -58,7 +58,7 @@ def test_written_as_json_lines_and_logged(tmp_path: Path, caplog: pytest.LogCapt
     assert [r["failed_attempt"] for r in records] == [1, 2]
     assert records[0]["steps_lost"] == 7 and "phase_seconds" in records[0]
     assert (tmp_path / "run" / RECOVERY_RECORDS_FILE).exists()
-    assert len(re.findall(r"Recovery record: \{", caplog.text)) == 2
+    assert [json.loads(m[1]) for m in RECOVERY_RECORD_RE.finditer(caplog.text)] == records
 
 
 def test_without_a_run_directory_only_logs() -> None:

@@ -1,0 +1,180 @@
+"""Workloads benchmark: step time at the demo size, and kill-to-next-step time split into phases.
+
+    .venv/bin/python -m benchmarks.workloads [--kills 3] [--steps 200]
+
+1. Step time: `python -m local.workloads.train` at the default (demo) size on 1 and 2 slices (1 CPU device
+   each); the first step (compilation) is reported apart from the median of the others.
+2. Kill to next step: on the local cluster, a Pathways-shaped JobSet (trainer head + 2 worker slices,
+   pause-resume); a worker pod is force-deleted mid-run and the phases come from the trainer's recovery
+   record: kill -> failure detected -> slices ready -> restore started -> restore finished -> first step
+   after recovery completed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from operators.constants import COMPLETED_STEP_RE
+
+REPO = Path(__file__).resolve().parents[1]
+NS = "default"
+
+
+def step_times(slices: int, steps: int, workdir: Path) -> dict[str, float]:
+    """First-step and median later-step seconds of one trainer run."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    args = [f"base_output_directory={workdir}", f"run_name=steps-{slices}", f"steps={steps}", f"num_slices={slices}"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "local.workloads.train", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wall = time.monotonic() - started
+    seconds = [float(m[2]) for m in COMPLETED_STEP_RE.finditer(result.stdout)]
+    later = seconds[1:]
+    return {
+        "slices": slices,
+        "first_step_s": seconds[0],
+        "median_step_ms": 1000 * statistics.median(later),
+        "p90_step_ms": 1000 * sorted(later)[int(0.9 * (len(later) - 1))],
+        "process_wall_s": wall,
+    }
+
+
+def kill_to_next_step(runs: int, workdir: Path) -> list[dict[str, Any]]:
+    """Force-delete a worker pod mid-run `runs` times; the phases of each recovery."""
+    from kubernetes import client, config
+
+    from local.cluster import LocalCluster
+    from local.workloads.jobset import elastic_jobset
+    from operators.constants import (
+        HEAD_MAIN_CONTAINER,
+        HEAD_REPLICATED_JOB,
+        JOBSET_GROUP,
+        JOBSET_PLURAL,
+        JOBSET_VERSION,
+        LABEL_JOB_INDEX,
+        LABEL_JOBSET_NAME,
+        LABEL_REPLICATED_JOB_NAME,
+        RECOVERY_RECORDS_FILE,
+        WORKER_REPLICATED_JOB,
+    )
+
+    def pods(core: client.CoreV1Api, name: str, rjob: str) -> list[client.V1Pod]:
+        selector = f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={rjob}"
+        items: list[client.V1Pod] = core.list_namespaced_pod(NS, label_selector=selector).items
+        return items
+
+    def wait(probe: Any, timeout: float = 120) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if value := probe():
+                return value
+            time.sleep(0.02)
+        raise TimeoutError("benchmark wait timed out")
+
+    results = []
+    with LocalCluster(workdir=workdir / "cluster") as cluster:
+        api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+        core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+        for run in range(runs):
+            name = f"bench-{run}"
+            keys = [
+                f"base_output_directory={workdir}",
+                f"run_name={name}",
+                "steps=100000",
+                "checkpoint_period=20",
+                "num_slices=2",
+                "elastic_enabled=true",
+                "enable_single_controller=true",
+                "elastic_poll_interval_seconds=0.1",
+            ]
+            manifest = elastic_jobset(name, keys, slices=2)
+            custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, manifest)
+            head = wait(lambda name=name: pods(core, name, HEAD_REPLICATED_JOB))[0].metadata.name
+
+            def log(head: str = head) -> str:
+                data = core.read_namespaced_pod_log(head, NS, container=HEAD_MAIN_CONTAINER, _preload_content=False)
+                return str(data.data.decode())
+
+            wait(lambda: any(int(m[1]) >= 50 for m in COMPLETED_STEP_RE.finditer(log())))
+            victim = next(
+                p
+                for p in pods(core, name, WORKER_REPLICATED_JOB)
+                if p.metadata.labels.get(LABEL_JOB_INDEX) == "1" and p.status.phase == "Running"
+            )
+            killed_at = time.time()
+            cluster.faults.delete_pod(NS, victim.metadata.name)
+            records_file = workdir / name / RECOVERY_RECORDS_FILE
+            wait(lambda records_file=records_file: records_file.exists() and records_file.read_text().strip())
+            record = json.loads(records_file.read_text().splitlines()[0])
+            custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, name)
+            record["killed_at"] = killed_at
+            results.append(record)
+        api_client.close()
+    return results
+
+
+def phases(record: dict[str, Any]) -> dict[str, float]:
+    """Seconds of each phase from the kill to the first completed step after recovery."""
+    points = [
+        ("detect", "killed_at", "failure_detected_at"),
+        ("wait_for_slices", "failure_detected_at", "slices_ready_at"),
+        ("prepare_restore", "slices_ready_at", "restore_started_at"),
+        ("restore", "restore_started_at", "restore_finished_at"),
+        ("first_step", "restore_finished_at", "first_step_completed_at"),
+        ("total", "killed_at", "first_step_completed_at"),
+    ]
+    return {label: record[end] - record[start] for label, start, end in points}
+
+
+def main() -> int:
+    """Run both parts and print markdown tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-workloads-") as tmp:
+        workdir = Path(tmp)
+        print("| slices | first step (compile) s | median step ms | p90 step ms | process wall s |")
+        print("|---|---|---|---|---|")
+        for slices in (1, 2):
+            row = step_times(slices, args.steps, workdir)
+            print(
+                f"| {slices} | {row['first_step_s']:.2f} | {row['median_step_ms']:.1f} | "
+                f"{row['p90_step_ms']:.1f} | {row['process_wall_s']:.1f} |"
+            )
+        records = kill_to_next_step(args.kills, workdir)
+    table = [phases(r) for r in records]
+    print()
+    print("| phase | " + " | ".join(f"run {i + 1} s" for i in range(len(table))) + " | median s |")
+    print("|---|" + "---|" * (len(table) + 1))
+    for label in table[0]:
+        values = [row[label] for row in table]
+        cells = " | ".join(f"{v:.3f}" for v in values)
+        print(f"| {label} | {cells} | {statistics.median(values):.3f} |")
+    print()
+    for record in records:
+        print(
+            f"run {record['run_name']}: step at failure {record['step_at_failure']}, restored "
+            f"{record['step_restored']}, steps lost {record['steps_lost']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""A demo JobSet that runs the local workloads on the local cluster, shaped like xpk's Pathways JobSet.
+
+The operators render the real manifest (operators/manifests.py); this one is for the workloads' own tests,
+benchmark and demos, and keeps to what the workloads need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    LABEL_JOBSET_NAME,
+    WORKER_CONTAINER,
+    WORKER_REPLICATED_JOB,
+)
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def elastic_jobset(
+    name: str,
+    train_keys: Sequence[str],
+    *,
+    slices: int,
+    hold_file: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A JobSet shaped like xpk's Pathways one: a `pathways-head` trainer and `slices` worker slices.
+
+    The head runs `python -m local.workloads.train <train_keys>` with `JOBSET_NAME` and `POD_NAMESPACE`
+    from the downward API; each worker slice (one pod, `restartPolicy: OnFailure`) runs the slice worker.
+    """
+    worker_args = ["--hold-file", str(hold_file)] if hold_file else []
+    env = [
+        {"name": "JOBSET_NAME", **_field(f"metadata.labels['{LABEL_JOBSET_NAME}']")},
+        {"name": "POD_NAMESPACE", **_field("metadata.namespace")},
+        {"name": "POD_NAME", **_field("metadata.name")},
+        {"name": "JAX_PLATFORMS", "value": "cpu"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *({"name": k, "value": v} for k, v in (extra_env or {}).items()),
+    ]
+
+    def job(replicas: int, restart: str, backoff: int, container: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "completionMode": "Indexed",
+                    "completions": 1,
+                    "parallelism": 1,
+                    "backoffLimit": backoff,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": restart,
+                            "terminationGracePeriodSeconds": 5,
+                            "containers": [container],
+                        }
+                    },
+                }
+            },
+        }
+
+    head = {
+        "name": HEAD_MAIN_CONTAINER,
+        "image": "local",
+        "command": ["python", "-m", "local.workloads.train"],
+        "args": list(train_keys),
+        "env": env,
+    }
+    worker = {
+        "name": WORKER_CONTAINER,
+        "image": "local",
+        "command": ["python", "-m", "local.workloads.slice_worker", *worker_args],
+        "env": env[2:],
+    }
+    return {
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
+            "failurePolicy": {"maxRestarts": 0},
+            "replicatedJobs": [
+                {"name": HEAD_REPLICATED_JOB, **job(1, "Never", 0, head)},
+                {"name": WORKER_REPLICATED_JOB, **job(slices, "OnFailure", 100, worker)},
+            ],
+        },
+    }
