@@ -29,15 +29,17 @@ test-fast: setup
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
+SOURCES := $(wildcard operators plugin local cli dags tests benchmarks)
+
 lint: setup
-	$(BIN)/ruff check operators plugin local dags tests benchmarks
-	$(BIN)/ruff format --check operators plugin local dags tests benchmarks
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
 
 typecheck: setup
-	$(BIN)/mypy operators plugin local
+	$(BIN)/mypy $(wildcard operators plugin local cli dags)
 
 demo: setup
-	$(BIN)/python -m local.demo
+	$(BIN)/elastic-training demo
 
 bench: setup
 	$(BIN)/python -m benchmarks.run_all
