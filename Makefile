@@ -41,8 +41,13 @@ typecheck: setup
 demo: setup
 	$(BIN)/elastic-training demo
 
+# The commands recorded in benchmarks/RESULTS.md; each is bounded in time and talks only to loopback.
 bench: setup
-	$(BIN)/python -m benchmarks.run_all
+	$(BIN)/python -m benchmarks.cluster_api
+	$(BIN)/python -m benchmarks.pod_death --runs 50
+	$(BIN)/python -m benchmarks.workloads --kills 3 --steps 200
+	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets local --repeat 5 --restore-repeat 3
+	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets gcs --workers 4 --repeat 5 --restore-repeat 1
 
 clean:
 	rm -rf $(VENV) .uv-cache .pytest_cache .mypy_cache .ruff_cache
