@@ -1,18 +1,23 @@
 """One run of one container as a local process group, with its output copied to the log store.
 
 The process starts in its own session (so its whole process group can be signalled, as a
-container runtime signals a container) and, on Linux, with ``PR_SET_PDEATHSIG`` = SIGKILL so it
-dies at once if the cluster process dies abruptly. PDEATHSIG fires when the *thread* that forked
-the child exits; asyncio forks from the event-loop thread, which lives as long as the cluster.
-What the process forks itself is covered by the :class:`GroupReaper`, which kills the group.
+container runtime signals a container) and, where util-linux's ``setpriv`` exists, with
+``PR_SET_PDEATHSIG`` = SIGKILL so it dies at once if the cluster process dies abruptly.
+PDEATHSIG fires when the *thread* that forked the child exits; asyncio forks from the event-loop
+thread, which lives as long as the cluster. What the process forks itself is covered by the
+:class:`GroupReaper`, which kills the group.
+
+No Python runs between fork and exec (no ``preexec_fn``): the cluster often shares its process
+with JAX or other threaded code, where running Python in a forked child can deadlock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import errno
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -21,18 +26,24 @@ from pathlib import Path
 from local.cluster.group_reaper import GroupReaper
 from local.cluster.logs import ContainerLogWriter
 
-_PR_SET_PDEATHSIG = 1
+_SETPRIV = shutil.which("setpriv")
 _STREAM_LIMIT = 1 << 20  # longest line read at once; longer lines are split
 _LOG_DRAIN_SECONDS = 0.5  # how long to wait for output still in the pipes once the process is gone
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Runs in the child between fork and exec: ask the kernel to SIGKILL us when the parent goes."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(137)
+def _with_parent_death_signal(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``argv`` run through ``setpriv --pdeathsig KILL`` (when installed), after checking it can start.
+
+    The executable is looked up first so a missing command still fails with ``FileNotFoundError``
+    here rather than as ``setpriv``'s exit status.
+    """
+    if not argv:
+        raise FileNotFoundError("empty command")
+    if shutil.which(argv[0], path=env.get("PATH")) is None:
+        raise FileNotFoundError(errno.ENOENT, f"executable file not found in $PATH: {argv[0]!r}", argv[0])
+    if _SETPRIV is None or not sys.platform.startswith("linux"):
+        return list(argv)
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
 class ContainerProcess:
@@ -63,16 +74,14 @@ class ContainerProcess:
         reaper: GroupReaper | None = None,
     ) -> ContainerProcess:
         """Spawn ``argv``; raises ``OSError`` (e.g. ``FileNotFoundError``) when it cannot start."""
-        parent = os.getpid()
         process = await asyncio.create_subprocess_exec(
-            *argv,
+            *_with_parent_death_signal(argv, env),
             env=dict(env),
             cwd=str(cwd),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=lambda: _die_with_parent(parent),
             limit=_STREAM_LIMIT,
         )
         return cls(process, log, reaper)

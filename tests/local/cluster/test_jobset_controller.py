@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -354,8 +355,9 @@ def test_ttl_after_finished_deletes_the_jobset(k8s: K8s) -> None:
     assert not _jobs(k8s, name)
 
 
-def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s) -> None:
+def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s, tmp_path: Path) -> None:
     """DESIGN §3: proxy and RM sidecars (no command: idle placeholders), jax-tpu reads the coordinator."""
+    workers_seen = tmp_path / "workers-seen"  # the head finishes only after the test saw every worker run
     jobsets = JobSets(k8s.custom)
     name = unique("pathways")
     coordinator_env = {
@@ -365,7 +367,7 @@ def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s) -> Non
     main = {
         "name": "jax-tpu",
         "image": "maxtext",
-        "command": ["python3", "-c", "import os; print(os.environ['JAX_BACKEND_TARGET'])"],
+        "command": ["sh", "-c", f'echo "$JAX_BACKEND_TARGET"; while [ ! -e {workers_seen} ]; do sleep 0.05; done'],
         "env": [coordinator_env, {"name": "JAX_BACKEND_TARGET", "value": "grpc://$(PATHWAYS_HEAD):29000"}],
     }
     sidecars = [
@@ -389,6 +391,7 @@ def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s) -> Non
     )
     jobsets.create(manifest)
     pods = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER}", 4)
+    workers_seen.touch()
     status = _terminal(jobsets, name)
     assert status["terminalState"] == "Completed"
     head_pod = pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={HEAD}")[0]
