@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -26,7 +25,6 @@ from typing import Any
 from operators.constants import COMPLETED_STEP_RE
 
 REPO = Path(__file__).resolve().parents[1]
-NS = "default"
 
 
 def step_times(slices: int, steps: int, workdir: Path) -> dict[str, float]:
@@ -56,76 +54,32 @@ def step_times(slices: int, steps: int, workdir: Path) -> dict[str, float]:
 
 
 def kill_to_next_step(runs: int, workdir: Path) -> list[dict[str, Any]]:
-    """Force-delete a worker pod mid-run `runs` times; the phases of each recovery."""
-    from kubernetes import client, config
-
+    """Recovery records of `runs` slice kills on the local cluster, each with the kill time added."""
     from local.cluster import LocalCluster
-    from local.workloads.jobset import elastic_jobset
-    from operators.constants import (
-        HEAD_MAIN_CONTAINER,
-        HEAD_REPLICATED_JOB,
-        JOBSET_GROUP,
-        JOBSET_PLURAL,
-        JOBSET_VERSION,
-        LABEL_JOB_INDEX,
-        LABEL_JOBSET_NAME,
-        LABEL_REPLICATED_JOB_NAME,
-        RECOVERY_RECORDS_FILE,
-        WORKER_REPLICATED_JOB,
-    )
-
-    def pods(core: client.CoreV1Api, name: str, rjob: str) -> list[client.V1Pod]:
-        selector = f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={rjob}"
-        items: list[client.V1Pod] = core.list_namespaced_pod(NS, label_selector=selector).items
-        return items
-
-    def wait(probe: Any, timeout: float = 120) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if value := probe():
-                return value
-            time.sleep(0.02)
-        raise TimeoutError("benchmark wait timed out")
+    from local.workloads.drill import DrillPlan, SliceKillDrill
 
     results = []
-    with LocalCluster(workdir=workdir / "cluster") as cluster:
-        api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-        core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    with LocalCluster(workdir=workdir / "cluster") as cluster, SliceKillDrill(cluster) as drill:
         for run in range(runs):
-            name = f"bench-{run}"
-            keys = [
-                f"base_output_directory={workdir}",
-                f"run_name={name}",
-                "steps=100000",
-                "checkpoint_period=20",
-                "num_slices=2",
-                "elastic_enabled=true",
-                "enable_single_controller=true",
-                "elastic_poll_interval_seconds=0.1",
-            ]
-            manifest = elastic_jobset(name, keys, slices=2)
-            custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, manifest)
-            head = wait(lambda name=name: pods(core, name, HEAD_REPLICATED_JOB))[0].metadata.name
-
-            def log(head: str = head) -> str:
-                data = core.read_namespaced_pod_log(head, NS, container=HEAD_MAIN_CONTAINER, _preload_content=False)
-                return str(data.data.decode())
-
-            wait(lambda: any(int(m[1]) >= 50 for m in COMPLETED_STEP_RE.finditer(log())))
-            victim = next(
-                p
-                for p in pods(core, name, WORKER_REPLICATED_JOB)
-                if p.metadata.labels.get(LABEL_JOB_INDEX) == "1" and p.status.phase == "Running"
+            plan = DrillPlan(
+                name=f"bench-{run}",
+                base_output_directory=workdir,
+                train_keys=[
+                    "steps=100000",
+                    "checkpoint_period=20",
+                    "num_slices=2",
+                    "elastic_enabled=true",
+                    "enable_single_controller=true",
+                    "elastic_poll_interval_seconds=0.1",
+                ],
+                kill_slice=1,
+                kill_after_step=50,
+                until="recovered",
+                timeout=120,
             )
-            killed_at = time.time()
-            cluster.faults.delete_pod(NS, victim.metadata.name)
-            records_file = workdir / name / RECOVERY_RECORDS_FILE
-            wait(lambda records_file=records_file: records_file.exists() and records_file.read_text().strip())
-            record = json.loads(records_file.read_text().splitlines()[0])
-            custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, name)
-            record["killed_at"] = killed_at
-            results.append(record)
-        api_client.close()
+            seen = drill.run(plan)
+            drill.delete(plan.name)
+            results.append({**seen.records[0], "killed_at": seen.killed_at})
     return results
 
 
