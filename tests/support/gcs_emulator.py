@@ -2,31 +2,41 @@
 
 Fixtures (registered from tests/conftest.py):
 
-- ``gcs_emulator`` (session): starts the emulator on a free loopback port, sets the environment
-  that google-cloud-storage, gcsfs and tensorstore read (``STORAGE_EMULATOR_HOST``,
-  ``TENSORSTORE_GCS_HTTP_URL``, ...), yields a `GCSEmulator`, and stops it at the end.
+- ``gcs_emulator_server`` (session): starts the emulator in memory on a port the kernel picks
+  (no free-port race), stops it at the end of the session. Sets no environment.
+- ``gcs_emulator``: the same `GCSEmulator`, with the environment that google-cloud-storage,
+  gcsfs and tensorstore read (``STORAGE_EMULATOR_HOST``, ``TENSORSTORE_GCS_HTTP_URL``, ...) set
+  for the duration of the test only.
 - ``gcs_bucket``: a fresh, uniquely named bucket on that emulator; yields ``gs://<bucket>``.
 - ``flaky_gcs``: a `FlakyProxy` in front of the emulator; ``proxy.fail_next(n)`` makes the next
   n requests answer 503.
+
+Known emulator limits (gcp-storage-emulator 2026.7.19): it serves one request at a time, ignores
+``ifGenerationMatch`` and sends no ``x-goog-generation`` header on media downloads. Tensorstore
+then has no generation for an object it has read, and refuses its next conditional write of that
+object with ``ValueError: ... Malformed StorageGeneration``. OCDBT re-reads and conditionally
+rewrites ``manifest.ocdbt`` whenever another tensorstore context wrote it first (Orbax's handlers
+do, concurrently), so OCDBT checkpoints must be written locally and uploaded; zarr writes are
+unconditional and may go straight to the emulator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import json
 import os
-import shutil
-import socket
+import selectors
 import subprocess
 import sys
+import tempfile
 import threading
-import time
-import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -36,22 +46,36 @@ _ENV = {
     "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
     "GOOGLE_CLOUD_PROJECT": "test",
 }
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+# gcsfs reads this one once, when it is first imported: set it before any test can import gcsfs.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 
 class GCSEmulator:
     """A running emulator: its endpoint and a few helpers."""
 
-    def __init__(self, endpoint: str, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, endpoint: str, process: subprocess.Popen[bytes], log: IO[bytes] | None = None) -> None:
         self.endpoint = endpoint
         self.process = process
+        self._log = log
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment that points google-cloud-storage, gcsfs and tensorstore at this emulator."""
+        return {**_ENV, "STORAGE_EMULATOR_HOST": self.endpoint, "TENSORSTORE_GCS_HTTP_URL": self.endpoint}
+
+    @contextlib.contextmanager
+    def environment(self) -> Iterator[None]:
+        """Set `env` in ``os.environ`` for the duration of the block, then restore what was there."""
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def client(self, endpoint: str | None = None) -> Any:
         """An anonymous google-cloud-storage client for this emulator (or a proxy in front of it)."""
@@ -86,44 +110,80 @@ class GCSEmulator:
             list(pool.map(put, files))
         return len(files)
 
+    def log_tail(self, limit: int = 4000) -> str:
+        """The end of the emulator's stderr (warnings and tracebacks only)."""
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-limit:]
+
     def stop(self) -> None:
-        """Stop the emulator process."""
-        self.process.terminate()
+        """Stop the emulator process: close its stdin (it exits on EOF), then terminate, then kill."""
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        if self._log is not None:
+            self._log.close()
+
+
+def _serve() -> None:
+    """Child-process entry point: serve in memory on a port the kernel picks, print it, exit on stdin EOF.
+
+    Binding port 0 in the server itself leaves no window between choosing a free port and binding
+    it (another process could take the port, and a readiness probe would then talk to it). Stdin
+    is a pipe from the test process, so the emulator also exits when that process dies.
+    """
+    from gcp_storage_emulator.server import create_server
+
+    server = create_server("127.0.0.1", 0, in_memory=True)
+    server.start()  # returns once the socket is bound and listening
+    # The bound port is not public API: gcp-storage-emulator 2026.7.19 keeps its HTTPServer here.
+    port = server._api._httpd.server_address[1]
+    print(port, flush=True)
+    sys.stdin.buffer.read()
+    server.stop()
+    os._exit(0)
 
 
 def start_emulator(timeout: float = 30.0) -> GCSEmulator:
-    """Start ``gcp-storage-emulator`` in memory on a free port and wait until it answers."""
-    exe = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable)) or shutil.which(
-        "gcp-storage-emulator"
-    )
-    if exe is None:
-        raise RuntimeError("gcp-storage-emulator is not installed (pip install the dev extra)")
-    port = free_port()
+    """Start ``gcp-storage-emulator`` in memory on a free port and wait until it answers as the emulator."""
+    log = tempfile.TemporaryFile(prefix="gcs-emulator-")  # noqa: SIM115 (GCSEmulator.stop closes it)
     proc = subprocess.Popen(
-        [exe, "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [sys.executable, "-c", f"import runpy; runpy.run_path({__file__!r}, run_name='__gcs_emulator__')"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
     )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gcp-storage-emulator exited with {proc.returncode}")
-        try:
-            urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=1).close()
-            return GCSEmulator(endpoint, proc)
-        except urllib.error.HTTPError:
-            return GCSEmulator(endpoint, proc)  # any HTTP answer means it is serving
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"gcp-storage-emulator did not answer on {endpoint}") from None
-            time.sleep(0.1)
+    emulator = GCSEmulator("", proc, log)
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                raise RuntimeError(f"gcp-storage-emulator did not start within {timeout} s")
+        line = proc.stdout.readline().decode().strip()
+        if not line.isdigit():
+            raise RuntimeError(f"gcp-storage-emulator exited with {proc.poll()}: {emulator.log_tail()}")
+        emulator.endpoint = f"http://127.0.0.1:{line}"
+        # The socket is listening, so this cannot be refused; it checks that the emulator answers.
+        with urllib.request.urlopen(f"{emulator.endpoint}/storage/v1/b", timeout=timeout) as resp:
+            if json.load(resp).get("kind") != "storage#buckets":
+                raise RuntimeError(f"{emulator.endpoint} is not the GCS emulator")
+    except BaseException:
+        emulator.stop()
+        raise
+    return emulator
 
 
 class FlakyProxy:
@@ -194,21 +254,20 @@ class FlakyProxy:
 
 
 @pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[GCSEmulator]:
-    """A GCS emulator for the whole session, with the client libraries' environment pointed at it."""
+def gcs_emulator_server() -> Iterator[GCSEmulator]:
+    """A GCS emulator for the whole session (no environment set: see `gcs_emulator`)."""
     emulator = start_emulator()
-    env = {**_ENV, "STORAGE_EMULATOR_HOST": emulator.endpoint, "TENSORSTORE_GCS_HTTP_URL": emulator.endpoint}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
         yield emulator
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         emulator.stop()
+
+
+@pytest.fixture
+def gcs_emulator(gcs_emulator_server: GCSEmulator) -> Iterator[GCSEmulator]:
+    """The session's emulator, with the client libraries' environment pointed at it for this test."""
+    with gcs_emulator_server.environment():
+        yield gcs_emulator_server
 
 
 @pytest.fixture
@@ -225,3 +284,7 @@ def flaky_gcs(gcs_emulator: GCSEmulator) -> Iterator[FlakyProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+if __name__ == "__gcs_emulator__":
+    _serve()

@@ -15,23 +15,28 @@ from operators.checkpoints.storage import default_retry
 from tests.support.gcs_emulator import FlakyProxy, GCSEmulator
 from tests.support.orbax_checkpoints import write_run
 
+# Every test here talks to the emulator through the environment (STORAGE_EMULATOR_HOST, ...).
+pytestmark = pytest.mark.usefixtures("gcs_emulator")
+
 
 @pytest.fixture(scope="session")
-def gcs_runs(gcs_emulator: GCSEmulator, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def gcs_runs(gcs_emulator_server: GCSEmulator, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """MaxText-layout runs on gs://.
 
     zarr (what MaxText on Pathways writes) is written by Orbax straight to the bucket. OCDBT is
-    written locally and uploaded: the emulator intermittently rejects Orbax's concurrent
-    conditional OCDBT manifest writes ("Malformed StorageGeneration").
+    written locally and uploaded: after reading ``manifest.ocdbt`` back from the emulator (which
+    sends no ``x-goog-generation``), tensorstore refuses the next conditional manifest write with
+    "Malformed StorageGeneration" (see tests/support/gcs_emulator.py).
     """
     from etils import epath
 
-    bucket = gcs_emulator.create_bucket()
-    runs = {"zarr": f"{bucket}/zarr", "ocdbt": f"{bucket}/ocdbt"}
-    write_run(epath.Path(runs["zarr"]), ocdbt=False, steps=(10, 20), with_iter=True)  # type: ignore[arg-type]
-    local = tmp_path_factory.mktemp("gcs-ocdbt")
-    write_run(local, ocdbt=True, steps=(10, 20))
-    gcs_emulator.upload_dir(local, runs["ocdbt"])
+    with gcs_emulator_server.environment():
+        bucket = gcs_emulator_server.create_bucket()
+        runs = {"zarr": f"{bucket}/zarr", "ocdbt": f"{bucket}/ocdbt"}
+        write_run(epath.Path(runs["zarr"]), ocdbt=False, steps=(10, 20), with_iter=True)  # type: ignore[arg-type]
+        local = tmp_path_factory.mktemp("gcs-ocdbt")
+        write_run(local, ocdbt=True, steps=(10, 20))
+        gcs_emulator_server.upload_dir(local, runs["ocdbt"])
     return runs
 
 
