@@ -156,7 +156,7 @@ def process_alive(pid: int) -> bool:
         return False
 
 
-def wait_processes_gone(pids: list[int], timeout: float = 10.0) -> None:
+def wait_processes_gone(pids: list[int], timeout: float = 30.0) -> None:
     assert pids, "no container process was recorded"
     wait_for(lambda: not any(process_alive(pid) for pid in pids), timeout)
 

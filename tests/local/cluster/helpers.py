@@ -71,8 +71,12 @@ def jobset_body(name: str, *, replicas: int = 1, suspend: bool = True, **spec: A
     }
 
 
-def wait_for(check: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.05) -> T:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+def wait_for(check: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.05) -> T:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    The default is generous on purpose: a wait costs only as long as the condition takes, and CI runs
+    the suite on a loaded 2-core machine.
+    """
     deadline = time.monotonic() + timeout
     while True:
         result = check()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -20,7 +21,8 @@ from tests.local.cluster.control_plane_support import (
 from tests.local.cluster.helpers import wait_for
 
 
-def _job(name: str, parallelism: int = 2, grace: int = 5) -> dict[str, Any]:
+def _job(name: str, parallelism: int = 2, grace: int = 5, on_term: str = "sleep 0.3") -> dict[str, Any]:
+    """A Job whose pods run until SIGTERM, then run ``on_term`` and exit 0."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -32,7 +34,7 @@ def _job(name: str, parallelism: int = 2, grace: int = 5) -> dict[str, Any]:
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": grace,
-                    "containers": [container("main", "trap 'sleep 0.3; exit 0' TERM; while :; do sleep 0.05; done")],
+                    "containers": [container("main", f"trap '{on_term}; exit 0' TERM; while :; do sleep 0.05; done")],
                 }
             },
         },
@@ -44,7 +46,7 @@ def _running(k8s: K8s, job: str, count: int) -> list[client.V1Pod]:
         pods = [p for p in pods_of(k8s.core, f"{LABEL_JOB_NAME}={job}") if p.status and p.status.phase == "Running"]
         return pods if len(pods) == count and all(pod_pids(p) for p in pods) else None
 
-    return wait_for(probe, 15)
+    return wait_for(probe, 30)
 
 
 def _job_exists(k8s: K8s, name: str) -> client.V1Job | None:
@@ -57,15 +59,18 @@ def _job_exists(k8s: K8s, name: str) -> client.V1Job | None:
     return job
 
 
-def test_foreground_deletion_keeps_the_owner_until_its_pods_are_gone(k8s: K8s) -> None:
+def test_foreground_deletion_keeps_the_owner_until_its_pods_are_gone(k8s: K8s, tmp_path: Path) -> None:
+    may_stop = tmp_path / "may-stop"  # the pods stop on SIGTERM only once the test has seen the Job waiting
     name = unique("fg")
-    k8s.batch.create_namespaced_job(NS, _job(name))
+    k8s.batch.create_namespaced_job(NS, _job(name, grace=60, on_term=f"until [ -e {may_stop} ]; do sleep 0.05; done"))
     pods = _running(k8s, name, 2)
     k8s.batch.delete_namespaced_job(name, NS, propagation_policy="Foreground")
-    job = _job_exists(k8s, name)  # the pods take 0.3 s to stop on SIGTERM
+    job = _job_exists(k8s, name)
     assert job is not None and job.metadata.deletion_timestamp is not None
     assert "foregroundDeletion" in (job.metadata.finalizers or [])
-    wait_for(lambda: _job_exists(k8s, name) is None, 10)
+    assert len(pods_of(k8s.core, f"{LABEL_JOB_NAME}={name}")) == 2  # terminating, not gone
+    may_stop.touch()
+    wait_for(lambda: _job_exists(k8s, name) is None, 30)
     assert not pods_of(k8s.core, f"{LABEL_JOB_NAME}={name}")
     wait_processes_gone([pid for pod in pods for pid in pod_pids(pod)])
 
@@ -76,7 +81,7 @@ def test_background_deletion_removes_the_owner_and_collects_its_pods(k8s: K8s) -
     pods = _running(k8s, name, 2)
     k8s.batch.delete_namespaced_job(name, NS, propagation_policy="Background")
     assert _job_exists(k8s, name) is None
-    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOB_NAME}={name}"), 10)
+    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOB_NAME}={name}"), 30)
     wait_processes_gone([pid for pod in pods for pid in pod_pids(pod)])
 
 
@@ -85,7 +90,7 @@ def test_orphan_propagation_leaves_the_pods_running(k8s: K8s) -> None:
     k8s.batch.create_namespaced_job(NS, _job(name, parallelism=1))
     pod = _running(k8s, name, 1)[0]
     k8s.batch.delete_namespaced_job(name, NS, propagation_policy="Orphan")
-    wait_for(lambda: _job_exists(k8s, name) is None, 5)
+    wait_for(lambda: _job_exists(k8s, name) is None, 30)
     kept = k8s.core.read_namespaced_pod(pod.metadata.name, NS)
     assert kept.status.phase == "Running" and not kept.metadata.owner_references
     k8s.core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0)
@@ -107,4 +112,4 @@ def test_a_dependent_whose_owner_never_existed_is_collected(k8s: K8s) -> None:
             return bool(err.status == 404)
         return False
 
-    wait_for(gone, 10)
+    wait_for(gone, 30)

@@ -40,7 +40,7 @@ def _job(name: str, script: str, *, restart_policy: str = "Never", **spec: Any) 
     }
 
 
-def _finished(k8s: K8s, name: str, kind: str, timeout: float = 15.0) -> client.V1Job:
+def _finished(k8s: K8s, name: str, kind: str, timeout: float = 30.0) -> client.V1Job:
     def probe() -> client.V1Job | None:
         job = k8s.batch.read_namespaced_job(name, NS)
         return job if condition(job.status.conditions, kind) else None
@@ -79,8 +79,11 @@ def test_indexed_job_runs_one_pod_per_index_and_completes(k8s: K8s) -> None:
 def test_non_indexed_job_respects_parallelism_and_completions(k8s: K8s, tmp_path: Any) -> None:
     name = unique("parallel")
     trace = tmp_path / "trace"
+    # Each pod waits until two have started, so the first two are seen running together even when a loaded
+    # machine starts them far apart; the third starts only when one of them has finished.
+    both_started = f'until [ "$(grep -c + {trace})" -ge 2 ]; do sleep 0.05; done'
     k8s.batch.create_namespaced_job(
-        NS, _job(name, f"echo + >> {trace}; sleep 0.3; echo - >> {trace}", completions=3, parallelism=2)
+        NS, _job(name, f"echo + >> {trace}; {both_started}; sleep 0.3; echo - >> {trace}", completions=3, parallelism=2)
     )
     job = _finished(k8s, name, "Complete")
     assert job.status.succeeded == 3
@@ -110,7 +113,7 @@ def test_on_failure_container_restarts_count_against_backoff_limit(k8s: K8s) -> 
     k8s.batch.create_namespaced_job(NS, _job(name, "exit 2", restart_policy="OnFailure", backoffLimit=2))
     job = _finished(k8s, name, "Failed")
     assert condition(job.status.conditions, "Failed").reason == "BackoffLimitExceeded"
-    wait_for(lambda: not _pods(k8s, name), timeout=10)  # the restarting pod is deleted
+    wait_for(lambda: not _pods(k8s, name), timeout=30)  # the restarting pod is deleted
     assert len(k8s.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}").items) >= 1
 
 
@@ -139,7 +142,7 @@ def test_suspend_deletes_pods_without_counting_failures_and_resume_recreates(k8s
     k8s.batch.patch_namespaced_job(name, NS, {"spec": {"suspend": False}})
     pod = wait_for(lambda: [p for p in _pods(k8s, name) if p.status.phase == "Running"])[0]
     k8s.batch.patch_namespaced_job(name, NS, {"spec": {"suspend": True}})
-    wait_for(lambda: not _pods(k8s, name), timeout=10)
+    wait_for(lambda: not _pods(k8s, name), timeout=30)
     job = k8s.batch.read_namespaced_job(name, NS)
     assert not condition(job.status.conditions, "Failed") and not job.status.failed
     wait_processes_gone(pod_pids(pod))
@@ -149,6 +152,6 @@ def test_suspend_deletes_pods_without_counting_failures_and_resume_recreates(k8s
 def test_active_deadline_fails_the_job(k8s: K8s) -> None:
     name = unique("deadline")
     k8s.batch.create_namespaced_job(NS, _job(name, "sleep 30", activeDeadlineSeconds=1, backoffLimit=0))
-    job = _finished(k8s, name, "Failed", timeout=10)
+    job = _finished(k8s, name, "Failed")
     assert condition(job.status.conditions, "Failed").reason == "DeadlineExceeded"
-    wait_for(lambda: not _pods(k8s, name), timeout=10)
+    wait_for(lambda: not _pods(k8s, name), timeout=30)

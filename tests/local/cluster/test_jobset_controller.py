@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,9 @@ from kubernetes import client
 from local.cluster import LocalCluster
 from operators.constants import (
     ANNOTATION_COORDINATOR,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
     LABEL_GLOBAL_REPLICAS,
     LABEL_JOB_GLOBAL_INDEX,
     LABEL_JOB_INDEX,
@@ -37,7 +41,21 @@ from tests.local.cluster.control_plane_support import (
 from tests.local.cluster.helpers import wait_for
 
 HEAD, WORKER = "head", "worker"
-SLEEP = "sleep 30"
+SLEEP = "sleep 300"  # outlives any wait below: a state held in place, not a race with the clock
+
+
+@pytest.fixture(autouse=True)
+def _no_jobset_left_running(k8s: K8s) -> Iterator[None]:
+    """A test that failed half-way must not leave its pods running, loading the machine, for the next ones."""
+    yield
+    jobsets = JobSets(k8s.custom)
+    for jobset in k8s.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]:
+        if not jobset["metadata"].get("deletionTimestamp"):
+            try:
+                jobsets.delete(jobset["metadata"]["name"])
+            except client.ApiException as err:
+                if err.status != 404:  # 404: gone meanwhile (ttlSecondsAfterFinished)
+                    raise
 
 
 def _pathways_like(
@@ -68,11 +86,11 @@ def _pathways_like(
     )
 
 
-def _status_when(jobsets: JobSets, name: str, probe: Any, timeout: float = 20.0) -> dict[str, Any]:
+def _status_when(jobsets: JobSets, name: str, probe: Any, timeout: float = 30.0) -> dict[str, Any]:
     return wait_for(lambda: (status := jobsets.status(name)) and probe(status) and status, timeout)
 
 
-def _terminal(jobsets: JobSets, name: str, timeout: float = 20.0) -> dict[str, Any]:
+def _terminal(jobsets: JobSets, name: str, timeout: float = 30.0) -> dict[str, Any]:
     return _status_when(jobsets, name, lambda s: s.get("terminalState"), timeout)
 
 
@@ -81,12 +99,23 @@ def _jobs(k8s: K8s, jobset: str) -> list[client.V1Job]:
     return items
 
 
-def _running_pods(k8s: K8s, selector: str, count: int) -> list[client.V1Pod]:
+def _running_pods(k8s: K8s, selector: str, count: int, *, other_than: str = "") -> list[client.V1Pod]:
+    """At least ``count`` running pods matching ``selector`` (none named ``other_than``)."""
+
     def probe() -> list[client.V1Pod] | None:
-        pods = [p for p in pods_of(k8s.core, selector) if p.status and p.status.phase == "Running" and pod_pids(p)]
+        pods = [
+            p
+            for p in pods_of(k8s.core, selector)
+            if p.status and p.status.phase == "Running" and pod_pids(p) and p.metadata.name != other_than
+        ]
         return pods if len(pods) >= count else None
 
-    return wait_for(probe, 15)
+    return wait_for(probe, 30)
+
+
+def _until_flag(flag: Path) -> str:
+    """A script that waits until the test creates ``flag``: it holds a state the test must observe."""
+    return f"while [ ! -e {flag} ]; do sleep 0.05; done"
 
 
 def _events(k8s: K8s, name: str) -> list[client.CoreV1Event]:
@@ -131,19 +160,21 @@ def test_children_carry_upstream_labels_annotations_and_coordinator(k8s: K8s) ->
     jobsets.delete(name)
 
 
-def test_head_only_success_policy_completes_and_cleans_workers(k8s: K8s) -> None:
+def test_head_only_success_policy_completes_and_cleans_workers(k8s: K8s, tmp_path: Path) -> None:
+    workers_seen = tmp_path / "workers-seen"  # the head finishes only after the test saw every worker run
     jobsets = JobSets(k8s.custom)
     name = unique("success")
-    jobsets.create(_pathways_like(name, head_script="sleep 1", failurePolicy={"maxRestarts": 1}))
+    jobsets.create(_pathways_like(name, head_script=_until_flag(workers_seen), failurePolicy={"maxRestarts": 1}))
     workers = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER}", 4)
     pids = [pid for pod in workers for pid in pod_pids(pod)]
+    workers_seen.touch()
     status = _terminal(jobsets, name)
     assert status["terminalState"] == "Completed"
     completed = condition(status["conditions"], "Completed")
     assert (completed["reason"], completed["message"]) == ("AllJobsCompleted", "jobset completed successfully")
     assert status["restarts"] == 0
-    wait_for(lambda: [j.metadata.name for j in _jobs(k8s, name)] == [f"{name}-{HEAD}-0"], 15)
-    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER}"), 15)
+    wait_for(lambda: [j.metadata.name for j in _jobs(k8s, name)] == [f"{name}-{HEAD}-0"], 30)
+    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER}"), 30)
     wait_processes_gone(pids)
     head = {r["name"]: r for r in jobsets.status(name)["replicatedJobsStatus"]}[HEAD]
     assert head["succeeded"] == 1
@@ -157,9 +188,8 @@ def test_deleted_worker_pod_is_replaced_without_a_jobset_restart(k8s: K8s, clust
     selector = f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER},{LABEL_JOB_INDEX}=0"
     victim = _running_pods(k8s, selector, 2)[0]
     cluster.faults.delete_pod(NS, victim.metadata.name)
-    replacement = wait_for(
-        lambda: [p for p in _running_pods(k8s, selector, 2) if p.metadata.name != victim.metadata.name][:2], 15
-    )
+    replacement = _running_pods(k8s, selector, 2, other_than=victim.metadata.name)  # the survivor and the new pod
+    assert len(replacement) == 2
     assert all(p.metadata.labels[LABEL_RESTART_ATTEMPT] == "0" for p in replacement)
     wait_processes_gone(pod_pids(victim))
     job = k8s.batch.read_namespaced_job(f"{name}-{WORKER}-0", NS)
@@ -189,7 +219,7 @@ def test_worker_over_backoff_limit_restarts_the_jobset(k8s: K8s, strategy: str) 
         fresh = [j for j in jobs if j.metadata.labels[LABEL_RESTART_ATTEMPT] == "1"]
         return fresh if len(fresh) == 3 and len(jobs) == 3 else None
 
-    jobs = wait_for(recreated, 20)
+    jobs = wait_for(recreated, 30)
     assert sorted(j.metadata.name for j in jobs) == sorted(
         f"{name}-{r}-{i}" for r, i in [(HEAD, 0), (WORKER, 0), (WORKER, 1)]
     )
@@ -215,7 +245,7 @@ def test_max_restarts_spent_fails_the_jobset(k8s: K8s) -> None:
     assert failed["reason"] == "ReachedMaxRestarts"
     assert failed["message"].startswith("jobset failed due to reaching max number of restarts (first failed job: ")
     assert f"{name}-{WORKER}-" in failed["message"]
-    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={HEAD}"), 15)
+    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={HEAD}"), 30)
     warnings = {e.reason for e in _events(k8s, name) if e.type == "Warning"}
     assert {"ReachedMaxRestarts", "RestartJobSetFailurePolicyAction"} <= warnings
     jobsets.delete(name)
@@ -291,7 +321,7 @@ def test_success_policy_any(k8s: K8s) -> None:
     )
     jobsets.create(manifest)
     assert _terminal(jobsets, name)["terminalState"] == "Completed"
-    wait_for(lambda: [j.metadata.name for j in _jobs(k8s, name)] == [f"{name}-fast-0"], 15)
+    wait_for(lambda: [j.metadata.name for j in _jobs(k8s, name)] == [f"{name}-fast-0"], 30)
     jobsets.delete(name)
 
 
@@ -299,12 +329,17 @@ def test_suspend_and_resume(k8s: K8s) -> None:
     jobsets = JobSets(k8s.custom)
     name = unique("suspend")
     jobsets.create(jobset_manifest(name, {HEAD: job_template("sleep 0.3", grace=5)}, suspend=True))
-    status = _status_when(jobsets, name, lambda s: condition(s.get("conditions"), "Suspended"))
+    # The pass that creates the suspended Job counts it in replicatedJobsStatus only on the next pass
+    # (as upstream: the status is computed from the Jobs listed at the start of a reconcile).
+    status = _status_when(
+        jobsets,
+        name,
+        lambda s: condition(s.get("conditions"), "Suspended") and s["replicatedJobsStatus"][0]["suspended"] == 1,
+    )
     suspended = condition(status["conditions"], "Suspended")
     assert (suspended["reason"], suspended["message"]) == ("SuspendedJobs", "jobset is suspended")
-    job = wait_for(lambda: _jobs(k8s, name), 10)[0]
+    job = wait_for(lambda: _jobs(k8s, name), 30)[0]
     assert job.spec.suspend is True
-    assert status["replicatedJobsStatus"][0]["suspended"] == 1
     assert not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name}")
     jobsets.patch(name, {"spec": {"suspend": False}})
     status = _terminal(jobsets, name)
@@ -321,16 +356,18 @@ def test_foreground_delete_leaves_no_job_pod_or_process(k8s: K8s) -> None:
     pods = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name}", 5)
     pids = [pid for pod in pods for pid in pod_pids(pod)]
     jobsets.delete(name, propagation="Foreground")  # 202 Accepted: the client returns no body for it
-    wait_for(lambda: not jobsets.exists(name), 15)
+    wait_for(lambda: not jobsets.exists(name), 30)
     assert not _jobs(k8s, name)
     assert not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name}")
     wait_processes_gone(pids, timeout=2)
 
 
-def test_in_order_startup_creates_workers_once_the_head_is_ready(k8s: K8s) -> None:
+def test_in_order_startup_creates_workers_once_the_head_is_ready(k8s: K8s, tmp_path: Path) -> None:
+    warmed_up = tmp_path / "warmed-up"  # the head stays initialising until the test has looked
     jobsets = JobSets(k8s.custom)
     name = unique("inorder")
-    head = job_template(SLEEP, grace=5, initContainers=[{"name": "warmup", "image": "x", "command": ["sleep", "1"]}])
+    warmup = {"name": "warmup", "image": "x", "command": ["sh", "-c", _until_flag(warmed_up)]}
+    head = job_template(SLEEP, grace=5, initContainers=[warmup])
     manifest = jobset_manifest(
         name,
         {HEAD: head, WORKER: job_template(SLEEP, replicas=2, grace=5)},
@@ -340,6 +377,7 @@ def test_in_order_startup_creates_workers_once_the_head_is_ready(k8s: K8s) -> No
     in_progress = _status_when(jobsets, name, lambda s: condition(s.get("conditions"), "StartupPolicyInProgress"))
     assert in_progress["replicatedJobsStatus"][0]["ready"] == 0
     assert [j.metadata.name for j in _jobs(k8s, name)] == [f"{name}-{HEAD}-0"]  # the head is still initialising
+    warmed_up.touch()
     status = _status_when(jobsets, name, lambda s: condition(s.get("conditions"), "StartupPolicyCompleted"))
     assert condition(status["conditions"], "StartupPolicyCompleted")["reason"] == "InOrderStartupPolicyCompleted"
     assert len(_jobs(k8s, name)) == 3
@@ -351,7 +389,7 @@ def test_ttl_after_finished_deletes_the_jobset(k8s: K8s) -> None:
     name = unique("ttl")
     jobsets.create(jobset_manifest(name, {HEAD: job_template("true")}, ttlSecondsAfterFinished=1))
     assert _terminal(jobsets, name)["terminalState"] == "Completed"
-    wait_for(lambda: not jobsets.exists(name), 10)
+    wait_for(lambda: not jobsets.exists(name), 30)
     assert not _jobs(k8s, name)
 
 
@@ -367,7 +405,7 @@ def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s, tmp_pa
     main = {
         "name": "jax-tpu",
         "image": "maxtext",
-        "command": ["sh", "-c", f'echo "$JAX_BACKEND_TARGET"; while [ ! -e {workers_seen} ]; do sleep 0.05; done'],
+        "command": ["sh", "-c", f'echo "$JAX_BACKEND_TARGET"; {_until_flag(workers_seen)}'],
         "env": [coordinator_env, {"name": "JAX_BACKEND_TARGET", "value": "grpc://$(PATHWAYS_HEAD):29000"}],
     }
     sidecars = [

@@ -165,6 +165,15 @@ def test_delete_propagation_policies(k8s: K8s) -> None:
         if policy == "Orphan":
             assert not child.metadata.owner_references
         k8s.batch.delete_namespaced_job(f"{name}-child", "default", propagation_policy="Background")
+        if policy == "Foreground":  # do the garbage collector's part, so no JobSet is left for other tests
+            k8s.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, "default", PLURAL, name, {"metadata": {"finalizers": None}}
+            )
+    left = {
+        js["metadata"]["name"]
+        for js in k8s.custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)["items"]
+    }
+    assert not left & {"crud-foreground", "crud-orphan", "crud-background"}
 
 
 def test_namespaces_events_and_all_namespace_lists(k8s: K8s) -> None:
