@@ -3,18 +3,24 @@
 `<base_output_directory>/<run_name>/checkpoints/<step>/items` with `commit_success.txt` at the step and the
 item level. Commit-file atomicity is forced on every backend, so a step directory on local disk counts only
 once its marker exists, exactly as on GCS; a save killed part-way leaves a step that is never restored.
+
+Local-only fault injection: with `LOCAL_FAULT_KILL_DURING_SAVE_STEP=N` in the environment the trainer SIGKILLs
+itself in the middle of the save of step N, once everything but the step's commit marker is on disk.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import options as ocp_options
+from orbax.checkpoint.path import atomicity
 
 from operators.constants import COMMIT_SUCCESS_FILE
 
@@ -22,6 +28,49 @@ _logger = logging.getLogger(__name__)
 
 ITEM_NAME = "items"
 _STEP_DIR_RE = re.compile(r"^\d+$")
+
+# Fault injection for tests, never set in a real job: the step whose save kills the process before its marker.
+KILL_DURING_SAVE_ENV = "LOCAL_FAULT_KILL_DURING_SAVE_STEP"
+
+
+def kill_during_save_step() -> int | None:
+    """The step `LOCAL_FAULT_KILL_DURING_SAVE_STEP` asks to be killed in the middle of saving, if any."""
+    value = os.environ.get(KILL_DURING_SAVE_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{KILL_DURING_SAVE_ENV} must be a step number, not {value!r}") from None
+
+
+def _kill_before_commit(step_directory: epath.Path) -> type[Any]:
+    """Orbax's commit-file temporary path, except that committing `step_directory` SIGKILLs the process.
+
+    The seam (Orbax 0.12.8): an async save's background thread first waits for the item handlers' write
+    futures (the array data), then finalizes the `items` item (its own `commit_success.txt`), writes
+    `_CHECKPOINT_METADATA`, and last calls `finalize()` on the step's temporary path, which under
+    `AtomicityMode.COMMIT_FILE` is the commit itself: the commit timestamp into `_CHECKPOINT_METADATA`, then
+    `<step>/commit_success.txt`. Killing on entry leaves the step complete but uncommitted: the worst case
+    for a reader, and what a crash just before the commit leaves. A synchronous save goes through the same
+    `finalize()`. Orbax also builds the item's temporary path from this class, hence the match on the step
+    directory itself.
+    """
+
+    class KillBeforeCommitTemporaryPath(atomicity.CommitFileTemporaryPath):  # type: ignore[misc]
+        async def finalize(self) -> None:
+            if self.get_final() == step_directory:
+                _logger.warning(
+                    "Fault injection (%s): killing the process before the commit marker of %s",
+                    KILL_DURING_SAVE_ENV,
+                    step_directory,
+                )
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            await super().finalize()
+
+    return KillBeforeCommitTemporaryPath
 
 
 def create_manager(
@@ -33,8 +82,20 @@ def create_manager(
     read_only: bool = False,
     use_ocdbt: bool = True,
     use_zarr3: bool = True,
+    kill_during_save_step: int | None = None,
 ) -> ocp.CheckpointManager:
-    """An Orbax CheckpointManager over `directory` (the run's `checkpoints/`), as MaxText configures it."""
+    """An Orbax CheckpointManager over `directory` (the run's `checkpoints/`), as MaxText configures it.
+
+    `kill_during_save_step` arms the fault injection: the save of that step kills the process before its
+    commit marker is written.
+    """
+    # `temporary_path_class` is deprecated in favour of `atomicity_options`, but it is the only way to hand
+    # Orbax a class; it is set only while the fault injection is armed.
+    kill_path_class = (
+        None
+        if kill_during_save_step is None
+        else _kill_before_commit(epath.Path(directory) / str(kill_during_save_step))
+    )
     options = ocp.CheckpointManagerOptions(
         save_interval_steps=period,
         max_to_keep=max_to_keep,
@@ -42,6 +103,7 @@ def create_manager(
         create=not read_only,
         read_only=read_only,
         atomicity_options=ocp_options.AtomicityOptions(mode=ocp_options.AtomicityMode.COMMIT_FILE),
+        temporary_path_class=kill_path_class,
     )
     return ocp.CheckpointManager(
         directory,

@@ -9,7 +9,6 @@ and pathwaysutils' retry loop starts the next attempt in the same process.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 import types
@@ -38,9 +37,6 @@ from local.workloads.slices import Generation, SliceHealth, lost_slices
 
 _logger = logging.getLogger(__name__)
 
-# Fault-injection hook for tests: SIGKILL this process right after the async save of this step started.
-KILL_AFTER_SAVE_ENV = "LOCAL_WORKLOADS_KILL_AFTER_SAVE_STARTED"
-
 
 class Trainer:
     """Trains `config` on the slices of `health`, one attempt at a time."""
@@ -62,7 +58,7 @@ class Trainer:
         self._active: frozenset[int] = frozenset()
         self._generations: dict[int, Generation] = {}
         self._pending: RecoveryRecord | None = None
-        self._kill_after_save = int(os.environ.get(KILL_AFTER_SAVE_ENV, "-1"))
+        self._kill_during_save = checkpointing.kill_during_save_step()
 
     def run(self) -> int:
         """Train to `steps` (elastic or not); the process exit code."""
@@ -125,6 +121,7 @@ class Trainer:
             max_to_keep=self.config.max_num_checkpoints_to_keep,
             use_ocdbt=self.config.storage_format[0],
             use_zarr3=self.config.storage_format[1],
+            kill_during_save_step=self._kill_during_save,
         )
 
     def _restore_or_init(self, manager: ocp.CheckpointManager | None, abstract: Any, replicated: NamedSharding) -> Any:
@@ -175,8 +172,6 @@ class Trainer:
                     async_checkpointing=config.async_checkpointing,
                     force=step == last and config.save_checkpoint_on_completion,
                 )
-                if saved and step == self._kill_after_save:
-                    os.kill(os.getpid(), signal.SIGKILL)
                 if saved:
                     self._maybe_scale_up(manager, step)
         if manager is not None:

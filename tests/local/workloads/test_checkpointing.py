@@ -84,3 +84,23 @@ def test_clean_up_deletes_only_a_newest_unmarked_step(tmp_path: Path) -> None:
     assert checkpointing.clean_up_incomplete_checkpoint(str(directory)) == str(directory / "10")
     assert sorted(p.name for p in directory.iterdir() if p.name.isdigit()) == ["0", "5"]
     assert jax.devices()
+
+
+def test_kill_during_save_step_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(checkpointing.KILL_DURING_SAVE_ENV, raising=False)
+    assert checkpointing.kill_during_save_step() is None
+    monkeypatch.setenv(checkpointing.KILL_DURING_SAVE_ENV, " 20 ")
+    assert checkpointing.kill_during_save_step() == 20
+    monkeypatch.setenv(checkpointing.KILL_DURING_SAVE_ENV, "twenty")
+    with pytest.raises(ValueError, match="must be a step number"):
+        checkpointing.kill_during_save_step()
+
+
+def test_an_armed_kill_leaves_other_steps_alone(tmp_path: Path) -> None:
+    directory = tmp_path / "checkpoints"
+    manager = checkpointing.create_manager(str(directory), period=1, kill_during_save_step=99)
+    for step in (0, 1):
+        assert checkpointing.save_checkpoint(manager, step, _state(step), async_checkpointing=True)
+    manager.close()
+    assert checkpointing.latest_committed_step(str(directory)) == 1
+    assert (directory / "1" / "items" / COMMIT_SUCCESS_FILE).is_file()

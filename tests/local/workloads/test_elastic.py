@@ -53,9 +53,30 @@ def test_health_checker_is_swapped_only_inside_the_block() -> None:
     assert pw_elastic.DefaultSliceHealthChecker is original
 
 
+class _BackAfterTheWaitSawItDown(StaticSliceHealth):
+    """A slice that comes back right after pathwaysutils' wait (in the test's thread) polled it down once.
+
+    No timer: the wait pauses on the down slice however slow the machine is. pathwaysutils' monitor thread
+    polls too, but its polls never bring the slice back.
+    """
+
+    def __init__(self, num_slices: int) -> None:
+        super().__init__(num_slices)
+        self.waiter = threading.get_ident()
+        self.polls_while_down = 0
+
+    def refresh(self) -> frozenset[int]:
+        healthy = super().refresh()
+        if threading.get_ident() == self.waiter and len(healthy) < self.num_slices:
+            self.polls_while_down += 1
+            for index in set(range(self.num_slices)) - healthy:
+                self.set_up(index)
+        return healthy
+
+
 def test_recovers_in_the_same_call_and_logs_like_pathwaysutils(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    health = StaticSliceHealth(2)
+    health = _BackAfterTheWaitSawItDown(2)
     manager = _manager(health)
     calls: list[frozenset[int]] = []
     events: list[str] = []
@@ -64,7 +85,6 @@ def test_recovers_in_the_same_call_and_logs_like_pathwaysutils(caplog: pytest.Lo
         calls.append(frozenset(manager.active_slice_indices))
         if len(calls) == 1:
             health.set_down(1)
-            threading.Timer(0.3, health.set_up, args=(1,)).start()
             raise slice_down_error({1})
         return "done"
 
@@ -81,6 +101,8 @@ def test_recovers_in_the_same_call_and_logs_like_pathwaysutils(caplog: pytest.Lo
     assert [m[1] for m in ELASTIC_ATTEMPT_RE.finditer(caplog.text)] == ["1", "2"]
     assert ELASTIC_EVENT_RE.search(caplog.text)
     assert SUFFICIENT_SLICES_RE.findall(caplog.text) == [("2", "2"), ("2", "2")]
+    assert health.polls_while_down == 1  # the second attempt waited for the slice
+    assert "1 slices active. Wanting at least 2." in caplog.text
 
 
 def test_max_retries_counts_attempts() -> None:

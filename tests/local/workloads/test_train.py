@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from local.workloads.trainer import KILL_AFTER_SAVE_ENV
+from local.workloads.checkpointing import KILL_DURING_SAVE_ENV
+from operators.checkpoints import Problem, validate_checkpoints
 from operators.constants import (
     ASYNC_SAVE_STARTED_RE,
     COMMIT_SUCCESS_FILE,
@@ -63,39 +64,73 @@ def test_trains_on_two_slices_saves_like_maxtext_and_resumes(tmp_path: Path) -> 
     assert _steps(again.stdout) == [40, 41, 42, 43, 44]
 
 
-def test_resume_after_kill_9_uses_only_committed_steps(tmp_path: Path, small_model: list[str]) -> None:
-    args = [f"base_output_directory={tmp_path}", "run_name=k", "checkpoint_period=10", *small_model]
+def _assert_all_valid(run: Path, steps: list[int]) -> None:
+    report = validate_checkpoints(str(run))
+    assert report.error is None and report.valid, report.to_json()
+    assert [v.step for v in report.steps] == sorted(steps, reverse=True)
+    assert all(v.valid for v in report.steps), report.to_json()
+
+
+def test_resume_after_kill_9_loses_at_most_a_period_plus_the_save_in_flight(
+    tmp_path: Path, small_model: list[str]
+) -> None:
+    period = 10
+    args = [f"base_output_directory={tmp_path}", "run_name=k", f"checkpoint_period={period}", *small_model]
     process = start_module("local.workloads.train", [*args, "steps=100000"])
     try:
-        _read_until(process, 45)
+        head = _read_until(process, 45)
         process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
+        rest, _ = process.communicate(timeout=30)
     finally:
         process.kill()
+    assert process.returncode == -signal.SIGKILL
+    # Wherever the kill landed: `last` is the last step completed before it (the pipe holds every line).
+    last = _steps(head + rest)[-1]
     checkpoints = tmp_path / "k" / "checkpoints"
     committed = _committed(checkpoints)
-    assert committed and max(committed) >= 45 - 2 * 10  # at most one period plus the save in flight lost
+    # Saves run one at a time, so only the newest save (of `newest_due`) can have been in flight: the newest
+    # committed step is that one, or the one a period before it. Steps lost: `last - committed[-1] < 2 * period`.
+    newest_due = last // period * period
+    assert committed[-1] in (newest_due, newest_due - period), (last, committed)
+    assert committed == list(range(0, committed[-1] + 1, period))
+    unmarked = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and int(p.name) > committed[-1])
+    assert unmarked in ([], [newest_due])
 
     resumed = run_module("local.workloads.train", [*args, "steps=60"])
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    restored = int(RESTORING_STEP_RE.search(resumed.stdout)[1])  # type: ignore[index]
-    assert restored == max(committed)
-    assert _steps(resumed.stdout)[0] == restored + 1
-    assert 59 in _committed(checkpoints)
+    assert RESTORING_STEP_RE.findall(resumed.stdout) == [str(committed[-1])]
+    assert _steps(resumed.stdout) == list(range(committed[-1] + 1, 60))
+    _assert_all_valid(tmp_path / "k", [*range(0, 60, period), 59])
 
 
 def test_crash_during_async_save_leaves_that_step_unused(tmp_path: Path, small_model: list[str]) -> None:
     args = [f"base_output_directory={tmp_path}", "run_name=c", "steps=30", "checkpoint_period=10", *small_model]
-    crashed = run_module("local.workloads.train", args, **{KILL_AFTER_SAVE_ENV: "20"})
-    assert crashed.returncode == -signal.SIGKILL
-    checkpoints = tmp_path / "c" / "checkpoints"
-    assert _committed(checkpoints) == [0, 10]
+    crashed = run_module("local.workloads.train", args, LOCAL_FAULT_KILL_DURING_SAVE_STEP="20")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     assert ASYNC_SAVE_STARTED_RE.findall(crashed.stdout) == ["0", "10", "20"]
+    assert f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process before the commit marker" in crashed.stdout
+
+    # The kill landed mid-save: step 20 holds every array and its item marker, only the step's commit is missing.
+    run, checkpoints = tmp_path / "c", tmp_path / "c" / "checkpoints"
+    assert _committed(checkpoints) == [0, 10]
+    assert (checkpoints / "20" / "items" / COMMIT_SUCCESS_FILE).is_file()
+    assert not (checkpoints / "20" / COMMIT_SUCCESS_FILE).exists()
+    report = validate_checkpoints(str(run))
+    assert report.latest_valid_step == 10
+    half, previous = report.verdict(20), report.verdict(10)
+    assert half is not None and previous is not None
+    assert {f.code for f in half.problems} == {Problem.COMMIT_MARKER_MISSING, Problem.COMMIT_TIMESTAMP_MISSING}
+    assert half.items == previous.items  # the same arrays as a committed step
 
     resumed = run_module("local.workloads.train", args)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert RESTORING_STEP_RE.search(resumed.stdout)[1] == "10"  # type: ignore[index]
+    assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]  # never the half-written 20
+    assert _steps(resumed.stdout) == list(range(11, 30))
+    # The same state after step 10 and the same batch: the first step after the restore repeats its loss.
+    assert _losses(resumed.stdout)[0] == _losses(crashed.stdout)[11]
+    assert ASYNC_SAVE_STARTED_RE.findall(resumed.stdout) == ["20", "29"]
     assert _committed(checkpoints) == [0, 10, 20, 29]
+    _assert_all_valid(run, [0, 10, 20, 29])
 
 
 def test_sigterm_stops_training_and_exits_0(tmp_path: Path, small_model: list[str]) -> None:

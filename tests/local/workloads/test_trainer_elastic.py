@@ -61,7 +61,10 @@ def test_pause_resume_recovers_in_the_same_process(tmp_path: Path) -> None:
         )
     ]
     assert times == sorted(times)
-    assert record["phase_seconds"]["wait_for_slices"] >= 0.4  # the slice was down for 0.5 s
+    # The retry loop really paused: its wait saw one slice, and returned only once the slice was back.
+    assert "1 slices active. Wanting at least 2." in out
+    assert result["up_at"] - result["down_at"] >= 0.5
+    assert record["slices_ready_at"] >= result["up_at"]
     # The rewind is visible in the log: step 11 completed twice.
     steps = [int(m[1]) for m in COMPLETED_STEP_RE.finditer(out)]
     assert steps.count(11) == 2 and steps[-1] == 29
@@ -85,6 +88,6 @@ def test_replica_resize_scales_back_up_after_a_checkpoint(tmp_path: Path) -> Non
     down, up = result["records"]
     assert down["kind"] == "slice_down" and down["active_slices"] == [0]
     assert up["kind"] == "scale_up" and up["active_slices"] == [0, 1] and up["steps_lost"] == 0
-    assert up["step_restored"] in (20, 25)  # the first checkpoint after the slice came back
+    assert up["step_restored"] == 20  # the first checkpoint after the slice came back (after step 16)
     assert "Scale up requested." in out
     assert _LIVE.findall(out)[-1][1] == "2"
