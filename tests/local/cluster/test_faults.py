@@ -52,8 +52,9 @@ def test_throttling_is_retried_by_the_client_then_fails_until_cleared(cluster: L
     k8s.core.list_namespaced_pod("default")
     assert time.monotonic() - began >= 0.9
     cluster.faults.fail_requests(429, probability=1.0)
-    configuration = client.Configuration.get_default_copy()
-    configuration.host, configuration.api_key = cluster.url, {"authorization": f"Bearer {cluster.token}"}
+    # A fresh Configuration, not get_default_copy(): the process-wide default may carry another test's
+    # kubeconfig refresh hook, which points every request back at that test's (stopped) cluster.
+    configuration = client.Configuration(host=cluster.url, api_key={"authorization": f"Bearer {cluster.token}"})
     configuration.retries = False
     with client.ApiClient(configuration) as no_retries:
         with pytest.raises(client.ApiException) as caught:

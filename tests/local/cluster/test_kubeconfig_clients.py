@@ -31,6 +31,13 @@ def _objects(k8s: K8s) -> None:
 
 @pytest.fixture
 def airflow_connection(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    # The hooks load the kubeconfig into the clients' process-wide default Configuration, with a refresh
+    # hook that sends every later request of a default-based client to this module's cluster, stopped
+    # by then. Put the defaults back afterwards.
+    monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+    monkeypatch.setattr(
+        kubernetes_asyncio.client.Configuration, "_default", kubernetes_asyncio.client.Configuration._default
+    )
     extra = {"kube_config_path": str(cluster.kubeconfig_path), "namespace": "default"}
     monkeypatch.setenv("AIRFLOW_CONN_LOCAL_CLUSTER", json.dumps({"conn_type": "kubernetes", "extra": extra}))
     return "local_cluster"
