@@ -11,7 +11,6 @@ from typing import Any
 
 _PUBLIC = {
     "CheckpointValidationOperator": "operators.checkpoint_operator",
-    "ElasticJobSetOperator": "operators.jobset_operator",
 }
 
 __all__ = sorted(_PUBLIC)
