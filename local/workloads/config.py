@@ -11,6 +11,7 @@ because the number of host CPU devices is fixed when the XLA backend initialises
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -270,7 +271,10 @@ def _convert(key: str, value: Any, hint: Any) -> Any:
         if target is int:
             return int(text)
         if target is float:
-            return float(text)
+            number = float(text)
+            if not math.isfinite(number):
+                raise ValueError(text)
+            return number
     except ValueError:
         raise ConfigError(key, f"invalid {target.__name__} value {text!r}") from None
     return text

@@ -29,7 +29,9 @@ _logger = logging.getLogger("local.workloads.evaluate")
 def evaluate(config: EvalConfig) -> dict[str, Any]:
     """Evaluate and write the result file; returns the result."""
     loaded = load_committed_params(config)
-    batch = config.per_device_batch_size * jax.device_count()
+    # One device (the parameters are restored onto the first), so the result does not depend on how many
+    # devices the environment happens to expose.
+    batch = config.per_device_batch_size
     loss_of = jax.jit(lambda params, tokens: model.loss_fn(params, tokens, loaded.dims.heads))
     losses = [
         float(loss_of(loaded.params, model.corpus_batch("eval", i, batch, loaded.dims)))

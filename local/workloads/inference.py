@@ -8,10 +8,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import jax
+from etils import epath
 
 from local.workloads import checkpointing, model
 from local.workloads.config import CheckpointReaderConfig, join_path, parse_args
 from local.workloads.logs import configure_logging
+from operators.constants import COMMIT_SUCCESS_FILE
 
 _logger = logging.getLogger(__name__)
 _R = TypeVar("_R", bound=CheckpointReaderConfig)
@@ -39,10 +41,7 @@ def load_committed_params(config: CheckpointReaderConfig) -> LoadedParams:
         committed = manager.all_steps()
         step = max(committed, default=None) if config.checkpoint_step == -1 else config.checkpoint_step
         if step is None or step not in committed:
-            wanted = "any committed step" if step is None else f"committed step {step}"
-            raise CheckpointNotFoundError(
-                f"{config.checkpoint_directory} has no {wanted} (committed: {sorted(committed)})"
-            )
+            raise CheckpointNotFoundError(_not_found_message(config.checkpoint_directory, step, committed))
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         abstract = jax.tree.map(
             lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device),  # type: ignore[no-untyped-call]
@@ -52,6 +51,15 @@ def load_committed_params(config: CheckpointReaderConfig) -> LoadedParams:
     finally:
         manager.close()
     return LoadedParams(state["params"], step, join_path(config.checkpoint_directory, str(step)), dims)
+
+
+def _not_found_message(directory: str, step: int | None, committed: Sequence[int]) -> str:
+    available = f"committed steps: {sorted(committed)}"
+    if step is None:
+        return f"{directory} has no committed checkpoint ({available})"
+    if epath.Path(join_path(directory, str(step))).exists():
+        return f"step {step} of {directory} is not committed (no {COMMIT_SUCCESS_FILE}; {available})"
+    return f"{directory} has no step {step} ({available})"
 
 
 def reader_main(config_class: type[_R], work: Callable[[_R], object], argv: Sequence[str]) -> int:

@@ -13,7 +13,9 @@ loaded the machine is (no watcher thread racing the training loop):
 * up at `step:N`: on the trainer's health check after step N of a later attempt, which then blocks until
   pathwaysutils' monitor thread has noticed the slice, so the next checkpoint save requests the scale-up.
 
-The last line printed is `DRIVER_RESULT <json>` (also `down_at` and `up_at`, Unix seconds or null).
+The last line printed is `DRIVER_RESULT <json>` (also `down_at` and `up_at`, Unix seconds or null, and
+`batches`: per step run, the global batch rows, the devices the batch and the parameters are on, and the
+rows of each batch shard, read from the arrays the jitted step receives).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from local.workloads.config import TrainConfig, parse_args
 from local.workloads.logs import configure_logging
@@ -36,6 +39,8 @@ def main() -> int:
     config = parse_args(TrainConfig, sys.argv[4:])
     configure_logging()
     ensure_host_devices(config.device_count)
+    import jax
+
     from local.workloads.slices import Generation, StaticSliceHealth
     from local.workloads.trainer import Trainer
 
@@ -91,12 +96,31 @@ def main() -> int:
 
     health = ScriptedSliceHealth(config.num_slices)
     trainer = Trainer(config, health)
+    # What each step really ran on, read from the arrays handed to the jitted step (not from the log).
+    batches: list[dict[str, object]] = []
+    step_fn = trainer.step_fn
+
+    def recording_step(state: Any, tokens: Any) -> Any:
+        param_devices = {d.id for leaf in jax.tree.leaves(state["params"]) for d in leaf.sharding.device_set}
+        batches.append(
+            {
+                "attempt": trainer.attempts if trainer is not None else 0,
+                "rows": tokens.shape[0],
+                "devices": sorted(d.id for d in tokens.sharding.device_set),
+                "shard_rows": sorted(shard.data.shape[0] for shard in tokens.addressable_shards),
+                "param_devices": sorted(param_devices),
+            }
+        )
+        return step_fn(state, tokens)
+
+    trainer.step_fn = recording_step
     code = trainer.run()
     result = {
         "code": code,
         "attempts": trainer.attempts,
         "last_step": trainer.last_completed_step,
         "records": trainer.recovery_log.read(),
+        "batches": batches,
         **times,
     }
     print("DRIVER_RESULT " + json.dumps(result), flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from local.workloads.config import (
     TrainConfig,
     parse_args,
 )
-from tests.local.workloads.conftest import run_module
+from tests.local.workloads.conftest import REPO, run_module
 
 
 def test_defaults_and_overrides() -> None:
@@ -95,3 +96,82 @@ def test_elastic_without_single_controller_exits_2_with_maxtexts_message() -> No
     assert result.returncode == 2
     assert "enable_single_controller" in result.stderr
     assert ELASTIC_NEEDS_SINGLE_CONTROLLER in result.stderr
+
+
+# Every key the issue lists for `python -m local.workloads.train` (MaxText's names): a valid value as text,
+# what it parses to, and an invalid value. The table is checked against the dataclass, so a key cannot
+# silently drop out of either.
+_MAXTEXT_TRAIN_KEYS: dict[str, tuple[str, object, str | None]] = {
+    "run_name": ("my-run", "my-run", None),  # "" is valid too (falls back to JOBSET_NAME)
+    "base_output_directory": ("gs://bucket/base", "gs://bucket/base", ""),  # required when checkpointing
+    "steps": ("5", 5, "-1"),
+    "checkpoint_period": ("3", 3, "0"),
+    "enable_checkpointing": ("true", True, "sometimes"),
+    "async_checkpointing": ("False", False, "2"),
+    "save_checkpoint_on_completion": ("no", False, "maybe"),
+    "max_num_checkpoints_to_keep": ("2", 2, "0"),
+    "per_device_batch_size": ("4", 4, "0"),
+    "learning_rate": ("0.01", 0.01, "nan"),
+    "base_emb_dim": ("32", 32, "0"),
+    "base_num_decoder_layers": ("1", 1, "0"),
+    "base_num_query_heads": ("2", 2, "3"),  # 3 does not divide the default width 64
+    "vocab_size": ("64", 64, "4"),
+    "max_target_length": ("16", 16, "1"),
+    "elastic_enabled": ("false", False, "on"),
+    "enable_single_controller": ("True", True, "yes please"),
+    "elastic_min_slice_count": ("-1", -1, "0"),
+    "elastic_timeout_seconds": ("30", 30.0, "inf"),
+    "elastic_max_retries": ("3", 3, "0"),
+}
+
+
+def test_the_table_covers_every_maxtext_key_of_the_issue() -> None:
+    assert set(_MAXTEXT_TRAIN_KEYS) <= {f.name for f in dataclasses.fields(TrainConfig)}
+    assert len(_MAXTEXT_TRAIN_KEYS) == 20
+
+
+@pytest.mark.parametrize("key", sorted(_MAXTEXT_TRAIN_KEYS))
+def test_every_maxtext_key_is_accepted_and_validated(key: str) -> None:
+    valid, expected, invalid = _MAXTEXT_TRAIN_KEYS[key]
+    base = {"base_output_directory": "/tmp/o", "run_name": "r"}
+    accepted = parse_args(TrainConfig, [f"{k}={v}" for k, v in {**base, key: valid}.items()], env={})
+    assert getattr(accepted, key) == expected
+    assert type(getattr(accepted, key)) is type(expected)
+    if invalid is None:
+        return
+    with pytest.raises(ConfigError) as error:
+        parse_args(TrainConfig, [f"{k}={v}" for k, v in {**base, key: invalid}.items()], env={})
+    assert error.value.key == key
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_invalid(value: str) -> None:
+    for config_class, key in ((TrainConfig, "learning_rate"), (SynthesizeConfig, "temperature")):
+        with pytest.raises(ConfigError, match="invalid float") as error:
+            parse_args(config_class, ["base_output_directory=/tmp/o", "run_name=r", f"{key}={value}"])
+        assert error.value.key == key
+
+
+def test_elastic_rule_is_maxtexts_and_single_controller_turns_off_ocdbt() -> None:
+    base = ["base_output_directory=/tmp/o", "run_name=r"]
+    with pytest.raises(ConfigError) as error:
+        parse_args(TrainConfig, [*base, "elastic_enabled=true", "enable_single_controller=false"])
+    assert (error.value.key, error.value.message) == ("enable_single_controller", ELASTIC_NEEDS_SINGLE_CONTROLLER)
+    elastic = parse_args(TrainConfig, [*base, "elastic_enabled=true", "enable_single_controller=true"])
+    assert elastic.elastic_max_retries == 10 and elastic.elastic_timeout_seconds == 300
+    assert elastic.storage_format == (False, False)
+    assert parse_args(TrainConfig, base).storage_format == (True, True)
+
+
+@pytest.mark.parametrize("module", ["local.workloads.evaluate", "local.workloads.synthesize"])
+def test_readers_exit_2_on_an_unknown_key(module: str) -> None:
+    result = run_module(module, ["base_output_directory=/tmp/o", "run_name=r", "checkpoint_stepp=3"], timeout=60)
+    assert result.returncode == 2
+    assert "Invalid config: checkpoint_stepp: unknown key" in result.stderr
+
+
+def test_every_key_is_documented() -> None:
+    doc = (REPO / "docs" / "workloads.md").read_text()
+    for config_class in (TrainConfig, EvalConfig, SynthesizeConfig):
+        for field in dataclasses.fields(config_class):
+            assert f"`{field.name}`" in doc, f"{config_class.__name__}.{field.name} is not in docs/workloads.md"

@@ -36,3 +36,33 @@ def test_cli_defaults_to_the_run_directory(trained_run: tuple[str, list[str]]) -
     assert result.returncode == 0, result.stdout + result.stderr
     manifest = json.loads((Path(base) / "trained" / "synthetic" / "step_20" / MANIFEST_FILE).read_text())
     assert (manifest["count"], manifest["step"]) == (2, 20)
+    assert manifest["source"] == f"{base}/trained/checkpoints/20"
+    missing = run_module("local.workloads.synthesize", [*keys, "checkpoint_step=21"])
+    assert missing.returncode == 1 and "has no step 21" in missing.stdout
+    assert not (Path(base) / "trained" / "synthetic" / "step_21").exists()
+
+
+def test_manifest_schema_and_greedy_sampling(trained_run: tuple[str, list[str]], tmp_path: Path) -> None:
+    _, keys = trained_run
+    # 40 samples over a vocabulary of 32: some prompt tokens repeat within the run.
+    manifest, samples = _run(keys, tmp_path / "g", "num_samples=40", "temperature=0", "sample_length=8")
+    assert set(manifest) == {
+        "count",
+        "step",
+        "source",
+        "run_name",
+        "samples_file",
+        "temperature",
+        "sample_seed",
+        "sample_length",
+        "vocab_size",
+    }
+    assert (manifest["count"], manifest["sample_length"], manifest["temperature"]) == (40, 8, 0.0)
+    assert (manifest["samples_file"], manifest["vocab_size"]) == (SAMPLES_FILE, 32)
+    rows = [json.loads(line) for line in samples.splitlines()]
+    assert [set(r) for r in rows] == [{"index", "tokens"}] * 40 and all(len(r["tokens"]) == 8 for r in rows)
+    # Greedy decoding ignores the sampling key: one continuation per prompt token.
+    continuations: dict[int, set[tuple[int, ...]]] = {}
+    for row in rows:
+        continuations.setdefault(row["tokens"][0], set()).add(tuple(row["tokens"]))
+    assert len(continuations) < 40 and all(len(c) == 1 for c in continuations.values())

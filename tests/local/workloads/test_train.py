@@ -16,6 +16,7 @@ from operators.constants import (
     COMPLETED_STEP_RE,
     NO_CHECKPOINT_RE,
     RESTORING_STEP_RE,
+    SAVED_CHECKPOINT_RE,
     TRAINING_STOPPED_RE,
 )
 from tests.local.workloads.conftest import run_module, start_module
@@ -151,3 +152,21 @@ def test_runs_without_checkpointing(keys: list[str], small_model: list[str]) -> 
     result = run_module("local.workloads.train", ["run_name=n", "steps=3", *keys, *small_model])
     assert result.returncode == 0, result.stdout + result.stderr
     assert _steps(result.stdout) == [0, 1, 2]
+
+
+def test_defaults_synchronous_saves_retention_and_no_final_save(tmp_path: Path) -> None:
+    # The default (demo) model size, as `make demo` trains it.
+    keys = ["checkpoint_period=5", "async_checkpointing=false", "save_checkpoint_on_completion=false"]
+    args = [f"base_output_directory={tmp_path}", "run_name=s", "steps=13", "max_num_checkpoints_to_keep=2", *keys]
+    result = run_module("local.workloads.train", args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _steps(result.stdout) == list(range(13))
+    # A step at the default size takes well under a second (median of the steps after the compiling one).
+    seconds = sorted(float(m[2]) for m in COMPLETED_STEP_RE.finditer(result.stdout))[:-1]
+    assert seconds[len(seconds) // 2] < 0.5, seconds
+    # Synchronous saves log MaxText's other line; no save on completion: the last step (12) is not saved.
+    assert [int(m[1]) for m in SAVED_CHECKPOINT_RE.finditer(result.stdout)] == [0, 5, 10]
+    assert not ASYNC_SAVE_STARTED_RE.search(result.stdout)
+    # max_num_checkpoints_to_keep=2: only the newest two committed steps remain.
+    assert _committed(tmp_path / "s" / "checkpoints") == [5, 10]
+    assert sorted(p.name for p in (tmp_path / "s" / "checkpoints").iterdir() if p.name.isdigit()) == ["10", "5"]
