@@ -17,7 +17,7 @@ from operators.checkpoints import (
     ValidationOptions,
     validate_checkpoints,
 )
-from operators.checkpoints.storage import is_gcs
+from operators.checkpoints.storage import is_gcs, split_gcs
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -45,6 +45,32 @@ def _optional_int(name: str, value: Any) -> int | None:
     return number
 
 
+def checked_path(value: Any, error: type[Exception] = AirflowFailException) -> str:
+    """`value` as a checkpoint location, or `error` saying why it cannot be one.
+
+    Templated paths come from params, trigger confs and XCom: an empty render, a missing XCom
+    (``"None"``), a relative path (relative to a worker's working directory) or a ``..`` segment
+    (which climbs out of the intended directory locally and names nothing on GCS) is refused.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise error(f"path must be a non-empty string, got {value!r}")
+    if value != value.strip() or any(not c.isprintable() for c in value):
+        raise error(f"path has surrounding whitespace or control characters: {value!r}")
+    if is_gcs(value):
+        try:
+            split_gcs(value)
+        except ValueError as exc:
+            raise error(f"path: {exc}") from None
+        segments = value[len("gs://") :].split("/")
+    elif not os.path.isabs(value):
+        raise error(f"path must be absolute or a gs:// URI, got {value!r}")
+    else:
+        segments = value.split("/")
+    if ".." in segments:
+        raise error(f"path must not contain '..' segments: {value!r}")
+    return value
+
+
 class CheckpointValidationOperator(BaseOperator):
     """Validate the newest (or a given) Orbax step under `path` and publish it as an Asset event.
 
@@ -56,6 +82,7 @@ class CheckpointValidationOperator(BaseOperator):
     :param deep: also restore arrays with Orbax on CPU and check they are finite.
     :param deep_budget_bytes: bytes restored per item in deep mode before sampling arrays.
     :param reference_step: the step must have the same arrays, shapes and dtypes as this one.
+        Templated.
     :param require_commit_marker: require ``commit_success.txt`` (always required on ``gs://``).
     :param required_items: item directories every step must have.
     :param fallback_to_latest_valid: when the target step is invalid, succeed with the newest
@@ -67,21 +94,23 @@ class CheckpointValidationOperator(BaseOperator):
         is emitted (default ``checkpoints:<task_id>``).
 
     The return value (XCom ``return_value``) is the chosen step's verdict; the full report is
-    pushed under the key ``report`` before a failure, too.
+    pushed under the key ``report`` before a failure, too. A rendered value that cannot be meant
+    (an empty or relative path, a ``..`` segment, a negative or non-numeric step) fails the task
+    without retrying, before any storage is read.
     """
 
-    template_fields: Sequence[str] = ("path", "step", "expected_min_step")
+    template_fields: Sequence[str] = ("path", "step", "expected_min_step", "reference_step")
     ui_color = "#d6eaf8"
 
     def __init__(
         self,
         *,
-        path: str,
+        path: str | os.PathLike[str],
         step: int | str | None = None,
         expected_min_step: int | str | None = None,
         deep: bool = False,
         deep_budget_bytes: int = 1 << 30,
-        reference_step: int | None = None,
+        reference_step: int | str | None = None,
         require_commit_marker: bool = True,
         required_items: Sequence[str] = ("items",),
         fallback_to_latest_valid: bool = False,
@@ -89,7 +118,11 @@ class CheckpointValidationOperator(BaseOperator):
         asset_alias: str | None = None,
         **kwargs: Any,
     ) -> None:
-        templated = "{{" in path or "{%" in path
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        templated = isinstance(path, str) and ("{{" in path or "{%" in path)
+        if not templated:
+            checked_path(path, ValueError)  # a DAG import error, not a task failure at run time
         self.asset = asset if asset is not None else (None if templated else Asset(checkpoint_asset_uri(path)))
         self.asset_alias = (
             AssetAlias(asset_alias or f"checkpoints:{kwargs.get('task_id', 'validate')}")
@@ -111,19 +144,21 @@ class CheckpointValidationOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate, push the verdict, emit the Asset event; fail with the problems listed."""
+        path = checked_path(self.path)
         step = _optional_int("step", self.step)
         expected = _optional_int("expected_min_step", self.expected_min_step)
+        reference_step = _optional_int("reference_step", self.reference_step)
         options = ValidationOptions(
-            require_commit_marker=self.require_commit_marker or is_gcs(self.path),
+            require_commit_marker=self.require_commit_marker or is_gcs(path),
             required_items=self.required_items,
             min_step=expected,
         )
         report = validate_checkpoints(
-            self.path,
+            path,
             step=step,
             options=options,
             deep=DeepOptions(budget_bytes=self.deep_budget_bytes) if self.deep else None,
-            reference_step=self.reference_step,
+            reference_step=reference_step,
         )
         context["ti"].xcom_push(key="report", value=report.to_json())
         chosen = self._choose(report)
@@ -146,7 +181,7 @@ class CheckpointValidationOperator(BaseOperator):
         if self.asset is not None:
             context["outlet_events"][self.asset].extra.update(extra)
         elif self.asset_alias is not None:
-            asset = Asset(checkpoint_asset_uri(self.path))
+            asset = Asset(checkpoint_asset_uri(path))
             context["outlet_events"][self.asset_alias].add(asset, extra=extra)
         self.log.info(
             "checkpoint step %s is valid: %s (%d files, %d bytes)", chosen.step, chosen.path, chosen.files, chosen.bytes

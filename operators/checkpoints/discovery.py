@@ -11,8 +11,9 @@ from operators.constants import CHECKPOINT_METADATA_FILE, CHECKPOINTS_DIR, TMP_D
 
 QUARANTINE_DIR = "quarantine"
 # Orbax's temporary names: `<step>.orbax-checkpoint-tmp` (>= 0.11.20) and `...-tmp-<n>` (older).
-_TMP_RE = re.compile(r"^(\d+)" + re.escape(TMP_DIR_SUFFIX) + r"(-\d+)?$")
-_STEP_RE = re.compile(r"^\d{1,18}$")
+# ASCII digits only: `\d` would also take Arabic-Indic or fullwidth digits, names no trainer writes.
+_TMP_RE = re.compile(r"^([0-9]+)" + re.escape(TMP_DIR_SUFFIX) + r"(-[0-9]+)?$")
+_STEP_RE = re.compile(r"^[0-9]{1,18}$")
 
 
 class IgnoredReason(StrEnum):

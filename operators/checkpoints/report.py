@@ -17,7 +17,7 @@ from operators.checkpoints.discovery import (
     split_step_path,
 )
 from operators.checkpoints.problems import Finding, Problem
-from operators.checkpoints.storage import Storage, StorageError, storage_for
+from operators.checkpoints.storage import Storage, StorageError, is_gcs, storage_for
 from operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
 
 
@@ -87,11 +87,16 @@ def validate_checkpoints(
 ) -> CheckpointReport:
     """Validate the checkpoints under `path` (a checkpoints root, a MaxText run dir or a step dir).
 
-    All steps get the metadata checks, in parallel. Deep checks (when asked) run on the target
+    ``commit_success.txt`` is required on ``gs://`` whatever `options` say. All steps get the
+    metadata checks, in parallel. Deep checks (when asked) run on the target
     step and, going down from the newest, until one valid step is found.
     """
     store = storage or storage_for(path)
     opts = options or ValidationOptions()
+    if is_gcs(path) and not opts.require_commit_marker:
+        # On GCS Orbax writes in place (commit-file atomicity): without the marker, a step
+        # directory cannot be told from a save still in progress or killed.
+        opts = replace(opts, require_commit_marker=True)
     try:
         as_step = split_step_path(store, path)
         if as_step is not None:

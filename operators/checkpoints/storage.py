@@ -209,7 +209,9 @@ def make_gcs_client(project: str | None = None) -> Client:
             project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", "test"),
             credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
         )
-    return storage.Client(project=project)
+    # `project=None` would mean "no project" to google-cloud-storage: leave it out so the
+    # project comes from ADC or GOOGLE_CLOUD_PROJECT, like the credentials.
+    return storage.Client(project=project) if project else storage.Client()
 
 
 class GCSStorage:

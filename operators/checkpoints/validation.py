@@ -30,6 +30,9 @@ ZARRAY_FILE = ".zarray"
 ZARR3_FILE = "zarr.json"
 # Value types in an Orbax tree whose data lives in tensorstore (others, e.g. strings, do not).
 ARRAY_VALUE_TYPES = frozenset({"np.ndarray", "jax.Array", "scalar"})
+# Item names taken for PyTree items when the step metadata does not name their handler.
+PYTREE_ITEM_NAMES = frozenset({"items", "default", "state"})
+_PYTREE_HANDLERS = ("PyTreeCheckpointHandler", "StandardCheckpointHandler")
 # Files in an array directory that are not chunks.
 _ZARR_NON_CHUNKS = frozenset({ZARRAY_FILE, ".zattrs", ".zgroup", ZARR3_FILE})
 # Above this many expected chunks, compare counts instead of naming each missing chunk.
@@ -211,13 +214,7 @@ def validate_step(
         if sub is None:
             found.add(Problem.ITEM_MISSING, name, "item directory is missing")
             continue
-        handler = str(handlers.get(name, ""))
-        is_pytree = (
-            name in opts.required_items
-            or "PyTree" in handler
-            or "StandardCheckpointHandler" in handler
-            or ITEM_METADATA_FILE in sub.files
-        )
+        is_pytree = ITEM_METADATA_FILE in sub.files or _is_pytree_handler(name, handlers)
         items.append(_check_item(storage, step_path, name, sub, is_pytree, opts, found, pool))
 
     return StepVerdict(
@@ -229,6 +226,19 @@ def validate_step(
         committed_at_nsecs=committed_at,
         items=tuple(items),
     )
+
+
+def _is_pytree_handler(name: str, handlers: dict[str, Any]) -> bool:
+    """Whether the item holds a PyTree (and so must have `_METADATA`).
+
+    The step metadata names each item's handler; when it does not (damaged or absent metadata),
+    only the conventional PyTree item name is assumed to be one. Being required (``--items
+    items,iter``) says nothing about the kind: ``iter`` is a JSON or Grain item without `_METADATA`.
+    """
+    handler = handlers.get(name)
+    if handler is None:
+        return name in PYTREE_ITEM_NAMES
+    return any(kind in str(handler) for kind in _PYTREE_HANDLERS)
 
 
 def _check_item(

@@ -70,6 +70,23 @@ def test_missing_step_or_no_steps_exit_1(
     assert code == 1 and "no checkpoint steps found" in out
 
 
+def test_json_when_no_step_exists(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "20.orbax-checkpoint-tmp").mkdir()
+    code, out, _ = _run(capsys, str(tmp_path), "--json")
+    doc = json.loads(out)
+    assert code == 1
+    assert (doc["valid"], doc["step"], doc["latest_valid_step"], doc["steps"]) == (False, None, None, [])
+    assert doc["error"].startswith("no checkpoint steps found")
+    assert doc["ignored"] == [{"name": "20.orbax-checkpoint-tmp", "reason": "temporary", "step": 20}]
+
+
+def test_required_items_option(capsys: pytest.CaptureFixture[str], orbax_runs: dict[str, Path]) -> None:
+    code, out, _ = _run(capsys, str(orbax_runs["zarr"]), "--items", "items,iter")
+    assert code == 0 and out.splitlines()[-1] == "step 20: VALID; latest valid step: 20"
+    code, out, _ = _run(capsys, str(orbax_runs["ocdbt"]), "--items", "items,iter")
+    assert code == 1 and "item_missing (iter)" in out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -165,3 +165,107 @@ def test_failure_message_lists_the_problems(run_copy: Callable[[str], Path]) -> 
     message = str(err.value)
     assert "step 20" in message and "newest valid step is 10" in message
     assert "commit_marker_missing" in message and "chunk_missing (items/opt.mu/0.0)" in message
+
+
+class _TI:
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+class _AliasEvents:
+    def __init__(self) -> None:
+        self.added: list[tuple[Any, dict[str, Any]]] = []
+
+    def add(self, asset: Any, extra: dict[str, Any]) -> None:
+        self.added.append((asset, extra))
+
+
+class _OutletEvents(dict[Any, Any]):
+    def __missing__(self, key: Any) -> Any:
+        from types import SimpleNamespace
+
+        from airflow.sdk import AssetAlias
+
+        self[key] = _AliasEvents() if isinstance(key, AssetAlias) else SimpleNamespace(extra={})
+        return self[key]
+
+
+def _render_and_execute(op: Any, **params: Any) -> tuple[dict[str, Any], dict[str, Any], _OutletEvents]:
+    """What the task runner does, minus the database: render the templated fields, then execute."""
+    ti, events = _TI(), _OutletEvents()
+    context: Any = {"params": params, "ti": ti, "outlet_events": events}
+    op.render_template_fields(context)
+    return op.execute(context), ti.pushed, events
+
+
+def _templated_operator() -> Any:
+    from operators import CheckpointValidationOperator
+
+    return CheckpointValidationOperator(
+        task_id="v",
+        path="{{ params.run }}",
+        step="{{ params.step }}",
+        expected_min_step="{{ params.expected }}",
+        reference_step="{{ params.ref }}",
+    )
+
+
+def test_templated_fields() -> None:
+    from operators import CheckpointValidationOperator
+
+    fields = set(CheckpointValidationOperator.template_fields)
+    assert {"path", "step", "expected_min_step", "reference_step"} <= fields
+
+
+def test_templated_step_and_reference_step(run_copy: Callable[[str], Path]) -> None:
+    run = run_copy("zarr")
+    (run / "checkpoints" / "20" / "items" / "opt.mu" / "0.0").unlink()
+    op = _templated_operator()
+    verdict, pushed, events = _render_and_execute(op, run=str(run), step=10, expected=10, ref=0)
+    assert (verdict["step"], verdict["requested_step"], verdict["fallback"]) == (10, 10, False)
+    assert verdict["latest_valid_step"] == 10 and pushed["report"]["step"] == 10
+    ((asset, extra),) = events[op.asset_alias].added
+    assert asset.uri == f"file://{run}" and extra["step"] == 10 and extra["path"] == str(run / "checkpoints" / "10")
+    assert set(extra) == {"step", "path", "root", "bytes", "files", "validated_at"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"run": ""}, "non-empty"),
+        ({"run": "None"}, "absolute or a gs:// URI"),  # an upstream XCom that returned nothing
+        ({"run": "relative/run"}, "absolute or a gs:// URI"),
+        ({"run": "{root}/../../etc"}, "'..'"),
+        ({"run": "gs://bucket/runs/../other"}, "'..'"),
+        ({"run": "gs:///runs"}, "without a bucket"),
+        ({"run": "{root}\n"}, "control characters"),
+        ({"run": "{root}", "step": -1}, "step must be >= 0"),
+        ({"run": "{root}", "step": "latest"}, "step must be a step number"),
+        ({"run": "{root}", "expected": "-5"}, "expected_min_step must be >= 0"),
+        ({"run": "{root}", "ref": "1.5"}, "reference_step must be a step number"),
+    ],
+)
+def test_hostile_templated_values_fail_clearly(
+    orbax_runs: dict[str, Path], params: dict[str, Any], message: str
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = _templated_operator()
+    values = {"step": None, "expected": None, "ref": None, **params}
+    values["run"] = str(values["run"]).replace("{root}", str(orbax_runs["ocdbt"]))
+    with pytest.raises(AirflowFailException, match=message) as err:
+        _render_and_execute(op, **values)
+    assert "Traceback" not in str(err.value)
+
+
+def test_bad_literal_path_is_a_dag_error() -> None:
+    from operators import CheckpointValidationOperator
+
+    for bad in ("", "runs/pretrain", "/data/../etc", "gs://"):
+        with pytest.raises(ValueError, match="path"):
+            CheckpointValidationOperator(task_id="v", path=bad)
+    op = CheckpointValidationOperator(task_id="v", path=Path("/data/run"))
+    assert op.path == "/data/run" and op.asset is not None and op.asset.uri == "file:///data/run"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from operators.checkpoints import DeepOptions, Problem, validate_checkpoints
@@ -33,15 +34,23 @@ def test_non_finite_values_fall_back_to_an_older_step(tmp_path: Path) -> None:
         t = make_tree(step)
         if step == 20:
             t["opt"]["mu"] = np.full((8, 8), np.nan, np.float32)  # type: ignore[index]
+        if step == 30:
+            embed = np.ones((16, 8), jnp.bfloat16)
+            embed[3, 5], embed[7, 0] = np.inf, -np.inf
+            t["params"]["embed"] = embed  # type: ignore[index]
         return t
 
-    root = write_run(tmp_path / "run", ocdbt=False, steps=(10, 20), tree_fn=tree)
-    assert validate_checkpoints(str(root)).valid  # metadata alone cannot see NaNs
+    root = write_run(tmp_path / "run", ocdbt=False, steps=(10, 20, 30), tree_fn=tree)
+    metadata_only = validate_checkpoints(str(root))
+    assert metadata_only.valid and metadata_only.latest_valid_step == 30  # metadata alone cannot see NaN/inf
     report = validate_checkpoints(str(root), deep=DeepOptions())
     assert not report.valid and report.latest_valid_step == 10
-    (problem,) = report.target.problems  # type: ignore[union-attr]
-    assert problem.code is Problem.NON_FINITE_VALUES and problem.path == "items/opt.mu"
-    assert "64 of 64" in problem.detail
+    (inf,) = report.target.problems  # type: ignore[union-attr]
+    assert inf.code is Problem.NON_FINITE_VALUES and inf.path == "items/params.embed"
+    assert "2 of 128" in inf.detail
+    (nan,) = report.verdict(20).problems  # type: ignore[union-attr]
+    assert nan.code is Problem.NON_FINITE_VALUES and nan.path == "items/opt.mu"
+    assert "64 of 64" in nan.detail
     assert report.verdict(10).deep is not None  # type: ignore[union-attr]
 
 

@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from operators.checkpoints import DeepOptions, GCSStorage, IgnoredReason, Problem, quarantine_step, validate_checkpoints
-from operators.checkpoints.storage import default_retry
+from operators.checkpoints import (
+    DeepOptions,
+    GCSStorage,
+    IgnoredReason,
+    Problem,
+    ValidationOptions,
+    quarantine_step,
+    validate_checkpoints,
+)
+from operators.checkpoints.storage import Listing, default_retry
 from tests.support.gcs_emulator import FlakyProxy, GCSEmulator
 from tests.support.orbax_checkpoints import write_run
 
@@ -95,6 +104,23 @@ def test_damaged_uploads_match_local_verdicts(
     assert remote.latest_valid_step == 10
 
 
+def test_step_listing_runs_its_prefixes_in_parallel(gcs_runs: dict[str, str]) -> None:
+    """A zarr step has two top-level prefixes (items/, iter/): both listings must be in flight at once."""
+    barrier = threading.Barrier(2, timeout=20)  # a serial walk would break it
+
+    class Gated(GCSStorage):
+        def _flat(self, path: str, limit: int) -> Listing:
+            barrier.wait()
+            return super()._flat(path, limit)
+
+    step = f"{gcs_runs['zarr']}/checkpoints/20"
+    listing = Gated().walk(step)
+    serial = GCSStorage().walk(step)
+    assert sorted(listing.entries, key=str) == sorted(serial.entries, key=str) and not listing.truncated
+    names = {e.name for e in listing.entries}
+    assert {"commit_success.txt", "items/_METADATA", "iter/commit_success.txt", "items/opt.mu/0.0"} <= names
+
+
 def test_transient_503s_are_retried(gcs_emulator: GCSEmulator, gcs_runs: dict[str, str], flaky_gcs: FlakyProxy) -> None:
     storage = GCSStorage(gcs_emulator.client(flaky_gcs.endpoint), retry=default_retry(deadline=30, initial_delay=0.01))
     flaky_gcs.fail_next(6)
@@ -117,6 +143,11 @@ def test_quarantine_on_gcs(gcs_emulator: GCSEmulator, gcs_bucket: str, run_copy:
     (run / "checkpoints" / "20" / "commit_success.txt").unlink()
     files = gcs_emulator.upload_dir(run, f"{gcs_bucket}/run")
     report = validate_checkpoints(f"{gcs_bucket}/run")
+    assert [p.code for p in report.target.problems] == [Problem.COMMIT_MARKER_MISSING]  # type: ignore[union-attr]
+    # The marker is required on gs:// whatever the options say: Orbax writes in place there.
+    relaxed = validate_checkpoints(f"{gcs_bucket}/run", options=ValidationOptions(require_commit_marker=False))
+    assert not relaxed.valid and relaxed.latest_valid_step == 10
+    assert [p.code for p in relaxed.target.problems] == [Problem.COMMIT_MARKER_MISSING]  # type: ignore[union-attr]
     moved = quarantine_step(report.root, "20", now=0)
     assert moved == f"{gcs_bucket}/run/checkpoints/quarantine/20.19700101T000000Z"
     after = validate_checkpoints(f"{gcs_bucket}/run")

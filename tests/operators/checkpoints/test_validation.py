@@ -170,6 +170,49 @@ def test_temporary_dir_is_not_a_step(run_copy: Callable[[str], Path]) -> None:
     }
 
 
+def test_non_ascii_digits_are_not_steps(run_copy: Callable[[str], Path]) -> None:
+    ckpt = run_copy("zarr") / "checkpoints"
+    shutil.copytree(ckpt / "10", ckpt / "\u0663")  # ARABIC-INDIC DIGIT THREE: int() reads 3
+    shutil.copytree(ckpt / "10", ckpt / "\uff13\uff10")  # FULLWIDTH "30"
+    shutil.copytree(ckpt / "10", ckpt / "\u0664\u0660.orbax-checkpoint-tmp")
+    report = validate_checkpoints(str(ckpt))
+    assert [v.step for v in report.steps] == [20, 10, 0] and report.target_step == 20
+    assert {i.name: i.reason for i in report.ignored} == {
+        "\u0663": IgnoredReason.NOT_A_STEP,
+        "\uff13\uff10": IgnoredReason.NOT_A_STEP,
+        "\u0664\u0660.orbax-checkpoint-tmp": IgnoredReason.TEMPORARY,
+    }
+
+
+def test_required_iter_item(run_copy: Callable[[str], Path]) -> None:
+    """Requiring ``iter`` (a JSON item, no ``_METADATA``) does not make it a PyTree item."""
+    run = run_copy("zarr")
+    both = ValidationOptions(required_items=("items", "iter"))
+    report = validate_checkpoints(str(run), options=both)
+    assert report.valid and report.latest_valid_step == 20, report.to_json()
+    shutil.rmtree(run / "checkpoints" / "20" / "iter")
+    # The step metadata still names the iter handler, so it is missing even when not required.
+    for options in (both, ValidationOptions()):
+        damaged = validate_checkpoints(str(run), options=options)
+        assert [(p.code, p.path) for p in damaged.target.problems] == [(Problem.ITEM_MISSING, "iter")]  # type: ignore[union-attr]
+        assert damaged.latest_valid_step == 10
+    ocdbt = run_copy("ocdbt")
+    no_iter = validate_checkpoints(str(ocdbt), options=both)
+    assert [v.step for v in no_iter.steps if v.valid] == [] and no_iter.latest_valid_step is None
+    assert {p.code for p in no_iter.target.problems} == {Problem.ITEM_MISSING}  # type: ignore[union-attr]
+
+
+def test_listing_cap_gives_listing_truncated(run_copy: Callable[[str], Path]) -> None:
+    run = run_copy("ocdbt")
+    files = sum(1 for p in (run / "checkpoints" / "10").rglob("*") if p.is_file())
+    for i in range(3):
+        (run / "checkpoints" / "20" / "items" / f"extra{i}").write_bytes(b"x")
+    report = validate_checkpoints(str(run), options=ValidationOptions(max_files=files))
+    assert [p.code for p in report.target.problems] == [Problem.LISTING_TRUNCATED]  # type: ignore[union-attr]
+    assert report.target.files == files  # type: ignore[union-attr]
+    assert report.latest_valid_step == 10
+
+
 def test_other_names_are_reported(run_copy: Callable[[str], Path]) -> None:
     ckpt = run_copy("ocdbt") / "checkpoints"
     (ckpt / "notes").mkdir()
@@ -261,10 +304,17 @@ def test_expected_chunks_bounded_and_zarr3() -> None:
 
 
 def test_library_does_not_import_airflow_or_jax() -> None:
+    """Every module of the validator, and a whole validation run, load no Airflow (nor JAX/Orbax)."""
     code = (
-        "import sys, operators.checkpoints, operators.checkpoints.quarantine;"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('airflow', 'jax', 'orbax')];"
-        "print(bad); sys.exit(1 if bad else 0)"
+        "import importlib, pkgutil, sys, tempfile, operators.checkpoints as c\n"
+        "mods = [importlib.import_module(m.name) for m in pkgutil.iter_modules(c.__path__, c.__name__ + '.')]\n"
+        "assert len(mods) >= 8, mods\n"
+        "c.validate_checkpoints(sys.argv[1])\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'jax', 'orbax'))\n"
+        "print(bad); sys.exit(1 if bad else 0)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.getcwd())
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent)], capture_output=True, text=True, cwd=os.getcwd()
+    )
     assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "[]"
