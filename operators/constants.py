@@ -49,7 +49,9 @@ WORKER_CONTAINER: Final = "pathways-worker"
 # MaxText / pathwaysutils log lines (shared/DESIGN.md §4). Unanchored: absl prefixes lines.
 COMPLETED_STEP_RE: Final = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 LIVE_SLICE_COUNT_RE: Final = re.compile(r"live slice count: (\d+)")
-ELASTIC_ATTEMPT_RE: Final = re.compile(r"Elastic attempt (\d+)")
+# Not "Elastic attempt N failed." (pathwaysutils' ElasticRuntimeError when the attempt budget is spent).
+ELASTIC_ATTEMPT_RE: Final = re.compile(r"Elastic attempt (\d+)(?!\d| failed)")
+ELASTIC_ATTEMPTS_SPENT_RE: Final = re.compile(r"Elastic attempt (\d+) failed\.")
 ELASTIC_EVENT_RE: Final = re.compile(r"Elastic event detected")
 SUFFICIENT_SLICES_RE: Final = re.compile(r"Sufficient slices active: (\d+) >= (\d+)")
 RESTORING_STEP_RE: Final = re.compile(r"restoring from this run's directory step (\d+)")
