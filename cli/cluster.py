@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,64 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
+def _bounded(kind: Callable[[str], float], low: float, high: float, name: str) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)`` within [low, high]; argparse names ``name`` in its error."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not low <= value <= high:  # also false for nan
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = name  # "argument --port: invalid port (0-65535) value: '70000'"
+    return parse
+
+
+_port = _bounded(int, 0, 65535, "port (0-65535)")
+_positive = _bounded(int, 1, sys.maxsize, "positive integer")
+_error_code = _bounded(int, 400, 599, "HTTP error status (400-599)")
+_probability = _bounded(float, 0.0, 1.0, "probability (0-1)")
+_seconds = _bounded(float, 0.0, 600.0, "seconds (0-600)")
+
+
+def _regex(text: str) -> str:
+    import re
+
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(text) from exc
+    return text
+
+
+def _signal(text: str) -> str:
+    import signal
+
+    name = text.upper()
+    try:
+        if name.isdigit():
+            signal.Signals(int(name))
+        else:
+            signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+    except (KeyError, ValueError) as exc:
+        raise ValueError(text) from exc
+    return text
+
+
+_regex.__name__ = "regular expression"
+_signal.__name__ = "signal"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``cluster up`` and ``cluster fault ...`` subcommands."""
     verbs = parser.add_subparsers(dest="cluster_command", required=True, metavar="{up,fault}")
     up = verbs.add_parser("up", help="serve a Kubernetes API on 127.0.0.1 in the foreground until SIGINT/SIGTERM")
     up.add_argument("--kubeconfig", type=Path, required=True, help="where to write the kubeconfig")
-    up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    up.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default 0: any free port)")
     up.add_argument("--workdir", type=Path, help="pod logs and working files (default: a new temporary directory)")
-    up.add_argument("--watch-history", type=int, default=1000, help="watch events kept; older watches get 410")
+    up.add_argument(
+        "--watch-history", type=_positive, default=1000, help="watch events kept (default 1000); older watches get 410"
+    )
     up.add_argument("--api-only", action="store_true", help="no controllers and no kubelet: the API alone")
 
     fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
@@ -37,17 +88,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sig = kinds.add_parser("signal-pod", help="send a signal to a pod's container processes")
     sig.add_argument("namespace")
     sig.add_argument("name")
-    sig.add_argument("--signal", default="SIGKILL", help="name or number (default SIGKILL)")
+    sig.add_argument("--signal", type=_signal, default="SIGKILL", help="KILL, SIGTERM, 9, ... (default SIGKILL)")
     sig.add_argument("--container", help="only this container (default: every container)")
     fail = kinds.add_parser("fail-requests", help="answer matching API requests with an error status")
-    fail.add_argument("--code", type=int, default=500)
-    fail.add_argument("--count", type=int, help="fail only the next N matching requests")
-    fail.add_argument("--probability", type=float, help="fail each matching request with this probability")
-    fail.add_argument("--path", help="regular expression searched in the request path")
+    fail.add_argument("--code", type=_error_code, default=500, help="the status to answer with (default 500)")
+    how_many = fail.add_mutually_exclusive_group()
+    how_many.add_argument("--count", type=_positive, help="fail only the next N matching requests")
+    how_many.add_argument("--probability", type=_probability, help="fail each matching request with this probability")
+    fail.add_argument("--path", type=_regex, help="regular expression searched in the request path")
     fail.add_argument("--method", help="only this HTTP method")
     latency = kinds.add_parser("latency", help="delay matching API requests")
-    latency.add_argument("--seconds", type=float, required=True)
-    latency.add_argument("--path", help="regular expression searched in the request path")
+    latency.add_argument("--seconds", type=_seconds, required=True, help="delay added to each matching request")
+    latency.add_argument("--path", type=_regex, help="regular expression searched in the request path")
     latency.add_argument("--method", help="only this HTTP method")
     expire = kinds.add_parser("expire-watches", help="end every open watch")
     expire.add_argument("--compact", action="store_true", help="also drop the watch history, so resuming gets 410")
@@ -68,9 +120,6 @@ def _up(args: argparse.Namespace) -> int:
 
     from local.cluster import ClusterStartError, LocalCluster
 
-    if args.watch_history < 1:
-        print("error: --watch-history must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-cluster-"))
     cluster = LocalCluster(
         workdir=workdir,

@@ -222,6 +222,9 @@ class LocalCluster:
         try:
             sock.bind((self.host, self.port))
             sock.listen(128)
+        except OverflowError as exc:  # a port outside 0-65535
+            sock.close()
+            raise ClusterStartError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
         except OSError as exc:
             sock.close()
             if exc.errno == errno.EADDRINUSE:

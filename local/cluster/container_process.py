@@ -46,14 +46,39 @@ def _with_parent_death_signal(argv: Sequence[str], env: Mapping[str, str]) -> li
     return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
+class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The stream protocol ``create_subprocess_exec`` uses, plus a future set the moment the process exits.
+
+    ``Process.wait()`` returns only once the process has exited *and* every pipe to it is closed; a
+    container's forked children inherit its stdout and stderr, so it would wait for them too.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
 class ContainerProcess:
     """A started container process: wait for it, signal its group, read its exit status."""
 
     def __init__(
-        self, process: asyncio.subprocess.Process, log: ContainerLogWriter, reaper: GroupReaper | None = None
+        self,
+        process: asyncio.subprocess.Process,
+        log: ContainerLogWriter,
+        reaper: GroupReaper | None = None,
+        *,
+        exited: asyncio.Future[None] | None = None,
+        transport: asyncio.SubprocessTransport | None = None,
     ) -> None:
         self.process = process
         self.pid = process.pid
+        self._exited = exited
+        self._transport = transport
         self._log = log
         self._reaper = reaper
         if reaper is not None:
@@ -74,7 +99,9 @@ class ContainerProcess:
         reaper: GroupReaper | None = None,
     ) -> ContainerProcess:
         """Spawn ``argv``; raises ``OSError`` (e.g. ``FileNotFoundError``) when it cannot start."""
-        process = await asyncio.create_subprocess_exec(
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ExitProtocol(_STREAM_LIMIT, loop),
             *_with_parent_death_signal(argv, env),
             env=dict(env),
             cwd=str(cwd),
@@ -82,9 +109,9 @@ class ContainerProcess:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            limit=_STREAM_LIMIT,
         )
-        return cls(process, log, reaper)
+        process = asyncio.subprocess.Process(transport, protocol, loop)
+        return cls(process, log, reaper, exited=protocol.exited, transport=transport)
 
     @property
     def alive(self) -> bool:
@@ -98,9 +125,15 @@ class ContainerProcess:
     async def wait(self) -> int:
         """Wait for the main process; then kill what is left of its group, as a runtime tears down a container.
 
-        Returns the raw return code (negative for a signal).
+        Returns the raw return code (negative for a signal). Returns when the main process exits, even
+        while processes it forked still hold its output pipes (they are killed here).
         """
-        code = await self.process.wait()
+        if self._exited is not None:
+            await self._exited
+            code = self.process.returncode
+            assert code is not None
+        else:
+            code = await self.process.wait()
         self.signal_group(signal.SIGKILL)
         if self._reaper is not None:
             self._reaper.remove(self.pid)
@@ -108,6 +141,8 @@ class ContainerProcess:
             await asyncio.wait_for(asyncio.gather(*self._pumps, return_exceptions=True), _LOG_DRAIN_SECONDS)
         for pump in self._pumps:
             pump.cancel()
+        if self._transport is not None:
+            self._transport.close()  # the pipes, should something outside the group (a setsid escapee) hold them
         self._log.close()
         return code
 

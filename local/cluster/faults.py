@@ -241,8 +241,9 @@ class FaultInjector:
 
     async def _fail_requests(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
+        code = _optional(body, "code", int)
         rule = self.api.fail_requests(
-            int(body.get("code", 500)),
+            500 if code is None else code,
             count=_optional(body, "count", int),
             probability=_optional(body, "probability", float),
             path=_optional(body, "path", str),
@@ -255,7 +256,7 @@ class FaultInjector:
         if "seconds" not in body:
             raise bad_request("seconds is required")
         rule = self.api.add_latency(
-            float(body["seconds"]), path=_optional(body, "path", str), method=_optional(body, "method", str)
+            _optional(body, "seconds", float), path=_optional(body, "path", str), method=_optional(body, "method", str)
         )
         return web.json_response(asdict(rule), status=201)
 

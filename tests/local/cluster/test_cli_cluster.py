@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
+from cli.main import main
 from tests.local.cluster.control_plane_support import process_alive
 from tests.local.cluster.helpers import pod, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
+MARK = "ELASTIC_TRAINING_CLI_TEST_MARK"  # in the environment of every process a `cluster up` here starts
 
 
 def _cli(*args: str) -> list[str]:
@@ -45,71 +51,214 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    kubeconfig = tmp_path / "kubeconfig"
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment carries ``MARK=mark`` (the CLI's process and whatever it started)."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if process_alive(pid)]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def _serve(*args: str, mark: str = "") -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``cluster up ARGS`` in the foreground; yields the process and the URL from its banner."""
     process = subprocess.Popen(
-        _cli("up", "--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "work")),
+        _cli("up", *args),
         cwd=REPO,
+        env={**os.environ, MARK: mark},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
         assert process.stdout is not None
-        banner = [process.stdout.readline() for _ in range(2)]
+        banner = [process.stdout.readline() for _ in range(3)]
         assert banner[0].startswith("serving a Kubernetes API on http://127.0.0.1:"), banner
-        assert banner[1].strip() == f"kubeconfig: {kubeconfig}"
-        yield process, kubeconfig
+        yield process, banner[0].split()[-1]
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
 
 
-def test_up_serves_and_sigterm_stops_every_pod_process(served: tuple[subprocess.Popen[str], Path]) -> None:
-    process, kubeconfig = served
-    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    core.create_namespaced_pod("default", pod("cli-sleeper", command=["sleep", "60"], restart_policy="Never"))
-    wait_for(lambda: core.read_namespaced_pod("cli-sleeper", "default").status.phase == "Running")
-    pod_processes = wait_for(lambda: _descendants(process.pid))
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0
-    assert not [pid for pid in pod_processes if process_alive(pid)]
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    kubeconfig = tmp_path / "kubeconfig"
+    with _serve("--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "work")) as (process, _):
+        yield process, kubeconfig
 
 
-def test_fault_commands_reach_a_running_cluster(served: tuple[subprocess.Popen[str], Path]) -> None:
+# A pod whose shell forks a background child and a double-forked grandchild (reparented away from the
+# shell at once, so no process tree reaches it), both ignoring SIGTERM, then waits.
+_FORKING = (
+    "trap '' TERM; (sh -c \"trap '' TERM; sleep 300\" & echo $! > {dir}/grandchild); "
+    "sh -c \"trap '' TERM; sleep 300\" & echo $! > {dir}/child; echo started; wait"
+)
+
+
+def _forked_pids(directory: Path) -> list[int]:
+    files = [directory / "child", directory / "grandchild"]
+    wait_for(lambda: all(f.exists() and f.read_text().strip() for f in files))
+    return [int(f.read_text()) for f in files]
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_up_honours_its_flags_and_a_signal_stops_every_pod_process(tmp_path: Path, stop_signal: int) -> None:
+    kubeconfig, workdir, mark = tmp_path / "kubeconfig", tmp_path / "work", uuid.uuid4().hex
+    with ExitStack() as stack:
+        for attempt in range(3):  # someone else may take the free port before the CLI binds it
+            port = _free_port()
+            try:
+                args = ["--kubeconfig", str(kubeconfig), "--port", str(port), "--workdir", str(workdir)]
+                process, url = stack.enter_context(_serve(*args, "--watch-history", "5", mark=mark))
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
+        assert url == f"http://127.0.0.1:{port}"
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        assert api_client.configuration.host == url
+        core = client.CoreV1Api(api_client)
+        command = ["sh", "-c", _FORKING.format(dir=tmp_path)]
+        created = core.create_namespaced_pod("default", pod("cli-forker", command=command, restart_policy="Never"))
+        forked = _forked_pids(tmp_path)
+        # --workdir holds the pod's log files and its working directory.
+        log_file = workdir / "logs" / created.metadata.uid / "main" / "0.log"
+        wait_for(lambda: log_file.exists() and "started" in log_file.read_text())
+        assert (workdir / "pods" / f"default_cli-forker_{created.metadata.uid}").is_dir()
+        # --watch-history 5: a watch from before the last 5 events gets 410.
+        old = core.list_namespaced_pod("default").metadata.resource_version
+        for step in range(6):
+            core.patch_namespaced_pod("cli-forker", "default", {"metadata": {"labels": {"step": str(step)}}})
+        with pytest.raises(client.ApiException) as caught:
+            list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=old, timeout_seconds=10))
+        assert caught.value.status == 410
+        pod_processes = _descendants(process.pid)
+        assert all(process_alive(pid) for pid in forked) and process.pid in _marked(mark)
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=60) == 0
+        # Every pod process is gone, the forked ones too, and so is the cluster's group reaper.
+        assert not [pid for pid in [*pod_processes, *forked] if process_alive(pid)]
+        assert _marked(mark) == []
+
+
+def test_fault_commands_reach_a_running_cluster(
+    served: tuple[subprocess.Popen[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     _, kubeconfig = served
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
 
-    def fault(*args: str) -> subprocess.CompletedProcess[str]:
-        command = _cli("fault", "--kubeconfig", str(kubeconfig), *args)
-        return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    def fault(*args: str) -> tuple[int, dict[str, Any]]:
+        capsys.readouterr()
+        code = main(["cluster", "fault", "--kubeconfig", str(kubeconfig), *args])
+        return code, json.loads(capsys.readouterr().out)
 
-    assert fault("fail-requests", "--code", "500", "--count", "1", "--path", "pods").returncode == 0
+    code, rule = fault("fail-requests", "--code", "500", "--count", "1", "--path", "pods$", "--method", "GET")
+    assert (code, rule["code"], rule["count"], rule["path"], rule["method"]) == (0, 500, 1, "pods$", "GET")
+    code, shown = fault("show")
+    assert code == 0 and [r["id"] for r in shown["failures"]] == [rule["id"]]
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
     with pytest.raises(client.ApiException) as caught:
         core.list_namespaced_pod("default")
     assert caught.value.status == 500
-    assert fault("delete-pod", "default", "missing").returncode == 1
-    assert fault("clear").returncode == 0
+    code, latency = fault("latency", "--seconds", "0.01", "--path", "jobs", "--method", "GET")
+    assert (code, latency["seconds"], latency["method"]) == (0, 0.01, "GET")
+    assert fault("clear") == (0, {"failures": [], "latencies": [], "injected": 1})
+    script = "trap 'exit 7' TERM; echo up; while :; do sleep 0.05; done"
+    core.create_namespaced_pod("default", pod("cli-signal", command=["sh", "-c", script], restart_policy="Never"))
+    wait_for(lambda: core.read_namespaced_pod("cli-signal", "default").status.phase == "Running")
+    assert fault("signal-pod", "default", "cli-signal", "--signal", "TERM", "--container", "main")[0] == 0
+    done = wait_for(lambda: (p := core.read_namespaced_pod("cli-signal", "default")).status.phase == "Failed" and p)
+    assert done.status.container_statuses[0].state.terminated.exit_code == 7  # its TERM trap ran
+    old = core.list_namespaced_pod("default").metadata.resource_version
+    core.patch_namespaced_pod("cli-signal", "default", {"metadata": {"labels": {"after": "compaction"}}})
+    assert fault("expire-watches", "--compact")[1]["compacted"] is True
+    with pytest.raises(client.ApiException) as caught:
+        list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=old, timeout_seconds=10))
+    assert caught.value.status == 410
+    assert fault("delete-pod", "default", "cli-signal")[0] == 0
+    with pytest.raises(client.ApiException) as caught:
+        core.read_namespaced_pod("cli-signal", "default")
+    assert caught.value.status == 404
+    code, refused = fault("delete-pod", "default", "missing")
+    assert (code, refused["code"]) == (1, 404)  # the cluster's Status, printed
 
 
-def test_port_in_use_and_unwritable_path_exit_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fail-requests", "--code", "200"],
+        ["fail-requests", "--count", "0"],
+        ["fail-requests", "--probability", "1.5"],
+        ["fail-requests", "--count", "1", "--probability", "0.5"],
+        ["fail-requests", "--path", "("],
+        ["latency", "--seconds", "-1"],
+        ["latency"],
+        ["signal-pod", "default", "p", "--signal", "SIGNOPE"],
+        ["delete-pod", "default"],
+        ["explode"],
+    ],
+    ids=lambda args: " ".join(args),
+)
+def test_fault_usage_errors_exit_2(tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["cluster", "fault", "--kubeconfig", str(tmp_path / "kc"), *args])
+    assert exited.value.code == 2
+    assert "error: " in capsys.readouterr().err
+
+
+def test_fault_without_a_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "fault", "--kubeconfig", str(tmp_path / "missing"), "show"]) == 2
+    assert "cannot read the kubeconfig" in capsys.readouterr().err
+    from local.cluster.kubeconfig import write_kubeconfig
+
+    stale = write_kubeconfig(tmp_path / "stale", f"http://127.0.0.1:{_free_port()}", "token")  # nothing listens
+    assert main(["cluster", "fault", "--kubeconfig", str(stale), "show"]) == 2
+    assert "no local cluster answers" in capsys.readouterr().err
+
+
+def test_bad_input_to_up_exits_2_with_one_clear_line_and_leaves_nothing_running(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    kubeconfig = tmp_path / "kc"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            _cli("up", "--kubeconfig", str(tmp_path / "kc"), "--port", str(port), "--workdir", str(tmp_path)),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    assert result.returncode == 2 and "already in use" in result.stderr
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
+        cases = [
+            (["--port", str(port)], f"port {port} on 127.0.0.1 is already in use"),
+            (["--port", "70000"], "argument --port: invalid port (0-65535) value: '70000'"),
+            (["--port", "-1"], "argument --port: invalid port (0-65535) value: '-1'"),
+            (["--watch-history", "0"], "argument --watch-history: invalid positive integer value: '0'"),
+            (["--workdir", str(blocker)], "cannot write the cluster's files"),
+        ]
+        for extra, message in cases:
+            mark = uuid.uuid4().hex
+            result = subprocess.run(
+                _cli("up", "--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w"), *extra),
+                cwd=REPO,
+                env={**os.environ, MARK: mark},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 2, (extra, result.stderr)
+            errors = [line for line in result.stderr.splitlines() if "error: " in line]
+            assert len(errors) == 1 and message in errors[0], (extra, result.stderr)
+            assert "Traceback" not in result.stderr
+            assert not kubeconfig.exists()  # nothing was served, so no kubeconfig points at it
+            assert _marked(mark) == []
     result = subprocess.run(
         _cli("up", "--kubeconfig", str(blocker / "kc"), "--workdir", str(tmp_path / "w")),
         cwd=REPO,
@@ -117,4 +266,4 @@ def test_port_in_use_and_unwritable_path_exit_2(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2 and "cannot write" in result.stderr
+    assert result.returncode == 2 and "cannot write the cluster's files" in result.stderr

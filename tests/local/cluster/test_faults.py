@@ -45,6 +45,28 @@ def test_failures_for_a_count_then_recovery(cluster: LocalCluster, k8s: K8s) -> 
     k8s.core.list_namespaced_pod("default")
 
 
+def test_failures_by_probability_with_path_and_method_filters(cluster: LocalCluster, k8s: K8s) -> None:
+    injected_before = _control(cluster, "GET", "")["injected"]  # counts every failure since the cluster started
+    cluster.faults.fail_requests(500, probability=0.5, path=r"/namespaces/default/events$", method="GET")
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name="fault-probe-"),
+        involved_object=client.V1ObjectReference(kind="Pod", name="nobody", namespace="default"),
+        reason="Probe",
+    )
+    failed = 0
+    for _ in range(200):
+        try:
+            k8s.core.list_namespaced_event("default")
+        except client.ApiException as err:
+            assert err.status == 500
+            failed += 1
+        k8s.core.list_namespaced_pod("default")  # another path: never failed
+        k8s.core.create_namespaced_event("default", event)  # the same path, another method: never failed
+    assert 50 < failed < 150  # binomial(200, 0.5): outside this band once in ~10^12 runs
+    assert _control(cluster, "GET", "")["injected"] - injected_before == failed
+    assert _control(cluster, "GET", "")["failures"][0]["probability"] == 0.5  # a probability rule stays
+
+
 def test_throttling_is_retried_by_the_client_then_fails_until_cleared(cluster: LocalCluster, k8s: K8s) -> None:
     # 429 carries Retry-After: 1, which urllib3 under the official client honours by retrying.
     cluster.faults.fail_requests(429, count=1)
@@ -85,9 +107,21 @@ def test_http_control_endpoint(cluster: LocalCluster, k8s: K8s) -> None:
     _control(cluster, "POST", "/latency", {"seconds": 0.01})
     cleared = _control(cluster, "DELETE", "")
     assert (cleared["failures"], cleared["latencies"]) == ([], [])
-    with pytest.raises(urllib.error.HTTPError) as error:
-        _control(cluster, "POST", "/fail-requests", {"code": 200})
-    assert error.value.code == 400
+    bad_bodies: list[tuple[str, dict[str, Any]]] = [
+        ("/fail-requests", {"code": 200}),
+        ("/fail-requests", {"code": "many"}),
+        ("/fail-requests", {"probability": 2}),
+        ("/fail-requests", {"count": 0}),
+        ("/fail-requests", {"path": "("}),
+        ("/latency", {}),
+        ("/latency", {"seconds": "slow"}),
+        ("/signal-pod", {"namespace": "default", "name": "x", "signal": "SIGNOPE"}),
+    ]
+    for path, bad in bad_bodies:
+        with pytest.raises(urllib.error.HTTPError) as error:
+            _control(cluster, "POST", path, bad)
+        assert error.value.code == 400, bad
+    assert _control(cluster, "GET", "")["failures"] == []  # nothing was added
 
 
 def test_expired_and_compacted_watch_must_relist(cluster: LocalCluster, k8s: K8s) -> None:

@@ -157,6 +157,13 @@ def test_children_carry_upstream_labels_annotations_and_coordinator(k8s: K8s) ->
     ]
     assert all(p.spec.subdomain == name for p in pods)
     assert worker_pods[0].metadata.annotations[ANNOTATION_COORDINATOR] == f"{name}-{HEAD}-0-0.{name}"
+    # Every pod runs, so every Job is active and ready; the counts are per replicated job, in spec order.
+    counts = {"succeeded": 0, "failed": 0, "suspended": 0}
+    expected_status = [
+        {"name": HEAD, "ready": 1, "active": 1, **counts},
+        {"name": WORKER, "ready": 2, "active": 2, **counts},
+    ]
+    _status_when(jobsets, name, lambda s: s.get("replicatedJobsStatus") == expected_status)
     jobsets.delete(name)
 
 
@@ -278,15 +285,34 @@ def test_fail_jobset_rule_fails_at_once(k8s: K8s) -> None:
 def test_restart_ignoring_max_restarts_does_not_spend_the_budget(k8s: K8s, cluster: LocalCluster) -> None:
     jobsets = JobSets(k8s.custom)
     name = unique("ignoremax")
-    rules = [{"name": "free", "action": "RestartJobSetAndIgnoreMaxRestarts", "targetReplicatedJobs": [WORKER]}]
+    rules = [
+        # Two rules the worker's failure must not match: another target, another reason. Either would fail the
+        # JobSet at once if its filter were ignored.
+        {"name": "head-only", "action": "FailJobSet", "targetReplicatedJobs": [HEAD]},
+        {"name": "deadline-only", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]},
+        {
+            "name": "free",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": ["BackoffLimitExceeded"],
+            "targetReplicatedJobs": [WORKER],
+        },
+    ]
     jobsets.create(
         _pathways_like(name, head_script=SLEEP, worker_backoff=0, failurePolicy={"maxRestarts": 0, "rules": rules})
     )
     victim = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER}", 4)[0]
     cluster.faults.delete_pod(NS, victim.metadata.name)
+    # maxRestarts 0: a restart that counted would have failed the JobSet with ReachedMaxRestarts instead.
     status = _status_when(jobsets, name, lambda s: s.get("restarts") == 1)
     assert status["restartsCountTowardsMax"] == 0 and "terminalState" not in status
-    assert condition(status["conditions"], "RestartingJobSet")["reason"] == "FailurePolicy_free"
+    restarting = condition(status["conditions"], "RestartingJobSet")
+    assert restarting["reason"] == "FailurePolicy_free"
+    assert restarting["message"].startswith(
+        f"applying RestartJobSetAndIgnoreMaxRestarts failure policy action (first failed job: {name}-{WORKER}-"
+    )
+    _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name},{LABEL_RESTART_ATTEMPT}=1", 5)  # the next attempt runs
+    status = jobsets.status(name)
+    assert (status["restarts"], status["restartsCountTowardsMax"], status.get("terminalState")) == (1, 0, None)
     jobsets.delete(name)
 
 

@@ -39,8 +39,9 @@ def airflow_connection(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -
         kubernetes_asyncio.client.Configuration, "_default", kubernetes_asyncio.client.Configuration._default
     )
     extra = {"kube_config_path": str(cluster.kubeconfig_path), "namespace": "default"}
-    monkeypatch.setenv("AIRFLOW_CONN_LOCAL_CLUSTER", json.dumps({"conn_type": "kubernetes", "extra": extra}))
-    return "local_cluster"
+    # The connection the hooks use when given none, as the operators do.
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return "kubernetes_default"
 
 
 def test_kubernetes_load_kube_config(cluster: LocalCluster) -> None:
@@ -77,7 +78,8 @@ async def test_kubernetes_asyncio_load_kube_config_list_and_watch(cluster: Local
 def test_airflow_kubernetes_hook(airflow_connection: str) -> None:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-    hook = KubernetesHook(conn_id=airflow_connection)
+    hook = KubernetesHook()
+    assert hook.conn_id == airflow_connection
     assert hook.get_namespace() == "default"
     assert hook.core_v1_client.read_namespaced_pod("client-pod", "default").metadata.labels == {"app": "clients"}
     jobset: dict[str, Any] = hook.get_custom_object(GROUP, VERSION, PLURAL, "client-js", namespace="default")
@@ -87,7 +89,8 @@ def test_airflow_kubernetes_hook(airflow_connection: str) -> None:
 async def test_airflow_async_kubernetes_hook(airflow_connection: str) -> None:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-    hook = AsyncKubernetesHook(conn_id=airflow_connection)
+    hook = AsyncKubernetesHook()
+    assert hook.conn_id == airflow_connection
     found = await hook.get_pod("client-pod", "default")
     assert found.metadata.name == "client-pod"
     async with hook.get_conn() as api_client:

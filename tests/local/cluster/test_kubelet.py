@@ -6,6 +6,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from local.cluster import LocalCluster
@@ -199,20 +200,67 @@ def test_graceful_deletion_sends_sigterm_and_waits_for_the_exit(k8s: K8s) -> Non
     assert uid
 
 
-def test_graceful_deletion_kills_a_process_that_ignores_sigterm_after_the_grace_period(k8s: K8s) -> None:
+@pytest.mark.parametrize(
+    ("spec_grace", "delete_grace"),
+    [(30, 2), (2, None)],
+    ids=["gracePeriodSeconds of the delete call", "terminationGracePeriodSeconds of the pod"],
+)
+def test_graceful_deletion_kills_a_process_that_ignores_sigterm_after_the_grace_period(
+    k8s: K8s, spec_grace: int, delete_grace: int | None
+) -> None:
     name = unique("stubborn")
     script = "trap '' TERM; echo up; while :; do sleep 0.05; done"
-    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", script), terminationGracePeriodSeconds=30))
+    manifest = pod_manifest(name, container("main", script), terminationGracePeriodSeconds=spec_grace)
+    k8s.core.create_namespaced_pod(NS, manifest)
     pod = _running(k8s, name)
     wait_for(lambda: "up" in _log(k8s, name, "main"))
     started = time.monotonic()
-    k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=2)
-    time.sleep(0.5)
-    assert not _gone(k8s, name)  # still inside its grace period (1.5 s of slack for a slow test thread)
+    marked = k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=delete_grace)
+    assert marked.metadata.deletion_grace_period_seconds == 2
     wait_for(lambda: _gone(k8s, name), timeout=30)
-    # Killed at the 2 s of the delete call, not at the pod spec's 30 s; the upper bound leaves room for a loaded box.
+    # Killed at the 2 s grace period (never before: SIGTERM is ignored), not at the 30 s of the pod spec when the
+    # delete call overrides it; the upper bound leaves room for a loaded box.
     assert 1.9 < time.monotonic() - started < 20
     wait_processes_gone(pod_pids(pod))
+
+
+_FORKS = (
+    "(sh -c \"trap '' TERM; sleep 300\" & echo $! > {dir}/grandchild-$n); "  # double fork: reparented at once
+    "sh -c \"trap '' TERM; sleep 300\" & echo $! > {dir}/child-$n; "
+)
+
+
+def _forked(directory: Path, *names: str) -> list[int]:
+    files = [directory / name for name in names]
+    wait_for(lambda: all(f.exists() and f.read_text().strip() for f in files))
+    return [int(f.read_text()) for f in files]
+
+
+def test_processes_a_container_forked_die_with_each_run(k8s: K8s, tmp_path: Path) -> None:
+    """No orphan: what a run forked (a child, a double-forked grandchild, both ignoring SIGTERM) ends with it."""
+    name = unique("forks")
+    # Run 1 forks and fails (OnFailure restarts it in place); run 2 forks and succeeds.
+    count = "n=`cat count 2>/dev/null || echo 0`; n=$((n+1)); echo $n > count; "
+    script = count + _FORKS.format(dir=tmp_path) + "[ $n -ge 2 ]"
+    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", script), restart_policy="OnFailure"))
+    done = _finished(k8s, name)
+    assert (done.status.phase, done.status.container_statuses[0].restart_count) == ("Succeeded", 1)
+    wait_processes_gone(_forked(tmp_path, "child-1", "grandchild-1", "child-2", "grandchild-2"))
+
+
+def test_graceful_deletion_ends_what_the_container_forked_when_its_main_process_exits(k8s: K8s, tmp_path: Path) -> None:
+    name = unique("forkdel")
+    script = "n=1; " + _FORKS.format(dir=tmp_path) + "trap 'exit 0' TERM; while :; do sleep 0.05; done"
+    manifest = pod_manifest(name, container("main", script), terminationGracePeriodSeconds=60)
+    k8s.core.create_namespaced_pod(NS, manifest)
+    pod = _running(k8s, name)
+    forked = _forked(tmp_path, "child-1", "grandchild-1")
+    assert all(process_alive(pid) for pid in forked)
+    k8s.core.delete_namespaced_pod(name, NS)
+    # The main process exits on SIGTERM; its forked processes, which ignore SIGTERM, go with it, long before the
+    # SIGKILL the 60 s grace period would bring.
+    wait_for(lambda: _gone(k8s, name), timeout=30)
+    wait_processes_gone([*forked, *pod_pids(pod)], timeout=20)
 
 
 def test_forced_deletion_kills_at_once(k8s: K8s, cluster: LocalCluster) -> None:

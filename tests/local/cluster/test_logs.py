@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client, config
 
 from local.cluster import LocalCluster
+from local.cluster.logs import rfc3339_nano
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import pod, wait_for
 
@@ -57,18 +58,27 @@ def test_container_must_be_named_when_a_pod_has_several(k8s: K8s) -> None:
     assert caught.value.status == 400
 
 
-def test_follow_streams_until_the_container_ends(k8s: K8s) -> None:
-    script = "for i in 1 2 3; do echo line-$i; sleep 0.2; done"
+def test_follow_streams_until_the_container_ends(k8s: K8s, tmp_path: Path) -> None:
+    flag = tmp_path / "may-finish"  # the container prints its second line only once the test has read the first
+    script = f"echo line-1; until [ -e {flag} ]; do sleep 0.05; done; echo line-2"
     k8s.core.create_namespaced_pod("default", pod("logs-follow", command=["sh", "-c", script], restart_policy="Never"))
     wait_for(lambda: _phase(k8s, "logs-follow") == "Running")
     response = k8s.core.read_namespaced_pod_log(
-        "logs-follow", "default", follow=True, _preload_content=False, _request_timeout=60
+        "logs-follow", "default", follow=True, timestamps=True, _preload_content=False, _request_timeout=60
     )
-    chunks = list(response.stream(64))  # ends when the container does (else the 60 s request timeout fails it)
-    assert b"".join(chunks).decode() == "line-1\nline-2\nline-3\n"
+    chunks = response.stream(1)
+    received = b""
+    while not received.endswith(b"\n"):
+        received += next(chunks)
+    assert received.decode().endswith(" line-1\n")  # streamed while the container still runs
+    assert _phase(k8s, "logs-follow") == "Running"
+    flag.touch()
+    rest = b"".join(chunks).decode()  # ends when the container does (else the 60 s request timeout fails it)
+    assert re.fullmatch(r"\S+Z line-2\n", rest), rest
+    wait_for(lambda: _phase(k8s, "logs-follow") == "Succeeded")
 
 
-def test_previous_run_and_since_time_from_log_files(tmp_path: Path) -> None:
+def test_previous_run_since_seconds_and_since_time_from_log_files(tmp_path: Path) -> None:
     with LocalCluster(workdir=tmp_path, run_control_plane=False) as cluster:
         api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig_path)))
         created = api.create_namespaced_pod("default", pod("logs-files"))
@@ -77,25 +87,39 @@ def test_previous_run_and_since_time_from_log_files(tmp_path: Path) -> None:
         first = cluster.logs.writer(uid, "main", 0)
         first.write_line("first run")
         first.close()
-        second = cluster.logs.writer(uid, "main", 1)
-        second.write_line("second run, early")
-        cut = datetime.now(UTC) + timedelta(milliseconds=5)
-        time.sleep(0.02)
-        second.write_line("second run, late")
-        second.close()
+        # The current run's file, in the kubelet's CRI format, with lines printed 2 h, 10 min and 1 s ago.
+        now = datetime.now(UTC)
+        stamps = [rfc3339_nano(now - age) for age in (timedelta(hours=2), timedelta(minutes=10), timedelta(seconds=1))]
+        lines = [f"{stamp} stdout F printed {label}" for stamp, label in zip(stamps, ["2h", "10m", "1s"], strict=True)]
+        cluster.logs.path(uid, "main", 1).write_text("".join(f"{line}\n" for line in lines))
 
         def read(**kwargs: object) -> str:
             return str(
                 api.read_namespaced_pod_log("logs-files", "default", _preload_content=False, **kwargs).data.decode()
             )
 
-        assert read() == "second run, early\nsecond run, late\n"
+        assert read() == "printed 2h\nprinted 10m\nprinted 1s\n"
         assert read(previous=True) == "first run\n"
+        assert read(since_seconds=3600) == "printed 10m\nprinted 1s\n"
+        assert read(since_seconds=300) == "printed 1s\n"
+        assert read(since_seconds=300, timestamps=True) == f"{stamps[2]} printed 1s\n"
+        assert read(since_seconds=3600, tail_lines=1) == "printed 1s\n"
+
         # The official client has no sinceTime parameter; ask over plain HTTP.
-        since = urllib.parse.quote(cut.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-        request = urllib.request.Request(
-            f"{cluster.url}/api/v1/namespaces/default/pods/logs-files/log?sinceTime={since}&timestamps=true",
-            headers={"Authorization": f"Bearer {cluster.token}"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.read().decode().endswith(" second run, late\n")
+        def read_since(moment: datetime, extra: str = "") -> tuple[int, str]:
+            since = urllib.parse.quote(moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+            request = urllib.request.Request(
+                f"{cluster.url}/api/v1/namespaces/default/pods/logs-files/log?sinceTime={since}{extra}",
+                headers={"Authorization": f"Bearer {cluster.token}"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status, response.read().decode()
+            except urllib.error.HTTPError as error:
+                return error.code, error.read().decode()
+
+        assert read_since(now - timedelta(hours=1)) == (200, "printed 10m\nprinted 1s\n")
+        assert read_since(now - timedelta(minutes=1), "&timestamps=true") == (200, f"{stamps[2]} printed 1s\n")
+        assert read_since(now + timedelta(minutes=1)) == (200, "")
+        code, body = read_since(now, "&sinceSeconds=10")
+        assert code == 400 and "at most one of sinceTime or sinceSeconds" in body

@@ -214,3 +214,48 @@ def test_generate_name_delete_collection_and_paging(k8s: K8s) -> None:
     assert len(rest.items) == 3 and not rest.metadata._continue
     k8s.core.delete_collection_namespaced_pod("default", label_selector="batch=gen", grace_period_seconds=0)
     assert k8s.core.list_namespaced_pod("default", label_selector="batch=gen").items == []
+
+
+def test_jobs_jobsets_and_events_get_update_patch_and_delete(k8s: K8s) -> None:
+    # Jobs: update (PUT) of the main resource, JSON patch, get, delete.
+    k8s.batch.create_namespaced_job("default", job_body("crud-verbs"))
+    job = k8s.batch.read_namespaced_job("crud-verbs", "default")
+    job.metadata.annotations = {"updated": "yes"}
+    assert k8s.batch.replace_namespaced_job("crud-verbs", "default", job).metadata.annotations == {"updated": "yes"}
+    patched = k8s.batch.patch_namespaced_job(
+        "crud-verbs", "default", [{"op": "add", "path": "/metadata/labels", "value": {"j": "1"}}]
+    )
+    assert patched.metadata.labels == {"j": "1"} and patched.metadata.annotations == {"updated": "yes"}
+    k8s.batch.delete_namespaced_job("crud-verbs", "default")
+    # JobSets: update (PUT) and merge patch.
+    k8s.custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, jobset_body("crud-verbs"))
+    jobset = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "crud-verbs")
+    jobset["metadata"]["labels"] = {"put": "1"}
+    replaced = k8s.custom.replace_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "crud-verbs", jobset)
+    assert replaced["metadata"]["labels"] == {"put": "1"}
+    merged = k8s.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, "default", PLURAL, "crud-verbs", {"metadata": {"labels": {"put": None, "merge": "1"}}}
+    )
+    assert merged["metadata"]["labels"] == {"merge": "1"}
+    k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "crud-verbs")
+    # Events: every verb.
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name="crud-verbs-event"),
+        involved_object=client.V1ObjectReference(kind="Pod", name="p", namespace="default"),
+        reason="First",
+        message="one",
+    )
+    k8s.core.create_namespaced_event("default", event)
+    fetched = k8s.core.read_namespaced_event("crud-verbs-event", "default")
+    fetched.message = "two"
+    assert k8s.core.replace_namespaced_event("crud-verbs-event", "default", fetched).message == "two"
+    patched_event = k8s.core.patch_namespaced_event(
+        "crud-verbs-event", "default", {"reason": "Second"}, _content_type="application/merge-patch+json"
+    )
+    assert (patched_event.reason, patched_event.message) == ("Second", "two")
+    listed = k8s.core.list_namespaced_event("default", field_selector="reason=Second")
+    assert [e.metadata.name for e in listed.items] == ["crud-verbs-event"]
+    k8s.core.delete_namespaced_event("crud-verbs-event", "default")
+    with pytest.raises(client.ApiException) as caught:
+        k8s.core.read_namespaced_event("crud-verbs-event", "default")
+    assert caught.value.status == 404

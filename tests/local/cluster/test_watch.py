@@ -11,7 +11,9 @@ from kubernetes import client, watch
 
 from local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import pod
+from tests.local.cluster.helpers import jobset_body, pod
+
+JOBSET_PATH = ("jobset.x-k8s.io", "v1alpha2", "default", "jobsets")
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +126,16 @@ def test_all_namespace_watch_and_custom_objects(k8s: K8s) -> None:
         seen.append((event["object"].metadata.namespace, event["object"].metadata.name))
         stream.stop()
     assert seen == [("w-other", "w-elsewhere")]
+    # JobSets through CustomObjectsApi: the client's Watch handles the dict objects too.
+    start = k8s.custom.list_namespaced_custom_object(*JOBSET_PATH)["metadata"]["resourceVersion"]
+    k8s.custom.create_namespaced_custom_object(*JOBSET_PATH, jobset_body("w-jobset"))
+    k8s.custom.patch_namespaced_custom_object_status(*JOBSET_PATH, "w-jobset", {"status": {"restarts": 1}})
+    jobset_events = []
+    stream = watch.Watch()
+    for event in stream.stream(
+        k8s.custom.list_namespaced_custom_object, *JOBSET_PATH, resource_version=start, timeout_seconds=30
+    ):
+        jobset_events.append((event["type"], event["object"]["metadata"]["name"], event["object"].get("status")))
+        if len(jobset_events) == 2:
+            stream.stop()
+    assert jobset_events == [("ADDED", "w-jobset", None), ("MODIFIED", "w-jobset", {"restarts": 1})]
