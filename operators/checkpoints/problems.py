@@ -26,6 +26,8 @@ class Problem(StrEnum):
     OCDBT_MANIFEST_MISSING = "ocdbt_manifest_missing"
     OCDBT_PROCESS_MANIFEST_MISSING = "ocdbt_process_manifest_missing"
     OCDBT_DATA_MISSING = "ocdbt_data_missing"
+    OCDBT_ARRAY_MISSING = "ocdbt_array_missing"
+    OCDBT_INDEX_UNREADABLE = "ocdbt_index_unreadable"
     ARRAY_METADATA_MISSING = "array_metadata_missing"
     ARRAY_METADATA_UNREADABLE = "array_metadata_unreadable"
     CHUNK_MISSING = "chunk_missing"
@@ -76,6 +78,10 @@ class Findings:
 
     def __bool__(self) -> bool:
         return bool(self._counts)
+
+    def total(self) -> int:
+        """How many findings were recorded (including those beyond the cap)."""
+        return sum(self._counts.values())
 
     def result(self) -> tuple[Finding, ...]:
         """The findings, with an overflow line for each code that was capped."""

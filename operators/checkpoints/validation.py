@@ -13,11 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from operators.checkpoints.ocdbt_index import IndexLimits, check_ocdbt_index
 from operators.checkpoints.problems import Finding, Findings, Problem
 from operators.checkpoints.storage import (
     Entry,
     EntryKind,
     FileTooLargeError,
+    GCSStorage,
+    LocalStorage,
     Storage,
     StorageError,
 )
@@ -50,6 +53,10 @@ class ValidationOptions:
     max_array_metadata_bytes: int = 1024 * 1024
     max_files: int = 1_000_000
     max_workers: int = 16
+    # OCDBT: list the database's keys with tensorstore (no array data) and check every array.
+    check_ocdbt_index: bool = True
+    max_ocdbt_keys: int = 1_000_000
+    ocdbt_index_timeout: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -280,7 +287,12 @@ def _check_item(
     if not isinstance(use_ocdbt, bool):
         use_ocdbt = OCDBT_MANIFEST in tree.files
     if use_ocdbt:
+        before = found.total()
         _check_ocdbt(name, tree, arrays, found)
+        # The database is only opened when its files look whole (else tensorstore's error is noise).
+        if opts.check_ocdbt_index and found.total() == before and isinstance(storage, LocalStorage | GCSStorage):
+            limits = IndexLimits(opts.max_ocdbt_keys, opts.ocdbt_index_timeout)
+            found.extend(check_ocdbt_index(storage.join(step_path, name), name, arrays, limits))
         return ItemSummary(name, "ocdbt", arrays)
     zarr3 = meta.get("use_zarr3") is True
     _check_zarr(storage, step_path, name, tree, arrays, zarr3, opts, found, pool)

@@ -1,0 +1,136 @@
+"""Check an OCDBT database's keys against the arrays the tree metadata lists, without array data.
+
+The file checks only see a missing or empty ``manifest.ocdbt`` or data file; an array can still
+be absent from the database itself. Tensorstore's own OCDBT kvstore lists the keys (reading the
+manifest and the B-tree nodes only, no value): every array must have its zarr metadata key and at
+least one chunk key. Which chunks an array needs is not checked: that takes reading each array's
+zarr metadata value, and on the GCS emulator (no object generations) tensorstore refuses to
+re-read a manifest it has read once. Tensorstore is imported here, on first use, so importing
+the package stays light.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from operators.checkpoints.problems import Finding, Problem
+from operators.checkpoints.storage import is_gcs, split_gcs
+
+ZARRAY_KEY = ".zarray"
+ZARR3_KEY = "zarr.json"
+_META_KEYS = frozenset({ZARRAY_KEY, ZARR3_KEY, ".zattrs", ".zgroup"})
+
+
+@dataclass(frozen=True)
+class IndexLimits:
+    """Bounds on the work spent on one item's database."""
+
+    max_keys: int = 1_000_000
+    timeout: float = 120.0
+
+
+def base_spec(item_path: str) -> dict[str, Any]:
+    """The kvstore spec of the directory holding ``manifest.ocdbt`` (local or ``gs://``)."""
+    if is_gcs(item_path):
+        bucket, key = split_gcs(item_path)
+        return {"driver": "gcs", "bucket": bucket, "path": f"{key}/" if key else ""}
+    return {"driver": "file", "path": os.path.abspath(item_path).rstrip("/") + "/"}
+
+
+def _use_emulator_endpoint() -> None:
+    """Point tensorstore at the emulator google-cloud-storage uses (``STORAGE_EMULATOR_HOST``).
+
+    Tensorstore reads its own variable, ``TENSORSTORE_GCS_HTTP_URL``; an explicit one wins.
+    """
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if host and not os.environ.get("TENSORSTORE_GCS_HTTP_URL"):
+        os.environ["TENSORSTORE_GCS_HTTP_URL"] = host if "://" in host else f"http://{host}"
+
+
+def check_ocdbt_index(
+    item_path: str,
+    name: str,
+    arrays: Iterable[str],
+    limits: IndexLimits | None = None,
+) -> list[Finding]:
+    """Findings for arrays absent from the item's OCDBT database (or present without any chunk).
+
+    Never raises for anything found in storage: a timeout, an error, or more keys than
+    ``limits.max_keys`` give one ``ocdbt_index_unreadable`` finding.
+    """
+    lim = limits or IndexLimits()
+    arrays = tuple(arrays)
+    if not arrays:
+        return []
+    try:
+        import tensorstore as ts
+    except ImportError:  # pragma: no cover - orbax-checkpoint depends on tensorstore
+        return []
+    if is_gcs(item_path):
+        _use_emulator_endpoint()
+    deadline = _Deadline(lim.timeout)
+    try:
+        kv = deadline.wait(_open(ts, item_path), "opening")
+        keys = _list_keys(kv, lim, deadline)
+    except _Unreadable as exc:
+        return [Finding(Problem.OCDBT_INDEX_UNREADABLE, name, str(exc))]
+    except Exception as exc:  # a spec tensorstore rejects up front (e.g. a bucket name it refuses)
+        return [Finding(Problem.OCDBT_INDEX_UNREADABLE, name, f"{type(exc).__name__}: {str(exc)[:300]}")]
+
+    by_array: dict[str, set[str]] = {}
+    for key in keys:
+        array, sep, rest = key.partition("/")
+        if sep:
+            by_array.setdefault(array, set()).add(rest)
+    out: list[Finding] = []
+    for array in arrays:
+        have = by_array.get(array, set())
+        if not have & {ZARRAY_KEY, ZARR3_KEY}:
+            out.append(
+                Finding(
+                    Problem.OCDBT_ARRAY_MISSING,
+                    f"{name}/{array}",
+                    f"no {ZARRAY_KEY} or {ZARR3_KEY} key for this array in the OCDBT database",
+                )
+            )
+        elif not have - _META_KEYS:
+            out.append(Finding(Problem.CHUNK_MISSING, f"{name}/{array}", "no chunk key in the OCDBT database"))
+    return out
+
+
+class _Unreadable(Exception):
+    """The database could not be listed or read within the limits."""
+
+
+class _Deadline:
+    """One time budget for every tensorstore call on an item."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def wait(self, future: Any, what: str) -> Any:
+        try:
+            return future.result(timeout=max(0.0, self.end - time.monotonic()))
+        except TimeoutError as exc:
+            future.cancel()
+            raise _Unreadable(f"{what} the OCDBT database took longer than {self.seconds:g} s") from exc
+        except Exception as exc:  # tensorstore raises ValueError/OSError/... for damaged databases.
+            raise _Unreadable(f"{what} the OCDBT database failed: {type(exc).__name__}: {str(exc)[:300]}") from exc
+
+
+def _open(ts: Any, item_path: str) -> Any:
+    # No cache: nothing read here is needed again.
+    context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
+    return ts.KvStore.open({"driver": "ocdbt", "base": base_spec(item_path)}, context=context)
+
+
+def _list_keys(kv: Any, lim: IndexLimits, deadline: _Deadline) -> list[str]:
+    raw = deadline.wait(kv.list(), "listing")
+    if len(raw) > lim.max_keys:
+        raise _Unreadable(f"more than {lim.max_keys} keys in the OCDBT database; not checked")
+    return [k.decode("utf-8", "replace") for k in raw]

@@ -1,0 +1,132 @@
+"""OCDBT: an array missing inside the database (every file present and non-empty) is caught
+by listing the database's keys, without reading array data."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.checkpoints import Problem, ValidationOptions, validate_checkpoints
+from operators.checkpoints.ocdbt_index import _Deadline, _Unreadable
+from tests.support.gcs_emulator import GCSEmulator
+from tests.support.orbax_checkpoints import make_tree, write_run
+
+MISSING = "opt.mu"
+
+
+def _without_mu(step: int) -> dict[str, Any]:
+    tree = make_tree(step)
+    del tree["opt"]
+    return tree
+
+
+@pytest.fixture(scope="session")
+def fewer_arrays_step(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Step 20's ``items`` of a checkpoint written by Orbax without ``opt.mu``."""
+    root = write_run(tmp_path_factory.mktemp("ocdbt-fewer"), ocdbt=True, steps=(20,), tree_fn=_without_mu)
+    return root / "20" / "items"
+
+
+def _swap_in_database(fewer_items: Path) -> Callable[[Path], None]:
+    """Replace the step's OCDBT manifests by those of `fewer_items`, and add its data files.
+
+    Every original file stays present and non-empty; the database the manifest describes is a
+    whole, readable one that simply has no ``opt.mu``.
+    """
+
+    def damage(step: Path) -> None:
+        items = step / "items"
+        for src in fewer_items.rglob("*"):
+            rel = src.relative_to(fewer_items)
+            if src.is_file() and (src.name == "manifest.ocdbt" or rel.parent.name == "d"):
+                dst = items / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+
+    return damage
+
+
+def test_array_missing_inside_the_database(run_copy: Callable[[str], Path], fewer_arrays_step: Path) -> None:
+    run = run_copy("ocdbt")
+    step = run / "checkpoints" / "20"
+    before = {p.relative_to(step): p.stat().st_size for p in step.rglob("*") if p.is_file()}
+    _swap_in_database(fewer_arrays_step)(step)
+    after = {p.relative_to(step): p.stat().st_size for p in step.rglob("*") if p.is_file()}
+    assert before.keys() <= after.keys() and all(after.values())  # nothing removed or emptied
+
+    report = validate_checkpoints(str(run))
+    problems = report.target.problems  # type: ignore[union-attr]
+    assert [(p.code, p.path) for p in problems] == [(Problem.OCDBT_ARRAY_MISSING, f"items/{MISSING}")]
+    assert report.latest_valid_step == 10
+    assert [v.step for v in report.steps if v.valid] == [10, 0]
+
+    # The file checks alone cannot see it.
+    assert validate_checkpoints(str(run), options=ValidationOptions(check_ocdbt_index=False)).valid
+
+
+def test_cli_names_the_missing_array(run_copy: Callable[[str], Path], fewer_arrays_step: Path) -> None:
+    run = run_copy("ocdbt")
+    _swap_in_database(fewer_arrays_step)(run / "checkpoints" / "20")
+    code = "from cli.main import main; raise SystemExit(main())"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "validate", str(run)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"ocdbt_array_missing (items/{MISSING})" in proc.stdout
+    assert proc.stdout.rstrip().endswith("step 20: INVALID; latest valid step: 10")
+
+
+def test_garbage_manifest_is_a_named_problem(run_copy: Callable[[str], Path]) -> None:
+    run = run_copy("ocdbt")
+    (run / "checkpoints" / "20" / "items" / "manifest.ocdbt").write_bytes(b"\x00garbage" * 64)
+    report = validate_checkpoints(str(run))
+    assert {p.code for p in report.target.problems} == {Problem.OCDBT_INDEX_UNREADABLE}  # type: ignore[union-attr]
+    assert report.latest_valid_step == 10
+
+
+def test_key_cap_is_a_named_problem(orbax_runs: dict[str, Path]) -> None:
+    report = validate_checkpoints(str(orbax_runs["ocdbt"]), options=ValidationOptions(max_ocdbt_keys=3))
+    problems = report.target.problems  # type: ignore[union-attr]
+    assert [p.code for p in problems] == [Problem.OCDBT_INDEX_UNREADABLE]
+    assert "more than 3 keys" in problems[0].detail
+    assert report.latest_valid_step is None
+
+
+def test_a_database_that_never_answers_times_out() -> None:
+    import tensorstore as ts
+
+    _promise, future = ts.Promise.new()
+    with pytest.raises(_Unreadable, match=r"longer than 0\.05 s"):
+        _Deadline(0.05).wait(future, "listing")
+
+
+def test_importing_the_package_does_not_import_tensorstore() -> None:
+    code = "import sys, operators.checkpoints; print('tensorstore' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.usefixtures("gcs_emulator")
+def test_array_missing_inside_the_database_on_gcs(
+    gcs_emulator: GCSEmulator, gcs_bucket: str, run_copy: Callable[[str], Path], fewer_arrays_step: Path
+) -> None:
+    run = run_copy("ocdbt")
+    _swap_in_database(fewer_arrays_step)(run / "checkpoints" / "20")
+    gcs_emulator.upload_dir(run, f"{gcs_bucket}/run")
+    report = validate_checkpoints(f"{gcs_bucket}/run")
+    problems = report.target.problems  # type: ignore[union-attr]
+    assert [(p.code, p.path) for p in problems] == [(Problem.OCDBT_ARRAY_MISSING, f"items/{MISSING}")]
+    assert report.latest_valid_step == 10
+
+
+def test_a_spec_tensorstore_refuses_is_a_named_problem() -> None:
+    from operators.checkpoints.ocdbt_index import check_ocdbt_index
+
+    (finding,) = check_ocdbt_index("gs://b/run/checkpoints/1/items", "items", ["opt.mu"])
+    assert finding.code is Problem.OCDBT_INDEX_UNREADABLE and "bucket" in finding.detail
