@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import secrets
-import string
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -403,8 +402,3 @@ class Store:
             old = self._objects[key]
             self._objects[key] = dependent
             self._record("MODIFIED", rtype, dependent, old=old)
-
-
-def random_suffix(length: int = 5) -> str:
-    """A lowercase alphanumeric suffix for names, as the API server's generateName makes."""
-    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(length))

@@ -14,6 +14,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 # Workload processes share one persistent XLA compilation cache, so only the first of them compiles.
 COMPILATION_CACHE = Path(tempfile.gettempdir()) / "elastic-training-tests-xla-cache"
+COMPILATION_CACHE_ENV = {
+    "JAX_COMPILATION_CACHE_DIR": str(COMPILATION_CACHE),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
 
 
 def workload_env(**extra: str) -> dict[str, str]:
@@ -24,9 +29,7 @@ def workload_env(**extra: str) -> dict[str, str]:
             "JAX_PLATFORMS": "cpu",
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": str(REPO),
-            "JAX_COMPILATION_CACHE_DIR": str(COMPILATION_CACHE),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+            **COMPILATION_CACHE_ENV,
         },
         **extra,
     )

@@ -15,16 +15,11 @@ import pytest
 from local.cluster import LocalCluster
 from local.workloads.drill import DrillObservation, DrillPlan, SliceKillDrill
 from operators.constants import COMMIT_SUCCESS_FILE, ELASTIC_ATTEMPT_RE, SUFFICIENT_SLICES_RE
-from tests.local.workloads.conftest import COMPILATION_CACHE
+from tests.local.workloads.conftest import COMPILATION_CACHE_ENV
 
 pytestmark = pytest.mark.slow
 
 _LIVE = re.compile(r"completed step: (\d+), .*live slice count: (\d+)")
-_CACHE_ENV = {
-    "JAX_COMPILATION_CACHE_DIR": str(COMPILATION_CACHE),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-}
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +49,7 @@ def _kill_slice_1(
         kill_after_step=30,
         timeout=180,
         hold_file=hold_file,
-        extra_env=_CACHE_ENV,
+        extra_env=COMPILATION_CACHE_ENV,
     )
     seen = drill.run(plan)
     (tmp_path / "head.log").write_text(seen.head_log + f"\nKILLED_AT {seen.killed_at} {seen.killed_pod}\n")
