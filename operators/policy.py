@@ -1,0 +1,197 @@
+"""The restart budget and escalation decision: pure functions over observations, no I/O, no Airflow.
+
+Four layers recover a failure, cheapest first: MaxText's in-process elastic retries, slice restarts
+(the worker Job's ``backoffLimit``), JobSet restarts (``failurePolicy.maxRestarts``), and ours, the
+full-job restart (delete the JobSet and create it again with the same run directory, so MaxText
+resumes from the last committed step). :func:`decide` says when the fourth layer is warranted:
+
+- the slice-restart budget is spent: more than ``max_slice_restarts`` slice restarts within the
+  sliding ``slice_restart_window`` (in-process recovery keeps being undone by failing slices);
+- training stalled: no progress (a completed step or an elastic recovery line) for
+  ``stall_timeout`` while the JobSet is active;
+- the JobSet failed for a reason a restart can mend (its ``failurePolicy`` gave up).
+
+Success needs the JobSet ``Completed`` **and** a committed step at the final step: MaxText exits 0
+after SIGTERM, so completion alone proves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class JobSetPhase(StrEnum):
+    """Where the JobSet stands, from its ``status.terminalState`` and conditions."""
+
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    MISSING = "missing"  # deleted by someone else
+
+
+class Action(StrEnum):
+    """What the operator does next."""
+
+    CONTINUE = "continue"
+    ESCALATE = "escalate"
+    SUCCEED = "succeed"
+    FAIL = "fail"
+
+
+class Reason(StrEnum):
+    """Why :func:`decide` chose its action."""
+
+    RUNNING = "running"
+    SLICE_RESTART_BUDGET = "slice_restart_budget_spent"
+    STALLED = "stalled"
+    JOBSET_FAILED = "jobset_failed"
+    COMPLETED = "completed"
+    COMPLETED_SHORT = "completed_short_of_target"
+    COMPLETED_UNCHECKED = "completed_checkpoint_not_checked"
+    FULL_RESTART_BUDGET = "full_restart_budget_spent"
+    PERMANENT_FAILURE = "permanent_failure"
+    JOBSET_MISSING = "jobset_missing"
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The operator's own budgets (seconds for durations)."""
+
+    max_slice_restarts: int
+    slice_restart_window_seconds: float
+    stall_timeout_seconds: float
+    max_full_restarts: int
+
+    def __post_init__(self) -> None:
+        if self.max_slice_restarts < 0 or self.max_full_restarts < 0:
+            raise ValueError("restart budgets must be >= 0")
+        if self.slice_restart_window_seconds <= 0 or self.stall_timeout_seconds <= 0:
+            raise ValueError("the slice-restart window and the stall timeout must be positive")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What is known about the current JobSet incarnation at time ``now`` (Unix seconds).
+
+    ``slice_restart_times`` holds every slice restart of this incarnation; ``progress_at`` the last
+    sign of training progress (a completed step or an elastic recovery line), or when the
+    incarnation started; ``committed_step`` is ``None`` when storage was not read.
+    ``failure_detail`` carries a failed JobSet's reason and, when the trainer itself refused to run
+    (an invalid configuration), ``permanent`` says a restart cannot help.
+    """
+
+    now: float
+    phase: JobSetPhase
+    target_step: int
+    full_restarts_used: int
+    progress_at: float
+    slice_restart_times: Sequence[float] = ()
+    committed_step: int | None = None
+    latest_step: int | None = None
+    failure_detail: str = ""
+    permanent: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The action, why, and a message a person can act on."""
+
+    action: Action
+    reason: Reason
+    message: str
+    # ACTIVE and continuing: the moment the stall rule would fire if nothing changes.
+    recheck_at: float | None = None
+
+
+def slice_restarts_in_window(times: Sequence[float], now: float, window_seconds: float) -> int:
+    """Slice restarts within the sliding window ending at ``now``."""
+    return sum(1 for t in times if now - window_seconds < t <= now)
+
+
+def decide(obs: Observation, budgets: Budgets) -> Decision:
+    """The next action for one observation of the run."""
+    if obs.phase is JobSetPhase.COMPLETED:
+        return _completed(obs)
+    if obs.phase is JobSetPhase.MISSING:
+        return Decision(
+            Action.FAIL,
+            Reason.JOBSET_MISSING,
+            "the JobSet was deleted outside this task; not recreating it (the run directory is untouched)",
+        )
+    if obs.phase is JobSetPhase.FAILED:
+        if obs.permanent:
+            return Decision(
+                Action.FAIL,
+                Reason.PERMANENT_FAILURE,
+                f"the JobSet failed and a restart cannot help: {obs.failure_detail}",
+            )
+        return _escalate(obs, budgets, Reason.JOBSET_FAILED, f"the JobSet failed: {obs.failure_detail or 'no reason'}")
+
+    in_window = slice_restarts_in_window(obs.slice_restart_times, obs.now, budgets.slice_restart_window_seconds)
+    if in_window > budgets.max_slice_restarts:
+        window = _duration(budgets.slice_restart_window_seconds)
+        return _escalate(
+            obs,
+            budgets,
+            Reason.SLICE_RESTART_BUDGET,
+            f"{in_window} slice restarts within {window} exceed max_slice_restarts={budgets.max_slice_restarts}",
+        )
+    stall_at = obs.progress_at + budgets.stall_timeout_seconds
+    if obs.now >= stall_at:
+        step = "no step yet" if obs.latest_step is None else f"last completed step {obs.latest_step}"
+        return _escalate(
+            obs,
+            budgets,
+            Reason.STALLED,
+            f"no training progress for {_duration(obs.now - obs.progress_at)} "
+            f"(stall_timeout={_duration(budgets.stall_timeout_seconds)}; {step})",
+        )
+    return Decision(Action.CONTINUE, Reason.RUNNING, "training", recheck_at=stall_at)
+
+
+def _completed(obs: Observation) -> Decision:
+    if obs.committed_step is None:
+        return Decision(
+            Action.FAIL,
+            Reason.COMPLETED_UNCHECKED,
+            "the JobSet completed but its checkpoints were not read; success needs a committed final step",
+        )
+    if obs.committed_step >= obs.target_step:
+        return Decision(
+            Action.SUCCEED,
+            Reason.COMPLETED,
+            f"the JobSet completed with committed step {obs.committed_step} (target {obs.target_step})",
+        )
+    reached = "no committed step" if obs.committed_step < 0 else f"newest committed step {obs.committed_step}"
+    return Decision(
+        Action.FAIL,
+        Reason.COMPLETED_SHORT,
+        f"the JobSet completed but training did not reach its final step: {reached}, target step "
+        f"{obs.target_step} (MaxText exits 0 after SIGTERM or a failed save; completion alone is not success)",
+    )
+
+
+def _escalate(obs: Observation, budgets: Budgets, reason: Reason, why: str) -> Decision:
+    if obs.full_restarts_used >= budgets.max_full_restarts:
+        return Decision(
+            Action.FAIL,
+            Reason.FULL_RESTART_BUDGET,
+            f"full-restart budget spent: max_full_restarts={budgets.max_full_restarts} "
+            f"and {obs.full_restarts_used} used; the run needed another because {why}",
+        )
+    return Decision(
+        Action.ESCALATE,
+        reason,
+        f"full restart {obs.full_restarts_used + 1} of {budgets.max_full_restarts}: {why}",
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

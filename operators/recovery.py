@@ -1,0 +1,274 @@
+"""Recovery timelines and their cost, folded from the trainer's log lines. Pure: no I/O, no Airflow.
+
+MaxText on Pathways logs each in-process recovery (shared markers in :mod:`operators.constants`):
+``Elastic event detected`` (the controller caught the slice failure), ``Sufficient slices active:
+A >= K`` (pathwaysutils' wait for slices returned), ``restoring from this run's directory step N``
+(the restore of the newest committed step), then ``completed step: N+1`` (the first step after).
+:class:`LogDigest` folds timestamped lines into those phases without keeping the lines, so it can
+travel in a trigger's kwargs and the task state store: its size grows with recoveries, not steps.
+
+Steps follow MaxText: ``failed_step`` is the last completed step before the failure and
+``restored_step`` the checkpoint restored, so ``steps_lost = failed_step - restored_step`` steps
+are run again (``failed_step + 1`` when nothing was restored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.constants import (
+    COMPLETED_STEP_RE,
+    ELASTIC_ATTEMPTS_SPENT_RE,
+    ELASTIC_EVENT_RE,
+    LIVE_SLICE_COUNT_RE,
+    NO_CHECKPOINT_RE,
+    RESTORING_STEP_RE,
+    SUFFICIENT_SLICES_RE,
+    TRAINING_STOPPED_RE,
+)
+
+MAX_RECOVERIES_KEPT = 200  # a hostile or broken trainer must not grow a trigger's kwargs without bound
+
+
+@dataclass
+class Recovery:
+    """One in-process recovery: its phases (Unix seconds) and what it cost in steps."""
+
+    detected_at: float
+    failed_step: int | None
+    slices_ready_at: float | None = None
+    slices: int | None = None  # slices active after the recovery
+    restored_step: int | None = None
+    restored_at: float | None = None
+    first_step_at: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.first_step_at is not None
+
+    @property
+    def steps_lost(self) -> int | None:
+        if self.failed_step is None:
+            return None
+        return max(0, self.failed_step - (self.restored_step if self.restored_step is not None else -1))
+
+    def phases(self) -> dict[str, float | None]:
+        """Seconds spent in each phase: waiting for slices, restoring, the first step; and in all."""
+
+        def span(start: float | None, end: float | None) -> float | None:
+            return None if start is None or end is None else round(max(0.0, end - start), 3)
+
+        return {
+            "wait_for_slices": span(self.detected_at, self.slices_ready_at),
+            "restore": span(self.slices_ready_at or self.detected_at, self.restored_at),
+            "first_step": span(self.restored_at, self.first_step_at),
+            "total": span(self.detected_at, self.first_step_at),
+        }
+
+
+@dataclass
+class LogDigest:
+    """What the trainer's log said so far, folded line by line (see :meth:`feed`)."""
+
+    latest_step: int | None = None
+    latest_step_at: float | None = None
+    progress_at: float | None = None
+    steps_executed: int = 0
+    step_seconds_total: float = 0.0
+    live_slices: int | None = None
+    restores: int = 0
+    recoveries: list[Recovery] = field(default_factory=list)
+    open_recovery: Recovery | None = None
+    attempts_spent: bool = False
+    stopped: str | None = None
+
+    def feed(self, at: float, line: str) -> None:
+        """Fold one log line logged at ``at`` (Unix seconds)."""
+        if (match := COMPLETED_STEP_RE.search(line)) is not None:
+            self._completed_step(at, int(match.group(1)), float(match.group(2)), line)
+        elif ELASTIC_EVENT_RE.search(line):
+            self._close_open()
+            self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step)
+            self.progress_at = at
+        elif (match := SUFFICIENT_SLICES_RE.search(line)) is not None:
+            recovery = self.open_recovery
+            if recovery is not None and recovery.slices_ready_at is None:
+                recovery.slices_ready_at = at
+                recovery.slices = int(match.group(1))
+            self.progress_at = at
+        elif (match := RESTORING_STEP_RE.search(line)) is not None:
+            self._restored(at, int(match.group(1)))
+        elif NO_CHECKPOINT_RE.search(line):
+            self._restored(at, None)
+        elif ELASTIC_ATTEMPTS_SPENT_RE.search(line):
+            self.attempts_spent = True
+        elif (match := TRAINING_STOPPED_RE.search(line)) is not None:
+            self.stopped = match.group(1).strip()[:500]
+
+    def feed_all(self, lines: Iterable[tuple[float, str]]) -> LogDigest:
+        for at, line in lines:
+            self.feed(at, line)
+        return self
+
+    def _completed_step(self, at: float, step: int, seconds: float, line: str) -> None:
+        self.latest_step = step
+        self.latest_step_at = at
+        self.progress_at = at
+        self.steps_executed += 1
+        self.step_seconds_total += max(0.0, seconds)
+        if (live := LIVE_SLICE_COUNT_RE.search(line)) is not None:
+            self.live_slices = int(live.group(1))
+        recovery = self.open_recovery
+        if recovery is not None and recovery.restored_at is not None:
+            recovery.first_step_at = at
+            if recovery.slices is None:
+                recovery.slices = self.live_slices
+            self._close_open()
+
+    def _restored(self, at: float, step: int | None) -> None:
+        self.restores += 1
+        self.progress_at = at
+        recovery = self.open_recovery
+        if recovery is not None and recovery.restored_at is None:
+            recovery.restored_at = at
+            recovery.restored_step = step
+
+    def _close_open(self) -> None:
+        if self.open_recovery is not None:
+            self.recoveries.append(self.open_recovery)
+            del self.recoveries[:-MAX_RECOVERIES_KEPT]
+            self.open_recovery = None
+
+    @property
+    def all_recoveries(self) -> list[Recovery]:
+        """Finished recoveries, then the one in progress."""
+        return [*self.recoveries, *([self.open_recovery] if self.open_recovery else [])]
+
+    @property
+    def mean_step_seconds(self) -> float | None:
+        return self.step_seconds_total / self.steps_executed if self.steps_executed else None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> LogDigest:
+        if not data:
+            return cls()
+        values = dict(data)
+        values["recoveries"] = [Recovery(**r) for r in values.get("recoveries") or []]
+        opened = values.get("open_recovery")
+        values["open_recovery"] = Recovery(**opened) if opened else None
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Chips the run holds and what a chip-hour costs."""
+
+    chips: int
+    price_per_chip_hour: float = 0.0
+
+    def cost(self, chip_seconds: float) -> float:
+        return round(chip_seconds / 3600.0 * self.price_per_chip_hour, 6)
+
+
+def recovery_report(recovery: Recovery, *, mean_step_seconds: float | None, costs: CostModel) -> dict[str, Any]:
+    """One recovery as the run report shows it: steps, phase timestamps and durations, cost.
+
+    Chip-seconds lost = chips x (detection to first step + steps lost x mean step time): the whole
+    allocation waits while slices come back, then redoes the lost steps.
+    """
+    lost = recovery.steps_lost
+    downtime = (recovery.first_step_at - recovery.detected_at) if recovery.first_step_at is not None else None
+    redo = (lost or 0) * (mean_step_seconds or 0.0)
+    chip_seconds = None if downtime is None else round(costs.chips * (max(0.0, downtime) + redo), 3)
+    return {
+        "slices": recovery.slices,
+        "failed_step": recovery.failed_step,
+        "restored_step": recovery.restored_step,
+        "steps_lost": lost,
+        "detected_at": recovery.detected_at,
+        "slices_ready_at": recovery.slices_ready_at,
+        "restored_at": recovery.restored_at,
+        "first_step_at": recovery.first_step_at,
+        "phase_seconds": recovery.phases(),
+        "chip_seconds_lost": chip_seconds,
+        "cost": None if chip_seconds is None else costs.cost(chip_seconds),
+        "complete": recovery.complete,
+    }
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """One JobSet incarnation's share of a run: its name, restarts and folded log."""
+
+    jobset_name: str
+    slice_restarts: int
+    jobset_restarts: int
+    digest: LogDigest
+
+
+def run_report(
+    *,
+    incarnations: list[Incarnation],
+    escalations: list[dict[str, Any]],
+    namespace: str,
+    run_directory: str,
+    target_step: int,
+    final_step: int | None,
+    wall_seconds: float,
+    costs: CostModel,
+    full_restart_seconds_lost: float = 0.0,
+) -> dict[str, Any]:
+    """The run report (the operator's XCom ``return_value``): counts, recoveries with cost, goodput.
+
+    Escalations carry their own ``steps_lost``; the chip time between a full restart's delete and
+    the new incarnation's first step is ``full_restart_seconds_lost`` (measured by the operator).
+    """
+    recoveries: list[dict[str, Any]] = []
+    productive = 0.0
+    for incarnation in incarnations:
+        digest = incarnation.digest
+        mean = digest.mean_step_seconds
+        recoveries.extend(recovery_report(r, mean_step_seconds=mean, costs=costs) for r in digest.all_recoveries)
+        lost = sum(r.steps_lost or 0 for r in digest.all_recoveries)
+        productive += (mean or 0.0) * max(0, digest.steps_executed - lost)
+    escalation_steps_lost = sum(int(e.get("steps_lost") or 0) for e in escalations)
+    mean_all = _mean_step_seconds(incarnations)
+    productive = max(0.0, productive - escalation_steps_lost * (mean_all or 0.0))
+    recovery_chip_seconds = sum(r["chip_seconds_lost"] or 0.0 for r in recoveries)
+    escalation_chip_seconds = costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
+    current = incarnations[-1] if incarnations else None
+    return {
+        "jobset_name": current.jobset_name if current else None,
+        "namespace": namespace,
+        "run_directory": run_directory,
+        "target_step": target_step,
+        "final_step": final_step,
+        "slice_restarts": sum(i.slice_restarts for i in incarnations),
+        "in_process_recoveries": len(recoveries),
+        "full_restarts": len(escalations),
+        "jobset_restarts": sum(i.jobset_restarts for i in incarnations),
+        "escalations": escalations,
+        "recoveries": recoveries,
+        "steps_lost": sum(r["steps_lost"] or 0 for r in recoveries) + escalation_steps_lost,
+        "chips": costs.chips,
+        "price_per_chip_hour": costs.price_per_chip_hour,
+        "chip_seconds_lost": round(recovery_chip_seconds + escalation_chip_seconds, 3),
+        "cost_lost": costs.cost(recovery_chip_seconds + escalation_chip_seconds),
+        "mean_step_seconds": None if mean_all is None else round(mean_all, 6),
+        "goodput": round(min(1.0, productive / wall_seconds), 4) if wall_seconds > 0 else None,
+        "wall_seconds": round(wall_seconds, 3),
+        "jobsets": [i.jobset_name for i in incarnations],
+    }
+
+
+def _mean_step_seconds(incarnations: list[Incarnation]) -> float | None:
+    steps = sum(i.digest.steps_executed for i in incarnations)
+    seconds = sum(i.digest.step_seconds_total for i in incarnations)
+    return seconds / steps if steps else None

@@ -1,0 +1,158 @@
+"""The escalation policy, case by case: every budget, window, stall and terminal case."""
+
+from __future__ import annotations
+
+import pytest
+
+from operators.policy import Action, Budgets, JobSetPhase, Observation, Reason, decide, slice_restarts_in_window
+
+BUDGETS = Budgets(
+    max_slice_restarts=2, slice_restart_window_seconds=600, stall_timeout_seconds=300, max_full_restarts=1
+)
+NOW = 10_000.0
+
+
+def obs(**overrides: object) -> Observation:
+    values: dict[str, object] = {
+        "now": NOW,
+        "phase": JobSetPhase.ACTIVE,
+        "target_step": 99,
+        "full_restarts_used": 0,
+        "progress_at": NOW - 10,
+    }
+    values.update(overrides)
+    return Observation(**values)  # type: ignore[arg-type]
+
+
+CASES = [
+    # (id, observation, action, reason)
+    ("healthy", obs(), Action.CONTINUE, Reason.RUNNING),
+    ("restarts within budget", obs(slice_restart_times=(NOW - 5, NOW - 1)), Action.CONTINUE, Reason.RUNNING),
+    (
+        "restarts over budget in window",
+        obs(slice_restart_times=(NOW - 50, NOW - 5, NOW - 1)),
+        Action.ESCALATE,
+        Reason.SLICE_RESTART_BUDGET,
+    ),
+    (
+        "old restarts slid out of the window",
+        obs(slice_restart_times=(NOW - 900, NOW - 700, NOW - 1)),
+        Action.CONTINUE,
+        Reason.RUNNING,
+    ),
+    (
+        "restart exactly at window edge is out",
+        obs(slice_restart_times=(NOW - 600, NOW - 2, NOW - 1)),
+        Action.CONTINUE,
+        Reason.RUNNING,
+    ),
+    ("stalled", obs(progress_at=NOW - 300), Action.ESCALATE, Reason.STALLED),
+    ("just short of stall", obs(progress_at=NOW - 299), Action.CONTINUE, Reason.RUNNING),
+    (
+        "over budget and full restarts spent",
+        obs(slice_restart_times=(NOW - 3, NOW - 2, NOW - 1), full_restarts_used=1),
+        Action.FAIL,
+        Reason.FULL_RESTART_BUDGET,
+    ),
+    (
+        "stalled and full restarts spent",
+        obs(progress_at=0, full_restarts_used=1),
+        Action.FAIL,
+        Reason.FULL_RESTART_BUDGET,
+    ),
+    (
+        "failed restartable",
+        obs(phase=JobSetPhase.FAILED, failure_detail="FailedJobs: job failed"),
+        Action.ESCALATE,
+        Reason.JOBSET_FAILED,
+    ),
+    (
+        "failed restartable, budget spent",
+        obs(phase=JobSetPhase.FAILED, full_restarts_used=1),
+        Action.FAIL,
+        Reason.FULL_RESTART_BUDGET,
+    ),
+    ("failed permanently", obs(phase=JobSetPhase.FAILED, permanent=True), Action.FAIL, Reason.PERMANENT_FAILURE),
+    ("completed at target", obs(phase=JobSetPhase.COMPLETED, committed_step=99), Action.SUCCEED, Reason.COMPLETED),
+    ("completed past target", obs(phase=JobSetPhase.COMPLETED, committed_step=120), Action.SUCCEED, Reason.COMPLETED),
+    ("completed short", obs(phase=JobSetPhase.COMPLETED, committed_step=60), Action.FAIL, Reason.COMPLETED_SHORT),
+    (
+        "completed, no checkpoint",
+        obs(phase=JobSetPhase.COMPLETED, committed_step=-1),
+        Action.FAIL,
+        Reason.COMPLETED_SHORT,
+    ),
+    ("completed, unread", obs(phase=JobSetPhase.COMPLETED), Action.FAIL, Reason.COMPLETED_UNCHECKED),
+    ("missing", obs(phase=JobSetPhase.MISSING), Action.FAIL, Reason.JOBSET_MISSING),
+    (
+        "completed beats a stall",
+        obs(phase=JobSetPhase.COMPLETED, committed_step=99, progress_at=0),
+        Action.SUCCEED,
+        Reason.COMPLETED,
+    ),
+]
+
+
+@pytest.mark.parametrize(("observation", "action", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decide(observation: Observation, action: Action, reason: Reason) -> None:
+    decision = decide(observation, BUDGETS)
+    assert (decision.action, decision.reason) == (action, reason)
+    assert decision.message
+
+
+def test_full_restart_failure_names_the_budget_and_the_cause() -> None:
+    decision = decide(obs(slice_restart_times=(NOW - 3, NOW - 2, NOW - 1), full_restarts_used=1), BUDGETS)
+    assert "max_full_restarts=1" in decision.message
+    assert "3 slice restarts within 10.0 min exceed max_slice_restarts=2" in decision.message
+
+
+def test_completed_short_says_what_was_reached() -> None:
+    message = decide(obs(phase=JobSetPhase.COMPLETED, committed_step=60), BUDGETS).message
+    assert "newest committed step 60" in message and "target step 99" in message
+
+
+def test_continue_says_when_a_stall_would_fire() -> None:
+    assert decide(obs(progress_at=NOW - 100), BUDGETS).recheck_at == NOW + 200
+
+
+def test_zero_budgets() -> None:
+    strict = Budgets(
+        max_slice_restarts=0, slice_restart_window_seconds=60, stall_timeout_seconds=60, max_full_restarts=0
+    )
+    assert decide(obs(slice_restart_times=(NOW - 1,)), strict).reason is Reason.FULL_RESTART_BUDGET
+
+
+def test_window_count() -> None:
+    assert slice_restarts_in_window([1.0, 5.0, 6.0, 9.0, 11.0], now=10.0, window_seconds=5.0) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_slice_restarts": -1},
+        {"max_full_restarts": -1},
+        {"slice_restart_window_seconds": 0},
+        {"stall_timeout_seconds": -5},
+    ],
+)
+def test_budgets_reject_nonsense(kwargs: dict[str, float]) -> None:
+    values = {
+        "max_slice_restarts": 1,
+        "slice_restart_window_seconds": 60.0,
+        "stall_timeout_seconds": 60.0,
+        "max_full_restarts": 1,
+        **kwargs,
+    }
+    with pytest.raises(ValueError):
+        Budgets(**values)  # type: ignore[arg-type]
+
+
+def test_policy_imports_no_airflow() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, operators.policy, operators.recovery, operators.observations;"
+        "assert not any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules), 'airflow imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,139 @@
+"""Recovery accounting: log lines folded into phases, steps lost, chip time and cost, goodput."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from operators.recovery import CostModel, Incarnation, LogDigest, Recovery, recovery_report, run_report
+
+
+def absl(text: str) -> str:
+    return f"I1130 12:00:00.000000 4242 train.py:101] {text}"
+
+
+def steps(start: int, stop: int, t0: float, seconds: float = 1.0) -> list[tuple[float, str]]:
+    return [
+        (t0 + i * seconds, absl(f"completed step: {s}, seconds: {seconds:.3f}, Tokens/s/device: 10.0, loss: 2.0"))
+        for i, s in enumerate(range(start, stop))
+    ]
+
+
+def recovery_lines(t: float, restored: int) -> list[tuple[float, str]]:
+    return [
+        (t, absl("Elastic event detected. Traceback (most recent call last):")),
+        (t + 0.5, absl("Elastic attempt 2 out of 10")),
+        (t + 2.0, absl("Sufficient slices active: 3 >= 3. Active indices: [0, 1, 2]")),
+        (t + 3.0, absl(f"restoring from this run's directory step {restored}")),
+    ]
+
+
+def one_recovery_log() -> list[tuple[float, str]]:
+    return [
+        (0.0, absl("No existing checkpoints found, not restoring checkpoint.")),
+        *steps(0, 30, 1.0),  # steps 0..29 at t=1..30
+        *recovery_lines(40.0, restored=20),
+        *steps(21, 100, 45.0),
+    ]
+
+
+def test_fold_one_recovery() -> None:
+    digest = LogDigest().feed_all(one_recovery_log())
+    assert digest.latest_step == 99
+    assert digest.steps_executed == 30 + 79
+    [recovery] = digest.recoveries
+    assert recovery == Recovery(
+        detected_at=40.0,
+        failed_step=29,
+        slices_ready_at=42.0,
+        slices=3,
+        restored_step=20,
+        restored_at=43.0,
+        first_step_at=45.0,
+    )
+    assert recovery.steps_lost == 9
+    assert recovery.phases() == {"wait_for_slices": 2.0, "restore": 1.0, "first_step": 2.0, "total": 5.0}
+    assert digest.open_recovery is None
+
+
+def test_recovery_cost_hand_worked() -> None:
+    recovery = LogDigest().feed_all(one_recovery_log()).recoveries[0]
+    report = recovery_report(recovery, mean_step_seconds=1.0, costs=CostModel(chips=12, price_per_chip_hour=3.6))
+    # 12 chips x (5 s down + 9 steps x 1 s) = 168 chip-seconds; 168 / 3600 h x 3.6 = 0.168
+    assert report["chip_seconds_lost"] == 168.0
+    assert report["cost"] == pytest.approx(0.168)
+    assert report["steps_lost"] == 9 and report["failed_step"] == 29 and report["restored_step"] == 20
+
+
+def test_recovery_without_a_checkpoint_loses_every_step() -> None:
+    lines = [
+        *steps(0, 5, 0.0),
+        (6.0, absl("Elastic event detected")),
+        (7.0, absl("No existing checkpoints found, not restoring checkpoint.")),
+        *steps(0, 3, 8.0),
+    ]
+    [recovery] = LogDigest().feed_all(lines).recoveries
+    assert recovery.restored_step is None and recovery.steps_lost == 5 and recovery.first_step_at == 8.0
+
+
+def test_recovery_in_progress_is_reported_open() -> None:
+    digest = LogDigest().feed_all([*steps(0, 10, 0.0), (20.0, absl("Elastic event detected"))])
+    assert digest.recoveries == [] and digest.open_recovery is not None
+    assert [r.first_step_at for r in digest.all_recoveries] == [None]
+    report = recovery_report(digest.all_recoveries[0], mean_step_seconds=1.0, costs=CostModel(chips=4))
+    assert report["complete"] is False and report["chip_seconds_lost"] is None
+
+
+def test_a_second_event_before_the_first_step_closes_the_first() -> None:
+    lines = [*steps(0, 10, 0.0), (20.0, absl("Elastic event detected")), (25.0, absl("Elastic event detected"))]
+    digest = LogDigest().feed_all(lines)
+    assert len(digest.recoveries) == 1 and digest.open_recovery is not None
+
+
+def test_spent_attempts_and_stop_are_noted() -> None:
+    digest = LogDigest().feed_all(
+        [
+            (1.0, absl("ElasticRuntimeError: Elastic attempt 10 failed.")),
+            (2.0, absl("Training stopped: Job received termination signal (SIGTERM).")),
+        ]
+    )
+    assert digest.attempts_spent and digest.stopped == "Job received termination signal (SIGTERM)."
+    assert digest.recoveries == []  # "Elastic attempt N failed." is not a new attempt
+
+
+def test_unrelated_and_hostile_lines_are_ignored() -> None:
+    digest = LogDigest().feed_all([(1.0, "completed step: x"), (2.0, "\x00" * 10000), (3.0, "restoring from nowhere")])
+    assert digest == LogDigest()
+
+
+def test_digest_round_trips_through_json() -> None:
+    digest = LogDigest().feed_all([*one_recovery_log()[:40], (41.0, absl("Elastic event detected"))])
+    again = LogDigest.from_json(json.loads(json.dumps(digest.to_json())))
+    assert again == digest
+
+
+def test_run_report_with_an_escalation() -> None:
+    first = LogDigest().feed_all(one_recovery_log()[:40])  # steps 0..29, a recovery (9 lost), steps 21..25
+    second = LogDigest().feed_all(steps(20, 100, 200.0))
+    report = run_report(
+        incarnations=[Incarnation("run-a", 4, 0, first), Incarnation("run-a-r1", 0, 0, second)],
+        escalations=[{"reason": "slice_restart_budget_spent", "at": 100.0, "steps_lost": 9}],
+        namespace="default",
+        run_directory="/data/run-a",
+        target_step=99,
+        final_step=99,
+        wall_seconds=300.0,
+        costs=CostModel(chips=8, price_per_chip_hour=1.0),
+        full_restart_seconds_lost=20.0,
+    )
+    assert report["jobset_name"] == "run-a-r1" and report["jobsets"] == ["run-a", "run-a-r1"]
+    assert report["slice_restarts"] == 4 and report["full_restarts"] == 1
+    assert report["in_process_recoveries"] == 1
+    assert report["final_step"] == 99 and report["target_step"] == 99
+    # productive: (35 - 9 redone) + 80 steps x 1 s, minus 9 steps lost to the escalation = 97 s over 300 s
+    assert report["goodput"] == pytest.approx(97 / 300, abs=1e-4)
+    assert report["steps_lost"] == 9 + 9
+    for key in ("escalations", "recoveries", "wall_seconds", "jobset_restarts", "namespace", "run_directory"):
+        assert key in report
+    json.dumps(report)
