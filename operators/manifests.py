@@ -1,0 +1,638 @@
+"""JobSet manifests, deterministic names and Airflow identity labels.
+
+The elastic JobSet follows xpk's Pathways template (`xpk: src/xpk/templates/pathways_workload_create.yaml.j2`,
+`commands/workload.py:_generate_pathways_workload_yaml`) with the fixes of shared/DESIGN.md §3:
+`failurePolicy.maxRestarts` is explicit (xpk omits it, so its `--max-restarts` is silently 0 for Pathways),
+the worker Job's `backoffLimit` is `max_slice_restarts * vms_per_slice` (xpk's elastic formula), and the
+JobSet carries the Airflow identity labels the operator adopts it by.
+
+Names are checked the way the upstream JobSet webhook checks them (`jobset: pkg/webhooks/jobset_webhook.go`):
+every child Job `<jobset>-<replicatedJob>-<jobIndex>` and every pod `<jobset>-<replicatedJob>-<jobIndex>-
+<podIndex>-<5 random>` must be a DNS-1035 label of at most 63 characters. With `pathways-head` that leaves
+63 - len("-pathways-head-0-0-abcde") = 39 characters for the JobSet name, the limit `jobset_name` keeps.
+
+The `local` runtime renders the same shape (names, labels, policies, the backoff formula with one VM per
+slice) but runs `local.workloads` (the trainer as the head, slice workers as workers) on the local cluster.
+It is data here: `operators/` never imports `local/`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from operators.constants import (
+    ANNOTATION_COORDINATOR,
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_KIND,
+    JOBSET_VERSION,
+    LABEL_DAG_ID,
+    LABEL_JOB_INDEX,
+    LABEL_JOBSET_NAME,
+    LABEL_MAP_INDEX,
+    LABEL_REPLICATED_JOB_REPLICAS,
+    LABEL_RUN_ID,
+    LABEL_RUN_NAME,
+    LABEL_STAGE,
+    LABEL_TASK_ID,
+    WORKER_CONTAINER,
+    WORKER_REPLICATED_JOB,
+)
+from operators.spec import (
+    MAXTEXT_TRAIN_MODULE,
+    ElasticRunSpec,
+    Runtime,
+    SpecError,
+    image_reference_error,
+    is_dns1123_label,
+)
+
+API_VERSION: Final = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+
+# Upstream webhook: the longest pod name is the deterministic part plus "-" and 5 random characters.
+POD_NAME_RANDOM_SUFFIX: Final = "-abcde"
+NAME_MAX: Final = 63
+JOBSET_NAME_MAX: Final = NAME_MAX - len(f"-{HEAD_REPLICATED_JOB}-0-0{POD_NAME_RANDOM_SUFFIX}")  # 39
+NAME_HASH_LENGTH: Final = 8
+# The readable part of a JobSet name, kept the same length on every attempt so names sort and read alike.
+NAME_PREFIX_MAX: Final = 24
+MAX_ATTEMPT: Final = 99_999
+LABEL_HASH_LENGTH: Final = 8
+
+PLAIN_REPLICATED_JOB: Final = "main"
+PLAIN_CONTAINER: Final = "main"
+
+# Pathways images and settings as xpk renders them (commands/workload.py, parser/workload.py).
+PATHWAYS_PROXY_IMAGE: Final = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:latest"
+PATHWAYS_SERVER_IMAGE: Final = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:latest"
+PATHWAYS_DEFAULT_SCRATCH: Final = "gs://cloud-pathways-staging/tmp"
+PATHWAYS_PROXY_PORT: Final = 29000
+PATHWAYS_RM_PORT: Final = 29001
+PATHWAYS_WORKER_PORT: Final = 29005
+HEAD_NODE_POOL: Final = "cpu-np"
+WORKER_TERMINATION_GRACE_SECONDS: Final = 30
+LABEL_GKE_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
+LABEL_GKE_TPU_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
+LABEL_GKE_TPU_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
+ANNOTATION_EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+TPU_RESOURCE: Final = "google.com/tpu"
+
+# The local runtime: what the local cluster's kubelet runs (`python` is the cluster's interpreter).
+LOCAL_IMAGE: Final = "local"
+LOCAL_PYTHON: Final = "python"
+LOCAL_TRAIN_MODULE: Final = "local.workloads.train"
+LOCAL_SLICE_WORKER_MODULE: Final = "local.workloads.slice_worker"
+LOCAL_TERMINATION_GRACE_SECONDS: Final = 5
+
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
+# Kubernetes accepts any printable name without '='; a C identifier is what shells and Python read reliably.
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def _short_hash(*parts: object, length: int) -> str:
+    digest = hashlib.sha256(json.dumps(list(parts), separators=(",", ":")).encode()).hexdigest()
+    return digest[:length]
+
+
+def _slug(text: str) -> str:
+    """Lowercase letters, digits and single dashes, starting with a letter (a DNS-1035 label's alphabet)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower())
+    return re.sub(r"^[^a-z]+", "", slug).strip("-")
+
+
+def jobset_name(
+    *, dag_id: str, task_id: str, run_id: str, map_index: int, attempt: int, prefix: str | None = None
+) -> str:
+    """The JobSet name of one task instance's full-restart `attempt`: same inputs, same name.
+
+    `<slug of prefix or dag-task>-<8 hex of sha256(dag, task, run, map_index)>[-r<attempt>]`, a DNS-1035
+    label of at most `JOBSET_NAME_MAX` (39) characters so that every child Job and pod name fits 63.
+    """
+    if attempt < 0 or attempt > MAX_ATTEMPT:
+        raise ValueError(f"attempt must be 0..{MAX_ATTEMPT}, got {attempt}")
+    digest = _short_hash(dag_id, task_id, run_id, map_index, length=NAME_HASH_LENGTH)
+    suffix = f"-{digest}" + (f"-r{attempt}" if attempt else "")
+    slug = _slug(prefix if prefix else f"{dag_id}-{task_id}")
+    slug = slug[: min(NAME_PREFIX_MAX, JOBSET_NAME_MAX - len(suffix))].rstrip("-") or "run"
+    return slug + suffix
+
+
+def label_value(value: str) -> str:
+    """`value` as a label value: itself when valid, else a safe prefix plus a hash of the whole value.
+
+    Valid label values are at most 63 characters of `[A-Za-z0-9._-]` with alphanumeric ends; two different
+    inputs never share a rewritten value (the hash covers the original).
+    """
+    if len(value) <= NAME_MAX and _LABEL_VALUE.match(value):
+        return value
+    digest = _short_hash(value, length=LABEL_HASH_LENGTH)
+    safe = _LABEL_VALUE_UNSAFE.sub("_", value)
+    safe = re.sub(r"^[^A-Za-z0-9]+", "", safe)[: NAME_MAX - LABEL_HASH_LENGTH - 1]
+    safe = re.sub(r"[^A-Za-z0-9]+$", "", safe)
+    return f"{safe}-{digest}" if safe else digest
+
+
+def identity_labels(*, dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, str]:
+    """The Airflow identity of a task instance as labels a selector can find (values made label-safe).
+
+    An unmapped task (`map_index` -1) is labelled `none`, since "-1" is not a label value.
+    """
+    return {
+        LABEL_DAG_ID: label_value(dag_id),
+        LABEL_TASK_ID: label_value(task_id),
+        LABEL_RUN_ID: label_value(run_id),
+        LABEL_MAP_INDEX: str(map_index) if map_index >= 0 else "none",
+    }
+
+
+def label_selector(labels: Mapping[str, str]) -> str:
+    """An equality label selector matching every one of `labels` (`k=v,k=v`, keys sorted)."""
+    return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _value_env(env: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{"name": name, "value": value} for name, value in env.items()]
+
+
+def _local_env(extra: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The environment every local container gets, as local/workloads expects it."""
+    return [
+        _field_env("JOBSET_NAME", f"metadata.labels['{LABEL_JOBSET_NAME}']"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env("POD_NAME", "metadata.name"),
+        {"name": "JAX_PLATFORMS", "value": "cpu"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *_value_env(extra or {}),
+    ]
+
+
+def _job_labels(labels: Mapping[str, str], spec_run_name: str | None, stage: str) -> dict[str, str]:
+    merged = dict(labels)
+    if spec_run_name is not None:
+        merged[LABEL_RUN_NAME] = label_value(spec_run_name)
+    merged[LABEL_STAGE] = label_value(stage)
+    return merged
+
+
+def _replicated_job(
+    name: str,
+    *,
+    replicas: int,
+    pods: int,
+    backoff_limit: int,
+    labels: Mapping[str, str],
+    pod_spec: dict[str, Any],
+    job_annotations: Mapping[str, str] | None = None,
+    active_deadline_seconds: int | None = None,
+) -> dict[str, Any]:
+    job_spec: dict[str, Any] = {
+        "backoffLimit": backoff_limit,
+        "completionMode": "Indexed",
+        "completions": pods,
+        "parallelism": pods,
+    }
+    if active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = active_deadline_seconds
+    job_spec["template"] = {"metadata": {"labels": dict(labels)}, "spec": pod_spec}
+    template: dict[str, Any] = {}
+    if job_annotations:
+        template["metadata"] = {"annotations": dict(job_annotations)}
+    template["spec"] = job_spec
+    return {"name": name, "replicas": replicas, "template": template}
+
+
+def _jobset(name: str, namespace: str, labels: Mapping[str, str], spec: dict[str, Any]) -> dict[str, Any]:
+    # A deep copy: parts shared while building (env entries, label maps) must not alias in the result.
+    return copy.deepcopy(
+        {
+            "apiVersion": API_VERSION,
+            "kind": JOBSET_KIND,
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "spec": spec,
+        }
+    )
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or len(name) > JOBSET_NAME_MAX or not _DNS1035_LABEL.match(name):
+        raise SpecError(
+            "name",
+            f"{name!r} must be a DNS-1035 label of at most {JOBSET_NAME_MAX} characters (use jobset_name())",
+        )
+
+
+def _check_labels(labels: Mapping[str, str]) -> None:
+    for key, value in labels.items():
+        if not isinstance(value, str) or len(value) > NAME_MAX or not _LABEL_VALUE.match(value):
+            raise SpecError(f"labels.{key}", f"{value!r} is not a label value (use identity_labels())")
+
+
+def elastic_jobset(
+    spec: ElasticRunSpec,
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    stage: str = "pretrain",
+    local_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Pathways elastic JobSet of `spec` (shared/DESIGN.md §3), for GKE or the local cluster.
+
+    `labels` (usually `identity_labels(...)`) plus the run-name and stage labels go on the JobSet and on
+    every pod template. `local_env` adds variables to both local containers (fault knobs in tests); it is
+    ignored on GKE. The spec must have passed `lint`.
+    """
+    _check_name(name)
+    _check_labels(labels)
+    all_labels = _job_labels(labels, spec.run_name, stage)
+    vms = spec.vms_per_slice
+    if spec.runtime == "local":
+        head_spec, worker_spec = _local_pod_specs(spec, local_env)
+        head_annotations: dict[str, str] = {}
+    else:
+        head_spec, worker_spec = _gke_pod_specs(spec)
+        head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: "kubernetes.io/hostname"}
+    manifest = _jobset(
+        name,
+        namespace,
+        all_labels,
+        {
+            "coordinator": {"replicatedJob": HEAD_REPLICATED_JOB},
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            # xpk's order: the head (proxy and resource manager) is up before workers dial it, so workers do
+            # not spend their restart budget on an unreachable resource manager.
+            "startupPolicy": {"startupPolicyOrder": "InOrder"},
+            "failurePolicy": {"restartStrategy": "Recreate", "maxRestarts": spec.jobset_max_restarts},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
+            "replicatedJobs": [
+                _replicated_job(
+                    HEAD_REPLICATED_JOB,
+                    replicas=1,
+                    pods=1,
+                    backoff_limit=0,
+                    labels=all_labels,
+                    pod_spec=head_spec,
+                    job_annotations=head_annotations,
+                ),
+                _replicated_job(
+                    WORKER_REPLICATED_JOB,
+                    replicas=spec.num_slices,
+                    pods=vms,
+                    backoff_limit=spec.max_slice_restarts * vms,
+                    labels=all_labels,
+                    pod_spec=worker_spec,
+                ),
+            ],
+        },
+    )
+    lint_manifest(manifest)
+    return manifest
+
+
+def _local_pod_specs(spec: ElasticRunSpec, local_env: Mapping[str, str] | None) -> tuple[dict[str, Any], ...]:
+    env = _local_env(local_env)
+    head = {
+        "name": HEAD_MAIN_CONTAINER,
+        "image": LOCAL_IMAGE,
+        "command": [LOCAL_PYTHON, "-m", LOCAL_TRAIN_MODULE],
+        # num_slices is a local trainer key: on Pathways the slice count comes from the resource manager.
+        "args": [*spec.maxtext_keys(), f"num_slices={spec.num_slices}"],
+        "env": env,
+    }
+    worker = {
+        "name": WORKER_CONTAINER,
+        "image": LOCAL_IMAGE,
+        "command": [LOCAL_PYTHON, "-m", LOCAL_SLICE_WORKER_MODULE],
+        "env": env,
+    }
+    return (
+        {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": LOCAL_TERMINATION_GRACE_SECONDS,
+            "containers": [head],
+        },
+        {
+            "restartPolicy": "OnFailure",
+            "terminationGracePeriodSeconds": LOCAL_TERMINATION_GRACE_SECONDS,
+            "containers": [worker],
+        },
+    )
+
+
+def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
+    tpu = spec.tpu
+    topology = spec.tpu_topology or ""
+    if spec.image is None:
+        raise SpecError("image", "is required for the gke runtime")
+    scratch = (
+        f"{spec.run_directory}/pathways-scratch"
+        if spec.base_output_directory.startswith("gs://")
+        else PATHWAYS_DEFAULT_SCRATCH
+    )
+    pathways_head = _field_env("PATHWAYS_HEAD", f"metadata.labels['{ANNOTATION_COORDINATOR}']")
+    rm_address = f"--resource_manager_address=$(PATHWAYS_HEAD):{PATHWAYS_RM_PORT}"
+    # Native sidecars (initContainers with restartPolicy Always), as current xpk renders them: they start
+    # before the trainer and stop after it, so the head pod completes when jax-tpu exits.
+    proxy = {
+        "name": "pathways-proxy",
+        "image": PATHWAYS_PROXY_IMAGE,
+        "args": [
+            f"--server_port={PATHWAYS_PROXY_PORT}",
+            rm_address,
+            f"--gcs_scratch_location={scratch}",
+            f"--num_elastic_slices={spec.num_slices}",
+        ],
+        "env": [pathways_head],
+        "ports": [{"containerPort": PATHWAYS_PROXY_PORT, "protocol": "TCP"}],
+        "resources": {"limits": {"cpu": "16", "memory": "100G"}},
+        "restartPolicy": "Always",
+    }
+    resource_manager = {
+        "name": "pathways-rm",
+        "image": PATHWAYS_SERVER_IMAGE,
+        "args": [
+            f"--server_port={PATHWAYS_RM_PORT}",
+            f"--gcs_scratch_location={scratch}",
+            "--node_type=resource_manager",
+            f"--instance_count={spec.num_slices}",
+            f"--instance_type={tpu.pathways_instance_type}:{topology}",
+        ],
+        "env": [
+            _field_env("REPLICATED_JOB_NAME", "metadata.annotations['jobset.sigs.k8s.io/replicatedjob-name']"),
+            _field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']"),
+            _field_env("HOST_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
+            {"name": "TPU_SKIP_MDS_QUERY", "value": "true"},
+        ],
+        "ports": [
+            {"containerPort": PATHWAYS_RM_PORT, "protocol": "TCP"},
+            {"containerPort": PATHWAYS_RM_PORT + 1, "protocol": "TCP"},
+        ],
+        "resources": {"limits": {"cpu": "8", "memory": "32G"}},
+        "restartPolicy": "Always",
+    }
+    trainer = {
+        "name": HEAD_MAIN_CONTAINER,
+        "image": spec.image,
+        "command": ["python3", "-m", MAXTEXT_TRAIN_MODULE],
+        "args": [spec.config_file, *spec.maxtext_keys()],
+        "env": [
+            pathways_head,
+            {"name": "JAX_PLATFORMS", "value": "proxy"},
+            {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
+            {"name": "JAX_BACKEND_TARGET", "value": f"grpc://$(PATHWAYS_HEAD):{PATHWAYS_PROXY_PORT}"},
+        ],
+        "resources": {"limits": {"cpu": "24", "memory": "100G"}},
+    }
+    head = {
+        "restartPolicy": "Never",
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "nodeSelector": {LABEL_GKE_NODEPOOL: HEAD_NODE_POOL},
+        "initContainers": [proxy, resource_manager],
+        "containers": [trainer],
+    }
+    worker_container = {
+        "name": WORKER_CONTAINER,
+        "image": PATHWAYS_SERVER_IMAGE,
+        "args": [
+            f"--server_port={PATHWAYS_WORKER_PORT}",
+            rm_address,
+            f"--gcs_scratch_location={scratch}",
+        ],
+        "env": [
+            {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
+            _field_env("MEGASCALE_NUM_SLICES", f"metadata.labels['{LABEL_REPLICATED_JOB_REPLICAS}']"),
+            _field_env("MEGASCALE_SLICE_ID", f"metadata.labels['{LABEL_JOB_INDEX}']"),
+            _field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']"),
+            pathways_head,
+            _field_env("MEGASCALE_COORDINATOR_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
+        ],
+        "ports": [
+            {"containerPort": port, "protocol": "TCP"}
+            for port in (PATHWAYS_WORKER_PORT, PATHWAYS_WORKER_PORT + 1, 8471, 8080)
+        ],
+        "resources": {"limits": {TPU_RESOURCE: str(tpu.chips_per_vm_for(topology))}},
+    }
+    worker = {
+        "restartPolicy": "OnFailure",
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_SECONDS,
+        "nodeSelector": {LABEL_GKE_TPU_ACCELERATOR: tpu.gke_accelerator, LABEL_GKE_TPU_TOPOLOGY: topology},
+        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [worker_container],
+    }
+    return head, worker
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A plain one-job JobSet that must complete (evaluation, synthesis): one pod, run once."""
+
+    image: str
+    command: Sequence[str]
+    args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    runtime: Runtime = "gke"
+    backoff_limit: int = 0
+    active_deadline_seconds: int | None = None
+    resources: Mapping[str, str] | None = None
+    service_account: str | None = None
+
+
+def lint_job(job: JobSpec) -> None:
+    """Raise `SpecError` for the first problem of `job`."""
+    if job.runtime not in ("gke", "local"):
+        raise SpecError("runtime", f"must be gke or local, got {job.runtime!r}")
+    if job.runtime == "gke":
+        image_error = image_reference_error(job.image)
+        if image_error:
+            raise SpecError("image", image_error)
+    for name, argv in (("command", job.command), ("args", job.args)):
+        if isinstance(argv, str) or not isinstance(argv, Sequence):
+            raise SpecError(name, f"must be a list of strings, got {type(argv).__name__}")
+        for index, item in enumerate(argv):
+            if not isinstance(item, str):
+                raise SpecError(f"{name}[{index}]", f"must be a string, got {type(item).__name__} {item!r}")
+    if not job.command or not job.command[0]:
+        raise SpecError("command", "must name the program to run (an empty command runs the image's entrypoint)")
+    if not isinstance(job.env, Mapping):
+        raise SpecError("env", f"must be a mapping of names to values, got {type(job.env).__name__}")
+    for key, value in job.env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise SpecError("env", f"{key!r} is not an environment variable name (letters, digits, '_', '-', '.')")
+        if not isinstance(value, str):
+            raise SpecError(f"env.{key}", f"must be a string, got {type(value).__name__}")
+    if isinstance(job.backoff_limit, bool) or not isinstance(job.backoff_limit, int) or job.backoff_limit < 0:
+        raise SpecError("backoff_limit", f"must be an integer >= 0, got {job.backoff_limit!r}")
+    deadline = job.active_deadline_seconds
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int) or deadline < 1):
+        raise SpecError("active_deadline_seconds", f"must be a positive integer or None, got {deadline!r}")
+    for key, quantity in (job.resources or {}).items():
+        if not isinstance(key, str) or not key or not isinstance(quantity, str) or not quantity:
+            raise SpecError("resources", f"{key!r}: {quantity!r} must map a resource name to a quantity string")
+    if job.service_account is not None and not _is_subdomain(job.service_account):
+        raise SpecError("service_account", f"{job.service_account!r} is not a service account name")
+
+
+def _is_subdomain(value: str) -> bool:
+    return 0 < len(value) <= 253 and all(is_dns1123_label(part) for part in value.split("."))
+
+
+def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str, str], stage: str) -> dict[str, Any]:
+    """A JobSet of one replicated job `main` (one pod, `restartPolicy: Never`) that must complete.
+
+    On the local runtime the image is `local` and the pod gets the local environment (downward-API
+    `JOBSET_NAME`, `POD_NAMESPACE`, `POD_NAME`, CPU JAX, unbuffered output) before `job.env`.
+    """
+    lint_job(job)
+    _check_name(name)
+    _check_labels(labels)
+    all_labels = _job_labels(labels, None, stage)
+    container: dict[str, Any] = {
+        "name": PLAIN_CONTAINER,
+        "image": LOCAL_IMAGE if job.runtime == "local" else job.image,
+        "command": list(job.command),
+    }
+    if job.args:
+        container["args"] = list(job.args)
+    env = _local_env(job.env) if job.runtime == "local" else _value_env(job.env)
+    if env:
+        container["env"] = env
+    if job.resources:
+        container["resources"] = {"limits": dict(job.resources)}
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never"}
+    if job.service_account:
+        pod_spec["serviceAccountName"] = job.service_account
+    if job.runtime == "local":
+        pod_spec["terminationGracePeriodSeconds"] = LOCAL_TERMINATION_GRACE_SECONDS
+    pod_spec["containers"] = [container]
+    manifest = _jobset(
+        name,
+        namespace,
+        all_labels,
+        {
+            "failurePolicy": {"restartStrategy": "Recreate", "maxRestarts": 0},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [PLAIN_REPLICATED_JOB]},
+            "replicatedJobs": [
+                _replicated_job(
+                    PLAIN_REPLICATED_JOB,
+                    replicas=1,
+                    pods=1,
+                    backoff_limit=job.backoff_limit,
+                    labels=all_labels,
+                    pod_spec=pod_spec,
+                    active_deadline_seconds=job.active_deadline_seconds,
+                )
+            ],
+        },
+    )
+    lint_manifest(manifest)
+    return manifest
+
+
+def lint_manifest(manifest: Mapping[str, Any]) -> None:
+    """Raise `SpecError` for a malformed JobSet manifest (e.g. one a user passes instead of a spec).
+
+    Checks what the API server and the JobSet webhook would refuse, with field paths: apiVersion and kind,
+    replicated job names (DNS-1035, unique), replicas >= 1, a pod template with named containers, and,
+    when the manifest is named, that every child Job and pod name fits 63 characters.
+    """
+    if not isinstance(manifest, Mapping):
+        raise SpecError("manifest", f"must be a mapping, got {type(manifest).__name__}")
+    if manifest.get("apiVersion") != API_VERSION:
+        raise SpecError("apiVersion", f"must be {API_VERSION}, got {manifest.get('apiVersion')!r}")
+    if manifest.get("kind") != JOBSET_KIND:
+        raise SpecError("kind", f"must be {JOBSET_KIND}, got {manifest.get('kind')!r}")
+    metadata = manifest.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise SpecError("metadata", "must be a mapping")
+    name = metadata.get("name")
+    if name is not None and (not isinstance(name, str) or not _DNS1035_LABEL.match(name) or len(name) > NAME_MAX):
+        raise SpecError("metadata.name", f"{name!r} must be a DNS-1035 label (lowercase, starting with a letter)")
+    for key, value in (metadata.get("labels") or {}).items():
+        if not isinstance(value, str) or len(value) > NAME_MAX or not _LABEL_VALUE.match(value):
+            raise SpecError(f"metadata.labels.{key}", f"{value!r} is not a label value")
+    spec = manifest.get("spec")
+    if not isinstance(spec, Mapping):
+        raise SpecError("spec", "is required")
+    rjobs = spec.get("replicatedJobs")
+    if not isinstance(rjobs, list) or not rjobs:
+        raise SpecError("spec.replicatedJobs", "must be a non-empty list")
+    seen: set[str] = set()
+    for index, rjob in enumerate(rjobs):
+        _lint_replicated_job(rjob, f"spec.replicatedJobs[{index}]", seen, name)
+    for policy_field in ("successPolicy", "failurePolicy"):
+        policy = spec.get(policy_field) or {}
+        targets = policy.get("targetReplicatedJobs") or [] if isinstance(policy, Mapping) else []
+        for target in targets:
+            if target not in seen:
+                raise SpecError(f"spec.{policy_field}.targetReplicatedJobs", f"{target!r} is not a replicated job")
+    coordinator = spec.get("coordinator")
+    if isinstance(coordinator, Mapping) and coordinator.get("replicatedJob") not in seen:
+        raise SpecError(
+            "spec.coordinator.replicatedJob", f"{coordinator.get('replicatedJob')!r} is not a replicated job"
+        )
+
+
+def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | None) -> None:
+    if not isinstance(rjob, Mapping):
+        raise SpecError(where, "must be a mapping")
+    rname = rjob.get("name")
+    if not isinstance(rname, str) or not _DNS1035_LABEL.match(rname) or len(rname) > NAME_MAX:
+        raise SpecError(f"{where}.name", f"{rname!r} must be a DNS-1035 label")
+    if rname in seen:
+        raise SpecError(f"{where}.name", f"{rname!r} is used twice")
+    seen.add(rname)
+    replicas = rjob.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise SpecError(f"{where}.replicas", f"must be an integer >= 1, got {replicas!r}")
+    job_spec = (rjob.get("template") or {}).get("spec") if isinstance(rjob.get("template"), Mapping) else None
+    if not isinstance(job_spec, Mapping):
+        raise SpecError(f"{where}.template.spec", "is required (a batch/v1 JobSpec)")
+    pod_template = job_spec.get("template")
+    pod_spec = pod_template.get("spec") if isinstance(pod_template, Mapping) else None
+    if not isinstance(pod_spec, Mapping):
+        raise SpecError(f"{where}.template.spec.template.spec", "is required (a PodSpec)")
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise SpecError(f"{where}.template.spec.template.spec.containers", "must be a non-empty list")
+    for cindex, container in enumerate(containers):
+        cwhere = f"{where}.template.spec.template.spec.containers[{cindex}]"
+        if not isinstance(container, Mapping) or not isinstance(container.get("name"), str) or not container["name"]:
+            raise SpecError(f"{cwhere}.name", "is required")
+        if not container.get("image"):
+            raise SpecError(f"{cwhere}.image", "is required")
+    if jobset:
+        _check_child_names(jobset, rname, replicas, job_spec, where)
+
+
+def _check_child_names(jobset: str, rname: str, replicas: int, job_spec: Mapping[str, Any], where: str) -> None:
+    """The upstream webhook's rule: the longest child Job and pod names are DNS-1035 labels <= 63."""
+    longest_job = f"{jobset}-{rname}-{replicas - 1}"
+    if len(longest_job) > NAME_MAX:
+        raise SpecError(
+            "metadata.name",
+            f"{jobset!r} is too long: the child Job name {longest_job!r} of {where} exceeds {NAME_MAX} characters",
+        )
+    completions = job_spec.get("completions")
+    if job_spec.get("completionMode") == "Indexed" and isinstance(completions, int) and completions >= 1:
+        longest_pod = f"{longest_job}-{completions - 1}{POD_NAME_RANDOM_SUFFIX}"
+        if len(longest_pod) > NAME_MAX:
+            raise SpecError(
+                "metadata.name",
+                f"{jobset!r} is too long: pod names of {where} such as {longest_pod!r} exceed {NAME_MAX} characters",
+            )

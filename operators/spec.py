@@ -1,0 +1,503 @@
+"""Typed run specs for elastic MaxText training, and the lint that runs before anything is created.
+
+What the lint enforces follows upstream behaviour read from the sources in
+shared/reference/maxtext-jobset-orbax.md:
+
+- MaxText (`src/maxtext/configs/types.py`) refuses `elastic_enabled` without `enable_single_controller=True`
+  (Pathways), creates no checkpoint manager when `enable_checkpointing=false`, auto-resumes only from
+  `<base_output_directory>/<run_name>/checkpoints`, and falls back to `JOBSET_NAME` or a timestamp when
+  `run_name` is empty (so a recreated JobSet would start from scratch).
+- pathwaysutils' `elastic_retry(max_retries=N)` allows N *attempts*, the first run included, and MaxText maps
+  `elastic_min_slice_count=-1` to "wait for all slices".
+- TPU accelerator labels, chips per VM and topology shapes follow xpk's `core/system_characteristics.py`
+  (GKE's `cloud.google.com/gke-tpu-accelerator` values, 4 chips per multi-host VM, 1 for a 1x1 slice).
+
+This module is pure: no Airflow, no Kubernetes client. `SpecError` carries the offending field so the
+operator can turn it into an `AirflowFailException` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
+
+Runtime = Literal["gke", "local"]
+RUNTIMES: Final[tuple[str, ...]] = get_args(Runtime)
+
+# MaxText's pre-training entry point and its base config inside the MaxText image
+# (maxtext: src/maxtext/trainers/pre_train/train.py, src/maxtext/configs/base.yml).
+MAXTEXT_TRAIN_MODULE: Final = "maxtext.trainers.pre_train.train"
+DEFAULT_CONFIG_FILE: Final = "src/maxtext/configs/base.yml"
+
+DNS1123_LABEL_MAX: Final = 63
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# gs:// bucket names (cloud.google.com/storage/docs/buckets#naming), dotted names up to 222 chars.
+_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+# Characters a shell or a YAML reader would treat specially; never part of a valid image reference.
+_SHELL_META = set(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
+
+# Docker image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest].
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_IMAGE_REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?$")
+_IMAGE_NAME_MAX = 255
+
+# MaxText keys the operator renders itself, mapped to the operator parameter that sets them.
+OPERATOR_OWNED_KEYS: Final[Mapping[str, str]] = {
+    "run_name": "run_name",
+    "base_output_directory": "base_output_directory",
+    "steps": "steps",
+    "checkpoint_period": "checkpoint_period",
+    "num_slices": "num_slices",
+    "elastic_timeout_seconds": "elastic_timeout_seconds",
+    "elastic_max_retries": "elastic_max_retries",
+    "elastic_min_slice_count": "elastic_min_slice_count",
+}
+# Always on for an elastic run: MaxText's elastic mode needs Pathways and restores from checkpoints.
+ALWAYS_ON_KEYS: Final[Mapping[str, str]] = {
+    "elastic_enabled": "the operator always runs MaxText elastic (use JobSetOperator for a non-elastic job)",
+    "enable_single_controller": "MaxText elastic training is only supported with Pathways "
+    "(enable_single_controller=True), which the operator always sets",
+    "enable_checkpointing": "elastic recovery and full restarts resume from committed checkpoints, "
+    "so the operator always sets enable_checkpointing=true",
+}
+_FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+
+
+class SpecError(ValueError):
+    """A run spec, job spec or manifest field is invalid. `str()` is ``"<field>: <message>"``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TpuType:
+    """One TPU generation as GKE and Pathways name it.
+
+    `chips_per_vm` is the chips of one host of a multi-host slice; a 1x1 slice has a single chip
+    (xpk `compute_chips_per_vm`). `topologies` lists the allowed shapes of a 2-D type; a 3-D type allows
+    2x2x1, 2x2x2, 2x2x4, 2x4x4 and shapes whose dimensions are multiples of 4 (at most `max_cubes`
+    4x4x4 cubes, nondecreasing when `nondecreasing`).
+    """
+
+    name: str
+    gke_accelerator: str
+    chips_per_vm: int
+    topology_dims: int
+    pathways_instance_type: str
+    topologies: frozenset[str] = frozenset()
+    max_cubes: int = 0
+    nondecreasing: bool = False
+
+    def topology_error(self, topology: str) -> str | None:
+        """Why `topology` is not a slice shape of this type, or None when it is."""
+        parts = topology.split("x")
+        if not all(p.isdigit() and p == str(int(p)) and int(p) >= 1 for p in parts):
+            return f"{topology!r} is not a topology: expected {self.topology_dims} positive integers joined by 'x'"
+        if len(parts) != self.topology_dims:
+            return (
+                f"{self.name} topologies have {self.topology_dims} dimensions (e.g. {self._example()}), "
+                f"got {topology!r}"
+            )
+        dims = [int(p) for p in parts]
+        if self.topology_dims == 2:
+            if topology in self.topologies:
+                return None
+            return f"{topology!r} is not a {self.name} slice shape; known: {', '.join(_sorted_shapes(self.topologies))}"
+        if topology in _SMALL_3D:
+            return None
+        if any(d % 4 for d in dims):
+            return (
+                f"{topology!r} is not a {self.name} slice shape: larger than 2x4x4, every dimension must be a "
+                "multiple of 4 (e.g. 4x4x4, 4x4x8)"
+            )
+        if self.nondecreasing and dims != sorted(dims):
+            return f"{topology!r} is not a {self.name} slice shape: write the dimensions in nondecreasing order"
+        cubes = math.prod(d // 4 for d in dims)
+        if cubes > self.max_cubes:
+            return f"{topology!r} has {cubes} 4x4x4 cubes; a {self.name} slice has at most {self.max_cubes}"
+        return None
+
+    def chips(self, topology: str) -> int:
+        """Chips in one slice of `topology`."""
+        return math.prod(int(p) for p in topology.split("x"))
+
+    def chips_per_vm_for(self, topology: str) -> int:
+        """Chips attached to each VM of a slice of `topology` (the pod's `google.com/tpu` limit)."""
+        return 1 if self.chips(topology) == 1 else self.chips_per_vm
+
+    def vms_per_slice(self, topology: str) -> int:
+        """VMs (and so worker pods) in one slice of `topology`."""
+        return self.chips(topology) // self.chips_per_vm_for(topology)
+
+    def _example(self) -> str:
+        return "2x2" if self.topology_dims == 2 else "2x2x1"
+
+
+_SMALL_3D: Final = frozenset({"2x2x1", "2x2x2", "2x2x4", "2x4x4"})
+_2D_SHAPES: Final = frozenset({"1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"})
+
+
+def _sorted_shapes(shapes: frozenset[str]) -> list[str]:
+    return sorted(shapes, key=lambda s: tuple(int(p) for p in s.split("x")))
+
+
+_V4 = TpuType("v4", "tpu-v4-podslice", 4, 3, "tpuv4", max_cubes=64)
+_V5E = TpuType("v5e", "tpu-v5-lite-podslice", 4, 2, "tpuv5e", topologies=_2D_SHAPES)
+_V5P = TpuType("v5p", "tpu-v5p-slice", 4, 3, "tpuv5", max_cubes=140, nondecreasing=True)
+_V6E = TpuType("v6e", "tpu-v6e-slice", 4, 2, "tpuv6e", topologies=_2D_SHAPES)
+
+TPU_TYPES: Final[Mapping[str, TpuType]] = {
+    "v4": _V4,
+    "v5e": _V5E,
+    "v5litepod": _V5E,  # xpk's and Cloud TPU's name for v5e
+    "v5p": _V5P,
+    "v6e": _V6E,
+}
+
+
+@dataclass(frozen=True)
+class ElasticRunSpec:
+    """Everything that decides the elastic MaxText JobSet of one run.
+
+    Values are checked by `lint`, not here, so a spec can be built from templated values and linted with
+    one clear error. See docs/operators.md for every field and rule.
+    """
+
+    run_name: str
+    base_output_directory: str
+    steps: int
+    checkpoint_period: int
+    num_slices: int
+    runtime: Runtime = "gke"
+    maxtext_args: Mapping[str, str] = field(default_factory=dict)
+    image: str | None = None
+    tpu_type: str | None = None
+    tpu_topology: str | None = None
+    max_slice_restarts: int = 3
+    jobset_max_restarts: int = 0
+    elastic_max_retries: int | None = None
+    elastic_timeout_seconds: int = 300
+    elastic_min_slice_count: int = -1
+    config_file: str = DEFAULT_CONFIG_FILE
+
+    @property
+    def run_directory(self) -> str:
+        """`<base_output_directory>/<run_name>`: where MaxText writes everything of this run."""
+        return f"{self.base_output_directory.rstrip('/')}/{self.run_name}"
+
+    @property
+    def checkpoint_directory(self) -> str:
+        """`<run_directory>/checkpoints`: the Orbax CheckpointManager root MaxText resumes from."""
+        return f"{self.run_directory}/checkpoints"
+
+    @property
+    def target_step(self) -> int:
+        """The last step: MaxText counts from 0 and saves step `steps - 1` on completion."""
+        return self.steps - 1
+
+    @property
+    def effective_elastic_max_retries(self) -> int:
+        """`elastic_max_retries`, or its default: one attempt per allowed slice restart plus the first run."""
+        if self.elastic_max_retries is not None:
+            return self.elastic_max_retries
+        return self.max_slice_restarts + 1
+
+    @property
+    def tpu(self) -> TpuType:
+        """The `TpuType` of `tpu_type` (`SpecError` when unknown or unset)."""
+        if self.tpu_type is None:
+            raise SpecError("tpu_type", "is required for the gke runtime")
+        tpu = TPU_TYPES.get(self.tpu_type)
+        if tpu is None:
+            raise SpecError("tpu_type", f"unknown TPU type {self.tpu_type!r}; known: {', '.join(TPU_TYPES)}")
+        return tpu
+
+    @property
+    def vms_per_slice(self) -> int:
+        """Worker pods per slice: 1 on the local runtime, else from the TPU type and topology."""
+        if self.runtime == "local":
+            return 1
+        return self.tpu.vms_per_slice(self._topology())
+
+    @property
+    def chips_per_slice(self) -> int:
+        """Accelerator chips per slice (1 on the local runtime: one CPU device group per slice)."""
+        if self.runtime == "local":
+            return 1
+        return self.tpu.chips(self._topology())
+
+    @property
+    def total_chips(self) -> int:
+        """Chips of the whole run, the unit of cost accounting."""
+        return self.chips_per_slice * self.num_slices
+
+    def maxtext_keys(self) -> list[str]:
+        """The ordered `key=value` arguments the head runs: the operator's keys, then `maxtext_args`."""
+        keys = [
+            f"base_output_directory={self.base_output_directory}",
+            f"run_name={self.run_name}",
+            f"steps={self.steps}",
+            "enable_checkpointing=true",
+            f"checkpoint_period={self.checkpoint_period}",
+            "enable_single_controller=True",
+            "elastic_enabled=true",
+            f"elastic_timeout_seconds={self.elastic_timeout_seconds}",
+            f"elastic_max_retries={self.effective_elastic_max_retries}",
+        ]
+        if self.elastic_min_slice_count != -1:
+            keys.append(f"elastic_min_slice_count={self.elastic_min_slice_count}")
+        keys += [f"{key}={render_value(value)}" for key, value in self.maxtext_args.items()]
+        return keys
+
+    def _topology(self) -> str:
+        if self.tpu_topology is None:
+            raise SpecError("tpu_topology", "is required for the gke runtime")
+        return self.tpu_topology
+
+
+def render_value(value: object) -> str:
+    """A `maxtext_args` value as MaxText reads it: strings as is, booleans lowercase, numbers via `str`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def lint(spec: ElasticRunSpec) -> None:
+    """Raise `SpecError(field, message)` for the first problem of `spec`, before anything is created."""
+    _lint_runtime(spec)
+    _lint_run_name(spec.run_name)
+    _lint_output_directory(spec.base_output_directory)
+    _lint_steps(spec)
+    _lint_slices(spec)
+    _lint_budgets(spec)
+    _lint_accelerator(spec)
+    _lint_config_file(spec.config_file)
+    _lint_maxtext_args(spec.maxtext_args)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(name, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise SpecError(name, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _lint_runtime(spec: ElasticRunSpec) -> None:
+    if spec.runtime not in RUNTIMES:
+        raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {spec.runtime!r}")
+
+
+def is_dns1123_label(value: str) -> bool:
+    """Whether `value` is a DNS-1123 label (lowercase alphanumerics and '-', alphanumeric ends, <= 63)."""
+    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL.match(value))
+
+
+def _lint_run_name(run_name: object) -> None:
+    if not isinstance(run_name, str) or not run_name:
+        raise SpecError(
+            "run_name",
+            "is required: MaxText resumes only from <base_output_directory>/<run_name>, and an empty run_name "
+            "falls back to the JobSet name or a timestamp, so a full restart would start from scratch",
+        )
+    if len(run_name) > DNS1123_LABEL_MAX:
+        raise SpecError(
+            "run_name",
+            f"must be at most {DNS1123_LABEL_MAX} characters (it is a label value), got {len(run_name)}",
+        )
+    if not _DNS1123_LABEL.match(run_name):
+        raise SpecError(
+            "run_name",
+            f"{run_name!r} is not a DNS-1123 label: use lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit",
+        )
+
+
+def _has_unsafe_chars(value: str) -> bool:
+    return any(c.isspace() or not c.isprintable() for c in value)
+
+
+def _lint_output_directory(path: object) -> None:
+    name = "base_output_directory"
+    if not isinstance(path, str) or not path:
+        raise SpecError(name, "is required: a gs://bucket/prefix URI or an absolute local path")
+    if _has_unsafe_chars(path):
+        raise SpecError(name, f"must not contain whitespace or control characters: {path!r}")
+    if path.startswith("gs://"):
+        bucket, _, rest = path[len("gs://") :].partition("/")
+        if not _GCS_BUCKET.match(bucket) or ".." in bucket:
+            raise SpecError(name, f"{bucket!r} is not a valid GCS bucket name in {path!r}")
+        segments = rest.split("/")
+    elif path.startswith("/"):
+        segments = path.split("/")
+    else:
+        raise SpecError(name, f"must be a gs://bucket/prefix URI or an absolute local path, got {path!r}")
+    if ".." in segments:
+        raise SpecError(name, f"must not contain '..' segments: {path!r}")
+
+
+def _lint_steps(spec: ElasticRunSpec) -> None:
+    steps = _require_int("steps", spec.steps, 2)
+    period = _require_int("checkpoint_period", spec.checkpoint_period, 1)
+    if period * 2 > steps:
+        raise SpecError(
+            "checkpoint_period",
+            f"{period} is not well under steps ({steps}): it must be at most steps/2 ({steps // 2}), so at least "
+            "one checkpoint is committed before the final save and a failure loses at most one period of work",
+        )
+
+
+def _lint_slices(spec: ElasticRunSpec) -> None:
+    slices = _require_int("num_slices", spec.num_slices, 1)
+    minimum = spec.elastic_min_slice_count
+    if not _is_int(minimum):
+        raise SpecError("elastic_min_slice_count", f"must be an integer, got {minimum!r}")
+    if minimum == -1:
+        return
+    if slices == 1:
+        raise SpecError(
+            "elastic_min_slice_count",
+            f"must be -1 (wait for all slices) with a single slice, got {minimum}",
+        )
+    if not 1 <= minimum <= slices - 1:
+        raise SpecError(
+            "elastic_min_slice_count",
+            f"must be -1 (wait for all {slices} slices) or 1..{slices - 1} (continue on fewer slices), got {minimum}",
+        )
+
+
+def _lint_budgets(spec: ElasticRunSpec) -> None:
+    restarts = _require_int("max_slice_restarts", spec.max_slice_restarts, 0)
+    _require_int("jobset_max_restarts", spec.jobset_max_restarts, 0)
+    _require_int("elastic_timeout_seconds", spec.elastic_timeout_seconds, 1)
+    if spec.elastic_max_retries is None:
+        return
+    retries = _require_int("elastic_max_retries", spec.elastic_max_retries, 1)
+    if retries < restarts + 1:
+        raise SpecError(
+            "elastic_max_retries",
+            f"{retries} is inconsistent with max_slice_restarts={restarts}: it counts attempts (the first run "
+            f"included), so it must be at least max_slice_restarts + 1 = {restarts + 1}, or MaxText gives up "
+            "before the slice restart budget is spent",
+        )
+
+
+def _lint_accelerator(spec: ElasticRunSpec) -> None:
+    gke = spec.runtime == "gke"
+    if spec.image is None:
+        if gke:
+            raise SpecError("image", "is required for the gke runtime (the MaxText image the head runs)")
+    else:
+        image_error = image_reference_error(spec.image)
+        if image_error:
+            raise SpecError("image", image_error)
+    if spec.tpu_type is None:
+        if gke:
+            raise SpecError("tpu_type", f"is required for the gke runtime; known: {', '.join(TPU_TYPES)}")
+    elif spec.tpu_type not in TPU_TYPES:
+        raise SpecError("tpu_type", f"unknown TPU type {spec.tpu_type!r}; known: {', '.join(TPU_TYPES)}")
+    if spec.tpu_topology is None:
+        if gke:
+            raise SpecError("tpu_topology", "is required for the gke runtime, e.g. 2x2x1 (v4, v5p) or 2x2 (v5e, v6e)")
+        return
+    if not isinstance(spec.tpu_topology, str):
+        raise SpecError("tpu_topology", f"must be a string such as 2x2x1, got {spec.tpu_topology!r}")
+    if spec.tpu_type is None:
+        raise SpecError("tpu_type", "is required when tpu_topology is set")
+    topology_error = TPU_TYPES[spec.tpu_type].topology_error(spec.tpu_topology)
+    if topology_error:
+        raise SpecError("tpu_topology", topology_error)
+
+
+def image_reference_error(image: object) -> str | None:
+    """Why `image` is not a container image reference (`[registry/]path[:tag][@digest]`), or None."""
+    if not isinstance(image, str) or not image:
+        return "must be a non-empty image reference such as us-docker.pkg.dev/project/repo/maxtext:tag"
+    bad = sorted({c for c in image if c in _SHELL_META or not c.isprintable()})
+    if bad:
+        return f"{image!r} contains characters not allowed in an image reference: {''.join(bad)!r}"
+    match = _IMAGE_REFERENCE.match(image)
+    if match is None:
+        return (
+            f"{image!r} is not an image reference: expected [registry[:port]/]path[:tag][@sha256:digest] with a "
+            "lowercase path"
+        )
+    if len(match["name"]) > _IMAGE_NAME_MAX:
+        return f"the image name is longer than {_IMAGE_NAME_MAX} characters"
+    return None
+
+
+def _lint_config_file(config_file: object) -> None:
+    if not isinstance(config_file, str) or not config_file:
+        raise SpecError("config_file", "is required: the MaxText base config path inside the image")
+    if _has_unsafe_chars(config_file) or "=" in config_file:
+        raise SpecError(
+            "config_file",
+            f"must be a path without '=', whitespace or control characters (it is the first argument), got "
+            f"{config_file!r}",
+        )
+
+
+def _lint_maxtext_args(args: object) -> None:
+    if not isinstance(args, Mapping):
+        raise SpecError("maxtext_args", f"must be a mapping of MaxText keys to values, got {type(args).__name__}")
+    for key, value in args.items():
+        if not isinstance(key, str) or not _IDENTIFIER.match(key):
+            raise SpecError("maxtext_args", f"key {key!r} is not a MaxText key (a Python identifier)")
+        where = f"maxtext_args.{key}"
+        if key in ALWAYS_ON_KEYS:
+            rendered = render_value(value).strip().lower()
+            if rendered in _FALSE_WORDS:
+                raise SpecError(where, f"cannot be {value!r}: {ALWAYS_ON_KEYS[key]}")
+            raise SpecError(where, f"is set by the operator; remove it ({ALWAYS_ON_KEYS[key]})")
+        if key in OPERATOR_OWNED_KEYS:
+            raise SpecError(
+                where, f"is owned by the operator: set it with the operator's {OPERATOR_OWNED_KEYS[key]} parameter"
+            )
+        if key.startswith("elastic_"):
+            raise SpecError(
+                where,
+                "elastic settings are the operator's: use its elastic_timeout_seconds, elastic_max_retries and "
+                "elastic_min_slice_count parameters",
+            )
+        _lint_maxtext_value(where, key, value)
+
+
+def _lint_maxtext_value(where: str, key: str, value: object) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(where, f"must be a finite number, got {value!r}")
+    if not isinstance(value, str | int | float):
+        raise SpecError(where, f"must be a string, number or boolean, got {type(value).__name__}")
+    text = render_value(value)
+    if not text:
+        raise SpecError(where, "must not be empty (omit the key to keep MaxText's default)")
+    if "=" in text:
+        raise SpecError(where, f"must not contain '=' (it would smuggle a second key into {key}=...): {text!r}")
+    if _has_unsafe_chars(text):
+        raise SpecError(
+            where, f"must not contain whitespace or control characters (it would split the argument): {text!r}"
+        )
+    if key == "save_checkpoint_on_completion" and text.lower() in _FALSE_WORDS:
+        raise SpecError(
+            where,
+            "cannot be false: success needs a committed checkpoint at the final step (steps - 1), which MaxText "
+            "writes on completion",
+        )
+    if key == "profiler":
+        raise SpecError(where, "profiling is not supported in elastic runs (MaxText's elastic training guide)")
