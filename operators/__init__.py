@@ -11,6 +11,9 @@ from typing import Any
 
 _PUBLIC = {
     "CheckpointValidationOperator": "operators.checkpoint_operator",
+    "ElasticJobSetOperator": "operators.elastic_operator",
+    "JobSetOperator": "operators.jobset_operator",
+    "JobSetTrigger": "operators.triggers",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -12,4 +12,4 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Shared fixtures: a GCS emulator the tests start themselves, and real Orbax checkpoints.
-pytest_plugins = ["tests.support.gcs_emulator", "tests.support.orbax_checkpoints"]
+pytest_plugins = ["tests.support.gcs_emulator", "tests.support.orbax_checkpoints", "tests.support.airflow_dags"]

@@ -9,28 +9,7 @@ from typing import Any
 import pytest
 
 from operators.checkpoint_operator import _optional_int, checkpoint_asset_uri
-
-
-def _xcom(dag_run: Any, task_id: str, key: str = "return_value") -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        row = (
-            session.query(XComModel)
-            .filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id, key=key)
-            .one_or_none()
-        )
-        return None if row is None else XComModel.deserialize_value(row)
-
-
-def _states(dag_run: Any) -> dict[str, str]:
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
-        return {ti.task_id: str(ti.state) for ti in tis}
+from tests.support.airflow_dags import dag_from_source, states, xcom
 
 
 def _asset_events(uri: str) -> list[dict[str, Any]]:
@@ -47,13 +26,6 @@ def _asset_events(uri: str) -> list[dict[str, Any]]:
         return [dict(r.extra) for r in rows]
 
 
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    from airflow.utils import db
-
-    db.resetdb()
-
-
 def test_helpers() -> None:
     assert checkpoint_asset_uri("gs://b/run/checkpoints/") == "gs://b/run/checkpoints"
     assert checkpoint_asset_uri("/x/y") == "file:///x/y"
@@ -66,23 +38,8 @@ def test_helpers() -> None:
 
 
 def _dag_from_source(dag_id: str, body: str) -> Any:
-    """``dag.test()`` needs the DAG in a bundle: write it to the dags folder and load it from there."""
-    import importlib.util
-    import textwrap
-
-    from airflow.configuration import conf
-
-    folder = Path(conf.get("core", "dags_folder"))
-    folder.mkdir(parents=True, exist_ok=True)
-    source = "from airflow.sdk import DAG, task\nfrom operators import CheckpointValidationOperator\n\n"
-    source += textwrap.dedent(body)
-    path = folder / f"{dag_id}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"test_dag_{dag_id}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag
+    header = "from airflow.sdk import DAG, task\nfrom operators import CheckpointValidationOperator"
+    return dag_from_source(dag_id, body, header)
 
 
 @pytest.mark.slow
@@ -106,11 +63,11 @@ def test_valid_checkpoint_pushes_verdict_and_asset_event(airflow_db: None, orbax
         """,
     )
     dag_run = dag.test()
-    assert _states(dag_run) == {"pretrain": "success", "validate": "success"}
-    verdict = _xcom(dag_run, "validate")
+    assert states(dag_run) == {"pretrain": "success", "validate": "success"}
+    verdict = xcom(dag_run, "validate")
     assert verdict["step"] == 20 and verdict["valid"] and not verdict["fallback"]
     assert verdict["path"] == str(run / "checkpoints" / "20") and verdict["layout"] == "zarr2"
-    report = _xcom(dag_run, "validate", "report")
+    report = xcom(dag_run, "validate", "report")
     assert report["latest_valid_step"] == 20 and len(report["steps"]) == 3
     (extra,) = _asset_events(f"file://{run}")  # the path as given; extra says where the root is
     assert extra["root"] == str(run / "checkpoints")
@@ -141,10 +98,10 @@ def test_invalid_newest_step_fails_or_falls_back(airflow_db: None, run_copy: Cal
         """,
     )
     dag_run = dag.test()
-    assert _states(dag_run) == {"strict": "failed", "fallback": "success", "behind": "failed"}
-    strict_report = _xcom(dag_run, "strict", "report")
+    assert states(dag_run) == {"strict": "failed", "fallback": "success", "behind": "failed"}
+    strict_report = xcom(dag_run, "strict", "report")
     assert strict_report["steps"][0]["problems"][0]["code"] == "ocdbt_manifest_missing"
-    verdict = _xcom(dag_run, "fallback")
+    verdict = xcom(dag_run, "fallback")
     assert (verdict["step"], verdict["fallback"], verdict["requested_step"]) == (10, True, 20)
     # The alias resolved to the rendered path: one event, for step 10.
     assert [e["step"] for e in _asset_events(f"file://{run}")] == [10]

@@ -1,0 +1,557 @@
+"""`ElasticJobSetOperator`: launch an elastic MaxText JobSet, watch it deferred, escalate only when warranted.
+
+The operator is thin; it wires spec → manifest → hook → trigger → policy:
+
+1. ``execute`` lints the spec (nothing is created when it is wrong), then adopts the JobSet this task
+   already made (the task state store first, then a search by the task's identity labels) or
+   creates it, pushes ``jobset_name``/``namespace`` to XCom and defers to :class:`JobSetTrigger`.
+2. ``execute_complete`` feeds the trigger's observations to :func:`operators.policy.decide`:
+   success needs ``Completed`` and a valid committed step at ``steps - 1``; an escalation deletes the
+   JobSet (foreground, waiting until it is gone), moves an invalid newest step aside (never
+   deleting data) and creates the next incarnation with the same run directory, so MaxText resumes
+   from the last committed step; anything else fails with a message naming what ran out.
+
+What must survive a worker crash lives in the task state store (JobSet name and uid, full restarts
+used, the incarnations folded so far, escalations); the cluster is the source of truth for the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from operators import manifests
+from operators.checkpoints import ValidationOptions, quarantine_step, validate_checkpoints
+from operators.checkpoints.storage import StorageError
+from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
+from operators.hooks import JobSetHook
+from operators.observations import MonitorState
+from operators.policy import Action, Budgets, JobSetPhase, decide
+from operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from operators.spec import ElasticRunSpec, SpecError, lint
+from operators.triggers import EventStatus, JobSetTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
+STATE_KEY = "elastic_run"
+DELETE_TIMEOUT_SECONDS = 600.0
+MAX_QUARANTINES_PER_ESCALATION = 3
+
+
+def _as_int(field: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise AirflowFailException(f"{field}: must be an integer, got {value!r}")
+    try:
+        return int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise AirflowFailException(f"{field}: must be an integer, got {value!r}") from None
+
+
+def _seconds(field: str, value: timedelta | float | int) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0:
+        raise ValueError(f"{field} must be positive, got {value!r}")
+    return seconds
+
+
+class ElasticJobSetOperator(BaseOperator):
+    """Run an elastic MaxText pretraining JobSet to its final step, recovering what can be recovered.
+
+    :param run_name: MaxText ``run_name`` (DNS-1123); the run directory is
+        ``<base_output_directory>/<run_name>``. Templated.
+    :param base_output_directory: ``gs://bucket/prefix`` or an absolute local path. Templated.
+    :param steps: training steps (MaxText counts from 0: success needs a committed step ``steps - 1``).
+    :param checkpoint_period: steps between checkpoints; well under ``steps``.
+    :param num_slices: TPU slices (worker replicas).
+    :param maxtext_args: further MaxText keys, e.g. ``{"model_name": "llama2-7b"}``. Values templated.
+    :param runtime: ``"gke"`` (MaxText on Pathways) or ``"local"`` (the same JobSet shape running the
+        local stand-in workloads).
+    :param image: the MaxText image (``gke``). :param tpu_type: e.g. ``v5p``. :param tpu_topology: e.g. ``2x2x1``.
+    :param namespace: Kubernetes namespace. :param kubernetes_conn_id: the cncf-kubernetes connection.
+    :param max_slice_restarts: slice restarts allowed within ``slice_restart_window`` before a full
+        restart; also sets the worker Job's ``backoffLimit``.
+    :param slice_restart_window: the sliding window of that budget.
+    :param stall_timeout: no completed step for this long while the JobSet is active → full restart.
+    :param max_full_restarts: full restarts (delete and recreate the JobSet) allowed before failing.
+    :param jobset_max_restarts: the JobSet's own ``failurePolicy.maxRestarts`` (set explicitly).
+    :param elastic_min_slice_count: MaxText's ``elastic_min_slice_count`` (-1: wait for every slice).
+    :param elastic_timeout_seconds: MaxText's per-attempt wait for slices.
+    :param price_per_chip_hour: for the cost of lost chip time in the report.
+    :param keep_jobset_on_kill: leave the JobSet running when the task is killed.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``) or block a worker.
+    :param poll_interval: seconds between the trigger's timer checks when nothing changes.
+    :param local_env: extra environment for the ``local`` runtime's containers (fault-injection knobs).
+
+    Returns the run report (see docs/operators.md); pushes ``jobset_name`` and ``namespace`` to XCom
+    before the first wait, and the report under ``report`` before failing.
+    """
+
+    template_fields: Sequence[str] = (
+        "run_name",
+        "base_output_directory",
+        "steps",
+        "checkpoint_period",
+        "num_slices",
+        "maxtext_args",
+        "image",
+        "tpu_type",
+        "tpu_topology",
+        "namespace",
+    )
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        run_name: str,
+        base_output_directory: str,
+        steps: int | str,
+        checkpoint_period: int | str,
+        num_slices: int | str,
+        maxtext_args: Mapping[str, Any] | None = None,
+        runtime: str = "gke",
+        image: str | None = None,
+        tpu_type: str | None = None,
+        tpu_topology: str | None = None,
+        namespace: str = "default",
+        kubernetes_conn_id: str = "kubernetes_default",
+        max_slice_restarts: int = 3,
+        slice_restart_window: timedelta = timedelta(hours=1),
+        stall_timeout: timedelta = timedelta(minutes=30),
+        max_full_restarts: int = 2,
+        jobset_max_restarts: int = 0,
+        elastic_min_slice_count: int = -1,
+        elastic_timeout_seconds: int = 300,
+        price_per_chip_hour: float = 0.0,
+        keep_jobset_on_kill: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        poll_interval: float = 10.0,
+        local_env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if runtime not in ("gke", "local"):
+            raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
+        self.run_name = run_name
+        self.base_output_directory = base_output_directory
+        self.steps = steps
+        self.checkpoint_period = checkpoint_period
+        self.num_slices = num_slices
+        self.maxtext_args = dict(maxtext_args or {})
+        self.runtime = runtime
+        self.image = image
+        self.tpu_type = tpu_type
+        self.tpu_topology = tpu_topology
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.budgets = Budgets(
+            max_slice_restarts=max_slice_restarts,
+            slice_restart_window_seconds=_seconds("slice_restart_window", slice_restart_window),
+            stall_timeout_seconds=_seconds("stall_timeout", stall_timeout),
+            max_full_restarts=max_full_restarts,
+        )
+        self.jobset_max_restarts = jobset_max_restarts
+        self.elastic_min_slice_count = elastic_min_slice_count
+        self.elastic_timeout_seconds = elastic_timeout_seconds
+        self.price_per_chip_hour = float(price_per_chip_hour)
+        self.keep_jobset_on_kill = keep_jobset_on_kill
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.local_env = dict(local_env or {})
+        self._active_jobset: tuple[str, str | None] | None = None
+
+    # -- spec --------------------------------------------------------------------------------
+
+    def build_spec(self) -> ElasticRunSpec:
+        """The rendered, linted run spec; ``AirflowFailException`` naming the field when it is wrong."""
+        try:
+            spec = ElasticRunSpec(
+                run_name=str(self.run_name),
+                base_output_directory=str(self.base_output_directory),
+                steps=_as_int("steps", self.steps),
+                checkpoint_period=_as_int("checkpoint_period", self.checkpoint_period),
+                num_slices=_as_int("num_slices", self.num_slices),
+                runtime=self.runtime,  # type: ignore[arg-type]
+                maxtext_args={str(k): str(v) for k, v in self.maxtext_args.items()},
+                image=self.image,
+                tpu_type=self.tpu_type,
+                tpu_topology=self.tpu_topology,
+                max_slice_restarts=self.budgets.max_slice_restarts,
+                jobset_max_restarts=self.jobset_max_restarts,
+                elastic_timeout_seconds=self.elastic_timeout_seconds,
+                elastic_min_slice_count=self.elastic_min_slice_count,
+            )
+            lint(spec)
+        except SpecError as error:
+            raise AirflowFailException(f"invalid run spec: {error}") from None
+        return spec
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        spec = self.build_spec()
+        hook = self._hook()
+        run = _RunState.load(context)
+        if run.started_at == 0.0:
+            run.started_at = time.time()
+        identity = self._identity(context)
+        if run.escalating:  # a worker died in the middle of a full restart: finish it
+            self._finish_escalation(context, spec, run)
+            return self._wait(context, spec, run)
+        jobset = self._adopt(hook, run, identity)
+        if jobset is None:
+            jobset = self._create(hook, spec, run, identity)
+        else:
+            self.log.info("adopting JobSet %s (uid %s)", run.jobset_name, run.jobset_uid)
+        run.save(context)
+        context["ti"].xcom_push(key="jobset_name", value=run.jobset_name)
+        context["ti"].xcom_push(key="namespace", value=self.namespace)
+        return self._wait(context, spec, run)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Resume after the trigger fired: decide, then succeed, fail, escalate or wait again."""
+        spec = self.build_spec()
+        run = _RunState.load(context)
+        if event.get("name") != run.jobset_name:
+            raise AirflowException(f"trigger event for {event.get('name')!r}, expected {run.jobset_name!r}")
+        run.monitor = MonitorState.from_json(event.get("state"))
+        status = event.get("status")
+        if status == EventStatus.ERROR:
+            run.save(context)
+            raise AirflowException(f"watching JobSet {run.jobset_name} failed: {event.get('message')}")
+        if status == EventStatus.DEADLINE:
+            self._fail(context, spec, run, f"deadline passed while JobSet {run.jobset_name} was running")
+        observation = run.monitor.observation(
+            now=time.time(), target_step=spec.target_step, full_restarts_used=run.full_restarts
+        )
+        committed = self._committed_step(spec) if run.monitor.phase is JobSetPhase.COMPLETED else None
+        decision = decide(_with_committed(observation, committed), self.budgets)
+        self.log.info("JobSet %s: %s (%s): %s", run.jobset_name, decision.action, decision.reason, decision.message)
+        if decision.action is Action.SUCCEED:
+            report = self._report(spec, run, committed)
+            run.save(context)
+            self.log.info("run report: %s", report)
+            return report
+        if decision.action is Action.FAIL:
+            self._fail(context, spec, run, decision.message, committed=committed)
+        if decision.action is Action.ESCALATE:
+            self._escalate(context, spec, run, decision.reason.value, decision.message)
+        run.save(context)
+        return self._wait(context, spec, run)
+
+    def on_kill(self) -> None:
+        if self.keep_jobset_on_kill or self._active_jobset is None:
+            return
+        name, uid = self._active_jobset
+        self.log.info("task killed: deleting JobSet %s", name)
+        self._hook().delete_jobset(name, self.namespace, uid=uid)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _hook(self) -> JobSetHook:
+        return JobSetHook(conn_id=self.kubernetes_conn_id)
+
+    def _identity(self, context: Context) -> dict[str, str]:
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return manifests.identity_labels(
+            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=-1 if map_index is None else map_index
+        )
+
+    def _adopt(self, hook: JobSetHook, run: _RunState, identity: Mapping[str, str]) -> dict[str, Any] | None:
+        """The JobSet of this task's current incarnation when it exists; never a foreign one."""
+        if run.jobset_name:
+            found = hook.get_jobset(run.jobset_name, self.namespace)
+            if found is not None and (not run.jobset_uid or found["metadata"].get("uid") == run.jobset_uid):
+                run.jobset_uid = str(found["metadata"].get("uid"))
+                self._active_jobset = (run.jobset_name, run.jobset_uid)
+                return found
+            if run.escalating:
+                return None  # deleted by our escalation before a crash: create the next incarnation
+        mine = hook.list_jobsets(self.namespace, manifests.label_selector(identity))
+        if not mine:
+            return None
+        newest = max(mine, key=lambda js: int((js["metadata"].get("labels") or {}).get(LABEL_FULL_RESTART, "0")))
+        labels = newest["metadata"].get("labels") or {}
+        run.full_restarts = max(run.full_restarts, int(labels.get(LABEL_FULL_RESTART, "0")))
+        run.jobset_name = str(newest["metadata"]["name"])
+        run.jobset_uid = str(newest["metadata"].get("uid"))
+        self._active_jobset = (run.jobset_name, run.jobset_uid)
+        return newest
+
+    def _create(
+        self, hook: JobSetHook, spec: ElasticRunSpec, run: _RunState, identity: Mapping[str, str]
+    ) -> dict[str, Any]:
+        name = manifests.jobset_name(
+            dag_id=run.dag_id,
+            task_id=run.task_id,
+            run_id=run.run_id,
+            map_index=run.map_index,
+            attempt=run.full_restarts,
+            prefix=spec.run_name,
+        )
+        labels = {**identity, LABEL_FULL_RESTART: str(run.full_restarts)}
+        body = manifests.elastic_jobset(
+            spec, name=name, namespace=self.namespace, labels=labels, local_env=self.local_env or None
+        )
+        from kubernetes.client.rest import ApiException
+
+        try:
+            created = hook.create_jobset(body, self.namespace)
+        except ApiException as error:
+            if error.status != 409:
+                raise AirflowException(f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}") from None
+            created = hook.get_jobset(name, self.namespace) or {}
+            theirs = (created.get("metadata") or {}).get("labels") or {}
+            if any(theirs.get(k) != v for k, v in identity.items()):
+                raise AirflowFailException(
+                    f"a JobSet named {name} already exists in {self.namespace} and was not made by this task"
+                ) from None
+        run.jobset_name = name
+        run.jobset_uid = str(created["metadata"].get("uid"))
+        run.escalating = False
+        run.monitor = MonitorState(jobset_uid=run.jobset_uid, started_at=time.time())
+        self._active_jobset = (run.jobset_name, run.jobset_uid)
+        self.log.info("created JobSet %s (uid %s) in %s", name, run.jobset_uid, self.namespace)
+        return created
+
+    def _wait(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> Any:
+        if not run.monitor.started_at:
+            run.monitor.started_at = time.time()
+        trigger = JobSetTrigger(
+            name=run.jobset_name,
+            namespace=self.namespace,
+            uid=run.jobset_uid,
+            target_step=spec.target_step,
+            budgets={
+                "max_slice_restarts": self.budgets.max_slice_restarts,
+                "slice_restart_window_seconds": self.budgets.slice_restart_window_seconds,
+                "stall_timeout_seconds": self.budgets.stall_timeout_seconds,
+                "max_full_restarts": self.budgets.max_full_restarts,
+            },
+            full_restarts_used=run.full_restarts,
+            state=run.monitor.to_json(),
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            poll_interval=self.poll_interval,
+            delete_on_kill=not self.keep_jobset_on_kill,
+        )
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        event = asyncio.run(first_event(trigger))
+        return self.execute_complete(context, event)
+
+    def _committed_step(self, spec: ElasticRunSpec) -> int:
+        """The newest valid committed step of the run (-1: none)."""
+        try:
+            report = validate_checkpoints(
+                spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
+            )
+        except StorageError as error:
+            raise AirflowException(f"reading checkpoints under {spec.checkpoint_directory} failed: {error}") from None
+        latest = report.latest_valid_step
+        return -1 if latest is None else latest
+
+    def _escalate(self, context: Context, spec: ElasticRunSpec, run: _RunState, reason: str, message: str) -> None:
+        """Record the escalation durably, then carry it out (a crash in between resumes it)."""
+        self.log.warning("escalating to a full restart of %s: %s", run.jobset_name, message)
+        run.escalations.append(
+            {
+                "reason": reason,
+                "message": message,
+                "at": time.time(),
+                "jobset_name": run.jobset_name,
+                "latest_step": run.monitor.digest.latest_step,
+            }
+        )
+        run.escalating = True
+        run.save(context)
+        self._finish_escalation(context, spec, run)
+
+    def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> None:
+        """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
+        hook = self._hook()
+        record = run.escalations[-1] if run.escalations else {"at": time.time()}
+        hook.delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
+        if not hook.wait_jobset_gone(
+            run.jobset_name, self.namespace, uid=run.jobset_uid, timeout=DELETE_TIMEOUT_SECONDS
+        ):
+            raise AirflowException(
+                f"JobSet {run.jobset_name} was not gone {DELETE_TIMEOUT_SECONDS:.0f} s after its delete"
+            )
+        record["quarantined"] = [*record.get("quarantined", []), *self._quarantine_invalid_newest(spec)]
+        committed = self._committed_step(spec)
+        latest = record.get("latest_step")
+        record["resumed_from_step"] = committed
+        record["steps_lost"] = max(0, (latest if latest is not None else -1) - committed)
+        run.close_incarnation()
+        run.full_restarts += 1
+        self._create(hook, spec, run, self._identity(context))
+        record["seconds_to_recreate"] = round(time.time() - float(record["at"]), 3)
+        run.save(context)
+
+    def _quarantine_invalid_newest(self, spec: ElasticRunSpec) -> list[str]:
+        moved: list[str] = []
+        for _ in range(MAX_QUARANTINES_PER_ESCALATION):
+            try:
+                report = validate_checkpoints(
+                    spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
+                )
+            except StorageError as error:
+                raise AirflowException(
+                    f"reading checkpoints under {spec.checkpoint_directory} failed: {error}"
+                ) from None
+            newest = max(report.steps, key=lambda v: v.step, default=None)
+            if newest is None or newest.valid:
+                return moved
+            step_name = os.path.basename(newest.path.rstrip("/"))
+            destination = quarantine_step(report.root, step_name)
+            self.log.warning("step %s is not valid (%s); moved aside to %s", newest.step, newest.problems, destination)
+            moved.append(destination)
+        return moved
+
+    def _report(self, spec: ElasticRunSpec, run: _RunState, final_step: int | None) -> dict[str, Any]:
+        incarnations = [*run.incarnations(), run.current_incarnation()]
+        return run_report(
+            incarnations=incarnations,
+            escalations=run.escalations,
+            namespace=self.namespace,
+            run_directory=spec.run_directory,
+            target_step=spec.target_step,
+            final_step=final_step,
+            wall_seconds=time.time() - run.started_at,
+            costs=CostModel(chips=spec.total_chips, price_per_chip_hour=self.price_per_chip_hour),
+            full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
+        )
+
+    def _fail(
+        self, context: Context, spec: ElasticRunSpec, run: _RunState, message: str, *, committed: int | None = None
+    ) -> None:
+        if committed is None:
+            try:
+                committed = self._committed_step(spec)
+            except AirflowException:
+                committed = None
+        report = {**self._report(spec, run, committed), "failure": message}
+        run.save(context)
+        context["ti"].xcom_push(key="report", value=report)
+        if run.monitor.phase is JobSetPhase.ACTIVE and not self.keep_jobset_on_kill:
+            self.log.warning("deleting the still-active JobSet %s: the task is failing", run.jobset_name)
+            self._hook().delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
+        head = self._head_log_tail(run)
+        raise AirflowFailException(f"{message}{head}")
+
+    def _head_log_tail(self, run: _RunState) -> str:
+        try:
+            hook = self._hook()
+            pods = hook.list_pods(
+                self.namespace, f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}=pathways-head"
+            )
+            if not pods:
+                return ""
+            tail = hook.read_log_tail(pods[0]["metadata"]["name"], self.namespace, HEAD_MAIN_CONTAINER, tail_lines=15)
+        except Exception:  # the message is what matters; the log tail is a courtesy
+            return ""
+        return f"\nlast lines of the trainer's log:\n{tail}" if tail.strip() else ""
+
+
+def _with_committed(observation: Any, committed: int | None) -> Any:
+    from dataclasses import replace
+
+    return replace(observation, committed_step=committed)
+
+
+async def first_event(trigger: JobSetTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        payload: dict[str, Any] = event.payload
+        return payload
+    raise AirflowException("the JobSet trigger ended without an event")
+
+
+class _RunState:
+    """What must survive a worker crash, in the Airflow task state store (key ``elastic_run``)."""
+
+    def __init__(self, data: Mapping[str, Any], *, dag_id: str, task_id: str, run_id: str, map_index: int) -> None:
+        self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
+        self.jobset_name: str = str(data.get("jobset_name") or "")
+        self.jobset_uid: str | None = data.get("jobset_uid")
+        self.full_restarts: int = int(data.get("full_restarts") or 0)
+        self.escalating: bool = bool(data.get("escalating"))
+        self.started_at: float = float(data.get("started_at") or 0.0)
+        self.escalations: list[dict[str, Any]] = list(data.get("escalations") or [])
+        self.history: list[dict[str, Any]] = list(data.get("history") or [])
+        self.monitor = MonitorState.from_json(data.get("monitor"))
+
+    @classmethod
+    def load(cls, context: Context) -> _RunState:
+        ti = context["ti"]
+        store = context.get("task_state_store")
+        data = store.get(STATE_KEY) if store is not None else None
+        map_index = getattr(ti, "map_index", -1)
+        return cls(
+            data if isinstance(data, Mapping) else {},
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=-1 if map_index is None else int(map_index),
+        )
+
+    def save(self, context: Context) -> None:
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        store.set(
+            STATE_KEY,
+            {
+                "jobset_name": self.jobset_name,
+                "jobset_uid": self.jobset_uid,
+                "full_restarts": self.full_restarts,
+                "escalating": self.escalating,
+                "started_at": self.started_at,
+                "escalations": self.escalations,
+                "history": self.history,
+                "monitor": self.monitor.to_json(),
+            },
+        )
+
+    def current_incarnation(self) -> Incarnation:
+        return Incarnation(
+            jobset_name=self.jobset_name,
+            slice_restarts=self.monitor.slice_restarts,
+            jobset_restarts=self.monitor.jobset_restarts,
+            digest=self.monitor.digest,
+        )
+
+    def incarnations(self) -> list[Incarnation]:
+        return [
+            Incarnation(
+                jobset_name=str(h["jobset_name"]),
+                slice_restarts=int(h["slice_restarts"]),
+                jobset_restarts=int(h["jobset_restarts"]),
+                digest=LogDigest.from_json(h.get("digest")),
+            )
+            for h in self.history
+        ]
+
+    def close_incarnation(self) -> None:
+        current = self.current_incarnation()
+        if self.history and self.history[-1].get("jobset_name") == current.jobset_name:
+            return  # already closed before a crash
+        self.history.append(
+            {
+                "jobset_name": current.jobset_name,
+                "slice_restarts": current.slice_restarts,
+                "jobset_restarts": current.jobset_restarts,
+                "digest": current.digest.to_json(),
+            }
+        )
+        self.monitor = MonitorState()

@@ -1,0 +1,325 @@
+"""`JobSetHook` and `AsyncJobSetHook`: JobSet and pod access on the cncf-kubernetes provider's hooks.
+
+The provider's hooks own connection handling (the ``kubernetes_default`` connection, ``kube_config_path``
+or ``kube_config`` in its extra, in-cluster config, exec-auth token refresh in the async hook) and
+request timeouts; they have no custom-object list, watch or foreground delete, so those are here.
+Objects come back as plain JSON dicts (the API's camelCase), whatever the client's model classes.
+
+Retries: reads and deletes go through the provider's ``generic_api_retry`` (429 with Retry-After,
+5xx); a create is retried only on 429/5xx and a 409 means the name is taken (the operator decides
+whether that is its own JobSet). Watches relist on ``410 Gone`` and reconnect with capped
+exponential backoff and jitter, as client-go's reflector does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from kubernetes.client.rest import ApiException
+from kubernetes_asyncio import client as async_k8s
+from kubernetes_asyncio import watch as async_watch
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+
+Obj = dict[str, Any]
+
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last resourceVersion
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter (client-go's ``wait.Backoff`` shape)."""
+
+    def __init__(self, base: float = 0.2, cap: float = 30.0) -> None:
+        self.base, self.cap, self.attempt = base, cap, 0
+
+    def next_delay(self) -> float:
+        delay = min(self.cap, self.base * (2**self.attempt))
+        self.attempt = min(self.attempt + 1, 30)
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def _status_of(error: BaseException) -> int | None:
+    status = getattr(error, "status", None)
+    return int(status) if isinstance(status, int) else None
+
+
+class JobSetHook(KubernetesHook):
+    """Create, read, list and delete JobSets, and read their pods and logs (blocking)."""
+
+    hook_name = "Kubernetes JobSet"
+
+    def _to_dict(self, obj: Any) -> Obj:
+        data: Obj = self.api_client.sanitize_for_serialization(obj)
+        return data
+
+    def create_jobset(self, body: Obj, namespace: str) -> Obj:
+        """Create a JobSet; ``ApiException`` 409 when the name is taken (retried only on 429/5xx)."""
+        backoff = Backoff(base=0.5, cap=10.0)
+        for attempt in range(6):
+            try:
+                created: Obj = self.custom_object_client.create_namespaced_custom_object(
+                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, body
+                )
+                return created
+            except ApiException as error:
+                if error.status not in TRANSIENT_STATUSES or attempt == 5:
+                    raise
+                self.log.warning("create JobSet: HTTP %s, retrying", error.status)
+                time.sleep(backoff.next_delay())
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @generic_api_retry
+    def get_jobset(self, name: str, namespace: str) -> Obj | None:
+        """The JobSet, or ``None`` when there is none of that name."""
+        try:
+            found: Obj = self.custom_object_client.get_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name
+            )
+            return found
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    @generic_api_retry
+    def list_jobsets(self, namespace: str, label_selector: str) -> list[Obj]:
+        """JobSets in ``namespace`` matching ``label_selector``."""
+        listed = self.custom_object_client.list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, label_selector=label_selector
+        )
+        return list(listed.get("items") or [])
+
+    @generic_api_retry
+    def delete_jobset(self, name: str, namespace: str, *, uid: str | None = None, foreground: bool = True) -> bool:
+        """Delete the JobSet (foreground: its Jobs and pods go first); ``False`` when it was already gone.
+
+        With ``uid`` the delete is conditional (``preconditions.uid``), so a newer JobSet of the same
+        name is never deleted by mistake.
+        """
+        body = k8s.V1DeleteOptions(
+            propagation_policy="Foreground" if foreground else "Background",
+            preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
+        )
+        try:
+            self.custom_object_client.delete_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name, body=body
+            )
+            return True
+        except ApiException as error:
+            if error.status in (404, 409):  # gone, or a different object of that name now (uid precondition)
+                return False
+            raise
+
+    def wait_jobset_gone(self, name: str, namespace: str, *, timeout: float, uid: str | None = None) -> bool:
+        """Watch until the JobSet (with ``uid`` when given) no longer exists; ``False`` on timeout."""
+        deadline = time.monotonic() + timeout
+        backoff = Backoff(base=0.2, cap=5.0)
+        while time.monotonic() < deadline:
+            try:
+                current = self.get_jobset(name, namespace)
+                if current is None or (uid and current.get("metadata", {}).get("uid") != uid):
+                    return True
+                version = current["metadata"].get("resourceVersion")
+                stream = k8s_watch.Watch()
+                remaining = max(1, int(deadline - time.monotonic()))
+                for event in stream.stream(
+                    self.custom_object_client.list_namespaced_custom_object,
+                    JOBSET_GROUP,
+                    JOBSET_VERSION,
+                    namespace,
+                    JOBSET_PLURAL,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=version,
+                    timeout_seconds=min(remaining, 60),
+                ):
+                    if event["type"] == "DELETED":
+                        stream.stop()
+                        return True
+                backoff.reset()
+            except ApiException as error:
+                if error.status not in TRANSIENT_STATUSES and error.status != 410:
+                    raise
+                time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
+        return self.get_jobset(name, namespace) is None
+
+    @generic_api_retry
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
+        """Pods in ``namespace`` matching ``label_selector``, as dicts."""
+        pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=label_selector)
+        return [self._to_dict(p) for p in pods.items]
+
+    @generic_api_retry
+    def read_log_tail(self, name: str, namespace: str, container: str, *, tail_lines: int = 40) -> str:
+        """The last lines of a container's log (bounded by lines and 64 KiB); '' when unreadable."""
+        try:
+            response = self.core_v1_client.read_namespaced_pod_log(
+                name,
+                namespace,
+                container=container,
+                tail_lines=tail_lines,
+                limit_bytes=64 * 1024,
+                _preload_content=False,
+            )
+            data: bytes = response.data
+            return data.decode("utf-8", errors="replace")
+        except ApiException as error:
+            if error.status in (400, 404):
+                return ""
+            raise
+
+
+class AsyncJobSetHook(AsyncKubernetesHook):
+    """Read and watch a JobSet, its pods and its head pod's log (kubernetes_asyncio)."""
+
+    async def get_jobset(self, name: str, namespace: str) -> Obj | None:
+        async with self.get_conn() as api:
+            try:
+                found: Obj = await async_k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name
+                )
+                return found
+            except AsyncApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+    async def delete_jobset(self, name: str, namespace: str, *, uid: str | None = None) -> bool:
+        """Foreground delete (conditional on ``uid``); ``False`` when it was already gone."""
+        async with self.get_conn() as api:
+            body = async_k8s.V1DeleteOptions(
+                propagation_policy="Foreground", preconditions=async_k8s.V1Preconditions(uid=uid) if uid else None
+            )
+            try:
+                await async_k8s.CustomObjectsApi(api).delete_namespaced_custom_object(
+                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name, body=body
+                )
+                return True
+            except AsyncApiException as error:
+                if error.status in (404, 409):
+                    return False
+                raise
+
+    async def watch_jobset(self, name: str, namespace: str) -> AsyncIterator[tuple[str, Obj | None]]:
+        """``("SYNC", jobset or None)`` after each (re)list, then ``(type, jobset)`` per change; forever."""
+
+        def lister(api: async_k8s.ApiClient) -> Callable[..., Any]:
+            custom = async_k8s.CustomObjectsApi(api)
+
+            def list_jobsets(**kwargs: Any) -> Any:
+                return custom.list_namespaced_custom_object(
+                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, **kwargs
+                )
+
+            return list_jobsets
+
+        async for kind, obj in self._list_watch(lister, field_selector=f"metadata.name={name}"):
+            if kind == "SYNC":
+                items = obj.get("items") or []
+                yield "SYNC", (items[0] if items else None)
+            else:
+                yield kind, obj
+
+    async def watch_pods(self, namespace: str, label_selector: str) -> AsyncIterator[tuple[str, Obj]]:
+        """``("SYNC", {"items": [...]})`` after each (re)list, then ``(type, pod)`` per change; forever."""
+
+        def lister(api: async_k8s.ApiClient) -> Callable[..., Any]:
+            core = async_k8s.CoreV1Api(api)
+
+            def list_pods(**kwargs: Any) -> Any:
+                return core.list_namespaced_pod(namespace, **kwargs)
+
+            return list_pods
+
+        async for kind, obj in self._list_watch(lister, label_selector=label_selector):
+            yield kind, obj
+
+    async def _list_watch(
+        self, lister: Callable[[async_k8s.ApiClient], Callable[..., Any]], **selectors: str
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        backoff = Backoff()
+        while True:
+            try:
+                async with self.get_conn() as api:
+                    list_call = lister(api)
+                    listed = await list_call(**selectors)
+                    snapshot: Obj = api.sanitize_for_serialization(listed)
+                    version = (snapshot.get("metadata") or {}).get("resourceVersion")
+                    yield "SYNC", snapshot
+                    backoff.reset()
+                    while True:
+                        stream = async_watch.Watch()
+                        async with stream.stream(
+                            list_call,
+                            resource_version=version,
+                            timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                            allow_watch_bookmarks=True,
+                            **selectors,
+                        ) as events:
+                            async for event in events:
+                                raw = event.get("raw_object") or {}
+                                version = (raw.get("metadata") or {}).get("resourceVersion") or version
+                                if event["type"] != "BOOKMARK":
+                                    yield str(event["type"]), raw
+                        # The server closed the watch (its timeout): reopen from the last version.
+            except asyncio.CancelledError:
+                raise
+            except AsyncApiException as error:
+                if error.status == 410:
+                    self.log.info("watch: resourceVersion too old (410); relisting")
+                    continue
+                if error.status not in TRANSIENT_STATUSES:
+                    self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)
+            except Exception as error:  # connection refused/reset, TLS, timeouts: the API may come back
+                self.log.warning("watch: %s: %s; retrying", type(error).__name__, error)
+            await asyncio.sleep(backoff.next_delay())
+
+    async def follow_log(
+        self,
+        name: str,
+        namespace: str,
+        container: str,
+        *,
+        since_seconds: int | None,
+        tail_lines: int | None,
+        follow: bool = True,
+    ) -> AsyncIterator[tuple[str, str]]:
+        """``(RFC 3339 timestamp, text)`` per line of a container's log, following until the stream ends.
+
+        Without ``follow`` it reads what is there (at most 1 MiB) and stops.
+        """
+        async with self.get_conn() as api:
+            core = async_k8s.CoreV1Api(api)
+            response = await core.read_namespaced_pod_log(
+                name,
+                namespace,
+                container=container,
+                follow=follow,
+                timestamps=True,
+                since_seconds=since_seconds,
+                tail_lines=tail_lines,
+                limit_bytes=None if follow else 1 << 20,
+                _preload_content=False,
+            )
+            try:
+                while True:
+                    raw = await response.content.readline()
+                    if not raw:
+                        return
+                    line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                    stamp, _, text = line.partition(" ")
+                    yield stamp, text[:4096]
+            finally:
+                response.release()

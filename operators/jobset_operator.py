@@ -1,0 +1,223 @@
+"""`JobSetOperator`: a plain (non-elastic) one-job JobSet that must complete: evaluation, synthesis.
+
+Same identity, adoption and deferral as the elastic operator, without budgets: ``Completed`` is
+success, ``Failed`` fails the task with the JobSet's reason and the tail of the container's log. A
+retry adopts a JobSet still running; one that failed in an earlier try is deleted and made again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from kubernetes.client.rest import ApiException
+
+from operators import manifests
+from operators.constants import LABEL_JOBSET_NAME
+from operators.elastic_operator import DELETE_TIMEOUT_SECONDS, first_event
+from operators.hooks import JobSetHook
+from operators.manifests import JobSpec, lint_job
+from operators.observations import MonitorState, jobset_phase
+from operators.policy import JobSetPhase
+from operators.spec import SpecError
+from operators.triggers import EventStatus, JobSetTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+# A plain JobSet has no slices and no stall rule: only its terminal state wakes the operator.
+_NO_BUDGETS = {
+    "max_slice_restarts": 1_000_000,
+    "slice_restart_window_seconds": 1.0,
+    "stall_timeout_seconds": 10.0 * 365 * 24 * 3600,
+    "max_full_restarts": 0,
+}
+
+
+class JobSetOperator(BaseOperator):
+    """Run one container to completion as a JobSet.
+
+    :param name: base of the JobSet name (DNS-1123). Templated.
+    :param image: container image (``local`` runtime: ignored, the command runs on this machine).
+    :param command: the container's command (argv list, never a shell string). Templated.
+    :param args: its arguments. Templated. :param env: environment variables. Templated.
+    :param runtime: ``"gke"`` or ``"local"``. :param namespace: Kubernetes namespace.
+    :param stage: the stage label (``evaluate``, ``synthesize``, ...).
+    :param backoff_limit: pod retries of the Job. :param active_deadline_seconds: Job deadline.
+    :param resources: container resource limits, e.g. ``{"cpu": "4", "memory": "16Gi"}``.
+    :param service_account: the pod's service account.
+    :param kubernetes_conn_id: the cncf-kubernetes connection.
+    :param keep_jobset_on_kill: leave the JobSet when the task is killed.
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param poll_interval: seconds between the trigger's timer checks.
+
+    Returns ``{"jobset_name", "namespace", "stage", "seconds"}``.
+    """
+
+    template_fields: Sequence[str] = ("name", "image", "command", "args", "env", "namespace")
+    ui_color = "#e8f6f3"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        image: str,
+        command: Sequence[str],
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        runtime: str = "gke",
+        namespace: str = "default",
+        stage: str = "job",
+        backoff_limit: int = 0,
+        active_deadline_seconds: int | None = None,
+        resources: Mapping[str, str] | None = None,
+        service_account: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        keep_jobset_on_kill: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        poll_interval: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if runtime not in ("gke", "local"):
+            raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
+        if isinstance(command, str) or isinstance(args, str):
+            raise ValueError("command and args must be lists of arguments, not a shell string")
+        self.name = name
+        self.image = image
+        self.command = list(command)
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.runtime = runtime
+        self.namespace = namespace
+        self.stage = stage
+        self.backoff_limit = backoff_limit
+        self.active_deadline_seconds = active_deadline_seconds
+        self.resources = dict(resources) if resources else None
+        self.service_account = service_account
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.keep_jobset_on_kill = keep_jobset_on_kill
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self._active: tuple[str, str | None] | None = None
+
+    def build_job(self) -> JobSpec:
+        """The rendered job, linted; ``AirflowFailException`` naming the field when it is wrong."""
+        try:
+            job = JobSpec(
+                image=str(self.image),
+                command=[str(c) for c in self.command],
+                args=[str(a) for a in self.args],
+                env={str(k): str(v) for k, v in self.env.items()},
+                runtime=self.runtime,  # type: ignore[arg-type]
+                backoff_limit=self.backoff_limit,
+                active_deadline_seconds=self.active_deadline_seconds,
+                resources=self.resources,
+                service_account=self.service_account,
+            )
+            lint_job(job)
+        except SpecError as error:
+            raise AirflowFailException(f"invalid job: {error}") from None
+        return job
+
+    def execute(self, context: Context) -> Any:
+        job = self.build_job()
+        hook = JobSetHook(conn_id=self.kubernetes_conn_id)
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        map_index = -1 if map_index is None else int(map_index)
+        identity = manifests.identity_labels(
+            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=map_index
+        )
+        name = manifests.jobset_name(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=map_index,
+            attempt=0,
+            prefix=str(self.name),
+        )
+        existing = hook.get_jobset(name, self.namespace)
+        if existing is not None:
+            theirs = existing["metadata"].get("labels") or {}
+            if any(theirs.get(k) != v for k, v in identity.items()):
+                raise AirflowFailException(
+                    f"a JobSet named {name} exists in {self.namespace} and was not made by this task"
+                )
+            if jobset_phase(existing)[0] is JobSetPhase.FAILED:
+                self.log.info("JobSet %s failed in an earlier try: deleting it to run again", name)
+                uid = existing["metadata"].get("uid")
+                hook.delete_jobset(name, self.namespace, uid=uid)
+                if not hook.wait_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS):
+                    raise AirflowException(
+                        f"JobSet {name} was not gone {DELETE_TIMEOUT_SECONDS:.0f} s after its delete"
+                    )
+                existing = None
+            else:
+                self.log.info("adopting JobSet %s", name)
+        if existing is None:
+            body = manifests.plain_jobset(job, name=name, namespace=self.namespace, labels=identity, stage=self.stage)
+            try:
+                existing = hook.create_jobset(body, self.namespace)
+            except ApiException as error:
+                raise AirflowException(f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}") from None
+            self.log.info("created JobSet %s in %s", name, self.namespace)
+        uid = str(existing["metadata"].get("uid"))
+        self._active = (name, uid)
+        ti.xcom_push(key="jobset_name", value=name)
+        ti.xcom_push(key="namespace", value=self.namespace)
+        trigger = JobSetTrigger(
+            name=name,
+            namespace=self.namespace,
+            uid=uid,
+            target_step=0,
+            budgets=dict(_NO_BUDGETS),
+            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            poll_interval=self.poll_interval,
+            delete_on_kill=not self.keep_jobset_on_kill,
+        )
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        return self.execute_complete(context, asyncio.run(first_event(trigger)))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Succeed when the JobSet completed; fail with its reason and log tail otherwise."""
+        state = MonitorState.from_json(event.get("state"))
+        name = str(event.get("name"))
+        seconds = round(time.time() - state.started_at, 3) if state.started_at else None
+        if event.get("status") == EventStatus.ERROR:
+            raise AirflowException(f"watching JobSet {name} failed: {event.get('message')}")
+        if state.phase is JobSetPhase.COMPLETED:
+            return {"jobset_name": name, "namespace": self.namespace, "stage": self.stage, "seconds": seconds}
+        if state.phase is JobSetPhase.MISSING:
+            raise AirflowFailException(f"JobSet {name} was deleted outside this task")
+        if state.phase is JobSetPhase.ACTIVE:
+            raise AirflowException(f"JobSet {name}: {event.get('message')}")
+        raise AirflowFailException(
+            f"JobSet {name} failed: {state.failure_detail or 'no reason given'}{self._tail(name)}"
+        )
+
+    def _tail(self, name: str) -> str:
+        try:
+            hook = JobSetHook(conn_id=self.kubernetes_conn_id)
+            pods = hook.list_pods(self.namespace, f"{LABEL_JOBSET_NAME}={name}")
+            if not pods:
+                return ""
+            newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            container = newest["spec"]["containers"][0]["name"]
+            tail = hook.read_log_tail(newest["metadata"]["name"], self.namespace, container, tail_lines=15)
+        except Exception:  # the failure message matters; the log tail is a courtesy
+            return ""
+        return f"\nlast lines of its log:\n{tail}" if tail.strip() else ""
+
+    def on_kill(self) -> None:
+        if self.keep_jobset_on_kill or self._active is None:
+            return
+        name, uid = self._active
+        JobSetHook(conn_id=self.kubernetes_conn_id).delete_jobset(name, self.namespace, uid=uid)

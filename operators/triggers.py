@@ -1,0 +1,254 @@
+"""`JobSetTrigger`: watch one JobSet incarnation without holding a worker slot.
+
+It watches the JobSet (by name), its pods (by the ``jobset-name`` label) and follows the head pod's
+trainer log, folding all of it into a :class:`~operators.observations.MonitorState`. After every
+change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
+the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
+deadline passed. It is side-effect free: it never creates, deletes or patches anything, so running
+it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; API
+errors never end it.
+
+Events are plain dicts: ``{"status": EventStatus, "reason", "message", "state", "name", "namespace"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator
+from enum import StrEnum
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_JOBSET_UID
+from operators.hooks import AsyncJobSetHook, Backoff
+from operators.observations import MonitorState, parse_time
+from operators.policy import Action, Budgets, decide
+
+NO_CURSOR_TAIL_LINES = 5000  # adopting a JobSet with no log cursor: fold only its recent history
+FINAL_LOG_WAIT_SECONDS = 3.0
+
+
+class EventStatus(StrEnum):
+    """Why the trigger woke the operator."""
+
+    DECISION = "decision"  # the policy would not continue: terminal JobSet, budget spent, stall
+    DEADLINE = "deadline"
+    ERROR = "error"
+
+
+class JobSetTrigger(BaseTrigger):
+    """Watch a JobSet, its pods and its trainer log until the policy wants the operator to act.
+
+    :param name: JobSet name. :param namespace: its namespace.
+    :param uid: the incarnation's uid; a JobSet of the same name with another uid counts as gone.
+    :param target_step: the final step (``steps - 1``).
+    :param budgets: :class:`~operators.policy.Budgets` fields.
+    :param full_restarts_used: full restarts before this incarnation.
+    :param state: the last persisted :class:`~operators.observations.MonitorState` (JSON).
+    :param kubernetes_conn_id: the cncf-kubernetes connection.
+    :param deadline: Unix time after which it yields a ``deadline`` event (``None``: none).
+    :param poll_interval: seconds between checks of timers (the stall rule) when nothing changes.
+    :param delete_on_kill: delete the JobSet when a user kills the deferred task.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        namespace: str,
+        uid: str | None,
+        target_step: int,
+        budgets: dict[str, Any],
+        full_restarts_used: int = 0,
+        state: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        deadline: float | None = None,
+        poll_interval: float = 10.0,
+        delete_on_kill: bool = True,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.namespace = namespace
+        self.uid = uid
+        self.target_step = target_step
+        self.budgets = dict(budgets)
+        self.full_restarts_used = full_restarts_used
+        self.state = dict(state or {})
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.deadline = deadline
+        self.poll_interval = poll_interval
+        self.delete_on_kill = delete_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "name": self.name,
+                "namespace": self.namespace,
+                "uid": self.uid,
+                "target_step": self.target_step,
+                "budgets": self.budgets,
+                "full_restarts_used": self.full_restarts_used,
+                "state": self.state,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "deadline": self.deadline,
+                "poll_interval": self.poll_interval,
+                "delete_on_kill": self.delete_on_kill,
+            },
+        )
+
+    def _hook(self) -> AsyncJobSetHook:
+        return AsyncJobSetHook(conn_id=self.kubernetes_conn_id)
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred task (mark failed, clear): delete the JobSet unless told to keep it."""
+        if self.delete_on_kill:
+            self.log.info("task killed: deleting JobSet %s", self.name)
+            await self._hook().delete_jobset(self.name, self.namespace, uid=self.uid)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        monitor = _Monitor(self, MonitorState.from_json(self.state))
+        try:
+            event = await monitor.run()
+        except Exception as error:  # a bug must reach the operator as an event, not kill the triggerer silently
+            self.log.exception("JobSet trigger failed")
+            event = monitor.event(EventStatus.ERROR, "error", f"{type(error).__name__}: {error}")
+        yield TriggerEvent(event)
+
+
+class _Monitor:
+    """The trigger's running state: three watchers feed one MonitorState; the main loop decides."""
+
+    def __init__(self, trigger: JobSetTrigger, state: MonitorState) -> None:
+        self.trigger = trigger
+        self.state = state
+        self.hook = trigger._hook()
+        self.budgets = Budgets(**trigger.budgets)
+        self.changed = asyncio.Event()
+        self.log = trigger.log
+
+    def event(self, status: EventStatus, reason: str, message: str) -> dict[str, Any]:
+        return {
+            "status": status.value,
+            "reason": reason,
+            "message": message,
+            "name": self.trigger.name,
+            "namespace": self.trigger.namespace,
+            "state": self.state.to_json(),
+        }
+
+    async def run(self) -> dict[str, Any]:
+        tasks = [
+            asyncio.create_task(self._watch_jobset(), name="jobset"),
+            asyncio.create_task(self._watch_pods(), name="pods"),
+            asyncio.create_task(self._follow_log(), name="log"),
+        ]
+        try:
+            return await self._decide_loop()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _decide_loop(self) -> dict[str, Any]:
+        trigger = self.trigger
+        while True:
+            now = time.time()
+            if trigger.deadline is not None and now >= trigger.deadline:
+                return self.event(EventStatus.DEADLINE, "deadline", "the trigger's deadline passed")
+            observation = self.state.observation(
+                now=now, target_step=trigger.target_step, full_restarts_used=trigger.full_restarts_used
+            )
+            decision = decide(observation, self.budgets)
+            if decision.action is not Action.CONTINUE:
+                await self._catch_up_log()
+                return self.event(EventStatus.DECISION, decision.reason.value, decision.message)
+            wake = [now + trigger.poll_interval]
+            if decision.recheck_at is not None:
+                wake.append(decision.recheck_at)
+            if trigger.deadline is not None:
+                wake.append(trigger.deadline)
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=max(0.05, min(wake) - now))
+
+    async def _watch_jobset(self) -> None:
+        async for kind, obj in self.hook.watch_jobset(self.trigger.name, self.trigger.namespace):
+            if kind == "DELETED" or obj is None:
+                self.state.on_jobset(None)
+            elif self.trigger.uid and obj.get("metadata", {}).get("uid") != self.trigger.uid:
+                self.state.on_jobset(None)  # same name, another incarnation: ours is gone
+            else:
+                self.state.on_jobset(obj)
+            self.changed.set()
+
+    async def _watch_pods(self) -> None:
+        selector = f"{LABEL_JOBSET_NAME}={self.trigger.name}"
+        async for kind, obj in self.hook.watch_pods(self.trigger.namespace, selector):
+            now = time.time()
+            if kind == "SYNC":
+                items = [p for p in obj.get("items") or [] if self._ours(p)]
+                alive = {str(p.get("metadata", {}).get("uid")) for p in items}
+                for uid in [u for u in self.state.worker_pods if u not in alive]:
+                    del self.state.worker_pods[uid]
+                for pod in items:
+                    self.state.on_pod(pod, deleted=False, now=now)
+            elif self._ours(obj):
+                restarted = self.state.on_pod(obj, deleted=kind == "DELETED", now=now)
+                if restarted:
+                    self.log.info("slice restart: slices %s of %s", restarted, self.trigger.name)
+            self.changed.set()
+
+    def _ours(self, pod: dict[str, Any]) -> bool:
+        owner_uid = (pod.get("metadata", {}).get("labels") or {}).get(LABEL_JOBSET_UID)
+        return not self.trigger.uid or owner_uid in (None, self.trigger.uid)
+
+    async def _follow_log(self) -> None:
+        backoff = Backoff(base=0.5, cap=30.0)
+        while True:
+            pod, uid = self.state.head_pod, self.state.head_pod_uid
+            if pod is None or uid is None:
+                await asyncio.sleep(0.5)
+                continue
+            read_any = await self._read_log(pod, uid, follow=True)
+            if read_any:
+                backoff.reset()
+            await asyncio.sleep(backoff.next_delay())
+
+    async def _read_log(self, pod: str, uid: str, *, follow: bool) -> bool:
+        since, tail = self._log_window(uid)
+        read_any = False
+        try:
+            async for stamp, text in self.hook.follow_log(
+                pod, self.trigger.namespace, HEAD_MAIN_CONTAINER, since_seconds=since, tail_lines=tail, follow=follow
+            ):
+                if self.state.on_log_line(stamp, text, uid):
+                    read_any = True
+                    self.changed.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # container not started yet, pod gone, API hiccup: try again later
+            self.log.debug("log of %s: %s: %s", pod, type(error).__name__, error)
+        return read_any
+
+    def _log_window(self, uid: str) -> tuple[int | None, int | None]:
+        if self.state.log_cursor_pod_uid == uid and self.state.log_cursor:
+            at = parse_time(self.state.log_cursor) or time.time()
+            return max(1, math.ceil(time.time() - at) + 2), None
+        if self.state.log_cursor_pod_uid is None and self.state.digest.steps_executed:
+            return None, NO_CURSOR_TAIL_LINES  # adopted mid-run with no cursor
+        return None, None  # a new head pod: its whole log is short and all of it matters
+
+    async def _catch_up_log(self) -> None:
+        """Fold the log's last lines (the final steps, the stop message) before reporting."""
+        pod, uid = self.state.head_pod, self.state.head_pod_uid
+        if pod is None or uid is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._read_log(pod, uid, follow=False), timeout=FINAL_LOG_WAIT_SECONDS)

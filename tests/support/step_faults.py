@@ -1,0 +1,130 @@
+"""Faults injected when a training run reaches a step, as a person running a drill would inject them.
+
+A background thread reads the run's newest head pod log through the official client (the pods carry
+the project's ``run-name`` label) and fires each fault once, when the trainer has completed its step.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client, config
+
+from local.cluster import LocalCluster
+from operators.constants import (
+    COMPLETED_STEP_RE,
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    LABEL_JOB_INDEX,
+    LABEL_REPLICATED_JOB_NAME,
+    LABEL_RUN_NAME,
+    WORKER_REPLICATED_JOB,
+)
+
+NAMESPACE = "default"
+
+
+@dataclass
+class Fault:
+    step: int
+    action: Callable[[StepFaults], None]
+    fired_at: float | None = None
+
+
+@dataclass
+class StepFaults:
+    """Fire faults at steps of the run ``run_name`` on ``cluster`` (use as a context manager)."""
+
+    cluster: LocalCluster
+    run_name: str
+    faults: list[Fault] = field(default_factory=list)
+    poll_seconds: float = 0.2
+
+    def __post_init__(self) -> None:
+        self._api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig_path))
+        self.core = client.CoreV1Api(self._api)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"faults-{self.run_name}", daemon=True)
+        self.errors: list[BaseException] = []
+
+    def at(self, step: int, action: Callable[[StepFaults], None]) -> StepFaults:
+        self.faults.append(Fault(step, action))
+        return self
+
+    def __enter__(self) -> StepFaults:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._api.close()
+
+    def _pods(self, replicated_job: str) -> list[Any]:
+        selector = f"{LABEL_RUN_NAME}={self.run_name},{LABEL_REPLICATED_JOB_NAME}={replicated_job}"
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        return sorted(
+            (p for p in pods if p.metadata.deletion_timestamp is None),
+            key=lambda p: p.metadata.creation_timestamp,
+        )
+
+    def head_pod(self) -> Any | None:
+        pods = [p for p in self._pods(HEAD_REPLICATED_JOB) if p.status and p.status.phase == "Running"]
+        return pods[-1] if pods else None
+
+    def latest_step(self) -> int | None:
+        head = self.head_pod()
+        if head is None:
+            return None
+        response = self.core.read_namespaced_pod_log(
+            head.metadata.name, NAMESPACE, container=HEAD_MAIN_CONTAINER, tail_lines=40, _preload_content=False
+        )
+        steps = [int(m.group(1)) for m in COMPLETED_STEP_RE.finditer(response.data.decode(errors="replace"))]
+        return max(steps) if steps else None
+
+    def kill_worker(self, slice_index: int = 0) -> None:
+        """Force-delete the slice's worker pod and kill its processes (a slice dies)."""
+        for pod in self._pods(WORKER_REPLICATED_JOB):
+            if (pod.metadata.labels or {}).get(LABEL_JOB_INDEX) == str(slice_index):
+                self.cluster.faults.delete_pod(NAMESPACE, pod.metadata.name)
+                return
+        raise RuntimeError(f"no worker pod of slice {slice_index}")
+
+    def signal_trainer(self, sig: int) -> None:
+        head = self.head_pod()
+        if head is None:
+            raise RuntimeError("no running head pod")
+        self.cluster.faults.signal_pod(NAMESPACE, head.metadata.name, sig, HEAD_MAIN_CONTAINER)
+
+    def freeze_trainer(self) -> None:
+        self.signal_trainer(signal.SIGSTOP)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pending = [f for f in self.faults if f.fired_at is None]
+            if not pending:
+                return
+            try:
+                step = self.latest_step()
+                if step is not None:
+                    for fault in pending:
+                        if step >= fault.step:
+                            fault.action(self)
+                            fault.fired_at = time.time()
+                            break  # one fault per look: the next waits for the trainer to move on
+            except Exception as error:  # a pod replaced under us: look again
+                self.errors.append(error)
+            self._stop.wait(self.poll_seconds)
+
+    @property
+    def fired(self) -> list[int]:
+        return [f.step for f in self.faults if f.fired_at is not None]
+
+
+def kill_worker(slice_index: int = 0) -> Callable[[StepFaults], None]:
+    return lambda faults: faults.kill_worker(slice_index)
