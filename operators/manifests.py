@@ -18,7 +18,6 @@ It is data here: `operators/` never imports `local/`.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -215,15 +214,19 @@ def _replicated_job(
 
 
 def _jobset(name: str, namespace: str, labels: Mapping[str, str], spec: dict[str, Any]) -> dict[str, Any]:
-    # A deep copy: parts shared while building (env entries, label maps) must not alias in the result.
-    return copy.deepcopy(
-        {
-            "apiVersion": API_VERSION,
-            "kind": JOBSET_KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-            "spec": spec,
-        }
+    # A JSON round trip, not deepcopy (which keeps shared parts shared): env entries and label maps used in
+    # several places while building must not alias in the result, and the manifest is plain JSON data.
+    manifest: dict[str, Any] = json.loads(
+        json.dumps(
+            {
+                "apiVersion": API_VERSION,
+                "kind": JOBSET_KIND,
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+                "spec": spec,
+            }
+        )
     )
+    return manifest
 
 
 def _check_name(name: str) -> None:
