@@ -104,8 +104,9 @@ def _short_hash(*parts: object, length: int) -> str:
 
 def _slug(text: str) -> str:
     """Lowercase letters, digits and single dashes, starting with a letter (a DNS-1035 label's alphabet)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower())
-    return re.sub(r"^[^a-z]+", "", slug).strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    # A run name may start with a digit (a date); a DNS-1035 label may not.
+    return f"run-{slug}" if slug[:1].isdigit() else slug
 
 
 def jobset_name(

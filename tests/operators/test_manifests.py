@@ -353,6 +353,9 @@ def test_name_shape() -> None:
     assert jobset_name(dag_id="My_DAG", task_id="Pre.Train", run_id=RUN, map_index=0, attempt=0).startswith(
         "my-dag-pre-train-"
     )
+    dated = jobset_name(dag_id="d", task_id="t", run_id="r", map_index=-1, attempt=0, prefix="2026-11-30-nightly")
+    assert dated.startswith("run-2026-11-30-nightly-")
+    assert jobset_name(dag_id="d", task_id="t", run_id="r", map_index=-1, attempt=0, prefix="__").startswith("run-")
 
 
 def test_name_limit_fits_child_pod_names() -> None:

@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from operators.constants import (
@@ -127,3 +128,36 @@ def test_local_plain_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
     labels = identity_labels(dag_id=DAG, task_id="evaluate", run_id=RUN, map_index=-1)
     manifest = plain_jobset(job, name=name, namespace=NAMESPACE, labels=labels, stage="evaluate")
     _create_and_delete(k8s, manifest, [f"{name}-main-0"])
+
+
+@pytest.mark.slow
+def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> None:
+    """The rendered local manifest, unsuspended, runs the real trainer and slice workers to `Completed`."""
+    spec = ElasticRunSpec(
+        run_name="smoke",
+        base_output_directory=str(tmp_path),
+        steps=6,
+        checkpoint_period=3,
+        num_slices=2,
+        runtime="local",
+    )
+    lint(spec)
+    name = jobset_name(dag_id="d", task_id="t", run_id="smoke", map_index=-1, attempt=0, prefix=spec.run_name)
+    labels = identity_labels(dag_id="d", task_id="t", run_id="smoke", map_index=-1)
+    manifest = elastic_jobset(spec, name=name, namespace=NAMESPACE, labels=labels)
+    api = k8s.custom
+    api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, manifest)
+    try:
+
+        def terminal() -> str | None:
+            got = api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name)
+            state = got.get("status", {}).get("terminalState")
+            return str(state) if state else None
+
+        assert wait_for(terminal, timeout=280, interval=1.0) == "Completed"
+        steps = {p.name for p in Path(spec.checkpoint_directory).iterdir() if p.name.isdigit()}
+        assert str(spec.target_step) in steps
+    finally:
+        api.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
