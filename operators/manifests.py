@@ -18,7 +18,6 @@ It is data here: `operators/` never imports `local/`.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -105,8 +104,9 @@ def _short_hash(*parts: object, length: int) -> str:
 
 def _slug(text: str) -> str:
     """Lowercase letters, digits and single dashes, starting with a letter (a DNS-1035 label's alphabet)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower())
-    return re.sub(r"^[^a-z]+", "", slug).strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    # A run name may start with a digit (a date); a DNS-1035 label may not.
+    return f"run-{slug}" if slug[:1].isdigit() else slug
 
 
 def jobset_name(
@@ -215,15 +215,19 @@ def _replicated_job(
 
 
 def _jobset(name: str, namespace: str, labels: Mapping[str, str], spec: dict[str, Any]) -> dict[str, Any]:
-    # A deep copy: parts shared while building (env entries, label maps) must not alias in the result.
-    return copy.deepcopy(
-        {
-            "apiVersion": API_VERSION,
-            "kind": JOBSET_KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-            "spec": spec,
-        }
+    # A JSON round trip, not deepcopy (which keeps shared parts shared): env entries and label maps used in
+    # several places while building must not alias in the result, and the manifest is plain JSON data.
+    manifest: dict[str, Any] = json.loads(
+        json.dumps(
+            {
+                "apiVersion": API_VERSION,
+                "kind": JOBSET_KIND,
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+                "spec": spec,
+            }
+        )
     )
+    return manifest
 
 
 def _check_name(name: str) -> None:

@@ -1,0 +1,531 @@
+"""JobSet manifests: golden files per runtime, the fields of shared/DESIGN.md §3 one by one, names and labels.
+
+Regenerate the golden files after an intended change with
+`UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/operators/test_manifests.py` and review the diff.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    LABEL_DAG_ID,
+    LABEL_MAP_INDEX,
+    LABEL_RUN_ID,
+    LABEL_RUN_NAME,
+    LABEL_STAGE,
+    LABEL_TASK_ID,
+    WORKER_CONTAINER,
+    WORKER_REPLICATED_JOB,
+)
+from operators.manifests import (
+    JOBSET_NAME_MAX,
+    JobSpec,
+    elastic_jobset,
+    identity_labels,
+    jobset_name,
+    label_selector,
+    label_value,
+    lint_job,
+    lint_manifest,
+    plain_jobset,
+)
+from operators.spec import ElasticRunSpec, SpecError
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+DAG, TASK, RUN = "nightly_pretrain", "pretrain", "scheduled__2026-11-30T00:00:00+00:00"
+LABELS = identity_labels(dag_id=DAG, task_id=TASK, run_id=RUN, map_index=-1)
+
+GKE_SPEC = ElasticRunSpec(
+    run_name="llama3-nightly",
+    base_output_directory="gs://ml-runs/pretrain",
+    steps=1000,
+    checkpoint_period=100,
+    num_slices=4,
+    image="us-docker.pkg.dev/my-project/maxtext/maxtext:2026-11-30",
+    tpu_type="v5p",
+    tpu_topology="2x2x4",
+    maxtext_args={"model_name": "llama3-8b", "per_device_batch_size": "4"},
+    max_slice_restarts=5,
+    jobset_max_restarts=1,
+    elastic_min_slice_count=2,
+)
+LOCAL_SPEC = ElasticRunSpec(
+    run_name="demo",
+    base_output_directory="/tmp/elastic-runs",
+    steps=40,
+    checkpoint_period=10,
+    num_slices=2,
+    runtime="local",
+    maxtext_args={"per_device_batch_size": "2"},
+    max_slice_restarts=3,
+)
+EVAL_ARGS = ["base_output_directory=/tmp/elastic-runs", "run_name=demo", "checkpoint_step=39"]
+
+
+def _name(spec: ElasticRunSpec, attempt: int = 0) -> str:
+    return jobset_name(dag_id=DAG, task_id=TASK, run_id=RUN, map_index=-1, attempt=attempt, prefix=spec.run_name)
+
+
+def gke_elastic() -> dict[str, Any]:
+    return elastic_jobset(GKE_SPEC, name=_name(GKE_SPEC), namespace="training", labels=LABELS)
+
+
+def local_elastic() -> dict[str, Any]:
+    return elastic_jobset(
+        LOCAL_SPEC, name=_name(LOCAL_SPEC), namespace="default", labels=LABELS, local_env={"LOCAL_FAULT_X": "1"}
+    )
+
+
+def gke_plain() -> dict[str, Any]:
+    job = JobSpec(
+        image="us-docker.pkg.dev/my-project/maxtext/maxtext:2026-11-30",
+        command=["python3", "-m", "maxtext.inference.decode"],
+        args=["src/maxtext/configs/base.yml", "run_name=llama3-nightly"],
+        env={"JAX_PLATFORMS": "tpu"},
+        backoff_limit=1,
+        active_deadline_seconds=3600,
+        resources={"cpu": "8", "memory": "32G"},
+        service_account="training-runner",
+    )
+    name = jobset_name(dag_id=DAG, task_id="evaluate", run_id=RUN, map_index=2, attempt=0, prefix="llama3-eval")
+    labels = identity_labels(dag_id=DAG, task_id="evaluate", run_id=RUN, map_index=2)
+    return plain_jobset(job, name=name, namespace="training", labels=labels, stage="evaluate")
+
+
+def local_plain() -> dict[str, Any]:
+    job = JobSpec(
+        image="ignored",
+        command=["python", "-m", "local.workloads.evaluate", *EVAL_ARGS],
+        env={"EXTRA": "1"},
+        runtime="local",
+    )
+    name = jobset_name(dag_id=DAG, task_id="evaluate", run_id=RUN, map_index=-1, attempt=0)
+    labels = identity_labels(dag_id=DAG, task_id="evaluate", run_id=RUN, map_index=-1)
+    return plain_jobset(job, name=name, namespace="default", labels=labels, stage="evaluate")
+
+
+RENDERERS = {
+    "elastic-gke": gke_elastic,
+    "elastic-local": local_elastic,
+    "plain-gke": gke_plain,
+    "plain-local": local_plain,
+}
+
+
+@pytest.mark.parametrize("golden", sorted(RENDERERS))
+def test_golden(golden: str) -> None:
+    rendered = yaml.safe_dump(RENDERERS[golden](), sort_keys=False)
+    path = GOLDEN / f"{golden}.yaml"
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(rendered)
+    assert path.exists(), f"missing {path}: run with UPDATE_GOLDEN=1"
+    assert rendered == path.read_text(), f"{path} differs: review, then regenerate with UPDATE_GOLDEN=1"
+
+
+def _rjob(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+    (rjob,) = [r for r in manifest["spec"]["replicatedJobs"] if r["name"] == name]
+    return rjob
+
+
+def _pod(rjob: dict[str, Any]) -> dict[str, Any]:
+    return rjob["template"]["spec"]["template"]["spec"]
+
+
+def _container(pod: dict[str, Any], name: str, *, init: bool = False) -> dict[str, Any]:
+    (container,) = [c for c in pod["initContainers" if init else "containers"] if c["name"] == name]
+    return container
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize("render", [gke_elastic, local_elastic], ids=["gke", "local"])
+def test_design_jobset_fields(render: Any) -> None:
+    manifest = render()
+    assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert manifest["kind"] == "JobSet"
+    spec = manifest["spec"]
+    assert spec["coordinator"] == {"replicatedJob": "pathways-head"}
+    assert spec["network"]["enableDNSHostnames"] is True
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["pathways-head"]}
+    assert [r["name"] for r in spec["replicatedJobs"]] == [HEAD_REPLICATED_JOB, WORKER_REPLICATED_JOB]
+
+
+def test_design_failure_policy_is_explicit() -> None:
+    for manifest, spec in ((gke_elastic(), GKE_SPEC), (local_elastic(), LOCAL_SPEC)):
+        assert manifest["spec"]["failurePolicy"] == {
+            "restartStrategy": "Recreate",
+            "maxRestarts": spec.jobset_max_restarts,
+        }
+    zero = elastic_jobset(dataclasses.replace(GKE_SPEC, jobset_max_restarts=0), name="a", namespace="d", labels={})
+    assert zero["spec"]["failurePolicy"]["maxRestarts"] == 0  # written out even when 0 (xpk omits it)
+
+
+@pytest.mark.parametrize("render", [gke_elastic, local_elastic], ids=["gke", "local"])
+def test_design_head(render: Any) -> None:
+    head = _rjob(render(), HEAD_REPLICATED_JOB)
+    assert head["replicas"] == 1
+    assert head["template"]["spec"]["backoffLimit"] == 0
+    assert _pod(head)["restartPolicy"] == "Never"
+    assert [c["name"] for c in _pod(head)["containers"]] == [HEAD_MAIN_CONTAINER]
+
+
+def test_design_gke_head_sidecars_and_trainer() -> None:
+    pod = _pod(_rjob(gke_elastic(), HEAD_REPLICATED_JOB))
+    assert [c["name"] for c in pod["initContainers"]] == ["pathways-proxy", "pathways-rm"]
+    proxy = _container(pod, "pathways-proxy", init=True)
+    rm = _container(pod, "pathways-rm", init=True)
+    assert proxy["restartPolicy"] == rm["restartPolicy"] == "Always"  # native sidecars
+    assert f"--num_elastic_slices={GKE_SPEC.num_slices}" in proxy["args"]
+    assert f"--instance_count={GKE_SPEC.num_slices}" in rm["args"]
+    assert "--instance_type=tpuv5:2x2x4" in rm["args"]
+    trainer = _container(pod, "jax-tpu")
+    assert trainer["image"] == GKE_SPEC.image
+    assert trainer["command"] == ["python3", "-m", "maxtext.trainers.pre_train.train"]
+    assert trainer["args"][0] == "src/maxtext/configs/base.yml"
+    args = trainer["args"][1:]
+    for key in (
+        "base_output_directory=gs://ml-runs/pretrain",
+        "run_name=llama3-nightly",
+        "enable_checkpointing=true",
+        "checkpoint_period=100",
+        "enable_single_controller=True",
+        "elastic_enabled=true",
+        "elastic_timeout_seconds=300",
+        "elastic_max_retries=6",
+        "elastic_min_slice_count=2",
+        "model_name=llama3-8b",
+    ):
+        assert key in args
+    env = _env(trainer)
+    assert env["JAX_PLATFORMS"] == "proxy"
+    assert env["JAX_BACKEND_TARGET"] == "grpc://$(PATHWAYS_HEAD):29000"
+    assert env["PATHWAYS_HEAD"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/coordinator']"}}
+
+
+def test_design_gke_workers() -> None:
+    worker = _rjob(gke_elastic(), WORKER_REPLICATED_JOB)
+    assert worker["replicas"] == GKE_SPEC.num_slices
+    job = worker["template"]["spec"]
+    vms = GKE_SPEC.vms_per_slice
+    assert vms == 4  # 2x2x4 = 16 chips at 4 per VM
+    assert job["completionMode"] == "Indexed"
+    assert job["completions"] == job["parallelism"] == vms
+    assert job["backoffLimit"] == GKE_SPEC.max_slice_restarts * vms
+    pod = _pod(worker)
+    assert pod["restartPolicy"] == "OnFailure"
+    container = _container(pod, WORKER_CONTAINER)
+    assert container["resources"]["limits"]["google.com/tpu"] == "4"
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        "cloud.google.com/gke-tpu-topology": "2x2x4",
+    }
+
+
+def test_local_runtime_runs_the_local_workloads() -> None:
+    manifest = local_elastic()
+    head_pod = _pod(_rjob(manifest, HEAD_REPLICATED_JOB))
+    assert "initContainers" not in head_pod
+    trainer = _container(head_pod, HEAD_MAIN_CONTAINER)
+    assert trainer["image"] == "local"
+    assert trainer["command"] == ["python", "-m", "local.workloads.train"]
+    assert trainer["args"] == [*LOCAL_SPEC.maxtext_keys(), "num_slices=2"]
+    worker_rjob = _rjob(manifest, WORKER_REPLICATED_JOB)
+    worker = _container(_pod(worker_rjob), WORKER_CONTAINER)
+    assert worker["command"] == ["python", "-m", "local.workloads.slice_worker"]
+    assert worker_rjob["replicas"] == 2
+    job = worker_rjob["template"]["spec"]
+    assert job["completions"] == 1
+    assert job["backoffLimit"] == LOCAL_SPEC.max_slice_restarts * 1
+    assert _pod(worker_rjob)["restartPolicy"] == "OnFailure"
+    for container in (trainer, worker):
+        env = _env(container)
+        assert env["JOBSET_NAME"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}
+        assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+        assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        assert env["JAX_PLATFORMS"] == "cpu"
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert env["LOCAL_FAULT_X"] == "1"
+
+
+def test_local_and_gke_share_the_shape() -> None:
+    def shape(manifest: dict[str, Any]) -> Any:
+        spec = manifest["spec"]
+        return (
+            {k: v for k, v in spec.items() if k not in ("replicatedJobs", "failurePolicy")},
+            [
+                (r["name"], _pod(r)["restartPolicy"], [c["name"] for c in _pod(r)["containers"]])
+                for r in spec["replicatedJobs"]
+            ],
+        )
+
+    assert shape(gke_elastic()) == shape(local_elastic())
+
+
+@pytest.mark.parametrize("render", list(RENDERERS.values()), ids=list(RENDERERS))
+def test_labels_on_jobset_and_every_pod_template(render: Any) -> None:
+    manifest = render()
+    labels = manifest["metadata"]["labels"]
+    for key in (LABEL_DAG_ID, LABEL_TASK_ID, LABEL_RUN_ID, LABEL_MAP_INDEX, LABEL_STAGE):
+        assert key in labels
+    for rjob in manifest["spec"]["replicatedJobs"]:
+        assert rjob["template"]["spec"]["template"]["metadata"]["labels"] == labels
+    lint_manifest(manifest)
+
+
+def test_elastic_labels_carry_run_name_and_stage() -> None:
+    labels = gke_elastic()["metadata"]["labels"]
+    assert labels[LABEL_RUN_NAME] == "llama3-nightly"
+    assert labels[LABEL_STAGE] == "pretrain"
+
+
+def test_plain_jobset_fields() -> None:
+    manifest = gke_plain()
+    spec = manifest["spec"]
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["main"]}
+    assert spec["failurePolicy"]["maxRestarts"] == 0
+    (rjob,) = spec["replicatedJobs"]
+    assert (rjob["name"], rjob["replicas"]) == ("main", 1)
+    job = rjob["template"]["spec"]
+    assert (job["backoffLimit"], job["activeDeadlineSeconds"]) == (1, 3600)
+    pod = _pod(rjob)
+    assert pod["restartPolicy"] == "Never"
+    assert pod["serviceAccountName"] == "training-runner"
+    (container,) = pod["containers"]
+    assert container["resources"] == {"limits": {"cpu": "8", "memory": "32G"}}
+    assert container["env"] == [{"name": "JAX_PLATFORMS", "value": "tpu"}]
+
+
+def test_plain_local_uses_local_image_and_command_as_given() -> None:
+    (container,) = _pod(local_plain()["spec"]["replicatedJobs"][0])["containers"]
+    assert container["image"] == "local"
+    assert container["command"] == ["python", "-m", "local.workloads.evaluate", *EVAL_ARGS]
+    env = _env(container)
+    assert env["JAX_PLATFORMS"] == "cpu" and env["EXTRA"] == "1"
+
+
+def test_manifests_do_not_alias() -> None:
+    manifest = local_elastic()
+    head = _container(_pod(_rjob(manifest, HEAD_REPLICATED_JOB)), HEAD_MAIN_CONTAINER)
+    worker = _container(_pod(_rjob(manifest, WORKER_REPLICATED_JOB)), WORKER_CONTAINER)
+    head["env"].append({"name": "ONLY_HEAD", "value": "1"})
+    assert "ONLY_HEAD" not in _env(worker)
+    assert "&id" not in yaml.safe_dump(gke_elastic())
+
+
+def test_rendering_refuses_bad_names_and_labels() -> None:
+    with pytest.raises(SpecError) as caught:
+        elastic_jobset(LOCAL_SPEC, name="x" * (JOBSET_NAME_MAX + 1), namespace="default", labels={})
+    assert caught.value.field == "name"
+    with pytest.raises(SpecError) as caught:
+        elastic_jobset(LOCAL_SPEC, name="ok", namespace="default", labels={LABEL_RUN_ID: "a:b"})
+    assert caught.value.field == f"labels.{LABEL_RUN_ID}"
+
+
+# ---- names ---------------------------------------------------------------------------------------------
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
+text = st.text(min_size=0, max_size=300)
+
+
+def test_name_shape() -> None:
+    name = _name(GKE_SPEC)
+    assert re.fullmatch(r"llama3-nightly-[0-9a-f]{8}", name)
+    assert _name(GKE_SPEC, attempt=2) == f"{name}-r2"
+    assert jobset_name(dag_id="My_DAG", task_id="Pre.Train", run_id=RUN, map_index=0, attempt=0).startswith(
+        "my-dag-pre-train-"
+    )
+    dated = jobset_name(dag_id="d", task_id="t", run_id="r", map_index=-1, attempt=0, prefix="2026-11-30-nightly")
+    assert dated.startswith("run-2026-11-30-nightly-")
+    assert jobset_name(dag_id="d", task_id="t", run_id="r", map_index=-1, attempt=0, prefix="__").startswith("run-")
+
+
+def test_name_limit_fits_child_pod_names() -> None:
+    # The JobSet webhook: <jobset>-pathways-head-0-0-<5 random> must fit 63 characters.
+    assert JOBSET_NAME_MAX == 63 - len("-pathways-head-0-0-abcde") == 39
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    dag=text,
+    task=text,
+    run=text,
+    map_index=st.integers(-1, 10**6),
+    attempt=st.integers(0, 99_999),
+    prefix=st.none() | text,
+)
+def test_name_properties(dag: str, task: str, run: str, map_index: int, attempt: int, prefix: str | None) -> None:
+    name = jobset_name(dag_id=dag, task_id=task, run_id=run, map_index=map_index, attempt=attempt, prefix=prefix)
+    assert len(name) <= JOBSET_NAME_MAX
+    assert _DNS1035.match(name), name
+    again = jobset_name(dag_id=dag, task_id=task, run_id=run, map_index=map_index, attempt=attempt, prefix=prefix)
+    assert again == name
+    other = jobset_name(dag_id=dag, task_id=task, run_id=run, map_index=map_index + 1, attempt=attempt, prefix=prefix)
+    assert other != name
+    if attempt:
+        assert name.endswith(f"-r{attempt}")
+
+
+@settings(max_examples=100, deadline=None)
+@given(run=text, attempt=st.integers(0, 99_998))
+def test_names_differ_per_attempt_and_fit_worker_pods(run: str, attempt: int) -> None:
+    names = {jobset_name(dag_id="d", task_id="t", run_id=run, map_index=-1, attempt=a) for a in (attempt, attempt + 1)}
+    assert len(names) == 2
+    for name in names:
+        spec = dataclasses.replace(GKE_SPEC, num_slices=64, tpu_topology="4x4x8")
+        lint_manifest(elastic_jobset(spec, name=name, namespace="d", labels={}))
+
+
+def test_attempt_out_of_range() -> None:
+    with pytest.raises(ValueError):
+        jobset_name(dag_id="d", task_id="t", run_id="r", map_index=-1, attempt=-1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=text)
+def test_label_values_always_valid_and_injective(value: str) -> None:
+    safe = label_value(value)
+    assert len(safe) <= 63 and _LABEL_VALUE.match(safe), safe
+    assert label_value(value) == safe
+    if safe == value:
+        return
+    assert label_value(value + "x") != safe
+
+
+@settings(max_examples=200, deadline=None)
+@given(dag=text, task=text, run=text, map_index=st.integers(-1, 10**9))
+def test_identity_labels_valid(dag: str, task: str, run: str, map_index: int) -> None:
+    labels = identity_labels(dag_id=dag, task_id=task, run_id=run, map_index=map_index)
+    assert set(labels) == {LABEL_DAG_ID, LABEL_TASK_ID, LABEL_RUN_ID, LABEL_MAP_INDEX}
+    for value in labels.values():
+        assert len(value) <= 63 and _LABEL_VALUE.match(value)
+    assert labels == identity_labels(dag_id=dag, task_id=task, run_id=run, map_index=map_index)
+
+
+def test_identity_labels_keep_readable_values() -> None:
+    labels = identity_labels(dag_id="nightly_pretrain", task_id="group.pretrain", run_id="manual_1", map_index=3)
+    assert labels[LABEL_DAG_ID] == "nightly_pretrain"
+    assert labels[LABEL_TASK_ID] == "group.pretrain"
+    assert labels[LABEL_MAP_INDEX] == "3"
+    assert identity_labels(dag_id="d", task_id="t", run_id="r", map_index=-1)[LABEL_MAP_INDEX] == "none"
+    assert LABELS[LABEL_RUN_ID].startswith("scheduled__2026-11-30T00_00_00_00_00-")
+
+
+def test_label_selector() -> None:
+    assert label_selector({"b": "2", "a": "1"}) == "a=1,b=2"
+
+
+# ---- user manifests and job specs -------------------------------------------------------------------------
+
+
+def _broken(path: str, value: Any) -> dict[str, Any]:
+    manifest = local_plain()
+    target: Any = manifest
+    *parents, last = path.split(".")
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else target[part]
+    if value is _DELETE:
+        del target[int(last) if last.isdigit() else last]
+    else:
+        target[int(last) if last.isdigit() else last] = value
+    return manifest
+
+
+_DELETE = object()
+RJOB = "spec.replicatedJobs.0"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("apiVersion", "jobset.x-k8s.io/v1alpha1", "apiVersion"),
+        ("kind", "Job", "kind"),
+        ("metadata.name", "9starts-with-digit", "metadata.name"),
+        ("metadata.labels.x", "bad value", "metadata.labels.x"),
+        ("spec", _DELETE, "spec"),
+        ("spec.replicatedJobs", [], "spec.replicatedJobs"),
+        (f"{RJOB}.name", "Main", "spec.replicatedJobs[0].name"),
+        (f"{RJOB}.replicas", 0, "spec.replicatedJobs[0].replicas"),
+        (f"{RJOB}.template", {}, "spec.replicatedJobs[0].template.spec"),
+        (f"{RJOB}.template.spec.template", {}, "spec.replicatedJobs[0].template.spec.template.spec"),
+        (
+            f"{RJOB}.template.spec.template.spec.containers",
+            [],
+            "spec.replicatedJobs[0].template.spec.template.spec.containers",
+        ),
+        (
+            f"{RJOB}.template.spec.template.spec.containers.0.image",
+            "",
+            "spec.replicatedJobs[0].template.spec.template.spec.containers[0].image",
+        ),
+        ("spec.successPolicy.targetReplicatedJobs", ["nope"], "spec.successPolicy.targetReplicatedJobs"),
+        ("spec.coordinator", {"replicatedJob": "nope"}, "spec.coordinator.replicatedJob"),
+    ],
+)
+def test_lint_manifest(path: str, value: Any, field: str) -> None:
+    lint_manifest(local_plain())
+    with pytest.raises(SpecError) as caught:
+        lint_manifest(_broken(path, value))
+    assert caught.value.field == field
+
+
+def test_lint_manifest_duplicate_and_too_long_names() -> None:
+    manifest = local_plain()
+    manifest["spec"]["replicatedJobs"].append(manifest["spec"]["replicatedJobs"][0])
+    with pytest.raises(SpecError, match="used twice"):
+        lint_manifest(manifest)
+    manifest = local_plain()
+    manifest["metadata"]["name"] = "a" * 55
+    with pytest.raises(SpecError) as caught:
+        lint_manifest(manifest)
+    assert caught.value.field == "metadata.name" and "63" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"command": []}, "command"),
+        ({"command": [""]}, "command"),
+        ({"command": "python -m x"}, "command"),
+        ({"command": ["python", 3]}, "command[1]"),
+        ({"args": ["ok", None]}, "args[1]"),
+        ({"env": {"BAD NAME": "1"}}, "env"),
+        ({"env": {"1=2": "1"}}, "env"),
+        ({"env": {"OK": 1}}, "env.OK"),
+        ({"image": "bad image"}, "image"),
+        ({"image": ""}, "image"),
+        ({"backoff_limit": -1}, "backoff_limit"),
+        ({"active_deadline_seconds": 0}, "active_deadline_seconds"),
+        ({"resources": {"cpu": 8}}, "resources"),
+        ({"service_account": "Bad_SA"}, "service_account"),
+        ({"runtime": "k8s"}, "runtime"),
+    ],
+)
+def test_lint_job(changes: dict[str, Any], field: str) -> None:
+    job = JobSpec(image="maxtext:1", command=["python3", "-m", "x"])
+    lint_job(job)
+    with pytest.raises(SpecError) as caught:
+        lint_job(dataclasses.replace(job, **changes))
+    assert caught.value.field == field
+
+
+def test_lint_job_local_ignores_image() -> None:
+    lint_job(JobSpec(image="", command=["python", "-m", "local.workloads.evaluate"], runtime="local"))

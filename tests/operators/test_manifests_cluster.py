@@ -1,0 +1,163 @@
+"""The rendered manifests are accepted by a Kubernetes API with JobSet validation (the local cluster).
+
+The JobSets are created suspended, so the controller makes their child Jobs (whose names the upstream
+webhook's length rule is about) but no pod process starts: no training is needed to see the API accept the
+shape. Everything else is the manifest exactly as rendered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from operators.constants import (
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    LABEL_JOBSET_NAME,
+    WORKER_REPLICATED_JOB,
+)
+from operators.manifests import (
+    JobSpec,
+    elastic_jobset,
+    identity_labels,
+    jobset_name,
+    label_selector,
+    plain_jobset,
+)
+from operators.spec import ElasticRunSpec, lint
+from tests.local.cluster.helpers import wait_for
+from tests.operators.conftest import K8s
+
+NAMESPACE = "default"
+# The longest names the operator makes, so the cluster checks the 63-character child names for real.
+DAG = "a-very-long-dag-id-for-the-nightly-pretraining-pipeline"
+RUN = "scheduled__2026-11-30T00:00:00.123456+00:00"
+
+
+def _create_and_delete(k8s: K8s, manifest: dict[str, Any], child_jobs: list[str]) -> None:
+    body = {**manifest, "spec": {**manifest["spec"], "suspend": True}}
+    name = manifest["metadata"]["name"]
+    api = k8s.custom
+    created = api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, body)
+    try:
+        assert created["metadata"]["name"] == name
+        assert created["metadata"]["labels"] == manifest["metadata"]["labels"]
+        assert created["spec"]["replicatedJobs"] == manifest["spec"]["replicatedJobs"]
+        found = api.list_namespaced_custom_object(
+            JOBSET_GROUP,
+            JOBSET_VERSION,
+            NAMESPACE,
+            JOBSET_PLURAL,
+            label_selector=label_selector(manifest["metadata"]["labels"]),
+        )
+        assert [item["metadata"]["name"] for item in found["items"]] == [name]
+
+        def jobs() -> list[str] | None:
+            listed = k8s.batch.list_namespaced_job(NAMESPACE, label_selector=f"{LABEL_JOBSET_NAME}={name}")
+            names = sorted(job.metadata.name for job in listed.items)
+            return names if names == sorted(child_jobs) else None
+
+        wait_for(jobs, timeout=60)
+    finally:
+        api.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+
+    def gone() -> bool | None:
+        try:
+            api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name)
+        except ApiException as error:
+            return True if error.status == 404 else None
+        return None
+
+    wait_for(gone, timeout=60)
+
+
+def test_local_elastic_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
+    spec = ElasticRunSpec(
+        run_name="cluster-accepts-this-run-name-which-is-rather-long",
+        base_output_directory=str(tmp_path),
+        steps=20,
+        checkpoint_period=5,
+        num_slices=3,
+        runtime="local",
+        max_slice_restarts=2,
+    )
+    lint(spec)
+    name = jobset_name(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1, attempt=12, prefix=spec.run_name)
+    labels = identity_labels(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1)
+    manifest = elastic_jobset(spec, name=name, namespace=NAMESPACE, labels=labels, local_env={"KNOB": "1"})
+    children = [f"{name}-{HEAD_REPLICATED_JOB}-0"] + [f"{name}-{WORKER_REPLICATED_JOB}-{i}" for i in range(3)]
+    _create_and_delete(k8s, manifest, children)
+
+
+def test_gke_shaped_elastic_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
+    """The GKE manifest too: the API takes native sidecars, TPU limits and selectors (no pod would schedule)."""
+    spec = ElasticRunSpec(
+        run_name="gke-shape",
+        base_output_directory="gs://ml-runs/x",
+        steps=20,
+        checkpoint_period=5,
+        num_slices=2,
+        image="us-docker.pkg.dev/p/r/maxtext:1",
+        tpu_type="v5p",
+        tpu_topology="2x2x2",
+    )
+    lint(spec)
+    name = jobset_name(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=7, attempt=0, prefix=spec.run_name)
+    labels = identity_labels(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=7)
+    manifest = elastic_jobset(dataclasses.replace(spec), name=name, namespace=NAMESPACE, labels=labels)
+    children = [f"{name}-{HEAD_REPLICATED_JOB}-0"] + [f"{name}-{WORKER_REPLICATED_JOB}-{i}" for i in range(2)]
+    _create_and_delete(k8s, manifest, children)
+
+
+def test_local_plain_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
+    job = JobSpec(
+        image="local",
+        command=["python", "-m", "local.workloads.evaluate", f"base_output_directory={tmp_path}", "run_name=x"],
+        runtime="local",
+        active_deadline_seconds=600,
+    )
+    name = jobset_name(dag_id=DAG, task_id="evaluate", run_id=RUN, map_index=-1, attempt=3)
+    labels = identity_labels(dag_id=DAG, task_id="evaluate", run_id=RUN, map_index=-1)
+    manifest = plain_jobset(job, name=name, namespace=NAMESPACE, labels=labels, stage="evaluate")
+    _create_and_delete(k8s, manifest, [f"{name}-main-0"])
+
+
+@pytest.mark.slow
+def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> None:
+    """The rendered local manifest, unsuspended, runs the real trainer and slice workers to `Completed`."""
+    spec = ElasticRunSpec(
+        run_name="smoke",
+        base_output_directory=str(tmp_path),
+        steps=6,
+        checkpoint_period=3,
+        num_slices=2,
+        runtime="local",
+    )
+    lint(spec)
+    name = jobset_name(dag_id="d", task_id="t", run_id="smoke", map_index=-1, attempt=0, prefix=spec.run_name)
+    labels = identity_labels(dag_id="d", task_id="t", run_id="smoke", map_index=-1)
+    manifest = elastic_jobset(spec, name=name, namespace=NAMESPACE, labels=labels)
+    api = k8s.custom
+    api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, manifest)
+    try:
+
+        def terminal() -> str | None:
+            got = api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name)
+            state = got.get("status", {}).get("terminalState")
+            return str(state) if state else None
+
+        assert wait_for(terminal, timeout=280, interval=1.0) == "Completed"
+        steps = {p.name for p in Path(spec.checkpoint_directory).iterdir() if p.name.isdigit()}
+        assert str(spec.target_step) in steps
+    finally:
+        api.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
