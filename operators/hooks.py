@@ -246,6 +246,20 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         async for kind, obj in self._list_watch(lister, label_selector=label_selector):
             yield kind, obj
 
+    async def watch_jobs(self, namespace: str, label_selector: str) -> AsyncIterator[tuple[str, Obj]]:
+        """Child Jobs: ``("SYNC", {"items": [...]})`` after each (re)list, then ``(type, job)``; forever."""
+
+        def lister(api: async_k8s.ApiClient) -> Callable[..., Any]:
+            batch = async_k8s.BatchV1Api(api)
+
+            def list_jobs(**kwargs: Any) -> Any:
+                return batch.list_namespaced_job(namespace, **kwargs)
+
+            return list_jobs
+
+        async for kind, obj in self._list_watch(lister, label_selector=label_selector):
+            yield kind, obj
+
     async def _list_watch(
         self, lister: Callable[[async_k8s.ApiClient], Callable[..., Any]], **selectors: str
     ) -> AsyncIterator[tuple[str, Obj]]:

@@ -6,19 +6,22 @@ The cluster is the source of truth; this module turns its objects into the facts
 - the JobSet's phase from ``status.terminalState`` and its ``Completed``/``Failed`` conditions
   (kubernetes-sigs/jobset sets both; the reason of ``Failed`` is ``FailedJobs``,
   ``ReachedMaxRestarts`` or ``FailJobSetFailurePolicyAction``), and ``status.restarts``;
-- slice restarts from the ``worker`` pods, by ``job-index``: a pod of a slice replaced by a new pod
-  (new uid), or a container restarted in place (``restartCount`` up). Slice restarts stay invisible
-  at JobSet level while they are within the worker Job's ``backoffLimit``;
+- slice restarts by ``job-index``, from the counters the worker Job's ``backoffLimit`` is checked
+  against: the child Job's ``status.failed`` (a slice pod that failed or was deleted before it
+  finished) plus its live pods' container ``restartCount`` (``restartPolicy: OnFailure``). Slice
+  restarts stay invisible at JobSet level while they are within the ``backoffLimit``;
 - the head pod (``pathways-head``), whose log the trigger follows, and whether its trainer refused
   its configuration (exit code 2: a restart cannot help);
 - the trainer's log, folded by :class:`operators.recovery.LogDigest`.
 
-Counting is derived from the pods themselves against the last persisted state, so a trigger
-rebuilt from its serialized kwargs neither loses nor double-counts a restart.
+Counting compares those monotonic counters with the last persisted state, so a trigger rebuilt
+from its serialized kwargs neither loses nor double-counts a restart (in-place restarts of a pod
+that was deleted while no trigger ran are the one thing such a gap can hide).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -99,6 +102,13 @@ def jobset_phase(jobset: Obj | None) -> tuple[JobSetPhase, str]:
     return JobSetPhase.ACTIVE, ""
 
 
+def _slice_index(labels: Mapping[str, Any]) -> int | None:
+    try:
+        return int(str(labels.get(LABEL_JOB_INDEX, "")))
+    except ValueError:
+        return None
+
+
 def _restart_count(pod: Obj) -> int:
     statuses = _status(pod).get("containerStatuses") or []
     return sum(int(s.get("restartCount") or 0) for s in statuses if isinstance(s, Mapping))
@@ -123,9 +133,9 @@ class MonitorState:
     failure_detail: str = ""
     permanent: bool = False
     jobset_restarts: int = 0
-    # pod uid -> [slice index, restart count] for worker pods seen alive
+    # uid -> [slice index, counter already counted]: worker Jobs (status.failed) and pods (restartCount)
+    worker_jobs: dict[str, list[int]] = field(default_factory=dict)
     worker_pods: dict[str, list[int]] = field(default_factory=dict)
-    slices_seen: list[int] = field(default_factory=list)
     slice_restart_times: list[float] = field(default_factory=list)
     slice_restarts: int = 0
     slice_restarts_by_slice: dict[str, int] = field(default_factory=dict)
@@ -149,8 +159,26 @@ class MonitorState:
         if detail:
             self.failure_detail = detail[:1000]
 
+    def on_job(self, job: Obj, *, deleted: bool, now: float) -> list[int]:
+        """Fold one child Job; returns the slices whose restarts its ``status.failed`` reveals.
+
+        A worker Job counts every pod that failed or was deleted before finishing in
+        ``status.failed`` (upstream's pod-tracking finalizers), so the replacement of a dead slice
+        shows here as a counter going up, whoever saw the old pod.
+        """
+        labels = _meta(job).get("labels") or {}
+        uid = str(_meta(job).get("uid") or "")
+        index = _slice_index(labels)
+        if labels.get(LABEL_REPLICATED_JOB_NAME) != WORKER_REPLICATED_JOB or not uid or index is None:
+            return []
+        failed = int(_status(job).get("failed") or 0)
+        restarted = self._advance(self.worker_jobs, uid, index, failed, now)
+        if deleted:
+            self.worker_jobs.pop(uid, None)
+        return restarted
+
     def on_pod(self, pod: Obj, *, deleted: bool, now: float) -> list[int]:
-        """Fold one pod of the JobSet; returns the slices whose restart this pod reveals."""
+        """Fold one pod of the JobSet; returns the slices whose in-place container restarts it reveals."""
         meta = _meta(pod)
         labels = meta.get("labels") or {}
         uid = str(meta.get("uid") or "")
@@ -158,34 +186,28 @@ class MonitorState:
         if rjob == HEAD_REPLICATED_JOB:
             self._on_head_pod(pod, uid, deleted=deleted)
             return []
-        if rjob != WORKER_REPLICATED_JOB or not uid:
+        index = _slice_index(labels)
+        if rjob != WORKER_REPLICATED_JOB or not uid or index is None:
             return []
-        try:
-            index = int(labels.get(LABEL_JOB_INDEX, ""))
-        except ValueError:
-            return []
-        restarts = _restart_count(pod)
-        known = self.worker_pods.get(uid)
-        restarted: list[int] = []
-        if known is None:
-            if deleted:
-                return []
-            if index in self.slices_seen:
-                created = parse_time(meta.get("creationTimestamp"))
-                restarted.append(index)
-                self._count(index, created if created is not None else now)
-            else:
-                self.slices_seen.append(index)
-            self.worker_pods[uid] = [index, restarts]
-        else:
-            if restarts > known[1]:
-                for _ in range(restarts - known[1]):
-                    restarted.append(index)
-                    self._count(index, now)
-                known[1] = restarts
-            if deleted:
-                del self.worker_pods[uid]
+        restarted = self._advance(self.worker_pods, uid, index, _restart_count(pod), now)
+        if deleted:
+            self.worker_pods.pop(uid, None)
         return restarted
+
+    def forget_missing(self, alive_jobs: set[str] | None = None, alive_pods: set[str] | None = None) -> None:
+        """After a relist: drop Jobs and pods that are gone (what they counted stays counted)."""
+        if alive_jobs is not None:
+            self.worker_jobs = {u: v for u, v in self.worker_jobs.items() if u in alive_jobs}
+        if alive_pods is not None:
+            self.worker_pods = {u: v for u, v in self.worker_pods.items() if u in alive_pods}
+
+    def _advance(self, seen: dict[str, list[int]], uid: str, index: int, count: int, now: float) -> list[int]:
+        previous = seen.get(uid, [index, 0])[1]
+        seen[uid] = [index, max(previous, count)]
+        new = max(0, count - previous)
+        for _ in range(new):
+            self._count(index, now)
+        return [index] * new
 
     def _on_head_pod(self, pod: Obj, uid: str, *, deleted: bool) -> None:
         meta = _meta(pod)
@@ -248,8 +270,9 @@ class MonitorState:
         if not data:
             return cls()
         known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        values = {k: copy.deepcopy(v) for k, v in data.items() if k in known}  # never alias the caller's data
         values["phase"] = JobSetPhase(values.get("phase", JobSetPhase.ACTIVE))
         values["digest"] = LogDigest.from_json(values.get("digest"))
-        values["worker_pods"] = {str(k): [int(v[0]), int(v[1])] for k, v in (values.get("worker_pods") or {}).items()}
+        for key in ("worker_jobs", "worker_pods"):
+            values[key] = {str(k): [int(v[0]), int(v[1])] for k, v in (values.get(key) or {}).items()}
         return cls(**values)

@@ -28,9 +28,9 @@ _LABELS: Final = {"app.kubernetes.io/name": "elastic-training", "app.kubernetes.
 # (apiGroups, resources, verbs): every rule the operators need, and no more.
 RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...]] = (
     ((JOBSET_GROUP,), (JOBSET_PLURAL,), ("create", "get", "list", "watch", "delete")),
-    (("",), ("pods",), ("get", "list", "watch")),
+    (("batch",), ("jobs",), ("list", "watch")),  # the worker Jobs' failed counters (slice restarts)
+    (("",), ("pods",), ("list", "watch")),
     (("",), ("pods/log",), ("get",)),
-    (("",), ("events",), ("list",)),
 )
 
 

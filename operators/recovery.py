@@ -14,6 +14,7 @@ are run again (``failed_step + 1`` when nothing was restored).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -158,7 +159,7 @@ class LogDigest:
     def from_json(cls, data: dict[str, Any] | None) -> LogDigest:
         if not data:
             return cls()
-        values = dict(data)
+        values = copy.deepcopy(dict(data))
         values["recoveries"] = [Recovery(**r) for r in values.get("recoveries") or []]
         opened = values.get("open_recovery")
         values["open_recovery"] = Recovery(**opened) if opened else None

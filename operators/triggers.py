@@ -1,7 +1,7 @@
 """`JobSetTrigger`: watch one JobSet incarnation without holding a worker slot.
 
-It watches the JobSet (by name), its pods (by the ``jobset-name`` label) and follows the head pod's
-trainer log, folding all of it into a :class:`~operators.observations.MonitorState`. After every
+It watches the JobSet (by name), its child Jobs and pods (by the ``jobset-name`` label) and follows
+the head pod's trainer log, folding all of it into a :class:`~operators.observations.MonitorState`. After every
 change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
 the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
 deadline passed. It is side-effect free: it never creates, deletes or patches anything, so running
@@ -121,7 +121,7 @@ class JobSetTrigger(BaseTrigger):
 
 
 class _Monitor:
-    """The trigger's running state: three watchers feed one MonitorState; the main loop decides."""
+    """The trigger's running state: four watchers feed one MonitorState; the main loop decides."""
 
     def __init__(self, trigger: JobSetTrigger, state: MonitorState) -> None:
         self.trigger = trigger
@@ -145,6 +145,7 @@ class _Monitor:
         tasks = [
             asyncio.create_task(self._watch_jobset(), name="jobset"),
             asyncio.create_task(self._watch_pods(), name="pods"),
+            asyncio.create_task(self._watch_jobs(), name="jobs"),
             asyncio.create_task(self._follow_log(), name="log"),
         ]
         try:
@@ -194,19 +195,32 @@ class _Monitor:
             now = time.time()
             if kind == "SYNC":
                 items = [p for p in obj.get("items") or [] if self._ours(p)]
-                alive = {str(p.get("metadata", {}).get("uid")) for p in items}
-                for uid in [u for u in self.state.worker_pods if u not in alive]:
-                    del self.state.worker_pods[uid]
+                self.state.forget_missing(alive_pods={str(p.get("metadata", {}).get("uid")) for p in items})
                 for pod in items:
-                    self.state.on_pod(pod, deleted=False, now=now)
+                    self._restarted(self.state.on_pod(pod, deleted=False, now=now))
             elif self._ours(obj):
-                restarted = self.state.on_pod(obj, deleted=kind == "DELETED", now=now)
-                if restarted:
-                    self.log.info("slice restart: slices %s of %s", restarted, self.trigger.name)
+                self._restarted(self.state.on_pod(obj, deleted=kind == "DELETED", now=now))
             self.changed.set()
 
-    def _ours(self, pod: dict[str, Any]) -> bool:
-        owner_uid = (pod.get("metadata", {}).get("labels") or {}).get(LABEL_JOBSET_UID)
+    async def _watch_jobs(self) -> None:
+        selector = f"{LABEL_JOBSET_NAME}={self.trigger.name}"
+        async for kind, obj in self.hook.watch_jobs(self.trigger.namespace, selector):
+            now = time.time()
+            if kind == "SYNC":
+                items = [j for j in obj.get("items") or [] if self._ours(j)]
+                self.state.forget_missing(alive_jobs={str(j.get("metadata", {}).get("uid")) for j in items})
+                for job in items:
+                    self._restarted(self.state.on_job(job, deleted=False, now=now))
+            elif self._ours(obj):
+                self._restarted(self.state.on_job(obj, deleted=kind == "DELETED", now=now))
+            self.changed.set()
+
+    def _restarted(self, slices: list[int]) -> None:
+        if slices:
+            self.log.info("slice restart: slices %s of JobSet %s", slices, self.trigger.name)
+
+    def _ours(self, obj: dict[str, Any]) -> bool:
+        owner_uid = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_JOBSET_UID)
         return not self.trigger.uid or owner_uid in (None, self.trigger.uid)
 
     async def _follow_log(self) -> None:

@@ -85,7 +85,9 @@ def test_slice_killed_mid_run_recovers_in_process(
     assert 0 <= recovery["steps_lost"] <= 10
     for phase in ("detected_at", "slices_ready_at", "restored_at", "first_step_at"):
         assert recovery[phase] is not None
-    assert recovery["detected_at"] <= recovery["slices_ready_at"] <= recovery["restored_at"] <= recovery["first_step_at"]
+    assert (
+        recovery["detected_at"] <= recovery["slices_ready_at"] <= recovery["restored_at"] <= recovery["first_step_at"]
+    )
     assert 0 < report["goodput"] <= 1
     assert xcom(dag_run, "pretrain", "jobset_name") == report["jobset_name"]
     assert len(jobsets_of(cluster_connection, "elastic-inproc")) == 1
