@@ -54,7 +54,7 @@ class ItemBackoff(Generic[K]):
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
         # Cap the exponent first: 2**failures overflows a float long before anyone retries that often.
-        delay = min(self.cap, self.base * 2 ** min(failures, 64))
+        delay: float = min(self.cap, self.base * 2.0 ** min(failures, 64))
         return delay * (1.0 - self.jitter * self._rng.random())
 
     def forget(self, key: K) -> None:
