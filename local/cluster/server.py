@@ -2,8 +2,9 @@
 
 Paths are parsed by hand rather than by routes, as the API server's own path grammar is
 ambiguous for a route table (``/api/v1/namespaces/x/status`` versus ``/api/v1/namespaces/x/pods``).
-Every error leaves as a Kubernetes ``Status`` body. Objects written here are validated
-(:mod:`local.cluster.validation`); the in-process controllers write to the store directly.
+Every error leaves as a Kubernetes ``Status`` body. Creates are admitted, defaulted and validated
+by the store for every caller (:mod:`local.cluster.strategy`); updates made here are validated
+(:mod:`local.cluster.validation`), the in-process controllers' updates are not.
 """
 
 from __future__ import annotations

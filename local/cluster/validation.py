@@ -1,9 +1,9 @@
 """Object validation at the API: what the API server (and the JobSet webhook/CRD schema) reject with 422.
 
 Each validator returns a list of :class:`Cause` naming the field path (``spec.replicatedJobs[1].name``)
-and the problem; the HTTP layer turns a non-empty list into a 422 ``Invalid`` Status and stores
-nothing. Objects written by the in-process controllers go straight to the store and are not
-validated here.
+and the problem; a non-empty list becomes a 422 ``Invalid`` Status and nothing is stored. Every
+create is validated (by the store, for API requests and the in-process controllers alike);
+updates are validated at the HTTP layer only.
 """
 
 from __future__ import annotations
