@@ -207,6 +207,12 @@ def test_namespaces_events_and_all_namespace_lists(k8s: K8s) -> None:
         k8s.core.create_namespaced_pod("crud-ns", pod("late"))
     assert caught.value.status == 403
     assert "being terminated" in json.loads(caught.value.body)["message"]
+    # namespaces/finalize is the way out: emptying spec.finalizers removes the namespace.
+    stuck = k8s.core.read_namespace("crud-ns")
+    assert stuck.spec.finalizers == ["kubernetes"]
+    stuck.spec.finalizers = []
+    k8s.core.replace_namespace_finalize("crud-ns", stuck)
+    assert "crud-ns" not in [ns.metadata.name for ns in k8s.core.list_namespace().items]
     with pytest.raises(client.ApiException) as caught:
         k8s.core.create_namespaced_pod("no-such-ns", pod("x"))
     assert caught.value.status == 404
