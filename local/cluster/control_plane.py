@@ -1,4 +1,4 @@
-"""The local cluster's control plane: JobSet and Job controllers, garbage collector and kubelet.
+"""The local cluster's control plane: JobSet, Job and namespace controllers, garbage collector, kubelet.
 
 All of them run on the event loop that owns the :class:`~local.cluster.store.Store`; the
 controllers are level-triggered reconcile loops woken by store events, never by polling.
@@ -16,6 +16,7 @@ from local.cluster.job_controller import JobController
 from local.cluster.jobset_controller import JobSetController
 from local.cluster.kubelet import Kubelet
 from local.cluster.logs import LogStore
+from local.cluster.namespace_controller import NamespaceController
 from local.cluster.store import Store
 
 SHUTDOWN_GRACE_CAP_SECONDS = 3.0
@@ -29,6 +30,7 @@ class ControlPlane:
         self.jobsets = JobSetController(store)
         self.jobs = JobController(store)
         self.gc = GarbageCollector(store)
+        self.namespaces = NamespaceController(store)
         self.kubelet = Kubelet(store, logs, workdir, pod_env)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -36,7 +38,7 @@ class ControlPlane:
         """Start the controllers, the garbage collector and the kubelet on the running loop."""
         if self._tasks:
             return
-        for controller in (self.jobsets, self.jobs, self.gc):
+        for controller in (self.jobsets, self.jobs, self.gc, self.namespaces):
             controller.start()
             self._tasks.append(asyncio.create_task(controller.queue.run(), name=controller.queue.name))
         self.kubelet.start()

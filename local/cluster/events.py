@@ -1,19 +1,27 @@
-"""Kubernetes ``v1`` Events that the local controllers record about the objects they act on."""
+"""Kubernetes ``v1`` Events that the local controllers record about the objects they act on.
+
+As client-go's event recorder, a failed write (the namespace is terminating or gone) is logged
+and dropped: recording an event never fails the reconcile that asked for it.
+"""
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import Any
 
-from local.cluster.resources import EVENTS
+from local.cluster.resources import EVENTS, ApiError
 from local.cluster.store import Obj, Store, now_rfc3339
+
+log = logging.getLogger(__name__)
 
 NORMAL = "Normal"
 WARNING = "Warning"
 
 
-def record_event(store: Store, obj: Obj, event_type: str, reason: str, message: str, component: str) -> Obj:
-    """Create an Event about ``obj`` (as ``kubectl describe`` and ``kubectl get events`` show them)."""
+def record_event(store: Store, obj: Obj, event_type: str, reason: str, message: str, component: str) -> Obj | None:
+    """Create an Event about ``obj`` (as ``kubectl describe`` and ``kubectl get events`` show them);
+    None when the API refused it."""
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace") or "default"
     stamp = now_rfc3339()
@@ -38,4 +46,8 @@ def record_event(store: Store, obj: Obj, event_type: str, reason: str, message: 
         "reportingComponent": component,
         "reportingInstance": component,
     }
-    return store.create(EVENTS, event, namespace=namespace)
+    try:
+        return store.create(EVENTS, event, namespace=namespace)
+    except ApiError as err:
+        log.debug("%s: event %s on %s/%s dropped: %s", component, reason, namespace, meta.get("name"), err.message)
+        return None

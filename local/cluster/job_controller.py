@@ -26,9 +26,7 @@ from local.cluster.store import Obj, Store, WatchEvent, now_rfc3339
 from local.cluster.workqueue import WorkQueue
 from operators.constants import (
     ANNOTATION_JOB_COMPLETION_INDEX,
-    LABEL_CONTROLLER_UID,
     LABEL_JOB_COMPLETION_INDEX,
-    LABEL_JOB_NAME,
 )
 
 COMPONENT = "job-controller"
@@ -139,7 +137,6 @@ class JobController:
         job = self._store.find(JOBS, namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return  # the garbage collector takes its pods
-        job = self._ensure_selector(job)
         uid = str(job["metadata"]["uid"])
         spec = job.get("spec", {})
         status = copy.deepcopy(job.get("status") or {})
@@ -262,24 +259,6 @@ class JobController:
         return None
 
     # -- pods --------------------------------------------------------------------------------
-
-    def _ensure_selector(self, job: Obj) -> Obj:
-        """Stamp the selector and pod-template labels the API server adds to a new Job."""
-        uid = str(job["metadata"]["uid"])
-        name = str(job["metadata"]["name"])
-        wanted = {LABEL_CONTROLLER_UID: uid, LABEL_JOB_NAME: name, "controller-uid": uid, "job-name": name}
-        template_meta = job.get("spec", {}).get("template", {}).get("metadata") or {}
-        labels = template_meta.get("labels") or {}
-        if job.get("spec", {}).get("selector") and all(labels.get(k) == v for k, v in wanted.items()):
-            return job
-
-        def stamp(obj: Obj) -> None:
-            spec = obj.setdefault("spec", {})
-            spec.setdefault("selector", {"matchLabels": {LABEL_CONTROLLER_UID: uid}})
-            meta = spec.setdefault("template", {}).setdefault("metadata", {})
-            meta["labels"] = {**(meta.get("labels") or {}), **wanted}
-
-        return self._store.mutate(JOBS, job["metadata"]["namespace"], name, stamp)
 
     def _pod_for(self, job: Obj, index: int | None) -> Obj:
         name = str(job["metadata"]["name"])

@@ -8,8 +8,9 @@ The environment is: a few host variables (HOME, LANG, TMPDIR, ...), PATH, HOSTNA
 cluster's ``pod_env`` (KUBECONFIG, KUBERNETES_SERVICE_HOST/PORT), then the container's ``env``.
 
 The kubelet reacts to store events: a new pod starts a :class:`PodWorker`; a pod marked for
-deletion is stopped gracefully and then removed from the store; a pod removed at once (forced
-deletion) has its processes killed immediately.
+deletion is stopped gracefully (SIGTERM, SIGKILL at ``deletionGracePeriodSeconds``) and, once
+every container has stopped, deleted with grace 0 (it stays while it has finalizers); a pod
+removed at once (forced deletion) has its processes killed immediately.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class Kubelet:
         current = self._store.find(PODS, meta["namespace"], meta["name"])
         if current is not None and current["metadata"].get("uid") == meta["uid"]:
             with contextlib.suppress(ApiError):
-                self._store.remove(PODS, meta["namespace"], meta["name"])
+                self._store.delete(PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
 
 
 def worker_grace(store: Store, worker: PodWorker) -> float:

@@ -5,7 +5,9 @@ Order, as the kubelet does it: ``initContainers`` run one after another; a plain
 and keeps running. Then every main container starts. When the main containers are done (by the
 pod's ``restartPolicy``), the sidecars are stopped in reverse order and the pod's phase comes
 from the main containers alone. A deletion stops the main containers first, then the sidecars,
-all within ``deletionGracePeriodSeconds`` (SIGTERM, then SIGKILL at the deadline).
+all within ``deletionGracePeriodSeconds`` (SIGTERM, then SIGKILL at the deadline). The pod object
+stays (and takes status writes) until every container has stopped; then the worker deletes it
+with grace 0, as the kubelet's status manager does.
 
 Restart backoff is short on purpose: 0.2 s doubling to 2 s (the kubelet uses 10 s doubling to
 5 min), so tests and the demo do not wait on it.
@@ -197,8 +199,7 @@ class PodWorker:
             self._phase = "Succeeded" if succeeded else "Failed"
             self._flush()
             if self._deleting and not self._removed and not self._silent:
-                with contextlib.suppress(ApiError):
-                    self._store.remove(PODS, self.namespace, self.name)
+                self._finish_deletion()
         except asyncio.CancelledError:
             self._kill_all()
             raise
@@ -209,6 +210,15 @@ class PodWorker:
             if self._kill_timer is not None:
                 self._kill_timer.cancel()
             self._on_exit(self)
+
+    def _finish_deletion(self) -> None:
+        """Every container has stopped: delete the pod with grace 0, as the kubelet's status manager
+        does once a terminating pod is done; the API server keeps it while finalizers remain."""
+        current = self._store.find(PODS, self.namespace, self.name)
+        if current is None or current["metadata"].get("uid") != self.uid:
+            return
+        with contextlib.suppress(ApiError):
+            self._store.delete(PODS, self.namespace, self.name, grace_period_seconds=0)
 
     def _prepare(self) -> None:
         self._start_time = now_rfc3339()

@@ -2,8 +2,9 @@
 
 Paths are parsed by hand rather than by routes, as the API server's own path grammar is
 ambiguous for a route table (``/api/v1/namespaces/x/status`` versus ``/api/v1/namespaces/x/pods``).
-Every error leaves as a Kubernetes ``Status`` body. Objects written here are validated
-(:mod:`local.cluster.validation`); the in-process controllers write to the store directly.
+Every error leaves as a Kubernetes ``Status`` body. Creates are admitted, defaulted and validated
+by the store for every caller (:mod:`local.cluster.strategy`); updates made here are validated
+(:mod:`local.cluster.validation`), the in-process controllers' updates are not.
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ from local.cluster.logs import LogStore
 from local.cluster.patching import apply_patch
 from local.cluster.pod_logs import serve_pod_log
 from local.cluster.resources import (
-    JOBS,
     JOBSETS,
     NAMESPACES,
     PODS,
-    RESOURCE_TYPES,
     ApiError,
     ResourceType,
     bad_request,
@@ -183,6 +182,9 @@ class ApiServer:
                 return await self._create(request, target)
             if method == "DELETE" and target.namespace is not None:
                 return await self._delete_collection(request, target)
+        elif target.subresource == "finalize" and target.rtype == NAMESPACES:
+            if method == "PUT":
+                return await self._replace(request, target)
         elif target.subresource is None or (target.subresource == "status" and target.rtype.has_status):
             if method == "GET":
                 return _json(self._get(target))
@@ -240,13 +242,7 @@ class ApiServer:
         rtype = target.rtype
         body = await _object_body(request, rtype)
         namespace = target.namespace if rtype.namespaced else None
-        if namespace is not None and self.store.find(NAMESPACES, "", namespace) is None:
-            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found', "namespaces", namespace)
-        _reset_status(rtype, body)
-        name = str((body.get("metadata") or {}).get("name") or (body.get("metadata") or {}).get("generateName", ""))
-        causes = validate(rtype, body)
-        if causes:
-            raise invalid(rtype, name, causes)
+        # Admission, defaults, status reset and validation happen in the store, for controllers too.
         return _json(self.store.create(rtype, body, namespace), status=201)
 
     async def _replace(self, request: web.Request, target: Target) -> web.Response:
@@ -297,12 +293,10 @@ class ApiServer:
             raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {preconditions['uid']}")
         if preconditions.get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
             raise ApiError(409, "Conflict", "Precondition failed: resourceVersion in precondition does not match")
-        if rtype == NAMESPACES:
-            if target.name in _UNDELETABLE_NAMESPACES:
-                raise ApiError(
-                    403, "Forbidden", f'namespaces "{target.name}" is forbidden: this namespace may not be deleted'
-                )
-            self._empty_namespace(target.name)
+        if rtype == NAMESPACES and target.name in _UNDELETABLE_NAMESPACES:
+            raise ApiError(
+                403, "Forbidden", f'namespaces "{target.name}" is forbidden: this namespace may not be deleted'
+            )
         result = self.store.delete(
             rtype,
             namespace,
@@ -311,20 +305,12 @@ class ApiServer:
             grace_period_seconds=options.get("gracePeriodSeconds"),
         )
         if self.store.find(rtype, namespace, target.name) is not None:
-            return _json(result, status=202 if rtype != PODS else 200)
+            # handlers/delete.go: 200 with the object while deletion goes on (graceful, finalizers,
+            # a terminating namespace); 202 only when the client set orphanDependents=false.
+            return _json(result, status=202 if options.get("orphanDependents") is False else 200)
         if rtype in _DELETE_RETURNS_OBJECT:
             return _json(result)
         return _json(_success(rtype, target.name, result["metadata"].get("uid", "")))
-
-    def _empty_namespace(self, namespace: str) -> None:
-        """Delete everything in a namespace before the namespace itself (the namespace controller's job)."""
-        for rtype in RESOURCE_TYPES:
-            if not rtype.namespaced:
-                continue
-            items, _ = self.store.list(rtype, namespace)
-            for obj in items:
-                if self.store.find(rtype, namespace, obj["metadata"]["name"]) is not None:
-                    self.store.delete(rtype, namespace, obj["metadata"]["name"])
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
@@ -401,20 +387,6 @@ async def _object_body(request: web.Request, rtype: ResourceType) -> Obj:
     return body
 
 
-def _reset_status(rtype: ResourceType, body: Obj) -> None:
-    """What the API server's create strategies do to ``status``: clients cannot create with one."""
-    if not rtype.has_status:
-        return
-    if rtype == PODS:
-        body["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
-    elif rtype == NAMESPACES:
-        body["status"] = {"phase": "Active"}
-    elif rtype == JOBS:
-        body["status"] = {}
-    else:
-        body.pop("status", None)
-
-
 async def _delete_options(request: web.Request) -> dict[str, Any]:
     """``DeleteOptions`` from the body and/or the query string (the query wins)."""
     options: dict[str, Any] = {}
@@ -433,7 +405,9 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
         options["propagationPolicy"] = query["propagationPolicy"]
     if "gracePeriodSeconds" in query:
         options["gracePeriodSeconds"] = query["gracePeriodSeconds"]
-    if options.get("orphanDependents") is True or query.get("orphanDependents") == "true":
+    if "orphanDependents" in query:
+        options["orphanDependents"] = query["orphanDependents"].lower() == "true"
+    if options.get("orphanDependents") is True:
         options.setdefault("propagationPolicy", "Orphan")
     grace = options.get("gracePeriodSeconds")
     if grace is not None:
@@ -442,7 +416,7 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
         except (TypeError, ValueError) as exc:
             raise bad_request(f"gracePeriodSeconds: invalid integer {grace!r}") from exc
         if options["gracePeriodSeconds"] < 0:
-            options["gracePeriodSeconds"] = 0
+            options["gracePeriodSeconds"] = 1  # rest.BeforeDelete: a negative grace period means 1 s
     return options
 
 

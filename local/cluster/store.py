@@ -8,28 +8,39 @@ The store is used from a single asyncio event loop (the API handlers, the contro
 kubelet all run on it), so its methods are synchronous and need no locks; watchers receive
 events through ``asyncio.Queue`` objects. Code on other threads must hop onto the loop.
 
-Deletion follows the API server's rules:
-- a pod whose containers may still run is deleted gracefully: it gets ``deletionTimestamp`` and
-  ``deletionGracePeriodSeconds`` and stays until the kubelet has stopped it and calls
-  :meth:`Store.remove`; ``gracePeriodSeconds=0`` removes it at once (a forced delete);
-- ``propagationPolicy=Foreground`` marks the owner with ``deletionTimestamp`` and the
-  ``foregroundDeletion`` finalizer; the garbage collector deletes dependents, then drops the
-  finalizer, and an object being deleted is removed once its finalizers are empty;
-- ``Orphan`` strips the owner reference from dependents; ``Background`` (the default for
-  everything but pods created by controllers) removes the owner and leaves dependents to the
-  garbage collector.
+Creation follows the API server's create path for every caller, API request or in-process
+controller alike: the namespace must exist and not be terminating (NamespaceLifecycle
+admission), then defaults, ``status`` reset and validation (:mod:`local.cluster.strategy`).
+
+Deletion follows ``genericregistry.Store.Delete`` and ``rest.BeforeDelete``:
+- pods delete gracefully: ``deletionTimestamp`` (now + grace) and ``deletionGracePeriodSeconds``
+  (the request's, else the pod's ``terminationGracePeriodSeconds``; 0 for a pod not yet scheduled
+  or already terminal); the pod stays, and accepts writes, until the kubelet has stopped every
+  container and deletes it with grace 0. A later delete may only shorten the grace period;
+- any object with ``metadata.finalizers`` stays, marked with ``deletionTimestamp`` and grace 0,
+  whatever grace period was asked for, until an update empties its finalizers;
+- an update removes an object only when it empties the finalizers of an object being deleted whose
+  ``deletionGracePeriodSeconds`` is 0 or unset (``ShouldDeleteDuringUpdate``); a namespace also
+  needs its ``spec.finalizers`` empty;
+- ``propagationPolicy=Foreground`` adds the ``foregroundDeletion`` finalizer (when there are
+  dependents); the garbage collector deletes them, then drops it. ``Orphan`` strips the owner
+  reference from dependents; ``Background`` (the default here for every type) removes the owner
+  and leaves dependents to the garbage collector;
+- a namespace turns ``Terminating`` and keeps its ``kubernetes`` spec finalizer until the
+  namespace controller has deleted everything in it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 import secrets
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from local.cluster.resources import (
@@ -41,8 +52,11 @@ from local.cluster.resources import (
     bad_request,
     conflict,
     gone,
+    invalid,
     not_found,
 )
+from local.cluster.strategy import after_system_fields, prepare_for_create
+from local.cluster.validation import validate
 
 Obj = dict[str, Any]
 Key = tuple[ResourceType, str, str]  # (type, namespace or "", name)
@@ -53,9 +67,17 @@ DEFAULT_NAMESPACE = "default"
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 
 
-def now_rfc3339() -> str:
-    """The current time as the API server writes it in metadata (seconds, UTC)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_rfc3339(offset_seconds: float = 0.0) -> str:
+    """The current time (plus ``offset_seconds``) as the API server writes it in metadata (seconds, UTC)."""
+    return (datetime.now(UTC) + timedelta(seconds=offset_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _shift_rfc3339(stamp: str, seconds: float) -> str:
+    try:
+        moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        moment = datetime.now(UTC)
+    return (moment + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -159,9 +181,16 @@ class Store:
     # -- writing -----------------------------------------------------------------------------
 
     def create(self, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
-        """Store a new object, filling in the metadata the API server owns; returns a copy."""
+        """Store a new object as the API server's create does; returns a copy.
+
+        Every caller gets the same path (the HTTP API and the in-process controllers): namespace
+        admission, defaults and ``status`` reset, system metadata, validation (422), then 409 when
+        the name is taken.
+        """
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
         if rtype.namespaced:
             ns = namespace or meta.get("namespace") or DEFAULT_NAMESPACE
             if meta.get("namespace") not in (None, "", ns):
@@ -170,6 +199,7 @@ class Store:
                     f"the namespace sent on the request ({ns})"
                 )
             meta["namespace"] = ns
+            self._admit_create(rtype, ns, str(meta.get("name") or ""))
         else:
             ns = ""
             meta.pop("namespace", None)
@@ -183,18 +213,43 @@ class Store:
                     "Required value: name or generateName is required",
                 )
             meta["name"] = self._generate_name(rtype, ns, prefix)
-        key = self._key(rtype, ns, meta["name"])
-        if key in self._objects:
-            raise already_exists(rtype, meta["name"])
+        prepare_for_create(rtype, obj)
         obj["apiVersion"] = rtype.api_version
         obj["kind"] = rtype.kind
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
         meta["generation"] = 1
-        meta.pop("deletionTimestamp", None)
-        meta.pop("resourceVersion", None)
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
+            meta.pop(field, None)
+        after_system_fields(rtype, obj)
+        causes = validate(rtype, obj)
+        if causes:
+            raise invalid(rtype, str(meta["name"]), causes)
+        key = self._key(rtype, ns, meta["name"])
+        existing = self._objects.get(key)
+        if existing is not None:
+            error = already_exists(rtype, meta["name"])
+            if self._is_deleting(existing):  # genericregistry.Store.Create says why the name is still taken
+                error.message = f"object is being deleted: {error.message}"
+            raise error
         self._objects[key] = obj
         return self._record("ADDED", rtype, obj)
+
+    def _admit_create(self, rtype: ResourceType, namespace: str, name: str) -> None:
+        """The NamespaceLifecycle admission plugin: no content in a missing or terminating namespace."""
+        owner = self._objects.get(self._key(NAMESPACES, "", namespace))
+        if owner is None:
+            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found', "namespaces", namespace)
+        if owner.get("status", {}).get("phase") == "Terminating" or self._is_deleting(owner):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{rtype} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+                "because it is being terminated",
+                rtype.plural,
+                name,
+                rtype.group,
+            )
 
     def update(
         self, rtype: ResourceType, obj: Obj, *, subresource: str | None = None, namespace: str | None = None
@@ -217,9 +272,14 @@ class Store:
         if subresource == "status":
             updated = copy.deepcopy(current)
             updated["status"] = copy.deepcopy(obj.get("status", {}))
+        elif subresource == "finalize" and rtype == NAMESPACES:
+            # namespaces/finalize changes nothing but spec.finalizers (the namespace controller's call).
+            updated = copy.deepcopy(current)
+            updated.setdefault("spec", {})["finalizers"] = list((obj.get("spec") or {}).get("finalizers") or [])
         elif subresource is None:
             updated = copy.deepcopy(obj)
-            for owned in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace"):
+            owned_fields = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
+            for owned in (*owned_fields, "namespace"):
                 if owned in current["metadata"]:
                     updated["metadata"][owned] = current["metadata"][owned]
                 else:
@@ -238,9 +298,13 @@ class Store:
             raise bad_request(f"unknown subresource {subresource!r}")
         if updated == current:
             return copy.deepcopy(current)  # a no-op write does not bump resourceVersion
+        if self._delete_during_update(rtype, current, updated):
+            # genericregistry.Store.Update aborts the write and deletes the stored object; the
+            # client gets the object it sent back.
+            removed = self.remove(rtype, ns, name)
+            updated["metadata"]["resourceVersion"] = removed["metadata"]["resourceVersion"]
+            return updated
         self._objects[key] = updated
-        if self._is_deleting(updated) and not updated["metadata"].get("finalizers"):
-            return self.remove(rtype, ns, name)
         return self._record("MODIFIED", rtype, updated, old=current)
 
     def mutate(
@@ -271,6 +335,7 @@ class Store:
 
         Returns the object as the API returns it: the final state when it is gone, or the
         object marked with ``deletionTimestamp`` when deletion continues in the background.
+        Use :meth:`find` afterwards to tell which.
         """
         key = self._key(rtype, namespace, name)
         current = self._objects.get(key)
@@ -279,25 +344,23 @@ class Store:
         policy = propagation_policy or "Background"
         if policy not in ("Foreground", "Background", "Orphan"):
             raise bad_request(f"unknown propagationPolicy {policy!r}: want Foreground, Background or Orphan")
+        if rtype == NAMESPACES:
+            return self._delete_namespace(key)
         meta = current["metadata"]
-        force = grace_period_seconds == 0
+        graceful, pending, grace = self._before_delete(rtype, current, grace_period_seconds)
+        if pending:  # finalizers and propagation cannot change once a graceful deletion is under way
+            return copy.deepcopy(current)
         if policy == "Orphan":
             self._orphan_dependents(meta["uid"])
-        if rtype == PODS and not force and self._pod_may_run(current):
-            grace = grace_period_seconds
-            if grace is None:
-                grace = int(current.get("spec", {}).get("terminationGracePeriodSeconds", 30))
-            if not self._is_deleting(current):
-                return self._mark_deleting(rtype, key, grace, finalizer=None)
-            return copy.deepcopy(current)
-        if policy == "Foreground" and any(True for _ in self.dependents(meta["uid"])):
-            if FOREGROUND_FINALIZER in (meta.get("finalizers") or []):
-                return copy.deepcopy(current)
-            return self._mark_deleting(rtype, key, 0, finalizer=FOREGROUND_FINALIZER)
-        if meta.get("finalizers") and not force:
-            if self._is_deleting(current):
-                return copy.deepcopy(current)
-            return self._mark_deleting(rtype, key, 0, finalizer=None)
+        finalizers = list(meta.get("finalizers") or [])
+        if (
+            policy == "Foreground"
+            and FOREGROUND_FINALIZER not in finalizers
+            and any(True for _ in self.dependents(meta["uid"]))
+        ):
+            finalizers.append(FOREGROUND_FINALIZER)
+        if (graceful and grace > 0) or finalizers:
+            return self._mark_deleting(rtype, key, grace if graceful else 0, finalizers, graceful=graceful)
         return self.remove(rtype, namespace, name)
 
     def remove(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
@@ -373,26 +436,86 @@ class Store:
         raise ApiError(500, "InternalError", f"could not generate a unique name for prefix {prefix!r}")
 
     def _create_namespace(self, name: str) -> None:
-        self.create(NAMESPACES, {"metadata": {"name": name}, "status": {"phase": "Active"}})
+        self.create(NAMESPACES, {"metadata": {"name": name}})
 
     @staticmethod
     def _is_deleting(obj: Obj) -> bool:
         return bool(obj.get("metadata", {}).get("deletionTimestamp"))
 
     @staticmethod
-    def _pod_may_run(pod: Obj) -> bool:
-        return pod.get("status", {}).get("phase") in ("Pending", "Running", None)
+    def _before_delete(rtype: ResourceType, obj: Obj, requested: int | None) -> tuple[bool, bool, int]:
+        """``rest.BeforeDelete`` with the pod strategy's ``CheckGracefulDelete``: (graceful, pending, grace).
 
-    def _mark_deleting(self, rtype: ResourceType, key: Key, grace: int, finalizer: str | None) -> Obj:
+        Only pods delete gracefully here (as upstream among the served types). ``pending`` means a
+        graceful deletion is already under way and the request does not shorten it.
+        """
+        if rtype != PODS:
+            return False, False, 0
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            current = meta.get("deletionGracePeriodSeconds")
+            if not current:
+                return False, False, 0
+            if requested is None or requested >= int(current):
+                return False, True, int(current)
+            return True, False, requested
+        spec = obj.get("spec") or {}
+        grace = requested if requested is not None else int(spec.get("terminationGracePeriodSeconds", 30))
+        # pkg/registry/core/pod/strategy.go: an unscheduled or terminal pod has nothing to stop.
+        if not spec.get("nodeName") or obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            grace = 0
+        return True, False, grace
+
+    @staticmethod
+    def _delete_during_update(rtype: ResourceType, old: Obj, new: Obj) -> bool:
+        """``ShouldDeleteDuringUpdate`` (plus the namespace store's check of ``spec.finalizers``)."""
+        old_meta = old["metadata"]
+        if new["metadata"].get("finalizers") or not old_meta.get("deletionTimestamp"):
+            return False
+        if old_meta.get("deletionGracePeriodSeconds"):
+            return False
+        return rtype != NAMESPACES or not (new.get("spec") or {}).get("finalizers")
+
+    def _mark_deleting(
+        self, rtype: ResourceType, key: Key, grace: int, finalizers: builtins.list[str], *, graceful: bool
+    ) -> Obj:
         old = self._objects[key]
         obj = copy.deepcopy(old)
         meta = obj["metadata"]
-        meta["deletionTimestamp"] = now_rfc3339()
+        previous = meta.get("deletionTimestamp")
+        if previous is None:
+            meta["generation"] = int(meta.get("generation", 1)) + 1  # controllers see the deletion as a spec change
+        if graceful:
+            if previous and meta.get("deletionGracePeriodSeconds"):  # a shorter grace period moves the deadline
+                meta["deletionTimestamp"] = _shift_rfc3339(previous, grace - int(meta["deletionGracePeriodSeconds"]))
+            else:
+                meta["deletionTimestamp"] = now_rfc3339(grace)  # BeforeDelete: now + grace
+        elif previous is None or previous > now_rfc3339():  # markAsDeleting
+            meta["deletionTimestamp"] = now_rfc3339()
         meta["deletionGracePeriodSeconds"] = grace
-        if finalizer:
-            meta["finalizers"] = [*(meta.get("finalizers") or []), finalizer]
+        if finalizers:
+            meta["finalizers"] = finalizers
+        if obj == old:
+            return copy.deepcopy(old)
         self._objects[key] = obj
         return self._record("MODIFIED", rtype, obj, old=old)
+
+    def _delete_namespace(self, key: Key) -> Obj:
+        """pkg/registry/core/namespace/storage: mark it ``Terminating``; remove it only once finalized."""
+        current = self._objects[key]
+        finalizers = list(current["metadata"].get("finalizers") or [])
+        if not (current.get("spec") or {}).get("finalizers") and not finalizers:
+            return self.remove(NAMESPACES, "", key[2])
+        obj = copy.deepcopy(current)
+        meta = obj["metadata"]
+        if not meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = now_rfc3339()
+            meta["deletionGracePeriodSeconds"] = 0
+        obj.setdefault("status", {})["phase"] = "Terminating"
+        if obj == current:
+            return copy.deepcopy(current)
+        self._objects[key] = obj
+        return self._record("MODIFIED", NAMESPACES, obj, old=current)
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         for rtype, dependent in list(self.dependents(owner_uid)):

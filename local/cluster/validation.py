@@ -1,9 +1,9 @@
 """Object validation at the API: what the API server (and the JobSet webhook/CRD schema) reject with 422.
 
 Each validator returns a list of :class:`Cause` naming the field path (``spec.replicatedJobs[1].name``)
-and the problem; the HTTP layer turns a non-empty list into a 422 ``Invalid`` Status and stores
-nothing. Objects written by the in-process controllers go straight to the store and are not
-validated here.
+and the problem; a non-empty list becomes a 422 ``Invalid`` Status and nothing is stored. Every
+create is validated (by the store, for API requests and the in-process controllers alike);
+updates are validated at the HTTP layer only.
 """
 
 from __future__ import annotations
@@ -407,11 +407,11 @@ def _without_suspended_mutable(rjobs: Any) -> Any:
 
 
 def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
-    """Immutable-field checks on update (JobSet: failurePolicy, successPolicy, replicatedJobs)."""
+    """Immutable-field checks on update (every type: finalizers while deleting; JobSet: its policies)."""
+    causes = _validate_finalizers_update(old, new)
     if rtype != JOBSETS:
-        return []
+        return causes
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
-    causes: list[Cause] = []
     for key in ("failurePolicy", "successPolicy", "managedBy"):
         if old_spec.get(key) != new_spec.get(key):
             causes.append(_invalid(f"spec.{key}", new_spec.get(key), "field is immutable"))
@@ -421,3 +421,21 @@ def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[st
     if old_rjobs != new_rjobs:
         causes.append(Cause("spec.replicatedJobs", "Invalid value: field is immutable"))
     return causes
+
+
+def _validate_finalizers_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
+    """apimachinery ValidateObjectMetaUpdate: an object being deleted may lose finalizers, never gain one."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if not old_meta.get("deletionTimestamp"):
+        return []
+    added = set(new_meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+    if not added:
+        return []
+    return [
+        Cause(
+            "metadata.finalizers",
+            f"Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers "
+            f"{sorted(added)!r}",
+            "FieldValueForbidden",
+        )
+    ]

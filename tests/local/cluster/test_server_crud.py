@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -37,7 +38,8 @@ def test_version_and_discovery(k8s: K8s) -> None:
 
 
 def test_pod_create_get_list_replace_delete(k8s: K8s) -> None:
-    created = k8s.core.create_namespaced_pod("default", pod("crud-a", labels={"app": "a"}))
+    # Scheduled (this API-only cluster has no kubelet to set nodeName), so deletion is graceful.
+    created = k8s.core.create_namespaced_pod("default", pod("crud-a", labels={"app": "a"}, node_name="local-node"))
     assert created.metadata.uid and created.status.phase == "Pending"
     fetched = k8s.core.read_namespaced_pod("crud-a", "default")
     assert fetched.metadata.resource_version == created.metadata.resource_version
@@ -48,12 +50,18 @@ def test_pod_create_get_list_replace_delete(k8s: K8s) -> None:
     replaced = k8s.core.replace_namespaced_pod("crud-a", "default", fetched)
     assert replaced.metadata.labels == {"app": "a", "tier": "x"}
     assert int(replaced.metadata.resource_version) > int(fetched.metadata.resource_version)
-    # A Pending pod may still run: a plain delete is graceful, a zero grace period removes it.
+    # A scheduled pod may be running: a plain delete is graceful, a zero grace period removes it.
     graceful = k8s.core.delete_namespaced_pod("crud-a", "default")
     assert graceful.metadata.deletion_timestamp is not None
     k8s.core.delete_namespaced_pod("crud-a", "default", grace_period_seconds=0)
     with pytest.raises(client.ApiException) as caught:
         k8s.core.read_namespaced_pod("crud-a", "default")
+    assert caught.value.status == 404
+    # An unscheduled pod has nothing to stop: the pod strategy gives it grace 0, so it goes at once.
+    k8s.core.create_namespaced_pod("default", pod("crud-unscheduled"))
+    k8s.core.delete_namespaced_pod("crud-unscheduled", "default")
+    with pytest.raises(client.ApiException) as caught:
+        k8s.core.read_namespaced_pod("crud-unscheduled", "default")
     assert caught.value.status == 404
 
 
@@ -191,10 +199,20 @@ def test_namespaces_events_and_all_namespace_lists(k8s: K8s) -> None:
     assert [e.reason for e in k8s.core.list_namespaced_event("crud-ns").items] == ["Testing"]
     all_pods = k8s.core.list_pod_for_all_namespaces()
     assert ("crud-ns", "in-other-ns") in {(p.metadata.namespace, p.metadata.name) for p in all_pods.items}
-    k8s.core.delete_namespace("crud-ns")
-    names = [ns.metadata.name for ns in k8s.core.list_namespace().items]
-    assert "crud-ns" not in names
-    assert k8s.core.list_namespaced_event("crud-ns").items == []
+    # Without a control plane nothing empties the namespace: it stays Terminating (the namespace
+    # controller's work is tested in test_namespace_controller.py) and refuses new content.
+    k8s.core.delete_namespace("crud-ns")  # the body is the Namespace; the client reads it as a V1Status
+    assert k8s.core.read_namespace("crud-ns").status.phase == "Terminating"
+    with pytest.raises(client.ApiException) as caught:
+        k8s.core.create_namespaced_pod("crud-ns", pod("late"))
+    assert caught.value.status == 403
+    assert "being terminated" in json.loads(caught.value.body)["message"]
+    # namespaces/finalize is the way out: emptying spec.finalizers removes the namespace.
+    stuck = k8s.core.read_namespace("crud-ns")
+    assert stuck.spec.finalizers == ["kubernetes"]
+    stuck.spec.finalizers = []
+    k8s.core.replace_namespace_finalize("crud-ns", stuck)
+    assert "crud-ns" not in [ns.metadata.name for ns in k8s.core.list_namespace().items]
     with pytest.raises(client.ApiException) as caught:
         k8s.core.create_namespaced_pod("no-such-ns", pod("x"))
     assert caught.value.status == 404
