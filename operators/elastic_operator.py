@@ -142,6 +142,8 @@ class ElasticJobSetOperator(BaseOperator):
         super().__init__(**kwargs)
         if runtime not in ("gke", "local"):
             raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
+        if not 0 <= max_full_restarts <= manifests.MAX_ATTEMPT:
+            raise ValueError(f"max_full_restarts must be 0..{manifests.MAX_ATTEMPT}, got {max_full_restarts}")
         self.run_name = run_name
         self.base_output_directory = base_output_directory
         self.steps = steps

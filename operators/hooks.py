@@ -34,6 +34,9 @@ Obj = dict[str, Any]
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last resourceVersion
+# Client side of a long request: connect within 10 s, then allow this long between two reads. The
+# provider's client would otherwise cut every request at its 60 s default, watches and log follows included.
+LONG_REQUEST_TIMEOUT = (10, WATCH_TIMEOUT_SECONDS + 30)
 
 
 class Backoff:
@@ -280,6 +283,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                             resource_version=version,
                             timeout_seconds=WATCH_TIMEOUT_SECONDS,
                             allow_watch_bookmarks=True,
+                            _request_timeout=LONG_REQUEST_TIMEOUT,
                             **selectors,
                         ) as events:
                             async for event in events:
@@ -326,6 +330,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                 tail_lines=tail_lines,
                 limit_bytes=None if follow else 1 << 20,
                 _preload_content=False,
+                _request_timeout=LONG_REQUEST_TIMEOUT,
             )
             try:
                 while True:

@@ -58,11 +58,15 @@ API_VERSION: Final = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
 # Upstream webhook: the longest pod name is the deterministic part plus "-" and 5 random characters.
 POD_NAME_RANDOM_SUFFIX: Final = "-abcde"
 NAME_MAX: Final = 63
-JOBSET_NAME_MAX: Final = NAME_MAX - len(f"-{HEAD_REPLICATED_JOB}-0-0{POD_NAME_RANDOM_SUFFIX}")  # 39
-NAME_HASH_LENGTH: Final = 8
+# Upstream JobSet labels and annotates every Job and pod with the coordinator's stable endpoint,
+# `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<jobset>`; as a label value it must fit 63 characters,
+# or the child Jobs are invalid and never created. With `pathways-head` as coordinator that leaves 22.
+COORDINATOR_SUFFIX: Final = f"-{HEAD_REPLICATED_JOB}-0-0."
+JOBSET_NAME_MAX: Final = (NAME_MAX - len(COORDINATOR_SUFFIX)) // 2  # 22
+NAME_HASH_LENGTH: Final = 6
 # The readable part of a JobSet name, kept the same length on every attempt so names sort and read alike.
-NAME_PREFIX_MAX: Final = 24
-MAX_ATTEMPT: Final = 99_999
+NAME_PREFIX_MAX: Final = 11
+MAX_ATTEMPT: Final = 99
 LABEL_HASH_LENGTH: Final = 8
 
 PLAIN_REPLICATED_JOB: Final = "main"
@@ -114,8 +118,9 @@ def jobset_name(
 ) -> str:
     """The JobSet name of one task instance's full-restart `attempt`: same inputs, same name.
 
-    `<slug of prefix or dag-task>-<8 hex of sha256(dag, task, run, map_index)>[-r<attempt>]`, a DNS-1035
-    label of at most `JOBSET_NAME_MAX` (39) characters so that every child Job and pod name fits 63.
+    `<slug of prefix or dag-task>-<6 hex of sha256(dag, task, run, map_index)>[-r<attempt>]`, a DNS-1035
+    label of at most `JOBSET_NAME_MAX` (22) characters so that every child Job and pod name, and the
+    coordinator endpoint label upstream JobSet puts on them, fit 63.
     """
     if attempt < 0 or attempt > MAX_ATTEMPT:
         raise ValueError(f"attempt must be 0..{MAX_ATTEMPT}, got {attempt}")
@@ -590,6 +595,17 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
         raise SpecError(
             "spec.coordinator.replicatedJob", f"{coordinator.get('replicatedJob')!r} is not a replicated job"
         )
+    if isinstance(coordinator, Mapping) and isinstance(name, str):
+        endpoint = (
+            f"{name}-{coordinator.get('replicatedJob')}-{coordinator.get('jobIndex', 0)}"
+            f"-{coordinator.get('podIndex', 0)}.{name}"
+        )
+        if len(endpoint) > NAME_MAX:
+            raise SpecError(
+                "metadata.name",
+                f"{name!r} is too long for a coordinator: JobSet labels every Job and pod with the endpoint "
+                f"{endpoint!r} ({len(endpoint)} characters, at most {NAME_MAX})",
+            )
 
 
 def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | None) -> None:

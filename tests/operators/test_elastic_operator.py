@@ -75,7 +75,6 @@ def test_slice_killed_mid_run_recovers_in_process(
     assert faults.fired == [25]
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
-    print("REPORT", report)
     assert report["final_step"] == 59 and report["target_step"] == 59
     assert report["slice_restarts"] == 1
     assert report["in_process_recoveries"] == 1
@@ -91,3 +90,111 @@ def test_slice_killed_mid_run_recovers_in_process(
     assert 0 < report["goodput"] <= 1
     assert xcom(dag_run, "pretrain", "jobset_name") == report["jobset_name"]
     assert len(jobsets_of(cluster_connection, "elastic-inproc")) == 1
+
+
+def head_log(cluster: LocalCluster, jobset: str) -> str:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        core = client.CoreV1Api(api)
+        [head] = core.list_namespaced_pod(
+            "default",
+            label_selector=f"jobset.sigs.k8s.io/jobset-name={jobset},jobset.sigs.k8s.io/replicatedjob-name=pathways-head",
+        ).items
+        response = core.read_namespaced_pod_log(
+            head.metadata.name, "default", container="jax-tpu", _preload_content=False
+        )
+        return str(response.data.decode(errors="replace"))
+    finally:
+        api.close()
+
+
+def test_slice_dying_past_its_budget_gets_exactly_one_full_restart(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    dag = elastic_dag("elastic_budget", tmp_path, max_slice_restarts=2, stall_timeout="timedelta(minutes=5)")
+    with StepFaults(cluster_connection, "elastic-budget") as faults:
+        for step in (12, 16, 22):
+            faults.at(step, kill_worker(0))
+        dag_run = dag.test()
+    assert faults.fired == [12, 16, 22]
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["full_restarts"] == 1 and report["final_step"] == 59
+    [escalation] = report["escalations"]
+    assert escalation["reason"] == "slice_restart_budget_spent"
+    assert "exceed max_slice_restarts=2" in escalation["message"]
+    assert report["slice_restarts"] == 3
+    assert len(report["jobsets"]) == 2 and report["jobsets"][1].endswith("-r1")
+    resumed = escalation["resumed_from_step"]
+    assert resumed in (10, 20)
+    log = head_log(cluster_connection, report["jobsets"][1])
+    assert f"restoring from this run's directory step {resumed}" in log
+    # The first JobSet is gone; only the second remains.
+    assert [js["metadata"]["name"] for js in jobsets_of(cluster_connection, "elastic-budget")] == [report["jobsets"][1]]
+
+
+def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    dag = elastic_dag("elastic_stall", tmp_path, stall_timeout="timedelta(seconds=30)")
+    with StepFaults(cluster_connection, "elastic-stall").at(25, lambda f: f.freeze_trainer()) as faults:
+        dag_run = dag.test()
+    assert faults.fired == [25]
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    [escalation] = report["escalations"]
+    assert escalation["reason"] == "stalled" and "no training progress" in escalation["message"]
+    assert report["full_restarts"] == 1 and report["final_step"] == 59 and report["slice_restarts"] == 0
+
+
+def test_full_restart_budget_spent_fails_naming_it(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    dag = elastic_dag(
+        "elastic_spent", tmp_path, max_slice_restarts=0, max_full_restarts=0, stall_timeout="timedelta(minutes=5)"
+    )
+    with StepFaults(cluster_connection, "elastic-spent").at(15, kill_worker(1)):
+        dag_run = dag.test()
+    assert states(dag_run) == {"pretrain": "failed"}
+    report = xcom(dag_run, "pretrain", "report")
+    assert "full-restart budget spent: max_full_restarts=0" in report["failure"]
+    assert "exceed max_slice_restarts=0" in report["failure"]
+    assert report["full_restarts"] == 0 and report["slice_restarts"] == 1
+    # The still-running JobSet was deleted with the failing task: no TPUs left burning.
+    assert all(js["metadata"].get("deletionTimestamp") for js in jobsets_of(cluster_connection, "elastic-spent"))
+
+
+def test_completed_short_of_the_target_is_a_failure(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    dag = elastic_dag("elastic_short", tmp_path, stall_timeout="timedelta(minutes=5)")
+    with StepFaults(cluster_connection, "elastic-short").at(15, lambda f: f.signal_trainer(signal.SIGTERM)):
+        dag_run = dag.test()
+    assert states(dag_run) == {"pretrain": "failed"}
+    report = xcom(dag_run, "pretrain", "report")
+    assert "did not reach its final step" in report["failure"] and "target step 59" in report["failure"]
+    assert report["final_step"] is not None and report["final_step"] < 59
+    [jobset] = jobsets_of(cluster_connection, "elastic-short")
+    assert jobset["status"]["terminalState"] == "Completed"  # MaxText exits 0 on SIGTERM: completion is no proof
+
+
+def test_api_errors_and_expiring_watches_never_fail_the_task(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    dag = elastic_dag("elastic_flaky", tmp_path, stall_timeout="timedelta(minutes=5)")
+    faults_api = cluster_connection.faults
+    faults_api.fail_requests(500, probability=0.3, path="jobsets")
+    faults_api.add_latency(0.05, path="jobsets")
+    try:
+        with StepFaults(cluster_connection, "elastic-flaky") as faults:
+            faults.at(10, lambda f: f.cluster.faults.expire_watches(compact=True))
+            faults.at(20, kill_worker(0))
+            faults.at(30, lambda f: f.cluster.faults.expire_watches(compact=True))
+            faults.at(35, lambda f: f.cluster.faults.fail_requests(500, count=20))
+            dag_run = dag.test()
+    finally:
+        faults_api.clear()
+    assert faults.fired == [10, 20, 30, 35]
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["slice_restarts"] == 1 and report["full_restarts"] == 0 and report["final_step"] == 59

@@ -348,19 +348,30 @@ text = st.text(min_size=0, max_size=300)
 
 def test_name_shape() -> None:
     name = _name(GKE_SPEC)
-    assert re.fullmatch(r"llama3-nightly-[0-9a-f]{8}", name)
+    assert re.fullmatch(r"llama3-nigh-[0-9a-f]{6}", name)
     assert _name(GKE_SPEC, attempt=2) == f"{name}-r2"
     assert jobset_name(dag_id="My_DAG", task_id="Pre.Train", run_id=RUN, map_index=0, attempt=0).startswith(
-        "my-dag-pre-train-"
+        "my-dag-pre-"
     )
     dated = jobset_name(dag_id="d", task_id="t", run_id="r", map_index=-1, attempt=0, prefix="2026-11-30-nightly")
-    assert dated.startswith("run-2026-11-30-nightly-")
+    assert dated.startswith("run-2026-11-")
     assert jobset_name(dag_id="d", task_id="t", run_id="r", map_index=-1, attempt=0, prefix="__").startswith("run-")
 
 
-def test_name_limit_fits_child_pod_names() -> None:
-    # The JobSet webhook: <jobset>-pathways-head-0-0-<5 random> must fit 63 characters.
-    assert JOBSET_NAME_MAX == 63 - len("-pathways-head-0-0-abcde") == 39
+def test_name_limit_fits_child_pod_names_and_the_coordinator_label() -> None:
+    # The JobSet webhook: <jobset>-pathways-head-0-0-<5 random> must fit 63 characters; and JobSet labels
+    # every Job and pod with the coordinator endpoint <jobset>-pathways-head-0-0.<jobset>, a label value.
+    assert JOBSET_NAME_MAX == (63 - len("-pathways-head-0-0.")) // 2 == 22
+    longest = "a" * JOBSET_NAME_MAX
+    assert len(f"{longest}-pathways-head-0-0.{longest}") <= 63
+    assert len(f"{longest}-pathways-head-0-0-abcde") <= 63
+
+
+def test_a_name_too_long_for_its_coordinator_is_refused() -> None:
+    manifest = elastic_jobset(GKE_SPEC, name=_name(GKE_SPEC), namespace="d", labels={})
+    manifest["metadata"]["name"] = "a" * 23
+    with pytest.raises(SpecError, match="too long for a coordinator"):
+        lint_manifest(manifest)
 
 
 @settings(max_examples=300, deadline=None)
@@ -369,7 +380,7 @@ def test_name_limit_fits_child_pod_names() -> None:
     task=text,
     run=text,
     map_index=st.integers(-1, 10**6),
-    attempt=st.integers(0, 99_999),
+    attempt=st.integers(0, 99),
     prefix=st.none() | text,
 )
 def test_name_properties(dag: str, task: str, run: str, map_index: int, attempt: int, prefix: str | None) -> None:
@@ -385,7 +396,7 @@ def test_name_properties(dag: str, task: str, run: str, map_index: int, attempt:
 
 
 @settings(max_examples=100, deadline=None)
-@given(run=text, attempt=st.integers(0, 99_998))
+@given(run=text, attempt=st.integers(0, 98))
 def test_names_differ_per_attempt_and_fit_worker_pods(run: str, attempt: int) -> None:
     names = {jobset_name(dag_id="d", task_id="t", run_id=run, map_index=-1, attempt=a) for a in (attempt, attempt + 1)}
     assert len(names) == 2

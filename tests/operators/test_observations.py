@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from operators.constants import LABEL_JOB_INDEX, LABEL_REPLICATED_JOB_NAME
-from operators.observations import MonitorState, jobset_phase, normalize_timestamp, parse_time
+from operators.observations import MonitorState, jobset_phase, normalize_timestamp
 from operators.policy import JobSetPhase
 
 
