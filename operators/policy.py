@@ -120,24 +120,27 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
             Reason.JOBSET_MISSING,
             "the JobSet was deleted outside this task; not recreating it (the run directory is untouched)",
         )
-    if obs.phase is JobSetPhase.FAILED:
-        if obs.permanent:
-            return Decision(
-                Action.FAIL,
-                Reason.PERMANENT_FAILURE,
-                f"the JobSet failed and a restart cannot help: {obs.failure_detail}",
-            )
-        return _escalate(obs, budgets, Reason.JOBSET_FAILED, f"the JobSet failed: {obs.failure_detail or 'no reason'}")
-
+    if obs.phase is JobSetPhase.FAILED and obs.permanent:
+        return Decision(
+            Action.FAIL,
+            Reason.PERMANENT_FAILURE,
+            f"the JobSet failed and a restart cannot help: {obs.failure_detail}",
+        )
     in_window = slice_restarts_in_window(obs.slice_restart_times, obs.now, budgets.slice_restart_window_seconds)
     if in_window > budgets.max_slice_restarts:
+        # Checked before a JobSet failure: the worker Job's backoffLimit is this same budget, so a JobSet
+        # failed by slices that kept dying is reported as the budget it spent.
         window = _duration(budgets.slice_restart_window_seconds)
+        ended = f"; the JobSet failed: {obs.failure_detail}" if obs.phase is JobSetPhase.FAILED else ""
         return _escalate(
             obs,
             budgets,
             Reason.SLICE_RESTART_BUDGET,
-            f"{in_window} slice restarts within {window} exceed max_slice_restarts={budgets.max_slice_restarts}",
+            f"{in_window} slice restarts within {window} exceed max_slice_restarts={budgets.max_slice_restarts}"
+            + ended,
         )
+    if obs.phase is JobSetPhase.FAILED:
+        return _escalate(obs, budgets, Reason.JOBSET_FAILED, f"the JobSet failed: {obs.failure_detail or 'no reason'}")
     stall_at = obs.progress_at + budgets.stall_timeout_seconds
     if obs.now >= stall_at:
         step = "no step yet" if obs.latest_step is None else f"last completed step {obs.latest_step}"

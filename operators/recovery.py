@@ -52,7 +52,8 @@ class Recovery:
 
     @property
     def steps_lost(self) -> int | None:
-        if self.failed_step is None:
+        """Steps run again; ``None`` until the restore happened (a recovery cut short loses no steps of its own)."""
+        if self.failed_step is None or self.restored_at is None:
             return None
         return max(0, self.failed_step - (self.restored_step if self.restored_step is not None else -1))
 

@@ -126,6 +126,8 @@ class _Monitor:
     def __init__(self, trigger: JobSetTrigger, state: MonitorState) -> None:
         self.trigger = trigger
         self.state = state
+        if not state.started_at:  # no persisted state: the incarnation is watched from now on
+            state.started_at = time.time()
         self.hook = trigger._hook()
         self.budgets = Budgets(**trigger.budgets)
         self.changed = asyncio.Event()

@@ -73,6 +73,18 @@ CASES = [
         Reason.FULL_RESTART_BUDGET,
     ),
     ("failed permanently", obs(phase=JobSetPhase.FAILED, permanent=True), Action.FAIL, Reason.PERMANENT_FAILURE),
+    (
+        "failed by slices past their budget",
+        obs(phase=JobSetPhase.FAILED, slice_restart_times=(NOW - 3, NOW - 2, NOW - 1), failure_detail="FailedJobs"),
+        Action.ESCALATE,
+        Reason.SLICE_RESTART_BUDGET,
+    ),
+    (
+        "permanent failure beats the slice budget",
+        obs(phase=JobSetPhase.FAILED, permanent=True, slice_restart_times=(NOW - 3, NOW - 2, NOW - 1)),
+        Action.FAIL,
+        Reason.PERMANENT_FAILURE,
+    ),
     ("completed at target", obs(phase=JobSetPhase.COMPLETED, committed_step=99), Action.SUCCEED, Reason.COMPLETED),
     ("completed past target", obs(phase=JobSetPhase.COMPLETED, committed_step=120), Action.SUCCEED, Reason.COMPLETED),
     ("completed short", obs(phase=JobSetPhase.COMPLETED, committed_step=60), Action.FAIL, Reason.COMPLETED_SHORT),

@@ -108,7 +108,8 @@ class StepFaults:
         while not self._stop.is_set():
             pending = [f for f in self.faults if f.fired_at is None]
             if not pending:
-                return
+                self._stop.wait(self.poll_seconds)
+                continue
             try:
                 step = self.latest_step()
                 if step is not None:

@@ -1,0 +1,188 @@
+"""`JobSetTrigger`: its serialized form, and a trigger torn down and rebuilt from it against the local cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from local.cluster import LocalCluster
+from operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    LABEL_JOB_INDEX,
+    LABEL_JOBSET_NAME,
+    WORKER_CONTAINER,
+    WORKER_REPLICATED_JOB,
+)
+from operators.observations import MonitorState
+from operators.triggers import JobSetTrigger
+
+BUDGETS = {
+    "max_slice_restarts": 1,
+    "slice_restart_window_seconds": 3600.0,
+    "stall_timeout_seconds": 3600.0,
+    "max_full_restarts": 1,
+}
+
+
+def test_serialize() -> None:
+    trigger = JobSetTrigger(
+        name="run-abc123", namespace="ml", uid="u-1", target_step=99, budgets=BUDGETS, state={"started_at": 5.0}
+    )
+    assert trigger.serialize() == (
+        "operators.triggers.JobSetTrigger",
+        {
+            "name": "run-abc123",
+            "namespace": "ml",
+            "uid": "u-1",
+            "target_step": 99,
+            "budgets": BUDGETS,
+            "full_restarts_used": 0,
+            "state": {"started_at": 5.0},
+            "kubernetes_conn_id": "kubernetes_default",
+            "deadline": None,
+            "poll_interval": 10.0,
+            "delete_on_kill": True,
+        },
+    )
+    rebuilt = JobSetTrigger(**trigger.serialize()[1])
+    assert rebuilt.serialize() == trigger.serialize()
+
+
+def sleeping_jobset(name: str, slices: int) -> dict[str, Any]:
+    """A JobSet shaped like ours whose containers only sleep: cheap enough to kill slices at will."""
+
+    def rjob(rname: str, replicas: int, restart: str, container: str) -> dict[str, Any]:
+        pod = {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": container, "image": "local", "command": ["sleep", "3600"]}],
+        }
+        job = {
+            "completionMode": "Indexed",
+            "completions": 1,
+            "parallelism": 1,
+            "backoffLimit": 10,
+            "template": {"spec": pod},
+        }
+        return {"name": rname, "replicas": replicas, "template": {"spec": job}}
+
+    return {
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
+            "failurePolicy": {"maxRestarts": 0},
+            "replicatedJobs": [
+                rjob(HEAD_REPLICATED_JOB, 1, "Never", HEAD_MAIN_CONTAINER),
+                rjob(WORKER_REPLICATED_JOB, slices, "OnFailure", WORKER_CONTAINER),
+            ],
+        },
+    }
+
+
+async def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise TimeoutError(what)
+
+
+async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connection: LocalCluster) -> None:
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    core = client.CoreV1Api(api)
+    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, sleeping_jobset("rebuild", 2)
+    )
+    name, uid = "rebuild", created["metadata"]["uid"]
+
+    def running_worker(index: int, not_uid: str | None = None) -> Any:
+        pods = core.list_namespaced_pod(
+            "default", label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_JOB_INDEX}={index}"
+        ).items
+        return next(
+            (
+                p
+                for p in pods
+                if "worker" in p.metadata.name
+                and p.status.phase == "Running"
+                and p.metadata.deletion_timestamp is None
+                and p.metadata.uid != not_uid
+            ),
+            None,
+        )
+
+    try:
+        first = [await wait_for(f"slice {i} running", lambda i=i: running_worker(i)) for i in (0, 1)]
+        original = JobSetTrigger(
+            name=name,
+            namespace="default",
+            uid=uid,
+            target_step=10,
+            budgets=BUDGETS,
+            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
+            poll_interval=0.5,
+        )
+        watching = asyncio.create_task(original.run().__anext__())
+        await asyncio.sleep(2)
+        cluster_connection.faults.delete_pod("default", first[0].metadata.name)  # restart 1: within budget
+        await wait_for("slice 0 replaced", lambda: running_worker(0, first[0].metadata.uid))
+        await asyncio.sleep(2)
+        assert not watching.done(), "one restart is within the budget"
+        watching.cancel()  # the triggerer dies
+
+        rebuilt = JobSetTrigger(**original.serialize()[1])  # a new triggerer: the kwargs saved at defer time
+        watching = asyncio.create_task(rebuilt.run().__anext__())
+        await asyncio.sleep(3)
+        assert not watching.done(), "the restart seen before the failover is not counted twice"
+        cluster_connection.faults.delete_pod("default", first[1].metadata.name)  # restart 2: over budget
+        event = (await asyncio.wait_for(watching, timeout=60)).payload
+        assert event["status"] == "decision" and event["reason"] == "slice_restart_budget_spent"
+        state = MonitorState.from_json(event["state"])
+        assert state.slice_restarts == 2
+        assert state.slice_restarts_by_slice == {"0": 1, "1": 1}
+    finally:
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+        api.close()
+
+
+@pytest.mark.parametrize("deleted", [True, False])
+async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalCluster, deleted: bool) -> None:
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom = client.CustomObjectsApi(api)
+    name = f"gone-{str(deleted).lower()}"
+    custom.create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, sleeping_jobset(name, 1)
+    )
+    uid = (
+        "not-this-one"
+        if not deleted
+        else custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)[
+            "metadata"
+        ]["uid"]
+    )
+    trigger = JobSetTrigger(name=name, namespace="default", uid=uid, target_step=1, budgets=BUDGETS, poll_interval=0.5)
+    try:
+        watching = asyncio.create_task(trigger.run().__anext__())
+        if deleted:
+            await asyncio.sleep(1)
+            custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
+        event = (await asyncio.wait_for(watching, timeout=60)).payload
+        assert event["reason"] == "jobset_missing"
+    finally:
+        if not deleted:
+            custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
+        api.close()
