@@ -200,3 +200,51 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
     assert report["slice_restarts"] == 1 and report["full_restarts"] == 0 and report["final_step"] == 59
+
+
+def test_task_killed_mid_watch_and_run_again_adopts_its_jobset(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    """A worker dies while the task waits (SIGKILL, no cleanup); the rerun finds its JobSet and never makes a second."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from datetime import UTC, datetime
+
+    from airflow.configuration import conf
+
+    dag = elastic_dag("elastic_adopt", tmp_path, steps=150, stall_timeout="timedelta(minutes=5)")
+    logical_date = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+    dag_file = Path(conf.get("core", "dags_folder")) / "elastic_adopt.py"
+    script = (
+        "import importlib.util, sys\n"
+        "from datetime import datetime, UTC\n"
+        f"spec = importlib.util.spec_from_file_location('adopt_dag', {str(dag_file)!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        f"when = datetime.fromisoformat({logical_date.isoformat()!r})\n"
+        "module.dag.test(logical_date=when, run_after=when)\n"
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", script], env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        with StepFaults(cluster_connection, "elastic-adopt") as probe:
+            deadline = time.monotonic() + 240
+            while (probe.latest_step() or -1) < 15:
+                assert first.poll() is None, "the first attempt ended on its own"
+                assert time.monotonic() < deadline, "training did not reach step 15"
+                time.sleep(0.5)
+    finally:
+        first.kill()  # the worker dies mid-watch: no on_kill, no cleanup
+        first.wait()
+    [before] = jobsets_of(cluster_connection, "elastic-adopt")
+
+    dag_run = dag.test(logical_date=logical_date, run_after=logical_date)  # the same DAG run, so the same task
+
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 149 and report["full_restarts"] == 0
+    [after] = jobsets_of(cluster_connection, "elastic-adopt")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert report["jobset_name"] == before["metadata"]["name"]
