@@ -1,0 +1,63 @@
+"""`JobSetOperator` end to end: a one-job JobSet on the local cluster that must complete, through ``dag.test()``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from local.cluster import LocalCluster
+from tests.support.airflow_dags import dag_from_source, states, xcom
+
+HEADER = "from airflow.sdk import DAG\nfrom operators import JobSetOperator"
+
+
+def one_job_dag(dag_id: str, command: list[str], **extra: Any) -> Any:
+    arguments = ", ".join(f"{k}={v!r}" for k, v in extra.items())
+    body = f"""
+    with DAG({dag_id!r}, schedule=None) as dag:
+        JobSetOperator(
+            task_id="job", name={dag_id.replace("_", "-")!r}, image="local", command={command!r},
+            runtime="local", stage="evaluate", deferrable=True, poll_interval=1.0, {arguments}
+        )
+    """
+    return dag_from_source(dag_id, body, HEADER)
+
+
+@pytest.mark.slow
+def test_a_job_that_completes_succeeds(airflow_db: None, cluster_connection: LocalCluster) -> None:
+    dag = one_job_dag(
+        "plain_ok", ["python", "-c", "import os; print('evaluated', os.environ['EXTRA'])"], env={"EXTRA": "1"}
+    )
+    dag_run = dag.test()
+    assert states(dag_run) == {"job": "success"}
+    result = xcom(dag_run, "job")
+    assert result["stage"] == "evaluate" and result["jobset_name"].startswith("plain-ok-")
+    assert xcom(dag_run, "job", "jobset_name") == result["jobset_name"]
+
+
+@pytest.mark.slow
+def test_a_job_that_fails_fails_with_its_reason_and_log(airflow_db: None, cluster_connection: LocalCluster) -> None:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dag = one_job_dag("plain_bad", ["python", "-c", "import sys; print('loss is nan'); sys.exit(3)"])
+    dag_run = dag.test()
+    assert states(dag_run) == {"job": "failed"}
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id="plain_bad", run_id=dag_run.run_id).one()
+        assert ti.try_number == 1  # a failed job is a failure, not something to retry blindly
+
+
+def test_a_shell_string_is_refused_at_parse_time() -> None:
+    from operators import JobSetOperator
+
+    with pytest.raises(ValueError, match="not a shell string"):
+        JobSetOperator(task_id="x", name="x", image="local", command="python -c 'rm -rf /'", runtime="local")
+
+
+def test_bad_runtime_is_refused() -> None:
+    from operators import JobSetOperator
+
+    with pytest.raises(ValueError, match="runtime"):
+        JobSetOperator(task_id="x", name="x", image="local", command=["true"], runtime="k8s")
