@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
@@ -277,7 +277,7 @@ class ElasticJobSetOperator(BaseOperator):
             if found is not None and (not run.jobset_uid or found["metadata"].get("uid") == run.jobset_uid):
                 run.jobset_uid = str(found["metadata"].get("uid"))
                 self._active_jobset = (run.jobset_name, run.jobset_uid)
-                return found
+                return dict(found)
             if run.escalating:
                 return None  # deleted by our escalation before a crash: create the next incarnation
         mine = hook.list_jobsets(self.namespace, manifests.label_selector(identity))
@@ -289,7 +289,7 @@ class ElasticJobSetOperator(BaseOperator):
         run.jobset_name = str(newest["metadata"]["name"])
         run.jobset_uid = str(newest["metadata"].get("uid"))
         self._active_jobset = (run.jobset_name, run.jobset_uid)
-        return newest
+        return dict(newest)
 
     def _create(
         self, hook: JobSetHook, spec: ElasticRunSpec, run: _RunState, identity: Mapping[str, str]
@@ -382,7 +382,7 @@ class ElasticJobSetOperator(BaseOperator):
     def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> None:
         """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
         hook = self._hook()
-        record = run.escalations[-1] if run.escalations else {"at": time.time()}
+        record: dict[str, Any] = run.escalations[-1] if run.escalations else {"at": time.time()}
         hook.delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
         if not hook.wait_jobset_gone(
             run.jobset_name, self.namespace, uid=run.jobset_uid, timeout=DELETE_TIMEOUT_SECONDS
@@ -513,16 +513,19 @@ class _RunState:
             return
         store.set(
             STATE_KEY,
-            {
-                "jobset_name": self.jobset_name,
-                "jobset_uid": self.jobset_uid,
-                "full_restarts": self.full_restarts,
-                "escalating": self.escalating,
-                "started_at": self.started_at,
-                "escalations": self.escalations,
-                "history": self.history,
-                "monitor": self.monitor.to_json(),
-            },
+            cast(
+                Any,
+                {
+                    "jobset_name": self.jobset_name,
+                    "jobset_uid": self.jobset_uid,
+                    "full_restarts": self.full_restarts,
+                    "escalating": self.escalating,
+                    "started_at": self.started_at,
+                    "escalations": self.escalations,
+                    "history": self.history,
+                    "monitor": self.monitor.to_json(),
+                },
+            ),
         )
 
     def current_incarnation(self) -> Incarnation:

@@ -17,7 +17,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
@@ -31,6 +31,10 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 
 Obj = dict[str, Any]
+
+F = TypeVar("F", bound=Callable[..., Any])
+# The provider's tenacity retry (429 with Retry-After, 5xx), typed for our callers.
+api_retry = cast(Callable[[F], F], generic_api_retry)
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last resourceVersion
@@ -84,7 +88,7 @@ class JobSetHook(KubernetesHook):
                 time.sleep(backoff.next_delay())
         raise AssertionError("unreachable")  # pragma: no cover
 
-    @generic_api_retry
+    @api_retry
     def get_jobset(self, name: str, namespace: str) -> Obj | None:
         """The JobSet, or ``None`` when there is none of that name."""
         try:
@@ -97,7 +101,7 @@ class JobSetHook(KubernetesHook):
                 return None
             raise
 
-    @generic_api_retry
+    @api_retry
     def list_jobsets(self, namespace: str, label_selector: str) -> list[Obj]:
         """JobSets in ``namespace`` matching ``label_selector``."""
         listed = self.custom_object_client.list_namespaced_custom_object(
@@ -105,7 +109,7 @@ class JobSetHook(KubernetesHook):
         )
         return list(listed.get("items") or [])
 
-    @generic_api_retry
+    @api_retry
     def delete_jobset(self, name: str, namespace: str, *, uid: str | None = None, foreground: bool = True) -> bool:
         """Delete the JobSet (foreground: its Jobs and pods go first); ``False`` when it was already gone.
 
@@ -158,13 +162,13 @@ class JobSetHook(KubernetesHook):
                 time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
         return self.get_jobset(name, namespace) is None
 
-    @generic_api_retry
+    @api_retry
     def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
         """Pods in ``namespace`` matching ``label_selector``, as dicts."""
         pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=label_selector)
         return [self._to_dict(p) for p in pods.items]
 
-    @generic_api_retry
+    @api_retry
     def read_log_tail(self, name: str, namespace: str, container: str, *, tail_lines: int = 40) -> str:
         """The last lines of a container's log (bounded by lines and 64 KiB); '' when unreadable."""
         try:
@@ -320,17 +324,20 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         """
         async with self.get_conn() as api:
             core = async_k8s.CoreV1Api(api)
-            response = await core.read_namespaced_pod_log(
+            bounds: dict[str, Any] = {
+                "since_seconds": since_seconds,
+                "tail_lines": tail_lines,
+                "limit_bytes": None if follow else 1 << 20,
+            }
+            response: Any = await core.read_namespaced_pod_log(
                 name,
                 namespace,
                 container=container,
                 follow=follow,
                 timestamps=True,
-                since_seconds=since_seconds,
-                tail_lines=tail_lines,
-                limit_bytes=None if follow else 1 << 20,
                 _preload_content=False,
                 _request_timeout=LONG_REQUEST_TIMEOUT,
+                **{key: value for key, value in bounds.items() if value is not None},
             )
             try:
                 while True:

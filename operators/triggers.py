@@ -70,7 +70,7 @@ class JobSetTrigger(BaseTrigger):
         poll_interval: float = 10.0,
         delete_on_kill: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.name = name
         self.namespace = namespace
         self.uid = uid
@@ -117,7 +117,7 @@ class JobSetTrigger(BaseTrigger):
         except Exception as error:  # a bug must reach the operator as an event, not kill the triggerer silently
             self.log.exception("JobSet trigger failed")
             event = monitor.event(EventStatus.ERROR, "error", f"{type(error).__name__}: {error}")
-        yield TriggerEvent(event)
+        yield TriggerEvent(event)  # type: ignore[no-untyped-call]
 
 
 class _Monitor:

@@ -137,7 +137,13 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
     dag = elastic_dag("elastic_stall", tmp_path, stall_timeout="timedelta(seconds=30)")
-    with StepFaults(cluster_connection, "elastic-stall").at(25, lambda f: f.freeze_trainer()) as faults:
+    step_20 = tmp_path / "elastic-stall" / "checkpoints" / "20"
+
+    def freeze_and_rot(faults: StepFaults) -> None:
+        faults.freeze_trainer()
+        (step_20 / "commit_success.txt").unlink()  # and the newest step rots while it hangs
+
+    with StepFaults(cluster_connection, "elastic-stall").at(25, freeze_and_rot) as faults:
         dag_run = dag.test()
     assert faults.fired == [25]
     assert states(dag_run) == {"pretrain": "success"}
@@ -145,6 +151,12 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     [escalation] = report["escalations"]
     assert escalation["reason"] == "stalled" and "no training progress" in escalation["message"]
     assert report["full_restarts"] == 1 and report["final_step"] == 59 and report["slice_restarts"] == 0
+    # The invalid newest step was moved aside, never deleted, and training resumed from the one before it.
+    [moved] = escalation["quarantined"]
+    assert Path(moved).parent.name == "quarantine" or "quarantine" in moved
+    assert Path(moved).is_dir() and (Path(moved) / "items").is_dir()
+    assert escalation["resumed_from_step"] == 10
+    assert "restoring from this run's directory step 10" in head_log(cluster_connection, report["jobsets"][1])
 
 
 def test_full_restart_budget_spent_fails_naming_it(
@@ -169,7 +181,8 @@ def test_full_restart_budget_spent_fails_naming_it(
 def test_completed_short_of_the_target_is_a_failure(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
-    dag = elastic_dag("elastic_short", tmp_path, stall_timeout="timedelta(minutes=5)")
+    # Blocking mode (no deferral) on purpose: the same trigger and policy run inside the worker.
+    dag = elastic_dag("elastic_short", tmp_path, stall_timeout="timedelta(minutes=5)", deferrable=False)
     with StepFaults(cluster_connection, "elastic-short").at(15, lambda f: f.signal_trainer(signal.SIGTERM)):
         dag_run = dag.test()
     assert states(dag_run) == {"pretrain": "failed"}
