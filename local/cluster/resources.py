@@ -75,6 +75,7 @@ class ApiError(Exception):
     name: str = ""
     group: str = ""
     causes: list[Cause] = field(default_factory=list)
+    retry_after_seconds: int | None = None
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -89,7 +90,9 @@ class ApiError(Exception):
         if self.kind:
             details["kind"] = self.kind
         if self.causes:
-            details["causes"] = [{"reason": c.reason, "message": c.message, "field": c.field} for c in self.causes]
+            details["causes"] = [_cause_body(c) for c in self.causes]
+        if self.retry_after_seconds is not None:
+            details["retryAfterSeconds"] = self.retry_after_seconds
         body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
@@ -102,6 +105,13 @@ class ApiError(Exception):
         if details:
             body["details"] = details
         return body
+
+
+def _cause_body(cause: Cause) -> dict[str, str]:
+    body = {"reason": cause.reason, "message": cause.message}
+    if cause.field:
+        body["field"] = cause.field
+    return body
 
 
 def not_found(rtype: ResourceType, name: str) -> ApiError:
