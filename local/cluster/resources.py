@@ -45,6 +45,8 @@ JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job")
 JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
 
 RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS)
+# Served as a CustomResourceDefinition would be (no strategic merge patch, for one).
+CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS,)
 
 
 def resource_type(group: str, version: str, plural: str) -> ResourceType | None:

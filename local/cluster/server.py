@@ -21,9 +21,10 @@ from local.cluster import discovery
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
 from local.cluster.paging import ListQuery, list_page, parse_limit
-from local.cluster.patching import apply_patch
+from local.cluster.patching import apply_patch, check_patch_type
 from local.cluster.pod_logs import serve_pod_log
 from local.cluster.resources import (
+    CUSTOM_RESOURCE_TYPES,
     JOBS,
     JOBSETS,
     NAMESPACES,
@@ -266,12 +267,14 @@ class ApiServer:
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
+        custom = target.rtype in CUSTOM_RESOURCE_TYPES
+        check_patch_type(request.content_type, custom=custom)
         try:
             patch = json.loads(await request.read())
         except ValueError as exc:
             raise bad_request(f"the patch is not JSON: {exc}") from exc
         current = self._get(target)
-        patched = apply_patch(request.content_type, current, patch)
+        patched = apply_patch(request.content_type, current, patch, custom=custom)
         meta = patched.get("metadata")
         if not isinstance(meta, dict) or meta.get("name") != target.name:
             raise bad_request("a patch may not change metadata.name")
