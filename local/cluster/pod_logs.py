@@ -170,15 +170,16 @@ async def serve_pod_log(
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         response.enable_chunked_encoding()
         await response.prepare(request)
+        sender = _LogSender(response, handle, budget, since, timestamps)
         try:
-            while offset < end and not budget.spent:  # the file as it was when the request came
-                lines, offset = await asyncio.to_thread(read_lines, handle, offset, since=since, end=end)
-                if lines:
-                    await response.write(budget.take(_render(lines, timestamps)))
+            offset = await sender.send_until(offset, end)  # the file as it was when the request came
             if follow and not previous:
-                await _follow(
-                    response, handle, offset, budget, since, timestamps, store, (namespace, name, uid), container, run
-                )
+                while not budget.spent:
+                    finished = run_finished(store, namespace, name, uid, container, run)
+                    offset = await sender.send_until(offset, None)  # what the run wrote since
+                    if finished:
+                        break
+                    await asyncio.sleep(FOLLOW_POLL_SECONDS)
             await response.write_eof()
         except ConnectionError:
             pass
@@ -187,29 +188,30 @@ async def serve_pod_log(
         handle.close()
 
 
-async def _follow(
-    response: web.StreamResponse,
-    handle: BinaryIO,
-    offset: int,
-    budget: _Budget,
-    since: datetime | None,
-    timestamps: bool,
-    store: Store,
-    pod: tuple[str, str, str],
-    container: str,
-    run: int,
-) -> None:
-    """Send what the run writes next, until it has finished and all of it was sent."""
-    namespace, name, uid = pod
-    while not budget.spent:
-        finished = run_finished(store, namespace, name, uid, container, run)
-        while not budget.spent:  # everything written so far, a chunk at a time
-            lines, reached = await asyncio.to_thread(read_lines, handle, offset, since=since)
+class _LogSender:
+    """Sends the lines of one open log file, a chunk at a time, read in a worker thread."""
+
+    def __init__(
+        self,
+        response: web.StreamResponse,
+        handle: BinaryIO,
+        budget: _Budget,
+        since: datetime | None,
+        timestamps: bool,
+    ) -> None:
+        self._response = response
+        self._handle = handle
+        self._budget = budget
+        self._since = since
+        self._timestamps = timestamps
+
+    async def send_until(self, offset: int, end: int | None) -> int:
+        """Send the complete lines from ``offset`` to ``end`` (None: to what is written now); the offset reached."""
+        while not self._budget.spent and (end is None or offset < end):
+            lines, reached = await asyncio.to_thread(read_lines, self._handle, offset, since=self._since, end=end)
             if lines:
-                await response.write(budget.take(_render(lines, timestamps)))
+                await self._response.write(self._budget.take(_render(lines, self._timestamps)))
             if reached == offset:
                 break
             offset = reached
-        if finished:
-            return
-        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        return offset
