@@ -217,3 +217,14 @@ def test_quarantine_keeps_its_signature() -> None:
     assert list(sig.parameters) == ["root", "step_name", "storage", "quarantine_dir", "now"]
     assert [p.kind for p in sig.parameters.values()][2:] == [inspect.Parameter.KEYWORD_ONLY] * 3
     assert sig.return_annotation in (str, "str")
+
+
+def test_quarantine_takes_the_next_name_when_the_move_refuses(run_copy: Callable[[str], Path]) -> None:
+    """A file where the quarantine directory would go: not a directory, yet the move refuses it."""
+    ckpt = run_copy("zarr") / "checkpoints"
+    (ckpt / "quarantine").mkdir()
+    (ckpt / "quarantine" / "20.19700101T000000Z").write_text("someone else's")
+    moved = quarantine_step(str(ckpt), "20", now=0)
+    assert moved == str(ckpt / "quarantine" / "20.19700101T000000Z-2")
+    assert (ckpt / "quarantine" / "20.19700101T000000Z").read_text() == "someone else's"
+    assert (Path(moved) / "commit_success.txt").is_file() and not (ckpt / "20").exists()
