@@ -44,6 +44,7 @@ demo: setup
 # The commands recorded in benchmarks/RESULTS.md; each is bounded in time and talks only to loopback.
 bench: setup
 	$(BIN)/python -m benchmarks.cluster_api
+	$(BIN)/python -m benchmarks.cluster_logs_watches --repeat 3
 	$(BIN)/python -m benchmarks.pod_death --runs 50
 	$(BIN)/python -m benchmarks.workloads --kills 3 --steps 200
 	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets local --repeat 5 --restore-repeat 3

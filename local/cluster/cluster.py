@@ -32,7 +32,8 @@ from local.cluster.faults import FailRule, FaultInjector, LatencyRule
 from local.cluster.kubeconfig import write_kubeconfig
 from local.cluster.logs import LogStore
 from local.cluster.server import ApiServer
-from local.cluster.store import Store
+from local.cluster.store import DEFAULT_WATCH_QUEUE_LIMIT, Store
+from local.cluster.watching import WatchOptions
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +120,18 @@ class LocalCluster:
         *,
         kubeconfig_path: Path | None = None,
         run_control_plane: bool = True,
+        watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT,
+        watch_options: WatchOptions | None = None,
     ) -> None:
-        """``run_control_plane=False`` serves the API alone (no controllers, no kubelet)."""
+        """``run_control_plane=False`` serves the API alone (no controllers, no kubelet);
+        ``watch_queue_limit`` and ``watch_options`` bound watches (tests make them small)."""
         _check_loopback(host)
         self.workdir = Path(workdir)
         self.host = host
         self.port = port
         self.watch_history = watch_history
+        self.watch_queue_limit = watch_queue_limit
+        self.watch_options = watch_options or WatchOptions()
         self.kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path else self.workdir / "kubeconfig"
         self.run_control_plane = run_control_plane
         self.token = secrets.token_urlsafe(24)
@@ -251,7 +257,7 @@ class LocalCluster:
             loop.close()
 
     async def _startup(self, sock: socket.socket) -> None:
-        self.store = Store(history_limit=self.watch_history)
+        self.store = Store(history_limit=self.watch_history, watch_queue_limit=self.watch_queue_limit)
         self.logs = LogStore(self.workdir / "logs")
         if self.run_control_plane:
             pod_env = {
@@ -261,8 +267,10 @@ class LocalCluster:
             }
             self.control_plane = ControlPlane(self.store, self.logs, self.workdir, pod_env)
         self._injector = FaultInjector(self.store, self.control_plane)
-        server = ApiServer(self.store, self.logs, self._injector, self.token)
-        self._runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+        server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
+        # handler_cancellation: a request whose client went away stops at once (a watch unregisters),
+        # as the Go server cancels the request's context.
+        self._runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
         await web.SockSite(self._runner, sock, shutdown_timeout=1.0).start()
         if self.control_plane is not None:

@@ -3,15 +3,25 @@
 Each container run gets one file ``<root>/<pod uid>/<container>/<restart count>.log``; each line
 is ``<RFC3339Nano timestamp> <stream> F <text>``, the format the CRI runtimes write, so
 ``timestamps``, ``sinceTime`` and ``sinceSeconds`` are answered from the file alone.
+
+Reads go to where the answer is, as the kubelet's ``ReadLogs``
+(``pkg/kubelet/kuberuntime/logs/logs.go``) does: ``tailLines`` seeks back from the end of the
+file (its ``tail.FindTailLineStartIndex``), ``sinceTime`` bisects the time-ordered lines for
+the first one not older, and the rest is read forward in bounded chunks, so no request
+reads (or holds) the whole file. They block: the API calls them off its event loop.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
+
+READ_CHUNK_BYTES = 1 << 20  # one forward read; a longer line is read to its end
+_SEEK_BLOCK_BYTES = 64 * 1024  # one step of a backward scan
+_STAMP_PROBE_BYTES = 64  # enough for a line's timestamp
 
 
 def rfc3339_nano(moment: datetime) -> str:
@@ -38,14 +48,18 @@ def parse_rfc3339(text: str) -> datetime:
 
 @dataclass(frozen=True)
 class LogLine:
-    """One line a container printed, with the time the kubelet read it."""
+    """One line a container printed, with the time the kubelet read it (as written, RFC 3339 nano)."""
 
-    time: datetime
+    stamp: str
     stream: str
     text: str
 
+    @property
+    def time(self) -> datetime:
+        return parse_rfc3339(self.stamp)
+
     def render(self, timestamps: bool) -> str:
-        return f"{rfc3339_nano(self.time)} {self.text}" if timestamps else self.text
+        return f"{self.stamp} {self.text}" if timestamps else self.text
 
 
 class ContainerLogWriter:
@@ -83,55 +97,117 @@ class LogStore:
         runs = [int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit()] if directory.is_dir() else []
         return max(runs) if runs else None
 
-    def read(
-        self,
-        pod_uid: str,
-        container: str,
-        *,
-        previous: bool = False,
-        tail_lines: int | None = None,
-        since: datetime | None = None,
-        offset: int = 0,
-        run: int | None = None,
-    ) -> tuple[list[LogLine], int]:
-        """Lines of the container's current (or previous) run, and the byte offset read up to.
-
-        ``offset`` lets a follower continue where its last read stopped; ``run`` pins the
-        restart count to read (a follower must not jump to a newer run's file mid-stream).
-        """
-        if run is None:
-            run = self.latest_run(pod_uid, container)
-        if run is None:
-            return [], 0
-        if previous:
-            run -= 1
-            if run < 0:
-                return [], 0
+    def run_path(self, pod_uid: str, container: str, run: int) -> Path | None:
+        """The log file of one run, or None when it has none."""
         path = self.path(pod_uid, container, run)
-        if not path.exists():
-            return [], 0
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-        complete = data.rfind(b"\n") + 1  # a half-written last line is left for the next read
-        end = offset + complete
-        lines: deque[LogLine] | list[LogLine]
-        lines = deque(maxlen=tail_lines) if tail_lines is not None else []
-        for raw in data[:complete].decode("utf-8", errors="replace").splitlines():
-            line = _parse_line(raw)
-            if line is None or (since is not None and line.time < since):
+        return path if path.is_file() else None
+
+
+def complete_size(handle: BinaryIO) -> int:
+    """The offset just past the file's last newline: a half-written last line is not read yet."""
+    pos = handle.seek(0, os.SEEK_END)
+    while pos > 0:
+        step = min(_SEEK_BLOCK_BYTES, pos)
+        pos -= step
+        handle.seek(pos)
+        newline = handle.read(step).rfind(b"\n")
+        if newline >= 0:
+            return pos + newline + 1
+    return 0
+
+
+def tail_offset(handle: BinaryIO, end: int, lines: int) -> int:
+    """Where the last ``lines`` complete lines before ``end`` start, found by reading backwards."""
+    if lines == 0 or end == 0:
+        return end
+    pos = end - 1  # the last line's own newline does not start a line
+    seen = 0
+    while pos > 0:
+        step = min(_SEEK_BLOCK_BYTES, pos)
+        pos -= step
+        handle.seek(pos)
+        block = handle.read(step)
+        index = len(block)
+        while (index := block.rfind(b"\n", 0, index)) >= 0:
+            seen += 1
+            if seen == lines:
+                return pos + index + 1
+    return 0
+
+
+def _next_line_start(handle: BinaryIO, pos: int, end: int) -> int:
+    """The first line start at or after ``pos`` (``end`` when there is none before it)."""
+    if pos <= 0:
+        return 0
+    handle.seek(pos - 1)
+    while pos - 1 < end:
+        block = handle.read(_SEEK_BLOCK_BYTES)
+        if not block:
+            return end
+        newline = block.find(b"\n")
+        if newline >= 0:
+            return min(pos + newline, end)
+        pos += len(block)
+    return end
+
+
+def _line_time(handle: BinaryIO, start: int) -> datetime | None:
+    handle.seek(start)
+    stamp = handle.read(_STAMP_PROBE_BYTES).split(b" ", 1)[0]
+    try:
+        return parse_rfc3339(stamp.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def since_offset(handle: BinaryIO, end: int, since: datetime) -> int:
+    """The start of the first line not older than ``since``, by bisecting the time-ordered file."""
+    low, high = 0, end
+    while low < high:
+        middle = (low + high) // 2
+        start = _next_line_start(handle, middle, end)
+        moment = _line_time(handle, start) if start < end else None
+        if start >= end or (moment is not None and moment >= since):
+            high = middle
+        else:
+            low = middle + 1
+    return _next_line_start(handle, low, end)
+
+
+def read_lines(
+    handle: BinaryIO, offset: int, *, since: datetime | None = None, end: int | None = None
+) -> tuple[list[LogLine], int]:
+    """The complete lines from ``offset`` on (up to about :data:`READ_CHUNK_BYTES`, never past
+    ``end``), those older than ``since`` left out, and the offset read up to."""
+    handle.seek(offset)
+    budget = READ_CHUNK_BYTES if end is None else min(READ_CHUNK_BYTES, end - offset)
+    data = handle.read(max(budget, 0))
+    complete = data.rfind(b"\n") + 1
+    while complete == 0 and data and (end is None or offset + len(data) < end):  # a line longer than a chunk
+        more = handle.read(READ_CHUNK_BYTES if end is None else min(READ_CHUNK_BYTES, end - offset - len(data)))
+        if not more:
+            break
+        newline = more.rfind(b"\n")
+        complete = len(data) + newline + 1 if newline >= 0 else 0
+        data += more
+    lines: list[LogLine] = []
+    for raw in data[:complete].decode("utf-8", errors="replace").splitlines():
+        line = _parse_line(raw)
+        if line is None:
+            continue
+        if since is not None:
+            try:
+                if parse_rfc3339(line.stamp) < since:
+                    continue
+            except ValueError:
                 continue
-            lines.append(line)
-        return list(lines), end
+        lines.append(line)
+    return lines, offset + complete
 
 
 def _parse_line(raw: str) -> LogLine | None:
     parts = raw.split(" ", 3)
     if len(parts) < 3:
         return None
-    try:
-        moment = parse_rfc3339(parts[0])
-    except ValueError:
-        return None
     text = parts[3] if len(parts) == 4 else ""
-    return LogLine(moment, parts[1], text)
+    return LogLine(parts[0], parts[1], text)

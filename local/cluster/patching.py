@@ -1,8 +1,10 @@
 """PATCH bodies: JSON merge patch (RFC 7386) and JSON patch (RFC 6902).
 
-Strategic merge patch is answered as a merge patch: for the types served here the only
-difference is that lists keyed by ``name`` (containers, env) are replaced instead of merged,
-which is what a merge patch does on a CRD too.
+Strategic merge patch is answered as a merge patch for the built-in types: for those served
+here the only difference is that lists keyed by ``name`` (containers, env) are replaced instead
+of merged. A custom resource has no strategic merge schema, so upstream refuses it with 415
+``UnsupportedMediaType`` (``PatchResource`` in ``apiserver/pkg/endpoints/handlers/patch.go``,
+whose message is ``negotiation.NewUnsupportedMediaTypeError``'s), and so does this server.
 """
 
 from __future__ import annotations
@@ -16,10 +18,26 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 SUPPORTED_PATCH_TYPES = (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH)
+CUSTOM_RESOURCE_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH)
 
 
-def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:
-    """The patched copy of ``target``; ``ApiError`` 400/415/422 for a patch that cannot apply."""
+def check_patch_type(content_type: str, *, custom: bool) -> None:
+    """``ApiError`` 415 for a patch type the resource does not take (before its body is read)."""
+    accepted = CUSTOM_RESOURCE_PATCH_TYPES if custom else SUPPORTED_PATCH_TYPES
+    if content_type not in accepted:
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: " + ", ".join(accepted),
+        )
+
+
+def apply_patch(content_type: str, target: dict[str, Any], patch: Any, *, custom: bool = False) -> dict[str, Any]:
+    """The patched copy of ``target``; ``ApiError`` 400/415/422 for a patch that cannot apply.
+
+    ``custom``: ``target`` is a custom resource, which takes no strategic merge patch.
+    """
+    check_patch_type(content_type, custom=custom)
     if content_type in (MERGE_PATCH, STRATEGIC_MERGE_PATCH):
         if not isinstance(patch, dict):
             raise bad_request("a merge patch must be a JSON object")
@@ -28,8 +46,6 @@ def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[s
         if not isinstance(patch, list):
             raise bad_request("a JSON patch must be a JSON array of operations")
         result = json_patch(target, patch)
-    else:
-        raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}")
     if not isinstance(result, dict):
         raise _unprocessable("the patched document is not an object")
     return result

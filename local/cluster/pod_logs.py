@@ -4,6 +4,11 @@ The kubelet (control plane) writes CRI-format files through :class:`LogStore` an
 container's state in ``status.containerStatuses`` / ``initContainerStatuses``; a ``follow``
 stream reads the file of the run it started on until that run has terminated (or the pod is
 gone) and everything it wrote has been sent.
+
+As in the kubelet's ``ReadLogs``, ``tailLines`` picks the last lines first and ``sinceTime``
+/ ``sinceSeconds`` then drops the older ones among them; ``limitBytes`` caps what is sent.
+Every file read runs in a worker thread, a bounded chunk at a time, so a large log never
+stalls the API's event loop.
 """
 
 from __future__ import annotations
@@ -11,11 +16,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, BinaryIO
 
 from aiohttp import web
 
-from local.cluster.logs import LogLine, LogStore, parse_rfc3339
+from local.cluster.logs import LogLine, LogStore, complete_size, parse_rfc3339, read_lines, since_offset, tail_offset
 from local.cluster.resources import PODS, bad_request
 from local.cluster.store import Store
 
@@ -124,10 +129,18 @@ def _render(lines: list[LogLine], timestamps: bool) -> bytes:
     return "".join(line.render(timestamps) + "\n" for line in lines).encode()
 
 
+def _start_offset(handle: BinaryIO, end: int, tail: int | None, since: datetime | None) -> int:
+    if tail is not None:
+        return tail_offset(handle, end, tail)
+    if since is not None:
+        return since_offset(handle, end, since)
+    return 0
+
+
 async def serve_pod_log(
     request: web.Request, store: Store, logs: LogStore, namespace: str, name: str
 ) -> web.StreamResponse:
-    """Answer one log request (plain text; streamed when ``follow``)."""
+    """Answer one log request (plain text, streamed in chunks; until the run ends when ``follow``)."""
     query = request.query
     pod = store.get(PODS, namespace, name)
     container = choose_container(pod, query.get("container"))
@@ -147,25 +160,58 @@ async def serve_pod_log(
     run = latest - 1 if previous else latest
     if run < 0:
         raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
-    lines, offset = logs.read(uid, container, run=run, tail_lines=tail, since=since)
-    first = budget.take(_render(lines, timestamps))
-    if not follow or previous:
-        return web.Response(body=first, content_type="text/plain")
-    response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-    response.enable_chunked_encoding()
-    await response.prepare(request)
+    path = logs.run_path(uid, container, run)
+    if path is None:
+        return web.Response(body=b"", content_type="text/plain")
+    handle = await asyncio.to_thread(path.open, "rb")
     try:
-        if first:
-            await response.write(first)
-        while not budget.spent:
-            finished = run_finished(store, namespace, name, uid, container, run)
-            lines, offset = logs.read(uid, container, run=run, offset=offset)
+        end = await asyncio.to_thread(complete_size, handle)
+        offset = await asyncio.to_thread(_start_offset, handle, end, tail, since)
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        sender = _LogSender(response, handle, budget, since, timestamps)
+        try:
+            offset = await sender.send_until(offset, end)  # the file as it was when the request came
+            if follow and not previous:
+                while not budget.spent:
+                    finished = run_finished(store, namespace, name, uid, container, run)
+                    offset = await sender.send_until(offset, None)  # what the run wrote since
+                    if finished:
+                        break
+                    await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            await response.write_eof()
+        except ConnectionError:
+            pass
+        return response
+    finally:
+        handle.close()
+
+
+class _LogSender:
+    """Sends the lines of one open log file, a chunk at a time, read in a worker thread."""
+
+    def __init__(
+        self,
+        response: web.StreamResponse,
+        handle: BinaryIO,
+        budget: _Budget,
+        since: datetime | None,
+        timestamps: bool,
+    ) -> None:
+        self._response = response
+        self._handle = handle
+        self._budget = budget
+        self._since = since
+        self._timestamps = timestamps
+
+    async def send_until(self, offset: int, end: int | None) -> int:
+        """Send the complete lines from ``offset`` to ``end`` (None: to what is written now); the offset reached."""
+        while not self._budget.spent and (end is None or offset < end):
+            lines, reached = await asyncio.to_thread(read_lines, self._handle, offset, since=self._since, end=end)
             if lines:
-                await response.write(budget.take(_render(lines, timestamps)))
-            if finished:
+                await self._response.write(self._budget.take(_render(lines, self._timestamps)))
+            if reached == offset:
                 break
-            await asyncio.sleep(FOLLOW_POLL_SECONDS)
-        await response.write_eof()
-    except ConnectionError:
-        pass
-    return response
+            offset = reached
+        return offset

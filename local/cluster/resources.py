@@ -45,6 +45,8 @@ JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job")
 JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
 
 RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS)
+# Served as a CustomResourceDefinition would be (no strategic merge patch, for one).
+CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS,)
 
 
 def resource_type(group: str, version: str, plural: str) -> ResourceType | None:
@@ -75,6 +77,7 @@ class ApiError(Exception):
     name: str = ""
     group: str = ""
     causes: list[Cause] = field(default_factory=list)
+    retry_after_seconds: int | None = None
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -89,7 +92,9 @@ class ApiError(Exception):
         if self.kind:
             details["kind"] = self.kind
         if self.causes:
-            details["causes"] = [{"reason": c.reason, "message": c.message, "field": c.field} for c in self.causes]
+            details["causes"] = [_cause_body(c) for c in self.causes]
+        if self.retry_after_seconds is not None:
+            details["retryAfterSeconds"] = self.retry_after_seconds
         body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
@@ -102,6 +107,13 @@ class ApiError(Exception):
         if details:
             body["details"] = details
         return body
+
+
+def _cause_body(cause: Cause) -> dict[str, str]:
+    body = {"reason": cause.reason, "message": cause.message}
+    if cause.field:
+        body["field"] = cause.field
+    return body
 
 
 def not_found(rtype: ResourceType, name: str) -> ApiError:

@@ -134,6 +134,9 @@ def parse_label_selector(text: str | None) -> LabelSelector:
             negated, key, operator, raw_values = match.groups()
             if negated:
                 raise _bad_selector(text, f"unexpected '!' before {key!r}")
+            if not raw_values.strip():
+                # upstream labels.NewRequirement: "for 'in', 'notin' operators, values set can't be empty"
+                raise _bad_selector(text, f"for 'in', 'notin' operators, values set can't be empty ({key!r})")
             values = [v.strip() for v in raw_values.split(",")]
             _check_key(key, text)
             for value in values:

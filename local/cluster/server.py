@@ -9,8 +9,6 @@ by the store for every caller (:mod:`local.cluster.strategy`); updates made here
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
 import json
 import logging
@@ -23,9 +21,11 @@ from aiohttp import web
 from local.cluster import discovery
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
-from local.cluster.patching import apply_patch
+from local.cluster.paging import ListQuery, list_page, parse_limit
+from local.cluster.patching import apply_patch, check_patch_type
 from local.cluster.pod_logs import serve_pod_log
 from local.cluster.resources import (
+    CUSTOM_RESOURCE_TYPES,
     JOBSETS,
     NAMESPACES,
     PODS,
@@ -38,7 +38,7 @@ from local.cluster.resources import (
 from local.cluster.selectors import Selection, parse_field_selector, parse_label_selector
 from local.cluster.store import Obj, Store
 from local.cluster.validation import validate, validate_update
-from local.cluster.watching import stream_watch
+from local.cluster.watching import WatchOptions, stream_watch
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,16 @@ def parse_target(group: str, version: str, rest: list[str], path: str) -> Target
 class ApiServer:
     """The request handlers, bound to one store, log store and fault injector."""
 
-    def __init__(self, store: Store, logs: LogStore, faults: FaultInjector, token: str | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        logs: LogStore,
+        faults: FaultInjector,
+        token: str | None,
+        watch_options: WatchOptions | None = None,
+    ) -> None:
         self.store = store
+        self.watch_options = watch_options or WatchOptions()
         self.logs = logs
         self.faults = faults
         self.token = token
@@ -214,28 +222,24 @@ class ApiServer:
     async def _list(self, request: web.Request, target: Target) -> web.StreamResponse:
         query = request.query
         rtype = target.rtype
+        labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
         selection = Selection(
             namespace=target.namespace if rtype.namespaced else None,
-            labels=parse_label_selector(query.get("labelSelector")),
-            fields=parse_field_selector(query.get("fieldSelector"), rtype),
+            labels=parse_label_selector(labels),
+            fields=parse_field_selector(fields, rtype),
         )
         if query.get("watch", "").lower() in ("true", "1"):
-            timeout = query.get("timeoutSeconds")
-            try:
-                timeout_seconds = float(timeout) if timeout else None
-            except ValueError as exc:
-                raise bad_request(f"timeoutSeconds: invalid number {timeout!r}") from exc
-            return await stream_watch(
-                request, self.store, rtype, selection, query.get("resourceVersion"), timeout_seconds
-            )
-        items, version = self.store.view(rtype, selection.namespace, selection.matches)
-        metadata: dict[str, Any] = {"resourceVersion": str(version)}
-        items, next_token, remaining = _page(items, query.get("limit"), query.get("continue"))
-        if next_token:
-            metadata["continue"] = next_token
-            metadata["remainingItemCount"] = remaining
-        body = {"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": metadata, "items": items}
-        return _json(body)
+            return await stream_watch(request, self.store, rtype, selection, self.watch_options)
+        page = list_page(
+            self.store,
+            ListQuery(rtype, selection, labels, fields),
+            parse_limit(query.get("limit")),
+            query.get("continue"),
+            query.get("resourceVersion"),
+        )
+        return _json(
+            {"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": page.metadata(), "items": page.items}
+        )
 
     async def _create(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
@@ -259,12 +263,14 @@ class ApiServer:
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
+        custom = target.rtype in CUSTOM_RESOURCE_TYPES
+        check_patch_type(request.content_type, custom=custom)
         try:
             patch = json.loads(await request.read())
         except ValueError as exc:
             raise bad_request(f"the patch is not JSON: {exc}") from exc
         current = self._get(target)
-        patched = apply_patch(request.content_type, current, patch)
+        patched = apply_patch(request.content_type, current, patch, custom=custom)
         meta = patched.get("metadata")
         if not isinstance(meta, dict) or meta.get("name") != target.name:
             raise bad_request("a patch may not change metadata.name")
@@ -418,21 +424,3 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
         if options["gracePeriodSeconds"] < 0:
             options["gracePeriodSeconds"] = 1  # rest.BeforeDelete: a negative grace period means 1 s
     return options
-
-
-def _page(items: list[Obj], limit: str | None, token: str | None) -> tuple[list[Obj], str | None, int]:
-    """``limit``/``continue`` paging over a fresh list (not a consistent snapshot across pages)."""
-    start = 0
-    if token:
-        try:
-            start = int(json.loads(base64.urlsafe_b64decode(token.encode()))["start"])
-        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-            raise ApiError(410, "Expired", "the provided continue parameter is too old or malformed") from exc
-    try:
-        size = int(limit) if limit else 0
-    except ValueError as exc:
-        raise bad_request(f"limit: invalid integer {limit!r}") from exc
-    if size <= 0 or start + size >= len(items):
-        return items[start:], None, 0
-    token = base64.urlsafe_b64encode(json.dumps({"start": start + size}).encode()).decode()
-    return items[start : start + size], token, len(items) - start - size

@@ -6,7 +6,7 @@ kept event gets ``410 Gone``, as the real API server does after compaction.
 
 The store is used from a single asyncio event loop (the API handlers, the controllers and the
 kubelet all run on it), so its methods are synchronous and need no locks; watchers receive
-events through ``asyncio.Queue`` objects. Code on other threads must hop onto the loop.
+events through bounded per-watch queues (:class:`Watch`). Code on other threads must hop onto the loop.
 
 Creation follows the API server's create path for every caller, API request or in-process
 controller alike: the namespace must exist and not be terminating (NamespaceLifecycle
@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import copy
 import secrets
 import uuid
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from local.cluster.resources import (
@@ -65,6 +67,9 @@ FOREGROUND_FINALIZER = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
 DEFAULT_NAMESPACE = "default"
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
+# Undelivered events a watch may hold before it is ended; upstream's cacher sizes its per-watcher
+# channel between 10 and 1000 (``watchCache.suggestedWatchChannelSize``).
+DEFAULT_WATCH_QUEUE_LIMIT = 1000
 
 
 def now_rfc3339(offset_seconds: float = 0.0) -> str:
@@ -89,42 +94,93 @@ class WatchEvent:
     object: Obj
     resource_version: int
     old_object: Obj | None = None  # the object before a MODIFIED event (watch selectors need it)
+    previous_version: str | None = None  # the object's resourceVersion before this event
 
     @property
     def namespace(self) -> str:
         return str(self.object.get("metadata", {}).get("namespace", ""))
 
 
+class WatchEnd(StrEnum):
+    """Why the store ended a watch."""
+
+    EXPIRED = "expired"  # fault injection or shutdown
+    TOO_SLOW = "too slow"  # its queue of undelivered events reached the limit
+
+
 class Watch:
-    """A live subscription to store events, optionally replaying history first."""
+    """A live subscription to the events of one resource type (in one namespace, or all).
 
-    def __init__(self, store: Store, replay: list[WatchEvent]) -> None:
+    Events wait in a bounded queue: the store ends a watch whose queue is full instead of
+    letting it grow, as the API server's cacher terminates a watcher that cannot keep up
+    (``cacheWatcher.add`` in ``staging/src/k8s.io/apiserver/pkg/storage/cacher``); the
+    client then resumes from the last resourceVersion it saw, or relists.
+    """
+
+    def __init__(
+        self, store: Store, rtype: ResourceType, namespace: str | None, replay: list[WatchEvent], limit: int
+    ) -> None:
         self._store = store
-        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
-        for event in replay:
-            self.queue.put_nowait(event)
+        self.rtype = rtype
+        self.namespace = namespace
+        self._replay = replay  # history is bounded already; replay is not counted against ``limit``
+        self._pending: deque[WatchEvent] = deque()
+        self._limit = limit
+        self._wake = asyncio.Event()
+        self.ended: WatchEnd | None = None
+        if replay:
+            self._wake.set()
 
-    async def next(self, timeout: float | None = None) -> WatchEvent | None:
-        """The next event, or None when the watch was expired by the store or timed out."""
-        try:
-            return await asyncio.wait_for(self.queue.get(), timeout)
-        except TimeoutError:
-            return None
+    def deliver(self, event: WatchEvent) -> bool:
+        """Queue ``event``; False (and nothing queued) when the queue is full."""
+        if len(self._pending) >= self._limit:
+            return False
+        self._pending.append(event)
+        self._wake.set()
+        return True
+
+    def end(self, reason: WatchEnd) -> None:
+        """Stop the watch; undelivered events of a watch that fell behind are dropped, as upstream."""
+        if self.ended is None:
+            self.ended = reason
+        if reason is WatchEnd.TOO_SLOW:
+            self._replay = []
+            self._pending.clear()
+        self._wake.set()
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """Return once events are queued, the watch has ended, or ``timeout`` seconds passed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def take(self) -> list[WatchEvent]:
+        """Every queued event, oldest first, and clear the queue."""
+        events = self._replay + list(self._pending)
+        self._replay = []
+        self._pending.clear()
+        if self.ended is None:
+            self._wake.clear()
+        return events
 
     def close(self) -> None:
-        self._store._watches.discard(self)
+        """Unsubscribe (idempotent)."""
+        self._store.unwatch(self)
 
 
 class Store:
     """In-memory objects of every served type, with resourceVersions and a bounded event history."""
 
-    def __init__(self, history_limit: int = 1000) -> None:
+    def __init__(self, history_limit: int = 1000, watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT) -> None:
         if history_limit < 1:
             raise ValueError("history_limit must be at least 1")
+        if watch_queue_limit < 1:
+            raise ValueError("watch_queue_limit must be at least 1")
+        self.watch_queue_limit = watch_queue_limit
         self._objects: dict[Key, Obj] = {}
         self._resource_version = 0
         self._history: deque[WatchEvent] = deque(maxlen=history_limit)
-        self._watches: set[Watch] = set()
+        # Watches by (type, namespace or None for all): an event reaches only those that can want it.
+        self._watches: defaultdict[tuple[ResourceType, str | None], set[Watch]] = defaultdict(set)
         self._listeners: list[Callable[[WatchEvent], None]] = []
         self._create_namespace(DEFAULT_NAMESPACE)
 
@@ -159,6 +215,41 @@ class Store:
         if where is not None:
             items = [obj for obj in items if where(obj)]
         return items, self._resource_version
+
+    def view_at(self, rtype: ResourceType, namespace: str | None, resource_version: int) -> list[Obj]:
+        """The objects of a type (in one namespace, or all) as they were at ``resource_version``.
+
+        What etcd's MVCC gives the API server for a continued list: the current objects with
+        every later event undone from the history. Read-only, like :meth:`view`. ``ApiError``
+        410 once the history no longer reaches back to ``resource_version`` (etcd's compaction).
+        """
+        if resource_version > self._resource_version:
+            raise bad_request(f"resourceVersion {resource_version} is newer than the store's")
+        later: list[WatchEvent] = []
+        for event in reversed(self._history):
+            if event.resource_version <= resource_version:
+                break
+            later.append(event)
+        oldest = later[-1].resource_version if later else self._resource_version + 1
+        if oldest != resource_version + 1:
+            raise gone(resource_version, oldest)
+        scope = namespace if rtype.namespaced else None
+        current, _ = self.view(rtype, scope)
+        objects = {(obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj for obj in current}
+        for event in later:  # newest first
+            if event.rtype != rtype or (scope is not None and event.namespace != scope):
+                continue
+            key = (event.namespace if rtype.namespaced else "", event.object["metadata"]["name"])
+            if event.type == "ADDED":
+                objects.pop(key, None)
+            elif event.type == "DELETED":
+                meta = {**event.object["metadata"], "resourceVersion": event.previous_version}
+                objects[key] = {**event.object, "metadata": meta}
+            elif event.old_object is not None:
+                objects[key] = event.old_object
+            else:
+                raise gone(resource_version, event.resource_version + 1)
+        return [objects[key] for key in sorted(objects)]
 
     def list(
         self, rtype: ResourceType, namespace: str | None = None, where: Callable[[Obj], bool] | None = None
@@ -373,28 +464,49 @@ class Store:
 
     # -- watching ----------------------------------------------------------------------------
 
-    def watch(self, resource_version: int | None) -> Watch:
-        """Subscribe to events after ``resource_version``.
+    def watch(self, rtype: ResourceType, namespace: str | None, resource_version: int | None) -> Watch:
+        """Subscribe to the events of ``rtype`` (in ``namespace``, or all) after ``resource_version``.
 
         ``None`` (or 0) starts at "now" with no replay: the caller lists first, as informers
         do, or asks the HTTP layer for synthetic ADDED events. A version older than the
         kept history raises ``ApiError`` 410.
         """
+        scope = namespace if rtype.namespaced else None
         replay: list[WatchEvent] = []
         if resource_version:
             oldest = self._history[0].resource_version if self._history else self._resource_version + 1
             if resource_version < oldest - 1 and resource_version < self._resource_version:
                 raise gone(resource_version, oldest)
-            replay = [event for event in self._history if event.resource_version > resource_version]
-        watch = Watch(self, replay)
-        self._watches.add(watch)
+            replay = [
+                event
+                for event in self._history
+                if event.resource_version > resource_version
+                and event.rtype == rtype
+                and (scope is None or event.namespace == scope)
+            ]
+        watch = Watch(self, rtype, scope, replay, self.watch_queue_limit)
+        self._watches[(rtype, scope)].add(watch)
         return watch
+
+    def unwatch(self, watch: Watch) -> None:
+        """Forget ``watch``: it gets no more events (idempotent)."""
+        key = (watch.rtype, watch.namespace)
+        watches = self._watches.get(key)
+        if watches is not None:
+            watches.discard(watch)
+            if not watches:
+                del self._watches[key]
+
+    def watch_count(self) -> int:
+        """How many watches are open."""
+        return sum(len(watches) for watches in self._watches.values())
 
     def expire_watches(self) -> int:
         """End every open watch (fault injection); returns how many were open."""
-        count = len(self._watches)
-        for watch in list(self._watches):
-            watch.queue.put_nowait(None)
+        count = self.watch_count()
+        for watches in list(self._watches.values()):
+            for watch in watches:
+                watch.end(WatchEnd.EXPIRED)
         self._watches.clear()
         return count
 
@@ -416,16 +528,32 @@ class Store:
         return self._resource_version
 
     def _record(self, event_type: str, rtype: ResourceType, obj: Obj, old: Obj | None = None) -> Obj:
-        """Stamp the next resourceVersion and publish the event; ``old`` must no longer be in the store."""
+        """Stamp the next resourceVersion and publish the event; ``old`` must no longer be in the store.
+
+        A ``MODIFIED`` event must carry ``old``: :meth:`view_at` undoes it with that to serve a
+        continued list, and a watch's field selector needs it to tell leaving from changing.
+        """
+        if event_type == "MODIFIED" and old is None:
+            raise ValueError("a MODIFIED event needs the object it replaced")
+        previous = obj["metadata"].get("resourceVersion")
         version = self._next_version()
         obj["metadata"]["resourceVersion"] = str(version)
-        event = WatchEvent(event_type, rtype, copy.deepcopy(obj), version, old)
+        event = WatchEvent(event_type, rtype, copy.deepcopy(obj), version, old, previous)
         self._history.append(event)
-        for watch in self._watches:
-            watch.queue.put_nowait(event)
+        for watch in self._watchers_of(rtype, event.namespace):
+            if not watch.deliver(event):
+                watch.end(WatchEnd.TOO_SLOW)
+                self.unwatch(watch)
         for listener in self._listeners:
             listener(event)
         return copy.deepcopy(obj)
+
+    def _watchers_of(self, rtype: ResourceType, namespace: str) -> tuple[Watch, ...]:
+        """The watches an event of ``rtype`` in ``namespace`` can concern (a copy, safe to unwatch from)."""
+        watchers = tuple(self._watches.get((rtype, None), ()))
+        if rtype.namespaced:
+            watchers += tuple(self._watches.get((rtype, namespace), ()))
+        return watchers
 
     def _generate_name(self, rtype: ResourceType, namespace: str, prefix: str) -> str:
         for _ in range(100):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from operators.checkpoints.discovery import QUARANTINE_DIR, Discovery, Ignored, IgnoredReason, discover
+from operators.checkpoints.moving import MoveError
 from operators.checkpoints.problems import Finding, Problem
 from operators.checkpoints.quarantine import quarantine_step
 from operators.checkpoints.report import CheckpointReport, DeepOptions, validate_checkpoints
@@ -19,6 +20,7 @@ __all__ = [
     "Ignored",
     "IgnoredReason",
     "LocalStorage",
+    "MoveError",
     "Problem",
     "StepVerdict",
     "Storage",

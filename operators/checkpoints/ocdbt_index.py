@@ -1,12 +1,15 @@
 """Check an OCDBT database's keys against the arrays the tree metadata lists, without array data.
 
 The file checks only see a missing or empty ``manifest.ocdbt`` or data file; an array can still
-be absent from the database itself. Tensorstore's own OCDBT kvstore lists the keys (reading the
-manifest and the B-tree nodes only, no value): every array must have its zarr metadata key and at
-least one chunk key. Which chunks an array needs is not checked: that takes reading each array's
-zarr metadata value, and on the GCS emulator (no object generations) tensorstore refuses to
-re-read a manifest it has read once. Tensorstore is imported here, on first use, so importing
-the package stays light.
+be absent from the database itself. The keys are read by walking the database's B+tree with
+tensorstore's own ``tensorstore.ocdbt.dump`` (the manifest, then one node at a time, in key
+order; OCDBT's format: a child's keys are relative to its parent entry's
+``subtree_common_prefix``), so the walk stops as soon as it has seen more than ``max_keys``
+keys; ``KvStore.list`` would load every key first. No value is read beyond what the nodes hold
+inline. Every array must have its zarr metadata key and at least one chunk key. Which chunks an
+array needs is not checked: that takes reading each array's zarr metadata value, and on the GCS
+emulator (no object generations) tensorstore refuses to re-read a manifest it has read once.
+Tensorstore is imported here, on first use, so importing the package stays light.
 """
 
 from __future__ import annotations
@@ -67,16 +70,12 @@ def check_ocdbt_index(
     if not arrays:
         return []
     try:
-        import tensorstore as ts
+        import tensorstore  # noqa: F401
     except ImportError:  # pragma: no cover - orbax-checkpoint depends on tensorstore
         return []
-    if is_gcs(item_path):
-        _use_emulator_endpoint()
-    deadline = _Deadline(lim.timeout)
     try:
-        kv = deadline.wait(_open(ts, item_path), "opening")
-        keys = _list_keys(kv, lim, deadline)
-    except _Unreadable as exc:
+        keys = list_ocdbt_keys(item_path, lim).keys
+    except OcdbtIndexUnreadable as exc:
         return [Finding(Problem.OCDBT_INDEX_UNREADABLE, name, str(exc))]
     except Exception as exc:  # a spec tensorstore rejects up front (e.g. a bucket name it refuses)
         return [Finding(Problem.OCDBT_INDEX_UNREADABLE, name, f"{type(exc).__name__}: {str(exc)[:300]}")]
@@ -102,8 +101,72 @@ def check_ocdbt_index(
     return out
 
 
-class _Unreadable(Exception):
+class OcdbtIndexUnreadable(Exception):
     """The database could not be listed or read within the limits."""
+
+
+@dataclass(frozen=True)
+class KeyListing:
+    """The keys of an OCDBT database, and how many B+tree nodes were read to get them."""
+
+    keys: tuple[str, ...]
+    nodes_read: int
+
+
+def list_ocdbt_keys(item_path: str, limits: IndexLimits | None = None) -> KeyListing:
+    """Every key of the database in `item_path`, in key order, reading no more than needed.
+
+    `OcdbtIndexUnreadable` when it cannot be read, takes longer than ``limits.timeout``, or
+    holds more than ``limits.max_keys`` keys (the walk stops at the first key beyond).
+    """
+    import tensorstore as ts
+
+    lim = limits or IndexLimits()
+    if is_gcs(item_path):
+        _use_emulator_endpoint()
+    deadline = _Deadline(lim.timeout)
+    # No cache: nothing read here is needed again.
+    context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
+    base = deadline.wait(ts.KvStore.open(base_spec(item_path), context=context), "opening")
+    manifest = deadline.wait(ts.ocdbt.dump(base, context=context), "reading the manifest of")
+    versions = manifest.get("versions") if isinstance(manifest, dict) else None
+    if not isinstance(versions, list) or not versions:
+        raise OcdbtIndexUnreadable("the OCDBT manifest lists no version")
+    try:
+        latest = max(versions, key=lambda v: int(v["generation_number"]))
+        root = latest["root"]
+        height = int(latest["root_height"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise OcdbtIndexUnreadable(f"the OCDBT manifest is malformed: {exc!r}"[:300]) from exc
+    if "location" not in root:
+        return KeyListing((), 0)  # an empty database
+    keys: list[str] = []
+    nodes = 0
+    # Depth first, children pushed in reverse, so keys come out in order. Each child must be
+    # exactly one level below its parent: a damaged tree cannot make the walk loop.
+    stack: list[tuple[str, bytes, int]] = [(str(root["location"]), b"", height)]
+    while stack:
+        location, prefix, expect = stack.pop()
+        node = deadline.wait(ts.ocdbt.dump(base, location, context=context), "reading a B+tree node of")
+        nodes += 1
+        try:
+            if int(node["height"]) != expect:
+                raise OcdbtIndexUnreadable(f"a B+tree node at height {node['height']} where {expect} was expected")
+            entries = node["entries"]
+            if expect == 0:
+                for entry in entries:
+                    if len(keys) >= lim.max_keys:
+                        raise OcdbtIndexUnreadable(
+                            f"more than {lim.max_keys} keys in the OCDBT database; listing stopped there, not checked"
+                        )
+                    keys.append((prefix + bytes(entry["key"])).decode("utf-8", "replace"))
+            else:
+                for entry in reversed(entries):
+                    child_prefix = prefix + bytes(entry.get("subtree_common_prefix", b""))
+                    stack.append((str(entry["location"]), child_prefix, expect - 1))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise OcdbtIndexUnreadable(f"a B+tree node is malformed: {exc!r}"[:300]) from exc
+    return KeyListing(tuple(keys), nodes)
 
 
 class _Deadline:
@@ -118,19 +181,8 @@ class _Deadline:
             return future.result(timeout=max(0.0, self.end - time.monotonic()))
         except TimeoutError as exc:
             future.cancel()
-            raise _Unreadable(f"{what} the OCDBT database took longer than {self.seconds:g} s") from exc
+            raise OcdbtIndexUnreadable(f"{what} the OCDBT database took longer than {self.seconds:g} s") from exc
         except Exception as exc:  # tensorstore raises ValueError/OSError/... for damaged databases.
-            raise _Unreadable(f"{what} the OCDBT database failed: {type(exc).__name__}: {str(exc)[:300]}") from exc
-
-
-def _open(ts: Any, item_path: str) -> Any:
-    # No cache: nothing read here is needed again.
-    context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
-    return ts.KvStore.open({"driver": "ocdbt", "base": base_spec(item_path)}, context=context)
-
-
-def _list_keys(kv: Any, lim: IndexLimits, deadline: _Deadline) -> list[str]:
-    raw = deadline.wait(kv.list(), "listing")
-    if len(raw) > lim.max_keys:
-        raise _Unreadable(f"more than {lim.max_keys} keys in the OCDBT database; not checked")
-    return [k.decode("utf-8", "replace") for k in raw]
+            raise OcdbtIndexUnreadable(
+                f"{what} the OCDBT database failed: {type(exc).__name__}: {str(exc)[:300]}"
+            ) from exc

@@ -13,6 +13,7 @@ class Problem(StrEnum):
     STORAGE_ERROR = "storage_error"
     LISTING_TRUNCATED = "listing_truncated"
     UNREADABLE_ENTRY = "unreadable_entry"
+    DIRECTORY_UNREADABLE = "directory_unreadable"
     COMMIT_MARKER_MISSING = "commit_marker_missing"
     CHECKPOINT_METADATA_MISSING = "checkpoint_metadata_missing"
     CHECKPOINT_METADATA_UNREADABLE = "checkpoint_metadata_unreadable"
@@ -40,6 +41,12 @@ class Problem(StrEnum):
     NON_FINITE_VALUES = "non_finite_values"
 
 
+# Findings about the step as a whole, not about something inside a directory.
+_NEVER_SHADOWED = frozenset(
+    {Problem.DIRECTORY_UNREADABLE, Problem.STEP_BELOW_EXPECTED, Problem.LISTING_TRUNCATED, Problem.STORAGE_ERROR}
+)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One problem, where it is (relative to the step directory), and a human-readable detail."""
@@ -58,15 +65,26 @@ class Finding:
 
 
 class Findings:
-    """Collects findings, keeping at most `per_code` of each code plus one 'and N more' line."""
+    """Collects findings, keeping at most `per_code` of each code plus one 'and N more' line.
 
-    def __init__(self, per_code: int = 20) -> None:
+    Findings at or under a directory in `shadowed` (one that could not be read) are dropped:
+    what is unknown there is not missing, and its own finding says why.
+    """
+
+    def __init__(self, per_code: int = 20, shadowed: tuple[str, ...] = ()) -> None:
         self.per_code = per_code
+        self.shadowed = shadowed
         self._items: list[Finding] = []
         self._counts: Counter[Problem] = Counter()
 
+    def is_shadowed(self, path: str) -> bool:
+        """Whether `path` is at or under a directory that could not be read."""
+        return any(d == "" or path == d or path.startswith(f"{d}/") for d in self.shadowed)
+
     def add(self, code: Problem, path: str, detail: str) -> None:
-        """Record a finding."""
+        """Record a finding (unless it lies in a directory that could not be read)."""
+        if code not in _NEVER_SHADOWED and self.is_shadowed(path):
+            return
         self._counts[code] += 1
         if self._counts[code] <= self.per_code:
             self._items.append(Finding(code, path, detail))

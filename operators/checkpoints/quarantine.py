@@ -1,4 +1,8 @@
-"""Move an invalid step aside so a resume picks the last valid one. Nothing is ever deleted."""
+"""Move an invalid step aside so a resume picks the last valid one. Nothing is ever lost.
+
+The move itself is `Storage.move` (`operators.checkpoints.moving`): a no-replace rename locally,
+a checked copy then delete on GCS that leaves the source whole on any error.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import time
 
 from operators.checkpoints.discovery import QUARANTINE_DIR
 from operators.checkpoints.storage import Storage, storage_for
+
+# Names tried when the destination is taken (same step quarantined in the same second).
+_MAX_NAMES = 100
 
 
 def quarantine_step(
@@ -19,7 +26,10 @@ def quarantine_step(
     """Move ``<root>/<step_name>`` to ``<root>/<quarantine_dir>/<step_name>.<UTC timestamp>``.
 
     The quarantine directory is not numeric, so Orbax and MaxText never take it for a step, and
-    discovery reports it as ignored. Returns the new location.
+    discovery reports it as ignored. Returns the new location. A name already taken (found
+    before or refused by the move itself) gets a ``-2``, ``-3``, ... suffix; an existing
+    destination is never written into. Raises `FileNotFoundError` when the step is absent and
+    `MoveError` (a `StorageError`) when the move stopped part-way, saying which objects are where.
     """
     store = storage or storage_for(root)
     if "/" in step_name or step_name in ("", ".", "..") or step_name == quarantine_dir:
@@ -29,9 +39,13 @@ def quarantine_step(
     if not store.exists_dir(src):
         raise FileNotFoundError(src)
     base = store.join(root, quarantine_dir, f"{step_name}.{stamp}")
-    dst, n = base, 1
-    while store.exists_dir(dst):
-        n += 1
-        dst = f"{base}-{n}"
-    store.move(src, dst)
-    return dst
+    for n in range(1, _MAX_NAMES + 1):
+        dst = base if n == 1 else f"{base}-{n}"
+        if store.exists_dir(dst):
+            continue
+        try:
+            store.move(src, dst)
+        except FileExistsError:
+            continue  # taken between the check and the move; nothing was moved
+        return dst
+    raise FileExistsError(f"{base} and {_MAX_NAMES - 1} suffixed names are all taken; nothing was moved")

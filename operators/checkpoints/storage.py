@@ -2,14 +2,19 @@
 
 Paths are plain strings: filesystem paths for `LocalStorage`, ``gs://bucket/key`` URIs for
 `GCSStorage`. Every read is bounded and every listing is capped, so hostile trees (huge files,
-FIFOs, symlink loops, millions of entries) give an answer instead of a hang.
+FIFOs, symlink loops, millions of entries) give an answer instead of a hang. A cap bounds the
+names fetched, not only those returned: GCS listings ask for pages no larger than what is left
+of the cap (``maxResults``, which counts objects and prefixes alike in the JSON API), and stop.
+A directory that cannot be listed is reported as an `EntryKind.UNREADABLE_DIR` entry, so a
+validator tells it apart from files that are absent. Moves are in `operators.checkpoints.moving`.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import stat
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,14 +28,21 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 GCS_SCHEME = "gs://"
 DEFAULT_LIST_LIMIT = 1_000_000
+# The JSON API's largest (and default) page for objects.list.
+GCS_PAGE_SIZE = 1000
 
 
 class EntryKind(StrEnum):
-    """What a listed name is. `OTHER` covers FIFOs, sockets, devices and broken or looping links."""
+    """What a listed name is.
+
+    `OTHER` covers FIFOs, sockets, devices and broken or looping links; `UNREADABLE_DIR` is a
+    directory whose own listing failed (permissions, I/O error), so what it holds is unknown.
+    """
 
     FILE = "file"
     DIR = "dir"
     OTHER = "other"
+    UNREADABLE_DIR = "unreadable_dir"
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,15 @@ class Listing:
 
 class StorageError(Exception):
     """Storage could not be reached or answered with an error (after retries)."""
+
+
+class ListingTooLargeError(StorageError):
+    """A directory holds more entries than the caller allows; listing stopped at the cap."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"{path} holds more than {limit} entries; listing stopped there")
+        self.path = path
+        self.limit = limit
 
 
 class FileTooLargeError(Exception):
@@ -78,12 +99,18 @@ class Storage(Protocol):
         """Whether `path` is a directory (on GCS: a non-empty prefix)."""
         ...
 
-    def list_dir(self, path: str) -> list[Entry]:
-        """Immediate children of `path`; an empty list when it does not exist."""
+    def list_dir(self, path: str, limit: int = DEFAULT_LIST_LIMIT) -> list[Entry]:
+        """Immediate children of `path`; an empty list when it does not exist.
+
+        `ListingTooLargeError` when there are more than `limit` (no more than that are fetched).
+        """
         ...
 
     def walk(self, path: str, limit: int = DEFAULT_LIST_LIMIT) -> Listing:
-        """Every file (and unreadable entry) under `path`, names relative to it, at most `limit`."""
+        """Every file (and unreadable entry or directory) under `path`, names relative to it.
+
+        At most `limit` names are fetched in all; `truncated` says there were more.
+        """
         ...
 
     def read(self, path: str, max_bytes: int) -> bytes:
@@ -91,7 +118,10 @@ class Storage(Protocol):
         ...
 
     def move(self, src: str, dst: str) -> None:
-        """Move the directory `src` to `dst` (which must not exist). Never deletes data."""
+        """Move the directory `src` to `dst`, which must not exist (`FileExistsError`).
+
+        Never loses data: on any error the source is whole and `MoveError` says what is where.
+        """
         ...
 
 
@@ -113,20 +143,38 @@ class LocalStorage:
         """Whether `path` is a directory."""
         return os.path.isdir(path)
 
-    def list_dir(self, path: str) -> list[Entry]:
-        """Immediate children of `path`."""
+    def list_dir(self, path: str, limit: int = DEFAULT_LIST_LIMIT) -> list[Entry]:
+        """Immediate children of `path`, at most `limit` (`ListingTooLargeError` beyond)."""
+        out: list[Entry] = []
         try:
             with os.scandir(path) as it:
-                return [_local_entry(e.name, e.path) for e in it]
+                for e in it:
+                    if len(out) >= limit:
+                        raise ListingTooLargeError(path, limit)
+                    out.append(_local_entry(e.name, e.path))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise StorageError(f"cannot list {path}: {exc.strerror or exc}") from exc
+        return out
 
     def walk(self, path: str, limit: int = DEFAULT_LIST_LIMIT) -> Listing:
-        """Every non-directory entry under `path`, without following directory links."""
+        """Every non-directory entry under `path`, without following directory links.
+
+        A directory whose listing fails is one `UNREADABLE_DIR` entry (``""`` for `path` itself);
+        `os.walk` would otherwise skip it silently and its files would look absent.
+        """
         out: list[Entry] = []
-        for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+        if not os.path.isdir(path):
+            return Listing(())
+        failed: list[OSError] = []
+
+        def onerror(exc: OSError) -> None:
+            # A directory removed while walking is gone, not unreadable.
+            if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+                failed.append(exc)
+
+        for dirpath, dirnames, filenames in os.walk(path, onerror=onerror, followlinks=False):
             rel = os.path.relpath(dirpath, path)
             prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
             # A symlink to a directory shows up in dirnames but is never entered: report it.
@@ -135,6 +183,15 @@ class LocalStorage:
                 if len(out) >= limit:
                     return Listing(tuple(out), truncated=True)
                 out.append(_local_entry(prefix + name, os.path.join(dirpath, name)))
+            # os.walk reports a directory it cannot list through onerror, before moving on.
+            while failed:
+                if len(out) >= limit:
+                    return Listing(tuple(out), truncated=True)
+                out.append(_unreadable_dir(path, failed.pop(0)))
+        for exc in failed:  # the last directory visited, or `path` itself
+            if len(out) >= limit:
+                return Listing(tuple(out), truncated=True)
+            out.append(_unreadable_dir(path, exc))
         return Listing(tuple(out))
 
     def read(self, path: str, max_bytes: int) -> bytes:
@@ -157,11 +214,16 @@ class LocalStorage:
         return data
 
     def move(self, src: str, dst: str) -> None:
-        """Rename `src` to `dst` (atomic on one filesystem)."""
-        if os.path.lexists(dst):
-            raise FileExistsError(dst)
-        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-        os.rename(src, dst)
+        """Rename `src` to `dst` on one filesystem; never replaces `dst`, never copies."""
+        from operators.checkpoints.moving import move_local
+
+        move_local(src, dst)
+
+
+def _unreadable_dir(root: str, exc: OSError) -> Entry:
+    where = exc.filename if isinstance(exc.filename, str) else root
+    rel = os.path.relpath(where, root)
+    return Entry("" if rel == "." else rel.replace(os.sep, "/"), EntryKind.UNREADABLE_DIR)
 
 
 def _local_entry(name: str, full: str) -> Entry:
@@ -226,11 +288,13 @@ class GCSStorage:
         retry: Retry | None = None,
         timeout: float = 60.0,
         max_workers: int = 16,
+        page_size: int = GCS_PAGE_SIZE,
     ) -> None:
         self._client = client
         self.retry = retry if retry is not None else default_retry()
         self.timeout = timeout
         self.max_workers = max_workers
+        self.page_size = page_size
 
     @property
     def client(self) -> Client:
@@ -258,61 +322,90 @@ class GCSStorage:
         )
         return bool(blobs)
 
-    def list_dir(self, path: str) -> list[Entry]:
-        """Immediate children: objects and sub-prefixes."""
-        bucket, key = split_gcs(path)
-        prefix = f"{key}/" if key else ""
-
-        def run() -> list[Entry]:
-            it = self.client.list_blobs(bucket, prefix=prefix, delimiter="/", retry=self.retry, timeout=self.timeout)
-            out: list[Entry] = []
-            for page in it.pages:
-                for blob in page:
-                    name = blob.name[len(prefix) :]
-                    if name:  # "" is a directory placeholder object
-                        out.append(Entry(name, EntryKind.FILE, int(blob.size or 0)))
-                out.extend(Entry(p[len(prefix) :].rstrip("/"), EntryKind.DIR) for p in page.prefixes)
-            return out
-
-        return self._call(run, path)
+    def list_dir(self, path: str, limit: int = DEFAULT_LIST_LIMIT) -> list[Entry]:
+        """Immediate children: objects and sub-prefixes, at most `limit` of them fetched."""
+        budget = _Budget(limit)
+        entries = self._list(path, budget, delimiter="/")
+        if budget.exceeded:
+            raise ListingTooLargeError(path, limit)
+        return entries
 
     def walk(self, path: str, limit: int = DEFAULT_LIST_LIMIT) -> Listing:
-        """Every object under the prefix, listing top-level sub-prefixes in parallel."""
-        top = self.list_dir(path)
+        """Every object under the prefix, listing top-level sub-prefixes in parallel.
+
+        One budget of `limit` names is shared by every listing (the top-level prefixes count),
+        so no more than that is fetched whatever the shape of the tree.
+        """
+        budget = _Budget(limit)
+        top = self._list(path, budget, delimiter="/")
         files = [e for e in top if e.kind is EntryKind.FILE]
         dirs = sorted(e.name for e in top if e.kind is EntryKind.DIR)
-        truncated = False
-        if dirs:
+        if dirs and not budget.exceeded:
             with ThreadPoolExecutor(max_workers=min(self.max_workers, len(dirs))) as pool:
-                for sub, listing in zip(
-                    dirs, pool.map(lambda d: self._flat(self.join(path, d), limit), dirs), strict=True
+                for sub, entries in zip(
+                    dirs, pool.map(lambda d: self._flat(self.join(path, d), budget), dirs), strict=True
                 ):
-                    truncated |= listing.truncated
-                    files.extend(Entry(f"{sub}/{e.name}", e.kind, e.size) for e in listing.entries)
+                    files.extend(Entry(f"{sub}/{e.name}", e.kind, e.size) for e in entries)
         if len(files) > limit:
             return Listing(tuple(files[:limit]), truncated=True)
-        return Listing(tuple(files), truncated)
+        return Listing(tuple(files), budget.exceeded)
 
-    def _flat(self, path: str, limit: int) -> Listing:
+    def _flat(self, path: str, budget: _Budget) -> list[Entry]:
+        """Every object under the prefix (no delimiter), within `budget`."""
+        return self._list(path, budget, delimiter=None)
+
+    def _list(self, path: str, budget: _Budget, delimiter: str | None) -> list[Entry]:
+        """Page through ``objects.list`` under the prefix, asking for no more than the budget holds."""
         bucket, key = split_gcs(path)
         prefix = f"{key}/" if key else ""
+        out: list[Entry] = []
+        token: str | None = None
+        while True:
+            want = budget.take(self.page_size)
+            if want == 0:
+                return out
+            try:
+                names, token = self._call(functools.partial(self._page, bucket, prefix, delimiter, want, token), path)
+            except BaseException:
+                budget.settle(want, 0)
+                raise
+            budget.settle(want, min(want, len(names)))
+            if len(names) > want:
+                # An emulator may ignore maxResults and answer with everything at once: keep no
+                # more than the budget allows.
+                extra = budget.take(len(names) - want)
+                budget.settle(extra, extra)
+                if want + extra < len(names):
+                    names, token = names[: want + extra], None
+                    budget.exceeded = True
+            for name, kind, size in names:
+                rel = name[len(prefix) :].rstrip("/") if kind is EntryKind.DIR else name[len(prefix) :]
+                # A directory placeholder object ("<prefix>/" or "a/") is not a file.
+                if rel and not (kind is EntryKind.FILE and rel.endswith("/")):
+                    out.append(Entry(rel, kind, size))
+            if token is None:
+                return out
 
-        def run() -> Listing:
-            it = self.client.list_blobs(
-                bucket,
-                prefix=prefix,
-                max_results=limit + 1,
-                retry=self.retry,
-                timeout=self.timeout,
-            )
-            out = [
-                Entry(b.name[len(prefix) :], EntryKind.FILE, int(b.size or 0)) for b in it if not b.name.endswith("/")
-            ]
-            if len(out) > limit:
-                return Listing(tuple(out[:limit]), truncated=True)
-            return Listing(tuple(out))
-
-        return self._call(run, path)
+    def _page(
+        self, bucket: str, prefix: str, delimiter: str | None, size: int, token: str | None
+    ) -> tuple[list[tuple[str, EntryKind, int]], str | None]:
+        """One page of ``objects.list``: (name, kind, size) in name order, and the next page's token."""
+        it = self.client.list_blobs(
+            bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            page_size=size,
+            page_token=token,
+            retry=self.retry,
+            timeout=self.timeout,
+        )
+        page = next(it.pages, None)
+        if page is None:
+            return [], None
+        names = [(b.name, EntryKind.FILE, int(b.size or 0)) for b in page]
+        names.extend((p, EntryKind.DIR, 0) for p in page.prefixes)
+        names.sort()
+        return names, it.next_page_token
 
     def read(self, path: str, max_bytes: int) -> bytes:
         """Download at most `max_bytes` + 1 bytes (a ranged read) and refuse anything larger."""
@@ -335,36 +428,16 @@ class GCSStorage:
         return data
 
     def move(self, src: str, dst: str) -> None:
-        """Copy every object under `src` to `dst`, then delete each source once its copy exists."""
-        from google.api_core import exceptions
+        """Copy every object under `src` to `dst`, verify each copy, then delete the sources.
 
-        src_bucket_name, _ = split_gcs(src)
-        dst_bucket_name, dst_key = split_gcs(dst)
-        if self.exists_dir(dst):
-            raise FileExistsError(dst)
-        listing = self.walk(src)
-        src_bucket = self.client.bucket(src_bucket_name)
-        dst_bucket = self.client.bucket(dst_bucket_name)
+        See `operators.checkpoints.moving.move_gcs`.
+        """
+        from operators.checkpoints.moving import move_gcs
 
-        def move_one(entry: Entry) -> None:
-            blob = src_bucket.blob(f"{split_gcs(src)[1]}/{entry.name}")
-            # if_generation_match=0 makes the copy idempotent, so the library may retry it; a 412
-            # then means an earlier attempt already made the copy.
-            with contextlib.suppress(exceptions.PreconditionFailed):
-                src_bucket.copy_blob(
-                    blob,
-                    dst_bucket,
-                    f"{dst_key}/{entry.name}",
-                    if_generation_match=0,
-                    retry=self.retry,
-                    timeout=self.timeout,
-                )
-            blob.delete(retry=self.retry, timeout=self.timeout)
-
-        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
-            list(pool.map(move_one, listing.entries))
+        move_gcs(self, src, dst)
 
     def _call(self, fn: Callable[[], _T], path: str) -> _T:
+        """Run one library call, turning its errors into `StorageError`."""
         from google.api_core import exceptions
 
         try:
@@ -373,6 +446,42 @@ class GCSStorage:
             raise StorageError(f"{path}: bucket not found") from exc
         except exceptions.GoogleAPIError as exc:
             raise StorageError(f"cannot list {path}: {exc}") from exc
+
+
+class _Budget:
+    """How many more names a listing may fetch, shared by listings that run in parallel.
+
+    A listing reserves a page's worth before asking and gives back what the page did not use. A
+    reservation fails only once every name is spent and none is held by a page in flight, so a
+    listing never stops early because another one had reserved more than it got.
+    """
+
+    def __init__(self, limit: int) -> None:
+        # One more than the cap, to see whether there is more.
+        self._left = limit + 1
+        self._held = 0
+        self._cond = threading.Condition()
+        self.exceeded = False
+
+    def take(self, n: int) -> int:
+        """Reserve up to `n` names; 0 when the budget is spent."""
+        with self._cond:
+            while self._left == 0 and self._held > 0:
+                self._cond.wait()
+            got = min(n, self._left)
+            self._left -= got
+            self._held += got
+            return got
+
+    def settle(self, reserved: int, used: int) -> None:
+        """A page asked for `reserved` names and got `used`."""
+        with self._cond:
+            self._held -= reserved
+            self._left += reserved - used
+            if self._left == 0 and self._held == 0:
+                # limit + 1 names were fetched: more than the cap.
+                self.exceeded = True
+            self._cond.notify_all()
 
 
 def storage_for(path: str) -> Storage:

@@ -170,17 +170,25 @@ def validate_step(
 ) -> StepVerdict:
     """Check one step directory; never raises for anything found in storage."""
     opts = options or ValidationOptions()
-    found = Findings()
-    if opts.min_step is not None and step < opts.min_step:
-        found.add(Problem.STEP_BELOW_EXPECTED, "", f"step {step} is below the expected {opts.min_step}")
     try:
         listing = storage.walk(step_path, limit=opts.max_files)
     except StorageError as exc:
+        found = Findings()
+        _check_min_step(step, opts, found)
         found.add(Problem.STORAGE_ERROR, "", str(exc))
         return StepVerdict(step, step_path, found.result())
+    unreadable = tuple(e.name for e in listing.entries if e.kind is EntryKind.UNREADABLE_DIR)
+    found = Findings(shadowed=unreadable)
+    _check_min_step(step, opts, found)
+    for name in unreadable:
+        found.add(
+            Problem.DIRECTORY_UNREADABLE,
+            name,
+            "the directory cannot be listed (permissions or I/O error); what it holds was not checked",
+        )
     if listing.truncated:
         found.add(Problem.LISTING_TRUNCATED, "", f"more than {opts.max_files} files; not all checked")
-    tree = _Tree.build(listing.entries)
+    tree = _Tree.build(e for e in listing.entries if e.kind is not EntryKind.UNREADABLE_DIR)
     files = [e for e in listing.entries if e.kind is EntryKind.FILE]
     for entry in listing.entries:
         if entry.kind is EntryKind.OTHER:
@@ -235,6 +243,16 @@ def validate_step(
     )
 
 
+def _check_min_step(step: int, opts: ValidationOptions, found: Findings) -> None:
+    if opts.min_step is not None and step < opts.min_step:
+        found.add(Problem.STEP_BELOW_EXPECTED, "", f"step {step} is below the expected {opts.min_step}")
+
+
+def _holds_unreadable(found: Findings, path: str) -> bool:
+    """Whether a directory at or under `path` could not be read."""
+    return any(d == "" or d == path or d.startswith(f"{path}/") for d in found.shadowed)
+
+
 def _is_pytree_handler(name: str, handlers: dict[str, Any]) -> bool:
     """Whether the item holds a PyTree (and so must have `_METADATA`).
 
@@ -287,6 +305,9 @@ def _check_item(
     if not isinstance(use_ocdbt, bool):
         use_ocdbt = OCDBT_MANIFEST in tree.files
     if use_ocdbt:
+        if _holds_unreadable(found, name):
+            # Data files and the database may be in what could not be read: nothing to conclude.
+            return ItemSummary(name, "ocdbt", arrays)
         before = found.total()
         _check_ocdbt(name, tree, arrays, found)
         # The database is only opened when its files look whole (else tensorstore's error is noise).
@@ -361,6 +382,8 @@ def _check_zarr(
     meta_file = ZARR3_FILE if zarr3 else ZARRAY_FILE
     present: list[str] = []
     for array in arrays:
+        if _holds_unreadable(found, f"{name}/{array}"):
+            continue  # its own finding says why; a count of its chunks would be meaningless
         sub = tree.dirs.get(array)
         if sub is None or sub.regular(meta_file) is None:
             found.add(Problem.ARRAY_METADATA_MISSING, f"{name}/{array}/{meta_file}", "missing")

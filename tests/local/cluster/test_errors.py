@@ -116,3 +116,24 @@ def test_missing_or_wrong_token_is_unauthorized(cluster: LocalCluster) -> None:
     code, body = _raw(cluster, "GET", "/api/v1/pods", Authorization="Bearer wrong")
     assert (code, body["reason"]) == (401, "Unauthorized")
     assert _raw(cluster, "GET", "/version")[0] == 200
+
+
+def test_strategic_merge_patch_on_a_custom_resource_is_415(k8s: K8s, cluster: LocalCluster) -> None:
+    k8s.custom.create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", jobset_body("err-smp")
+    )
+    path = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/err-smp"
+    patch = json.dumps({"metadata": {"labels": {"x": "1"}}}).encode()
+    code, body = _raw(cluster, "PATCH", path, patch, **{"Content-Type": "application/strategic-merge-patch+json"})
+    assert (code, body["reason"]) == (415, "UnsupportedMediaType")
+    assert body["message"] == (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json"
+    )
+    code, body = _raw(cluster, "PATCH", path, patch, **{"Content-Type": "application/merge-patch+json"})
+    assert code == 200 and body["metadata"]["labels"] == {"x": "1"}
+    # A built-in type still takes it.
+    k8s.core.create_namespaced_pod("default", pod("err-smp-pod"))
+    pod_path = "/api/v1/namespaces/default/pods/err-smp-pod"
+    code, body = _raw(cluster, "PATCH", pod_path, patch, **{"Content-Type": "application/strategic-merge-patch+json"})
+    assert code == 200 and body["metadata"]["labels"] == {"x": "1"}

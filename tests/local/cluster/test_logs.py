@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config
 
 from local.cluster import LocalCluster
-from local.cluster.logs import rfc3339_nano
+from local.cluster.logs import complete_size, rfc3339_nano, since_offset, tail_offset
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import pod, wait_for
 
@@ -123,3 +123,78 @@ def test_previous_run_since_seconds_and_since_time_from_log_files(tmp_path: Path
         assert read_since(now + timedelta(minutes=1)) == (200, "")
         code, body = read_since(now, "&sinceSeconds=10")
         assert code == 400 and "at most one of sinceTime or sinceSeconds" in body
+
+
+def _cri_lines(count: int, start: datetime) -> list[tuple[str, str]]:
+    """(timestamp, text) of ``count`` lines printed a millisecond apart from ``start``."""
+    return [(rfc3339_nano(start + timedelta(milliseconds=i)), f"line {i:06d} " + "x" * (i % 97)) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("content", "lines", "expected"),
+    [
+        (b"", 3, b""),
+        (b"a\nb\nc\n", 0, b""),
+        (b"a\nb\nc\n", 1, b"c\n"),
+        (b"a\nb\nc\n", 2, b"b\nc\n"),
+        (b"a\nb\nc\n", 3, b"a\nb\nc\n"),
+        (b"a\nb\nc\n", 10, b"a\nb\nc\n"),
+        (b"a\nb\nhalf-writ", 1, b"b\n"),  # a line still being written is not a line yet
+        (b"\n\nx\n", 2, b"\nx\n"),
+    ],
+)
+def test_tail_offset_reads_back_from_the_end(tmp_path: Path, content: bytes, lines: int, expected: bytes) -> None:
+    path = tmp_path / "0.log"
+    path.write_bytes(content)
+    with path.open("rb") as handle:
+        end = complete_size(handle)
+        assert content[tail_offset(handle, end, lines) : end] == expected
+
+
+def test_since_offset_bisects_to_the_first_line_not_older(tmp_path: Path) -> None:
+    start = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    lines = _cri_lines(5000, start)
+    path = tmp_path / "0.log"
+    path.write_text("".join(f"{stamp} stdout F {text}\n" for stamp, text in lines))
+    with path.open("rb") as handle:
+        end = complete_size(handle)
+        for index in (0, 1, 2499, 4999):
+            offset = since_offset(handle, end, start + timedelta(milliseconds=index))
+            assert handle.seek(offset) == offset and handle.readline().split(b" ", 3)[3].startswith(
+                f"line {index:06d}".encode()
+            )
+        assert since_offset(handle, end, start - timedelta(days=1)) == 0
+        assert since_offset(handle, end, start + timedelta(days=1)) == end
+
+
+def test_tail_since_and_limit_on_a_large_log_through_the_client(tmp_path: Path) -> None:
+    with LocalCluster(workdir=tmp_path, run_control_plane=False) as cluster:
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig_path)))
+        uid = api.create_namespaced_pod("default", pod("logs-large")).metadata.uid
+        assert cluster.logs is not None
+        start = datetime.now(UTC) - timedelta(hours=1)
+        lines = _cri_lines(60_000, start)  # about 6 MB: several read chunks
+        path = cluster.logs.path(uid, "main", 0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{stamp} stdout F {text}\n" for stamp, text in lines) + "2026-11-30T")
+
+        def read(**kwargs: object) -> str:
+            return str(
+                api.read_namespaced_pod_log("logs-large", "default", _preload_content=False, **kwargs).data.decode()
+            )
+
+        texts = [text for _, text in lines]
+        assert read() == "".join(f"{text}\n" for text in texts)  # every chunk boundary stitched, half line left out
+        assert read(tail_lines=3) == "".join(f"{text}\n" for text in texts[-3:])
+        assert read(tail_lines=2, timestamps=True) == "".join(f"{s} {t}\n" for s, t in lines[-2:])
+        assert read(tail_lines=3, limit_bytes=20) == f"{texts[-3]}\n"[:20]
+        # sinceSeconds from "now": the lines are an hour old, except none.
+        assert read(since_seconds=60) == ""
+        # The kubelet's order: the last 5 lines, then those not older than sinceTime (the last 2 here).
+        since = urllib.parse.quote(lines[-2][0])
+        request = urllib.request.Request(
+            f"{cluster.url}/api/v1/namespaces/default/pods/logs-large/log?tailLines=5&sinceTime={since}",
+            headers={"Authorization": f"Bearer {cluster.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.read().decode() == "".join(f"{text}\n" for text in texts[-2:])

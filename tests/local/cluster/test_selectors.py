@@ -44,7 +44,10 @@ def test_label_selector_matching(selector: str, matches: bool) -> None:
     assert parse_label_selector(selector).matches(obj) is matches
 
 
-@pytest.mark.parametrize("selector", ["app=", "=x", "app in x", "app in (a", "a b", "app=bad value", "-bad=1", "a!!b"])
+@pytest.mark.parametrize(
+    "selector",
+    ["app=", "=x", "app in x", "app in (a", "a b", "app=bad value", "-bad=1", "a!!b", "a in ()", "a notin ( )"],
+)
 def test_malformed_label_selectors_are_rejected(selector: str) -> None:
     if selector == "app=":
         assert parse_label_selector(selector).matches({"metadata": {"labels": {"app": ""}}})
@@ -107,3 +110,9 @@ def test_selectors_through_the_client(k8s: K8s) -> None:
     with pytest.raises(client.ApiException) as caught:
         k8s.core.list_namespaced_pod("default", label_selector="role in (head")
     assert caught.value.status == 400
+    # upstream labels.NewRequirement refuses an empty set (it would otherwise match nothing, or all for notin)
+    for empty in ("role in ()", "role notin ()"):
+        with pytest.raises(client.ApiException) as caught:
+            k8s.core.list_namespaced_pod("default", label_selector=empty)
+        assert caught.value.status == 400 and "values set can't be empty" in caught.value.body
+    assert names(label_selector="role in (head,)") == ["sel-head"]  # a trailing comma adds "", as upstream

@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from operators.checkpoints import (
     quarantine_step,
     validate_checkpoints,
 )
-from operators.checkpoints.storage import Listing, default_retry
+from operators.checkpoints.storage import Entry, default_retry
 from tests.support.gcs_emulator import FlakyProxy, GCSEmulator
 from tests.support.orbax_checkpoints import write_run
 
@@ -109,9 +110,9 @@ def test_step_listing_runs_its_prefixes_in_parallel(gcs_runs: dict[str, str]) ->
     barrier = threading.Barrier(2, timeout=20)  # a serial walk would break it
 
     class Gated(GCSStorage):
-        def _flat(self, path: str, limit: int) -> Listing:
+        def _flat(self, path: str, budget: Any) -> list[Entry]:
             barrier.wait()
-            return super()._flat(path, limit)
+            return super()._flat(path, budget)
 
     step = f"{gcs_runs['zarr']}/checkpoints/20"
     listing = Gated().walk(step)

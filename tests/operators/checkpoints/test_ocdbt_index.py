@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from operators.checkpoints import Problem, ValidationOptions, validate_checkpoints
-from operators.checkpoints.ocdbt_index import _Deadline, _Unreadable
+from operators.checkpoints.ocdbt_index import IndexLimits, OcdbtIndexUnreadable, _Deadline, list_ocdbt_keys
 from tests.support.gcs_emulator import GCSEmulator
 from tests.support.orbax_checkpoints import make_tree, write_run
 
@@ -102,7 +102,7 @@ def test_a_database_that_never_answers_times_out() -> None:
     import tensorstore as ts
 
     _promise, future = ts.Promise.new()
-    with pytest.raises(_Unreadable, match=r"longer than 0\.05 s"):
+    with pytest.raises(OcdbtIndexUnreadable, match=r"longer than 0\.05 s"):
         _Deadline(0.05).wait(future, "listing")
 
 
@@ -130,3 +130,44 @@ def test_a_spec_tensorstore_refuses_is_a_named_problem() -> None:
 
     (finding,) = check_ocdbt_index("gs://b/run/checkpoints/1/items", "items", ["opt.mu"])
     assert finding.code is Problem.OCDBT_INDEX_UNREADABLE and "bucket" in finding.detail
+
+
+@pytest.fixture(scope="module")
+def deep_database(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A real OCDBT database with tiny B+tree nodes (several levels) and 600 keys."""
+    import tensorstore as ts
+
+    path = tmp_path_factory.mktemp("deep-ocdbt")
+    kv = ts.KvStore.open(
+        {"driver": "ocdbt", "base": f"file://{path}/", "config": {"max_decoded_node_bytes": 300}}
+    ).result()
+    with ts.Transaction() as txn:
+        for i in range(600):
+            kv.with_transaction(txn)[f"arr{i % 7}/{i}.0".encode()] = b"x" * 5
+    return path, sorted(k.decode() for k in kv.list().result())
+
+
+def test_btree_walk_gives_every_key_in_order(deep_database: tuple[Path, list[str]]) -> None:
+    path, expected = deep_database
+    listing = list_ocdbt_keys(str(path))
+    assert list(listing.keys) == expected  # the same keys as tensorstore's own listing
+    assert listing.nodes_read > 10  # several levels of small nodes were walked
+
+
+def test_key_cap_stops_the_walk(deep_database: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorstore as ts
+
+    path, _ = deep_database
+    full = list_ocdbt_keys(str(path)).nodes_read
+    real_dump = ts.ocdbt.dump
+    read: list[object] = []
+
+    def counting_dump(*args: Any, **kwargs: Any) -> Any:
+        read.append(args[1:])
+        return real_dump(*args, **kwargs)
+
+    monkeypatch.setattr(ts.ocdbt, "dump", counting_dump)
+    with pytest.raises(OcdbtIndexUnreadable, match="more than 20 keys"):
+        list_ocdbt_keys(str(path), IndexLimits(max_keys=20))
+    # The manifest and the nodes down to the 21st key, not the whole tree.
+    assert 1 < len(read) < full // 4
