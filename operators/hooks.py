@@ -14,7 +14,6 @@ exponential backoff and jitter, as client-go's reflector does.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
@@ -28,6 +27,7 @@ from kubernetes_asyncio import client as async_k8s
 from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
+from operators.backoff import Backoff
 from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 
 Obj = dict[str, Any]
@@ -41,21 +41,6 @@ WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened
 # Client side of a long request: connect within 10 s, then allow this long between two reads. The
 # provider's client would otherwise cut every request at its 60 s default, watches and log follows included.
 LONG_REQUEST_TIMEOUT = (10, WATCH_TIMEOUT_SECONDS + 30)
-
-
-class Backoff:
-    """Capped exponential backoff with full jitter (client-go's ``wait.Backoff`` shape)."""
-
-    def __init__(self, base: float = 0.2, cap: float = 30.0) -> None:
-        self.base, self.cap, self.attempt = base, cap, 0
-
-    def next_delay(self) -> float:
-        delay = min(self.cap, self.base * (2**self.attempt))
-        self.attempt = min(self.attempt + 1, 30)
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 def _status_of(error: BaseException) -> int | None:

@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import math
 import time
 from collections.abc import AsyncIterator
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from operators.backoff import Backoff
 from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_JOBSET_UID
-from operators.hooks import AsyncJobSetHook, Backoff
 from operators.observations import MonitorState, parse_time
 from operators.policy import Action, Budgets, decide
+
+if TYPE_CHECKING:
+    from operators.hooks import AsyncJobSetHook
 
 NO_CURSOR_TAIL_LINES = 5000  # adopting a JobSet with no log cursor: fold only its recent history
 FINAL_LOG_WAIT_SECONDS = 3.0
@@ -101,17 +105,21 @@ class JobSetTrigger(BaseTrigger):
             },
         )
 
-    def _hook(self) -> AsyncJobSetHook:
-        return AsyncJobSetHook(conn_id=self.kubernetes_conn_id)
+    async def _hook(self) -> AsyncJobSetHook:
+        # The Kubernetes clients take seconds to import (tens on a loaded machine); importing them on
+        # the triggerer's event loop would stall every other trigger it runs. A worker thread does it.
+        hooks = await asyncio.to_thread(importlib.import_module, "operators.hooks")
+        hook: AsyncJobSetHook = hooks.AsyncJobSetHook(conn_id=self.kubernetes_conn_id)
+        return hook
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed, clear): delete the JobSet unless told to keep it."""
         if self.delete_on_kill:
             self.log.info("task killed: deleting JobSet %s", self.name)
-            await self._hook().delete_jobset(self.name, self.namespace, uid=self.uid)
+            await (await self._hook()).delete_jobset(self.name, self.namespace, uid=self.uid)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        monitor = _Monitor(self, MonitorState.from_json(self.state))
+        monitor = _Monitor(self, MonitorState.from_json(self.state), await self._hook())
         try:
             event = await monitor.run()
         except Exception as error:  # a bug must reach the operator as an event, not kill the triggerer silently
@@ -123,12 +131,12 @@ class JobSetTrigger(BaseTrigger):
 class _Monitor:
     """The trigger's running state: four watchers feed one MonitorState; the main loop decides."""
 
-    def __init__(self, trigger: JobSetTrigger, state: MonitorState) -> None:
+    def __init__(self, trigger: JobSetTrigger, state: MonitorState, hook: AsyncJobSetHook) -> None:
         self.trigger = trigger
         self.state = state
         if not state.started_at:  # no persisted state: the incarnation is watched from now on
             state.started_at = time.time()
-        self.hook = trigger._hook()
+        self.hook = hook
         self.budgets = Budgets(**trigger.budgets)
         self.changed = asyncio.Event()
         self.log = trigger.log
