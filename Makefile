@@ -6,7 +6,7 @@ UV := $(BIN)/uv
 export UV_CACHE_DIR ?= $(CURDIR)/.uv-cache
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: setup test test-fast test-slow lint typecheck demo bench lock clean
+.PHONY: setup test test-fast test-slow lint typecheck demo airflow bench lock clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,12 @@ typecheck: setup
 demo: setup
 	$(BIN)/elastic-training demo
 
+# Airflow's UI on http://127.0.0.1:$(PORT) (8080 by default) with the local cluster as kubernetes_default;
+# user admin, password in .airflow/simple_auth_manager_passwords.json.generated. Ctrl-C stops everything.
+PORT ?= 8080
+airflow: setup
+	$(BIN)/elastic-training airflow --port $(PORT) --home $(CURDIR)/.airflow --dags-folder $(CURDIR)/dags
+
 # The commands recorded in benchmarks/RESULTS.md; each is bounded in time and talks only to loopback.
 bench: setup
 	$(BIN)/python -m benchmarks.cluster_api
@@ -51,4 +57,4 @@ bench: setup
 	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets gcs --workers 4 --repeat 5 --restore-repeat 1
 
 clean:
-	rm -rf $(VENV) .uv-cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache

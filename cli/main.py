@@ -16,6 +16,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("cli.cluster", "run and control the one-machine Kubernetes stand-in"),
     "validate": ("cli.validate", "validate Orbax checkpoints on local disk or gs://"),
     "demo": ("cli.demo", "train on the local cluster, kill a slice, print the recovery report"),
+    "airflow": (
+        "cli.airflow",
+        "Airflow's UI, scheduler, dag-processor and triggerer on 127.0.0.1 with the local cluster",
+    ),
 }
 
 

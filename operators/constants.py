@@ -46,7 +46,7 @@ WORKER_REPLICATED_JOB: Final = "worker"
 HEAD_MAIN_CONTAINER: Final = "jax-tpu"
 WORKER_CONTAINER: Final = "pathways-worker"
 
-# MaxText / pathwaysutils log lines (shared/DESIGN.md §4). Unanchored: absl prefixes lines.
+# MaxText / pathwaysutils log lines (docs/architecture.md §4). Unanchored: absl prefixes lines.
 COMPLETED_STEP_RE: Final = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 LIVE_SLICE_COUNT_RE: Final = re.compile(r"live slice count: (\d+)")
 # Not "Elastic attempt N failed." (pathwaysutils' ElasticRuntimeError when the attempt budget is spent).

@@ -1,7 +1,7 @@
 """JobSet manifests, deterministic names and Airflow identity labels.
 
 The elastic JobSet follows xpk's Pathways template (`xpk: src/xpk/templates/pathways_workload_create.yaml.j2`,
-`commands/workload.py:_generate_pathways_workload_yaml`) with the fixes of shared/DESIGN.md §3:
+`commands/workload.py:_generate_pathways_workload_yaml`) with the fixes of docs/architecture.md §3:
 `failurePolicy.maxRestarts` is explicit (xpk omits it, so its `--max-restarts` is silently 0 for Pathways),
 the worker Job's `backoffLimit` is `max_slice_restarts * vms_per_slice` (xpk's elastic formula), and the
 JobSet carries the Airflow identity labels the operator adopts it by.
@@ -258,7 +258,7 @@ def elastic_jobset(
     stage: str = "pretrain",
     local_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The Pathways elastic JobSet of `spec` (shared/DESIGN.md §3), for GKE or the local cluster.
+    """The Pathways elastic JobSet of `spec` (docs/architecture.md §3), for GKE or the local cluster.
 
     `labels` (usually `identity_labels(...)`) plus the run-name and stage labels go on the JobSet and on
     every pod template. `local_env` adds variables to both local containers (fault knobs in tests); it is

@@ -1,7 +1,7 @@
 """What the trigger sees of one JobSet incarnation, folded into a small serialisable state. Pure.
 
 The cluster is the source of truth; this module turns its objects into the facts the policy needs
-(shared/DESIGN.md §4 in the project's docs: docs/operators.md):
+(docs/architecture.md §4):
 
 - the JobSet's phase from ``status.terminalState`` and its ``Completed``/``Failed`` conditions
   (kubernetes-sigs/jobset sets both; the reason of ``Failed`` is ``FailedJobs``,

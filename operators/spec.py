@@ -1,7 +1,6 @@
 """Typed run specs for elastic MaxText training, and the lint that runs before anything is created.
 
-What the lint enforces follows upstream behaviour read from the sources in
-shared/reference/maxtext-jobset-orbax.md:
+What the lint enforces follows upstream behaviour (docs/architecture.md §5 and §8):
 
 - MaxText (`src/maxtext/configs/types.py`) refuses `elastic_enabled` without `enable_single_controller=True`
   (Pathways), creates no checkpoint manager when `enable_checkpointing=false`, auto-resumes only from

@@ -1,4 +1,5 @@
-"""docker-compose.yml and Dockerfile: no Docker engine here, so check what can be checked without one."""
+"""docker-compose.yml, Dockerfile and deploy/helm/values.yaml: no Docker or Helm engine here, so check what can be
+checked without one (the Helm keys against the official Apache Airflow chart's values.yaml, chart 1.19+)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def _compose() -> dict[str, Any]:
     return loaded
 
 
+def _helm() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "helm" / "values.yaml").read_text())
+    return loaded
+
+
+def _rbac() -> dict[str, dict[str, Any]]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if doc}
+
+
 def _airflow_pin() -> str:
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     [pin] = [d.split("==")[1] for d in dependencies if d.startswith("apache-airflow==")]
@@ -36,7 +46,7 @@ def test_compose_runs_every_airflow_component_from_one_image() -> None:
     assert set(services) >= AIRFLOW_SERVICES
     commands = {name: services[name]["command"][0] for name in AIRFLOW_SERVICES}
     assert commands == {
-        "airflow-init": "db",
+        "airflow-init": "version",
         "airflow-apiserver": "api-server",
         "airflow-scheduler": "scheduler",
         "airflow-dag-processor": "dag-processor",
@@ -65,3 +75,110 @@ def test_dockerfile_builds_on_the_pinned_airflow_and_copies_every_package() -> N
     assert {p.rstrip("*") for p in packages["include"]} <= copied
     for directory in copied:
         assert (ROOT / directory).is_dir(), f"Dockerfile copies {directory}/, which does not exist"
+
+
+FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+# Top-level keys of the official chart's values.yaml (chart 1.19+) that deploy/helm/values.yaml may set; a key
+# outside this set is a typo the chart would silently ignore.
+CHART_TOP_LEVEL_KEYS = {
+    "airflowVersion",
+    "defaultAirflowRepository",
+    "defaultAirflowTag",
+    "images",
+    "executor",
+    "allowPodLaunching",
+    "rbac",
+    "dags",
+    "config",
+    "env",
+    "secret",
+    "extraEnv",
+    "createUserJob",
+    "apiServer",
+    "scheduler",
+    "dagProcessor",
+    "triggerer",
+    "workers",
+    "postgresql",
+    "data",
+    "fernetKey",
+    "apiSecretKey",
+    "jwtSecret",
+}
+SERVICE_ACCOUNT_KEYS = {"create", "name", "annotations", "automountServiceAccountToken"}
+
+
+def test_helm_values_use_the_official_charts_keys() -> None:
+    values = _helm()
+    assert set(values) <= CHART_TOP_LEVEL_KEYS, set(values) - CHART_TOP_LEVEL_KEYS
+    assert set(values["images"]["airflow"]) <= {"repository", "tag", "digest", "pullPolicy"}
+    for component in ("apiServer", "scheduler", "dagProcessor", "triggerer", "workers"):
+        assert set(values[component]["serviceAccount"]) <= SERVICE_ACCOUNT_KEYS, component
+    assert all(set(item) == {"name", "value"} for item in values["env"])
+
+
+def test_helm_runs_the_projects_image_with_a_pod_executor_and_a_triggerer() -> None:
+    values = _helm()
+    assert values["executor"] in {"KubernetesExecutor", "CeleryExecutor"}
+    assert values["airflowVersion"] == _airflow_pin()
+    image = values["images"]["airflow"]
+    compose_repository, compose_tag = _compose()["x-airflow-common"]["image"].split(":")
+    assert (image["repository"], image["tag"]) == (compose_repository, compose_tag)
+    assert values["triggerer"]["enabled"] is True
+    assert values["dagProcessor"]["enabled"] is True
+    # The DAGs ship in the image, where the Dockerfile copies them.
+    assert re.search(r"^COPY \S+ dags \./dags$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert values["config"]["core"]["dags_folder"] == "/opt/elastic-training/dags"
+    assert values["dags"]["gitSync"]["enabled"] is False
+
+
+def test_helm_kubernetes_connection_is_in_cluster_as_the_shipped_rbac_service_account() -> None:
+    values = _helm()
+    rbac = _rbac()
+    account = rbac["ServiceAccount"]["metadata"]
+    binding = rbac["RoleBinding"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+    assert binding["roleRef"]["name"] == rbac["Role"]["metadata"]["name"]
+    env = {item["name"]: item["value"] for item in values["env"]}
+    connection = json.loads(env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])
+    assert connection == {"conn_type": "kubernetes", "extra": {"in_cluster": True, "namespace": account["namespace"]}}
+    assert values["config"]["kubernetes_executor"]["namespace"] == account["namespace"]
+    # Task pods create JobSets, the triggerer watches them: both run as the account the Role is bound to,
+    # which deploy/rbac.yaml creates (so the chart must not).
+    for component in ("workers", "triggerer"):
+        assert values[component]["serviceAccount"] == {"create": False, "name": account["name"]}, component
+
+
+def test_compose_and_helm_use_the_fab_auth_manager_which_only_the_image_installs() -> None:
+    assert _helm()["config"]["core"]["auth_manager"] == FAB_AUTH_MANAGER
+    compose = _compose()
+    assert compose["x-airflow-common"]["environment"]["AIRFLOW__CORE__AUTH_MANAGER"] == FAB_AUTH_MANAGER
+    init_env = compose["services"]["airflow-init"]["environment"]
+    assert init_env["_AIRFLOW_WWW_USER_CREATE"] == "true"
+    assert init_env["_AIRFLOW_WWW_USER_PASSWORD"].startswith("${AIRFLOW_ADMIN_PASSWORD:?")
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"AIRFLOW__CORE__AUTH_MANAGER={FAB_AUTH_MANAGER}" in dockerfile
+    assert '"apache-airflow-providers-fab==${FAB_PROVIDER_VERSION}"' in dockerfile
+    # FAB's Flask-AppBuilder caps python-dateutil below the lock's: it must stay out of requirements.lock.
+    assert "apache-airflow-providers-fab" not in (ROOT / "requirements.lock").read_text()
+
+
+def test_dockerfile_installs_with_the_lock_as_constraints_minus_only_the_fab_conflict() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM apache/airflow:slim-\$\{AIRFLOW_VERSION\}-python3\.11$", dockerfile, re.M)
+    assert re.search(r"^COPY \S+ .*\brequirements\.lock\b", dockerfile, re.M)
+    dropped = re.findall(r"grep -v '\^([^=]+)==' requirements\.lock > (\S+)", dockerfile)
+    assert dropped == [("python-dateutil", "/tmp/constraints.txt")]
+    assert "pip install --no-cache-dir -c /tmp/constraints.txt" in dockerfile
+    lock = (ROOT / "requirements.lock").read_text()
+    assert re.search(r"^python-dateutil==4\.", lock, re.M), "the conflict is gone: drop the grep from the Dockerfile"
+
+
+def test_compose_publishes_the_ui_on_loopback_and_requires_its_secrets() -> None:
+    compose = _compose()
+    assert compose["services"]["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080"]
+    env = compose["x-airflow-common"]["environment"]
+    for name in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY"):
+        assert re.fullmatch(r"\$\{[A-Z_]+:\?.+\}", env[name]), f"{name} must be required, not defaulted"

@@ -1,6 +1,6 @@
 """Per-step verdicts from file metadata alone: markers, metadata files, and every array's storage.
 
-The checks follow the Orbax 0.12 on-disk format (shared/reference/maxtext-jobset-orbax.md §5):
+The checks follow the Orbax 0.12 on-disk format (docs/architecture.md §8.4):
 no array data is read here, so the cost grows with the number of files, not with bytes.
 """
 

@@ -1,4 +1,4 @@
-"""JobSet manifests: golden files per runtime, the fields of shared/DESIGN.md §3 one by one, names and labels.
+"""JobSet manifests: golden files per runtime, the fields of docs/architecture.md §3 one by one, names and labels.
 
 Regenerate the golden files after an intended change with
 `UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/operators/test_manifests.py` and review the diff.

@@ -66,7 +66,7 @@ def _pathways_like(
     worker_backoff: int = 1,
     **spec: Any,
 ) -> dict[str, Any]:
-    """Head (1 replica, backoffLimit 0, Never) + 2 worker slices of 2 VMs (OnFailure), as in DESIGN §3."""
+    """Head (1 replica, backoffLimit 0, Never) + 2 worker slices of 2 VMs (OnFailure), as in docs/architecture.md §3."""
     return jobset_manifest(
         name,
         {
@@ -420,7 +420,7 @@ def test_ttl_after_finished_deletes_the_jobset(k8s: K8s) -> None:
 
 
 def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s, tmp_path: Path) -> None:
-    """DESIGN §3: proxy and RM sidecars (no command: idle placeholders), jax-tpu reads the coordinator."""
+    """docs/architecture.md §3: proxy and RM sidecars (no command: idle placeholders), jax-tpu reads the coordinator."""
     workers_seen = tmp_path / "workers-seen"  # the head finishes only after the test saw every worker run
     jobsets = JobSets(k8s.custom)
     name = unique("pathways")
