@@ -116,7 +116,11 @@ class JobSetTrigger(BaseTrigger):
         """A user killed the deferred task (mark failed, clear): delete the JobSet unless told to keep it."""
         if self.delete_on_kill:
             self.log.info("task killed: deleting JobSet %s", self.name)
-            await (await self._hook()).delete_jobset(self.name, self.namespace, uid=self.uid)
+            hook = await self._hook()
+            try:
+                await hook.delete_jobset(self.name, self.namespace, uid=self.uid)
+            finally:
+                await hook.close()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         monitor = _Monitor(self, MonitorState.from_json(self.state), await self._hook())
@@ -166,6 +170,8 @@ class _Monitor:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            with contextlib.suppress(Exception):
+                await self.hook.close()
 
     async def _decide_loop(self) -> dict[str, Any]:
         trigger = self.trigger
