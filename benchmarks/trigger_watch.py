@@ -10,28 +10,32 @@ Four processes, so that each one's CPU is its own:
   request however long it stays open. It also force-deletes pods on request
   (``cluster.faults.delete_pod``, like ``kubectl delete pod --grace-period=0 --force``).
 - **watch triggerer**: one event loop running ``--jobsets`` monitors of ``operators.triggers.JobSetTrigger``
-  at once (the trigger's own ``_Monitor``, which is all ``JobSetTrigger.run()`` does, held so the
-  benchmark can see when its first list arrived), with a slice budget of 0 so the first slice restart
-  makes it yield its event.
-- **polling triggerer**: the same number of :class:`PollingJobSetTrigger`, the provider's
-  ``KubernetesJobTrigger`` style (every ``--poll-interval`` seconds: get the JobSet, list its pods),
-  folding what it reads into the same ``MonitorState`` and asking the same policy. Starts are spread
-  over one interval, as triggers deferred at different times are.
+  at once (the trigger's own ``_Monitor``, which is all ``JobSetTrigger.run()`` runs, held so the
+  benchmark can see when it has read everything once): it watches the JobSet, its pods and its Jobs
+  and follows the head pod's log. A slice budget of 0 makes the first slice restart yield its event.
+- **polling triggerer**: the same number of :class:`PollingJobSetTrigger`, in the provider's
+  ``KubernetesJobTrigger`` style: get, sleep ``--poll-interval`` seconds, get again. Each poll is
+  two requests, get the JobSet and list its Jobs (a slice restart shows as the worker Job's
+  ``status.failed`` going up, which is how ``MonitorState`` counts it; pods alone only show
+  in-place container restarts). What it reads goes into the same ``MonitorState`` and the same
+  policy. Starts are spread over one interval, as triggers deferred at different times are.
 - **driver** (this process): creates the JobSets, whose pods run ``sleep`` through the local kubelet
   (a ``pathways-head`` job and a ``worker`` job, labelled as the operator's), then measures:
 
-1. *startup*: requests from starting the triggers until every one has read its JobSet and pods;
+1. *start*: requests from starting the triggers until every one has read everything once (plus 2 s
+   for the log follows to open);
 2. *steady window* (``--window`` seconds, nothing changing): requests per client, and each
    triggerer's CPU time (user + system) over wall time and its resident memory;
 3. *detection*: ``--deletes`` worker pods of different JobSets force-deleted one by one (random
-   gaps of 0.5 to 1.5 s); latency is the event's time in the triggerer minus the time just before the
-   delete in the cluster process (both ``time.time()`` on one machine). The event comes after the
-   replacement pod is seen and the policy decides; the watch trigger also reads the head log's last
-   lines (one short request) before it yields, so that is included.
+   gaps of 0.5 to 1.5 s). "Restart counted" is when the trigger's ``MonitorState`` counted the
+   slice restart (``_count`` wrapped to note the time), "event" when the trigger yielded; both minus
+   the time just before the delete in the cluster process (``time.time()``, one machine). The
+   watch trigger reads the head log's last lines (one short request) before it yields; that is in.
 
-Per JobSet-hour = startup requests per JobSet + steady requests per JobSet * 3600 / window. The
-watch streams reopen after their server-side timeout (300 s in ``operators.hooks``), so a window
-of 300 s holds exactly one reopen per stream; a shorter window undercounts the watch trigger.
+Requests per JobSet-hour come from the steady window: steady requests per JobSet * 3600 / window.
+The watch streams reopen after their server-side timeout (300 s in ``operators.hooks``), so a
+window of 300 s holds exactly one reopen per stream; a shorter one undercounts the watch trigger.
+Start requests are reported apart (once per trigger start).
 
 Prints a Markdown table; ``--json`` writes every number. Bounded in time (each wait has a
 timeout), loopback only.
@@ -90,7 +94,7 @@ def kind_of(request):
         return request.method.lower()
     if flag(request, "watch"):
         return "watch"
-    return "list" if path.endswith(("/pods", "/jobsets")) else "get"
+    return "list" if path.endswith(("/pods", "/jobs", "/jobsets")) else "get"
 
 @web.middleware
 async def count_requests(request, handler):
@@ -132,7 +136,7 @@ def _polling_trigger_class() -> type[Any]:
     from operators.policy import Action, Budgets, decide
 
     class PollingJobSetTrigger(BaseTrigger):
-        """Every ``poll_interval`` s: get the JobSet and list its pods (the ``KubernetesJobTrigger`` loop)."""
+        """Every ``poll_interval`` s: get the JobSet and list its Jobs (the ``KubernetesJobTrigger`` loop)."""
 
         def __init__(self, *, name: str, namespace: str, budgets: dict[str, Any], poll_interval: float) -> None:
             super().__init__()
@@ -154,17 +158,15 @@ def _polling_trigger_class() -> type[Any]:
                     jobset = await async_k8s.CustomObjectsApi(api).get_namespaced_custom_object(
                         JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, self.name
                     )
-                    listed = await async_k8s.CoreV1Api(api).list_namespaced_pod(
+                    listed = await async_k8s.BatchV1Api(api).list_namespaced_job(
                         self.namespace, label_selector=f"{LABEL_JOBSET_NAME}={self.name}"
                     )
-                    pods = api.sanitize_for_serialization(listed).get("items") or []
+                    jobs = api.sanitize_for_serialization(listed).get("items") or []
                 now = time.time()
                 state.on_jobset(jobset)
-                alive = {str(p["metadata"]["uid"]) for p in pods}
-                for uid in [u for u in state.worker_pods if u not in alive]:
-                    del state.worker_pods[uid]
-                for pod in pods:
-                    if state.on_pod(pod, deleted=False, now=now) and self.counted_at is None:
+                state.forget_missing(alive_jobs={str(j["metadata"]["uid"]) for j in jobs})
+                for job in jobs:
+                    if state.on_job(job, deleted=False, now=now) and self.counted_at is None:
                         self.counted_at = time.time()
                 self.polls += 1
                 observation = state.observation(now=now, target_step=1 << 30, full_restarts_used=0)
@@ -209,15 +211,14 @@ def _watch_monitor(name: str, trigger_class: Any, monitor_class: Any, state_clas
     )
     monitor = monitor_class(trigger, state_class.from_json(trigger.state))
     monitor.counted_at = None
-    fold = monitor.state.on_pod
+    count = monitor.state._count
 
-    def on_pod(pod: dict[str, Any], *, deleted: bool, now: float) -> Any:  # instrumentation only
-        restarted = fold(pod, deleted=deleted, now=now)
-        if restarted and monitor.counted_at is None:
+    def counted(index: int, at: float) -> None:  # instrumentation only: every slice restart passes here
+        if monitor.counted_at is None:
             monitor.counted_at = time.time()
-        return restarted
+        count(index, at)
 
-    monitor.state.on_pod = on_pod
+    monitor.state._count = counted
     return monitor
 
 
@@ -259,7 +260,7 @@ def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
                 tasks.append(asyncio.create_task(watch()))
 
             def synced() -> bool:
-                return all(m.state.head_pod is not None and m.state.worker_pods for m in monitors)
+                return all(m.state.head_pod and m.state.worker_pods and m.state.worker_jobs for m in monitors)
         else:
             polling = _polling_trigger_class()
             triggers = [polling(name=n, namespace=NS, budgets=_budgets(), poll_interval=poll_interval) for n in names]

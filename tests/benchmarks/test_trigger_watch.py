@@ -53,11 +53,11 @@ def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
         pairs = zip(row["counted_seconds"], row["latency_seconds"], strict=True)
         assert all(counted <= event for counted, event in pairs)
         assert row["cpu_share_of_one_core"] >= 0 and row["rss_mib"] > 0
-    # Each JobSetTrigger lists and watches its JobSet and its pods and follows the head pod's log, once:
+    # Each JobSetTrigger lists and watches its JobSet, pods and Jobs and follows the head pod's log, once:
     # a stream may open just after the start count, so start and window are summed.
     opened = Counter(result["startup_requests"]["watch"]) + Counter(result["window_requests"]["watch"])
-    assert opened == {"list": 4, "watch": 4, "log follow": 2}
-    # The polling baseline only ever gets the JobSet and lists its pods, one of each per poll.
+    assert opened == {"list": 6, "watch": 6, "log follow": 2}
+    # The polling baseline only ever gets the JobSet and lists its Jobs, one of each per poll.
     polled = result["startup_requests"]["polling"]
     assert set(polled) == {"get", "list"} and polled["get"] == polled["list"] >= 2
     assert set(result["window_requests"]["polling"]) <= {"get", "list"}
