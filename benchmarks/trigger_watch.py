@@ -22,8 +22,8 @@ Four processes, so that each one's CPU is its own:
 - **driver** (this process): creates the JobSets, whose pods run ``sleep`` through the local kubelet
   (a ``pathways-head`` job and a ``worker`` job, labelled as the operator's), then measures:
 
-1. *start*: requests from starting the triggers until every one has read everything once (plus 2 s
-   for the log follows to open);
+1. *start*: requests from starting the triggers until every one has read everything once and every
+   watch trigger has its three watches and its log follow open (counted at the cluster);
 2. *steady window* (``--window`` seconds, nothing changing): requests per client, and each
    triggerer's CPU time (user + system) over wall time and its resident memory;
 3. *detection*: ``--deletes`` worker pods of different JobSets force-deleted one by one (random
@@ -71,6 +71,7 @@ HEAD_CONTAINER, WORKER_CONTAINER = "jax-tpu", "pathways-worker"
 LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 SLEEP_SECONDS = 7200
+POLL_SECONDS: list[float] = []  # in a polling triggerer: how long each poll (both requests) took
 
 # The cluster process: the local cluster plus a request counter, driven over stdin/stdout.
 _CLUSTER_SCRIPT = """
@@ -153,6 +154,7 @@ def _polling_trigger_class() -> type[Any]:
             state = MonitorState(started_at=time.time())
             budgets = Budgets(**self.budgets)
             while True:
+                began = time.perf_counter()
                 async with hook.get_conn() as api:
                     api.user_agent = POLL_AGENT
                     jobset = await async_k8s.CustomObjectsApi(api).get_namespaced_custom_object(
@@ -162,6 +164,7 @@ def _polling_trigger_class() -> type[Any]:
                         self.namespace, label_selector=f"{LABEL_JOBSET_NAME}={self.name}"
                     )
                     jobs = api.sanitize_for_serialization(listed).get("items") or []
+                POLL_SECONDS.append(time.perf_counter() - began)
                 now = time.time()
                 state.on_jobset(jobset)
                 state.forget_missing(alive_jobs={str(j["metadata"]["uid"]) for j in jobs})
@@ -190,7 +193,12 @@ def _usage() -> dict[str, float]:
         for line in status:
             if line.startswith("VmRSS:"):
                 rss_kib = int(line.split()[1])
-    return {"cpu": used.ru_utime + used.ru_stime, "wall": time.time(), "rss_kib": rss_kib, "maxrss_kib": used.ru_maxrss}
+    usage = {"cpu": used.ru_utime + used.ru_stime, "wall": time.time(), "rss_kib": rss_kib}
+    usage["maxrss_kib"] = used.ru_maxrss
+    if POLL_SECONDS:
+        usage["polls"] = len(POLL_SECONDS)
+        usage["poll_seconds_median"] = statistics.median(POLL_SECONDS)
+    return usage
 
 
 def _budgets() -> dict[str, Any]:
@@ -447,8 +455,16 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             argv += ["--poll-interval", str(args.poll_interval), "--names", ",".join(names)]
             triggerers[kind] = Child(argv, env)
         ready = {kind: child.next("ready", timeout=120 + len(names)) for kind, child in triggerers.items()}
-        time.sleep(2.0)  # the log followers open after the first pod list
-        counts_ready = cluster.ask("counts", "counts")["counts"]
+        # Every watch trigger has listed; wait until its three watches and its log follow are open too.
+        deadline = time.monotonic() + 120 + len(names)
+        while True:
+            counts_ready = cluster.ask("counts", "counts")["counts"]
+            opened = _by_client(counts_start, counts_ready)["watch"]
+            if opened.get("watch", 0) >= 3 * len(names) and opened.get("log follow", 0) >= len(names):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"watch triggers opened only {opened} for {len(names)} JobSets")
+            time.sleep(0.5)
 
         _say(f"all triggers synced; steady window of {args.window:.0f} s")
         usage_start = {kind: child.ask("usage", "usage")["usage"] for kind, child in triggerers.items()}
@@ -511,6 +527,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             "startup_requests_per_jobset": start_per_jobset,
             "steady_requests_per_jobset_hour": steady_per_hour,
             "cpu_share_of_one_core": _cpu_share(usage_start[kind], usage_end[kind]),
+            "poll_seconds_median": usage_end[kind].get("poll_seconds_median"),
             "rss_mib_before_triggers": ready[kind]["before"]["rss_kib"] / 1024,
             "rss_mib": usage_end[kind]["rss_kib"] / 1024,
             "max_rss_mib": usage_end[kind]["maxrss_kib"] / 1024,
@@ -561,6 +578,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"polling {result['window_requests']['polling']}; startup: watch {result['startup_requests']['watch']}, "
         f"polling {result['startup_requests']['polling']}.",
         f"Event reasons: watch {watch['reasons']}, polling {polling['reasons']}.",
+        f"A poll (both requests, in the provider's style with a new API client each time) took "
+        f"{_ms(polling['poll_seconds_median'])} (median); the polling period is the interval plus that.",
     ]
     return "\n".join(rows)
 
