@@ -201,21 +201,21 @@ def _usage() -> dict[str, float]:
     return usage
 
 
-def _budgets() -> dict[str, Any]:
-    # The first slice restart spends the budget; nothing else can fire during the run.
+def _budgets(max_slice_restarts: int = 0) -> dict[str, Any]:
+    # By default the first slice restart spends the budget; nothing else can fire during the run.
     day = 86400.0
     return {
-        "max_slice_restarts": 0,
+        "max_slice_restarts": max_slice_restarts,
         "slice_restart_window_seconds": day,
         "stall_timeout_seconds": 30 * day,
         "max_full_restarts": 1,
     }
 
 
-def _watch_monitor(name: str, trigger_class: Any, monitor_class: Any, state_class: Any) -> Any:
+def _watch_monitor(name: str, trigger_class: Any, monitor_class: Any, state_class: Any, budgets: dict[str, Any]) -> Any:
     """The monitor ``JobSetTrigger.run()`` would run, noting when its state first counts a restart."""
     trigger = trigger_class(
-        name=name, namespace=NS, uid=None, target_step=1 << 30, budgets=_budgets(), state={"started_at": time.time()}
+        name=name, namespace=NS, uid=None, target_step=1 << 30, budgets=budgets, state={"started_at": time.time()}
     )
     monitor = monitor_class(trigger, state_class.from_json(trigger.state))
     monitor.counted_at = None
@@ -256,14 +256,18 @@ def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
         before = _usage()
         tasks: list[asyncio.Task[None]] = []
         if kind == "watch":
-            monitors = [_watch_monitor(name, JobSetTrigger, _Monitor, MonitorState) for name in names]
+            monitors = [_watch_monitor(name, JobSetTrigger, _Monitor, MonitorState, _budgets()) for name in names]
             for name, monitor in zip(names, monitors, strict=True):
 
                 async def watch(name: str = name, monitor: Any = monitor) -> None:
-                    event = await monitor.run()
-                    restarts = event["state"]["slice_restarts"]
-                    emit({"event": name, "at": time.time(), "reason": event["reason"], "slice_restarts": restarts,
-                          "counted_at": monitor.counted_at})  # fmt: skip
+                    # After its event a fresh trigger watches on (as after the operator defers again), with a
+                    # budget that the restart already seen does not spend, so it stays for the steady window.
+                    while True:
+                        event = await monitor.run()
+                        restarts = event["state"]["slice_restarts"]
+                        emit({"event": name, "at": time.time(), "reason": event["reason"], "slice_restarts": restarts,
+                              "counted_at": monitor.counted_at})  # fmt: skip
+                        monitor = _watch_monitor(name, JobSetTrigger, _Monitor, MonitorState, _budgets(1 << 20))
 
                 tasks.append(asyncio.create_task(watch()))
 
@@ -276,8 +280,12 @@ def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
 
                 async def poll(name: str = name, trigger: Any = trigger) -> None:
                     await asyncio.sleep(random.uniform(0, poll_interval))
-                    async for event in trigger.run():
-                        emit({"event": name, "at": time.time(), **event.payload})
+                    while True:
+                        async for event in trigger.run():
+                            emit({"event": name, "at": time.time(), **event.payload})
+                        trigger = polling(
+                            name=name, namespace=NS, budgets=_budgets(1 << 20), poll_interval=poll_interval
+                        )
 
                 tasks.append(asyncio.create_task(poll()))
 
@@ -466,16 +474,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                 raise TimeoutError(f"watch triggers opened only {opened} for {len(names)} JobSets")
             time.sleep(0.5)
 
-        _say(f"all triggers synced; steady window of {args.window:.0f} s")
-        usage_start = {kind: child.ask("usage", "usage")["usage"] for kind, child in triggerers.items()}
-        cluster_start = _proc_cpu(cluster.process.pid)
-        counts_window_start = cluster.ask("counts", "counts")["counts"]
-        time.sleep(args.window)
-        counts_window_end = cluster.ask("counts", "counts")["counts"]
-        usage_end = {kind: child.ask("usage", "usage")["usage"] for kind, child in triggerers.items()}
-        cluster_end = _proc_cpu(cluster.process.pid)
-
-        _say("force-deleting worker pods")
+        _say("all triggers synced; force-deleting worker pods")
+        counts_detect_start = cluster.ask("counts", "counts")["counts"]
         deletes: dict[str, float] = {}
         for name in random.sample(names, min(args.deletes, len(names))):
             workers = core.list_namespaced_pod(
@@ -483,11 +483,31 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             ).items
             deletes[name] = cluster.ask(f"delete {NS} {workers[0].metadata.name}", "at")["at"]
             time.sleep(random.uniform(0.5, 1.5))
-        deadline = time.monotonic() + 2 * args.poll_interval + 30
+        deadline = time.monotonic() + 2 * args.poll_interval + 60
         while time.monotonic() < deadline and any(set(deletes) - set(c.events) for c in triggerers.values()):
             time.sleep(0.2)
         events = {kind: dict(child.events) for kind, child in triggerers.items()}
-        counts_end = cluster.ask("counts", "counts")["counts"]
+        counts_detect_end = cluster.ask("counts", "counts")["counts"]
+        # The triggers that fired were replaced by fresh ones; wait for their streams before the window.
+        deadline = time.monotonic() + 120
+        while True:
+            counts = cluster.ask("counts", "counts")["counts"]
+            opened = _by_client(counts_start, counts)["watch"]
+            armed = len(names) + len(deletes)
+            if opened.get("watch", 0) >= 3 * armed and opened.get("log follow", 0) >= armed:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"re-armed watch triggers opened only {opened}")
+            time.sleep(0.5)
+
+        _say(f"steady window of {args.window:.0f} s")
+        usage_start = {kind: child.ask("usage", "usage")["usage"] for kind, child in triggerers.items()}
+        cluster_start = _proc_cpu(cluster.process.pid)
+        counts_window_start = cluster.ask("counts", "counts")["counts"]
+        time.sleep(args.window)
+        counts_window_end = cluster.ask("counts", "counts")["counts"]
+        usage_end = {kind: child.ask("usage", "usage")["usage"] for kind, child in triggerers.items()}
+        cluster_end = _proc_cpu(cluster.process.pid)
     finally:
         for child in triggerers.values():
             child.close()
@@ -502,7 +522,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "poll_interval_seconds": args.poll_interval,
         "startup_requests": startup,
         "window_requests": steady,
-        "detection_phase_requests": _by_client(counts_window_end, counts_end),
+        "detection_phase_requests": _by_client(counts_detect_start, counts_detect_end),
         "cluster_cpu_share_of_one_core": _cpu_share(cluster_start, cluster_end),
         "triggerers": {},
     }
