@@ -34,8 +34,9 @@ Four processes, so that each one's CPU is its own:
 
 Requests per JobSet-hour come from the steady window: steady requests per JobSet * 3600 / window.
 The watch streams reopen after their server-side timeout (300 s in ``operators.hooks``), so a
-window of 300 s holds exactly one reopen per stream; a shorter one undercounts the watch trigger.
-Start requests are reported apart (once per trigger start).
+window of 300 s holds one reopen per stream if the reopens are not delayed (with 100 triggers they
+were: each new API client loads the CA bundle on the event loop; benchmarks/RESULTS.md); a shorter
+window undercounts the watch trigger. Start requests are reported apart (once per trigger start).
 
 Prints a Markdown table; ``--json`` writes every number. Bounded in time (each wait has a
 timeout), loopback only.

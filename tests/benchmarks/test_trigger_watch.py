@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -53,10 +52,12 @@ def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
         pairs = zip(row["counted_seconds"], row["latency_seconds"], strict=True)
         assert all(counted <= event for counted, event in pairs)
         assert row["cpu_share_of_one_core"] >= 0 and row["rss_mib"] > 0
-    # Each JobSetTrigger lists and watches its JobSet, pods and Jobs and follows the head pod's log, once:
-    # a stream may open just after the start count, so start and window are summed.
-    opened = Counter(result["startup_requests"]["watch"]) + Counter(result["window_requests"]["watch"])
-    assert opened == {"list": 6, "watch": 6, "log follow": 2}
+    # Each JobSetTrigger lists and watches its JobSet, pods and Jobs and follows the head pod's log, once.
+    assert result["startup_requests"]["watch"] == {"list": 6, "watch": 6, "log follow": 2}
+    # Before yielding, a fired trigger reads the end of the head pod's log once.
+    assert result["detection_phase_requests"]["watch"]["log read"] == 2
+    # Nothing changes in the window: no relist, no reopen within the watches' 300 s.
+    assert result["window_requests"]["watch"] == {}
     # The polling baseline only ever gets the JobSet and lists its Jobs, one of each per poll.
     polled = result["startup_requests"]["polling"]
     assert set(polled) == {"get", "list"} and polled["get"] == polled["list"] >= 2
