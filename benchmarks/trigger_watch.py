@@ -213,12 +213,14 @@ def _budgets(max_slice_restarts: int = 0) -> dict[str, Any]:
     }
 
 
-def _watch_monitor(name: str, trigger_class: Any, monitor_class: Any, state_class: Any, budgets: dict[str, Any]) -> Any:
+async def _watch_monitor(
+    name: str, trigger_class: Any, monitor_class: Any, state_class: Any, budgets: dict[str, Any]
+) -> Any:
     """The monitor ``JobSetTrigger.run()`` would run, noting when its state first counts a restart."""
     trigger = trigger_class(
         name=name, namespace=NS, uid=None, target_step=1 << 30, budgets=budgets, state={"started_at": time.time()}
     )
-    monitor = monitor_class(trigger, state_class.from_json(trigger.state))
+    monitor = monitor_class(trigger, state_class.from_json(trigger.state), await trigger._hook())
     monitor.counted_at = None
     count = monitor.state._count
 
@@ -257,7 +259,7 @@ def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
         before = _usage()
         tasks: list[asyncio.Task[None]] = []
         if kind == "watch":
-            monitors = [_watch_monitor(name, JobSetTrigger, _Monitor, MonitorState, _budgets()) for name in names]
+            monitors = [await _watch_monitor(n, JobSetTrigger, _Monitor, MonitorState, _budgets()) for n in names]
             for name, monitor in zip(names, monitors, strict=True):
 
                 async def watch(name: str = name, monitor: Any = monitor) -> None:
@@ -268,7 +270,7 @@ def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
                         restarts = event["state"]["slice_restarts"]
                         emit({"event": name, "at": time.time(), "reason": event["reason"], "slice_restarts": restarts,
                               "counted_at": monitor.counted_at})  # fmt: skip
-                        monitor = _watch_monitor(name, JobSetTrigger, _Monitor, MonitorState, _budgets(1 << 20))
+                        monitor = await _watch_monitor(name, JobSetTrigger, _Monitor, MonitorState, _budgets(1 << 20))
 
                 tasks.append(asyncio.create_task(watch()))
 
@@ -463,9 +465,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             argv = [sys.executable, "-m", "benchmarks.trigger_watch", "--triggerer", kind]
             argv += ["--poll-interval", str(args.poll_interval), "--names", ",".join(names)]
             triggerers[kind] = Child(argv, env)
-        ready = {kind: child.next("ready", timeout=120 + len(names)) for kind, child in triggerers.items()}
+        ready = {kind: child.next("ready", timeout=300 + 2 * len(names)) for kind, child in triggerers.items()}
         # Every watch trigger has listed; wait until its three watches and its log follow are open too.
-        deadline = time.monotonic() + 120 + len(names)
+        deadline = time.monotonic() + 300 + 2 * len(names)
         while True:
             counts_ready = cluster.ask("counts", "counts")["counts"]
             opened = _by_client(counts_start, counts_ready)["watch"]
