@@ -55,6 +55,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.workloads --kills 3 --steps 200
 	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets local --repeat 5 --restore-repeat 3
 	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets gcs --workers 4 --repeat 5 --restore-repeat 1
+	$(BIN)/python -m benchmarks.trigger_watch --jobsets 100 --window 300 --deletes 20
 
 clean:
 	rm -rf $(VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache
