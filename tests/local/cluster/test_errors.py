@@ -34,7 +34,7 @@ def _raw(
     headers = {"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json", **headers}
     request = urllib.request.Request(cluster.url + path, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=cluster.ssl_context()) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())

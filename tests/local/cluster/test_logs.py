@@ -113,7 +113,7 @@ def test_previous_run_since_seconds_and_since_time_from_log_files(tmp_path: Path
                 headers={"Authorization": f"Bearer {cluster.token}"},
             )
             try:
-                with urllib.request.urlopen(request, timeout=10) as response:
+                with urllib.request.urlopen(request, timeout=10, context=cluster.ssl_context()) as response:
                     return response.status, response.read().decode()
             except urllib.error.HTTPError as error:
                 return error.code, error.read().decode()
