@@ -77,6 +77,8 @@ def _resource_entries(rtype: ResourceType) -> list[dict[str, Any]]:
     }
     if rtype.short_names:
         main["shortNames"] = list(rtype.short_names)
+    if rtype.categories:
+        main["categories"] = list(rtype.categories)
     entries = [main]
     if rtype.has_status:
         entries.append(

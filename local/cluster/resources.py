@@ -24,6 +24,7 @@ class ResourceType:
     has_status: bool = True
     singular: str = ""
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # `kubectl get all` lists the types in category "all"
     verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
 
     @property
@@ -38,10 +39,13 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-PODS = ResourceType("", "v1", "pods", "Pod", singular="pod", short_names=("po",))
+# Short names and categories as upstream's discovery lists them (the JobSet CRD declares neither).
+PODS = ResourceType("", "v1", "pods", "Pod", singular="pod", short_names=("po",), categories=("all",))
 EVENTS = ResourceType("", "v1", "events", "Event", has_status=False, singular="event", short_names=("ev",))
-NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, singular="namespace")
-JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job")
+NAMESPACES = ResourceType(
+    "", "v1", "namespaces", "Namespace", namespaced=False, singular="namespace", short_names=("ns",)
+)
+JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job", categories=("all",))
 JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
 
 RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS)

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from local.cluster import discovery
+from local.cluster import discovery, openapi, tables
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
 from local.cluster.patching import apply_patch
@@ -105,6 +105,8 @@ class ApiServer:
             app.router.add_get(path, self._core_versions)
         for path in ("/apis", "/apis/"):
             app.router.add_get(path, self._group_list)
+        app.router.add_get(openapi.PREFIX, self._openapi_index)
+        app.router.add_get(openapi.PREFIX + "/{tail:.+}", self._openapi_document)
         self.faults.add_routes(app)
         app.router.add_route("*", "/api/{tail:.*}", self._core)
         app.router.add_route("*", "/apis/{tail:.*}", self._grouped)
@@ -151,6 +153,15 @@ class ApiServer:
     async def _group_list(self, request: web.Request) -> web.Response:
         return web.json_response(discovery.api_group_list())
 
+    async def _openapi_index(self, request: web.Request) -> web.Response:
+        return web.json_response(openapi.index())
+
+    async def _openapi_document(self, request: web.Request) -> web.Response:
+        body = openapi.document(request.match_info["tail"])
+        if body is None:
+            raise _not_found_path(request.path)
+        return web.Response(body=body, content_type="application/json")
+
     async def _core(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.match_info["tail"].split("/") if p]
         if not parts:
@@ -185,7 +196,7 @@ class ApiServer:
                 return await self._delete_collection(request, target)
         elif target.subresource is None or (target.subresource == "status" and target.rtype.has_status):
             if method == "GET":
-                return _json(self._get(target))
+                return _respond(request, target.rtype, [self._get(target)])
             if method == "PUT":
                 return await self._replace(request, target)
             if method == "PATCH":
@@ -223,8 +234,10 @@ class ApiServer:
                 timeout_seconds = float(timeout) if timeout else None
             except ValueError as exc:
                 raise bad_request(f"timeoutSeconds: invalid number {timeout!r}") from exc
+            table = tables.negotiate(request.headers.get("Accept"), query.get("includeObject"))
+            render = None if table is None else (lambda obj: tables.to_table(rtype, [obj], table))
             return await stream_watch(
-                request, self.store, rtype, selection, query.get("resourceVersion"), timeout_seconds
+                request, self.store, rtype, selection, query.get("resourceVersion"), timeout_seconds, render
             )
         items, version = self.store.view(rtype, selection.namespace, selection.matches)
         metadata: dict[str, Any] = {"resourceVersion": str(version)}
@@ -233,12 +246,13 @@ class ApiServer:
             metadata["continue"] = next_token
             metadata["remainingItemCount"] = remaining
         body = {"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": metadata, "items": items}
-        return _json(body)
+        return _respond(request, rtype, items, body)
 
     async def _create(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
         rtype = target.rtype
         body = await _object_body(request, rtype)
+        openapi.check_field_validation(request.query.get("fieldValidation"), rtype, body)
         namespace = target.namespace if rtype.namespaced else None
         if namespace is not None and self.store.find(NAMESPACES, "", namespace) is None:
             raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found', "namespaces", namespace)
@@ -253,6 +267,7 @@ class ApiServer:
         _reject_dry_run(request)
         rtype = target.rtype
         body = await _object_body(request, rtype)
+        openapi.check_field_validation(request.query.get("fieldValidation"), rtype, body)
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, target.name):
             raise bad_request(
@@ -269,6 +284,7 @@ class ApiServer:
             raise bad_request(f"the patch is not JSON: {exc}") from exc
         current = self._get(target)
         patched = apply_patch(request.content_type, current, patch)
+        openapi.check_field_validation(request.query.get("fieldValidation"), target.rtype, patched)
         meta = patched.get("metadata")
         if not isinstance(meta, dict) or meta.get("name") != target.name:
             raise bad_request("a patch may not change metadata.name")
@@ -361,6 +377,15 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(), status=status, content_type="application/json"
     )
+
+
+def _respond(request: web.Request, rtype: ResourceType, items: list[Obj], body: Obj | None = None) -> web.Response:
+    """One object (``body`` None) or a list ``body``, as JSON or as the ``Table`` the Accept header asks for."""
+    table = tables.negotiate(request.headers.get("Accept"), request.query.get("includeObject"))
+    if table is not None:
+        metadata = (body or {}).get("metadata") or {"resourceVersion": items[0]["metadata"].get("resourceVersion", "")}
+        return _json(tables.to_table(rtype, items, table, metadata))
+    return _json(body if body is not None else items[0])
 
 
 def _status(error: ApiError) -> web.Response:

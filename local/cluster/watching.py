@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -68,8 +69,16 @@ async def stream_watch(
     selection: Selection,
     resource_version: str | None,
     timeout_seconds: float | None,
+    render: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> web.StreamResponse:
-    """Serve one watch request until its timeout, expiry, or the client going away."""
+    """Serve one watch request until its timeout, expiry, or the client going away.
+
+    ``render`` turns each object into what the client asked for (a ``Table``, for ``kubectl get -w``).
+    """
+
+    def line(event_type: str, obj: dict[str, Any]) -> bytes:
+        return _line(event_type, render(obj) if render is not None else obj)
+
     start = parse_resource_version(resource_version)
     initial = b""
     try:
@@ -84,7 +93,7 @@ async def stream_watch(
     if start is None:
         # Listing and subscribing happen with no await between them, so nothing is missed.
         current, _ = store.view(rtype, selection.namespace, selection.matches)
-        initial = b"".join(_line("ADDED", obj) for obj in current)  # serialised before any await
+        initial = b"".join(line("ADDED", obj) for obj in current)  # serialised before any await
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
     try:
@@ -108,7 +117,7 @@ async def stream_watch(
                     break
                 batch.append(queued)
             seen = (translate(e, rtype, selection) for e in batch)
-            chunk = b"".join(_line(*pair) for pair in seen if pair is not None)
+            chunk = b"".join(line(*pair) for pair in seen if pair is not None)
             if chunk:
                 await response.write(chunk)
         await response.write_eof()
