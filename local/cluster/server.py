@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from local.cluster import discovery, openapi, tables
+from local.cluster import discovery, openapi, server_side_apply, tables
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
 from local.cluster.patching import apply_patch
@@ -253,6 +253,11 @@ class ApiServer:
         rtype = target.rtype
         body = await _object_body(request, rtype)
         openapi.check_field_validation(request.query.get("fieldValidation"), rtype, body)
+        return self._insert(target, body)
+
+    def _insert(self, target: Target, body: Obj) -> web.Response:
+        """Validate and store a new object (create, or server-side apply of an object that does not exist)."""
+        rtype = target.rtype
         namespace = target.namespace if rtype.namespaced else None
         if namespace is not None and self.store.find(NAMESPACES, "", namespace) is None:
             raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found', "namespaces", namespace)
@@ -278,6 +283,8 @@ class ApiServer:
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
+        if request.content_type == server_side_apply.APPLY_PATCH:
+            return await self._apply(request, target)
         try:
             patch = json.loads(await request.read())
         except ValueError as exc:
@@ -291,6 +298,26 @@ class ApiServer:
         if target.rtype.namespaced and meta.get("namespace") != target.namespace:
             raise bad_request("a patch may not change metadata.namespace")
         return _json(self._write(target, patched))
+
+    async def _apply(self, request: web.Request, target: Target) -> web.Response:
+        """Server-side apply: merge the applied configuration in, or create the object from it."""
+        rtype = target.rtype
+        if target.subresource is not None:
+            raise ApiError(415, "UnsupportedMediaType", "server-side apply to a subresource is not supported here")
+        applied = server_side_apply.parse_applied(await request.read(), rtype, target.name)
+        namespace = (applied.get("metadata") or {}).get("namespace")
+        if rtype.namespaced and namespace not in (None, target.namespace):
+            raise bad_request(
+                f"the namespace of the object ({namespace}) does not match the namespace on the request "
+                f"({target.namespace})"
+            )
+        openapi.check_field_validation(request.query.get("fieldValidation"), rtype, applied)
+        live = self.store.find(rtype, self._ns(target), str(target.name))
+        force = request.query.get("force", "").lower() == "true"
+        merged = server_side_apply.apply(live, applied, request.query.get("fieldManager", ""), force, rtype)
+        if live is None:
+            return self._insert(target, merged)
+        return _json(self._write(target, merged))
 
     def _write(self, target: Target, obj: Obj) -> Obj:
         """Validate and store an update of the object or its status."""

@@ -101,9 +101,18 @@ def test_unknown_paths_methods_and_media_types(cluster: LocalCluster) -> None:
         "PATCH",
         "/api/v1/namespaces/default/pods/err-dup",
         b"{}",
-        **{"Content-Type": "application/apply-patch+yaml"},
+        **{"Content-Type": "application/yaml"},
     )
     assert code == 415
+    # Server-side apply is served: a body that is not an applied configuration is a 400.
+    code, body = _raw(
+        cluster,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/err-dup?fieldManager=test",
+        b"{}",
+        **{"Content-Type": "application/apply-patch+yaml"},
+    )
+    assert (code, body["reason"]) == (400, "BadRequest")
 
 
 def test_default_namespace_cannot_be_deleted(k8s: K8s) -> None:

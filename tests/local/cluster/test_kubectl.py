@@ -293,3 +293,33 @@ def test_delete_foreground_waits_until_the_children_are_gone(k8s: K8s, kubeconfi
     ]
     assert "doomed" not in names
     assert k8s.batch.list_namespaced_job("default", label_selector=selector).items == []
+
+
+def test_server_side_apply_owns_fields_removes_dropped_ones_and_reports_conflicts(k8s: K8s, kubeconfig: Path) -> None:
+    labelled = _manifest("ssa", metadata={"labels": {"team": "ml"}})
+    for _ in range(2):
+        applied = kubectl(kubeconfig, "apply", "--server-side", "-f", "-", stdin=labelled)
+        assert applied.stdout.strip() == "jobset.jobset.x-k8s.io/ssa serverside-applied"
+    stored = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa")
+    (entry,) = stored["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"]) == ("kubectl", "Apply")
+    assert entry["fieldsV1"]["f:metadata"]["f:labels"] == {"f:team": {}}
+    # The same manager leaves the label out: the server removes it.
+    kubectl(kubeconfig, "apply", "--server-side", "-f", "-", stdin=_manifest("ssa"))
+    stored = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa")
+    assert "labels" not in stored["metadata"]
+    # Another manager applying a different value of a field kubectl owns conflicts, unless it forces.
+    resumed = _manifest("ssa", suspend=False)
+    refused = kubectl(
+        kubeconfig, "apply", "--server-side", "--field-manager=other", "-f", "-", stdin=resumed, check=False
+    )
+    assert refused.returncode != 0
+    assert 'Apply failed with 1 conflict: conflict with "kubectl": .spec.suspend' in refused.stderr
+    kubectl(
+        kubeconfig, "apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", "-", stdin=resumed
+    )
+    stored = k8s.custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa")
+    assert stored["spec"]["suspend"] is False
+    owners = {e["manager"]: e["fieldsV1"] for e in stored["metadata"]["managedFields"]}
+    assert "f:suspend" in owners["other"]["f:spec"] and "f:suspend" not in owners["kubectl"]["f:spec"]
+    kubectl(kubeconfig, "delete", "jobset", "ssa", "--cascade=foreground", "--wait")
