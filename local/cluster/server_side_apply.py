@@ -62,7 +62,7 @@ def parse_applied(raw: bytes, rtype: ResourceType, name: str | None) -> Obj:
 
 def leaf_paths(value: Any, prefix: Path = ()) -> Iterator[Path]:
     """Every owned path of a configuration: object keys recursively, lists and scalars as leaves."""
-    if isinstance(value, Mapping) and value:
+    if isinstance(value, Mapping):  # an empty object owns nothing and clears nothing
         for key, item in value.items():
             if prefix == () and key in ("apiVersion", "kind", "status"):  # status is not applied to the object
                 continue
