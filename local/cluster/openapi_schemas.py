@@ -634,3 +634,179 @@ KIND_SCHEMAS: dict[tuple[str, str, str], tuple[str, Schema]] = {
     (JOBSET_GROUP, JOBSET_VERSION, JOBSET_KIND): ("io.x-k8s.jobset.v1alpha2.JobSet", JOBSET),
 }
 SHARED_SCHEMAS: dict[str, Schema] = {OBJECT_META: OBJECT_META_SCHEMA, CONDITION: CONDITION_SCHEMA}
+
+# -- access control (rbac.authorization.k8s.io/v1, ServiceAccounts, reviews) ---------------------
+
+_POLICY_RULE = obj(
+    "PolicyRule holds information that describes a policy rule, but does not contain information about who the "
+    "rule applies to or which namespace the rule applies to.",
+    {
+        "apiGroups": array(
+            "APIGroups is the name of the APIGroup that contains the resources.  If multiple API groups are "
+            "specified, any action requested against one of the enumerated resources in any API group will be "
+            'allowed. "" represents the core API group and "*" represents all API groups.',
+            {"type": "string", "default": ""},
+            **{"x-kubernetes-list-type": "atomic"},
+        ),
+        "nonResourceURLs": array(
+            "NonResourceURLs is a set of partial urls that a user should have access to.  *s are allowed, but only "
+            'as the full, final step in the path. Rules can either apply to API resources (such as "pods" or '
+            '"secrets") or non-resource URL paths (such as "/api"),  but not both.',
+            {"type": "string", "default": ""},
+            **{"x-kubernetes-list-type": "atomic"},
+        ),
+        "resourceNames": array(
+            "ResourceNames is an optional white list of names that the rule applies to.  An empty set means that "
+            "everything is allowed.",
+            {"type": "string", "default": ""},
+            **{"x-kubernetes-list-type": "atomic"},
+        ),
+        "resources": array(
+            "Resources is a list of resources this rule applies to. '*' represents all resources.",
+            {"type": "string", "default": ""},
+            **{"x-kubernetes-list-type": "atomic"},
+        ),
+        "verbs": array(
+            "Verbs is a list of Verbs that apply to ALL the ResourceKinds contained in this rule. '*' represents all "
+            "verbs.",
+            {"type": "string", "default": ""},
+            **{"x-kubernetes-list-type": "atomic"},
+        ),
+    },
+    required=("verbs",),
+)
+_RULES = array("Rules holds all the PolicyRules for this Role", _POLICY_RULE, **{"x-kubernetes-list-type": "atomic"})
+_ROLE_REF = obj(
+    "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the "
+    "RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable.",
+    {
+        "apiGroup": string("APIGroup is the group for the resource being referenced"),
+        "kind": string("Kind is the type of resource being referenced"),
+        "name": string("Name is the name of resource being referenced"),
+    },
+    required=("apiGroup", "kind", "name"),
+    **{"x-kubernetes-map-type": "atomic"},
+)
+_SUBJECTS = array(
+    "Subjects holds references to the objects the role applies to.",
+    obj(
+        "Subject contains a reference to the object or user identities a role binding applies to.  This can either "
+        "hold a direct API object reference, or a value for non-objects such as user and group names.",
+        {
+            "apiGroup": string(
+                'APIGroup holds the API group of the referenced subject. Defaults to "" for ServiceAccount '
+                'subjects. Defaults to "rbac.authorization.k8s.io" for User and Group subjects.'
+            ),
+            "kind": string(
+                'Kind of object being referenced. Values defined by this API group are "User", "Group", and '
+                '"ServiceAccount". If the Authorizer does not recognized the kind value, the Authorizer should '
+                "report an error."
+            ),
+            "name": string("Name of the object being referenced."),
+            "namespace": string(
+                'Namespace of the referenced object.  If the object kind is non-namespace, such as "User" or '
+                '"Group", and this value is not empty the Authorizer should report an error.'
+            ),
+        },
+        required=("kind", "name"),
+        **{"x-kubernetes-map-type": "atomic"},
+    ),
+    **{"x-kubernetes-list-type": "atomic"},
+)
+RBAC_GROUP = "rbac.authorization.k8s.io"
+ROLE = _top_level(
+    "Role is a namespaced, logical grouping of PolicyRules that can be referenced as a unit by a RoleBinding.",
+    {"rules": _RULES},
+    RBAC_GROUP,
+    "v1",
+    "Role",
+)
+CLUSTER_ROLE = _top_level(
+    "ClusterRole is a cluster level, logical grouping of PolicyRules that can be referenced as a unit by a "
+    "RoleBinding or ClusterRoleBinding.",
+    {
+        "rules": _RULES,
+        "aggregationRule": open_object(
+            "AggregationRule is an optional field that describes how to build the Rules for this ClusterRole."
+        ),
+    },
+    RBAC_GROUP,
+    "v1",
+    "ClusterRole",
+)
+ROLE_BINDING = _top_level(
+    "RoleBinding references a role, but does not contain it.  It can reference a Role in the same namespace or a "
+    "ClusterRole in the global namespace. It adds who information via Subjects and namespace information by which "
+    "namespace it exists in.  RoleBindings in a given namespace only have effect in that namespace.",
+    {"roleRef": _ROLE_REF, "subjects": _SUBJECTS},
+    RBAC_GROUP,
+    "v1",
+    "RoleBinding",
+)
+CLUSTER_ROLE_BINDING = _top_level(
+    "ClusterRoleBinding references a ClusterRole, but not contain it.  It can reference a ClusterRole in the "
+    "global namespace, and adds who information via Subject.",
+    {"roleRef": _ROLE_REF, "subjects": _SUBJECTS},
+    RBAC_GROUP,
+    "v1",
+    "ClusterRoleBinding",
+)
+SERVICE_ACCOUNT = _top_level(
+    "ServiceAccount binds together: * a name, understood by users, and perhaps by peripheral systems, for an "
+    "identity * a principal that can be authenticated and authorized * a set of secrets",
+    {
+        "automountServiceAccountToken": boolean(
+            "AutomountServiceAccountToken indicates whether pods running as this service account should have an "
+            "API token automatically mounted. Can be overridden at the pod level."
+        ),
+        "imagePullSecrets": array(
+            "ImagePullSecrets is a list of references to secrets in the same namespace to use for pulling any "
+            "images in pods that reference this ServiceAccount.",
+            open_object("LocalObjectReference contains enough information to let you locate the referenced object."),
+        ),
+        "secrets": array(
+            "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount "
+            "are allowed to use.",
+            open_object("ObjectReference contains enough information to let you inspect or modify the object."),
+        ),
+    },
+    "",
+    "v1",
+    "ServiceAccount",
+)
+SELF_SUBJECT_ACCESS_REVIEW = _top_level(
+    "SelfSubjectAccessReview checks whether or the current user can perform an action.  Not filling in a "
+    'spec.namespace means "in all namespaces".  Self is a special case, because users should always be able to '
+    "check whether they can perform an action",
+    {
+        "spec": open_object("Spec holds information about the request being evaluated.  user and groups must be empty"),
+        "status": open_object("Status is filled in by the server and indicates whether the request is allowed or not"),
+    },
+    "authorization.k8s.io",
+    "v1",
+    "SelfSubjectAccessReview",
+)
+SELF_SUBJECT_REVIEW = _top_level(
+    "SelfSubjectReview contains the user information that the kube-apiserver has about the user making this request.",
+    {"status": open_object("Status is filled in by the server with the user attributes.")},
+    "authentication.k8s.io",
+    "v1",
+    "SelfSubjectReview",
+)
+KIND_SCHEMAS.update(
+    {
+        ("", "v1", "ServiceAccount"): ("io.k8s.api.core.v1.ServiceAccount", SERVICE_ACCOUNT),
+        (RBAC_GROUP, "v1", "Role"): ("io.k8s.api.rbac.v1.Role", ROLE),
+        (RBAC_GROUP, "v1", "ClusterRole"): ("io.k8s.api.rbac.v1.ClusterRole", CLUSTER_ROLE),
+        (RBAC_GROUP, "v1", "RoleBinding"): ("io.k8s.api.rbac.v1.RoleBinding", ROLE_BINDING),
+        (RBAC_GROUP, "v1", "ClusterRoleBinding"): ("io.k8s.api.rbac.v1.ClusterRoleBinding", CLUSTER_ROLE_BINDING),
+        ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"): (
+            "io.k8s.api.authorization.v1.SelfSubjectAccessReview",
+            SELF_SUBJECT_ACCESS_REVIEW,
+        ),
+        ("authentication.k8s.io", "v1", "SelfSubjectReview"): (
+            "io.k8s.api.authentication.v1.SelfSubjectReview",
+            SELF_SUBJECT_REVIEW,
+        ),
+    }
+)

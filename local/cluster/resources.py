@@ -48,7 +48,56 @@ NAMESPACES = ResourceType(
 JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job", categories=("all",))
 JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
 
-RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS)
+# Access control (local/cluster/rbac.py): ServiceAccounts (with the TokenRequest subresource), the RBAC
+# kinds, and the review kinds that are answered and never stored (create only).
+RBAC_GROUP = "rbac.authorization.k8s.io"
+SERVICE_ACCOUNTS = ResourceType(
+    "", "v1", "serviceaccounts", "ServiceAccount", has_status=False, singular="serviceaccount", short_names=("sa",)
+)
+ROLES = ResourceType(RBAC_GROUP, "v1", "roles", "Role", has_status=False, singular="role")
+ROLE_BINDINGS = ResourceType(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", has_status=False, singular="rolebinding")
+CLUSTER_ROLES = ResourceType(
+    RBAC_GROUP, "v1", "clusterroles", "ClusterRole", namespaced=False, has_status=False, singular="clusterrole"
+)
+CLUSTER_ROLE_BINDINGS = ResourceType(
+    RBAC_GROUP,
+    "v1",
+    "clusterrolebindings",
+    "ClusterRoleBinding",
+    namespaced=False,
+    has_status=False,
+    singular="clusterrolebinding",
+)
+SELF_SUBJECT_ACCESS_REVIEWS = ResourceType(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectaccessreviews",
+    "SelfSubjectAccessReview",
+    namespaced=False,
+    has_status=False,
+    verbs=("create",),
+)
+SELF_SUBJECT_REVIEWS = ResourceType(
+    "authentication.k8s.io",
+    "v1",
+    "selfsubjectreviews",
+    "SelfSubjectReview",
+    namespaced=False,
+    has_status=False,
+    verbs=("create",),
+)
+ACCESS_TYPES: tuple[ResourceType, ...] = (
+    SERVICE_ACCOUNTS,
+    ROLES,
+    ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    SELF_SUBJECT_ACCESS_REVIEWS,
+    SELF_SUBJECT_REVIEWS,
+)
+REVIEW_TYPES = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_REVIEWS)
+
+RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS, *ACCESS_TYPES)
 
 
 def resource_type(group: str, version: str, plural: str) -> ResourceType | None:

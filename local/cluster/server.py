@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from local.cluster import discovery, openapi, server_side_apply, tables
+from local.cluster.access import Access
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
 from local.cluster.patching import apply_patch
@@ -44,7 +44,6 @@ from local.cluster.watching import stream_watch
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024  # the real API server takes up to 3 MiB objects
-_PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version", "/version/")
 # Types whose DELETE returns the object rather than a Status once it is gone (as the real registries do).
 _DELETE_RETURNS_OBJECT = (PODS, JOBSETS)
 _UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
@@ -90,6 +89,7 @@ class ApiServer:
         self.logs = logs
         self.faults = faults
         self.token = token
+        self.access = Access(store, token)
 
     def app(self) -> web.Application:
         """A fresh aiohttp application serving this API."""
@@ -132,11 +132,7 @@ class ApiServer:
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.token is None or request.path in _PUBLIC_PATHS:
-            return await handler(request)
-        header = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(header.encode(), f"Bearer {self.token}".encode()):
-            raise ApiError(401, "Unauthorized", "Unauthorized")
+        self.access.admit(request)  # identity, impersonation, and RBAC for non-resource paths
         return await handler(request)
 
     # -- discovery ---------------------------------------------------------------------------
@@ -186,6 +182,10 @@ class ApiServer:
                 raise _not_found_path(request.path)
             return web.json_response(resources)
         target = parse_target(group, version, rest, request.path)
+        self.access.authorize(request, target)
+        answered = await self.access.serve(request, target)
+        if answered is not None:
+            return answered
         method = request.method
         if target.name is None:
             if method == "GET":

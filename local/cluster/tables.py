@@ -18,7 +18,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, PODS, ResourceType, bad_request
+from local.cluster.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    EVENTS,
+    JOBS,
+    JOBSETS,
+    NAMESPACES,
+    PODS,
+    ROLE_BINDINGS,
+    ROLES,
+    SERVICE_ACCOUNTS,
+    ResourceType,
+    bad_request,
+)
 
 Obj = dict[str, Any]
 IncludeObject = Literal["None", "Metadata", "Object"]
@@ -390,8 +403,48 @@ def _jobset_suspended(jobset: Obj, now: datetime) -> str | None:
     return None if value is None else _json_string(value)
 
 
+# -- access control (printServiceAccount, printRole, printRoleBinding) ---------------------------
+
+
+def _secrets(account: Obj, now: datetime) -> str:
+    return str(len(account.get("secrets") or []))
+
+
+def _created_at(obj: Obj, now: datetime) -> str:
+    return str(obj.get("metadata", {}).get("creationTimestamp", ""))
+
+
+def _role_ref(binding: Obj, now: datetime) -> str:
+    ref = binding.get("roleRef") or {}
+    return f"{ref.get('kind', '')}/{ref.get('name', '')}"
+
+
+def _subjects(kind: str) -> Callable[[Obj, datetime], str]:
+    def cell(binding: Obj, now: datetime) -> str:
+        names = []
+        for subject in binding.get("subjects") or []:
+            if subject.get("kind") != kind:
+                continue
+            if kind == "ServiceAccount":
+                names.append(f"{subject.get('namespace', '')}/{subject.get('name', '')}")
+            else:
+                names.append(str(subject.get("name", "")))
+        return ", ".join(names)
+
+    return cell
+
+
 _NAME = Column("Name", "string", _NAME_DOC, _name, format="name")
 _AGE = Column("Age", "string", _AGE_DOC, _age)
+
+_BINDING_COLUMNS = (
+    _NAME,
+    Column("Role", "string", "RoleRef can reference a Role or a ClusterRole.", _role_ref),
+    _AGE,
+    Column("Users", "string", "Users in the binding", _subjects("User"), priority=1),
+    Column("Groups", "string", "Groups in the binding", _subjects("Group"), priority=1),
+    Column("ServiceAccounts", "string", "ServiceAccounts in the binding", _subjects("ServiceAccount"), priority=1),
+)
 
 COLUMNS: dict[ResourceType, tuple[Column, ...]] = {
     PODS: (
@@ -444,6 +497,11 @@ COLUMNS: dict[ResourceType, tuple[Column, ...]] = {
         Column("Status", "string", "The status of the namespace", _field("status", "phase")),
         _AGE,
     ),
+    SERVICE_ACCOUNTS: (_NAME, Column("Secrets", "string", "Secrets is the list of secrets.", _secrets), _AGE),
+    ROLES: (_NAME, Column("Created At", "date", _AGE_DOC, _created_at)),
+    CLUSTER_ROLES: (_NAME, Column("Created At", "date", _AGE_DOC, _created_at)),
+    ROLE_BINDINGS: _BINDING_COLUMNS,
+    CLUSTER_ROLE_BINDINGS: _BINDING_COLUMNS,
     JOBSETS: (
         _NAME,
         Column("TerminalState", "string", "Final state of JobSet", _jobset_terminal_state),

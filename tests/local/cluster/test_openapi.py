@@ -25,7 +25,14 @@ def _get(k8s: K8s, path: str) -> Any:
 
 def test_index_lists_each_group_version_at_a_hashed_url(k8s: K8s) -> None:
     index = _get(k8s, "/openapi/v3")
-    assert sorted(index["paths"]) == ["api/v1", "apis/batch/v1", "apis/jobset.x-k8s.io/v1alpha2"]
+    assert sorted(index["paths"]) == [
+        "api/v1",
+        "apis/authentication.k8s.io/v1",
+        "apis/authorization.k8s.io/v1",
+        "apis/batch/v1",
+        "apis/jobset.x-k8s.io/v1alpha2",
+        "apis/rbac.authorization.k8s.io/v1",
+    ]
     url = index["paths"]["apis/jobset.x-k8s.io/v1alpha2"]["serverRelativeURL"]
     assert url.startswith("/openapi/v3/apis/jobset.x-k8s.io/v1alpha2?hash=")
     document = _get(k8s, url)
