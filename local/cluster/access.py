@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from local.cluster.authentication import Authenticator
+from local.cluster.protobuf import decode_body
 from local.cluster.rbac import Attributes, Authorizer, UserInfo, bootstrap
 from local.cluster.resources import (
     SELF_SUBJECT_ACCESS_REVIEWS,
@@ -163,10 +164,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise bad_request(f"the request body is not JSON: {exc}") from exc
+    body = decode_body(raw, request.content_type)
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     return body

@@ -34,9 +34,6 @@ SUPERUSER_GROUP = "system:masters"
 AUTHENTICATED = "system:authenticated"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 ADMIN_USER = "elastic-training-admin"
-# Paths every authenticated user may read (upstream's system:discovery and system:public-info-viewer).
-DISCOVERY_PATHS = ("/api", "/api/*", "/apis", "/apis/*", "/openapi/*", "/version", "/version/", "/healthz", "/livez",
-                   "/readyz")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -188,9 +185,6 @@ class Authorizer:
         user = attributes.user
         if SUPERUSER_GROUP in user.groups:
             return True, f'allowed: member of "{SUPERUSER_GROUP}"'
-        discovery = not attributes.resource_request and _path_matches(DISCOVERY_PATHS, attributes.path)
-        if discovery and AUTHENTICATED in user.groups and attributes.verb in ("get", "head"):
-            return True, "allowed: discovery paths are readable by every authenticated user"
         for binding, namespace in self._bindings(attributes):
             if not any(_subject_matches(s, user, namespace) for s in binding.get("subjects") or []):
                 continue
@@ -230,28 +224,70 @@ def forbidden(attributes: Attributes, reason: str = "") -> ApiError:
 # -- bootstrap and validation --------------------------------------------------------------------
 
 
-def bootstrap(store: Store) -> None:
-    """The bootstrap roles a fresh API server creates that this cluster needs: cluster-admin and its binding."""
-    if store.find(CLUSTER_ROLES, "", "cluster-admin") is None:
-        store.create(
-            CLUSTER_ROLES,
+def _bootstrap_role(name: str, rules: list[dict[str, Any]], subject: dict[str, str]) -> tuple[Obj, Obj]:
+    labels = {"kubernetes.io/bootstrapping": "rbac-defaults"}
+    role = {"metadata": {"name": name, "labels": labels}, "rules": rules}
+    binding = {
+        "metadata": {"name": name, "labels": labels},
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": RBAC_GROUP, **subject}],
+    }
+    return role, binding
+
+
+# The bootstrap policy of ``plugin/pkg/auth/authorizer/rbac/bootstrappolicy`` that this cluster needs:
+# cluster-admin for system:masters; discovery and self-reviews for every authenticated identity.
+BOOTSTRAP = (
+    _bootstrap_role(
+        "cluster-admin",
+        [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}],
+        {"kind": "Group", "name": SUPERUSER_GROUP},
+    ),
+    _bootstrap_role(
+        "system:discovery",
+        [
             {
-                "metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
-                "rules": [
-                    {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                    {"nonResourceURLs": ["*"], "verbs": ["*"]},
+                "nonResourceURLs": [
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/healthz",
+                    "/livez",
+                    "/openapi",
+                    "/openapi/*",
+                    "/readyz",
+                    "/version",
+                    "/version/",
                 ],
-            },
-        )
-    if store.find(CLUSTER_ROLE_BINDINGS, "", "cluster-admin") is None:
-        store.create(
-            CLUSTER_ROLE_BINDINGS,
+                "verbs": ["get"],
+            }
+        ],
+        {"kind": "Group", "name": AUTHENTICATED},
+    ),
+    _bootstrap_role(
+        "system:basic-user",
+        [
             {
-                "metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
-                "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "cluster-admin"},
-                "subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": SUPERUSER_GROUP}],
+                "apiGroups": ["authorization.k8s.io"],
+                "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                "verbs": ["create"],
             },
-        )
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
+        ],
+        {"kind": "Group", "name": AUTHENTICATED},
+    ),
+)
+
+
+def bootstrap(store: Store) -> None:
+    """Create the bootstrap ClusterRoles and ClusterRoleBindings that are missing."""
+    for role, binding in BOOTSTRAP:
+        name = role["metadata"]["name"]
+        if store.find(CLUSTER_ROLES, "", name) is None:
+            store.create(CLUSTER_ROLES, role)
+        if store.find(CLUSTER_ROLE_BINDINGS, "", name) is None:
+            store.create(CLUSTER_ROLE_BINDINGS, binding)
 
 
 def _required(path: str) -> Cause:

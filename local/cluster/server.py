@@ -24,6 +24,7 @@ from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
 from local.cluster.patching import apply_patch
 from local.cluster.pod_logs import serve_pod_log
+from local.cluster.protobuf import decode_body
 from local.cluster.resources import (
     JOBS,
     JOBSETS,
@@ -435,10 +436,7 @@ def _reject_dry_run(request: web.Request) -> None:
 
 
 async def _object_body(request: web.Request, rtype: ResourceType) -> Obj:
-    try:
-        body = json.loads(await request.read())
-    except ValueError as exc:
-        raise bad_request(f"the request body is not JSON: {exc}") from exc
+    body = decode_body(await request.read(), request.content_type)
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     if body.get("kind") not in (None, "", rtype.kind):
