@@ -302,3 +302,26 @@ def test_kubectl_typed_creates_send_protobuf_and_are_stored_as_sent(cluster: Loc
     bot = "system:serviceaccount:default:bot"
     assert kubectl(admin, "auth", "can-i", "get", "pods/a", "--as", bot).stdout.strip() == "yes"
     assert kubectl(admin, "auth", "can-i", "get", "pods/b", "--as", bot, check=False).stdout.strip() == "no"
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def test_protobuf_bodies_decode_and_bad_ones_are_400() -> None:
+    from local.cluster.protobuf import MAGIC, decode
+    from local.cluster.resources import ApiError
+
+    type_meta = _field(1, b"v1") + _field(2, b"Namespace")
+    meta = _field(1, b"team-a") + _field(11, _field(1, b"tier") + _field(2, b"x"))
+    body = MAGIC + _field(1, type_meta) + _field(2, _field(1, meta))
+    assert decode(body) == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a",
+                                                                                  "labels": {"tier": "x"}}}  # fmt: skip
+    for bad in (b"{}", MAGIC + b"\x0a\x7f", MAGIC + b"\x0f"):
+        with pytest.raises(ApiError) as caught:
+            decode(bad)
+        assert caught.value.code == 400
+    pod_body = MAGIC + _field(1, _field(1, b"v1") + _field(2, b"Pod"))
+    with pytest.raises(ApiError) as caught:
+        decode(pod_body)
+    assert caught.value.code == 415
