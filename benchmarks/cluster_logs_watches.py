@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -35,8 +36,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client, config
+
+from local.cluster.kubeconfig import read_endpoint
 
 NS = "default"
 CLUSTER_UP = [sys.executable, "-m", "cli.main", "cluster", "up", "--api-only"]
@@ -125,8 +127,10 @@ def _proc(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
-def _open_watch(host: str, port: int, token: str, selector: str) -> socket.socket:
+def _open_watch(host: str, port: int, token: str, selector: str, tls: ssl.SSLContext | None) -> socket.socket:
     sock = socket.create_connection((host, port))
+    if tls is not None:  # the cluster serves HTTPS; the kubeconfig carries its CA
+        sock = tls.wrap_socket(sock, server_hostname=host)
     query = urllib.parse.urlencode({"watch": "true", "labelSelector": selector, "timeoutSeconds": "3600"})
     sock.sendall(
         f"GET /api/v1/namespaces/{NS}/pods?{query} HTTP/1.1\r\nHost: {host}:{port}\r\n"
@@ -175,12 +179,13 @@ def measure_watches(
     core: client.CoreV1Api, kubeconfig: Path, server_pid: int, count: int, idle_seconds: float
 ) -> dict[str, Any]:
     host_url = urllib.parse.urlsplit(core.api_client.configuration.host)
-    token = str(yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"])
+    endpoint = read_endpoint(kubeconfig)
+    token, tls = str(endpoint.token), endpoint.ssl_context()
     core.create_namespace({"metadata": {"name": "bench-other"}})
     core.create_namespaced_pod("bench-other", _pod("bench-churn"))
     cpu0, rss0 = _proc(server_pid)
     sockets = [
-        _open_watch(str(host_url.hostname), int(host_url.port or 80), token, f"jobset={i}") for i in range(count)
+        _open_watch(str(host_url.hostname), int(host_url.port or 443), token, f"jobset={i}", tls) for i in range(count)
     ]
     time.sleep(2)  # let every watch register
     cpu1, rss1 = _proc(server_pid)

@@ -12,7 +12,10 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from local.cluster.kubeconfig import Endpoint
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -139,6 +142,7 @@ def _up(args: argparse.Namespace) -> int:
     try:
         print(f"serving a Kubernetes API on {cluster.url}", flush=True)
         print(f"kubeconfig: {cluster.kubeconfig_path.resolve()}", flush=True)
+        print(f"CA certificate: {cluster.ca_path.resolve()}", flush=True)
         print(f"workdir: {workdir.resolve()}", flush=True)
         stop.wait()
         print("stopping: ending every pod process", flush=True)
@@ -157,7 +161,7 @@ def _fault(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     method, path, body = _fault_request(args)
     try:
-        status, answer = _request(endpoint.url, endpoint.token, method, path, body)
+        status, answer = _request(endpoint, method, path, body)
     except OSError as exc:
         print(f"error: no local cluster answers at {endpoint.url}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -191,19 +195,18 @@ def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
     return "GET", FAULTS_PATH, None
 
 
-def _request(
-    url: str, token: str | None, method: str, path: str, body: dict[str, Any] | None
-) -> tuple[int, dict[str, Any]]:
+def _request(endpoint: Endpoint, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    """One API request, verifying the server against the kubeconfig's CA."""
     import urllib.error
     import urllib.request
 
     headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    if endpoint.token:
+        headers["Authorization"] = f"Bearer {endpoint.token}"
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{url}{path}", data=data, headers=headers, method=method)
+    request = urllib.request.Request(f"{endpoint.url}{path}", data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=endpoint.ssl_context()) as response:
             return int(response.status), json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as error:
         return int(error.code), json.loads(error.read() or b"{}")

@@ -2,9 +2,10 @@
 
 Least privilege for exactly the calls the hooks make (Kubernetes RBAC, rbac.authorization.k8s.io/v1):
 JobSets are created, read, listed, watched and deleted (foreground deletion needs no extra verb: the API
-server adds the `foregroundDeletion` finalizer itself); worker and head pods are read, listed and watched;
-head-pod logs are read through the `pods/log` subresource; events are listed for failure messages. Nothing
-patches or updates anything, and no secret is readable.
+server adds the `foregroundDeletion` finalizer itself); worker Jobs are listed and watched (their failed
+counters); worker and head pods are listed and watched; head-pod logs are read through the `pods/log`
+subresource. Nothing patches or updates anything, and no secret is readable. The end-to-end tests run
+as this account on the local cluster, which enforces RBAC (docs/rbac.md).
 
 `deploy/rbac.yaml` is `render_yaml(rbac_manifests("default"))`; regenerate it with
 `python -m operators.rbac default > deploy/rbac.yaml`.

@@ -4,7 +4,8 @@
         kubernetes.config.load_kube_config(config_file=str(cluster.kubeconfig_path))
         cluster.faults.delete_pod("default", "trainer-0")
 
-The store, the controllers and the kubelet are single-threaded on that loop; code on other
+The API is HTTPS with a CA made at start (:mod:`local.cluster.tls`); the kubeconfig carries the CA, so
+clients verify the server. The store, the controllers and the kubelet are single-threaded on that loop; code on other
 threads reaches them through :meth:`LocalCluster.call` and the :attr:`LocalCluster.faults` facade,
 which marshal onto the loop.
 """
@@ -18,6 +19,7 @@ import ipaddress
 import logging
 import secrets
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
@@ -33,6 +35,7 @@ from local.cluster.kubeconfig import write_kubeconfig
 from local.cluster.logs import LogStore
 from local.cluster.server import ApiServer
 from local.cluster.store import DEFAULT_WATCH_QUEUE_LIMIT, Store
+from local.cluster.tls import ServingCertificates, generate
 from local.cluster.watching import WatchOptions
 
 log = logging.getLogger(__name__)
@@ -135,6 +138,7 @@ class LocalCluster:
         self.kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path else self.workdir / "kubeconfig"
         self.run_control_plane = run_control_plane
         self.token = secrets.token_urlsafe(24)
+        self.certificates: ServingCertificates | None = None
         self.faults = Faults(self)
         self.store: Store | None = None
         self.logs: LogStore | None = None
@@ -146,7 +150,26 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """The API's base URL (``https://127.0.0.1:<port>``)."""
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The PEM of the CA that signed the serving certificate (the kubeconfig carries it too)."""
+        if self.certificates is None:
+            raise RuntimeError("the cluster has not started")
+        return self.certificates.ca_pem
+
+    @property
+    def ca_path(self) -> Path:
+        """The CA certificate on disk, for tools that take a file (``curl --cacert``, ``REQUESTS_CA_BUNDLE``)."""
+        return self.workdir / "pki" / "ca.crt"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client TLS context that trusts this cluster's CA, for raw HTTP clients (urllib, aiohttp)."""
+        if self.certificates is None:
+            raise RuntimeError("the cluster has not started")
+        return self.certificates.client_context()
 
     @property
     def running(self) -> bool:
@@ -159,16 +182,22 @@ class LocalCluster:
         if self._loop is not None:
             raise RuntimeError("the cluster is already running")
         sock = self._bind()
+        hosts = tuple(dict.fromkeys((self.host, "127.0.0.1", "localhost")))
+        self.certificates = generate(hosts)
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
-            write_kubeconfig(self.kubeconfig_path, self.url, self.token)
-        except OSError as exc:
+            server_tls = self.certificates.server_context(self.ca_path.parent)
+            write_kubeconfig(self.kubeconfig_path, self.url, self.token, ca_pem=self.certificates.ca_pem)
+        except (OSError, ssl.SSLError) as exc:
             sock.close()
             raise ClusterStartError(f"cannot write the cluster's files: {exc}") from exc
         loop = asyncio.new_event_loop()
         ready: Future[None] = Future()
         self._thread = threading.Thread(
-            target=self._run_loop, args=(loop, sock, ready), name=f"local-cluster-{self.port}", daemon=True
+            target=self._run_loop,
+            args=(loop, sock, server_tls, ready),
+            name=f"local-cluster-{self.port}",
+            daemon=True,
         )
         self._thread.start()
         try:
@@ -239,10 +268,12 @@ class LocalCluster:
         self.port = sock.getsockname()[1]
         return sock
 
-    def _run_loop(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, ready: Future[None]) -> None:
+    def _run_loop(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, server_tls: ssl.SSLContext, ready: Future[None]
+    ) -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(self._startup(sock))
+            loop.run_until_complete(self._startup(sock, server_tls))
         except BaseException as exc:
             sock.close()
             loop.run_until_complete(self._shutdown())
@@ -256,7 +287,7 @@ class LocalCluster:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
-    async def _startup(self, sock: socket.socket) -> None:
+    async def _startup(self, sock: socket.socket, server_tls: ssl.SSLContext) -> None:
         self.store = Store(history_limit=self.watch_history, watch_queue_limit=self.watch_queue_limit)
         self.logs = LogStore(self.workdir / "logs")
         if self.run_control_plane:
@@ -272,7 +303,7 @@ class LocalCluster:
         # as the Go server cancels the request's context.
         self._runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock, shutdown_timeout=1.0).start()
+        await web.SockSite(self._runner, sock, shutdown_timeout=1.0, ssl_context=server_tls).start()
         if self.control_plane is not None:
             await self.control_plane.start()
         log.info("local cluster serving on %s (kubeconfig %s)", self.url, self.kubeconfig_path)

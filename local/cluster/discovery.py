@@ -77,6 +77,8 @@ def _resource_entries(rtype: ResourceType) -> list[dict[str, Any]]:
     }
     if rtype.short_names:
         main["shortNames"] = list(rtype.short_names)
+    if rtype.categories:
+        main["categories"] = list(rtype.categories)
     entries = [main]
     if rtype.has_status:
         entries.append(
@@ -90,6 +92,18 @@ def _resource_entries(rtype: ResourceType) -> list[dict[str, Any]]:
         )
     if rtype.plural == "pods" and not rtype.group:
         entries.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]})
+    if rtype.plural == "serviceaccounts" and not rtype.group:
+        entries.append(
+            {
+                "name": "serviceaccounts/token",
+                "singularName": "",
+                "namespaced": True,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
+            }
+        )
     return entries
 
 

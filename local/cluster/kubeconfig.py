@@ -1,8 +1,15 @@
-"""The kubeconfig that points the official clients (and Airflow's connection) at the local cluster."""
+"""The kubeconfig that points the official clients (and Airflow's connection) at the local cluster.
+
+Laid out as ``kubectl config view --raw`` shows one: the cluster entry carries the server URL and the
+CA as ``certificate-authority-data`` (base64 PEM), the user entry the bearer token.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,12 +19,15 @@ import yaml
 CONTEXT_NAME = "elastic-training-local"
 
 
-def render_kubeconfig(url: str, token: str, namespace: str = "default") -> dict[str, Any]:
+def render_kubeconfig(url: str, token: str, namespace: str = "default", ca_pem: bytes | None = None) -> dict[str, Any]:
     """A kubeconfig document with one cluster, user and context, the context current."""
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode("ascii")
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": url}}],
+        "clusters": [{"name": CONTEXT_NAME, "cluster": cluster}],
         "users": [{"name": CONTEXT_NAME, "user": {"token": token}}],
         "contexts": [
             {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME, "namespace": namespace}}
@@ -27,23 +37,34 @@ def render_kubeconfig(url: str, token: str, namespace: str = "default") -> dict[
     }
 
 
-def write_kubeconfig(path: Path, url: str, token: str, namespace: str = "default") -> Path:
+def write_kubeconfig(path: Path, url: str, token: str, namespace: str = "default", ca_pem: bytes | None = None) -> Path:
     """Write the kubeconfig (owner-only permissions: it holds the token) atomically; returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(render_kubeconfig(url, token, namespace), handle, sort_keys=False)
+        yaml.safe_dump(render_kubeconfig(url, token, namespace, ca_pem), handle, sort_keys=False)
     partial.replace(path)
     return path
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a kubeconfig's current context points: the server URL and the bearer token."""
+    """Where a kubeconfig's current context points: the server URL, the bearer token, the CA to trust."""
 
     url: str
     token: str | None
+    ca_pem: bytes | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client context trusting only the kubeconfig's CA; None for ``http://`` or no CA given."""
+        if not self.url.startswith("https://"):
+            return None
+        if self.ca_pem is None:
+            return ssl.create_default_context()
+        from local.cluster.tls import client_context
+
+        return client_context(self.ca_pem)
 
 
 def read_endpoint(path: Path) -> Endpoint:
@@ -60,4 +81,14 @@ def read_endpoint(path: Path) -> Endpoint:
     if not server:
         raise ValueError(f"{path}: the current context names no cluster server")
     token = users.get(context.get("user"), {}).get("token")
-    return Endpoint(str(server).rstrip("/"), token)
+    cluster = clusters.get(context.get("cluster"), {})
+    ca_pem: bytes | None = None
+    if cluster.get("certificate-authority-data"):
+        try:
+            ca_pem = base64.b64decode(cluster["certificate-authority-data"], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"{path}: certificate-authority-data is not base64: {exc}") from exc
+    elif cluster.get("certificate-authority"):
+        ca_file = Path(cluster["certificate-authority"])
+        ca_pem = (ca_file if ca_file.is_absolute() else path.parent / ca_file).read_bytes()
+    return Endpoint(str(server).rstrip("/"), token, ca_pem)

@@ -24,6 +24,7 @@ class ResourceType:
     has_status: bool = True
     singular: str = ""
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # `kubectl get all` lists the types in category "all"
     verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
 
     @property
@@ -38,13 +39,65 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-PODS = ResourceType("", "v1", "pods", "Pod", singular="pod", short_names=("po",))
+# Short names and categories as upstream's discovery lists them (the JobSet CRD declares neither).
+PODS = ResourceType("", "v1", "pods", "Pod", singular="pod", short_names=("po",), categories=("all",))
 EVENTS = ResourceType("", "v1", "events", "Event", has_status=False, singular="event", short_names=("ev",))
-NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, singular="namespace")
-JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job")
+NAMESPACES = ResourceType(
+    "", "v1", "namespaces", "Namespace", namespaced=False, singular="namespace", short_names=("ns",)
+)
+JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job", categories=("all",))
 JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
 
-RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS)
+# Access control (local/cluster/rbac.py): ServiceAccounts (with the TokenRequest subresource), the RBAC
+# kinds, and the review kinds that are answered and never stored (create only).
+RBAC_GROUP = "rbac.authorization.k8s.io"
+SERVICE_ACCOUNTS = ResourceType(
+    "", "v1", "serviceaccounts", "ServiceAccount", has_status=False, singular="serviceaccount", short_names=("sa",)
+)
+ROLES = ResourceType(RBAC_GROUP, "v1", "roles", "Role", has_status=False, singular="role")
+ROLE_BINDINGS = ResourceType(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", has_status=False, singular="rolebinding")
+CLUSTER_ROLES = ResourceType(
+    RBAC_GROUP, "v1", "clusterroles", "ClusterRole", namespaced=False, has_status=False, singular="clusterrole"
+)
+CLUSTER_ROLE_BINDINGS = ResourceType(
+    RBAC_GROUP,
+    "v1",
+    "clusterrolebindings",
+    "ClusterRoleBinding",
+    namespaced=False,
+    has_status=False,
+    singular="clusterrolebinding",
+)
+SELF_SUBJECT_ACCESS_REVIEWS = ResourceType(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectaccessreviews",
+    "SelfSubjectAccessReview",
+    namespaced=False,
+    has_status=False,
+    verbs=("create",),
+)
+SELF_SUBJECT_REVIEWS = ResourceType(
+    "authentication.k8s.io",
+    "v1",
+    "selfsubjectreviews",
+    "SelfSubjectReview",
+    namespaced=False,
+    has_status=False,
+    verbs=("create",),
+)
+ACCESS_TYPES: tuple[ResourceType, ...] = (
+    SERVICE_ACCOUNTS,
+    ROLES,
+    ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    SELF_SUBJECT_ACCESS_REVIEWS,
+    SELF_SUBJECT_REVIEWS,
+)
+REVIEW_TYPES = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_REVIEWS)
+
+RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS, *ACCESS_TYPES)
 # Served as a CustomResourceDefinition would be (no strategic merge patch, for one).
 CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS,)
 

@@ -9,7 +9,6 @@ by the store for every caller (:mod:`local.cluster.strategy`); updates made here
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -18,12 +17,14 @@ from typing import Any
 
 from aiohttp import web
 
-from local.cluster import discovery
+from local.cluster import discovery, openapi, server_side_apply, tables
+from local.cluster.access import Access
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
 from local.cluster.paging import ListQuery, list_page, parse_limit
 from local.cluster.patching import apply_patch, check_patch_type
 from local.cluster.pod_logs import serve_pod_log
+from local.cluster.protobuf import decode_body
 from local.cluster.resources import (
     CUSTOM_RESOURCE_TYPES,
     JOBSETS,
@@ -43,7 +44,6 @@ from local.cluster.watching import WatchOptions, stream_watch
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024  # the real API server takes up to 3 MiB objects
-_PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version", "/version/")
 # Types whose DELETE returns the object rather than a Status once it is gone (as the real registries do).
 _DELETE_RETURNS_OBJECT = (PODS, JOBSETS)
 _UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
@@ -97,6 +97,7 @@ class ApiServer:
         self.logs = logs
         self.faults = faults
         self.token = token
+        self.access = Access(store, token)
 
     def app(self) -> web.Application:
         """A fresh aiohttp application serving this API."""
@@ -112,6 +113,8 @@ class ApiServer:
             app.router.add_get(path, self._core_versions)
         for path in ("/apis", "/apis/"):
             app.router.add_get(path, self._group_list)
+        app.router.add_get(openapi.PREFIX, self._openapi_index)
+        app.router.add_get(openapi.PREFIX + "/{tail:.+}", self._openapi_document)
         self.faults.add_routes(app)
         app.router.add_route("*", "/api/{tail:.*}", self._core)
         app.router.add_route("*", "/apis/{tail:.*}", self._grouped)
@@ -137,11 +140,7 @@ class ApiServer:
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.token is None or request.path in _PUBLIC_PATHS:
-            return await handler(request)
-        header = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(header.encode(), f"Bearer {self.token}".encode()):
-            raise ApiError(401, "Unauthorized", "Unauthorized")
+        self.access.admit(request)  # identity, impersonation, and RBAC for non-resource paths
         return await handler(request)
 
     # -- discovery ---------------------------------------------------------------------------
@@ -157,6 +156,15 @@ class ApiServer:
 
     async def _group_list(self, request: web.Request) -> web.Response:
         return web.json_response(discovery.api_group_list())
+
+    async def _openapi_index(self, request: web.Request) -> web.Response:
+        return web.json_response(openapi.index())
+
+    async def _openapi_document(self, request: web.Request) -> web.Response:
+        body = openapi.document(request.match_info["tail"])
+        if body is None:
+            raise _not_found_path(request.path)
+        return web.Response(body=body, content_type="application/json")
 
     async def _core(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.match_info["tail"].split("/") if p]
@@ -182,6 +190,10 @@ class ApiServer:
                 raise _not_found_path(request.path)
             return web.json_response(resources)
         target = parse_target(group, version, rest, request.path)
+        self.access.authorize(request, target)
+        answered = await self.access.serve(request, target)
+        if answered is not None:
+            return answered
         method = request.method
         if target.name is None:
             if method == "GET":
@@ -195,7 +207,7 @@ class ApiServer:
                 return await self._replace(request, target)
         elif target.subresource is None or (target.subresource == "status" and target.rtype.has_status):
             if method == "GET":
-                return _json(self._get(target))
+                return _respond(request, target.rtype, [self._get(target)])
             if method == "PUT":
                 return await self._replace(request, target)
             if method == "PATCH":
@@ -229,7 +241,9 @@ class ApiServer:
             fields=parse_field_selector(fields, rtype),
         )
         if query.get("watch", "").lower() in ("true", "1"):
-            return await stream_watch(request, self.store, rtype, selection, self.watch_options)
+            table = tables.negotiate(request.headers.get("Accept"), query.get("includeObject"))
+            render = None if table is None else (lambda obj: tables.to_table(rtype, [obj], table))
+            return await stream_watch(request, self.store, rtype, selection, self.watch_options, render)
         page = list_page(
             self.store,
             ListQuery(rtype, selection, labels, fields),
@@ -237,14 +251,24 @@ class ApiServer:
             query.get("continue"),
             query.get("resourceVersion"),
         )
-        return _json(
-            {"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": page.metadata(), "items": page.items}
-        )
+        body = {
+            "kind": rtype.list_kind,
+            "apiVersion": rtype.api_version,
+            "metadata": page.metadata(),
+            "items": page.items,
+        }
+        return _respond(request, rtype, page.items, body)
 
     async def _create(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
         rtype = target.rtype
         body = await _object_body(request, rtype)
+        openapi.check_field_validation(request.query.get("fieldValidation"), rtype, body)
+        return self._insert(target, body)
+
+    def _insert(self, target: Target, body: Obj) -> web.Response:
+        """Store a new object (create, or server-side apply of an object that does not exist)."""
+        rtype = target.rtype
         namespace = target.namespace if rtype.namespaced else None
         # Admission, defaults, status reset and validation happen in the store, for controllers too.
         return _json(self.store.create(rtype, body, namespace), status=201)
@@ -253,6 +277,7 @@ class ApiServer:
         _reject_dry_run(request)
         rtype = target.rtype
         body = await _object_body(request, rtype)
+        openapi.check_field_validation(request.query.get("fieldValidation"), rtype, body)
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, target.name):
             raise bad_request(
@@ -263,6 +288,8 @@ class ApiServer:
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:
         _reject_dry_run(request)
+        if request.content_type == server_side_apply.APPLY_PATCH:
+            return await self._apply(request, target)
         custom = target.rtype in CUSTOM_RESOURCE_TYPES
         check_patch_type(request.content_type, custom=custom)
         try:
@@ -271,12 +298,33 @@ class ApiServer:
             raise bad_request(f"the patch is not JSON: {exc}") from exc
         current = self._get(target)
         patched = apply_patch(request.content_type, current, patch, custom=custom)
+        openapi.check_field_validation(request.query.get("fieldValidation"), target.rtype, patched)
         meta = patched.get("metadata")
         if not isinstance(meta, dict) or meta.get("name") != target.name:
             raise bad_request("a patch may not change metadata.name")
         if target.rtype.namespaced and meta.get("namespace") != target.namespace:
             raise bad_request("a patch may not change metadata.namespace")
         return _json(self._write(target, patched))
+
+    async def _apply(self, request: web.Request, target: Target) -> web.Response:
+        """Server-side apply: merge the applied configuration in, or create the object from it."""
+        rtype = target.rtype
+        if target.subresource is not None:
+            raise ApiError(415, "UnsupportedMediaType", "server-side apply to a subresource is not supported here")
+        applied = server_side_apply.parse_applied(await request.read(), rtype, target.name)
+        namespace = (applied.get("metadata") or {}).get("namespace")
+        if rtype.namespaced and namespace not in (None, target.namespace):
+            raise bad_request(
+                f"the namespace of the object ({namespace}) does not match the namespace on the request "
+                f"({target.namespace})"
+            )
+        openapi.check_field_validation(request.query.get("fieldValidation"), rtype, applied)
+        live = self.store.find(rtype, self._ns(target), str(target.name))
+        force = request.query.get("force", "").lower() == "true"
+        merged = server_side_apply.apply(live, applied, request.query.get("fieldManager", ""), force, rtype)
+        if live is None:
+            return self._insert(target, merged)
+        return _json(self._write(target, merged))
 
     def _write(self, target: Target, obj: Obj) -> Obj:
         """Validate and store an update of the object or its status."""
@@ -355,6 +403,15 @@ def _json(body: Any, status: int = 200) -> web.Response:
     )
 
 
+def _respond(request: web.Request, rtype: ResourceType, items: list[Obj], body: Obj | None = None) -> web.Response:
+    """One object (``body`` None) or a list ``body``, as JSON or as the ``Table`` the Accept header asks for."""
+    table = tables.negotiate(request.headers.get("Accept"), request.query.get("includeObject"))
+    if table is not None:
+        metadata = (body or {}).get("metadata") or {"resourceVersion": items[0]["metadata"].get("resourceVersion", "")}
+        return _json(tables.to_table(rtype, items, table, metadata))
+    return _json(body if body is not None else items[0])
+
+
 def _status(error: ApiError) -> web.Response:
     return _json(error.status_body(), status=error.code)
 
@@ -375,10 +432,7 @@ def _reject_dry_run(request: web.Request) -> None:
 
 
 async def _object_body(request: web.Request, rtype: ResourceType) -> Obj:
-    try:
-        body = json.loads(await request.read())
-    except ValueError as exc:
-        raise bad_request(f"the request body is not JSON: {exc}") from exc
+    body = decode_body(await request.read(), request.content_type)
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     if body.get("kind") not in (None, "", rtype.kind):

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from local.cluster import rbac
 from local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, PODS, Cause, ResourceType
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -364,6 +365,7 @@ _VALIDATORS: dict[ResourceType, Callable[[Mapping[str, Any]], list[Cause]]] = {
     JOBSETS: validate_jobset,
     NAMESPACES: validate_namespace,
     EVENTS: validate_event,
+    **rbac.VALIDATORS,
 }
 
 
@@ -407,8 +409,10 @@ def _without_suspended_mutable(rjobs: Any) -> Any:
 
 
 def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
-    """Immutable-field checks on update (every type: finalizers while deleting; JobSet: its policies)."""
+    """Immutable-field checks on update (all: finalizers while deleting; JobSet: policies; bindings: roleRef)."""
     causes = _validate_finalizers_update(old, new)
+    if rtype in rbac.BINDING_TYPES:
+        return causes + rbac.validate_binding_update(old, new)
     if rtype != JOBSETS:
         return causes
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}

@@ -27,6 +27,7 @@ import copy
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,9 +123,22 @@ async def _fresh_enough(store: Store, version: int, wait: float) -> bool:
 
 
 async def stream_watch(
-    request: web.Request, store: Store, rtype: ResourceType, selection: Selection, options: WatchOptions
+    request: web.Request,
+    store: Store,
+    rtype: ResourceType,
+    selection: Selection,
+    options: WatchOptions,
+    render: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> web.StreamResponse:
-    """Serve one watch request until its timeout, expiry, falling behind, or the client going away."""
+    """Serve one watch request until its timeout, expiry, falling behind, or the client going away.
+
+    ``render`` turns each object into what the client asked for (a ``Table``, for ``kubectl get -w``);
+    bookmarks carry only a resourceVersion and are sent as they are.
+    """
+
+    def line(event_type: str, obj: dict[str, Any]) -> bytes:
+        return _line(event_type, render(obj) if render is not None else obj)
+
     query = request.query
     start = parse_resource_version(query.get("resourceVersion"))
     deadline = time.monotonic() + parse_timeout(query.get("timeoutSeconds"), options)
@@ -141,7 +155,7 @@ async def stream_watch(
     if start is None:
         # Listing and subscribing happen with no await between them, so nothing is missed.
         current, _ = store.view(rtype, selection.namespace, selection.matches)
-        initial = b"".join(_line("ADDED", obj) for obj in current)  # serialised before any await
+        initial = b"".join(line("ADDED", obj) for obj in current)  # serialised before any await
     response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
     try:
         response.enable_chunked_encoding()
@@ -158,7 +172,7 @@ async def stream_watch(
             events = watch.take()
             current_version = store.resource_version  # read with no await after take(): covers every event taken
             seen = (translate(e, rtype, selection) for e in events)
-            chunk = b"".join(_line(*pair) for pair in seen if pair is not None)
+            chunk = b"".join(line(*pair) for pair in seen if pair is not None)
             if bookmarks and time.monotonic() >= next_bookmark:
                 chunk += _bookmark(rtype, current_version)
                 next_bookmark = time.monotonic() + options.bookmark_interval

@@ -1,5 +1,5 @@
 """`ElasticJobSetOperator` end to end: real Airflow (``dag.test()``, deferrable, triggers inline), the local
-cluster over HTTP, the real JAX trainer and Orbax checkpoints, faults injected at training steps."""
+cluster over HTTPS, the real JAX trainer and Orbax checkpoints, faults injected at training steps."""
 
 from __future__ import annotations
 

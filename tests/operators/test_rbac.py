@@ -1,14 +1,22 @@
-"""RBAC manifests: the shipped deploy/rbac.yaml is the rendered default, and the grants are least privilege."""
+"""RBAC manifests: the shipped deploy/rbac.yaml is the rendered default, the grants are least privilege, and
+the local cluster, which enforces RBAC, grants the operators' kubeconfig exactly the Role and refuses the rest."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client, config
 
+from local.cluster import LocalCluster
 from operators.rbac import main, rbac_manifests, render_yaml
+from tests.support.airflow_dags import operators_kubeconfig
 
+KUBECTL = shutil.which("kubectl")
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 
 
@@ -58,3 +66,97 @@ def test_cli_prints_the_same_yaml(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert out == DEPLOY.read_text()
     assert render_yaml(rbac_manifests("default")) in out
+
+
+# -- enforced by the local cluster, for the operators' own kubeconfig --------------------------------
+
+_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+# (group, resource, subresource): what the operators touch, their neighbours, and what they must not read.
+_RESOURCES = (
+    ("jobset.x-k8s.io", "jobsets", ""),
+    ("jobset.x-k8s.io", "jobsets", "status"),
+    ("batch", "jobs", ""),
+    ("", "pods", ""),
+    ("", "pods", "log"),
+    ("", "pods", "exec"),
+    ("", "pods", "status"),
+    ("", "events", ""),
+    ("", "secrets", ""),
+    ("", "configmaps", ""),
+    ("", "serviceaccounts", ""),
+    ("", "serviceaccounts", "token"),
+    ("rbac.authorization.k8s.io", "roles", ""),
+    ("rbac.authorization.k8s.io", "rolebindings", ""),
+)
+_FORBIDDEN_DELETE = (
+    'pods "any-pod" is forbidden: User "system:serviceaccount:default:elastic-training" cannot delete '
+    'resource "pods" in API group "" in the namespace "default"'
+)
+
+
+def test_the_cluster_grants_the_operators_account_exactly_the_role(cluster_connection: LocalCluster) -> None:
+    (role,) = [m for m in rbac_manifests("default") if m["kind"] == "Role"]
+    granted = set()
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                name, _, subresource = resource.partition("/")
+                granted |= {(group, name, subresource, verb) for verb in rule["verbs"]}
+    api = config.new_client_from_config(config_file=str(operators_kubeconfig(cluster_connection)))
+    reviews = client.AuthorizationV1Api(api)
+    allowed = set()
+    for group, resource, subresource in _RESOURCES:
+        for verb in _VERBS:
+            attributes = {"namespace": "default", "group": group, "resource": resource, "verb": verb}
+            review = reviews.create_self_subject_access_review(
+                {"spec": {"resourceAttributes": {**attributes, "subresource": subresource}}}
+            )
+            if review.status.allowed:
+                allowed.add((group, resource, subresource, verb))
+    assert allowed == granted
+    api.close()
+
+
+def test_a_request_outside_the_role_is_403_through_the_official_client(cluster_connection: LocalCluster) -> None:
+    api = config.new_client_from_config(config_file=str(operators_kubeconfig(cluster_connection)))
+    core = client.CoreV1Api(api)
+    core.list_namespaced_pod("default")  # inside the Role
+    with pytest.raises(client.ApiException) as caught:
+        core.delete_namespaced_pod("any-pod", "default")
+    assert caught.value.status == 403
+    assert json.loads(caught.value.body)["message"] == _FORBIDDEN_DELETE
+    with pytest.raises(client.ApiException) as caught:
+        core.list_namespaced_pod("kube-system")  # a Role grants nothing outside its namespace
+    assert caught.value.status == 403
+    with pytest.raises(client.ApiException) as caught:
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "any-jobset", {"spec": {"suspend": True}}
+        )
+    assert caught.value.status == 403
+    api.close()
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (no `kubectl` on PATH)")
+def test_kubectl_with_the_operators_kubeconfig_is_refused_outside_the_role(
+    cluster_connection: LocalCluster,
+) -> None:
+    kubeconfig = operators_kubeconfig(cluster_connection)
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL is not None
+        env = {"KUBECONFIG": str(kubeconfig), "KUBECACHEDIR": str(kubeconfig.parent / "kube-cache"), "HOME": "/tmp"}
+        return subprocess.run([KUBECTL, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    def can_i(*args: str) -> str:
+        return kubectl("auth", "can-i", *args).stdout.strip()
+
+    assert can_i("create", "jobsets.jobset.x-k8s.io") == "yes"
+    assert can_i("get", "pods", "--subresource=log") == "yes"
+    assert can_i("watch", "jobs.batch") == "yes"
+    assert can_i("delete", "pods") == "no"
+    assert can_i("get", "secrets") == "no"
+    assert can_i("patch", "jobsets.jobset.x-k8s.io") == "no"
+    assert can_i("list", "pods", "--namespace=kube-system") == "no"
+    refused = kubectl("delete", "pod", "any-pod")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == f"Error from server (Forbidden): {_FORBIDDEN_DELETE}"

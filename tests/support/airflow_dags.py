@@ -12,8 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client, config, utils
 
 from local.cluster import LocalCluster
+from local.cluster.kubeconfig import write_kubeconfig
+from operators.rbac import rbac_manifests
+
+NAMESPACE = "default"
+TOKEN_SECONDS = 6 * 3600  # outlives a module of end-to-end tests
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +32,19 @@ def airflow_db() -> None:
 
 @pytest.fixture(scope="module")
 def cluster_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A running local cluster, reachable as Airflow's ``kubernetes_default`` connection."""
+    """A running local cluster, reachable as Airflow's ``kubernetes_default`` connection.
+
+    The connection holds the operators' ServiceAccount, bound to the shipped Role, not the admin token:
+    every call the operators make must be one the Role grants (least privilege proven, a missing verb
+    is a 403). The cluster's own kubeconfig (admin) stays with the trainer pods and the tests' checks.
+    """
     with LocalCluster(workdir=tmp_path_factory.mktemp("cluster")) as cluster:
+        kubeconfig = write_operators_kubeconfig(cluster)
         previous = os.environ.get("AIRFLOW_CONN_KUBERNETES_DEFAULT")
         os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
             {
                 "conn_type": "kubernetes",
-                "extra": {"kube_config_path": str(cluster.kubeconfig_path), "namespace": "default"},
+                "extra": {"kube_config_path": str(kubeconfig), "namespace": NAMESPACE},
             }
         )
         try:
@@ -42,6 +54,31 @@ def cluster_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
                 os.environ.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
             else:
                 os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = previous
+
+
+def operators_kubeconfig(cluster: LocalCluster) -> Path:
+    """Where :func:`write_operators_kubeconfig` puts the operators' kubeconfig for ``cluster``."""
+    return cluster.workdir / "operators-kubeconfig"
+
+
+def write_operators_kubeconfig(cluster: LocalCluster) -> Path:
+    """The operators' kubeconfig for ``cluster``, written; returns its path.
+
+    ``rbac_manifests(NAMESPACE)`` is created with the admin client, a token for its ServiceAccount is
+    minted through the TokenRequest API, and the kubeconfig has that token and the cluster's server and CA.
+    """
+    admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        manifests = rbac_manifests(NAMESPACE)
+        for manifest in manifests:
+            utils.create_from_dict(admin, manifest, namespace=NAMESPACE)
+        (account,) = [m["metadata"]["name"] for m in manifests if m["kind"] == "ServiceAccount"]
+        issued = client.CoreV1Api(admin).create_namespaced_service_account_token(
+            account, NAMESPACE, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
+        )
+    finally:
+        admin.close()
+    return write_kubeconfig(operators_kubeconfig(cluster), cluster.url, issued.status.token, ca_pem=cluster.ca_pem)
 
 
 def dag_from_source(dag_id: str, body: str, header: str) -> Any:

@@ -84,8 +84,8 @@ def _serve(*args: str, mark: str = "") -> Iterator[tuple[subprocess.Popen[str], 
     )
     try:
         assert process.stdout is not None
-        banner = [process.stdout.readline() for _ in range(3)]
-        assert banner[0].startswith("serving a Kubernetes API on http://127.0.0.1:"), banner
+        banner = [process.stdout.readline() for _ in range(4)]
+        assert banner[0].startswith("serving a Kubernetes API on https://127.0.0.1:"), banner
         yield process, banner[0].split()[-1]
     finally:
         if process.poll() is None:
@@ -127,7 +127,7 @@ def test_up_honours_its_flags_and_a_signal_stops_every_pod_process(tmp_path: Pat
             except AssertionError:
                 if attempt == 2:
                     raise
-        assert url == f"http://127.0.0.1:{port}"
+        assert url == f"https://127.0.0.1:{port}"
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         assert api_client.configuration.host == url
         core = client.CoreV1Api(api_client)

@@ -34,7 +34,7 @@ def _raw(
     headers = {"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json", **headers}
     request = urllib.request.Request(cluster.url + path, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=cluster.ssl_context()) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
@@ -101,9 +101,18 @@ def test_unknown_paths_methods_and_media_types(cluster: LocalCluster) -> None:
         "PATCH",
         "/api/v1/namespaces/default/pods/err-dup",
         b"{}",
-        **{"Content-Type": "application/apply-patch+yaml"},
+        **{"Content-Type": "application/yaml"},
     )
     assert code == 415
+    # Server-side apply is served: a body that is not an applied configuration is a 400.
+    code, body = _raw(
+        cluster,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/err-dup?fieldManager=test",
+        b"{}",
+        **{"Content-Type": "application/apply-patch+yaml"},
+    )
+    assert (code, body["reason"]) == (400, "BadRequest")
 
 
 def test_default_namespace_cannot_be_deleted(k8s: K8s) -> None:

@@ -30,7 +30,7 @@ def _control(cluster: LocalCluster, method: str, path: str, body: dict[str, Any]
         method=method,
         headers={"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=10, context=cluster.ssl_context()) as response:
         answer: dict[str, Any] = json.loads(response.read())
         return answer
 
@@ -77,6 +77,7 @@ def test_throttling_is_retried_by_the_client_then_fails_until_cleared(cluster: L
     # A fresh Configuration, not get_default_copy(): the process-wide default may carry another test's
     # kubeconfig refresh hook, which points every request back at that test's (stopped) cluster.
     configuration = client.Configuration(host=cluster.url, api_key={"authorization": f"Bearer {cluster.token}"})
+    configuration.ssl_ca_cert = str(cluster.ca_path)
     configuration.retries = False
     with client.ApiClient(configuration) as no_retries:
         with pytest.raises(client.ApiException) as caught:

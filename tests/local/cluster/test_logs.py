@@ -113,7 +113,7 @@ def test_previous_run_since_seconds_and_since_time_from_log_files(tmp_path: Path
                 headers={"Authorization": f"Bearer {cluster.token}"},
             )
             try:
-                with urllib.request.urlopen(request, timeout=10) as response:
+                with urllib.request.urlopen(request, timeout=10, context=cluster.ssl_context()) as response:
                     return response.status, response.read().decode()
             except urllib.error.HTTPError as error:
                 return error.code, error.read().decode()
@@ -196,5 +196,5 @@ def test_tail_since_and_limit_on_a_large_log_through_the_client(tmp_path: Path) 
             f"{cluster.url}/api/v1/namespaces/default/pods/logs-large/log?tailLines=5&sinceTime={since}",
             headers={"Authorization": f"Bearer {cluster.token}"},
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=cluster.ssl_context()) as response:
             assert response.read().decode() == "".join(f"{text}\n" for text in texts[-2:])

@@ -29,7 +29,13 @@ def test_version_and_discovery(k8s: K8s) -> None:
     groups = {
         g.name: g.preferred_version.group_version for g in client.ApisApi(k8s.api_client).get_api_versions().groups
     }
-    assert groups == {"batch": "batch/v1", GROUP: f"{GROUP}/{VERSION}"}
+    assert groups == {
+        "batch": "batch/v1",
+        GROUP: f"{GROUP}/{VERSION}",
+        "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",
+        "authorization.k8s.io": "authorization.k8s.io/v1",
+        "authentication.k8s.io": "authentication.k8s.io/v1",
+    }
     core = {r.name for r in k8s.core.get_api_resources().resources}
     assert {"pods", "pods/log", "pods/status", "events", "namespaces"} <= core
     assert {"jobs", "jobs/status"} <= {r.name for r in k8s.batch.get_api_resources().resources}

@@ -44,11 +44,12 @@ def _open_watches(cluster: LocalCluster) -> int:
 
 
 def _raw_watch(cluster: LocalCluster, query: str, receive_buffer: int | None = None) -> socket.socket:
-    """A watch request on a plain socket that the test reads (or does not) as it likes."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A watch request on a TLS socket of its own that the test reads (or does not) as it likes."""
+    plain = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if receive_buffer is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-    sock.connect((cluster.host, cluster.port))
+        plain.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    plain.connect((cluster.host, cluster.port))
+    sock = cluster.ssl_context().wrap_socket(plain, server_hostname=cluster.host)
     request = (
         f"GET /api/v1/namespaces/default/pods?watch=true&{query} HTTP/1.1\r\n"
         f"Host: {cluster.host}:{cluster.port}\r\nAuthorization: Bearer {cluster.token}\r\n\r\n"
