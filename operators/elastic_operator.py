@@ -34,6 +34,7 @@ from operators.checkpoints.storage import StorageError
 from operators.checkpoints.timing import mean_save_seconds
 from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
 from operators.hooks import JobSetHook
+from operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from operators.metrics import emit_run_metrics
 from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
@@ -111,6 +112,7 @@ class ElasticJobSetOperator(BaseOperator):
         "namespace",
     )
     ui_color = "#fdebd0"
+    operator_extra_links = (ElasticTrainingViewLink(), GkeWorkloadLink(), GkeLogsLink())
 
     def __init__(
         self,
