@@ -128,7 +128,10 @@ def timeline(
         points.append((started_at, 0, -1))
     for ckpt in checkpoints:
         at, step = _num(ckpt.get("committed_at")), _int(ckpt.get("step"))
-        if at is not None and step is not None:
+        outside = (started_at is not None and at is not None and at < started_at) or (
+            ended_at is not None and at is not None and at > ended_at
+        )  # a step left from an earlier run of the same run directory
+        if at is not None and step is not None and not outside:
             points.append((at, 1, step))
     failures: list[JsonObj] = []
     rewinds: list[JsonObj] = []
