@@ -16,6 +16,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("cli.cluster", "run and control the one-machine Kubernetes stand-in"),
     "validate": ("cli.validate", "validate Orbax checkpoints on local disk or gs://"),
     "demo": ("cli.demo", "train on the local cluster, kill a slice, print the recovery report"),
+    "advise": ("cli.advise", "the checkpoint period that fits a run report's own failure rate"),
 }
 
 
