@@ -210,7 +210,7 @@ function timelineChart(t) {
   }
   chart.append(svg("polyline", { points: pts.map((q) => `${x(q[0])},${y(q[1])}`).join(" "), fill: "none", stroke: "#2b6cb0", "stroke-width": 2 }));
   for (const c of (t.checkpoints && t.checkpoints.steps) || []) {
-    if (c.committed_at) {
+    if (c.committed_at && c.committed_at >= t0 && c.committed_at <= t1) {
       chart.append(svg("circle", { cx: x(c.committed_at), cy: y(c.step), r: 3.5, fill: c.valid ? "var(--ok)" : "var(--bad)", class: "ckpt-marker" },
         svg("title", {}, `checkpoint ${c.step}: ${c.valid ? "valid" : "invalid"}`)));
     }
