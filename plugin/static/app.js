@@ -202,7 +202,7 @@ function timelineChart(t) {
   }
   for (let i = 0; i <= 5; i += 1) {
     const v = t0 + ((t1 - t0) * i) / 5;
-    chart.append(svg("text", { x: x(v), y: H - 8, "text-anchor": "middle" }, `+${fmt.secs(v - t0)}`));
+    chart.append(svg("text", { x: x(v), y: H - 8, "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle" }, `+${fmt.secs(v - t0)}`));
   }
   if (p_target(t) > 0) {
     chart.append(svg("line", { x1: L, x2: W - R, y1: y(p_target(t)), y2: y(p_target(t)), stroke: "#a0aec0", "stroke-dasharray": "4 4" }),
@@ -236,7 +236,7 @@ function p_target(t) { return (t.progress && t.progress.target_step) || 0; }
 
 function recoveryBars(recoveries) {
   if (!recoveries.length) return el("p", { class: "muted" }, "No in-process recovery.");
-  const W = 640, rowH = 26, L = 120, R = 150;
+  const W = 640, rowH = 26, L = 110, R = 210;
   const longest = Math.max(1e-6, ...recoveries.map((r) => PHASES.reduce((s, [k]) => s + ((r.phase_seconds || {})[k] || 0), 0)));
   const chart = svg("svg", { viewBox: `0 0 ${W} ${rowH * recoveries.length + 4}`, width: "100%", role: "img", "aria-label": "recovery phases" });
   recoveries.forEach((r, i) => {
