@@ -208,6 +208,12 @@ function timelineChart(t) {
     chart.append(svg("line", { x1: L, x2: W - R, y1: y(p_target(t)), y2: y(p_target(t)), stroke: "#a0aec0", "stroke-dasharray": "4 4" }),
       svg("text", { x: W - R, y: y(p_target(t)) - 4, "text-anchor": "end" }, "target"));
   }
+  // Before the first step the trainer starts (image, JAX, restore): say so rather than leave a bare flat line.
+  const firstStep = pts.find((q) => q[1] >= 0);
+  if (firstStep && (firstStep[0] - t0) / (t1 - t0) > 0.2) {
+    chart.append(svg("text", { x: (x(t0) + x(firstStep[0])) / 2, y: y(0) - 8, "text-anchor": "middle" },
+      `start-up: ${fmt.secs(firstStep[0] - t0)} before the first step`));
+  }
   chart.append(svg("polyline", { points: pts.map((q) => `${x(q[0])},${y(q[1])}`).join(" "), fill: "none", stroke: "#2b6cb0", "stroke-width": 2 }));
   for (const c of (t.checkpoints && t.checkpoints.steps) || []) {
     if (c.committed_at && c.committed_at >= t0 && c.committed_at <= t1) {
