@@ -335,6 +335,15 @@ async def _drive(devtools_http: str, base: str, dag_id: str, run_id: str, out: P
             await asyncio.sleep(1.0)
             seen["standalone"] = str(await tools.screenshot(out / "elastic-training-view-1280x800.png"))
             seen["overflow"] = await tools.js("document.documentElement.scrollWidth > window.innerWidth")
+            # The navigation entry: recent runs, each linking to its view.
+            await tools.call("Page.navigate", url=f"{base}/plugin/elastic-training-runs")
+            runs_frame = "document.querySelector('iframe[title=\"Elastic training runs\"]')"
+            runs_doc = f"{runs_frame} && {runs_frame}.contentDocument"
+            await tools.until(f"{runs_doc} && {runs_doc}.body && {runs_doc}.body.dataset.ready === 'true'")
+            seen["listed"] = await tools.js(
+                f"[...{runs_frame}.contentDocument.querySelectorAll('#runs tbody tr')].map(r => r.cells[0].textContent)"
+            )
+            seen["list_screenshot"] = str(await tools.screenshot(out / "nav-elastic-training-runs.png"))
             return seen
 
 
@@ -349,3 +358,4 @@ def test_browser_logs_in_and_sees_the_recovery_and_its_phases(finished_run: Any,
     assert seen["advice"] and seen["step"] == "59 / 59"
     assert not seen["overflow"], "the view must fit 1280 px without horizontal scrolling"
     assert Path(seen["screenshot"]).stat().st_size > 10_000
+    assert seen["listed"] == ["elastic_ui"]
