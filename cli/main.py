@@ -20,6 +20,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "cli.airflow",
         "Airflow's UI, scheduler, dag-processor and triggerer on 127.0.0.1 with the local cluster",
     ),
+    "advise": ("cli.advise", "the checkpoint period that fits a run report's own failure rate"),
 }
 
 

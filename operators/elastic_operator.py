@@ -31,8 +31,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from operators import manifests
 from operators.checkpoints import ValidationOptions, quarantine_step, validate_checkpoints
 from operators.checkpoints.storage import StorageError
+from operators.checkpoints.timing import mean_save_seconds
 from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
 from operators.hooks import JobSetHook
+from operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
+from operators.metrics import emit_run_metrics
 from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
 from operators.recovery import CostModel, Incarnation, LogDigest, run_report
@@ -109,6 +112,7 @@ class ElasticJobSetOperator(BaseOperator):
         "namespace",
     )
     ui_color = "#fdebd0"
+    operator_extra_links = (ElasticTrainingViewLink(), GkeWorkloadLink(), GkeLogsLink())
 
     def __init__(
         self,
@@ -171,6 +175,7 @@ class ElasticJobSetOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.local_env = dict(local_env or {})
         self._active_jobset: tuple[str, str | None] | None = None
+        self._newest_valid_steps: list[str] = []
 
     # -- spec --------------------------------------------------------------------------------
 
@@ -243,6 +248,7 @@ class ElasticJobSetOperator(BaseOperator):
             report = self._report(spec, run, committed)
             run.save(context)
             self.log.info("run report: %s", report)
+            self._emit_metrics(context, report)
             return report
         if decision.action is Action.FAIL:
             self._fail(context, spec, run, decision.message, committed=committed)
@@ -361,6 +367,8 @@ class ElasticJobSetOperator(BaseOperator):
         except StorageError as error:
             raise AirflowException(f"reading checkpoints under {spec.checkpoint_directory} failed: {error}") from None
         latest = report.latest_valid_step
+        valid = sorted((v for v in report.steps if v.valid), key=lambda v: v.step, reverse=True)
+        self._newest_valid_steps = [v.path for v in valid]
         return -1 if latest is None else latest
 
     def _escalate(self, context: Context, spec: ElasticRunSpec, run: _RunState, reason: str, message: str) -> None:
@@ -433,7 +441,24 @@ class ElasticJobSetOperator(BaseOperator):
             wall_seconds=time.time() - run.started_at,
             costs=CostModel(chips=spec.total_chips, price_per_chip_hour=self.price_per_chip_hour),
             full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
+            budgets={
+                "max_slice_restarts": self.budgets.max_slice_restarts,
+                "slice_restart_window_seconds": self.budgets.slice_restart_window_seconds,
+                "stall_timeout_seconds": self.budgets.stall_timeout_seconds,
+                "max_full_restarts": self.budgets.max_full_restarts,
+                "jobset_max_restarts": self.jobset_max_restarts,
+                "elastic_max_retries": spec.effective_elastic_max_retries,
+            },
+            checkpoint_period=spec.checkpoint_period,
+            checkpoint_save_seconds=mean_save_seconds(self._newest_valid_steps),
         )
+
+    def _emit_metrics(self, context: Context, report: Mapping[str, Any]) -> None:
+        ti = context["ti"]
+        try:
+            emit_run_metrics(report, dag_id=ti.dag_id, task_id=ti.task_id)
+        except Exception:  # metrics are a courtesy: a broken StatsD/OTel backend must not fail the run
+            self.log.warning("sending the run's metrics failed", exc_info=True)
 
     def _fail(
         self, context: Context, spec: ElasticRunSpec, run: _RunState, message: str, *, committed: int | None = None
@@ -446,6 +471,7 @@ class ElasticJobSetOperator(BaseOperator):
         report = {**self._report(spec, run, committed), "failure": message}
         run.save(context)
         context["ti"].xcom_push(key="report", value=report)
+        self._emit_metrics(context, report)
         if run.monitor.phase is JobSetPhase.ACTIVE and not self.keep_jobset_on_kill:
             self.log.warning("deleting the still-active JobSet %s: the task is failing", run.jobset_name)
             self._hook().delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from operators.advice import advice_for_report
 from operators.constants import (
     COMPLETED_STEP_RE,
     ELASTIC_ATTEMPTS_SPENT_RE,
@@ -226,11 +227,17 @@ def run_report(
     wall_seconds: float,
     costs: CostModel,
     full_restart_seconds_lost: float = 0.0,
+    budgets: Mapping[str, Any] | None = None,
+    checkpoint_period: int | None = None,
+    checkpoint_save_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The run report (the operator's XCom ``return_value``): counts, recoveries with cost, goodput.
 
     Escalations carry their own ``steps_lost``; the chip time between a full restart's delete and
     the new incarnation's first step is ``full_restart_seconds_lost`` (measured by the operator).
+    ``budgets`` (the operator's allowances) travel with the report so a view of it can show each
+    budget used against allowed; ``checkpoint_period`` and ``checkpoint_save_seconds`` feed the
+    checkpoint-period ``advice`` (:mod:`operators.advice`; ``None`` when they were not measured).
     """
     recoveries: list[dict[str, Any]] = []
     productive = 0.0
@@ -246,7 +253,7 @@ def run_report(
     recovery_chip_seconds = sum(r["chip_seconds_lost"] or 0.0 for r in recoveries)
     escalation_chip_seconds = costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
     current = incarnations[-1] if incarnations else None
-    return {
+    report: dict[str, Any] = {
         "jobset_name": current.jobset_name if current else None,
         "namespace": namespace,
         "run_directory": run_directory,
@@ -267,7 +274,12 @@ def run_report(
         "goodput": round(min(1.0, productive / wall_seconds), 4) if wall_seconds > 0 else None,
         "wall_seconds": round(wall_seconds, 3),
         "jobsets": [i.jobset_name for i in incarnations],
+        "budgets": dict(budgets or {}),
+        "checkpoint_period": checkpoint_period,
+        "checkpoint_save_seconds": checkpoint_save_seconds,
     }
+    report["advice"] = advice_for_report(report)
+    return report
 
 
 def _mean_step_seconds(incarnations: list[Incarnation]) -> float | None:

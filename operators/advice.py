@@ -1,0 +1,205 @@
+"""Checkpoint-period advice from a run's own failure rate, checkpoint save time and step time. Pure.
+
+The model is the first-order one of Young (1974) and Daly (2006), "A higher order estimate of the
+optimum checkpoint interval for restart dumps": with failures arriving at rate ``1/M`` (``M`` the
+mean time between failures), a checkpoint costing ``C`` seconds every ``tau`` seconds of compute,
+and each failure costing ``R`` seconds of downtime plus, on average, half a period of work run again,
+the fraction of wall time that is useful work is, to first order in ``tau/M`` and ``C/tau``::
+
+    goodput(tau) = 1 - C / tau - (tau / 2 + R) / M          (clamped to [0, 1])
+
+Its maximum is at ``d/dtau = 0``: ``tau* = sqrt(2 C M)`` (Young's interval, Daly's first-order
+optimum); ``R`` shifts the goodput but not the optimum. The period in steps is ``tau / step_seconds``.
+
+Edges the model has to say something sensible about:
+
+- **no failure observed** (``M`` infinite): the failure term vanishes and the optimum is unbounded;
+  the advice is to checkpoint as rarely as the run allows (its own length), goodput ``1 - C/tau``;
+- **a period longer than the run**: MaxText saves once at the end, so the interval that matters is
+  the run's own length, and so is the most the advice ever recommends;
+- no save time measured (``C = 0``): every step could be saved for free; the advice is period 1.
+
+Inputs come from the run report (``operators.recovery.run_report``): failures are the in-process
+recoveries plus the full restarts, the mean recovery downtime is their detection-to-first-step and
+delete-to-recreate times, the save time is measured from Orbax's ``_CHECKPOINT_METADATA`` (init to
+commit timestamps; an upper bound of the blocking cost when saves are asynchronous).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class AdviceError(ValueError):
+    """The inputs cannot give advice (a missing or impossible value); ``str()`` says which."""
+
+
+@dataclass(frozen=True)
+class AdviceInputs:
+    """What the model needs, all measured on the run itself (seconds unless said otherwise)."""
+
+    failures: int
+    wall_seconds: float
+    step_seconds: float
+    checkpoint_save_seconds: float
+    checkpoint_period: int  # steps, as configured
+    steps: int  # the run's length in steps
+    recovery_seconds: float = 0.0  # mean downtime per failure
+
+    def __post_init__(self) -> None:
+        for name in ("wall_seconds", "step_seconds"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise AdviceError(f"{name} must be a positive number, got {value!r}")
+        for name in ("checkpoint_save_seconds", "recovery_seconds"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise AdviceError(f"{name} must be a number >= 0, got {value!r}")
+        for name in ("failures", "checkpoint_period", "steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise AdviceError(f"{name} must be an integer, got {value!r}")
+        if self.failures < 0:
+            raise AdviceError(f"failures must be >= 0, got {self.failures}")
+        if self.checkpoint_period < 1 or self.steps < 1:
+            raise AdviceError("checkpoint_period and steps must be >= 1")
+
+    @property
+    def mtbf_seconds(self) -> float:
+        """Mean time between failures over the run (infinite when none happened)."""
+        return self.wall_seconds / self.failures if self.failures else math.inf
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The configured period and the one the model prefers, each with the goodput it predicts."""
+
+    configured_period: int
+    configured_goodput: float
+    optimal_period: int
+    optimal_goodput: float
+    optimal_interval_seconds: float | None  # tau* = sqrt(2 C M); None when unbounded (no failures)
+    mtbf_seconds: float | None  # None when no failure was observed
+    failures: int
+    step_seconds: float
+    checkpoint_save_seconds: float
+    recovery_seconds: float
+    steps: int
+    capped_at_run_length: bool  # tau* is longer than the run: checkpoint only at the end
+    model: str = "goodput(tau) = 1 - C/tau - (tau/2 + R)/M; tau* = sqrt(2*C*M) (Young/Daly first order)"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line a person can act on."""
+        if self.optimal_period == self.configured_period:
+            return (
+                f"checkpoint_period={self.configured_period} is already the best period for this run's failure rate "
+                f"(expected goodput {self.configured_goodput:.1%})"
+            )
+        why = "no failure was observed" if self.mtbf_seconds is None else f"one failure every {self.mtbf_seconds:.0f} s"
+        return (
+            f"checkpoint_period={self.optimal_period} (expected goodput {self.optimal_goodput:.1%}) instead of "
+            f"{self.configured_period} ({self.configured_goodput:.1%}): {why}, a save takes "
+            f"{self.checkpoint_save_seconds:.3g} s, a step {self.step_seconds:.3g} s"
+        )
+
+
+def goodput(interval_seconds: float, *, save_seconds: float, mtbf_seconds: float, recovery_seconds: float) -> float:
+    """The model's expected goodput for a checkpoint every ``interval_seconds`` of compute, in [0, 1]."""
+    if interval_seconds <= 0:
+        raise AdviceError(f"the checkpoint interval must be positive, got {interval_seconds!r}")
+    failure_term = 0.0 if math.isinf(mtbf_seconds) else (interval_seconds / 2 + recovery_seconds) / mtbf_seconds
+    return min(1.0, max(0.0, 1.0 - save_seconds / interval_seconds - failure_term))
+
+
+def optimal_interval_seconds(*, save_seconds: float, mtbf_seconds: float) -> float:
+    """Young/Daly's first-order optimum ``sqrt(2 C M)`` (infinite without failures)."""
+    return math.inf if math.isinf(mtbf_seconds) else math.sqrt(2.0 * save_seconds * mtbf_seconds)
+
+
+def advise(inputs: AdviceInputs) -> Advice:
+    """The period (in steps) that maximises the model's goodput, beside the configured one."""
+    s = inputs.step_seconds
+    mtbf = inputs.mtbf_seconds
+    longest = inputs.steps  # a period past the run's end saves only at the end: same as the run's length
+
+    def predicted(period: int) -> float:
+        return round(
+            goodput(
+                min(period, longest) * s,
+                save_seconds=inputs.checkpoint_save_seconds,
+                mtbf_seconds=mtbf,
+                recovery_seconds=inputs.recovery_seconds,
+            ),
+            6,
+        )
+
+    tau = optimal_interval_seconds(save_seconds=inputs.checkpoint_save_seconds, mtbf_seconds=mtbf)
+    capped = tau >= longest * s
+    if capped:
+        best = longest
+    else:
+        # The goodput is concave in tau: the best whole period is one of the two around tau*.
+        low = max(1, math.floor(tau / s))
+        best = max((low, low + 1), key=lambda p: (predicted(p), -p))
+        best = min(best, longest)
+    configured = inputs.checkpoint_period
+    if predicted(min(configured, longest)) >= predicted(best):
+        best = configured  # never advise a change the model does not prefer
+    return Advice(
+        configured_period=configured,
+        configured_goodput=predicted(configured),
+        optimal_period=best,
+        optimal_goodput=predicted(best),
+        optimal_interval_seconds=None if math.isinf(tau) else round(tau, 6),
+        mtbf_seconds=None if math.isinf(mtbf) else round(mtbf, 6),
+        failures=inputs.failures,
+        step_seconds=s,
+        checkpoint_save_seconds=inputs.checkpoint_save_seconds,
+        recovery_seconds=inputs.recovery_seconds,
+        steps=inputs.steps,
+        capped_at_run_length=capped,
+    )
+
+
+def inputs_from_report(report: Mapping[str, Any]) -> AdviceInputs:
+    """The model's inputs from a run report (``operators.recovery.run_report``); ``AdviceError`` naming a gap."""
+
+    def need(key: str) -> Any:
+        value = report.get(key)
+        if value is None:
+            raise AdviceError(f"the report has no {key!r}")
+        return value
+
+    recoveries = [r for r in report.get("recoveries") or [] if isinstance(r, Mapping)]
+    escalations = [e for e in report.get("escalations") or [] if isinstance(e, Mapping)]
+    downtimes = [float((r.get("phase_seconds") or {}).get("total") or 0.0) for r in recoveries]
+    downtimes += [float(e.get("seconds_to_recreate") or 0.0) for e in escalations]
+    target = need("target_step")
+    try:
+        return AdviceInputs(
+            failures=len(recoveries) + len(escalations),
+            wall_seconds=float(need("wall_seconds")),
+            step_seconds=float(need("mean_step_seconds")),
+            checkpoint_save_seconds=float(need("checkpoint_save_seconds")),
+            checkpoint_period=int(need("checkpoint_period")),
+            steps=int(target) + 1,
+            recovery_seconds=sum(downtimes) / len(downtimes) if downtimes else 0.0,
+        )
+    except (TypeError, ValueError) as error:
+        if isinstance(error, AdviceError):
+            raise
+        raise AdviceError(f"the report holds a value of the wrong type: {error}") from None
+
+
+def advice_for_report(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``advice`` entry of a run report, or ``None`` when its inputs were not measured."""
+    try:
+        return advise(inputs_from_report(report)).to_json()
+    except AdviceError:
+        return None

@@ -1,0 +1,140 @@
+"""The plugin's FastAPI app, mounted by the Airflow API server under ``/elastic-training``.
+
+Authentication and authorization are Airflow's own (``airflow.api_fastapi.core_api.security``, the
+dependencies the public API routes use): the caller is the user of the ``Authorization: Bearer``
+token or of the UI's session cookie; one run needs read access to its DAG's task instances, the list
+shows only DAGs the user may read. Pages redirect to the auth manager's login page when there is no
+user; the JSON API answers 401 (no credential) or 403 (a bad one, or no access). Path values are
+checked before any database lookup: a malformed one is a 400, an unknown run a 404, never a 500.
+
+Routes (relative to the mount point):
+
+- ``GET /api/runs?limit=N``: recent elastic runs, newest first;
+- ``GET /api/runs/{dag_id}/{run_id}``: every elastic task of one DAG run, in full (see ``plugin.view``);
+- ``GET /ui/`` (recent runs), ``GET /ui/run?dag_id=…&run_id=…`` (one run), ``GET /ui/static/<asset>``:
+  plain HTML, JS and CSS shipped in this package (no CDN).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from importlib import resources
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, bearer_scheme, get_user, requires_access_dag
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from plugin import runs
+from plugin.view import summary
+
+URL_PREFIX = "/elastic-training"
+# Airflow's own key rule for DAG ids (airflow.utils.helpers.KEY_REGEX) and its column width.
+_DAG_ID = re.compile(r"^[\w.-]{1,250}$")
+_MAX_RUN_ID = 250
+_ASSETS = {
+    "app.js": "application/javascript",
+    "style.css": "text/css",
+}
+_PAGES = {"index": "index.html", "run": "run.html"}
+
+
+def _checked_dag_id(dag_id: str) -> str:
+    if not _DAG_ID.fullmatch(dag_id):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "dag_id: letters, digits, '_', '.', '-', at most 250")
+    return dag_id
+
+
+def _checked_run_id(run_id: str) -> str:
+    if not 0 < len(run_id) <= _MAX_RUN_ID or any(unicodedata.category(c).startswith("C") for c in run_id):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "run_id: 1 to 250 printable characters")
+    return run_id
+
+
+def _valid_path(dag_id: str, run_id: str) -> None:
+    _checked_dag_id(dag_id)
+    _checked_run_id(run_id)
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("plugin").joinpath("static", name).read_bytes()
+
+
+def create_app() -> FastAPI:
+    """The app the plugin mounts; its routes are documented in docs/ui.md."""
+    app = FastAPI(title="Elastic training", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/api/runs")
+    def list_runs(
+        user: GetUserDep,
+        session: SessionDep,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    ) -> dict[str, Any]:
+        """Recent elastic runs the user may read, newest first."""
+        readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+        tis = runs.elastic_task_instances(session, dag_ids=readable, limit=limit)
+        rows = [summary(runs.task_view(session, ti, storage=False)) for ti in tis]
+        return {"runs": rows, "total": len(rows)}
+
+    @app.get(
+        "/api/runs/{dag_id}/{run_id}",
+        dependencies=[
+            Depends(_valid_path),  # before the authorization check, which looks the DAG up
+            Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)),
+        ],
+    )
+    def get_run(dag_id: str, run_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+        """Every elastic task of one DAG run, with budgets, recoveries, checkpoints, goodput and advice."""
+        from airflow.models.dagrun import DagRun
+        from sqlalchemy import select
+
+        dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        if dag_run is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no DAG run {run_id!r} of DAG {dag_id!r}")
+        tis = runs.elastic_task_instances(session, dag_ids=None, dag_id=dag_id, run_id=run_id, limit=100)
+        if not tis:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"DAG run {run_id!r} of {dag_id!r} has no elastic task")
+        return {
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "dag_run_state": dag_run.state,
+            "tasks": [runs.task_view(session, ti) for ti in tis],
+        }
+
+    async def page(request: Request, name: str) -> Response:
+        try:
+            await get_user(request, None, await bearer_scheme(request))
+        except HTTPException:
+            here = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=here), status.HTTP_303_SEE_OTHER)
+        return HTMLResponse(_asset(_PAGES[name]))
+
+    @app.get("/ui/", response_class=HTMLResponse)
+    async def runs_page(request: Request) -> Response:
+        return await page(request, "index")
+
+    @app.get("/ui/run", response_class=HTMLResponse)
+    async def run_page(request: Request) -> Response:
+        return await page(request, "run")
+
+    @app.get("/ui/static/{name}")
+    def static_asset(name: str, user: GetUserDep) -> Response:
+        if name not in _ASSETS:  # a fixed list: nothing from the path reaches the file system
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such asset")
+        return Response(_asset(name), media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/")
+    def root() -> RedirectResponse:
+        return RedirectResponse(f"{URL_PREFIX}/ui/", status.HTTP_307_TEMPORARY_REDIRECT)
+
+    return app
+
+
+def run_page_url(dag_id: str, run_id: str) -> str:
+    """The view of one run, relative to the API server's root."""
+    return f"{URL_PREFIX}/ui/run?dag_id={quote(dag_id, safe='')}&run_id={quote(run_id, safe='')}"

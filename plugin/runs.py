@@ -1,0 +1,211 @@
+"""Reading elastic runs back from what Airflow and the run directory persisted. No writes, ever.
+
+Where each fact lives (the same places Airflow's public API reads them from):
+
+- task instances of ``ElasticJobSetOperator`` (``task_instance.operator``), with their DAG run;
+- the run report: XCom ``return_value`` of a finished task, or ``report`` of a failed one;
+- the ``elastic_run`` entry of the task state store (``task_state_store``, Airflow 3.3), JSON;
+- the rendered template fields (run name, base directory, steps, slices) while no report exists;
+- the run directory: checkpoint verdicts (:func:`operators.checkpoints.validate_checkpoints`, metadata
+  level, no array reads) and the local trainer's ``recoveries.jsonl`` (bounded).
+
+So a view of a run works after the run ended and after every Airflow component restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from operators.checkpoints import ValidationOptions, validate_checkpoints
+from operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
+from operators.checkpoints.timing import save_seconds
+from operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
+from plugin.view import run_view
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+ELASTIC_OPERATORS = ("ElasticJobSetOperator",)
+STATE_KEY = "elastic_run"  # operators.elastic_operator.STATE_KEY, not imported: that module imports the SDK
+MAX_RECORDS_BYTES = 1 << 20
+MAX_RECORDS = 1000
+VIEW_VALIDATION = ValidationOptions(require_commit_marker=True, check_ocdbt_index=False, max_workers=4)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def elastic_task_instances(
+    session: Session,
+    *,
+    dag_ids: Iterable[str] | None,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    limit: int = 50,
+) -> list[Any]:
+    """Task instances of the elastic operator, newest first; ``dag_ids=None`` means every DAG."""
+    from airflow.models.taskinstance import TaskInstance
+
+    query = select(TaskInstance).where(TaskInstance.operator.in_(ELASTIC_OPERATORS))
+    if dag_ids is not None:
+        query = query.where(TaskInstance.dag_id.in_(list(dag_ids)))
+    if dag_id is not None:
+        query = query.where(TaskInstance.dag_id == dag_id)
+    if run_id is not None:
+        query = query.where(TaskInstance.run_id == run_id)
+    query = query.order_by(TaskInstance.start_date.desc().nulls_last(), TaskInstance.task_id).limit(limit)
+    return list(session.scalars(query))
+
+
+def _xcom(session: Session, ti: Any, key: str) -> Any:
+    from airflow.models.xcom import XComModel
+
+    row = session.scalars(
+        select(XComModel).where(
+            XComModel.dag_id == ti.dag_id,
+            XComModel.run_id == ti.run_id,
+            XComModel.task_id == ti.task_id,
+            XComModel.map_index == ti.map_index,
+            XComModel.key == key,
+        )
+    ).first()
+    return None if row is None else XComModel.deserialize_value(row)
+
+
+def report_of(session: Session, ti: Any) -> dict[str, Any] | None:
+    """The run report: ``return_value`` when the task succeeded, else ``report`` (pushed before failing)."""
+    for key in ("return_value", "report"):
+        value = _xcom(session, ti, key)
+        if isinstance(value, Mapping) and "target_step" in value:
+            return dict(value)
+    return None
+
+
+def state_of(session: Session, ti: Any) -> dict[str, Any] | None:
+    """The operator's ``elastic_run`` entry in the task state store."""
+    from airflow.models.task_state_store import TaskStateStoreModel
+
+    raw = session.scalar(
+        select(TaskStateStoreModel.value).where(
+            TaskStateStoreModel.dag_id == ti.dag_id,
+            TaskStateStoreModel.run_id == ti.run_id,
+            TaskStateStoreModel.task_id == ti.task_id,
+            TaskStateStoreModel.map_index == ti.map_index,
+            TaskStateStoreModel.key == STATE_KEY,
+        )
+    )
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def rendered_of(session: Session, ti: Any) -> dict[str, Any]:
+    """The task's rendered template fields (run name, directory, steps, slices)."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+
+    fields = session.scalar(
+        select(RTIF.rendered_fields).where(
+            RTIF.dag_id == ti.dag_id,
+            RTIF.task_id == ti.task_id,
+            RTIF.run_id == ti.run_id,
+            RTIF.map_index == ti.map_index,
+        )
+    )
+    return dict(fields) if isinstance(fields, Mapping) else {}
+
+
+def checkpoints_of(run_directory: str | None) -> dict[str, Any] | None:
+    """Each checkpoint step with its verdict, commit time and save time; ``error`` when storage failed."""
+    if not run_directory:
+        return None
+    directory = f"{run_directory.rstrip('/')}/{CHECKPOINTS_DIR}"
+    try:
+        report = validate_checkpoints(directory, options=VIEW_VALIDATION)
+    except Exception as error:  # storage, credentials, a vanished directory: say so, never fail the view
+        return {"path": directory, "error": f"{type(error).__name__}: {error}"[:500], "steps": [], "ignored": []}
+    steps = []
+    for verdict in sorted(report.steps, key=lambda v: v.step):
+        saved = save_seconds([verdict.path], limit=1)
+        steps.append(
+            {
+                "step": verdict.step,
+                "valid": verdict.valid,
+                "problems": [p.to_json() for p in verdict.problems],
+                "committed_at": None if verdict.committed_at_nsecs is None else verdict.committed_at_nsecs / 1e9,
+                "save_seconds": saved[0] if saved else None,
+                "bytes": verdict.bytes,
+                "files": verdict.files,
+            }
+        )
+    return {
+        "path": directory,
+        "error": report.error,
+        "latest_valid_step": report.latest_valid_step,
+        "steps": steps,
+        "ignored": [i.to_json() for i in report.ignored],
+    }
+
+
+def recovery_records_of(run_directory: str | None) -> list[dict[str, Any]]:
+    """The local trainer's ``recoveries.jsonl`` (at most ``MAX_RECORDS`` lines of ``MAX_RECORDS_BYTES``)."""
+    if not run_directory:
+        return []
+    path = f"{run_directory.rstrip('/')}/{RECOVERY_RECORDS_FILE}"
+    try:
+        if not path.startswith("gs://") and not os.path.isfile(path):
+            return []
+        raw = storage_for(path).read(path, MAX_RECORDS_BYTES)
+    except (FileNotFoundError, FileTooLargeError, StorageError, OSError):
+        return []
+    records = []
+    for line in raw.decode("utf-8", errors="replace").splitlines()[:MAX_RECORDS]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def task_view(session: Session, ti: Any, *, storage: bool = True) -> dict[str, Any]:
+    """One elastic task's view; ``storage=False`` skips the run directory (the list endpoint)."""
+    report = report_of(session, ti)
+    state = state_of(session, ti)
+    rendered = rendered_of(session, ti)
+    task = {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "state": ti.state,
+        "try_number": ti.try_number,
+        "start_date": _iso(ti.start_date),
+        "end_date": _iso(ti.end_date),
+        "start_ts": _ts(ti.start_date),
+        "end_ts": _ts(ti.end_date),
+    }
+    run_directory = (report or {}).get("run_directory")
+    if not run_directory and rendered.get("base_output_directory") and rendered.get("run_name"):
+        run_directory = f"{str(rendered['base_output_directory']).rstrip('/')}/{rendered['run_name']}"
+    return run_view(
+        task=task,
+        report=report,
+        state=state,
+        checkpoints=checkpoints_of(run_directory) if storage else None,
+        recovery_records=recovery_records_of(run_directory) if storage else [],
+        rendered=rendered,
+    )

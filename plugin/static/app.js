@@ -1,0 +1,357 @@
+// The "Elastic training" pages: plain DOM and SVG, no framework, no CDN. Every value from the API is
+// written with textContent / setAttribute, never as HTML, so a log line or a run id cannot inject markup.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const PHASES = [
+  ["wait_for_slices", "waiting for slices", "var(--wait)"],
+  ["restore", "restore", "var(--restore)"],
+  ["first_step", "first step", "var(--first)"],
+];
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== undefined && v !== null) node.setAttribute(k, v);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== undefined && v !== null) node.setAttribute(k, v);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+const fmt = {
+  secs(s) {
+    if (s === null || s === undefined) return "–";
+    if (s < 120) return `${s.toFixed(s < 10 ? 2 : 1)} s`;
+    if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+    return `${(s / 3600).toFixed(1)} h`;
+  },
+  pct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; },
+  num(x) { return x === null || x === undefined ? "–" : String(x); },
+  money(x) { return x === null || x === undefined ? "–" : `$${x.toFixed(2)}`; },
+  time(t) { return t ? new Date(t * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; },
+  bytes(b) {
+    if (!b && b !== 0) return "–";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (b >= 1024 && i < units.length - 1) { b /= 1024; i += 1; }
+    return `${b.toFixed(i ? 1 : 0)} ${units[i]}`;
+  },
+};
+
+async function getJson(path) {
+  const response = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  if (response.status === 401 || response.status === 403) {
+    const error = new Error("Not logged in to Airflow, or no access to this DAG.");
+    error.login = true;
+    throw error;
+  }
+  if (!response.ok) {
+    let detail = response.statusText;
+    try { detail = (await response.json()).detail || detail; } catch (e) { /* not JSON */ }
+    throw new Error(`${response.status}: ${typeof detail === "string" ? detail : JSON.stringify(detail)}`);
+  }
+  return response.json();
+}
+
+function showError(main, error) {
+  main.replaceChildren(el("p", { class: "error" }, error.message));
+  if (error.login) {
+    main.append(el("p", {}, el("a", { href: "/", target: "_top" }, "Log in to Airflow")));
+  }
+}
+
+function badge(state) {
+  return el("span", { class: `badge ${state || ""}` }, state || "none");
+}
+
+// ---- the list of recent runs ---------------------------------------------------------------
+
+async function indexPage(main) {
+  const data = await getJson("../api/runs?limit=100");
+  if (!data.runs.length) {
+    main.replaceChildren(el("p", { class: "muted" }, "No elastic training runs yet."));
+    return;
+  }
+  const rows = data.runs.map((r) => {
+    const href = `run?dag_id=${encodeURIComponent(r.dag_id)}&run_id=${encodeURIComponent(r.run_id)}`;
+    return el("tr", {},
+      el("td", {}, r.dag_id),
+      el("td", {}, el("a", { href }, r.run_id)),
+      el("td", {}, r.task_id),
+      el("td", {}, badge(r.state)),
+      el("td", { class: "num" }, `${fmt.num(r.current_step)} / ${fmt.num(r.target_step)}`),
+      el("td", { class: "num" }, fmt.num(r.slice_restarts)),
+      el("td", { class: "num" }, fmt.num(r.recoveries)),
+      el("td", { class: "num" }, fmt.num(r.full_restarts)),
+      el("td", { class: "num" }, fmt.pct(r.goodput)),
+      el("td", {}, r.start_date ? r.start_date.replace("T", " ").slice(0, 19) : "–"));
+  });
+  main.replaceChildren(el("table", { id: "runs" },
+    el("thead", {}, el("tr", {}, ["DAG", "run", "task", "state", "step", "slice restarts", "recoveries",
+      "full restarts", "goodput", "started"].map((h, i) => el("th", { class: i >= 4 && i <= 8 ? "num" : null }, h)))),
+    el("tbody", {}, rows)));
+}
+
+// ---- one run ---------------------------------------------------------------------------------
+
+async function runPage(main) {
+  const params = new URLSearchParams(window.location.search);
+  const dag = params.get("dag_id");
+  const run = params.get("run_id");
+  if (!dag || !run) {
+    main.replaceChildren(el("p", { class: "error" }, "Open this page from a DAG run (dag_id and run_id are missing)."));
+    return;
+  }
+  let data;
+  try {
+    data = await getJson(`../api/runs/${encodeURIComponent(dag)}/${encodeURIComponent(run)}`);
+  } catch (error) {
+    if (/^404/.test(error.message)) {
+      main.replaceChildren(el("p", { class: "muted" }, "This DAG run has no elastic training task."));
+      return;
+    }
+    throw error;
+  }
+  const tasks = data.tasks;
+  const body = el("div", {});
+  if (tasks.length > 1) {
+    const tabs = el("div", { class: "tabs" });
+    tasks.forEach((task, i) => {
+      const label = task.map_index >= 0 ? `${task.task_id}[${task.map_index}]` : task.task_id;
+      const button = el("button", { type: "button", class: i === 0 ? "on" : null }, label);
+      button.addEventListener("click", () => {
+        tabs.querySelectorAll("button").forEach((b) => b.classList.remove("on"));
+        button.classList.add("on");
+        body.replaceChildren(taskView(task));
+      });
+      tabs.append(button);
+    });
+    main.replaceChildren(tabs, body);
+  } else {
+    main.replaceChildren(body);
+  }
+  body.replaceChildren(taskView(tasks[0]));
+}
+
+function kpi(label, value, id) {
+  return el("div", { class: "kpi", id }, el("b", {}, value), el("span", {}, label));
+}
+
+function taskView(t) {
+  const g = t.goodput || {};
+  const p = t.progress || {};
+  const head = el("div", { class: "head" },
+    el("div", {}, el("h1", {}, `${t.task_id} `, badge(t.state)),
+      el("div", { class: "muted" }, "JobSet ", el("code", {}, t.jobset.name || "–"),
+        t.jobset.incarnations && t.jobset.incarnations.length > 1 ? ` (${t.jobset.incarnations.length} incarnations)` : "",
+        t.jobset.namespace ? ` in ${t.jobset.namespace}` : "",
+        t.slices.configured ? ` · ${t.slices.configured} slices` : "",
+        t.slices.live !== null && t.slices.live !== undefined ? ` (${t.slices.live} live)` : "")),
+    kpi("step / target", `${fmt.num(p.current_step)} / ${fmt.num(p.target_step)}`, "kpi-step"),
+    kpi("goodput", fmt.pct(g.goodput), "kpi-goodput"),
+    kpi("recoveries", fmt.num(t.counts.recoveries), "kpi-recoveries"),
+    kpi("full restarts", fmt.num(t.counts.full_restarts), "kpi-full"),
+    kpi("steps lost", fmt.num(t.counts.steps_lost), "kpi-lost"),
+    kpi("chip time lost", fmt.secs(g.chip_seconds_lost), "kpi-chip"),
+    kpi("cost of failures", fmt.money(g.cost_lost), "kpi-cost"));
+  const parts = [head];
+  if (t.failure) parts.push(el("div", { class: "failure" }, t.failure));
+  if (!t.report_available) {
+    parts.push(el("p", { class: "muted" }, "The run has not finished: recoveries and budgets are read from the task state store; cost, goodput and advice come with the run report."));
+  }
+  parts.push(el("div", { class: "grid" },
+    el("section", { class: "panel span12", id: "timeline" }, el("h2", {}, "Steps over time"), timelineChart(t)),
+    el("section", { class: "panel span7", id: "recoveries" }, el("h2", {}, "Recoveries"), recoveryBars(t.recoveries)),
+    el("section", { class: "panel span5", id: "budgets" }, el("h2", {}, "Budgets"), budgetGauges(t.budgets)),
+    el("section", { class: "panel span7", id: "checkpoints" }, el("h2", {}, "Checkpoints"), checkpointTable(t.checkpoints)),
+    el("section", { class: "panel span5", id: "advice" }, el("h2", {}, "Goodput, cost and checkpoint period"), advicePanel(t)),
+    t.escalations.length ? el("section", { class: "panel span12", id: "escalations" }, el("h2", {}, "Full restarts"), escalationTable(t.escalations)) : null));
+  return el("div", {}, parts);
+}
+
+function timelineChart(t) {
+  const tl = t.timeline || { points: [], failures: [], rewinds: [] };
+  const pts = tl.points;
+  if (pts.length < 2) return el("p", { class: "muted" }, "Not enough timestamped facts yet.");
+  const W = 1100, H = 230, L = 48, R = 12, T = 10, B = 28;
+  const t0 = pts[0][0];
+  const t1 = Math.max(...pts.map((q) => q[0]), t0 + 1);
+  const sMax = Math.max(1, p_target(t), ...pts.map((q) => q[1]));
+  const x = (v) => L + ((v - t0) / (t1 - t0)) * (W - L - R);
+  const y = (s) => T + (1 - (Math.max(s, 0) / sMax)) * (H - T - B);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": "steps over time" });
+  for (let i = 0; i <= 4; i += 1) {
+    const s = Math.round((sMax * i) / 4);
+    chart.append(svg("line", { x1: L, x2: W - R, y1: y(s), y2: y(s), stroke: "#e2e8f0" }),
+      svg("text", { x: L - 6, y: y(s) + 4, "text-anchor": "end" }, String(s)));
+  }
+  for (let i = 0; i <= 5; i += 1) {
+    const v = t0 + ((t1 - t0) * i) / 5;
+    chart.append(svg("text", { x: x(v), y: H - 8, "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle" }, `+${fmt.secs(v - t0)}`));
+  }
+  if (p_target(t) > 0) {
+    chart.append(svg("line", { x1: L, x2: W - R, y1: y(p_target(t)), y2: y(p_target(t)), stroke: "#a0aec0", "stroke-dasharray": "4 4" }),
+      svg("text", { x: W - R, y: y(p_target(t)) - 4, "text-anchor": "end" }, "target"));
+  }
+  // Before the first step the trainer starts (image, JAX, restore): say so rather than leave a bare flat line.
+  const firstStep = pts.find((q) => q[1] >= 0);
+  if (firstStep && (firstStep[0] - t0) / (t1 - t0) > 0.2) {
+    chart.append(svg("text", { x: (x(t0) + x(firstStep[0])) / 2, y: y(0) - 8, "text-anchor": "middle" },
+      `start-up: ${fmt.secs(firstStep[0] - t0)} before the first step`));
+  }
+  chart.append(svg("polyline", { points: pts.map((q) => `${x(q[0])},${y(q[1])}`).join(" "), fill: "none", stroke: "#2b6cb0", "stroke-width": 2 }));
+  for (const c of (t.checkpoints && t.checkpoints.steps) || []) {
+    if (c.committed_at && c.committed_at >= t0 && c.committed_at <= t1) {
+      chart.append(svg("circle", { cx: x(c.committed_at), cy: y(c.step), r: 3.5, fill: c.valid ? "var(--ok)" : "var(--bad)", class: "ckpt-marker" },
+        svg("title", {}, `checkpoint ${c.step}: ${c.valid ? "valid" : "invalid"}`)));
+    }
+  }
+  for (const r of tl.rewinds) {
+    if (r.from_step === null || r.from_step === undefined) continue;
+    chart.append(svg("line", { x1: x(r.t), x2: x(r.t), y1: y(r.from_step), y2: y(r.to_step), stroke: "var(--bad)", "stroke-width": 2, "stroke-dasharray": "3 2", class: "rewind" },
+      svg("title", {}, `rewind ${r.from_step} → ${r.to_step}`)));
+  }
+  for (const f of tl.failures) {
+    const cx = x(f.t), cy = y(f.step === null || f.step === undefined ? 0 : f.step);
+    chart.append(svg("path", { d: `M${cx - 6},${cy - 12} L${cx + 6},${cy - 12} L${cx},${cy - 2} Z`, fill: "var(--bad)", class: "failure-marker" },
+      svg("title", {}, `${f.kind} at step ${fmt.num(f.step)}, ${fmt.time(f.t)}`)));
+  }
+  const legend = el("div", { class: "legend" },
+    el("span", {}, el("i", { style: "background:#2b6cb0" }), "step"),
+    el("span", {}, el("i", { style: "background:var(--bad)" }), "failure ▼ and rewind ┆"),
+    el("span", {}, el("i", { style: "background:var(--ok)" }), "committed checkpoint"));
+  return el("div", {}, chart, legend);
+}
+
+function p_target(t) { return (t.progress && t.progress.target_step) || 0; }
+
+function recoveryBars(recoveries) {
+  if (!recoveries.length) return el("p", { class: "muted" }, "No in-process recovery.");
+  const W = 640, rowH = 26, L = 110, R = 210;
+  const longest = Math.max(1e-6, ...recoveries.map((r) => PHASES.reduce((s, [k]) => s + ((r.phase_seconds || {})[k] || 0), 0)));
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${rowH * recoveries.length + 4}`, width: "100%", role: "img", "aria-label": "recovery phases" });
+  recoveries.forEach((r, i) => {
+    const yy = i * rowH + 2;
+    chart.append(svg("text", { x: 0, y: yy + 15 }, `#${i + 1} step ${fmt.num(r.failed_step)}→${fmt.num(r.restored_step)}`));
+    let xx = L;
+    for (const [key, label, color] of PHASES) {
+      const s = (r.phase_seconds || {})[key];
+      if (!s) continue;
+      const w = (s / longest) * (W - L - R);
+      chart.append(svg("rect", { x: xx, y: yy + 3, width: Math.max(w, 1.5), height: rowH - 8, fill: color, class: `phase phase-${key}` },
+        svg("title", {}, `${label}: ${fmt.secs(s)}`)));
+      xx += w;
+    }
+    const total = (r.phase_seconds || {}).total;
+    const tail = r.complete ? `${fmt.secs(total)} · ${fmt.num(r.steps_lost)} steps lost${r.cost !== null && r.cost !== undefined ? ` · ${fmt.money(r.cost)}` : ""}` : "in progress";
+    chart.append(svg("text", { x: xx + 6, y: yy + 15 }, tail));
+  });
+  const legend = el("div", { class: "legend" }, PHASES.map(([, label, color]) => el("span", {}, el("i", { style: `background:${color}` }), label)));
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ["#", "slices", "failed", "restored", "waiting for slices", "restore", "first step", "total", "steps lost", "chip time", "cost"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, recoveries.map((r, i) => el("tr", {}, el("td", {}, String(i + 1)), el("td", {}, fmt.num(r.slices)),
+      el("td", {}, fmt.num(r.failed_step)), el("td", {}, fmt.num(r.restored_step)),
+      ...["wait_for_slices", "restore", "first_step", "total"].map((k) => el("td", { class: "num" }, fmt.secs((r.phase_seconds || {})[k]))),
+      el("td", { class: "num" }, fmt.num(r.steps_lost)), el("td", { class: "num" }, fmt.secs(r.chip_seconds_lost)), el("td", { class: "num" }, fmt.money(r.cost))))));
+  return el("div", {}, chart, legend, table);
+}
+
+function budgetGauges(budgets) {
+  return el("div", { class: "gauges" }, budgets.map((b) => {
+    const used = b.used || 0;
+    const frac = b.allowed ? Math.min(1, used / b.allowed) : (b.allowed === 0 ? (used > 0 ? 1 : 0) : 0);
+    const over = b.allowed !== null && b.allowed !== undefined && used > b.allowed;
+    const color = over || frac >= 1 ? "var(--bad)" : frac >= 0.66 ? "var(--warn)" : "var(--ok)";
+    const r = 36, cx = 50, cy = 46;
+    const arc = (f) => {
+      const a = Math.PI * (1 - f);
+      return `${cx + r * Math.cos(a)},${cy - r * Math.sin(a)}`;
+    };
+    const g = svg("svg", { viewBox: "0 0 100 56", width: "120", height: "68" },
+      svg("path", { d: `M${arc(0)} A${r},${r} 0 0 1 ${arc(1)}`, fill: "none", stroke: "#e2e8f0", "stroke-width": 9 }),
+      frac > 0 ? svg("path", { d: `M${arc(0)} A${r},${r} 0 0 1 ${arc(frac)}`, fill: "none", stroke: color, "stroke-width": 9 }) : null,
+      svg("text", { x: cx, y: cy - 2, "text-anchor": "middle", style: "font-size:14px;font-weight:600;fill:#1a202c" },
+        b.allowed === null || b.allowed === undefined ? String(used) : `${used} / ${b.allowed}`));
+    return el("div", { class: "gauge", "data-budget": b.name }, g, el("div", { class: "name" }, b.name), el("div", { class: "detail" }, b.detail || ""));
+  }));
+}
+
+function checkpointTable(ck) {
+  if (!ck) return el("p", { class: "muted" }, "The run directory is not known.");
+  const parts = [el("div", { class: "muted" }, el("code", {}, ck.path))];
+  if (ck.error) parts.push(el("p", { class: "error" }, ck.error));
+  if (!ck.steps.length) {
+    parts.push(el("p", { class: "muted" }, "No checkpoint steps."));
+    return el("div", {}, parts);
+  }
+  parts.push(el("table", {}, el("thead", {}, el("tr", {}, ["step", "verdict", "committed", "save time", "size"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, [...ck.steps].reverse().map((c) => el("tr", { class: "ckpt" },
+      el("td", {}, String(c.step)),
+      el("td", {}, c.valid ? el("span", { class: "valid" }, "valid") : el("span", { class: "invalid", title: c.problems.map((p) => `${p.problem || p.code || ""}: ${p.detail || p.message || ""}`).join("\n") }, `invalid (${c.problems.map((p) => p.problem || p.code || "?").join(", ")})`)),
+      el("td", {}, fmt.time(c.committed_at)), el("td", { class: "num" }, fmt.secs(c.save_seconds)), el("td", { class: "num" }, fmt.bytes(c.bytes)))))));
+  if (ck.ignored && ck.ignored.length) {
+    parts.push(el("p", { class: "muted" }, `Set aside: ${ck.ignored.map((i) => `${i.name || i.path} (${i.reason})`).join(", ")}`));
+  }
+  return el("div", {}, parts);
+}
+
+function advicePanel(t) {
+  const g = t.goodput || {};
+  const rows = [
+    ["goodput", fmt.pct(g.goodput)],
+    ["wall time", fmt.secs(g.wall_seconds)],
+    ["mean step time", fmt.secs(g.mean_step_seconds)],
+    ["chips", fmt.num(g.chips)],
+    ["chip time lost", fmt.secs(g.chip_seconds_lost)],
+    ["cost of failures", `${fmt.money(g.cost_lost)}${g.price_per_chip_hour ? ` at $${g.price_per_chip_hour}/chip-hour` : ""}`],
+  ];
+  const parts = [el("table", {}, el("tbody", {}, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, v)))))];
+  const a = t.advice;
+  if (!a) {
+    parts.push(el("p", { class: "muted" }, "No checkpoint-period advice: it needs the run report's step time and a measured checkpoint save time."));
+    return el("div", {}, parts);
+  }
+  parts.push(el("h2", { style: "margin-top:10px" }, "Checkpoint period"),
+    el("table", { id: "advice-table" }, el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "period (steps)"), el("th", { class: "num" }, "expected goodput"))),
+      el("tbody", {},
+        el("tr", {}, el("th", {}, "configured"), el("td", { class: "num" }, String(a.configured_period)), el("td", { class: "num" }, fmt.pct(a.configured_goodput))),
+        el("tr", {}, el("th", {}, "best for this run"), el("td", { class: "num" }, String(a.optimal_period)), el("td", { class: "num" }, fmt.pct(a.optimal_goodput))))),
+    el("p", { class: "muted" }, `${a.failures} failure(s)${a.mtbf_seconds ? `, one every ${fmt.secs(a.mtbf_seconds)}` : ""}; a save takes ${fmt.secs(a.checkpoint_save_seconds)}, a step ${fmt.secs(a.step_seconds)}, a recovery ${fmt.secs(a.recovery_seconds)}.${a.capped_at_run_length ? " The optimum is longer than the run: checkpoint only at the end." : ""}`),
+    el("p", { class: "muted" }, el("code", {}, a.model)));
+  return el("div", {}, parts);
+}
+
+function escalationTable(escalations) {
+  return el("table", {}, el("thead", {}, el("tr", {}, ["when", "reason", "message", "last step", "resumed from", "steps lost", "recreated in", "set aside"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, escalations.map((e) => el("tr", {}, el("td", {}, fmt.time(e.at)), el("td", {}, e.reason || "–"), el("td", {}, e.message || ""),
+      el("td", {}, fmt.num(e.latest_step)), el("td", {}, fmt.num(e.resumed_from_step)), el("td", {}, fmt.num(e.steps_lost)),
+      el("td", {}, fmt.secs(e.seconds_to_recreate)), el("td", {}, (e.quarantined || []).join(", ") || "–")))));
+}
+
+// ---- entry -------------------------------------------------------------------------------------
+
+(async () => {
+  const main = document.getElementById("main");
+  try {
+    if (document.body.dataset.page === "run") await runPage(main);
+    else await indexPage(main);
+    document.body.dataset.ready = "true";
+  } catch (error) {
+    showError(main, error);
+    document.body.dataset.ready = "error";
+  }
+})();

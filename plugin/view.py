@@ -1,0 +1,285 @@
+"""What the "Elastic training" view shows of one task, built from persisted data only. Pure: no I/O.
+
+Inputs are what outlives every Airflow component: the run report the operator returned (XCom
+``return_value``, or ``report`` when it failed; docs/operators.md), the ``elastic_run`` entry of the
+task state store (JobSet name and uid, full restarts, escalations, incarnation history and the
+trigger's monitor state), the verdicts on the run directory's checkpoints, and the local trainer's
+``recoveries.jsonl``. While a run is still going there is no report yet: recoveries, budgets and
+advice are then folded from the state store with the same functions the operator uses.
+
+The step-over-time series is reconstructed from timestamped facts (the run's start, each checkpoint's
+commit time, each recovery's detection, restore and first step, each full restart, the end): exact at
+those points, straight lines between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from operators.advice import advice_for_report
+from operators.recovery import CostModel, LogDigest, recovery_report
+
+JsonObj = dict[str, Any]
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def digests(state: Mapping[str, Any]) -> list[tuple[str, LogDigest, Mapping[str, Any]]]:
+    """Each incarnation's JobSet name, folded log and counters: the closed ones, then the current one."""
+    found: list[tuple[str, LogDigest, Mapping[str, Any]]] = []
+    for item in state.get("history") or []:
+        if isinstance(item, Mapping):
+            found.append((str(item.get("jobset_name") or ""), LogDigest.from_json(item.get("digest")), item))
+    monitor = state.get("monitor")
+    if isinstance(monitor, Mapping) and state.get("jobset_name"):
+        found.append((str(state["jobset_name"]), LogDigest.from_json(monitor.get("digest")), monitor))
+    return found
+
+
+def live_recoveries(state: Mapping[str, Any]) -> list[JsonObj]:
+    """Recoveries folded from the state store (no cost: the chip count is only in the report)."""
+    recoveries: list[JsonObj] = []
+    for _, digest, _ in digests(state):
+        recoveries.extend(
+            recovery_report(r, mean_step_seconds=digest.mean_step_seconds, costs=CostModel(chips=0))
+            for r in digest.all_recoveries
+        )
+    for recovery in recoveries:
+        recovery["cost"] = recovery["chip_seconds_lost"] = None
+    return recoveries
+
+
+def budgets(report: Mapping[str, Any] | None, state: Mapping[str, Any]) -> list[JsonObj]:
+    """Each budget, used against allowed (``allowed`` is ``None`` when the report did not carry it)."""
+    allowed = (report or {}).get("budgets") or {}
+    monitor = state.get("monitor") if isinstance(state.get("monitor"), Mapping) else {}
+    window = _num(allowed.get("slice_restart_window_seconds"))
+    times = sorted(t for t in (monitor or {}).get("slice_restart_times") or [] if _num(t) is not None)
+    peak = _peak_in_window(times, window) if window else len(times)
+    current = digests(state)[-1][1] if digests(state) else LogDigest()
+    elastic_attempts = _int(allowed.get("elastic_max_retries"))
+    escalations = (report or {}).get("escalations") or state.get("escalations") or []
+    stalls = sum(1 for e in escalations if isinstance(e, Mapping) and e.get("reason") == "stalled")
+    full = _int((report or {}).get("full_restarts"))
+    return [
+        {
+            "name": "slice restarts in window",
+            "used": peak,
+            "allowed": _int(allowed.get("max_slice_restarts")),
+            "detail": None if window is None else f"most slice restarts within any {window:.0f} s window",
+        },
+        {
+            "name": "in-process retries",
+            "used": len(current.all_recoveries),
+            "allowed": None if elastic_attempts is None else max(0, elastic_attempts - 1),
+            "detail": "elastic_max_retries counts attempts, the first run included",
+        },
+        {
+            "name": "JobSet restarts",
+            "used": _int((report or {}).get("jobset_restarts")) or _int((monitor or {}).get("jobset_restarts")) or 0,
+            "allowed": _int(allowed.get("jobset_max_restarts")),
+            "detail": "failurePolicy.maxRestarts",
+        },
+        {
+            "name": "full restarts",
+            "used": full if full is not None else int(state.get("full_restarts") or 0),
+            "allowed": _int(allowed.get("max_full_restarts")),
+            "detail": "delete and recreate the JobSet, resuming from the last valid step",
+        },
+        {
+            "name": "stalls",
+            "used": stalls,
+            "allowed": None,
+            "detail": None
+            if allowed.get("stall_timeout_seconds") is None
+            else f"no progress for {float(allowed['stall_timeout_seconds']):.0f} s escalates",
+        },
+    ]
+
+
+def _peak_in_window(times: Sequence[float], window: float) -> int:
+    peak, start = 0, 0
+    for end, t in enumerate(times):
+        while t - times[start] >= window:
+            start += 1
+        peak = max(peak, end - start + 1)
+    return peak
+
+
+def timeline(
+    *,
+    started_at: float | None,
+    ended_at: float | None,
+    final_step: int | None,
+    recoveries: Sequence[Mapping[str, Any]],
+    escalations: Sequence[Mapping[str, Any]],
+    checkpoints: Sequence[Mapping[str, Any]],
+) -> JsonObj:
+    """Steps over time: points ``[t, step]``, failure markers and rewinds (from ``failed_step`` to the restored one)."""
+    points: list[tuple[float, int, int]] = []  # (t, order, step): order keeps a rewind's two points in sequence
+    if started_at is not None:
+        points.append((started_at, 0, -1))
+    for ckpt in checkpoints:
+        at, step = _num(ckpt.get("committed_at")), _int(ckpt.get("step"))
+        outside = (started_at is not None and at is not None and at < started_at) or (
+            ended_at is not None and at is not None and at > ended_at
+        )  # a step left from an earlier run of the same run directory
+        if at is not None and step is not None and not outside:
+            points.append((at, 1, step))
+    failures: list[JsonObj] = []
+    rewinds: list[JsonObj] = []
+    for r in recoveries:
+        detected, failed = _num(r.get("detected_at")), _int(r.get("failed_step"))
+        restored_at, restored = _num(r.get("restored_at")), _int(r.get("restored_step"))
+        first_at = _num(r.get("first_step_at"))
+        if detected is not None:
+            failures.append({"t": detected, "step": failed, "kind": "slice failure"})
+            if failed is not None:
+                points.append((detected, 1, failed))
+        if restored_at is not None:
+            back = restored if restored is not None else -1
+            if failed is not None:
+                points.append((restored_at, 0, failed))
+            points.append((restored_at, 2, back))
+            rewinds.append({"t": restored_at, "from_step": failed, "to_step": back})
+            if first_at is not None:
+                points.append((first_at, 1, back + 1))
+    for e in escalations:
+        at, latest, resumed = _num(e.get("at")), _int(e.get("latest_step")), _int(e.get("resumed_from_step"))
+        if at is None:
+            continue
+        failures.append({"t": at, "step": latest, "kind": f"full restart ({e.get('reason')})"})
+        if latest is not None:
+            points.append((at, 1, latest))
+        if resumed is not None:
+            again = at + (_num(e.get("seconds_to_recreate")) or 0.0)
+            points.append((again, 2, resumed))
+            rewinds.append({"t": again, "from_step": latest, "to_step": resumed})
+    if ended_at is not None and final_step is not None:
+        points.append((ended_at, 3, final_step))
+    points.sort(key=lambda p: (p[0], p[1]))
+    return {"points": [[round(t, 3), s] for t, _, s in points], "failures": failures, "rewinds": rewinds}
+
+
+def run_view(
+    *,
+    task: Mapping[str, Any],
+    report: Mapping[str, Any] | None,
+    state: Mapping[str, Any] | None,
+    checkpoints: Mapping[str, Any] | None,
+    recovery_records: Sequence[Mapping[str, Any]] = (),
+    rendered: Mapping[str, Any] | None = None,
+) -> JsonObj:
+    """Everything the view shows of one elastic task; every part may be missing, none raises."""
+    state = state or {}
+    rendered = rendered or {}
+    monitor = state.get("monitor") if isinstance(state.get("monitor"), Mapping) else {}
+    live = digests(state)
+    current = live[-1][1] if live else LogDigest()
+    recoveries = list((report or {}).get("recoveries") or live_recoveries(state))
+    escalations = list((report or {}).get("escalations") or state.get("escalations") or [])
+    steps = [c for c in (checkpoints or {}).get("steps") or [] if isinstance(c, Mapping)]
+    started = _num(state.get("started_at")) or _num(task.get("start_ts"))
+    ended = _num(task.get("end_ts"))
+    final_step = _int((report or {}).get("final_step"))
+    latest = current.latest_step
+    target = _int((report or {}).get("target_step"))
+    rendered_steps = _as_int(rendered.get("steps"))
+    if target is None and rendered_steps is not None:
+        target = rendered_steps - 1
+    advice = (report or {}).get("advice")
+    if advice is None and report:
+        advice = advice_for_report(report)
+    return {
+        **dict(task),
+        "jobset": {
+            "name": (report or {}).get("jobset_name") or state.get("jobset_name"),
+            "uid": state.get("jobset_uid"),
+            "namespace": (report or {}).get("namespace"),
+            "incarnations": (report or {}).get("jobsets") or [name for name, _, _ in live],
+            "phase": (monitor or {}).get("phase"),
+            "failure_detail": (monitor or {}).get("failure_detail") or None,
+        },
+        "slices": {
+            "configured": _as_int(rendered.get("num_slices")),
+            "live": current.live_slices,
+            "restarts_by_slice": dict((monitor or {}).get("slice_restarts_by_slice") or {}),
+        },
+        "progress": {
+            "current_step": final_step if final_step is not None and final_step >= 0 else latest,
+            "target_step": target,
+            "final_step": final_step,
+        },
+        "run_directory": (report or {}).get("run_directory") or _run_directory(rendered),
+        "report_available": report is not None,
+        "failure": (report or {}).get("failure"),
+        "counts": {
+            "slice_restarts": _first_int((report or {}).get("slice_restarts"), (monitor or {}).get("slice_restarts")),
+            "recoveries": len(recoveries),
+            "full_restarts": _first_int((report or {}).get("full_restarts"), state.get("full_restarts")),
+            "steps_lost": _int((report or {}).get("steps_lost")),
+        },
+        "budgets": budgets(report, state),
+        "recoveries": recoveries,
+        "recovery_records": list(recovery_records),
+        "escalations": escalations,
+        "checkpoints": checkpoints,
+        "goodput": {
+            "goodput": _num((report or {}).get("goodput")),
+            "wall_seconds": _num((report or {}).get("wall_seconds")),
+            "mean_step_seconds": _num((report or {}).get("mean_step_seconds")) or current.mean_step_seconds,
+            "chips": _int((report or {}).get("chips")),
+            "price_per_chip_hour": _num((report or {}).get("price_per_chip_hour")),
+            "chip_seconds_lost": _num((report or {}).get("chip_seconds_lost")),
+            "cost_lost": _num((report or {}).get("cost_lost")),
+        },
+        "advice": advice,
+        "timeline": timeline(
+            started_at=started,
+            ended_at=ended,
+            final_step=final_step if final_step is not None and final_step >= 0 else None,
+            recoveries=recoveries,
+            escalations=escalations,
+            checkpoints=steps,
+        ),
+    }
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip()) if value is not None and not isinstance(value, bool) else None
+    except ValueError:
+        return None
+
+
+def _first_int(*values: Any) -> int | None:
+    return next((v for v in map(_int, values) if v is not None), None)
+
+
+def _run_directory(rendered: Mapping[str, Any]) -> str | None:
+    base, name = rendered.get("base_output_directory"), rendered.get("run_name")
+    if isinstance(base, str) and isinstance(name, str) and base and name:
+        return f"{base.rstrip('/')}/{name}"
+    return None
+
+
+def summary(view: Mapping[str, Any]) -> JsonObj:
+    """One row of the recent-runs list."""
+    keys = ("dag_id", "run_id", "task_id", "map_index", "state", "start_date", "end_date")
+    return {
+        **{k: view.get(k) for k in keys},
+        "current_step": view["progress"]["current_step"],
+        "target_step": view["progress"]["target_step"],
+        "slice_restarts": view["counts"]["slice_restarts"],
+        "full_restarts": view["counts"]["full_restarts"],
+        "recoveries": view["counts"]["recoveries"],
+        "goodput": view["goodput"]["goodput"],
+        "jobset": view["jobset"]["name"],
+    }

@@ -1,0 +1,361 @@
+"""A real elastic run with a slice killed mid-run, read back by a freshly started API app and seen in a real
+browser through a real ``airflow api-server`` with login required.
+
+The run: ``ElasticJobSetOperator`` through ``dag.test()`` on the local cluster, the JAX trainer and
+real Orbax checkpoints; a worker of slice 1 is killed at step 25 (tests/support/step_faults.py).
+Afterwards nothing of that process is reused: the API app is built in a new Python process, and the
+browser talks to a new ``airflow api-server`` process, both reading only what was persisted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from local.cluster import LocalCluster
+from tests.operators.test_elastic_operator import elastic_dag
+from tests.plugin.conftest import USERS
+from tests.support.airflow_dags import states, xcom
+from tests.support.step_faults import StepFaults, kill_worker
+
+pytestmark = pytest.mark.slow
+
+OUTPUT = Path(os.environ.get("ELASTIC_TRAINING_TEST_OUTPUT", "test-output")) / "plugin"
+
+
+@pytest.fixture(scope="module")
+def finished_run(
+    login_required: dict[str, str],
+    airflow_db: None,
+    cluster_connection: LocalCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Any:
+    dag = elastic_dag(
+        "elastic_ui",
+        tmp_path_factory.mktemp("ui-run"),
+        stall_timeout="timedelta(minutes=5)",
+        price_per_chip_hour=2.5,
+    )
+    with StepFaults(cluster_connection, "elastic-ui").at(25, kill_worker(1)) as faults:
+        dag_run = dag.test()
+    assert faults.fired == [25]
+    assert states(dag_run) == {"pretrain": "success"}
+    return dag_run
+
+
+FRESH_APP = textwrap.dedent(
+    """
+    import json, sys
+    from fastapi.testclient import TestClient
+    from airflow.api_fastapi.app import create_app
+
+    dag_id, run_id, user, password = sys.argv[1:5]
+    with TestClient(create_app("core")) as client:
+        token = client.post("/auth/token", json={"username": user, "password": password}).json()["access_token"]
+        headers = {"Authorization": "Bearer " + token}
+        listed = client.get("/elastic-training/api/runs", headers=headers)
+        one = client.get(f"/elastic-training/api/runs/{dag_id}/{run_id}", headers=headers)
+        anonymous = client.get(f"/elastic-training/api/runs/{dag_id}/{run_id}")
+    print(json.dumps({"list": [listed.status_code, listed.json()], "run": [one.status_code, one.json()],
+                      "anonymous": anonymous.status_code}))
+    """
+)
+
+
+def test_a_fresh_api_app_reads_the_finished_run(finished_run: Any) -> None:
+    run_id = quote(finished_run.run_id, safe="")
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_APP, "elastic_ui", run_id, "viewer", USERS["viewer"]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answers["anonymous"] == 401
+    status, listed = answers["list"]
+    assert status == 200
+    [row] = [r for r in listed["runs"] if r["dag_id"] == "elastic_ui"]
+    assert (row["current_step"], row["target_step"], row["recoveries"], row["slice_restarts"]) == (59, 59, 1, 1)
+    status, body = answers["run"]
+    assert status == 200, body
+    [task] = body["tasks"]
+    report = xcom(finished_run, "pretrain")
+    assert task["jobset"]["name"] == report["jobset_name"]
+    [recovery] = task["recoveries"]
+    phases = recovery["phase_seconds"]
+    assert all(phases[p] is not None and phases[p] >= 0 for p in ("wait_for_slices", "restore", "first_step", "total"))
+    assert recovery["cost"] is not None and recovery["cost"] > 0  # priced at $2.5 per chip-hour
+    budgets = {b["name"]: (b["used"], b["allowed"]) for b in task["budgets"]}
+    assert budgets["slice restarts in window"] == (1, 3) and budgets["full restarts"] == (0, 1)
+    verdicts = {c["step"]: c["valid"] for c in task["checkpoints"]["steps"]}
+    assert verdicts.get(59) is True and all(verdicts.values())
+    assert task["advice"] is not None and task["advice"]["failures"] == 1
+    assert task["advice"]["configured_period"] == 10
+    assert report["advice"] == task["advice"]
+    records = task["recovery_records"]
+    assert len(records) == 1 and records[0]["outcome"] == "recovered"
+    rewinds = task["timeline"]["rewinds"]
+    assert len(rewinds) == 1 and rewinds[0]["from_step"] == recovery["failed_step"]
+
+
+def test_extra_links_point_at_the_view(finished_run: Any) -> None:
+    link = xcom(finished_run, "pretrain", "_link_ElasticTrainingViewLink")
+    assert link == f"/dags/elastic_ui/runs/{quote(finished_run.run_id, safe='')}/plugin/elastic-training"
+    assert xcom(finished_run, "pretrain", "_link_GkeWorkloadLink") == ""  # a local run has no Console page
+
+
+# ---- the browser ---------------------------------------------------------------------------------
+
+
+def chromium_binary() -> str:
+    """Debian's ``chromium``, installed with apt-get when missing and possible; otherwise skip, saying why."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip(
+            "headless Chromium is not installed and cannot be (needs root and apt-get): apt-get install chromium"
+        )
+    done = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True, timeout=1200)
+    found = shutil.which("chromium")
+    if done.returncode != 0 or not found:
+        pytest.skip(f"apt-get install chromium failed (exit {done.returncode}): {done.stderr.strip()[-300:]}")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not answer within {timeout:.0f} s") from None
+            time.sleep(1.0)
+
+
+@pytest.fixture(scope="module")
+def api_server(finished_run: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A new ``airflow api-server`` process on the same metadata DB: nothing of the run's process survives."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("api-server") / "api-server.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "airflow"),
+                "api-server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}"},
+            start_new_session=True,
+        )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=300)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        print(f"api-server log: {log}")
+
+
+class DevTools:
+    """The few Chrome DevTools protocol calls a test needs, over one page's websocket."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.next_id = 0
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        await self.ws.send_json({"id": self.next_id, "method": method, "params": params})
+        while True:
+            message = await self.ws.receive_json(timeout=120)
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                result: dict[str, Any] = message.get("result", {})
+                return result
+
+    async def js(self, expression: str) -> Any:
+        answer = await self.call("Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" in answer:
+            raise RuntimeError(f"{expression[:80]}: {answer['exceptionDetails']}")
+        return answer["result"].get("value")
+
+    async def until(self, expression: str, timeout: float = 120.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                value = await self.js(expression)
+            except RuntimeError:  # the page is navigating: its old context is gone, the new one not there yet
+                value = None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"never true: {expression}")
+            await asyncio.sleep(0.5)
+
+    async def screenshot(self, path: Path) -> Path:
+        import base64
+
+        shot = await self.call("Page.captureScreenshot", format="png")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Headless Chromium with the DevTools protocol on a local port; yields its HTTP endpoint."""
+    binary = chromium_binary()
+    profile = tmp_path_factory.mktemp("chromium")
+    process = subprocess.Popen(
+        [
+            binary,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={profile}",
+            "--window-size=1280,800",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 120
+        while not port_file.exists() or not port_file.read_text().strip():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"chromium did not start its DevTools endpoint (exit {process.poll()})")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port_file.read_text().split()[0]}"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+async def _drive(devtools_http: str, base: str, dag_id: str, run_id: str, out: Path) -> dict[str, Any]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{devtools_http}/json/list") as listed:
+            [page] = [t for t in await listed.json() if t["type"] == "page"][:1]
+        async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+            tools = DevTools(ws)
+            await tools.call("Page.enable")
+            await tools.call(
+                "Emulation.setDeviceMetricsOverride", width=1280, height=800, deviceScaleFactor=1, mobile=False
+            )
+            run_page = f"{base}/dags/{dag_id}/runs/{quote(run_id, safe='')}/plugin/elastic-training"
+            await tools.call("Page.navigate", url=run_page)
+            # Airflow sends a visitor without a session to its login page; log in there as a person would.
+            try:
+                await tools.until("!!document.querySelector('input[name=username]')")
+                for name, text in (("username", "viewer"), ("password", USERS["viewer"])):
+                    await tools.js(f"document.querySelector('input[name={name}]').focus()")
+                    await tools.call("Input.insertText", text=text)
+                submit = "document.querySelector('button[type=submit]')"
+                await tools.until(f"{submit} && !{submit}.disabled")
+                await tools.js(f"{submit}.click()")
+                frame = "document.querySelector('iframe[title=\"Elastic training\"]')"
+                inner = f"{frame} && {frame}.contentDocument"
+                await tools.until(f"{inner} && {inner}.body && {inner}.body.dataset.ready === 'true'", timeout=180)
+            except TimeoutError as error:
+                shot = await tools.screenshot(out / "failure.png")
+                where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 800)")
+                raise AssertionError(f"{error}; the page ({shot}) shows: {where}") from None
+            seen = await tools.js(
+                f"(() => {{ const d = {inner}; return {{"
+                "phases: [...d.querySelectorAll('#recoveries rect.phase')].map(r => r.getAttribute('class')),"
+                "failures: d.querySelectorAll('#timeline .failure-marker').length,"
+                "rewinds: d.querySelectorAll('#timeline .rewind').length,"
+                "gauges: [...d.querySelectorAll('#budgets .gauge')].map(g => g.dataset.budget),"
+                "checkpoints: d.querySelectorAll('#checkpoints tr.ckpt').length,"
+                "valid: d.querySelectorAll('#checkpoints .valid').length,"
+                "advice: !!d.querySelector('#advice-table'),"
+                "step: d.querySelector('#kpi-step b').textContent,"
+                "url: location.pathname }; })()"
+            )
+            await asyncio.sleep(1.0)  # let the layout settle before the picture
+            seen["screenshot"] = str(await tools.screenshot(out / "dag-run-elastic-training-tab.png"))
+            # The view on its own, at 1280x800, as the operator's extra link and the nav entry open it.
+            await tools.call(
+                "Page.navigate", url=f"{base}/elastic-training/ui/run?dag_id={dag_id}&run_id={quote(run_id, safe='')}"
+            )
+            await tools.until("document.body && document.body.dataset.ready === 'true'")
+            await asyncio.sleep(1.0)
+            seen["standalone"] = str(await tools.screenshot(out / "elastic-training-view-1280x800.png"))
+            seen["overflow"] = await tools.js("document.documentElement.scrollWidth > window.innerWidth")
+            # The navigation entry: recent runs, each linking to its view.
+            await tools.call("Page.navigate", url=f"{base}/plugin/elastic-training-runs")
+            runs_frame = "document.querySelector('iframe[title=\"Elastic training runs\"]')"
+            runs_doc = f"{runs_frame} && {runs_frame}.contentDocument"
+            await tools.until(f"{runs_doc} && {runs_doc}.body && {runs_doc}.body.dataset.ready === 'true'")
+            seen["listed"] = await tools.js(
+                f"[...{runs_frame}.contentDocument.querySelectorAll('#runs tbody tr')].map(r => r.cells[0].textContent)"
+            )
+            seen["list_screenshot"] = str(await tools.screenshot(out / "nav-elastic-training-runs.png"))
+            return seen
+
+
+def test_browser_logs_in_and_sees_the_recovery_and_its_phases(finished_run: Any, api_server: str, browser: str) -> None:
+    seen = asyncio.run(_drive(browser, api_server, "elastic_ui", finished_run.run_id, OUTPUT))
+    print(f"screenshots: {seen['screenshot']} {seen['standalone']}")
+    assert seen["url"].endswith("/plugin/elastic-training")
+    assert {"phase phase-wait_for_slices", "phase phase-restore", "phase phase-first_step"} <= set(seen["phases"])
+    assert seen["failures"] == 1 and seen["rewinds"] == 1
+    assert {"slice restarts in window", "full restarts", "in-process retries"} <= set(seen["gauges"])
+    assert seen["checkpoints"] >= 1 and seen["valid"] == seen["checkpoints"]
+    assert seen["advice"] and seen["step"] == "59 / 59"
+    assert not seen["overflow"], "the view must fit 1280 px without horizontal scrolling"
+    assert Path(seen["screenshot"]).stat().st_size > 10_000
+    assert seen["listed"] == ["elastic_ui"]
