@@ -66,6 +66,7 @@ def resolve_params(**context: Any) -> dict[str, Any]:
     try:
         config = validate_params(dict(context["params"]), run_date=when, variables=variables)
     except ParamError as error:
+        context["ti"].xcom_push(key="refused", value={"param": error.param, "message": error.message})
         raise AirflowFailException(f"refused before anything was created: {error}") from None
     return config
 
@@ -180,6 +181,7 @@ def gate_on_eval(**context: Any) -> dict[str, Any]:
         f"step {metrics.get('step')}: loss {loss}, perplexity {metrics.get('perplexity')}, "
         f"{metrics.get('tokens')} tokens, max_eval_loss {limit} ({path})"
     )
+    context["ti"].xcom_push(key="metrics", value={**metrics, "max_eval_loss": limit, "path": path})
     if metrics.get("step") != step:
         raise AirflowFailException(f"evaluation gate: the metrics are for another step than {step}: {summary}")
     if isinstance(loss, bool) or not isinstance(loss, int | float) or not math.isfinite(loss):
