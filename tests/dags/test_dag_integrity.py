@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -43,7 +44,7 @@ def test_nightly_runs_daily_and_stages_follow_the_pipeline(dagbag: Any) -> None:
     assert dag.schedule == "@daily"
     chain = ["validate_params", "arm_slice_failure", "pretrain", "validate_checkpoint", "evaluate"]
     chain += ["gate_on_eval", "synthesize", "publish_synthetic_dataset"]
-    for upstream, downstream in zip(chain, chain[1:], strict=False):
+    for upstream, downstream in itertools.pairwise(chain):
         assert downstream in dag.get_task(upstream).downstream_task_ids
     assert dag.get_task("slice_failure_result").trigger_rule == "all_done"
 
@@ -59,7 +60,7 @@ def test_the_trigger_form_is_typed_titled_described_and_sectioned(dagbag: Any, d
         required |= {"max_eval_loss", "num_samples"}
     assert required <= set(params.keys())
     sections = set()
-    for name in params.keys():
+    for name in params:
         schema = params.get_param(name).schema
         assert schema.get("type") in ("string", "integer", "number", "boolean", "array"), name
         assert schema.get("title") and params.get_param(name).description, name

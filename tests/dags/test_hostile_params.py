@@ -1,6 +1,9 @@
-"""Hostile trigger-form values through real Airflow (``dag.test(run_conf=...)``): refused naming the param, by
-Airflow's schema check when the run is created or by the first task, and no JobSet is ever created. (Every case of the validation itself is in
-tests/operators/test_pipeline_params.py; these show both layers hold in a real run.)"""
+"""Hostile trigger-form values through real Airflow (``dag.test(run_conf=...)``).
+
+Each is refused naming the param, by Airflow's schema check when the run is created or by the first
+task, and no JobSet is ever created. Every case of the validation itself is in
+tests/operators/test_pipeline_params.py; these show that both layers hold in a real run.
+"""
 
 from __future__ import annotations
 

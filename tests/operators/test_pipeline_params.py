@@ -138,7 +138,9 @@ GKE_VARIABLES = {
 
 
 def test_gke_takes_images_and_commands_from_variables_unless_params_give_them(tmp_path: Path) -> None:
-    config = check(tmp_path, GKE_VARIABLES, runtime="gke", base_output_directory="gs://b-1/runs", model_name="llama3-8b")
+    config = check(
+        tmp_path, GKE_VARIABLES, runtime="gke", base_output_directory="gs://b-1/runs", model_name="llama3-8b"
+    )
     assert config["image"] == GKE_VARIABLES[VARIABLE_MAXTEXT_IMAGE]
     assert config["evaluate"] == {"image": "us-docker.pkg.dev/p/r/eval:1", "command": ["python3", "-m", "team.eval"]}
     assert config["maxtext_args"] == {"model_name": "llama3-8b", "per_device_batch_size": 8}
