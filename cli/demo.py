@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     code = 1
+    # A SIGTERM (a process manager, `timeout`) cleans up like Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         code = _run(args, workdir.resolve())
     finally:
@@ -61,7 +63,12 @@ def run(args: argparse.Namespace) -> int:
             say(f"kept {workdir} for a look (Airflow's log: {workdir / 'airflow.log'})")
         elif not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
     return code
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _check_arguments(args: argparse.Namespace) -> str | None:

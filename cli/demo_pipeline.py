@@ -153,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(console, json.loads(args.conf), args)
     except KeyboardInterrupt:
         console.say("interrupted")
-        return 130
+        # Airflow's in-process API and trigger threads would hold the exit; the parent stops the cluster.
+        os._exit(130)
 
 
 def _main(console: Console, conf: dict[str, Any], args: argparse.Namespace) -> int:
