@@ -1,39 +1,70 @@
-"""`elastic-training demo`: the real run on the local cluster, and its argument checks."""
+"""`elastic-training demo`: the nightly DAG through Airflow on the local cluster, and its argument checks."""
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 
 import pytest
 
+from cli.demo import airflow_environment
 from cli.main import main
-from operators.constants import RECOVERY_RECORDS_FILE
 
 
 @pytest.mark.slow
-def test_demo_recovers_from_a_killed_slice_and_reports_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--workdir", str(tmp_path), "--steps", "120", "--kill-at-step", "30"]) == 0
-    out = capsys.readouterr().out
-    assert "JobSet terminal state      : Completed" in out
-    assert "JobSet restarts            : 0" in out
-    assert "Trainer pod kept           : yes" in out
-    assert "(1 replaced)" in out
-    assert "Result: OK: training reached step 119 with 1 in-process recovery" in out
-    [record] = [
-        json.loads(line)
-        for line in (tmp_path / "output" / "demo-pretrain" / RECOVERY_RECORDS_FILE).read_text().splitlines()
-    ]
-    assert record["outcome"] == "recovered"
-    assert f"steps lost               : {record['steps_lost']} " in out
+@pytest.mark.timeout(900)
+def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--workdir", str(tmp_path), "--steps", "60", "--kill-at-step", "25", "--samples", "8"]) == 0
+    out = capfd.readouterr().out
+    assert "running elastic_training_nightly with dag.test()" in out
+    assert "pretrain: completed step" in out  # progress while it runs
+    stages = ["validate_params", "arm_slice_failure", "pretrain", "slice_failure_result", "validate_checkpoint"]
+    stages += ["evaluate", "gate_on_eval", "synthesize", "publish_synthetic_dataset"]
+    for stage in stages:
+        assert re.search(rf"^  {stage} +success +[0-9.]+ s ", out, re.MULTILINE), stage
+    assert re.search(r"fault: force-deleted worker pod \S+-worker-1-0-\S+ \(slice 1\) after step \d+", out)
+    assert re.search(r"recovery 1: in-process, failed at step \d+, restored step \d+, \d+ steps lost", out)
+    for phase in ("fault -> detection", "detection -> slices back", "restore from checkpoint", "restore -> first step"):
+        assert re.search(rf"{re.escape(phase)} +: [0-9.]+ s", out), phase
+    assert "escalations: 0" in out
+    assert "Validated checkpoint : step 59 at " in out
+    assert re.search(r"Evaluation metrics   : loss [0-9.]+, perplexity [0-9.]+", out)
+    assert "Synthetic samples    : 8 in " in out
+    assert "Result: OK: every stage succeeded; 1 in-process recovery" in out
+    assert "stopping the local cluster and every pod it runs" in out
+    # What the stages wrote stays in the given work directory; Airflow's own log went to a file.
+    assert (
+        len(
+            (next((tmp_path / "data").glob("demo-*")) / "synthetic" / "step_59" / "samples.jsonl")
+            .read_text()
+            .splitlines()
+        )
+        == 8
+    )
+    assert (tmp_path / "airflow.log").stat().st_size > 0
+
+
+def test_the_demo_airflow_is_private_and_wired_to_the_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+    env = airflow_environment(tmp_path, tmp_path / "kubeconfig")
+    assert "AIRFLOW__CORE__EXECUTOR" not in env  # nothing of the caller's Airflow leaks in
+    assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{tmp_path / 'airflow' / 'airflow.db'}"
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"].endswith("/dags")
+    assert str(tmp_path / "kubeconfig") in env["AIRFLOW_CONN_KUBERNETES_DEFAULT"]
+    assert env["ELASTIC_TRAINING_DATA_DIR"] == str(tmp_path / "data")
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--slices", "1"], "--slices must be at least 2"),
-        (["--steps", "10", "--checkpoint-period", "10"], "--checkpoint-period must be at least 1 and smaller"),
+        (["--steps", "10", "--checkpoint-period", "6"], "--checkpoint-period must be at least 1 and at most half"),
         (["--kill-at-step", "5"], "--kill-at-step must be after the first checkpoint period"),
+        (["--kill-at-step", "79"], "--kill-at-step must be after the first checkpoint period"),
+        (["--samples", "0"], "--samples must be at least 1"),
     ],
 )
 def test_demo_rejects_bad_arguments_before_starting_anything(

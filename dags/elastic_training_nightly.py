@@ -1,0 +1,69 @@
+"""`elastic_training_nightly`: pretrain elastically, validate the checkpoint, evaluate, gate, synthesize, publish.
+
+validate_params → arm_slice_failure → pretrain → validate_checkpoint → evaluate → gate_on_eval →
+synthesize → publish_synthetic_dataset, and slice_failure_result beside them when a drill was asked for.
+The trigger form, the Airflow Variables and each stage are described in docs/pipeline.md.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG
+
+from operators import CheckpointValidationOperator
+from operators.pipeline import (
+    CONFIG_TASK,
+    PRETRAIN_TASK,
+    PretrainOperator,
+    SliceFailureDrillOperator,
+    StageJobSetOperator,
+    collect_drill,
+    gate_on_eval,
+    publish_synthetic_dataset,
+    resolve_params,
+    synthetic_alias,
+)
+from operators.pipeline_params import pipeline_params
+
+DAG_ID = "elastic_training_nightly"
+CONFIG = f"ti.xcom_pull(task_ids='{CONFIG_TASK}')"
+
+with DAG(
+    DAG_ID,
+    description="Elastic MaxText pretraining, checkpoint validation, evaluation gate, synthetic data",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,  # two nightly runs never train at once
+    tags=["elastic-training", "maxtext", "nightly"],
+    default_args={"owner": "ml-platform", "retries": 0},
+    params=pipeline_params(),
+    render_template_as_native_obj=True,
+    dagrun_timeout=timedelta(hours=24),
+    doc_md=__doc__,
+) as dag:
+    validate = PythonOperator(task_id=CONFIG_TASK, python_callable=resolve_params)
+    arm = SliceFailureDrillOperator(task_id="arm_slice_failure")
+    pretrain = PretrainOperator(task_id=PRETRAIN_TASK, poll_interval=5.0)
+    drill_result = PythonOperator(
+        task_id="slice_failure_result", python_callable=collect_drill, trigger_rule="all_done"
+    )
+    checkpoint = CheckpointValidationOperator(
+        task_id="validate_checkpoint",
+        path=f"{{{{ {CONFIG}['run_directory'] }}}}",
+        expected_min_step=f"{{{{ ti.xcom_pull(task_ids='{PRETRAIN_TASK}')['final_step'] }}}}",
+        asset_alias=f"checkpoints:{DAG_ID}",
+    )
+    evaluate = StageJobSetOperator(task_id="evaluate", stage="evaluate", poll_interval=5.0)
+    gate = PythonOperator(task_id="gate_on_eval", python_callable=gate_on_eval)
+    synthesize = StageJobSetOperator(task_id="synthesize", stage="synthesize", poll_interval=5.0)
+    publish = PythonOperator(
+        task_id="publish_synthetic_dataset",
+        python_callable=publish_synthetic_dataset,
+        outlets=[synthetic_alias(DAG_ID)],
+    )
+
+    validate >> arm >> pretrain >> [checkpoint, drill_result]
+    checkpoint >> evaluate >> gate >> synthesize >> publish

@@ -1,0 +1,343 @@
+"""The stages of the training pipelines (dags/elastic_training_nightly.py, dags/elastic_training_fault_drill.py).
+
+Every stage reads the run's configuration from the first task's XCom (``validate_params``: the trigger
+form checked by :func:`operators.pipeline_params.validate_params`), so a value is checked once, before
+anything is created, and the stages never re-parse params. The operators' own arguments that are not
+templated (the runtime, the budgets, commands) are applied from that configuration when the task renders
+its templates, which Airflow does on every start of the task, a resume after deferral included.
+
+Stages: ``validate_params`` → ``arm_slice_failure`` (the drill pod, when asked) → ``pretrain``
+(:class:`PretrainOperator`) → ``validate_checkpoint`` → ``evaluate`` (:class:`StageJobSetOperator`) →
+``gate_on_eval`` → ``synthesize`` → ``publish_synthetic_dataset``; ``slice_failure_result`` collects
+the drill's outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from operators import manifests
+from operators.checkpoint_operator import checkpoint_asset_uri
+from operators.checkpoints.storage import StorageError, storage_for
+from operators.constants import LABEL_JOBSET_NAME
+from operators.elastic_operator import ElasticJobSetOperator
+from operators.hooks import JobSetHook
+from operators.jobset_operator import JobSetOperator
+from operators.manifests import JobSpec
+from operators.pipeline_params import VARIABLES, ParamError, validate_params
+from operators.policy import Budgets
+from operators.slice_drill import drill_command, parse_result
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+CONFIG_TASK: Final = "validate_params"
+PRETRAIN_TASK: Final = "pretrain"
+CHECKPOINT_TASK: Final = "validate_checkpoint"
+DRILL_TASK: Final = "arm_slice_failure"
+STAGES: Final = ("evaluate", "synthesize")
+DRILL_TIMEOUT_SECONDS: Final = 3600
+_MAX_RESULT_BYTES: Final = 1 << 20
+
+
+def pipeline_config(context: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's validated configuration (the ``validate_params`` task's return value)."""
+    config = context["ti"].xcom_pull(task_ids=CONFIG_TASK)
+    if not isinstance(config, Mapping):
+        raise AirflowFailException(f"no configuration from {CONFIG_TASK!r}: run the DAG from its first task")
+    return dict(config)
+
+
+def resolve_params(**context: Any) -> dict[str, Any]:
+    """The ``validate_params`` task: check the params and Variables strictly, return the run's configuration."""
+    from airflow.sdk import Variable
+
+    variables = {name: Variable.get(name, default=None) for name in VARIABLES}
+    dag_run = context["dag_run"]
+    when = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None) or datetime.now(UTC)
+    try:
+        config = validate_params(dict(context["params"]), run_date=when, variables=variables)
+    except ParamError as error:
+        context["ti"].xcom_push(key="refused", value={"param": error.param, "message": error.message})
+        raise AirflowFailException(f"refused before anything was created: {error}") from None
+    return config
+
+
+def _validated_step(context: Mapping[str, Any]) -> int:
+    verdict = context["ti"].xcom_pull(task_ids=CHECKPOINT_TASK)
+    if not isinstance(verdict, Mapping) or not isinstance(verdict.get("step"), int):
+        raise AirflowFailException(f"no validated checkpoint step from {CHECKPOINT_TASK!r}")
+    return int(verdict["step"])
+
+
+def eval_output_file(config: Mapping[str, Any], step: int) -> str:
+    """Where the evaluation stage writes its metrics for ``step``."""
+    return f"{config['run_directory']}/eval/step_{step}.json"
+
+
+def synthetic_output_directory(config: Mapping[str, Any], step: int) -> str:
+    """Where the synthesis stage writes the dataset sampled from ``step``."""
+    return f"{config['run_directory']}/synthetic/step_{step}"
+
+
+class PretrainOperator(ElasticJobSetOperator):
+    """``ElasticJobSetOperator`` whose spec and budgets come from the pipeline's configuration."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            run_name="",
+            base_output_directory="",
+            steps=0,
+            checkpoint_period=0,
+            num_slices=0,
+            runtime="local",
+            **kwargs,
+        )
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        config = pipeline_config(context)
+        self.run_name = config["run_name"]
+        self.base_output_directory = config["base_output_directory"]
+        self.steps = config["steps"]
+        self.checkpoint_period = config["checkpoint_period"]
+        self.num_slices = config["num_slices"]
+        self.runtime = config["runtime"]
+        self.image = config["image"]
+        self.tpu_type = config["tpu_type"]
+        self.tpu_topology = config["tpu_topology"]
+        self.maxtext_args = dict(config["maxtext_args"])
+        self.budgets = Budgets(
+            max_slice_restarts=config["max_slice_restarts"],
+            slice_restart_window_seconds=60.0 * config["slice_restart_window_minutes"],
+            stall_timeout_seconds=60.0 * config["stall_timeout_minutes"],
+            max_full_restarts=config["max_full_restarts"],
+        )
+
+
+class StageJobSetOperator(JobSetOperator):
+    """``JobSetOperator`` running a pipeline stage (``evaluate`` or ``synthesize``) on the validated step.
+
+    The stage's image and command come from the configuration (local: ``local.workloads``; gke: the
+    params or Airflow Variables); its arguments are MaxText-style keys naming the run and the step.
+    """
+
+    def __init__(self, *, stage: str, **kwargs: Any) -> None:
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        super().__init__(name=stage, image="local", command=["true"], runtime="local", stage=stage, **kwargs)
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        config = pipeline_config(context)
+        step = _validated_step(context)
+        job = config[self.stage]
+        self.runtime = config["runtime"]
+        self.image = job["image"]
+        self.command = list(job["command"])
+        keys = [
+            f"base_output_directory={config['base_output_directory']}",
+            f"run_name={config['run_name']}",
+            f"checkpoint_step={step}",
+            f"per_device_batch_size={config['per_device_batch_size']}",
+        ]
+        if self.stage == "evaluate":
+            keys.append(f"eval_output_file={eval_output_file(config, step)}")
+        else:
+            keys += [
+                f"num_samples={config['num_samples']}",
+                f"synthetic_output_directory={synthetic_output_directory(config, step)}",
+            ]
+        self.args = keys
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(storage_for(path).read(path, _MAX_RESULT_BYTES))
+    except (StorageError, OSError, ValueError) as error:
+        raise AirflowFailException(f"cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise AirflowFailException(f"{path} does not hold a JSON object")
+    return data
+
+
+def gate_on_eval(**context: Any) -> dict[str, Any]:
+    """The gate: the evaluation of the validated step must have a finite loss at most ``max_eval_loss``."""
+    config = pipeline_config(context)
+    step = _validated_step(context)
+    path = eval_output_file(config, step)
+    metrics = _read_json(path)
+    loss = metrics.get("loss")
+    limit = float(config["max_eval_loss"])
+    summary = (
+        f"step {metrics.get('step')}: loss {loss}, perplexity {metrics.get('perplexity')}, "
+        f"{metrics.get('tokens')} tokens, max_eval_loss {limit} ({path})"
+    )
+    context["ti"].xcom_push(key="metrics", value={**metrics, "max_eval_loss": limit, "path": path})
+    if metrics.get("step") != step:
+        raise AirflowFailException(f"evaluation gate: the metrics are for another step than {step}: {summary}")
+    if isinstance(loss, bool) or not isinstance(loss, int | float) or not math.isfinite(loss):
+        raise AirflowFailException(f"evaluation gate failed: the loss is not a finite number: {summary}")
+    if loss > limit:
+        raise AirflowFailException(f"evaluation gate failed: loss {loss:.4f} > max_eval_loss {limit}: {summary}")
+    context["task"].log.info("evaluation gate passed: %s", summary)
+    return {**metrics, "max_eval_loss": limit, "path": path, "passed": True}
+
+
+def synthetic_alias(dag_id: str) -> AssetAlias:
+    """The alias under which a DAG's synthetic dataset events are emitted (schedule consumers on it)."""
+    return AssetAlias(f"synthetic-data:{dag_id}")
+
+
+def publish_synthetic_dataset(**context: Any) -> dict[str, Any]:
+    """Emit the Asset event of the synthetic dataset, its manifest in ``extra``, under the task's alias outlet."""
+    aliases = [o for o in context["task"].outlets if isinstance(o, AssetAlias)]
+    if len(aliases) != 1:
+        raise AirflowFailException("publish_synthetic_dataset needs exactly one AssetAlias outlet")
+    alias = aliases[0]
+    config = pipeline_config(context)
+    step = _validated_step(context)
+    directory = synthetic_output_directory(config, step)
+    manifest = _read_json(f"{directory}/manifest.json")
+    if manifest.get("step") != step or not isinstance(manifest.get("count"), int):
+        raise AirflowFailException(f"the synthetic dataset manifest under {directory} does not match step {step}")
+    checkpoint = context["ti"].xcom_pull(task_ids=CHECKPOINT_TASK) or {}
+    extra = {
+        "path": directory,
+        "samples": manifest["count"],
+        "samples_file": f"{directory}/{manifest.get('samples_file', 'samples.jsonl')}",
+        "source_step": step,
+        "checkpoint": checkpoint.get("path") or manifest.get("source"),
+        "run_name": config["run_name"],
+        "temperature": manifest.get("temperature"),
+        "sample_seed": manifest.get("sample_seed"),
+    }
+    asset = Asset(checkpoint_asset_uri(directory))
+    context["outlet_events"][alias].add(asset, extra=extra)
+    return {**extra, "uri": asset.uri}
+
+
+class SliceFailureDrillOperator(BaseOperator):
+    """Arm the slice-failure drill: create the drill pod (``operators.slice_drill``) and return at once.
+
+    The drill pod waits beside the pretraining for ``failure_at_step`` and force-deletes one worker
+    pod. Returns ``{"armed": False}`` when the run asked for no drill. Local runtime only.
+    """
+
+    ui_color = "#fadbd8"
+
+    def __init__(self, *, namespace: str = "default", kubernetes_conn_id: str = "kubernetes_default", **kwargs: Any):
+        super().__init__(**kwargs)
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        config = pipeline_config(context)
+        if not config.get("inject_slice_failure"):
+            return {"armed": False}
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        map_index = -1 if map_index is None else int(map_index)
+        identity = manifests.identity_labels(
+            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=map_index
+        )
+        name = manifests.jobset_name(
+            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=map_index, attempt=0, prefix="drill"
+        )
+        hook = JobSetHook(conn_id=self.kubernetes_conn_id)
+        existing = hook.get_jobset(name, self.namespace)
+        if existing is not None:
+            theirs = existing["metadata"].get("labels") or {}
+            if any(theirs.get(k) != v for k, v in identity.items()):
+                raise AirflowFailException(f"a JobSet named {name} exists and was not made by this task")
+            self.log.info("the drill JobSet %s already exists: adopting it", name)
+        else:
+            job = JobSpec(
+                image="local",
+                command=drill_command(
+                    run_name=config["run_name"],
+                    at_step=config["failure_at_step"],
+                    slice_index=config["failure_slice"],
+                    namespace=self.namespace,
+                    timeout=DRILL_TIMEOUT_SECONDS,
+                ),
+                runtime="local",
+                active_deadline_seconds=DRILL_TIMEOUT_SECONDS + 60,
+            )
+            body = manifests.plain_jobset(job, name=name, namespace=self.namespace, labels=identity, stage="drill")
+            hook.create_jobset(body, self.namespace)
+            self.log.info(
+                "drill armed: JobSet %s deletes a worker pod of slice %s after step %s of %s",
+                name,
+                config["failure_slice"],
+                config["failure_at_step"],
+                config["run_name"],
+            )
+        return {
+            "armed": True,
+            "jobset_name": name,
+            "namespace": self.namespace,
+            "at_step": config["failure_at_step"],
+            "slice": config["failure_slice"],
+        }
+
+
+def collect_drill(
+    kubernetes_conn_id: str = "kubernetes_default", wait_seconds: float = 60, **context: Any
+) -> dict[str, Any]:
+    """The drill's outcome from its pod's log; deletes the drill JobSet (it is done, or no longer wanted)."""
+    armed = context["ti"].xcom_pull(task_ids=DRILL_TASK) or {}
+    if not armed.get("armed"):
+        return {"armed": False}
+    hook = JobSetHook(conn_id=kubernetes_conn_id)
+    name, namespace = str(armed["jobset_name"]), str(armed["namespace"])
+    selector = f"{LABEL_JOBSET_NAME}={name}"
+    result: dict[str, Any] | None = None
+    deadline = time.monotonic() + wait_seconds
+    while result is None and time.monotonic() < deadline:
+        pods = hook.list_pods(namespace, selector)
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                result = parse_result(
+                    hook.read_log_tail(pod["metadata"]["name"], namespace, manifests.PLAIN_CONTAINER, tail_lines=20)
+                )
+        if result is None:
+            time.sleep(1.0)
+    if hook.get_jobset(name, namespace) is not None:
+        hook.delete_jobset(name, namespace)
+    if result is None:
+        return {**armed, "fired": False, "reason": "the drill pod reported nothing (still waiting when collected)"}
+    return {**armed, **result}
+
+
+def pretrain_report(context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pretraining run report: its return value, or the report it pushed before failing."""
+    ti = context["ti"]
+    report = ti.xcom_pull(task_ids=PRETRAIN_TASK)
+    if not isinstance(report, Mapping):
+        report = ti.xcom_pull(task_ids=PRETRAIN_TASK, key="report")
+    return dict(report) if isinstance(report, Mapping) else None
+
+
+def drill_report(**context: Any) -> dict[str, Any]:
+    """The fault drill's report: the fault, each recovery's phases, steps lost, escalations; fails when training did."""
+    from operators.pipeline_report import recovery_summary
+
+    drill = collect_drill(**context)
+    report = pretrain_report(context)
+    if report is None:
+        raise AirflowFailException("the pretraining left no run report")
+    summary = recovery_summary(report, drill)
+    for line in summary["lines"]:
+        context["task"].log.info("%s", line)
+    if report.get("failure"):
+        raise AirflowFailException(f"pretraining failed: {report['failure']}")
+    return summary

@@ -1,0 +1,590 @@
+"""The trigger form of the training pipelines and the checks every value passes before anything is created.
+
+`pipeline_params()` gives Airflow ``Param``s (JSON Schema: types, enums, minimums, maximums, and the
+``section`` key Airflow's trigger form groups fields by). The schema is what the form enforces; a run
+created through the REST API, the CLI or ``dag.test(run_conf=...)`` is checked against the same schema by
+Airflow, and then once more, strictly, by :func:`validate_params`, which also checks what a schema
+cannot: cross-field rules (checkpoint period well under steps, the drill step inside the run), the base
+directory against the allowed roots, images and commands free of shell metacharacters, and the values the
+``gke`` runtime needs. `validate_params` is pure (no Airflow, no I/O besides resolving a local path):
+the DAG's first task calls it and fails naming the param, so nothing is created from a bad value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from operators.spec import TPU_TYPES, image_reference_error, is_dns1123_label
+
+# Airflow Variables the pipelines read (documented in docs/pipeline.md).
+VARIABLE_ALLOWED_ROOTS: Final = "elastic_training_allowed_roots"
+VARIABLE_MAXTEXT_IMAGE: Final = "elastic_training_maxtext_image"
+VARIABLE_EVAL_IMAGE: Final = "elastic_training_eval_image"
+VARIABLE_EVAL_COMMAND: Final = "elastic_training_eval_command"
+VARIABLE_SYNTH_IMAGE: Final = "elastic_training_synthesize_image"
+VARIABLE_SYNTH_COMMAND: Final = "elastic_training_synthesize_command"
+VARIABLES: Final = (
+    VARIABLE_ALLOWED_ROOTS,
+    VARIABLE_MAXTEXT_IMAGE,
+    VARIABLE_EVAL_IMAGE,
+    VARIABLE_EVAL_COMMAND,
+    VARIABLE_SYNTH_IMAGE,
+    VARIABLE_SYNTH_COMMAND,
+)
+
+DATA_DIR_ENV: Final = "ELASTIC_TRAINING_DATA_DIR"
+RUN_NAME_MAX: Final = 40  # + "-YYYYMMDD" stays a 63-character label value
+SECTION_MODEL: Final = "Model and data"
+SECTION_SCALE: Final = "Scale"
+SECTION_BUDGETS: Final = "Resilience budgets"
+SECTION_STAGES: Final = "Evaluation and synthesis"
+SECTION_DRILL: Final = "Fault drill"
+
+# The local runtime's stand-ins for evaluation and synthesis (strings: operators never import local).
+LOCAL_EVAL_COMMAND: Final = ("python", "-m", "local.workloads.evaluate")
+LOCAL_SYNTH_COMMAND: Final = ("python", "-m", "local.workloads.synthesize")
+
+_SHELL_META: Final = frozenset(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
+_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_ARGV_ITEM = re.compile(r"^[A-Za-z0-9_./:=@+,%-]{1,512}$")
+_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+class ParamError(ValueError):
+    """A trigger-form value that is refused; ``str()`` names the param first."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"param {param}: {message}")
+        self.param = param
+        self.message = message
+
+
+def local_data_directory(environ: Mapping[str, str] | None = None) -> str:
+    """Where local runs write: ``$ELASTIC_TRAINING_DATA_DIR``, else ``<AIRFLOW_HOME>/data``."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(DATA_DIR_ENV)
+    if explicit:
+        return os.path.abspath(explicit)
+    home = env.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return os.path.join(os.path.abspath(home), "data")
+
+
+def default_allowed_roots(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The allowed roots when the Variable is unset: the local data directory and any ``gs://`` bucket."""
+    return [local_data_directory(environ), "gs://"]
+
+
+@dataclass(frozen=True)
+class ParamDef:
+    """One field of the trigger form: its default and JSON Schema."""
+
+    name: str
+    default: Any
+    schema: Mapping[str, Any]
+
+
+def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> list[ParamDef]:
+    """The form's fields, in form order. ``steps`` lets the drill DAG default to a shorter run."""
+    base = data_directory or local_data_directory()
+    tpu_types = sorted(TPU_TYPES)
+
+    def integer(title: str, description: str, section: str, minimum: int, maximum: int) -> dict[str, Any]:
+        return {
+            "type": "integer",
+            "title": title,
+            "description": description,
+            "section": section,
+            "minimum": minimum,
+            "maximum": maximum,
+        }
+
+    return [
+        ParamDef(
+            "runtime",
+            "local",
+            {
+                "type": "string",
+                "enum": ["local", "gke"],
+                "title": "Runtime",
+                "description": "local: the one-machine cluster and stand-in workloads. gke: MaxText on Pathways "
+                "on TPU through the kubernetes_default connection.",
+                "section": SECTION_MODEL,
+            },
+        ),
+        ParamDef(
+            "run_name",
+            "nightly",
+            {
+                "type": "string",
+                "title": "Run name",
+                "description": "DNS-1123 label (lowercase letters, digits, '-'). The run writes "
+                "<base_output_directory>/<run_name>-<YYYYMMDD of the run>; a rerun the same day resumes it.",
+                "section": SECTION_MODEL,
+                "minLength": 1,
+                "maxLength": RUN_NAME_MAX,
+                "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            },
+        ),
+        ParamDef(
+            "base_output_directory",
+            base,
+            {
+                "type": "string",
+                "title": "Base output directory",
+                "description": "Absolute local path or gs://bucket/prefix, under one of the roots in the "
+                f"Airflow Variable {VARIABLE_ALLOWED_ROOTS}.",
+                "section": SECTION_MODEL,
+                "minLength": 1,
+                "maxLength": 1024,
+            },
+        ),
+        ParamDef(
+            "model_name",
+            "default",
+            {
+                "type": "string",
+                "title": "MaxText model (gke)",
+                "description": "MaxText model_name, e.g. llama3-8b. The local trainer has one small model and "
+                "ignores it.",
+                "section": SECTION_MODEL,
+                "pattern": _MODEL_NAME.pattern,
+            },
+        ),
+        ParamDef(
+            "per_device_batch_size",
+            8,
+            integer("Per-device batch size", "MaxText per_device_batch_size.", SECTION_MODEL, 1, 1024),
+        ),
+        ParamDef(
+            "image",
+            "",
+            {
+                "type": "string",
+                "title": "MaxText image (gke)",
+                "description": f"The pretraining image; empty: the Airflow Variable {VARIABLE_MAXTEXT_IMAGE}.",
+                "section": SECTION_MODEL,
+                "maxLength": 512,
+            },
+        ),
+        ParamDef(
+            "steps",
+            steps,
+            integer(
+                "Training steps",
+                "MaxText steps; the run ends with a checkpoint at steps-1.",
+                SECTION_SCALE,
+                2,
+                10_000_000,
+            ),
+        ),
+        ParamDef(
+            "checkpoint_period",
+            10,
+            integer(
+                "Checkpoint period",
+                "Steps between checkpoints; at most half the steps. A slice failure loses at most one period.",
+                SECTION_SCALE,
+                1,
+                1_000_000,
+            ),
+        ),
+        ParamDef("num_slices", 2, integer("Slices", "TPU slices (worker replicas).", SECTION_SCALE, 1, 256)),
+        ParamDef(
+            "tpu_type",
+            "v5p",
+            {
+                "type": "string",
+                "enum": tpu_types,
+                "title": "TPU type (gke)",
+                "description": "The slices' TPU generation.",
+                "section": SECTION_SCALE,
+            },
+        ),
+        ParamDef(
+            "tpu_topology",
+            "2x2x1",
+            {
+                "type": "string",
+                "title": "TPU topology (gke)",
+                "description": "One slice's shape, e.g. 2x2x1 (v4, v5p) or 2x2 (v5e, v6e).",
+                "section": SECTION_SCALE,
+                "pattern": "^[0-9]{1,3}(x[0-9]{1,3}){1,2}$",
+            },
+        ),
+        ParamDef(
+            "max_slice_restarts",
+            3,
+            integer(
+                "Slice restarts",
+                "Slice restarts absorbed within the window before a full restart.",
+                SECTION_BUDGETS,
+                0,
+                100,
+            ),
+        ),
+        ParamDef(
+            "slice_restart_window_minutes",
+            60,
+            integer(
+                "Slice restart window (minutes)", "The sliding window of the slice budget.", SECTION_BUDGETS, 1, 10_080
+            ),
+        ),
+        ParamDef(
+            "max_full_restarts",
+            2,
+            integer(
+                "Full restarts",
+                "Times the JobSet may be deleted and recreated (resuming from the last valid checkpoint).",
+                SECTION_BUDGETS,
+                0,
+                99,
+            ),
+        ),
+        ParamDef(
+            "stall_timeout_minutes",
+            10,
+            integer(
+                "Stall timeout (minutes)",
+                "No training progress for this long while running: a full restart.",
+                SECTION_BUDGETS,
+                1,
+                1_440,
+            ),
+        ),
+        ParamDef(
+            "max_eval_loss",
+            4.0,
+            {
+                "type": "number",
+                "title": "Maximum eval loss",
+                "description": "The gate: the pipeline stops when the validated checkpoint's eval loss is higher.",
+                "section": SECTION_STAGES,
+                "exclusiveMinimum": 0,
+                "maximum": 1_000,
+            },
+        ),
+        ParamDef(
+            "num_samples",
+            16,
+            integer("Synthetic samples", "Samples the synthesis stage writes.", SECTION_STAGES, 1, 100_000),
+        ),
+        ParamDef(
+            "eval_image",
+            "",
+            {
+                "type": "string",
+                "title": "Evaluation image (gke)",
+                "description": f"Empty: the Airflow Variable {VARIABLE_EVAL_IMAGE}.",
+                "section": SECTION_STAGES,
+                "maxLength": 512,
+            },
+        ),
+        ParamDef(
+            "eval_command",
+            [],
+            {
+                "type": "array",
+                "items": {"type": "string"},
+                "title": "Evaluation command (gke)",
+                "description": f"argv, one item per line; empty: the Airflow Variable {VARIABLE_EVAL_COMMAND} "
+                "(a JSON list).",
+                "section": SECTION_STAGES,
+                "maxItems": 32,
+            },
+        ),
+        ParamDef(
+            "synthesize_image",
+            "",
+            {
+                "type": "string",
+                "title": "Synthesis image (gke)",
+                "description": f"Empty: the Airflow Variable {VARIABLE_SYNTH_IMAGE}.",
+                "section": SECTION_STAGES,
+                "maxLength": 512,
+            },
+        ),
+        ParamDef(
+            "synthesize_command",
+            [],
+            {
+                "type": "array",
+                "items": {"type": "string"},
+                "title": "Synthesis command (gke)",
+                "description": f"argv; empty: the Airflow Variable {VARIABLE_SYNTH_COMMAND} (a JSON list).",
+                "section": SECTION_STAGES,
+                "maxItems": 32,
+            },
+        ),
+        ParamDef(
+            "inject_slice_failure",
+            False,
+            {
+                "type": "boolean",
+                "title": "Inject a slice failure",
+                "description": "local runtime: force-delete one worker pod when training completes the step below.",
+                "section": SECTION_DRILL,
+            },
+        ),
+        ParamDef(
+            "failure_at_step",
+            30,
+            integer("Failure at step", "The step after which the worker pod is deleted.", SECTION_DRILL, 1, 10_000_000),
+        ),
+        ParamDef(
+            "failure_slice",
+            0,
+            integer("Slice to fail", "The job-index of the worker pod deleted.", SECTION_DRILL, 0, 255),
+        ),
+    ]
+
+
+def pipeline_params(*, sections: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
+    """The ``params`` of a pipeline DAG: the fields of ``sections`` (default all); ``overrides`` replace defaults."""
+    from airflow.sdk import Param
+
+    steps = int(overrides.pop("steps", 80))
+    params: dict[str, Any] = {}
+    for item in param_definitions(steps=steps):
+        if sections is not None and item.schema["section"] not in sections:
+            continue
+        default = overrides.pop(item.name, item.default)
+        params[item.name] = Param(default, **dict(item.schema))
+    if overrides:
+        raise TypeError(f"unknown params: {', '.join(sorted(overrides))}")
+    return params
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def parse_allowed_roots(value: Any, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The Variable's value (a JSON list or comma-separated roots; unset: the defaults) as roots."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return default_allowed_roots(environ)
+    if isinstance(value, str):
+        text = value.strip()
+        items: Any = json.loads(text) if text.startswith("[") else text.split(",")
+    else:
+        items = value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ParamError(VARIABLE_ALLOWED_ROOTS, f"must be a list of roots, got {value!r}")
+    roots = [i.strip() for i in items if i.strip()]
+    if not roots:
+        raise ParamError(VARIABLE_ALLOWED_ROOTS, "names no root: every base_output_directory would be refused")
+    return roots
+
+
+def _integer(params: Mapping[str, Any], name: str, minimum: int, maximum: int) -> int:
+    value = params.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParamError(name, f"must be an integer, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise ParamError(name, f"must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _string(params: Mapping[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not isinstance(value, str):
+        raise ParamError(name, f"must be a string, got {value!r}")
+    if any(not c.isprintable() for c in value):
+        raise ParamError(name, f"must not contain control characters: {value!r}")
+    return value
+
+
+def _no_shell(name: str, value: str) -> None:
+    bad = sorted({c for c in value if c in _SHELL_META})
+    if bad:
+        raise ParamError(name, f"must not contain whitespace or shell metacharacters {''.join(bad)!r}: {value!r}")
+
+
+def check_base_directory(value: str, roots: Sequence[str]) -> str:
+    """`value` when it is an absolute path or ``gs://`` URI inside one of `roots`; else `ParamError`."""
+    name = "base_output_directory"
+    if not value:
+        raise ParamError(name, "is required")
+    _no_shell(name, value)
+    if value.startswith("gs://"):
+        bucket, _, rest = value[len("gs://") :].partition("/")
+        if not _GCS_BUCKET.match(bucket) or ".." in bucket:
+            raise ParamError(name, f"{bucket!r} is not a GCS bucket name")
+        if ".." in rest.split("/") or "." in rest.split("/"):
+            raise ParamError(name, f"must not contain '.' or '..' segments: {value!r}")
+        inside = any(root.startswith("gs://") and _under_gcs(value, root) for root in roots)
+    elif os.path.isabs(value):
+        if ".." in value.split("/"):
+            raise ParamError(name, f"must not contain '..' segments: {value!r}")
+        resolved = os.path.realpath(value)
+        inside = any(not root.startswith("gs://") and _under_local(resolved, os.path.realpath(root)) for root in roots)
+    else:
+        raise ParamError(name, f"must be an absolute path or a gs://bucket/prefix URI, got {value!r}")
+    if not inside:
+        raise ParamError(
+            name,
+            f"{value!r} is outside the allowed roots {list(roots)} (Airflow Variable {VARIABLE_ALLOWED_ROOTS})",
+        )
+    return value.rstrip("/") or "/"
+
+
+def _under_local(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _under_gcs(uri: str, root: str) -> bool:
+    root = root.rstrip("/")
+    return root == "gs:/" or uri.rstrip("/") == root or uri.startswith(root + "/")
+
+
+def _image(name: str, value: str) -> str:
+    error = image_reference_error(value)
+    if error:
+        raise ParamError(name, error)
+    return value
+
+
+def _command(name: str, value: Any) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ParamError(name, f"must be a JSON list of arguments, got {value!r}") from None
+    if not isinstance(value, list) or not value or not all(isinstance(i, str) for i in value):
+        raise ParamError(name, f"must be a non-empty list of arguments, got {value!r}")
+    if len(value) > 32:
+        raise ParamError(name, f"has {len(value)} arguments; at most 32")
+    for item in value:
+        if not _ARGV_ITEM.match(item):
+            raise ParamError(name, f"argument {item!r} has characters other than letters, digits and _./:=@+,%-")
+    return list(value)
+
+
+def validate_params(
+    params: Mapping[str, Any],
+    *,
+    run_date: datetime,
+    variables: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Check every param strictly and resolve the run's configuration; `ParamError` names the first bad one.
+
+    :param params: the DAG run's params (defaults merged with its conf).
+    :param run_date: the run's logical date (or when it was triggered): the run name's date suffix.
+    :param variables: the Airflow Variables of ``VARIABLES`` (unset ones absent or ``None``).
+    :param environ: the environment (for the local data directory), default ``os.environ``.
+    """
+    variables = variables or {}
+    # A DAG may show only some fields (the drill DAG has no evaluation stage): the rest keep their defaults.
+    params = {**{d.name: d.default for d in param_definitions(data_directory="/")}, **params}
+    runtime = _string(params, "runtime")
+    if runtime not in ("local", "gke"):
+        raise ParamError("runtime", f"must be 'local' or 'gke', got {runtime!r}")
+    run_name = _string(params, "run_name")
+    if len(run_name) > RUN_NAME_MAX:
+        raise ParamError("run_name", f"must be at most {RUN_NAME_MAX} characters, got {len(run_name)}")
+    if not is_dns1123_label(run_name):
+        raise ParamError(
+            "run_name",
+            f"{run_name!r} is not a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit",
+        )
+    roots = parse_allowed_roots(variables.get(VARIABLE_ALLOWED_ROOTS), environ)
+    base = check_base_directory(_string(params, "base_output_directory"), roots)
+    model_name = _string(params, "model_name")
+    if not _MODEL_NAME.match(model_name):
+        raise ParamError("model_name", f"{model_name!r} is not a model name (lowercase letters, digits, . _ -)")
+    batch = _integer(params, "per_device_batch_size", 1, 1024)
+    steps = _integer(params, "steps", 2, 10_000_000)
+    period = _integer(params, "checkpoint_period", 1, 1_000_000)
+    if period * 2 > steps:
+        raise ParamError("checkpoint_period", f"must be at most half of steps ({steps}), got {period}")
+    slices = _integer(params, "num_slices", 1, 256)
+    max_slice_restarts = _integer(params, "max_slice_restarts", 0, 100)
+    window = _integer(params, "slice_restart_window_minutes", 1, 10_080)
+    max_full_restarts = _integer(params, "max_full_restarts", 0, 99)
+    stall = _integer(params, "stall_timeout_minutes", 1, 1_440)
+    max_loss = params.get("max_eval_loss")
+    if isinstance(max_loss, bool) or not isinstance(max_loss, int | float) or not 0 < max_loss <= 1_000:
+        raise ParamError("max_eval_loss", f"must be a number in (0, 1000], got {max_loss!r}")
+    samples = _integer(params, "num_samples", 1, 100_000)
+    drill = params.get("inject_slice_failure")
+    if not isinstance(drill, bool):
+        raise ParamError("inject_slice_failure", f"must be true or false, got {drill!r}")
+    failure_step = _integer(params, "failure_at_step", 1, 10_000_000)
+    failure_slice = _integer(params, "failure_slice", 0, 255)
+    if drill:
+        if runtime != "local":
+            raise ParamError("inject_slice_failure", "the fault drill runs on the local runtime only")
+        if slices < 2:
+            raise ParamError("num_slices", "a fault drill needs at least 2 slices (one fails, the rest carry on)")
+        if failure_step >= steps - 1:
+            raise ParamError("failure_at_step", f"must be before the last step ({steps - 1}), got {failure_step}")
+        if failure_slice >= slices:
+            raise ParamError("failure_slice", f"must be a slice index below num_slices ({slices}), got {failure_slice}")
+
+    effective_name = f"{run_name}-{run_date:%Y%m%d}"
+    config: dict[str, Any] = {
+        "runtime": runtime,
+        "run_name": effective_name,
+        "base_output_directory": base,
+        "run_directory": f"{base.rstrip('/')}/{effective_name}",
+        "model_name": model_name,
+        "per_device_batch_size": batch,
+        "steps": steps,
+        "target_step": steps - 1,
+        "checkpoint_period": period,
+        "num_slices": slices,
+        "max_slice_restarts": max_slice_restarts,
+        "slice_restart_window_minutes": window,
+        "max_full_restarts": max_full_restarts,
+        "stall_timeout_minutes": stall,
+        "max_eval_loss": float(max_loss),
+        "num_samples": samples,
+        "inject_slice_failure": drill,
+        "failure_at_step": failure_step,
+        "failure_slice": failure_slice,
+    }
+    if runtime == "local":
+        config.update(
+            image=None,
+            tpu_type=None,
+            tpu_topology=None,
+            maxtext_args={"per_device_batch_size": batch},
+            evaluate={"image": "local", "command": list(LOCAL_EVAL_COMMAND)},
+            synthesize={"image": "local", "command": list(LOCAL_SYNTH_COMMAND)},
+        )
+        return config
+    tpu_type = _string(params, "tpu_type")
+    if tpu_type not in TPU_TYPES:
+        raise ParamError("tpu_type", f"unknown TPU type {tpu_type!r}; known: {', '.join(sorted(TPU_TYPES))}")
+    topology = _string(params, "tpu_topology")
+    topology_error = TPU_TYPES[tpu_type].topology_error(topology)
+    if topology_error:
+        raise ParamError("tpu_topology", topology_error)
+    config.update(
+        image=_image("image", _string(params, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or "")),
+        tpu_type=tpu_type,
+        tpu_topology=topology,
+        maxtext_args={"model_name": model_name, "per_device_batch_size": batch},
+        evaluate={
+            "image": _image(
+                "eval_image", _string(params, "eval_image") or str(variables.get(VARIABLE_EVAL_IMAGE) or "")
+            ),
+            "command": _command("eval_command", params.get("eval_command") or variables.get(VARIABLE_EVAL_COMMAND)),
+        },
+        synthesize={
+            "image": _image(
+                "synthesize_image",
+                _string(params, "synthesize_image") or str(variables.get(VARIABLE_SYNTH_IMAGE) or ""),
+            ),
+            "command": _command(
+                "synthesize_command", params.get("synthesize_command") or variables.get(VARIABLE_SYNTH_COMMAND)
+            ),
+        },
+    )
+    return config

