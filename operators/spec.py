@@ -37,10 +37,10 @@ DNS1123_LABEL_MAX: Final = 63
 # of a spec is held to that range so a huge templated value is a lint error, not a rejected create.
 INT32_MAX: Final = 2**31 - 1
 _SHOWN_MAX: Final = 80
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # gs:// bucket names (cloud.google.com/storage/docs/buckets#naming), dotted names up to 222 chars.
-_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\Z")
 # Characters a shell or a YAML reader would treat specially; never part of a valid image reference.
 _SHELL_META = set(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
 
@@ -51,7 +51,7 @@ _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_IMAGE_REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?$")
+_IMAGE_REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?\Z")
 _IMAGE_NAME_MAX = 255
 _IMAGE_REFERENCE_MAX = _IMAGE_NAME_MAX + 1 + 128 + 1 + 200  # name, tag, digest
 
