@@ -137,6 +137,11 @@ def test_maxtext_args(args: dict[Any, Any]) -> None:
         ({"config_file": "-h"}, "config_file"),
         ({"image": "a" * 100_000}, "image"),
         ({"maxtext_args": {"model_name": 10**5000}}, "maxtext_args.model_name"),
+        # `$` matches before a final newline: every name pattern ends in \Z instead.
+        ({"run_name": "demo\n"}, "run_name"),
+        ({"maxtext_args": {"model_name\n": "x"}}, "maxtext_args"),
+        ({"base_output_directory": "gs://bucket\n/x"}, "base_output_directory"),
+        ({"image": "ubuntu\n"}, "image"),
     ],
 )
 def test_found_by_hypothesis(changes: dict[str, Any], field: str) -> None:
