@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             reference_step=args.reference_step,
         )
     except StorageError as exc:
-        print(f"elastic-training validate: error: {exc}", file=sys.stderr)
+        print(f"elastic-training validate: error: {_safe(str(exc))}", file=sys.stderr)
         return 1
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _usage(message: str) -> int:
-    print(f"elastic-training validate: error: {message}", file=sys.stderr)
+    print(f"elastic-training validate: error: {_safe(message)}", file=sys.stderr)
     return 2
 
 
