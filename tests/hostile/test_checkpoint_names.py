@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -83,10 +84,8 @@ def test_quarantine_names(tmp_path_factory: pytest.TempPathFactory, name: str) -
     base = tmp_path_factory.mktemp("quarantine")
     root = base / "checkpoints"
     root.mkdir()
-    try:
+    with contextlib.suppress(OSError):
         (root / name).mkdir()
-    except OSError:
-        pass
     before = sorted(p.name for p in base.iterdir())
     try:
         moved = quarantine_step(str(root), name)
