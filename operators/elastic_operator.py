@@ -33,6 +33,7 @@ from operators.checkpoints import ValidationOptions, quarantine_step, validate_c
 from operators.checkpoints.storage import StorageError
 from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
 from operators.hooks import JobSetHook
+from operators.images import enforce_allowed_images
 from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
 from operators.recovery import CostModel, Incarnation, LogDigest, run_report
@@ -194,6 +195,7 @@ class ElasticJobSetOperator(BaseOperator):
                 elastic_min_slice_count=self.elastic_min_slice_count,
             )
             lint(spec)
+            manifests.check_namespace(self.namespace)
         except SpecError as error:
             raise AirflowFailException(f"invalid run spec: {error}") from None
         return spec
@@ -202,6 +204,8 @@ class ElasticJobSetOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         spec = self.build_spec()
+        # Placeholder name: the images depend on the spec alone, and nothing may be created before this check.
+        enforce_allowed_images(manifests.elastic_jobset(spec, name="image-check", namespace=self.namespace, labels={}))
         hook = self._hook()
         run = _RunState.load(context)
         if run.started_at == 0.0:

@@ -21,6 +21,7 @@ from operators import manifests
 from operators.constants import LABEL_JOBSET_NAME
 from operators.elastic_operator import DELETE_TIMEOUT_SECONDS, first_event
 from operators.hooks import JobSetHook
+from operators.images import enforce_allowed_images
 from operators.manifests import JobSpec, lint_job
 from operators.observations import MonitorState, jobset_phase
 from operators.policy import JobSetPhase
@@ -121,12 +122,15 @@ class JobSetOperator(BaseOperator):
                 service_account=self.service_account,
             )
             lint_job(job)
+            manifests.check_namespace(self.namespace)
         except SpecError as error:
             raise AirflowFailException(f"invalid job: {error}") from None
         return job
 
     def execute(self, context: Context) -> Any:
         job = self.build_job()
+        placeholder = manifests.plain_jobset(job, name="image-check", namespace=self.namespace, labels={}, stage="job")
+        enforce_allowed_images(placeholder)
         hook = JobSetHook(conn_id=self.kubernetes_conn_id)
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
