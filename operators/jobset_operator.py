@@ -87,8 +87,9 @@ class JobSetOperator(BaseOperator):
         super().__init__(**kwargs)
         if runtime not in ("gke", "local"):
             raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
-        if isinstance(command, str) or isinstance(args, str):
-            raise ValueError("command and args must be lists of arguments, not a shell string")
+        for argv in (command, args):
+            if isinstance(argv, str | bytes) or not isinstance(argv, Sequence):
+                raise ValueError("command and args must be lists of arguments, not a shell string")
         self.name = name
         self.image = image
         self.command = list(command)
