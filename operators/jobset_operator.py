@@ -25,7 +25,7 @@ from operators.images import enforce_allowed_images
 from operators.manifests import JobSpec, lint_job
 from operators.observations import MonitorState, jobset_phase
 from operators.policy import JobSetPhase
-from operators.spec import SpecError
+from operators.spec import SpecError, shown
 from operators.triggers import EventStatus, JobSetTrigger
 
 if TYPE_CHECKING:
@@ -38,6 +38,13 @@ _NO_BUDGETS = {
     "stall_timeout_seconds": 10.0 * 365 * 24 * 3600,
     "max_full_restarts": 0,
 }
+
+
+def _argv_item(value: Any) -> Any:
+    """A rendered argument: text as is, a (bounded) integer as its digits; anything else left for `lint_job`."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**18:
+        return str(value)
+    return value
 
 
 class JobSetOperator(BaseOperator):
@@ -111,11 +118,18 @@ class JobSetOperator(BaseOperator):
     def build_job(self) -> JobSpec:
         """The rendered job, linted; ``AirflowFailException`` naming the field when it is wrong."""
         try:
+            if not isinstance(self.name, str) or not self.name.strip():
+                raise SpecError("name", f"must be a non-empty string, got {shown(self.name)}")
+            for field in ("command", "args"):
+                if not isinstance(getattr(self, field), list | tuple):
+                    raise SpecError(field, f"must be a list of arguments, got {shown(getattr(self, field))}")
+            if not isinstance(self.env, Mapping):
+                raise SpecError("env", f"must be a mapping of names to values, got {shown(self.env)}")
             job = JobSpec(
-                image=str(self.image),
-                command=[str(c) for c in self.command],
-                args=[str(a) for a in self.args],
-                env={str(k): str(v) for k, v in self.env.items()},
+                image=self.image,
+                command=[_argv_item(c) for c in self.command],
+                args=[_argv_item(a) for a in self.args],
+                env={k: _argv_item(v) for k, v in self.env.items()},
                 runtime=self.runtime,  # type: ignore[arg-type]
                 backoff_limit=self.backoff_limit,
                 active_deadline_seconds=self.active_deadline_seconds,

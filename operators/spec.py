@@ -329,7 +329,9 @@ def is_dns1123_label(value: str) -> bool:
 
 
 def _lint_run_name(run_name: object) -> None:
-    if not isinstance(run_name, str) or not run_name:
+    if run_name is not None and not isinstance(run_name, str):
+        raise SpecError("run_name", f"must be a string, got {shown(run_name)}")
+    if not run_name:
         raise SpecError(
             "run_name",
             "is required: MaxText resumes only from <base_output_directory>/<run_name>, and an empty run_name "
@@ -354,7 +356,9 @@ def _has_unsafe_chars(value: str) -> bool:
 
 def _lint_output_directory(path: object) -> None:
     name = "base_output_directory"
-    if not isinstance(path, str) or not path:
+    if path is not None and not isinstance(path, str):
+        raise SpecError(name, f"must be a string, got {shown(path)}")
+    if not path:
         raise SpecError(name, "is required: a gs://bucket/prefix URI or an absolute local path")
     if _has_unsafe_chars(path):
         raise SpecError(name, f"must not contain whitespace or control characters: {shown(path)}")
