@@ -49,6 +49,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 api_retry = cast(Callable[[F], F], generic_api_retry)
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Answers that retrying will not change unless someone acts (a renewed token, a granted verb, an installed
+# CRD): a watch retries them a few times, for a token being rotated, then gives up with a clear error.
+REFUSED_STATUSES = frozenset({401, 403, 404})
+REFUSED_ATTEMPTS = 6
 WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last resourceVersion
 # Client side of a long request: connect within 10 s, then allow this long between two reads. The
 # provider's client would otherwise cut every request at its 60 s default, watches and log follows included.
@@ -381,6 +385,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         self, lister: Callable[[async_k8s.ApiClient], Callable[..., Any]], **selectors: str
     ) -> AsyncIterator[tuple[str, Obj]]:
         backoff = Backoff()
+        refused = 0
         while True:
             try:
                 async with self.get_conn() as api:
@@ -390,6 +395,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                     version = (snapshot.get("metadata") or {}).get("resourceVersion")
                     yield "SYNC", snapshot
                     backoff.reset()
+                    refused = 0
                     while True:
                         stream = async_watch.Watch()
                         async with stream.stream(
@@ -412,6 +418,14 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                 if error.status == 410:
                     self.log.info("watch: resourceVersion too old (410); relisting")
                     continue
+                refused = refused + 1 if error.status in REFUSED_STATUSES else 0
+                if refused >= REFUSED_ATTEMPTS:
+                    raise ClusterAccessError(
+                        f"watching through connection {self.conn_id!r}: the Kubernetes API answered HTTP "
+                        f"{error.status} {error.reason} {refused} times in a row (401: renew the token in the "
+                        "connection's kubeconfig; 403: bind the Role of deploy/rbac.yaml; 404: install the JobSet "
+                        "CRD)"
+                    ) from None
                 if error.status not in TRANSIENT_STATUSES:
                     self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)
             except Exception as error:  # connection refused/reset, TLS, timeouts: the API may come back
