@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -228,3 +229,32 @@ def test_a_verb_the_role_does_not_grant(cluster: LocalCluster, monkeypatch: pyte
         cluster.faults.clear()
     assert str(raised.value).startswith("connection 'k8s_rbac' may not list jobsets in namespace 'default'")
     assert "deploy/rbac.yaml" in str(raised.value)
+
+
+async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token that expires while the task is deferred: the watches give up after a few refusals (not forever,
+    and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
+    from operators.triggers import JobSetTrigger
+
+    conn_id = _connection(monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED")})
+    trigger = JobSetTrigger(
+        name="run-abcdef",
+        namespace="default",
+        uid="u-1",
+        target_step=10,
+        budgets={
+            "max_slice_restarts": 1,
+            "slice_restart_window_seconds": 3600.0,
+            "stall_timeout_seconds": 3600.0,
+            "max_full_restarts": 1,
+        },
+        kubernetes_conn_id=conn_id,
+        poll_interval=1.0,
+    )
+    event = await asyncio.wait_for(trigger.run().asend(None), timeout=240)
+    assert event.payload["status"] == "error"
+    message = event.payload["message"]
+    assert message.startswith("ClusterAccessError: watching through connection 'k8s_expired_async'")
+    assert "HTTP 401 Unauthorized" in message and "renew the token" in message and "EXPIRED" not in message
