@@ -137,8 +137,7 @@ def _up(args: argparse.Namespace) -> int:
     try:
         cluster.start()
     except ClusterStartError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _error(str(exc))
     try:
         print(f"serving a Kubernetes API on {cluster.url}", flush=True)
         print(f"kubeconfig: {cluster.kubeconfig_path.resolve()}", flush=True)
@@ -152,21 +151,34 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _fault(args: argparse.Namespace) -> int:
+    import yaml
+
     from local.cluster.kubeconfig import read_endpoint
 
     try:
         endpoint = read_endpoint(args.kubeconfig)
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read the kubeconfig: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        return _error(f"cannot read the kubeconfig {args.kubeconfig}: {exc}")
+    except (AttributeError, TypeError):  # YAML, but not a kubeconfig's mappings and lists
+        return _error(f"{args.kubeconfig} is not a kubeconfig (expected clusters, users and contexts)")
+    if not endpoint.url.startswith(("http://", "https://")):
+        return _error(f"the kubeconfig's server {endpoint.url!r} is not an http:// or https:// URL")
     method, path, body = _fault_request(args)
     try:
         status, answer = _request(endpoint, method, path, body)
-    except OSError as exc:
-        print(f"error: no local cluster answers at {endpoint.url}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (OSError, ValueError) as exc:  # refused, reset, timed out; or an answer that is not JSON
+        return _error(f"no local cluster answers at {endpoint.url}: {exc}")
     print(json.dumps(answer, indent=2, sort_keys=True))
     return EXIT_OK if status < 400 else EXIT_FAILED
+
+
+def _error(message: str) -> int:
+    """Print one line (control characters escaped, so a hostile path cannot break it) and return 2."""
+    print(
+        "elastic-training cluster: error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in message),
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
 
 
 def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 # verb -> module exposing `add_arguments(parser)` and `run(args) -> int`
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,8 +25,15 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the user's text escaped in errors: a usage error stays one line whatever was typed."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error("".join(c if c.isprintable() else repr(c)[1:-1] for c in message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="elastic-training", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="elastic-training", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for verb, (module_name, help_text) in _COMMANDS.items():
         sub_parser = sub.add_parser(verb, help=help_text)

@@ -1,6 +1,6 @@
 """``elastic-training validate PATH``: is the newest (or a given) Orbax step whole and readable?
 
-Exit status: 0 valid, 1 not valid or no step, 2 usage error.
+Exit status: 0 valid, 1 not valid or no step, 2 usage error or a broken environment (no Google credentials).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate and print; return the exit status."""
     from operators.checkpoints import DeepOptions, StorageError, ValidationOptions, validate_checkpoints
-    from operators.checkpoints.storage import is_gcs, split_gcs
+    from operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
 
     path: str = args.path
     if is_gcs(path):
@@ -107,8 +107,10 @@ def run(args: argparse.Namespace) -> int:
             deep=deep,
             reference_step=args.reference_step,
         )
+    except CredentialsError as exc:  # the environment, not the checkpoint: say what to set
+        return _usage(str(exc))
     except StorageError as exc:
-        print(f"elastic-training validate: error: {exc}", file=sys.stderr)
+        print(f"elastic-training validate: error: {_safe(str(exc))}", file=sys.stderr)
         return 1
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _usage(message: str) -> int:
-    print(f"elastic-training validate: error: {message}", file=sys.stderr)
+    print(f"elastic-training validate: error: {_safe(message)}", file=sys.stderr)
     return 2
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from operators.checkpoints import (
     CheckpointReport,
@@ -17,7 +17,7 @@ from operators.checkpoints import (
     ValidationOptions,
     validate_checkpoints,
 )
-from operators.checkpoints.storage import is_gcs, split_gcs
+from operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -153,13 +153,16 @@ class CheckpointValidationOperator(BaseOperator):
             required_items=self.required_items,
             min_step=expected,
         )
-        report = validate_checkpoints(
-            path,
-            step=step,
-            options=options,
-            deep=DeepOptions(budget_bytes=self.deep_budget_bytes) if self.deep else None,
-            reference_step=reference_step,
-        )
+        try:
+            report = validate_checkpoints(
+                path,
+                step=step,
+                options=options,
+                deep=DeepOptions(budget_bytes=self.deep_budget_bytes) if self.deep else None,
+                reference_step=reference_step,
+            )
+        except CredentialsError as exc:  # the worker's environment, not the checkpoint
+            raise AirflowException(str(exc)) from None
         context["ti"].xcom_push(key="report", value=report.to_json())
         chosen = self._choose(report)
         if chosen is not report.target:

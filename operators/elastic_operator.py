@@ -18,6 +18,7 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -34,12 +35,13 @@ from operators.checkpoints.storage import StorageError
 from operators.checkpoints.timing import mean_save_seconds
 from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
 from operators.hooks import JobSetHook
+from operators.images import enforce_allowed_images
 from operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from operators.metrics import emit_run_metrics
 from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
 from operators.recovery import CostModel, Incarnation, LogDigest, run_report
-from operators.spec import ElasticRunSpec, SpecError, lint
+from operators.spec import INT32_MAX, ElasticRunSpec, SpecError, lint, shown
 from operators.triggers import EventStatus, JobSetTrigger
 
 if TYPE_CHECKING:
@@ -52,19 +54,46 @@ MAX_QUARANTINES_PER_ESCALATION = 3
 
 
 def _as_int(field: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise AirflowFailException(f"{field}: must be an integer, got {value!r}")
-    try:
-        return int(str(value).strip()) if not isinstance(value, int) else value
-    except ValueError:
-        raise AirflowFailException(f"{field}: must be an integer, got {value!r}") from None
+    """A rendered integer field: an int, or text of ASCII digits (Jinja renders to text); `SpecError` otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    if text.isascii() and text.lstrip("-").isdecimal() and len(text) <= 20:
+        return int(text)
+    raise SpecError(field, f"must be an integer, got {shown(value)}")
+
+
+def _rendered_args(args: Any) -> dict[str, Any]:
+    """Rendered ``maxtext_args`` as they are, for `lint` to judge (NaN, lists, huge ints, keys that are not text)."""
+    if not isinstance(args, Mapping):
+        raise SpecError("maxtext_args", f"must be a mapping of MaxText keys to values, got {type(args).__name__}")
+    return dict(args)
+
+
+def _count(field: str, value: Any, maximum: int) -> None:
+    """A constructor count: an integer from 0 to `maximum` (`TypeError`/`ValueError` naming the parameter)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be an integer, got {shown(value)}")
+    if not 0 <= value <= maximum:
+        raise ValueError(f"{field} must be 0..{maximum}, got {shown(value)}")
+
+
+def _number(field: str, value: Any, *, positive: bool) -> float:
+    """A constructor number (a `timedelta` counts its seconds): finite, and positive or non-negative."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{field} must be a number, got {shown(value)}")
+    number = float(value) if not isinstance(value, int) or abs(value) < 2**53 else math.inf
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        raise ValueError(
+            f"{field} must be a {'positive' if positive else 'non-negative'} finite number, got {shown(value)}"
+        )
+    return number
 
 
 def _seconds(field: str, value: timedelta | float | int) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds > 0:
-        raise ValueError(f"{field} must be positive, got {value!r}")
-    return seconds
+    return _number(field, value, positive=True)
 
 
 class ElasticJobSetOperator(BaseOperator):
@@ -145,9 +174,9 @@ class ElasticJobSetOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if runtime not in ("gke", "local"):
-            raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
-        if not 0 <= max_full_restarts <= manifests.MAX_ATTEMPT:
-            raise ValueError(f"max_full_restarts must be 0..{manifests.MAX_ATTEMPT}, got {max_full_restarts}")
+            raise ValueError(f"runtime must be 'gke' or 'local', got {shown(runtime)}")
+        _count("max_full_restarts", max_full_restarts, manifests.MAX_ATTEMPT)
+        _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
         self.run_name = run_name
         self.base_output_directory = base_output_directory
         self.steps = steps
@@ -169,10 +198,10 @@ class ElasticJobSetOperator(BaseOperator):
         self.jobset_max_restarts = jobset_max_restarts
         self.elastic_min_slice_count = elastic_min_slice_count
         self.elastic_timeout_seconds = elastic_timeout_seconds
-        self.price_per_chip_hour = float(price_per_chip_hour)
+        self.price_per_chip_hour = _number("price_per_chip_hour", price_per_chip_hour, positive=False)
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
-        self.poll_interval = poll_interval
+        self.poll_interval = _number("poll_interval", poll_interval, positive=True)
         self.local_env = dict(local_env or {})
         self._active_jobset: tuple[str, str | None] | None = None
         self._newest_valid_steps: list[str] = []
@@ -183,13 +212,13 @@ class ElasticJobSetOperator(BaseOperator):
         """The rendered, linted run spec; ``AirflowFailException`` naming the field when it is wrong."""
         try:
             spec = ElasticRunSpec(
-                run_name=str(self.run_name),
-                base_output_directory=str(self.base_output_directory),
+                run_name=self.run_name,
+                base_output_directory=self.base_output_directory,
                 steps=_as_int("steps", self.steps),
                 checkpoint_period=_as_int("checkpoint_period", self.checkpoint_period),
                 num_slices=_as_int("num_slices", self.num_slices),
                 runtime=self.runtime,  # type: ignore[arg-type]
-                maxtext_args={str(k): str(v) for k, v in self.maxtext_args.items()},
+                maxtext_args=_rendered_args(self.maxtext_args),
                 image=self.image,
                 tpu_type=self.tpu_type,
                 tpu_topology=self.tpu_topology,
@@ -199,6 +228,7 @@ class ElasticJobSetOperator(BaseOperator):
                 elastic_min_slice_count=self.elastic_min_slice_count,
             )
             lint(spec)
+            manifests.check_namespace(self.namespace)
         except SpecError as error:
             raise AirflowFailException(f"invalid run spec: {error}") from None
         return spec
@@ -207,6 +237,8 @@ class ElasticJobSetOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         spec = self.build_spec()
+        # Placeholder name: the images depend on the spec alone, and nothing may be created before this check.
+        enforce_allowed_images(manifests.elastic_jobset(spec, name="image-check", namespace=self.namespace, labels={}))
         hook = self._hook()
         run = _RunState.load(context)
         if run.started_at == 0.0:

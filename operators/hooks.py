@@ -5,6 +5,11 @@ or ``kube_config`` in its extra, in-cluster config, exec-auth token refresh in t
 request timeouts; they have no custom-object list, watch or foreground delete, so those are here.
 Objects come back as plain JSON dicts (the API's camelCase), whatever the client's model classes.
 
+Errors that are the environment's, not the run's, become one `ClusterAccessError` line that names the
+connection and the server and says what to set: a server that does not answer, a token the server refuses
+(401), a verb the Role does not grant (403), a cluster without the JobSet CRD (404 on the collection, confirmed
+by API discovery), a kubeconfig that does not load. Messages never carry the kubeconfig's content or token.
+
 Retries: reads and deletes go through the provider's ``generic_api_retry`` (429 with Retry-After,
 5xx); a create is retried only on 429/5xx and a 409 means the name is taken (the operator decides
 whether that is its own JobSet). Watches relist on ``410 Gone`` and reconnect with capped
@@ -15,19 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+from airflow.sdk.exceptions import AirflowException
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
+from kubernetes.config import ConfigException
 from kubernetes_asyncio import client as async_k8s
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+from urllib3.exceptions import HTTPError
+from yaml import YAMLError
 
 from operators.backoff import Backoff
 from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
@@ -39,10 +51,50 @@ F = TypeVar("F", bound=Callable[..., Any])
 api_retry = cast(Callable[[F], F], generic_api_retry)
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Answers that retrying will not change unless someone acts (a renewed token, a granted verb, an installed
+# CRD): a watch retries them a few times, for a token being rotated, then gives up with a clear error.
+REFUSED_STATUSES = frozenset({401, 403, 404})
+REFUSED_ATTEMPTS = 6
 WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last resourceVersion
 # Client side of a long request: connect within 10 s, then allow this long between two reads. The
 # provider's client would otherwise cut every request at its 60 s default, watches and log follows included.
 LONG_REQUEST_TIMEOUT = (10, WATCH_TIMEOUT_SECONDS + 30)
+
+
+JOBSET_INSTALL_HINT = "install kubernetes-sigs/jobset (https://jobset.sigs.k8s.io/docs/installation/)"
+
+
+class ClusterAccessError(AirflowException):
+    """The cluster behind a connection cannot be used as configured; the message says what to set."""
+
+
+def _server_of(host: object) -> str:
+    """The API server URL without user info (a kubeconfig may carry ``user:password@``)."""
+    parts = urlsplit(str(host))
+    netloc = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else str(host)
+
+
+def _explained(verb: str, resource: str) -> Callable[[F], F]:
+    """Turn environment errors of a `JobSetHook` method into a `ClusterAccessError` (after any retries)."""
+
+    def decorate(method: F) -> F:
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def wrapper(self: JobSetHook, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except (ApiException, HTTPError, ConfigException, YAMLError) as error:
+                namespace = signature.bind(self, *args, **kwargs).arguments.get("namespace")
+                explained = self.explain(error, verb=verb, resource=resource, namespace=namespace)
+                if explained is None:
+                    raise
+                raise explained from None
+
+        return cast(F, wrapper)
+
+    return decorate
 
 
 def _status_of(error: BaseException) -> int | None:
@@ -59,6 +111,54 @@ class JobSetHook(KubernetesHook):
         data: Obj = self.api_client.sanitize_for_serialization(obj)
         return data
 
+    def explain(
+        self, error: BaseException, *, verb: str, resource: str, namespace: object = None
+    ) -> ClusterAccessError | None:
+        """A `ClusterAccessError` saying what to set when `error` is the environment's, else ``None``."""
+        conn = f"connection {self.conn_id!r}"
+        if isinstance(error, ConfigException | YAMLError):
+            return ClusterAccessError(
+                f"{conn}: cannot load a Kubernetes configuration ({_config_problem(error)}); set kube_config_path, "
+                "kube_config or in_cluster in the connection's extra"
+            )
+        server = _server_of(self.api_client.configuration.host)
+        if isinstance(error, HTTPError):
+            reason = getattr(error, "reason", None) or error
+            return ClusterAccessError(
+                f"cannot reach the Kubernetes API server {server} of {conn} ({type(reason).__name__}): check the "
+                "server in the kubeconfig the connection uses, and that the cluster is running"
+            )
+        status = _status_of(error)
+        if status == 401:
+            return ClusterAccessError(
+                f"the Kubernetes API server {server} refused the credentials of {conn} (HTTP 401 Unauthorized): "
+                "the token is expired or invalid; renew it in the kubeconfig the connection uses"
+            )
+        if status == 403:
+            return ClusterAccessError(
+                f"{conn} may not {verb} {resource} in namespace {namespace!r} on {server} (HTTP 403 Forbidden): bind "
+                "the Role of deploy/rbac.yaml (`python -m operators.rbac <namespace>`) to its service account"
+            )
+        if status == 404 and resource == JOBSET_PLURAL and not self._serves_jobsets():
+            return ClusterAccessError(
+                f"the JobSet CRD ({JOBSET_GROUP}/{JOBSET_VERSION}) is not installed on the cluster {server} of "
+                f"{conn}; {JOBSET_INSTALL_HINT}"
+            )
+        if status == 404 and verb in ("create", "list"):
+            return ClusterAccessError(f"namespace {namespace!r} does not exist on the cluster {server} of {conn}")
+        return None
+
+    def _serves_jobsets(self) -> bool:
+        """Whether API discovery lists the ``jobsets`` resource (the CRD is installed)."""
+        try:
+            resources = self.custom_object_client.get_api_resources(JOBSET_GROUP, JOBSET_VERSION)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return any(r.name == JOBSET_PLURAL for r in resources.resources or [])
+
+    @_explained("create", JOBSET_PLURAL)
     def create_jobset(self, body: Obj, namespace: str) -> Obj:
         """Create a JobSet; ``ApiException`` 409 when the name is taken (retried only on 429/5xx)."""
         backoff = Backoff(base=0.5, cap=10.0)
@@ -75,6 +175,7 @@ class JobSetHook(KubernetesHook):
                 time.sleep(backoff.next_delay())
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @_explained("get", JOBSET_PLURAL)
     @api_retry
     def get_jobset(self, name: str, namespace: str) -> Obj | None:
         """The JobSet, or ``None`` when there is none of that name."""
@@ -88,6 +189,7 @@ class JobSetHook(KubernetesHook):
                 return None
             raise
 
+    @_explained("list", JOBSET_PLURAL)
     @api_retry
     def list_jobsets(self, namespace: str, label_selector: str) -> list[Obj]:
         """JobSets in ``namespace`` matching ``label_selector``."""
@@ -96,6 +198,7 @@ class JobSetHook(KubernetesHook):
         )
         return list(listed.get("items") or [])
 
+    @_explained("delete", JOBSET_PLURAL)
     @api_retry
     def delete_jobset(self, name: str, namespace: str, *, uid: str | None = None, foreground: bool = True) -> bool:
         """Delete the JobSet (foreground: its Jobs and pods go first); ``False`` when it was already gone.
@@ -117,6 +220,7 @@ class JobSetHook(KubernetesHook):
                 return False
             raise
 
+    @_explained("watch", JOBSET_PLURAL)
     def wait_jobset_gone(self, name: str, namespace: str, *, timeout: float, uid: str | None = None) -> bool:
         """Watch until the JobSet (with ``uid`` when given) no longer exists; ``False`` on timeout."""
         deadline = time.monotonic() + timeout
@@ -149,12 +253,14 @@ class JobSetHook(KubernetesHook):
                 time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
         return self.get_jobset(name, namespace) is None
 
+    @_explained("list", "pods")
     @api_retry
     def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
         """Pods in ``namespace`` matching ``label_selector``, as dicts."""
         pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=label_selector)
         return [self._to_dict(p) for p in pods.items]
 
+    @_explained("get", "pods/log")
     @api_retry
     def read_log_tail(self, name: str, namespace: str, container: str, *, tail_lines: int = 40) -> str:
         """The last lines of a container's log (bounded by lines and 64 KiB); '' when unreadable."""
@@ -173,6 +279,14 @@ class JobSetHook(KubernetesHook):
             if error.status in (400, 404):
                 return ""
             raise
+
+
+def _config_problem(error: BaseException) -> str:
+    """What is wrong with the configuration, without quoting it (a YAML error quotes the token's line)."""
+    if isinstance(error, YAMLError):
+        return "its kubeconfig is not valid YAML"
+    text = str(error)
+    return text if len(text) <= 200 and "token" not in text.lower() else type(error).__name__
 
 
 class AsyncJobSetHook(AsyncKubernetesHook):
@@ -290,6 +404,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         self, lister: Callable[[async_k8s.ApiClient], Callable[..., Any]], **selectors: str
     ) -> AsyncIterator[tuple[str, Obj]]:
         backoff = Backoff()
+        refused = 0
         while True:
             try:
                 async with self.api() as api:
@@ -303,6 +418,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                     version = (snapshot.get("metadata") or {}).get("resourceVersion")
                     yield "SYNC", snapshot
                     backoff.reset()
+                    refused = 0
                     while True:  # the server ends each watch after its timeout: reopen from the last version
                         stream: Any = await list_call(
                             watch=True,
@@ -331,7 +447,16 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                 if error.status == 410:
                     self.log.info("watch: resourceVersion too old (410); relisting")
                     continue
-                self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)
+                refused = refused + 1 if error.status in REFUSED_STATUSES else 0
+                if refused >= REFUSED_ATTEMPTS:
+                    raise ClusterAccessError(
+                        f"watching through connection {self.conn_id!r}: the Kubernetes API answered HTTP "
+                        f"{error.status} {error.reason} {refused} times in a row (401: renew the token in the "
+                        "connection's kubeconfig; 403: bind the Role of deploy/rbac.yaml; 404: install the JobSet "
+                        "CRD)"
+                    ) from None
+                if error.status not in TRANSIENT_STATUSES:
+                    self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)
             except Exception as error:  # connection refused/reset, TLS, timeouts: the API may come back
                 self.log.warning("watch: %s: %s; retrying", type(error).__name__, error)
             await asyncio.sleep(backoff.next_delay())

@@ -21,10 +21,11 @@ from operators import manifests
 from operators.constants import LABEL_JOBSET_NAME
 from operators.elastic_operator import DELETE_TIMEOUT_SECONDS, first_event
 from operators.hooks import JobSetHook
+from operators.images import enforce_allowed_images
 from operators.manifests import JobSpec, lint_job
 from operators.observations import MonitorState, jobset_phase
 from operators.policy import JobSetPhase
-from operators.spec import SpecError
+from operators.spec import SpecError, shown
 from operators.triggers import EventStatus, JobSetTrigger
 
 if TYPE_CHECKING:
@@ -37,6 +38,13 @@ _NO_BUDGETS = {
     "stall_timeout_seconds": 10.0 * 365 * 24 * 3600,
     "max_full_restarts": 0,
 }
+
+
+def _argv_item(value: Any) -> Any:
+    """A rendered argument: text as is, a (bounded) integer as its digits; anything else left for `lint_job`."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**18:
+        return str(value)
+    return value
 
 
 class JobSetOperator(BaseOperator):
@@ -86,8 +94,9 @@ class JobSetOperator(BaseOperator):
         super().__init__(**kwargs)
         if runtime not in ("gke", "local"):
             raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
-        if isinstance(command, str) or isinstance(args, str):
-            raise ValueError("command and args must be lists of arguments, not a shell string")
+        for argv in (command, args):
+            if isinstance(argv, str | bytes) or not isinstance(argv, Sequence):
+                raise ValueError("command and args must be lists of arguments, not a shell string")
         self.name = name
         self.image = image
         self.command = list(command)
@@ -109,11 +118,18 @@ class JobSetOperator(BaseOperator):
     def build_job(self) -> JobSpec:
         """The rendered job, linted; ``AirflowFailException`` naming the field when it is wrong."""
         try:
+            if not isinstance(self.name, str) or not self.name.strip():
+                raise SpecError("name", f"must be a non-empty string, got {shown(self.name)}")
+            for field in ("command", "args"):
+                if not isinstance(getattr(self, field), list | tuple):
+                    raise SpecError(field, f"must be a list of arguments, got {shown(getattr(self, field))}")
+            if not isinstance(self.env, Mapping):
+                raise SpecError("env", f"must be a mapping of names to values, got {shown(self.env)}")
             job = JobSpec(
-                image=str(self.image),
-                command=[str(c) for c in self.command],
-                args=[str(a) for a in self.args],
-                env={str(k): str(v) for k, v in self.env.items()},
+                image=self.image,
+                command=[_argv_item(c) for c in self.command],
+                args=[_argv_item(a) for a in self.args],
+                env={k: _argv_item(v) for k, v in self.env.items()},
                 runtime=self.runtime,  # type: ignore[arg-type]
                 backoff_limit=self.backoff_limit,
                 active_deadline_seconds=self.active_deadline_seconds,
@@ -121,12 +137,15 @@ class JobSetOperator(BaseOperator):
                 service_account=self.service_account,
             )
             lint_job(job)
+            manifests.check_namespace(self.namespace)
         except SpecError as error:
             raise AirflowFailException(f"invalid job: {error}") from None
         return job
 
     def execute(self, context: Context) -> Any:
         job = self.build_job()
+        placeholder = manifests.plain_jobset(job, name="image-check", namespace=self.namespace, labels={}, stage="job")
+        enforce_allowed_images(placeholder)
         hook = JobSetHook(conn_id=self.kubernetes_conn_id)
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)

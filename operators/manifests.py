@@ -45,12 +45,14 @@ from operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from operators.spec import (
+    INT32_MAX,
     MAXTEXT_TRAIN_MODULE,
     ElasticRunSpec,
     Runtime,
     SpecError,
     image_reference_error,
     is_dns1123_label,
+    shown,
 )
 
 API_VERSION: Final = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
@@ -94,11 +96,13 @@ LOCAL_TRAIN_MODULE: Final = "local.workloads.train"
 LOCAL_SLICE_WORKER_MODULE: Final = "local.workloads.slice_worker"
 LOCAL_TERMINATION_GRACE_SECONDS: Final = 5
 
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?\Z")
+# A label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
+_LABEL_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 # Kubernetes accepts any printable name without '='; a C identifier is what shells and Python read reliably.
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 
 
 def _short_hash(*parts: object, length: int) -> str:
@@ -239,14 +243,41 @@ def _check_name(name: str) -> None:
     if not isinstance(name, str) or len(name) > JOBSET_NAME_MAX or not _DNS1035_LABEL.match(name):
         raise SpecError(
             "name",
-            f"{name!r} must be a DNS-1035 label of at most {JOBSET_NAME_MAX} characters (use jobset_name())",
+            f"{shown(name)} must be a DNS-1035 label of at most {JOBSET_NAME_MAX} characters (use jobset_name())",
         )
 
 
-def _check_labels(labels: Mapping[str, str]) -> None:
+def check_namespace(namespace: object) -> None:
+    """`SpecError("namespace", ...)` unless `namespace` is a DNS-1123 label (what a namespace name is)."""
+    if not isinstance(namespace, str) or not is_dns1123_label(namespace):
+        raise SpecError(
+            "namespace",
+            f"{shown(namespace)} is not a namespace name: lowercase letters, digits and '-', at most 63 characters",
+        )
+
+
+def is_label_key(key: object) -> bool:
+    """Whether `key` is a label key: ``[prefix/]name``, a DNS-1123 subdomain prefix and a 63-character name."""
+    if not isinstance(key, str):
+        return False
+    prefix, _, name = key.rpartition("/")
+    if prefix and not (len(prefix) <= 253 and all(is_dns1123_label(part) for part in prefix.split("."))):
+        return False
+    return len(name) <= NAME_MAX and bool(_LABEL_KEY_NAME.match(name))
+
+
+def _is_label_value(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= NAME_MAX and bool(_LABEL_VALUE.match(value))
+
+
+def _check_labels(labels: Mapping[str, str], where: str = "labels") -> None:
+    if not isinstance(labels, Mapping):
+        raise SpecError(where, f"must be a mapping of label keys to values, got {type(labels).__name__}")
     for key, value in labels.items():
-        if not isinstance(value, str) or len(value) > NAME_MAX or not _LABEL_VALUE.match(value):
-            raise SpecError(f"labels.{key}", f"{value!r} is not a label value (use identity_labels())")
+        if not is_label_key(key):
+            raise SpecError(where, f"{shown(key)} is not a label key")
+        if not _is_label_value(value):
+            raise SpecError(f"{where}.{key}", f"{shown(value)} is not a label value (use identity_labels())")
 
 
 def elastic_jobset(
@@ -265,6 +296,7 @@ def elastic_jobset(
     ignored on GKE. The spec must have passed `lint`.
     """
     _check_name(name)
+    check_namespace(namespace)
     _check_labels(labels)
     all_labels = _job_labels(labels, spec.run_name, stage)
     vms = spec.vms_per_slice
@@ -465,7 +497,7 @@ class JobSpec:
 def lint_job(job: JobSpec) -> None:
     """Raise `SpecError` for the first problem of `job`."""
     if job.runtime not in ("gke", "local"):
-        raise SpecError("runtime", f"must be gke or local, got {job.runtime!r}")
+        raise SpecError("runtime", f"must be gke or local, got {shown(job.runtime)}")
     if job.runtime == "gke":
         image_error = image_reference_error(job.image)
         if image_error:
@@ -475,30 +507,39 @@ def lint_job(job: JobSpec) -> None:
             raise SpecError(name, f"must be a list of strings, got {type(argv).__name__}")
         for index, item in enumerate(argv):
             if not isinstance(item, str):
-                raise SpecError(f"{name}[{index}]", f"must be a string, got {type(item).__name__} {item!r}")
+                raise SpecError(f"{name}[{index}]", f"must be a string, got {type(item).__name__} {shown(item)}")
     if not job.command or not job.command[0]:
         raise SpecError("command", "must name the program to run (an empty command runs the image's entrypoint)")
     if not isinstance(job.env, Mapping):
         raise SpecError("env", f"must be a mapping of names to values, got {type(job.env).__name__}")
     for key, value in job.env.items():
         if not isinstance(key, str) or not _ENV_NAME.match(key):
-            raise SpecError("env", f"{key!r} is not an environment variable name (letters, digits, '_', '-', '.')")
+            raise SpecError("env", f"{shown(key)} is not an environment variable name (letters, digits, '_', '-', '.')")
         if not isinstance(value, str):
             raise SpecError(f"env.{key}", f"must be a string, got {type(value).__name__}")
-    if isinstance(job.backoff_limit, bool) or not isinstance(job.backoff_limit, int) or job.backoff_limit < 0:
-        raise SpecError("backoff_limit", f"must be an integer >= 0, got {job.backoff_limit!r}")
+    if not _is_int_in(job.backoff_limit, 0, INT32_MAX):
+        raise SpecError("backoff_limit", f"must be an integer from 0 to {INT32_MAX}, got {shown(job.backoff_limit)}")
     deadline = job.active_deadline_seconds
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int) or deadline < 1):
-        raise SpecError("active_deadline_seconds", f"must be a positive integer or None, got {deadline!r}")
-    for key, quantity in (job.resources or {}).items():
+    if deadline is not None and not _is_int_in(deadline, 1, 2**63 - 1):
+        raise SpecError("active_deadline_seconds", f"must be a positive integer or None, got {shown(deadline)}")
+    resources = job.resources or {}
+    if not isinstance(resources, Mapping):
+        raise SpecError("resources", f"must be a mapping of resource names to quantities, got {shown(resources)}")
+    for key, quantity in resources.items():
         if not isinstance(key, str) or not key or not isinstance(quantity, str) or not quantity:
-            raise SpecError("resources", f"{key!r}: {quantity!r} must map a resource name to a quantity string")
+            raise SpecError(
+                "resources", f"{shown(key)}: {shown(quantity)} must map a resource name to a quantity string"
+            )
     if job.service_account is not None and not _is_subdomain(job.service_account):
-        raise SpecError("service_account", f"{job.service_account!r} is not a service account name")
+        raise SpecError("service_account", f"{shown(job.service_account)} is not a service account name")
 
 
-def _is_subdomain(value: str) -> bool:
-    return 0 < len(value) <= 253 and all(is_dns1123_label(part) for part in value.split("."))
+def _is_int_in(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _is_subdomain(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 253 and all(is_dns1123_label(part) for part in value.split("."))
 
 
 def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str, str], stage: str) -> dict[str, Any]:
@@ -509,6 +550,7 @@ def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str
     """
     lint_job(job)
     _check_name(name)
+    check_namespace(namespace)
     _check_labels(labels)
     all_labels = _job_labels(labels, None, stage)
     container: dict[str, Any] = {
@@ -557,24 +599,23 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
     """Raise `SpecError` for a malformed JobSet manifest (e.g. one a user passes instead of a spec).
 
     Checks what the API server and the JobSet webhook would refuse, with field paths: apiVersion and kind,
-    replicated job names (DNS-1035, unique), replicas >= 1, a pod template with named containers, and,
-    when the manifest is named, that every child Job and pod name fits 63 characters.
+    label keys and values, replicated job names (DNS-1035, unique), int32 counts, a pod template with named
+    containers, policy targets and the coordinator naming replicated jobs, and, when the manifest is named,
+    that every child Job and pod name fits 63 characters. Any document gives `SpecError` or passes.
     """
     if not isinstance(manifest, Mapping):
         raise SpecError("manifest", f"must be a mapping, got {type(manifest).__name__}")
     if manifest.get("apiVersion") != API_VERSION:
-        raise SpecError("apiVersion", f"must be {API_VERSION}, got {manifest.get('apiVersion')!r}")
+        raise SpecError("apiVersion", f"must be {API_VERSION}, got {shown(manifest.get('apiVersion'))}")
     if manifest.get("kind") != JOBSET_KIND:
-        raise SpecError("kind", f"must be {JOBSET_KIND}, got {manifest.get('kind')!r}")
+        raise SpecError("kind", f"must be {JOBSET_KIND}, got {shown(manifest.get('kind'))}")
     metadata = manifest.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise SpecError("metadata", "must be a mapping")
     name = metadata.get("name")
     if name is not None and (not isinstance(name, str) or not _DNS1035_LABEL.match(name) or len(name) > NAME_MAX):
-        raise SpecError("metadata.name", f"{name!r} must be a DNS-1035 label (lowercase, starting with a letter)")
-    for key, value in (metadata.get("labels") or {}).items():
-        if not isinstance(value, str) or len(value) > NAME_MAX or not _LABEL_VALUE.match(value):
-            raise SpecError(f"metadata.labels.{key}", f"{value!r} is not a label value")
+        raise SpecError("metadata.name", f"{shown(name)} must be a DNS-1035 label (lowercase, starting with a letter)")
+    _check_labels(metadata.get("labels") or {}, "metadata.labels")
     spec = manifest.get("spec")
     if not isinstance(spec, Mapping):
         raise SpecError("spec", "is required")
@@ -586,20 +627,33 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
         _lint_replicated_job(rjob, f"spec.replicatedJobs[{index}]", seen, name)
     for policy_field in ("successPolicy", "failurePolicy"):
         policy = spec.get(policy_field) or {}
-        targets = policy.get("targetReplicatedJobs") or [] if isinstance(policy, Mapping) else []
+        if not isinstance(policy, Mapping):
+            raise SpecError(f"spec.{policy_field}", "must be a mapping")
+        targets = policy.get("targetReplicatedJobs") or []
+        if not isinstance(targets, list):
+            raise SpecError(f"spec.{policy_field}.targetReplicatedJobs", "must be a list of replicated job names")
         for target in targets:
-            if target not in seen:
-                raise SpecError(f"spec.{policy_field}.targetReplicatedJobs", f"{target!r} is not a replicated job")
+            if not isinstance(target, str) or target not in seen:
+                raise SpecError(f"spec.{policy_field}.targetReplicatedJobs", f"{shown(target)} is not a replicated job")
+        if "maxRestarts" in policy and not _is_int_in(policy["maxRestarts"], 0, INT32_MAX):
+            raise SpecError(
+                f"spec.{policy_field}.maxRestarts", f"must be an int32 >= 0, got {shown(policy['maxRestarts'])}"
+            )
     coordinator = spec.get("coordinator")
-    if isinstance(coordinator, Mapping) and coordinator.get("replicatedJob") not in seen:
-        raise SpecError(
-            "spec.coordinator.replicatedJob", f"{coordinator.get('replicatedJob')!r} is not a replicated job"
-        )
-    if isinstance(coordinator, Mapping) and isinstance(name, str):
-        endpoint = (
-            f"{name}-{coordinator.get('replicatedJob')}-{coordinator.get('jobIndex', 0)}"
-            f"-{coordinator.get('podIndex', 0)}.{name}"
-        )
+    if coordinator is None:
+        return
+    if not isinstance(coordinator, Mapping):
+        raise SpecError("spec.coordinator", "must be a mapping")
+    coordinator_job = coordinator.get("replicatedJob")
+    if not isinstance(coordinator_job, str) or coordinator_job not in seen:
+        raise SpecError("spec.coordinator.replicatedJob", f"{shown(coordinator_job)} is not a replicated job")
+    for index_field in ("jobIndex", "podIndex"):
+        if not _is_int_in(coordinator.get(index_field, 0), 0, INT32_MAX):
+            raise SpecError(
+                f"spec.coordinator.{index_field}", f"must be an int32 >= 0, got {shown(coordinator[index_field])}"
+            )
+    if isinstance(name, str):
+        endpoint = f"{name}-{coordinator_job}-{coordinator.get('jobIndex', 0)}-{coordinator.get('podIndex', 0)}.{name}"
         if len(endpoint) > NAME_MAX:
             raise SpecError(
                 "metadata.name",
@@ -613,31 +667,51 @@ def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | No
         raise SpecError(where, "must be a mapping")
     rname = rjob.get("name")
     if not isinstance(rname, str) or not _DNS1035_LABEL.match(rname) or len(rname) > NAME_MAX:
-        raise SpecError(f"{where}.name", f"{rname!r} must be a DNS-1035 label")
+        raise SpecError(f"{where}.name", f"{shown(rname)} must be a DNS-1035 label")
     if rname in seen:
         raise SpecError(f"{where}.name", f"{rname!r} is used twice")
     seen.add(rname)
     replicas = rjob.get("replicas", 1)
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise SpecError(f"{where}.replicas", f"must be an integer >= 1, got {replicas!r}")
-    job_spec = (rjob.get("template") or {}).get("spec") if isinstance(rjob.get("template"), Mapping) else None
+    if not _is_int_in(replicas, 1, INT32_MAX):
+        raise SpecError(f"{where}.replicas", f"must be an integer from 1 to {INT32_MAX}, got {shown(replicas)}")
+    template = rjob.get("template")
+    job_spec = template.get("spec") if isinstance(template, Mapping) else None
     if not isinstance(job_spec, Mapping):
         raise SpecError(f"{where}.template.spec", "is required (a batch/v1 JobSpec)")
+    for count in ("completions", "parallelism", "backoffLimit"):
+        if count in job_spec and not _is_int_in(job_spec[count], 0, INT32_MAX):
+            raise SpecError(f"{where}.template.spec.{count}", f"must be an int32 >= 0, got {shown(job_spec[count])}")
     pod_template = job_spec.get("template")
     pod_spec = pod_template.get("spec") if isinstance(pod_template, Mapping) else None
     if not isinstance(pod_spec, Mapping):
         raise SpecError(f"{where}.template.spec.template.spec", "is required (a PodSpec)")
+    pod_metadata = pod_template.get("metadata") if isinstance(pod_template, Mapping) else None
+    if isinstance(pod_metadata, Mapping):
+        _check_labels(pod_metadata.get("labels") or {}, f"{where}.template.spec.template.metadata.labels")
+    elif pod_metadata is not None:
+        raise SpecError(f"{where}.template.spec.template.metadata", "must be a mapping")
     containers = pod_spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise SpecError(f"{where}.template.spec.template.spec.containers", "must be a non-empty list")
-    for cindex, container in enumerate(containers):
-        cwhere = f"{where}.template.spec.template.spec.containers[{cindex}]"
-        if not isinstance(container, Mapping) or not isinstance(container.get("name"), str) or not container["name"]:
-            raise SpecError(f"{cwhere}.name", "is required")
-        if not container.get("image"):
-            raise SpecError(f"{cwhere}.image", "is required")
+    init_containers = pod_spec.get("initContainers") or []
+    if not isinstance(init_containers, list):
+        raise SpecError(f"{where}.template.spec.template.spec.initContainers", "must be a list")
+    for kind, listed in (("containers", containers), ("initContainers", init_containers)):
+        for cindex, container in enumerate(listed):
+            _lint_container(container, f"{where}.template.spec.template.spec.{kind}[{cindex}]")
     if jobset:
         _check_child_names(jobset, rname, replicas, job_spec, where)
+
+
+def _lint_container(container: Any, where: str) -> None:
+    if not isinstance(container, Mapping) or not isinstance(container.get("name"), str) or not container["name"]:
+        raise SpecError(f"{where}.name", "is required")
+    if not isinstance(container.get("image"), str) or not container["image"]:
+        raise SpecError(f"{where}.image", "is required")
+    for argv_field in ("command", "args"):
+        argv = container.get(argv_field, [])
+        if not isinstance(argv, list) or not all(isinstance(item, str) for item in argv):
+            raise SpecError(f"{where}.{argv_field}", "must be a list of strings (an argv, never a shell string)")
 
 
 def _check_child_names(jobset: str, rname: str, replicas: int, job_spec: Mapping[str, Any], where: str) -> None:

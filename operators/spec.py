@@ -32,10 +32,14 @@ MAXTEXT_TRAIN_MODULE: Final = "maxtext.trainers.pre_train.train"
 DEFAULT_CONFIG_FILE: Final = "src/maxtext/configs/base.yml"
 
 DNS1123_LABEL_MAX: Final = 63
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Replicas, backoffLimit, maxRestarts and completions are int32 in the JobSet and batch/v1 APIs; every integer
+# of a spec is held to that range so a huge templated value is a lint error, not a rejected create.
+INT32_MAX: Final = 2**31 - 1
+_SHOWN_MAX: Final = 80
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # gs:// bucket names (cloud.google.com/storage/docs/buckets#naming), dotted names up to 222 chars.
-_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\Z")
 # Characters a shell or a YAML reader would treat specially; never part of a valid image reference.
 _SHELL_META = set(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
 
@@ -46,8 +50,9 @@ _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_IMAGE_REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?$")
+_IMAGE_REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?\Z")
 _IMAGE_NAME_MAX = 255
+_IMAGE_REFERENCE_MAX = _IMAGE_NAME_MAX + 1 + 128 + 1 + 200  # name, tag, digest
 
 # MaxText keys the operator renders itself, mapped to the operator parameter that sets them.
 OPERATOR_OWNED_KEYS: Final[Mapping[str, str]] = {
@@ -102,30 +107,32 @@ class TpuType:
     def topology_error(self, topology: str) -> str | None:
         """Why `topology` is not a slice shape of this type, or None when it is."""
         parts = topology.split("x")
-        if not all(p.isdigit() and p == str(int(p)) and int(p) >= 1 for p in parts):
-            return f"{topology!r} is not a topology: expected {self.topology_dims} positive integers joined by 'x'"
+        # ASCII digits, a few of them: `int()` also takes other scripts' digits and refuses > 4300 digits.
+        if not all(p.isascii() and p.isdecimal() and len(p) <= 6 and p == str(int(p)) and int(p) >= 1 for p in parts):
+            return f"{shown(topology)} is not a topology: expected {self.topology_dims} positive integers joined by 'x'"
         if len(parts) != self.topology_dims:
             return (
                 f"{self.name} topologies have {self.topology_dims} dimensions (e.g. {self._example()}), "
-                f"got {topology!r}"
+                f"got {shown(topology)}"
             )
         dims = [int(p) for p in parts]
         if self.topology_dims == 2:
             if topology in self.topologies:
                 return None
-            return f"{topology!r} is not a {self.name} slice shape; known: {', '.join(_sorted_shapes(self.topologies))}"
+            known = ", ".join(_sorted_shapes(self.topologies))
+            return f"{shown(topology)} is not a {self.name} slice shape; known: {known}"
         if topology in _SMALL_3D:
             return None
         if any(d % 4 for d in dims):
             return (
-                f"{topology!r} is not a {self.name} slice shape: larger than 2x4x4, every dimension must be a "
+                f"{shown(topology)} is not a {self.name} slice shape: larger than 2x4x4, every dimension must be a "
                 "multiple of 4 (e.g. 4x4x4, 4x4x8)"
             )
         if self.nondecreasing and dims != sorted(dims):
-            return f"{topology!r} is not a {self.name} slice shape: write the dimensions in nondecreasing order"
+            return f"{shown(topology)} is not a {self.name} slice shape: write the dimensions in nondecreasing order"
         cubes = math.prod(d // 4 for d in dims)
         if cubes > self.max_cubes:
-            return f"{topology!r} has {cubes} 4x4x4 cubes; a {self.name} slice has at most {self.max_cubes}"
+            return f"{shown(topology)} has {cubes} 4x4x4 cubes; a {self.name} slice has at most {self.max_cubes}"
         return None
 
     def chips(self, topology: str) -> int:
@@ -220,7 +227,7 @@ class ElasticRunSpec:
             raise SpecError("tpu_type", "is required for the gke runtime")
         tpu = TPU_TYPES.get(self.tpu_type)
         if tpu is None:
-            raise SpecError("tpu_type", f"unknown TPU type {self.tpu_type!r}; known: {', '.join(TPU_TYPES)}")
+            raise SpecError("tpu_type", f"unknown TPU type {shown(self.tpu_type)}; known: {', '.join(TPU_TYPES)}")
         return tpu
 
     @property
@@ -282,6 +289,7 @@ def lint(spec: ElasticRunSpec) -> None:
     _lint_slices(spec)
     _lint_budgets(spec)
     _lint_accelerator(spec)
+    _lint_worker_backoff(spec)
     _lint_config_file(spec.config_file)
     _lint_maxtext_args(spec.maxtext_args)
 
@@ -290,17 +298,28 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _require_int(name: str, value: object, minimum: int) -> int:
+def shown(value: object) -> str:
+    """`repr(value)` for an error message, bounded (a templated value can be huge, or too long to `repr`)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts to text
+        return "an integer too large to print"
+    return text if len(text) <= _SHOWN_MAX else f"{text[: _SHOWN_MAX - 3]}..."
+
+
+def _require_int(name: str, value: object, minimum: int, maximum: int = INT32_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(name, f"must be an integer, got {value!r}")
+        raise SpecError(name, f"must be an integer, got {shown(value)}")
     if value < minimum:
-        raise SpecError(name, f"must be at least {minimum}, got {value}")
+        raise SpecError(name, f"must be at least {minimum}, got {shown(value)}")
+    if value > maximum:
+        raise SpecError(name, f"must be at most {maximum}, got {shown(value)}")
     return value
 
 
 def _lint_runtime(spec: ElasticRunSpec) -> None:
     if spec.runtime not in RUNTIMES:
-        raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {spec.runtime!r}")
+        raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {shown(spec.runtime)}")
 
 
 def is_dns1123_label(value: str) -> bool:
@@ -309,7 +328,9 @@ def is_dns1123_label(value: str) -> bool:
 
 
 def _lint_run_name(run_name: object) -> None:
-    if not isinstance(run_name, str) or not run_name:
+    if run_name is not None and not isinstance(run_name, str):
+        raise SpecError("run_name", f"must be a string, got {shown(run_name)}")
+    if not run_name:
         raise SpecError(
             "run_name",
             "is required: MaxText resumes only from <base_output_directory>/<run_name>, and an empty run_name "
@@ -323,7 +344,7 @@ def _lint_run_name(run_name: object) -> None:
     if not _DNS1123_LABEL.match(run_name):
         raise SpecError(
             "run_name",
-            f"{run_name!r} is not a DNS-1123 label: use lowercase letters, digits and '-', "
+            f"{shown(run_name)} is not a DNS-1123 label: use lowercase letters, digits and '-', "
             "starting and ending with a letter or digit",
         )
 
@@ -334,21 +355,23 @@ def _has_unsafe_chars(value: str) -> bool:
 
 def _lint_output_directory(path: object) -> None:
     name = "base_output_directory"
-    if not isinstance(path, str) or not path:
+    if path is not None and not isinstance(path, str):
+        raise SpecError(name, f"must be a string, got {shown(path)}")
+    if not path:
         raise SpecError(name, "is required: a gs://bucket/prefix URI or an absolute local path")
     if _has_unsafe_chars(path):
-        raise SpecError(name, f"must not contain whitespace or control characters: {path!r}")
+        raise SpecError(name, f"must not contain whitespace or control characters: {shown(path)}")
     if path.startswith("gs://"):
         bucket, _, rest = path[len("gs://") :].partition("/")
         if not _GCS_BUCKET.match(bucket) or ".." in bucket:
-            raise SpecError(name, f"{bucket!r} is not a valid GCS bucket name in {path!r}")
+            raise SpecError(name, f"{shown(bucket)} is not a valid GCS bucket name in {shown(path)}")
         segments = rest.split("/")
     elif path.startswith("/"):
         segments = path.split("/")
     else:
-        raise SpecError(name, f"must be a gs://bucket/prefix URI or an absolute local path, got {path!r}")
+        raise SpecError(name, f"must be a gs://bucket/prefix URI or an absolute local path, got {shown(path)}")
     if ".." in segments:
-        raise SpecError(name, f"must not contain '..' segments: {path!r}")
+        raise SpecError(name, f"must not contain '..' segments: {shown(path)}")
 
 
 def _lint_steps(spec: ElasticRunSpec) -> None:
@@ -364,9 +387,7 @@ def _lint_steps(spec: ElasticRunSpec) -> None:
 
 def _lint_slices(spec: ElasticRunSpec) -> None:
     slices = _require_int("num_slices", spec.num_slices, 1)
-    minimum = spec.elastic_min_slice_count
-    if not _is_int(minimum):
-        raise SpecError("elastic_min_slice_count", f"must be an integer, got {minimum!r}")
+    minimum = _require_int("elastic_min_slice_count", spec.elastic_min_slice_count, -1)
     if minimum == -1:
         return
     if slices == 1:
@@ -409,14 +430,14 @@ def _lint_accelerator(spec: ElasticRunSpec) -> None:
     if spec.tpu_type is None:
         if gke:
             raise SpecError("tpu_type", f"is required for the gke runtime; known: {', '.join(TPU_TYPES)}")
-    elif spec.tpu_type not in TPU_TYPES:
-        raise SpecError("tpu_type", f"unknown TPU type {spec.tpu_type!r}; known: {', '.join(TPU_TYPES)}")
+    elif not isinstance(spec.tpu_type, str) or spec.tpu_type not in TPU_TYPES:
+        raise SpecError("tpu_type", f"unknown TPU type {shown(spec.tpu_type)}; known: {', '.join(TPU_TYPES)}")
     if spec.tpu_topology is None:
         if gke:
             raise SpecError("tpu_topology", "is required for the gke runtime, e.g. 2x2x1 (v4, v5p) or 2x2 (v5e, v6e)")
         return
     if not isinstance(spec.tpu_topology, str):
-        raise SpecError("tpu_topology", f"must be a string such as 2x2x1, got {spec.tpu_topology!r}")
+        raise SpecError("tpu_topology", f"must be a string such as 2x2x1, got {shown(spec.tpu_topology)}")
     if spec.tpu_type is None:
         raise SpecError("tpu_type", "is required when tpu_topology is set")
     topology_error = TPU_TYPES[spec.tpu_type].topology_error(spec.tpu_topology)
@@ -424,17 +445,29 @@ def _lint_accelerator(spec: ElasticRunSpec) -> None:
         raise SpecError("tpu_topology", topology_error)
 
 
+def _lint_worker_backoff(spec: ElasticRunSpec) -> None:
+    vms = spec.vms_per_slice
+    if spec.max_slice_restarts * vms > INT32_MAX:
+        raise SpecError(
+            "max_slice_restarts",
+            f"{spec.max_slice_restarts} x {vms} VMs per slice is the worker Job's backoffLimit, which must be at most "
+            f"{INT32_MAX}",
+        )
+
+
 def image_reference_error(image: object) -> str | None:
     """Why `image` is not a container image reference (`[registry/]path[:tag][@digest]`), or None."""
     if not isinstance(image, str) or not image:
         return "must be a non-empty image reference such as us-docker.pkg.dev/project/repo/maxtext:tag"
+    if len(image) > _IMAGE_REFERENCE_MAX:
+        return f"is {len(image)} characters long; an image reference is at most {_IMAGE_REFERENCE_MAX}"
     bad = sorted({c for c in image if c in _SHELL_META or not c.isprintable()})
     if bad:
-        return f"{image!r} contains characters not allowed in an image reference: {''.join(bad)!r}"
+        return f"{shown(image)} contains characters not allowed in an image reference: {''.join(bad)!r}"
     match = _IMAGE_REFERENCE.match(image)
     if match is None:
         return (
-            f"{image!r} is not an image reference: expected [registry[:port]/]path[:tag][@sha256:digest] with a "
+            f"{shown(image)} is not an image reference: expected [registry[:port]/]path[:tag][@sha256:digest] with a "
             "lowercase path"
         )
     if len(match["name"]) > _IMAGE_NAME_MAX:
@@ -445,11 +478,16 @@ def image_reference_error(image: object) -> str | None:
 def _lint_config_file(config_file: object) -> None:
     if not isinstance(config_file, str) or not config_file:
         raise SpecError("config_file", "is required: the MaxText base config path inside the image")
+    if config_file.startswith("-"):
+        raise SpecError(
+            "config_file",
+            f"must not start with '-' (MaxText's absl flag parser would read it as a flag): {shown(config_file)}",
+        )
     if _has_unsafe_chars(config_file) or "=" in config_file:
         raise SpecError(
             "config_file",
             f"must be a path without '=', whitespace or control characters (it is the first argument), got "
-            f"{config_file!r}",
+            f"{shown(config_file)}",
         )
 
 
@@ -458,12 +496,15 @@ def _lint_maxtext_args(args: object) -> None:
         raise SpecError("maxtext_args", f"must be a mapping of MaxText keys to values, got {type(args).__name__}")
     for key, value in args.items():
         if not isinstance(key, str) or not _IDENTIFIER.match(key):
-            raise SpecError("maxtext_args", f"key {key!r} is not a MaxText key (a Python identifier)")
+            raise SpecError("maxtext_args", f"key {shown(key)} is not a MaxText key (a Python identifier)")
         where = f"maxtext_args.{key}"
         if key in ALWAYS_ON_KEYS:
-            rendered = render_value(value).strip().lower()
+            try:
+                rendered = render_value(value).strip().lower()
+            except ValueError:  # an int too large to print is not a false word either
+                rendered = ""
             if rendered in _FALSE_WORDS:
-                raise SpecError(where, f"cannot be {value!r}: {ALWAYS_ON_KEYS[key]}")
+                raise SpecError(where, f"cannot be {shown(value)}: {ALWAYS_ON_KEYS[key]}")
             raise SpecError(where, f"is set by the operator; remove it ({ALWAYS_ON_KEYS[key]})")
         if key in OPERATOR_OWNED_KEYS:
             raise SpecError(
@@ -480,17 +521,19 @@ def _lint_maxtext_args(args: object) -> None:
 
 def _lint_maxtext_value(where: str, key: str, value: object) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(where, f"must be a finite number, got {value!r}")
+        raise SpecError(where, f"must be a finite number, got {shown(value)}")
     if not isinstance(value, str | int | float):
         raise SpecError(where, f"must be a string, number or boolean, got {type(value).__name__}")
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise SpecError(where, f"{shown(value)} is out of range for a MaxText integer (64 bits)")
     text = render_value(value)
     if not text:
         raise SpecError(where, "must not be empty (omit the key to keep MaxText's default)")
     if "=" in text:
-        raise SpecError(where, f"must not contain '=' (it would smuggle a second key into {key}=...): {text!r}")
+        raise SpecError(where, f"must not contain '=' (it would smuggle a second key into {key}=...): {shown(text)}")
     if _has_unsafe_chars(text):
         raise SpecError(
-            where, f"must not contain whitespace or control characters (it would split the argument): {text!r}"
+            where, f"must not contain whitespace or control characters (it would split the argument): {shown(text)}"
         )
     if key == "save_checkpoint_on_completion" and text.lower() in _FALSE_WORDS:
         raise SpecError(

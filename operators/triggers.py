@@ -162,8 +162,10 @@ class _Monitor:
             asyncio.create_task(self._watch_jobs(), name="jobs"),
             asyncio.create_task(self._follow_log(), name="log"),
         ]
+        for task in tasks:
+            task.add_done_callback(lambda _: self.changed.set())
         try:
-            return await self._decide_loop()
+            return await self._decide_loop(tasks)
         finally:
             for task in tasks:
                 task.cancel()
@@ -173,9 +175,13 @@ class _Monitor:
             with contextlib.suppress(Exception):
                 await self.hook.close()
 
-    async def _decide_loop(self) -> dict[str, Any]:
+    async def _decide_loop(self, watchers: list[asyncio.Task[None]]) -> dict[str, Any]:
         trigger = self.trigger
         while True:
+            for watcher in watchers:  # a watcher that gave up (refused access) ends the wait with its error
+                error = watcher.exception() if watcher.done() and not watcher.cancelled() else None
+                if error is not None:
+                    raise error
             now = time.time()
             if trigger.deadline is not None and now >= trigger.deadline:
                 return self.event(EventStatus.DEADLINE, "deadline", "the trigger's deadline passed")

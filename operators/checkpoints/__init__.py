@@ -7,12 +7,13 @@ from operators.checkpoints.moving import MoveError
 from operators.checkpoints.problems import Finding, Problem
 from operators.checkpoints.quarantine import quarantine_step
 from operators.checkpoints.report import CheckpointReport, DeepOptions, validate_checkpoints
-from operators.checkpoints.storage import GCSStorage, LocalStorage, Storage, StorageError, storage_for
+from operators.checkpoints.storage import CredentialsError, GCSStorage, LocalStorage, Storage, StorageError, storage_for
 from operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
 
 __all__ = [
     "QUARANTINE_DIR",
     "CheckpointReport",
+    "CredentialsError",
     "DeepOptions",
     "Discovery",
     "Finding",

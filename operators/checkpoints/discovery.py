@@ -12,8 +12,8 @@ from operators.constants import CHECKPOINT_METADATA_FILE, CHECKPOINTS_DIR, TMP_D
 QUARANTINE_DIR = "quarantine"
 # Orbax's temporary names: `<step>.orbax-checkpoint-tmp` (>= 0.11.20) and `...-tmp-<n>` (older).
 # ASCII digits only: `\d` would also take Arabic-Indic or fullwidth digits, names no trainer writes.
-_TMP_RE = re.compile(r"^([0-9]+)" + re.escape(TMP_DIR_SUFFIX) + r"(-[0-9]+)?$")
-_STEP_RE = re.compile(r"^[0-9]{1,18}$")
+_TMP_RE = re.compile(r"^([0-9]+)" + re.escape(TMP_DIR_SUFFIX) + r"(-[0-9]+)?\Z")
+_STEP_RE = re.compile(r"^[0-9]{1,18}\Z")
 
 
 class IgnoredReason(StrEnum):

@@ -17,7 +17,7 @@ from operators.checkpoints.discovery import (
     split_step_path,
 )
 from operators.checkpoints.problems import Finding, Problem
-from operators.checkpoints.storage import Storage, StorageError, is_gcs, storage_for
+from operators.checkpoints.storage import CredentialsError, Storage, StorageError, is_gcs, storage_for
 from operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
 
 
@@ -89,7 +89,8 @@ def validate_checkpoints(
 
     ``commit_success.txt`` is required on ``gs://`` whatever `options` say. All steps get the
     metadata checks, in parallel. Deep checks (when asked) run on the target
-    step and, going down from the newest, until one valid step is found.
+    step and, going down from the newest, until one valid step is found. Raises `CredentialsError`
+    when gs:// has no usable credentials; any other storage error is the report's ``error``.
     """
     store = storage or storage_for(path)
     opts = options or ValidationOptions()
@@ -105,6 +106,8 @@ def validate_checkpoints(
         else:
             root = resolve_root(store, path)
         found = discover(store, root, quarantine_dir)
+    except CredentialsError:
+        raise  # the environment is broken, not the checkpoint: no verdict
     except StorageError as exc:
         return CheckpointReport(path, path, step, error=str(exc))
     if not found.steps:

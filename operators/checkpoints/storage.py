@@ -75,6 +75,37 @@ class ListingTooLargeError(StorageError):
         self.limit = limit
 
 
+class CredentialsError(StorageError):
+    """No usable Google Cloud credentials: an environment problem, not an invalid checkpoint.
+
+    The message says what to set and never carries a credentials path or file content.
+    """
+
+
+_ADC_HELP = (
+    "set GOOGLE_APPLICATION_CREDENTIALS to a service account key file, run "
+    "`gcloud auth application-default login`, or run with a service account attached "
+    "(STORAGE_EMULATOR_HOST for an emulator)"
+)
+
+
+def credentials_error(error: BaseException) -> CredentialsError:
+    """A `CredentialsError` for a google-auth failure, naming what to set (without the credentials' path)."""
+    from google.auth import exceptions
+
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") and isinstance(error, exceptions.DefaultCredentialsError):
+        what = "GOOGLE_APPLICATION_CREDENTIALS is set, but its file is missing or not a credentials file"
+    elif isinstance(error, exceptions.DefaultCredentialsError):
+        what = "no Google Cloud credentials were found (Application Default Credentials)"
+    elif isinstance(error, exceptions.RefreshError):
+        what = "the Google Cloud credentials were refused (expired, revoked or malformed)"
+    elif isinstance(error, exceptions.TransportError):
+        what = "the Google token service could not be reached to use the credentials"
+    else:
+        what = f"the Google Cloud credentials could not be used ({type(error).__name__})"
+    return CredentialsError(f"cannot read gs://: {what}; {_ADC_HELP}")
+
+
 class FileTooLargeError(Exception):
     """A bounded read found a file larger than the caller allows."""
 
@@ -271,9 +302,14 @@ def make_gcs_client(project: str | None = None) -> Client:
             project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", "test"),
             credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
         )
+    from google.auth import exceptions
+
     # `project=None` would mean "no project" to google-cloud-storage: leave it out so the
     # project comes from ADC or GOOGLE_CLOUD_PROJECT, like the credentials.
-    return storage.Client(project=project) if project else storage.Client()
+    try:
+        return storage.Client(project=project) if project else storage.Client()
+    except exceptions.GoogleAuthError as exc:
+        raise credentials_error(exc) from None
 
 
 class GCSStorage:
@@ -410,6 +446,7 @@ class GCSStorage:
     def read(self, path: str, max_bytes: int) -> bytes:
         """Download at most `max_bytes` + 1 bytes (a ranged read) and refuse anything larger."""
         from google.api_core import exceptions
+        from google.auth import exceptions as auth_exceptions
 
         bucket, key = split_gcs(path)
         blob = self.client.bucket(bucket).blob(key)
@@ -423,6 +460,8 @@ class GCSStorage:
             return b""  # an empty object
         except exceptions.GoogleAPIError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
+        except auth_exceptions.GoogleAuthError as exc:
+            raise credentials_error(exc) from None
         if len(data) > max_bytes:
             raise FileTooLargeError(path, max_bytes)
         return data
@@ -439,6 +478,7 @@ class GCSStorage:
     def _call(self, fn: Callable[[], _T], path: str) -> _T:
         """Run one library call, turning its errors into `StorageError`."""
         from google.api_core import exceptions
+        from google.auth import exceptions as auth_exceptions
 
         try:
             return fn()
@@ -446,6 +486,8 @@ class GCSStorage:
             raise StorageError(f"{path}: bucket not found") from exc
         except exceptions.GoogleAPIError as exc:
             raise StorageError(f"cannot list {path}: {exc}") from exc
+        except auth_exceptions.GoogleAuthError as exc:
+            raise credentials_error(exc) from None
 
 
 class _Budget:

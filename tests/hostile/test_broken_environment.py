@@ -1,0 +1,260 @@
+"""A broken environment ends in one clear line that says what to set: no Google credentials for
+`elastic-training validate gs://...` (exit 2, distinct from "not valid"), and the Kubernetes connection cases
+(a server that is not there, a refused token, a cluster without the JobSet API) through `JobSetHook`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from local.cluster import LocalCluster
+from local.cluster.kubeconfig import render_kubeconfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _validate_without_credentials(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    home = tmp_path / "home"  # no ~/.config/gcloud: no Application Default Credentials
+    home.mkdir(exist_ok=True)
+    clean = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "cli", "validate", "gs://some-bucket/run/checkpoints"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=clean,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.parametrize(
+    ("credentials", "says"),
+    [
+        (None, "no Google Cloud credentials were found"),
+        ("missing.json", "GOOGLE_APPLICATION_CREDENTIALS is set, but its file is missing or not a credentials file"),
+        ("garbage.json", "GOOGLE_APPLICATION_CREDENTIALS is set, but its file is missing or not a credentials file"),
+    ],
+)
+def test_validate_without_google_credentials_exits_2_with_one_line(
+    tmp_path: Path, credentials: str | None, says: str
+) -> None:
+    env = {}
+    if credentials is not None:
+        path = tmp_path / "secret-place" / credentials
+        path.parent.mkdir()
+        if credentials == "garbage.json":
+            path.write_text('{"type": "service_account", "private_key": "FAKE-KEY-CONTENT"}')
+        env["GOOGLE_APPLICATION_CREDENTIALS"] = str(path)
+    result = _validate_without_credentials(tmp_path, **env)
+    assert result.returncode == 2, result.stderr  # not 1: the checkpoint was never looked at
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("elastic-training validate: error: cannot read gs://: ")
+    assert says in line
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in line and "gcloud auth application-default login" in line
+    assert "secret-place" not in line and "FAKE-KEY-CONTENT" not in line  # never the credentials' path or content
+
+
+# ---- the Kubernetes connection -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The local cluster, API only: these tests never run a pod."""
+    with LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), run_control_plane=False) as running:
+        yield running
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, Any]) -> str:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return conn_id
+
+
+def _kubeconfig_for(server: str, token: str) -> dict[str, Any]:
+    document = render_kubeconfig(server, token)
+    return document
+
+
+def _elastic(conn_id: str) -> Any:
+    from operators import ElasticJobSetOperator
+
+    return ElasticJobSetOperator(
+        task_id="pretrain",
+        run_name="env-test",
+        base_output_directory="/tmp/env-test",
+        steps=10,
+        checkpoint_period=5,
+        num_slices=1,
+        runtime="local",
+        kubernetes_conn_id=conn_id,
+        deferrable=False,
+    )
+
+
+class _TaskInstance:
+    """The part of a task instance `execute` reads before its first API call."""
+
+    dag_id, task_id, run_id, map_index = "env_dag", "pretrain", "manual__1", -1
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        raise AssertionError(f"nothing may reach XCom before the cluster answered: {key}={value!r}")
+
+
+def _execute_error(operator: Any) -> str:
+    from airflow.sdk.exceptions import AirflowException
+
+    with pytest.raises(AirflowException) as raised:
+        operator.execute({"ti": _TaskInstance()})
+    message = str(raised.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_a_server_that_is_not_there(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    server = f"http://127.0.0.1:{_closed_port()}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(_kubeconfig_for(server, "FAKE-TOKEN-NOWHERE")))
+    conn_id = _connection(monkeypatch, "k8s_nowhere", {"kube_config_path": str(kubeconfig)})
+    message = _execute_error(_elastic(conn_id))
+    assert message.startswith(f"cannot reach the Kubernetes API server {server} of connection 'k8s_nowhere'")
+    assert "check the server in the kubeconfig" in message
+    assert "FAKE-TOKEN-NOWHERE" not in message
+
+
+def test_a_kubeconfig_path_that_is_not_there(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    conn_id = _connection(monkeypatch, "k8s_no_file", {"kube_config_path": str(tmp_path / "secret-dir" / "nope")})
+    message = _execute_error(_elastic(conn_id))
+    assert message.startswith("connection 'k8s_no_file': cannot load a Kubernetes configuration")
+    assert "set kube_config_path, kube_config or in_cluster" in message
+    assert "secret-dir" not in message
+
+
+def test_an_inline_kube_config_that_is_not_yaml_is_not_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = "users:\n- name: u\n  user: {token: FAKE-TOKEN-IN-BROKEN-YAML\n"  # unclosed flow mapping
+    conn_id = _connection(monkeypatch, "k8s_bad_yaml", {"kube_config": broken})
+    message = _execute_error(_elastic(conn_id))
+    assert "its kubeconfig is not valid YAML" in message
+    assert "FAKE-TOKEN" not in message
+
+
+def test_a_refused_token(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local cluster checks bearer tokens: an expired or wrong one gets 401."""
+    kubeconfig = _kubeconfig_for(cluster.url, "FAKE-EXPIRED-TOKEN")
+    conn_id = _connection(monkeypatch, "k8s_expired", {"kube_config": kubeconfig})
+    message = _execute_error(_elastic(conn_id))
+    assert message.startswith(
+        f"the Kubernetes API server {cluster.url} refused the credentials of connection 'k8s_expired' (HTTP 401"
+    )
+    assert "renew it in the kubeconfig" in message and "FAKE-EXPIRED-TOKEN" not in message
+
+
+@pytest.fixture
+def no_jobset_api(cluster: LocalCluster) -> Iterator[None]:
+    """The cluster answers for the JobSet group as a real API server without the CRD does: 404 on every path,
+    discovery included (`/apis/jobset.x-k8s.io/...`), while the core API keeps working."""
+    cluster.faults.fail_requests(404, path=r"^/apis/jobset\.x-k8s\.io(/|$)")
+    try:
+        yield
+    finally:
+        cluster.faults.clear()
+
+
+def test_a_cluster_without_the_jobset_api(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, no_jobset_api: None
+) -> None:
+    from operators import JobSetOperator
+
+    conn_id = _connection(monkeypatch, "k8s_no_crd", {"kube_config_path": str(cluster.kubeconfig_path)})
+    for operator in (
+        _elastic(conn_id),
+        JobSetOperator(
+            task_id="job",
+            name="job",
+            image="local",
+            command=["true"],
+            runtime="local",
+            kubernetes_conn_id=conn_id,
+            deferrable=False,
+        ),
+    ):
+        message = _execute_error(operator)
+        assert message == (
+            "the JobSet CRD (jobset.x-k8s.io/v1alpha2) is not installed on the cluster "
+            f"{cluster.url} of connection 'k8s_no_crd'; install kubernetes-sigs/jobset "
+            "(https://jobset.sigs.k8s.io/docs/installation/)"
+        )
+
+
+def test_a_missing_namespace_is_not_a_missing_crd(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from operators.hooks import ClusterAccessError, JobSetHook
+    from operators.manifests import JobSpec, plain_jobset
+
+    hook = JobSetHook(conn_id=_connection(monkeypatch, "k8s_ok", {"kube_config_path": str(cluster.kubeconfig_path)}))
+    body = plain_jobset(
+        JobSpec(image="local", command=["true"], runtime="local"),
+        name="x-abcdef",
+        namespace="no-such-namespace",
+        labels={},
+        stage="job",
+    )
+    with pytest.raises(ClusterAccessError, match="namespace 'no-such-namespace' does not exist on the cluster"):
+        hook.create_jobset(body, "no-such-namespace")
+
+
+def test_a_verb_the_role_does_not_grant(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from operators.hooks import ClusterAccessError, JobSetHook
+
+    hook = JobSetHook(conn_id=_connection(monkeypatch, "k8s_rbac", {"kube_config_path": str(cluster.kubeconfig_path)}))
+    cluster.faults.fail_requests(403, path=r"/jobsets$", method="GET")
+    try:
+        with pytest.raises(ClusterAccessError) as raised:
+            hook.list_jobsets("default", "a=b")
+    finally:
+        cluster.faults.clear()
+    assert str(raised.value).startswith("connection 'k8s_rbac' may not list jobsets in namespace 'default'")
+    assert "deploy/rbac.yaml" in str(raised.value)
+
+
+async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token that expires while the task is deferred: the watches give up after a few refusals (not forever,
+    and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
+    from operators.triggers import JobSetTrigger
+
+    conn_id = _connection(monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED")})
+    trigger = JobSetTrigger(
+        name="run-abcdef",
+        namespace="default",
+        uid="u-1",
+        target_step=10,
+        budgets={
+            "max_slice_restarts": 1,
+            "slice_restart_window_seconds": 3600.0,
+            "stall_timeout_seconds": 3600.0,
+            "max_full_restarts": 1,
+        },
+        kubernetes_conn_id=conn_id,
+        poll_interval=1.0,
+    )
+    event = await asyncio.wait_for(trigger.run().asend(None), timeout=240)
+    assert event.payload["status"] == "error"
+    message = event.payload["message"]
+    assert message.startswith("ClusterAccessError: watching through connection 'k8s_expired_async'")
+    assert "HTTP 401 Unauthorized" in message and "renew the token" in message and "EXPIRED" not in message
