@@ -59,6 +59,7 @@ class Trainer:
         self._generations: dict[int, Generation] = {}
         self._pending: RecoveryRecord | None = None
         self._kill_during_save = checkpointing.kill_during_save_step()
+        self._kill_during_save_once = checkpointing.kill_during_save_once()
 
     def run(self) -> int:
         """Train to `steps` (elastic or not); the process exit code."""
@@ -122,6 +123,7 @@ class Trainer:
             use_ocdbt=self.config.storage_format[0],
             use_zarr3=self.config.storage_format[1],
             kill_during_save_step=self._kill_during_save,
+            kill_during_save_once=self._kill_during_save_once,
         )
 
     def _restore_or_init(self, manager: ocp.CheckpointManager | None, abstract: Any, replicated: NamedSharding) -> Any:
