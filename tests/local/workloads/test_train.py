@@ -184,3 +184,13 @@ def test_kill_during_save_once_fires_in_the_first_run_only(tmp_path: Path, small
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]
     assert _committed(tmp_path / "o" / "checkpoints") == [0, 10, 20, 29]
+
+
+def test_local_step_seconds_stretches_every_step(tmp_path: Path, small_model: list[str]) -> None:
+    args = [f"base_output_directory={tmp_path}", "run_name=slow", "steps=4", "checkpoint_period=2", *small_model]
+    run = run_module("local.workloads.train", args, LOCAL_STEP_SECONDS="0.3")
+    assert run.returncode == 0, run.stdout + run.stderr
+    seconds = [float(m[2]) for m in COMPLETED_STEP_RE.finditer(run.stdout)]
+    assert len(seconds) == 4 and min(seconds) >= 0.3  # a floor the sleep guarantees, not a speed claim
+    refused = run_module("local.workloads.train", args, LOCAL_STEP_SECONDS="soon")
+    assert refused.returncode != 0 and "LOCAL_STEP_SECONDS must be a number of seconds" in refused.stderr
