@@ -56,7 +56,7 @@ RUNS ?= 50
 SEED ?= 1
 JOBS ?= 1
 BUDGET ?= 7200
-RUN_TIMEOUT ?= 420
+RUN_TIMEOUT ?= 480
 CHAOS_OUT ?= chaos-out
 chaos: setup
 	$(BIN)/python -m benchmarks.chaos --runs $(RUNS) --seed $(SEED) --jobs $(JOBS) --budget $(BUDGET) \

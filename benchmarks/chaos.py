@@ -64,6 +64,11 @@ REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "default"
 SMALL_MODEL = {"base_emb_dim": 32, "base_num_decoder_layers": 1, "vocab_size": 32, "max_target_length": 16}
 FIRST_LOGICAL_DATE = datetime(2026, 1, 1, tzinfo=UTC)
+# Seconds each training step also sleeps (LOCAL_STEP_SECONDS): the tiny model does 60 steps in a second,
+# which no fault scheduled at a step could hit. With it, a 60-step incarnation trains for about half a minute.
+STEP_SECONDS = 0.4
+# A run is not started with less than this left of the budget (a typical run takes two to four minutes).
+MIN_SECONDS_TO_START = 200.0
 
 
 # -- the Airflow side (child processes) ------------------------------------------------------------------
@@ -96,9 +101,9 @@ with DAG({dag_id!r}, schedule=None) as dag:
 
 def dag_source(plan: Schedule, base: Path) -> str:
     """The DAG file of one chaos run."""
-    local_env: dict[str, str] = {}
+    local_env: dict[str, str] = {"LOCAL_STEP_SECONDS": str(STEP_SECONDS)}
     if plan.kill_during_save_step is not None:
-        local_env = {
+        local_env |= {
             "LOCAL_FAULT_KILL_DURING_SAVE_STEP": str(plan.kill_during_save_step),
             "LOCAL_FAULT_KILL_DURING_SAVE_ONCE": "1",
         }
@@ -330,6 +335,7 @@ class RunWatch:
                         and labels.get(LABEL_REPLICATED_JOB_NAME) == WORKER_REPLICATED_JOB
                         and labels.get(LABEL_JOB_INDEX) == str(index)
                         and not pod["metadata"].get("deletionTimestamp")
+                        and _running(pod)
                     ):
                         targets.append(pod["metadata"]["name"])
                         break
@@ -356,6 +362,17 @@ class RunWatch:
         self.fired.append(fired)
 
 
+def _running(pod: dict[str, Any]) -> bool:
+    """Running with every container up: a fault on a slice still restarting would restart nothing."""
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(containers)
+        and all("running" in (c.get("state") or {}) for c in containers)
+    )
+
+
 # -- one run ----------------------------------------------------------------------------------------------
 
 
@@ -376,7 +393,7 @@ def child_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "benchmarks.chaos", *args]
 
 
-def run_one(lane: Lane, plan: Schedule, run_timeout: float) -> dict[str, Any]:
+def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bool = False) -> dict[str, Any]:
     """Run one chaos run to its end (or its bound) and evaluate it."""
     base = lane.root / "runs"
     base.mkdir(parents=True, exist_ok=True)
@@ -451,6 +468,8 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float) -> dict[str, Any]:
         run_directory=run_directory,
         log_path=log_path,
     )
+    if hung and cut_by_budget:
+        record["outcome"], record["why"] = "cut", f"the harness's budget ended {run_timeout:.0f} s into the run"
     if record["outcome"] != "success" and "no report" in record["why"]:
         record["why"] = last_error(log_path) or record["why"]
     record["task_processes"] = len(processes)
@@ -732,7 +751,7 @@ def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run
         for index in indices:
             plan = schedule(seed, index)
             left = deadline - time.time()
-            if left < 60:
+            if left < MIN_SECONDS_TO_START:
                 record: dict[str, Any] = {
                     "seed": seed,
                     "index": index,
@@ -743,7 +762,7 @@ def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run
                     "why": "the harness's time budget ran out",
                 }
             else:
-                record = run_one(lane, plan, min(run_timeout, left))
+                record = run_one(lane, plan, min(run_timeout, left), cut_by_budget=left < run_timeout)
             with records.open("a") as handle:
                 handle.write(json.dumps(record, default=str) + "\n")
             print(f"[chaos] run {index}: {record['outcome']}: {record['why']}", flush=True)
@@ -874,7 +893,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=1, help="lanes side by side (each its own cluster)")
     parser.add_argument("--budget", type=float, default=3600.0, help="seconds; no run starts after it")
-    parser.add_argument("--run-timeout", type=float, default=420.0, help="seconds one run may take")
+    parser.add_argument("--run-timeout", type=float, default=480.0, help="seconds one run may take")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON lines, table and logs")
     parser.add_argument("--only", default="", help="comma-separated run indices to run (development)")
     parser.add_argument("--dry-run", action="store_true", help="print the schedules and stop")

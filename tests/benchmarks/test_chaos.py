@@ -65,8 +65,8 @@ def test_dry_run_prints_the_same_schedules_twice() -> None:
 
 @pytest.mark.slow
 def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
-    """Two seeded runs through Airflow on the local cluster (run 1 of seed 1: slice faults and a JobSet
-    adopted by a rerun task; run 5: a quiet run with expired watches)."""
+    """Two seeded runs through Airflow on the local cluster: run 1 of seed 1 (a slice SIGKILLed, later
+    force-deleted) and run 12 (a slice deleted, the task SIGKILLed mid-watch and run again, a 500 burst)."""
     out = tmp_path / "chaos"
     finished = subprocess.run(
         [
@@ -76,7 +76,7 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
             "--seed",
             "1",
             "--only",
-            "1,5",
+            "1,12",
             "--out",
             str(out),
             "--run-timeout",
@@ -90,7 +90,7 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
         timeout=1800,
     )
     records = [json.loads(line) for line in (out / "chaos.jsonl").read_text().splitlines()]
-    assert [r["index"] for r in records] == [1, 5], finished.stdout[-3000:] + finished.stderr[-3000:]
+    assert [r["index"] for r in records] == [1, 12], finished.stdout[-3000:] + finished.stderr[-3000:]
     for record in records:
         assert record["outcome"] != "not run", record
         assert record["max_coexisting_jobsets"] == 1, record
