@@ -883,9 +883,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "_resetdb":
         return reset_db()
     if args and args[0] == "_lane":
-        root, seed, indices, deadline, run_timeout = args[1:6]
+        root, seed, lane_indices, deadline, run_timeout = args[1:6]
         return run_lane(
-            Path(root), int(seed), [int(i) for i in indices.split(",")], float(deadline), float(run_timeout)
+            Path(root), int(seed), [int(i) for i in lane_indices.split(",")], float(deadline), float(run_timeout)
         )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -907,7 +907,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{list(plan.expected().escalations)}; survivable={plan.expected().survivable}"
             )
         return 0
-    out = options.out or Path(tempfile.mkdtemp(prefix="chaos-"))
+    out = (options.out or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()  # sqlite needs absolute paths
     indices = [int(i) for i in options.only.split(",") if i] or list(range(options.runs))
     records = run_matrix(out, options.seed, indices, options.jobs, options.budget, options.run_timeout)
     with (out / "chaos.jsonl").open("w") as handle:
