@@ -64,6 +64,7 @@ def test_dry_run_prints_the_same_schedules_twice() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # two full runs and their Airflow start-ups on a loaded box
 def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
     """Two seeded runs through Airflow on the local cluster: run 1 of seed 1 (a slice SIGKILLed, later
     force-deleted) and run 12 (a slice deleted, the task SIGKILLed mid-watch and run again, a 500 burst)."""
