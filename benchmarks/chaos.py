@@ -769,6 +769,18 @@ def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run
     return 0
 
 
+def stop_lanes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Interrupt lanes still running (their clusters stop their pods on the way out), then kill them."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        os.killpg(process.pid, signal.SIGINT)
+    for process in running:
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
 def run_matrix(
     out: Path, seed: int, runs: Sequence[int], jobs: int, budget: float, run_timeout: float
 ) -> list[dict[str, Any]]:
@@ -798,9 +810,9 @@ def run_matrix(
         for _, process in lanes:
             process.wait(timeout=max(1.0, deadline - time.time() + run_timeout + 300))
     except subprocess.TimeoutExpired:
-        for _, process in lanes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+        pass
+    finally:  # also when this process is interrupted: a lane left behind would keep its cluster and pods
+        stop_lanes([process for _, process in lanes])
     records: dict[int, dict[str, Any]] = {}
     for root, _ in lanes:
         path = root / "records.jsonl"
