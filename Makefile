@@ -6,7 +6,7 @@ UV := $(BIN)/uv
 export UV_CACHE_DIR ?= $(CURDIR)/.uv-cache
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: setup test test-fast test-slow lint typecheck demo airflow bench lock clean
+.PHONY: setup test test-fast test-slow lint typecheck demo airflow bench chaos lock clean
 
 setup: $(VENV)/.installed
 
@@ -56,6 +56,18 @@ bench: setup
 	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets local --repeat 5 --restore-repeat 3
 	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets gcs --workers 4 --repeat 5 --restore-repeat 1
 	$(BIN)/python -m benchmarks.trigger_watch --jobsets 100 --window 300 --deletes 20
+
+# The chaos matrix (benchmarks/chaos.py): RUNS seeded elastic runs through Airflow on the local cluster.
+# BUDGET bounds the whole matrix (no run starts after it), RUN_TIMEOUT each run; CHAOS_OUT keeps the records.
+RUNS ?= 50
+SEED ?= 1
+JOBS ?= 1
+BUDGET ?= 7200
+RUN_TIMEOUT ?= 480
+CHAOS_OUT ?= chaos-out
+chaos: setup
+	$(BIN)/python -m benchmarks.chaos --runs $(RUNS) --seed $(SEED) --jobs $(JOBS) --budget $(BUDGET) \
+		--run-timeout $(RUN_TIMEOUT) --out $(CHAOS_OUT)
 
 clean:
 	rm -rf $(VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache

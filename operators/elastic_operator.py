@@ -21,20 +21,21 @@ import asyncio
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from operators import manifests
+from operators.backoff import Backoff
 from operators.checkpoints import ValidationOptions, quarantine_step, validate_checkpoints
 from operators.checkpoints.storage import StorageError
 from operators.checkpoints.timing import mean_save_seconds
 from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
-from operators.hooks import JobSetHook
+from operators.hooks import TRANSIENT_STATUSES, JobSetHook
 from operators.images import enforce_allowed_images
 from operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from operators.metrics import emit_run_metrics
@@ -51,6 +52,10 @@ LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
 STATE_KEY = "elastic_run"
 DELETE_TIMEOUT_SECONDS = 600.0
 MAX_QUARANTINES_PER_ESCALATION = 3
+# How long a full restart keeps retrying an API that answers 429/5xx after the hook's own retries ran out.
+TRANSIENT_API_SECONDS = 300.0
+
+T = TypeVar("T")
 
 
 def _as_int(field: str, value: Any) -> int:
@@ -301,6 +306,25 @@ class ElasticJobSetOperator(BaseOperator):
     def _hook(self) -> JobSetHook:
         return JobSetHook(conn_id=self.kubernetes_conn_id)
 
+    def _through_transient(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, retried while the API answers 429/5xx, for up to ``TRANSIENT_API_SECONDS``.
+
+        The hook's retries cover a blip; a throttling burst that outlasts them must not fail a run in the
+        middle of a full restart (a task without Airflow retries would otherwise end there).
+        """
+        from kubernetes.client.rest import ApiException
+
+        deadline = time.monotonic() + TRANSIENT_API_SECONDS
+        backoff = Backoff(base=1.0, cap=15.0)
+        while True:
+            try:
+                return call()
+            except ApiException as error:
+                if error.status not in TRANSIENT_STATUSES or time.monotonic() >= deadline:
+                    raise
+                self.log.warning("%s: HTTP %s from the API server, retrying", what, error.status)
+                time.sleep(backoff.next_delay())
+
     def _identity(self, context: Context) -> dict[str, str]:
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
@@ -347,7 +371,7 @@ class ElasticJobSetOperator(BaseOperator):
         from kubernetes.client.rest import ApiException
 
         try:
-            created = hook.create_jobset(body, self.namespace)
+            created = self._through_transient("creating JobSet", lambda: hook.create_jobset(body, self.namespace))
         except ApiException as error:
             if error.status != 409:
                 raise AirflowException(f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}") from None
@@ -423,7 +447,9 @@ class ElasticJobSetOperator(BaseOperator):
         """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
         hook = self._hook()
         record: dict[str, Any] = run.escalations[-1] if run.escalations else {"at": time.time()}
-        hook.delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
+        self._through_transient(
+            "deleting JobSet", lambda: hook.delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
+        )
         if not hook.wait_jobset_gone(
             run.jobset_name, self.namespace, uid=run.jobset_uid, timeout=DELETE_TIMEOUT_SECONDS
         ):

@@ -5,7 +5,9 @@ item level. Commit-file atomicity is forced on every backend, so a step director
 once its marker exists, exactly as on GCS; a save killed part-way leaves a step that is never restored.
 
 Local-only fault injection: with `LOCAL_FAULT_KILL_DURING_SAVE_STEP=N` in the environment the trainer SIGKILLs
-itself in the middle of the save of step N, once everything but the step's commit marker is on disk.
+itself in the middle of the save of step N, once everything but the step's commit marker is on disk. With
+`LOCAL_FAULT_KILL_DURING_SAVE_ONCE=1` as well it does so once per run directory (a marker file next to
+`checkpoints/` remembers it), so a full restart that saves step N again survives, as after a real crash.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _STEP_DIR_RE = re.compile(r"^\d+$")
 
 # Fault injection for tests, never set in a real job: the step whose save kills the process before its marker.
 KILL_DURING_SAVE_ENV = "LOCAL_FAULT_KILL_DURING_SAVE_STEP"
+KILL_DURING_SAVE_ONCE_ENV = "LOCAL_FAULT_KILL_DURING_SAVE_ONCE"
 
 
 def kill_during_save_step() -> int | None:
@@ -44,7 +47,17 @@ def kill_during_save_step() -> int | None:
         raise ValueError(f"{KILL_DURING_SAVE_ENV} must be a step number, not {value!r}") from None
 
 
-def _kill_before_commit(step_directory: epath.Path) -> type[Any]:
+def kill_during_save_once() -> bool:
+    """Whether `LOCAL_FAULT_KILL_DURING_SAVE_ONCE` limits the kill to once per run directory."""
+    return os.environ.get(KILL_DURING_SAVE_ONCE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def kill_marker(checkpoint_directory: str, step: int) -> epath.Path:
+    """The file that records a once-only kill during the save of `step` (in the run directory)."""
+    return epath.Path(checkpoint_directory).parent / f"local-fault-killed-during-save-{step}"
+
+
+def _kill_before_commit(step_directory: epath.Path, once_marker: epath.Path | None = None) -> type[Any]:
     """Orbax's commit-file temporary path, except that committing `step_directory` SIGKILLs the process.
 
     The seam (Orbax 0.12.8): an async save's background thread first waits for the item handlers' write
@@ -59,7 +72,9 @@ def _kill_before_commit(step_directory: epath.Path) -> type[Any]:
 
     class KillBeforeCommitTemporaryPath(atomicity.CommitFileTemporaryPath):  # type: ignore[misc]
         async def finalize(self) -> None:
-            if self.get_final() == step_directory:
+            if self.get_final() == step_directory and not (once_marker is not None and once_marker.exists()):
+                if once_marker is not None:
+                    once_marker.write_text("killed\n")
                 _logger.warning(
                     "Fault injection (%s): killing the process before the commit marker of %s",
                     KILL_DURING_SAVE_ENV,
@@ -83,18 +98,22 @@ def create_manager(
     use_ocdbt: bool = True,
     use_zarr3: bool = True,
     kill_during_save_step: int | None = None,
+    kill_during_save_once: bool = False,
 ) -> ocp.CheckpointManager:
     """An Orbax CheckpointManager over `directory` (the run's `checkpoints/`), as MaxText configures it.
 
     `kill_during_save_step` arms the fault injection: the save of that step kills the process before its
-    commit marker is written.
+    commit marker is written (only the first time in this run directory with `kill_during_save_once`).
     """
     # `temporary_path_class` is deprecated in favour of `atomicity_options`, but it is the only way to hand
     # Orbax a class; it is set only while the fault injection is armed.
     kill_path_class = (
         None
         if kill_during_save_step is None
-        else _kill_before_commit(epath.Path(directory) / str(kill_during_save_step))
+        else _kill_before_commit(
+            epath.Path(directory) / str(kill_during_save_step),
+            kill_marker(directory, kill_during_save_step) if kill_during_save_once else None,
+        )
     )
     options = ocp.CheckpointManagerOptions(
         save_interval_steps=period,

@@ -9,6 +9,7 @@ and pathwaysutils' retry loop starts the next attempt in the same process.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 import types
@@ -37,6 +38,22 @@ from local.workloads.slices import Generation, SliceHealth, lost_slices
 
 _logger = logging.getLogger(__name__)
 
+# Local-only, for drills: seconds each step also takes, standing in for an accelerator's step time so faults
+# scheduled at a step land while training runs (the tiny local model otherwise does 60 steps in a second).
+STEP_SECONDS_ENV = "LOCAL_STEP_SECONDS"
+
+
+def step_seconds() -> float:
+    """The extra seconds per step `LOCAL_STEP_SECONDS` asks for (0 when unset)."""
+    value = os.environ.get(STEP_SECONDS_ENV, "").strip()
+    try:
+        seconds = float(value) if value else 0.0
+    except ValueError:
+        raise ValueError(f"{STEP_SECONDS_ENV} must be a number of seconds, not {value!r}") from None
+    if not 0.0 <= seconds <= 60.0:
+        raise ValueError(f"{STEP_SECONDS_ENV} must be between 0 and 60, not {value!r}")
+    return seconds
+
 
 class Trainer:
     """Trains `config` on the slices of `health`, one attempt at a time."""
@@ -59,6 +76,8 @@ class Trainer:
         self._generations: dict[int, Generation] = {}
         self._pending: RecoveryRecord | None = None
         self._kill_during_save = checkpointing.kill_during_save_step()
+        self._step_seconds = step_seconds()
+        self._kill_during_save_once = checkpointing.kill_during_save_once()
 
     def run(self) -> int:
         """Train to `steps` (elastic or not); the process exit code."""
@@ -122,6 +141,7 @@ class Trainer:
             use_ocdbt=self.config.storage_format[0],
             use_zarr3=self.config.storage_format[1],
             kill_during_save_step=self._kill_during_save,
+            kill_during_save_once=self._kill_during_save_once,
         )
 
     def _restore_or_init(self, manager: ocp.CheckpointManager | None, abstract: Any, replicated: NamedSharding) -> Any:
@@ -158,6 +178,8 @@ class Trainer:
             tokens = jax.device_put(model.corpus_batch("train", step, global_batch, self.dims), batch_sharding)
             new_state, loss = self.step_fn(state, tokens)
             loss_value = float(loss)
+            if self._step_seconds:
+                time.sleep(self._step_seconds)  # inside the step: a slice lost meanwhile fails it
             lost = lost_slices(self._generations, self.health.generations()) | (self._active - set(self._generations))
             if lost:
                 raise slice_down_error(lost, f"Step {step} was not completed.")

@@ -261,3 +261,22 @@ def test_task_killed_mid_watch_and_run_again_adopts_its_jobset(
     [after] = jobsets_of(cluster_connection, "elastic-adopt")
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert report["jobset_name"] == before["metadata"]["name"]
+
+
+def test_api_throttling_through_a_full_restart_never_fails_the_task(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    """Found by the chaos harness: a 429 burst longer than the hook's retries used to fail the task mid-restart."""
+    dag = elastic_dag("elastic_throttled", tmp_path, max_slice_restarts=0, stall_timeout="timedelta(minutes=5)")
+    # Only the escalation deletes JobSets: 15 throttled DELETEs outlast the provider's 5 attempts three times.
+    cluster_connection.faults.fail_requests(429, count=15, path="jobsets", method="DELETE")
+    try:
+        with StepFaults(cluster_connection, "elastic-throttled").at(15, kill_worker(1)) as faults:
+            dag_run = dag.test()
+    finally:
+        cluster_connection.faults.clear()
+    assert faults.fired == [15]
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["full_restarts"] == 1 and report["final_step"] == 59
+    assert len(jobsets_of(cluster_connection, "elastic-throttled")) == 1

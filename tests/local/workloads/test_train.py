@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from local.workloads.checkpointing import KILL_DURING_SAVE_ENV
+from local.workloads.checkpointing import KILL_DURING_SAVE_ENV, KILL_DURING_SAVE_ONCE_ENV
 from operators.checkpoints import Problem, validate_checkpoints
 from operators.constants import (
     ASYNC_SAVE_STARTED_RE,
@@ -170,3 +170,27 @@ def test_defaults_synchronous_saves_retention_and_no_final_save(tmp_path: Path) 
     # max_num_checkpoints_to_keep=2: only the newest two committed steps remain.
     assert _committed(tmp_path / "s" / "checkpoints") == [5, 10]
     assert sorted(p.name for p in (tmp_path / "s" / "checkpoints").iterdir() if p.name.isdigit()) == ["10", "5"]
+
+
+def test_kill_during_save_once_fires_in_the_first_run_only(tmp_path: Path, small_model: list[str]) -> None:
+    args = [f"base_output_directory={tmp_path}", "run_name=o", "steps=30", "checkpoint_period=10", *small_model]
+    env = {KILL_DURING_SAVE_ENV: "20", KILL_DURING_SAVE_ONCE_ENV: "1"}
+    crashed = run_module("local.workloads.train", args, **env)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    assert (tmp_path / "o" / "local-fault-killed-during-save-20").is_file()
+
+    # A rerun with the same environment (a full restart keeps the JobSet's env) saves step 20 this time.
+    resumed = run_module("local.workloads.train", args, **env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]
+    assert _committed(tmp_path / "o" / "checkpoints") == [0, 10, 20, 29]
+
+
+def test_local_step_seconds_stretches_every_step(tmp_path: Path, small_model: list[str]) -> None:
+    args = [f"base_output_directory={tmp_path}", "run_name=slow", "steps=4", "checkpoint_period=2", *small_model]
+    run = run_module("local.workloads.train", args, LOCAL_STEP_SECONDS="0.3")
+    assert run.returncode == 0, run.stdout + run.stderr
+    seconds = [float(m[2]) for m in COMPLETED_STEP_RE.finditer(run.stdout)]
+    assert len(seconds) == 4 and min(seconds) >= 0.3  # a floor the sleep guarantees, not a speed claim
+    refused = run_module("local.workloads.train", args, LOCAL_STEP_SECONDS="soon")
+    assert refused.returncode != 0 and "LOCAL_STEP_SECONDS must be a number of seconds" in refused.stderr

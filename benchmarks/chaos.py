@@ -1,0 +1,944 @@
+"""Chaos matrix: many short elastic runs through Airflow on the local cluster, each under a seeded fault schedule.
+
+    .venv/bin/python -m benchmarks.chaos --runs 50 --seed 1 --budget 2100
+    .venv/bin/python -m benchmarks.chaos --runs 5 --seed 1 --dry-run     # print the schedules only
+
+Each run is one DAG with one ``ElasticJobSetOperator`` (``runtime="local"``, deferrable, 40-60 steps,
+checkpoint period 10, 2-3 slices) run by ``dag.test()`` in a child process, against a local cluster this
+harness hosts. The fault schedule (``benchmarks/chaos_schedule.py``) is drawn from
+``random.Random(seed + run_index)``; faults fire when the trainer's log shows the scheduled completed step:
+worker pods force-deleted or SIGKILLed, the trainer killed in a checkpoint save
+(``LOCAL_FAULT_KILL_DURING_SAVE_STEP``, once per run), the trainer frozen (SIGSTOP), API 500/429 bursts and
+latency, watches expired with the history compacted, and the task process SIGKILLed mid-watch (the inline
+trigger dies with it) and the DAG run run again, which adopts the JobSet and rebuilds the trigger from its
+serialized kwargs (``dag.test`` always round-trips them through serde).
+
+While a run goes, the harness polls the cluster's store for the run's JobSets (label ``run-name``) that are
+not being deleted and the run directory for its newest committed step. Afterwards it records, per run:
+the outcome and why; the most JobSets that coexisted (must be 1); committed steps lost beyond one checkpoint
+period (the newest committed step going backwards, or a restore older than it, unless a quarantine the
+report names explains it); every escalation and whether the faults that hit that JobSet (or an observed
+stall) warranted it; false successes (success without a valid committed final step, checked with
+``validate_checkpoints``) and false failures (a failure although the schedule fits the budgets).
+
+Output: ``<out>/chaos.jsonl`` (one record per run) and a Markdown table on stdout and in ``<out>/chaos.md``.
+Every run is bounded (``--run-timeout``); one past its bound is killed and recorded as ``hung``. Runs not
+started before ``--budget`` seconds are recorded as ``not run``. ``--jobs`` lanes run side by side, each
+with its own cluster and Airflow database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.chaos_schedule import (
+    API_ERRORS,
+    API_LATENCY,
+    DELETE_WORKERS,
+    EXPIRE_WATCHES,
+    FREEZE_TRAINER,
+    KILL_TASK,
+    SLICE_FAULTS,
+    Fault,
+    Schedule,
+    schedule,
+    schedules,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "default"
+SMALL_MODEL = {"base_emb_dim": 32, "base_num_decoder_layers": 1, "vocab_size": 32, "max_target_length": 16}
+FIRST_LOGICAL_DATE = datetime(2026, 1, 1, tzinfo=UTC)
+# Seconds each training step also sleeps (LOCAL_STEP_SECONDS): the tiny model does 60 steps in a second,
+# which no fault scheduled at a step could hit. With it, a 60-step incarnation trains for about half a minute.
+STEP_SECONDS = 0.4
+# A run is not started with less than this left of the budget (a typical run takes two to four minutes).
+MIN_SECONDS_TO_START = 200.0
+
+
+# -- the Airflow side (child processes) ------------------------------------------------------------------
+
+
+DAG_TEMPLATE = """\
+from datetime import timedelta
+from airflow.sdk import DAG
+from operators import ElasticJobSetOperator
+
+with DAG({dag_id!r}, schedule=None) as dag:
+    ElasticJobSetOperator(
+        task_id="pretrain",
+        run_name={run_name!r},
+        base_output_directory={base!r},
+        steps={steps},
+        checkpoint_period={period},
+        num_slices={slices},
+        runtime="local",
+        maxtext_args={maxtext_args!r},
+        max_slice_restarts={max_slice_restarts},
+        max_full_restarts={max_full_restarts},
+        stall_timeout=timedelta(seconds={stall}),
+        deferrable=True,
+        poll_interval=1.0,
+        local_env={local_env!r},
+    )
+"""
+
+
+def dag_source(plan: Schedule, base: Path) -> str:
+    """The DAG file of one chaos run."""
+    local_env: dict[str, str] = {"LOCAL_STEP_SECONDS": str(STEP_SECONDS)}
+    if plan.kill_during_save_step is not None:
+        local_env |= {
+            "LOCAL_FAULT_KILL_DURING_SAVE_STEP": str(plan.kill_during_save_step),
+            "LOCAL_FAULT_KILL_DURING_SAVE_ONCE": "1",
+        }
+    return DAG_TEMPLATE.format(
+        dag_id=dag_id(plan),
+        run_name=plan.run_name,
+        base=str(base),
+        steps=plan.steps,
+        period=plan.checkpoint_period,
+        slices=plan.num_slices,
+        maxtext_args=SMALL_MODEL,
+        max_slice_restarts=plan.max_slice_restarts,
+        max_full_restarts=plan.max_full_restarts,
+        stall=plan.stall_timeout_seconds,
+        local_env=local_env,
+    )
+
+
+def dag_id(plan: Schedule) -> str:
+    return f"chaos_s{plan.seed}_r{plan.index}"
+
+
+def run_task(dag_file: Path, logical_date: str, result_path: Path) -> int:
+    """Child: ``dag.test()`` the DAG in ``dag_file`` for ``logical_date``; write its task state and report."""
+    import importlib.util
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    spec = importlib.util.spec_from_file_location(f"chaos_{dag_file.stem}", dag_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    when = datetime.fromisoformat(logical_date)
+    dag_run = module.dag.test(logical_date=when, run_after=when)
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
+        state = {ti.task_id: str(ti.state) for ti in tis}.get("pretrain")
+        xcoms = {
+            row.key: XComModel.deserialize_value(row)
+            for row in session.query(XComModel).filter_by(
+                dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id="pretrain"
+            )
+        }
+    result_path.write_text(json.dumps({"state": state, "xcom": xcoms}, default=str))
+    return 0
+
+
+def reset_db() -> int:
+    """Child: an empty Airflow metadata database for a lane."""
+    from airflow.utils import db
+
+    db.resetdb()
+    return 0
+
+
+# -- watching one run (lane process) ----------------------------------------------------------------------
+
+
+@dataclass
+class Fired:
+    """A fault as it fired."""
+
+    fault: Fault
+    at: float
+    at_step: int | None
+    jobset: str | None
+    pods: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.fault.step,
+            "kind": self.fault.kind,
+            "describe": self.fault.describe(),
+            "at": round(self.at, 3),
+            "at_step": self.at_step,
+            "jobset": self.jobset,
+            "pods": self.pods,
+            "note": self.note,
+        }
+
+
+class RunWatch:
+    """Polls the cluster store and the run directory while a run goes; fires its faults on schedule."""
+
+    def __init__(self, cluster: Any, plan: Schedule, run_directory: Path, kill_task: Callable[[], None]) -> None:
+        self.cluster = cluster
+        self.plan = plan
+        self.run_directory = run_directory
+        self.kill_task = kill_task
+        self.pending = list(plan.faults)
+        self.fired: list[Fired] = []
+        self.errors: list[str] = []
+        self.max_alive = 0
+        self.alive_samples: list[tuple[float, list[str]]] = []  # only when more than one was alive
+        self.jobsets_seen: list[str] = []
+        self.committed: list[tuple[float, int]] = []  # (time, newest committed step) on every change
+        self.progress: dict[str, list[tuple[float, int]]] = {}  # JobSet → (time, newest completed step) changes
+        self.head_pods: dict[str, str] = {}  # head pod uid → its JobSet
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"watch-{plan.run_name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _objects(self, plural: str) -> list[dict[str, Any]]:
+        from local.cluster.resources import JOBSETS, PODS
+        from operators.constants import LABEL_RUN_NAME
+
+        rtype = JOBSETS if plural == "jobsets" else PODS
+        run_name = self.plan.run_name
+
+        def mine(obj: dict[str, Any]) -> bool:
+            return bool((obj.get("metadata", {}).get("labels") or {}).get(LABEL_RUN_NAME) == run_name)
+
+        store = self.cluster.store
+        items, _ = self.cluster.call(lambda: store.list(rtype, NAMESPACE, mine))
+        return list(items)
+
+    def _newest_committed(self) -> int | None:
+        checkpoints = self.run_directory / "checkpoints"
+        if not checkpoints.is_dir():
+            return None
+        steps = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and (p / "commit_success.txt").exists()]
+        return max(steps) if steps else None
+
+    def _head(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+        """The live JobSet's running head pod."""
+        from operators.constants import HEAD_REPLICATED_JOB, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME
+
+        alive = [js for js in jobsets if not js["metadata"].get("deletionTimestamp")]
+        if len(alive) != 1:
+            return None
+        name = alive[0]["metadata"]["name"]
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            if (
+                labels.get(LABEL_JOBSET_NAME) == name
+                and labels.get(LABEL_REPLICATED_JOB_NAME) == HEAD_REPLICATED_JOB
+                and not pod["metadata"].get("deletionTimestamp")
+                and (pod.get("status") or {}).get("phase") == "Running"
+            ):
+                return name, pod
+        return None
+
+    def _latest_step(self, pod: dict[str, Any]) -> int | None:
+        from operators.constants import COMPLETED_STEP_RE, HEAD_MAIN_CONTAINER
+
+        logs = self.cluster.logs
+        uid = pod["metadata"]["uid"]
+        run = logs.latest_run(uid, HEAD_MAIN_CONTAINER)
+        path = None if run is None else logs.run_path(uid, HEAD_MAIN_CONTAINER, run)
+        if path is None:
+            return None
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 16384))
+            text = handle.read().decode(errors="replace")
+        steps = [int(m.group(1)) for m in COMPLETED_STEP_RE.finditer(text)]
+        return steps[-1] if steps else None
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._look()
+            except Exception as error:  # a pod replaced under us, the cluster busy: look again
+                if len(self.errors) < 50:
+                    self.errors.append(f"{type(error).__name__}: {error}")
+            self._stop.wait(0.3)
+
+    def _look(self) -> None:
+        now = time.time()
+        jobsets = self._objects("jobsets")
+        alive = [js["metadata"]["name"] for js in jobsets if not js["metadata"].get("deletionTimestamp")]
+        for name in (js["metadata"]["name"] for js in jobsets):
+            if name not in self.jobsets_seen:
+                self.jobsets_seen.append(name)
+        self.max_alive = max(self.max_alive, len(alive))
+        if len(alive) > 1:
+            self.alive_samples.append((now, alive))
+        newest = self._newest_committed()
+        if newest is not None and (not self.committed or self.committed[-1][1] != newest):
+            self.committed.append((now, newest))
+        pods = self._objects("pods")
+        head = self._head(jobsets, pods)
+        if head is None:
+            return
+        name, head_pod = head
+        self.head_pods.setdefault(head_pod["metadata"]["uid"], name)
+        step = self._latest_step(head_pod)
+        if step is None:
+            return
+        history = self.progress.setdefault(name, [])
+        if not history or history[-1][1] != step:
+            history.append((now, step))
+        if self.pending and step >= self.pending[0].step:
+            self._fire(self.pending[0], step, name, head_pod, pods)
+
+    def _fire(self, fault: Fault, step: int, jobset: str, head_pod: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        from operators.constants import (
+            HEAD_MAIN_CONTAINER,
+            LABEL_JOB_INDEX,
+            LABEL_JOBSET_NAME,
+            LABEL_REPLICATED_JOB_NAME,
+            WORKER_CONTAINER,
+            WORKER_REPLICATED_JOB,
+        )
+
+        faults = self.cluster.faults
+        fired = Fired(fault, time.time(), step, jobset)
+        if fault.kind in SLICE_FAULTS:
+            targets: list[str] = []
+            for index in fault.slices:
+                for pod in pods:
+                    labels = pod["metadata"].get("labels") or {}
+                    if (
+                        labels.get(LABEL_JOBSET_NAME) == jobset
+                        and labels.get(LABEL_REPLICATED_JOB_NAME) == WORKER_REPLICATED_JOB
+                        and labels.get(LABEL_JOB_INDEX) == str(index)
+                        and not pod["metadata"].get("deletionTimestamp")
+                        and _running(pod)
+                    ):
+                        targets.append(pod["metadata"]["name"])
+                        break
+            if len(targets) < len(fault.slices):
+                return  # a slice is still being replaced: wait for it to come back, then hit it
+            for target in targets:
+                if fault.kind == DELETE_WORKERS:
+                    faults.delete_pod(NAMESPACE, target)
+                else:
+                    faults.signal_pod(NAMESPACE, target, signal.SIGKILL, WORKER_CONTAINER)
+            fired.pods = targets
+        elif fault.kind == FREEZE_TRAINER:
+            faults.signal_pod(NAMESPACE, head_pod["metadata"]["name"], signal.SIGSTOP, HEAD_MAIN_CONTAINER)
+            fired.pods = [head_pod["metadata"]["name"]]
+        elif fault.kind == API_ERRORS:
+            faults.fail_requests(fault.code, count=fault.count)
+        elif fault.kind == API_LATENCY:
+            faults.add_latency(fault.seconds)
+        elif fault.kind == EXPIRE_WATCHES:
+            fired.note = f"{faults.expire_watches(compact=True)} watches ended"
+        elif fault.kind == KILL_TASK:
+            self.kill_task()
+        self.pending.pop(0)
+        self.fired.append(fired)
+
+
+def _running(pod: dict[str, Any]) -> bool:
+    """Running with every container up: a fault on a slice still restarting would restart nothing."""
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(containers)
+        and all("running" in (c.get("state") or {}) for c in containers)
+    )
+
+
+# -- one run ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Lane:
+    """Where a lane keeps its files, and the environment of its Airflow children."""
+
+    root: Path
+    cluster: Any
+    env: dict[str, str]
+
+    @property
+    def dags(self) -> Path:
+        return self.root / "dags"
+
+
+def child_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.chaos", *args]
+
+
+def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bool = False) -> dict[str, Any]:
+    """Run one chaos run to its end (or its bound) and evaluate it."""
+    base = lane.root / "runs"
+    base.mkdir(parents=True, exist_ok=True)
+    run_directory = base / plan.run_name
+    dag_file = lane.dags / f"{dag_id(plan)}.py"
+    dag_file.write_text(dag_source(plan, base))
+    logical_date = (FIRST_LOGICAL_DATE + timedelta(minutes=plan.index)).isoformat()
+    result_path = lane.root / f"{plan.run_name}.result.json"
+    log_path = lane.root / f"{plan.run_name}.log"
+    result_path.unlink(missing_ok=True)
+
+    processes: list[subprocess.Popen[bytes]] = []
+    lock = threading.Lock()
+
+    def start_task() -> None:
+        with log_path.open("ab") as log:
+            processes.append(
+                subprocess.Popen(
+                    child_command("_task", str(dag_file), logical_date, str(result_path)),
+                    cwd=REPO,
+                    env=lane.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def kill_task() -> None:
+        with lock:
+            current = processes[-1]
+            os.killpg(current.pid, signal.SIGKILL)  # no on_kill, no cleanup: the worker died
+            current.wait()
+            start_task()
+
+    print(
+        f"[chaos] run {plan.index}: {plan.run_name} steps={plan.steps} slices={plan.num_slices} "
+        f"budgets={plan.max_slice_restarts}/{plan.max_full_restarts}: {plan.describe()}",
+        flush=True,
+    )
+    started = time.time()
+    watch = RunWatch(lane.cluster, plan, run_directory, kill_task)
+    with lock:
+        start_task()
+    watch.start()
+    hung = False
+    try:
+        while True:
+            with lock:
+                current = processes[-1]
+                done = current.poll() is not None
+            if done:
+                break
+            if time.time() - started > run_timeout:
+                hung = True
+                with lock:
+                    os.killpg(processes[-1].pid, signal.SIGKILL)
+                    processes[-1].wait()
+                break
+            time.sleep(0.5)
+    finally:
+        watch.stop()
+        lane.cluster.faults.clear()
+    wall = time.time() - started
+    result = json.loads(result_path.read_text()) if result_path.exists() and not hung else None
+    record = evaluate(
+        plan,
+        watch,
+        result,
+        hung=hung,
+        wall=wall,
+        run_timeout=run_timeout,
+        run_directory=run_directory,
+        log_path=log_path,
+    )
+    if hung and cut_by_budget:
+        record["outcome"], record["why"] = "cut", f"the harness's budget ended {run_timeout:.0f} s into the run"
+    if record["outcome"] != "success" and "no report" in record["why"]:
+        record["why"] = last_error(log_path) or record["why"]
+    record["task_processes"] = len(processes)
+    record["log"] = str(log_path)
+    cleanup(lane.cluster, plan)
+    return record
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Exception|Error)): (.*)$")
+
+
+def last_error(log_path: Path) -> str | None:
+    """The last exception line of a task log: the failure when the task died without a report."""
+    if not log_path.exists():
+        return None
+    found = None
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = _ERROR_LINE.match(line.strip())
+        if match:
+            found = f"{match.group(1)}: {match.group(2)}"
+    return found
+
+
+def cleanup(cluster: Any, plan: Schedule) -> None:
+    """Delete what is left of the run and wait until its pods are gone (the next run gets the CPU)."""
+    from kubernetes import client, config
+
+    from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        selector = f"{LABEL_RUN_NAME}={plan.run_name}"
+        for jobset in custom.list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, label_selector=selector
+        )["items"]:
+            custom.delete_namespaced_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                NAMESPACE,
+                JOBSET_PLURAL,
+                jobset["metadata"]["name"],
+                propagation_policy="Foreground",
+                grace_period_seconds=0,
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if not core.list_namespaced_pod(NAMESPACE, label_selector=selector).items:
+                return
+            time.sleep(1)
+    except Exception as error:  # a leftover slows the next run; it does not spoil its figures
+        print(f"[chaos] cleanup of {plan.run_name}: {type(error).__name__}: {error}", flush=True)
+    finally:
+        api.close()
+
+
+# -- evaluation -------------------------------------------------------------------------------------------
+
+
+def evaluate(
+    plan: Schedule,
+    watch: RunWatch,
+    result: dict[str, Any] | None,
+    *,
+    hung: bool,
+    wall: float,
+    run_timeout: float,
+    run_directory: Path,
+    log_path: Path | None = None,
+) -> dict[str, Any]:
+    """The record of one run: outcome, invariants, escalations judged against the faults that fired."""
+    from operators.checkpoints import ValidationOptions, validate_checkpoints
+
+    expected = plan.expected()
+    xcom = (result or {}).get("xcom") or {}
+    report = xcom.get("return_value") or xcom.get("report") or {}
+    state = (result or {}).get("state")
+    if hung:
+        outcome, why = "hung", f"still running after its bound of {run_timeout:.0f} s; killed"
+    elif result is None:
+        outcome, why = "error", "the task process left no result"
+    elif state == "success":
+        outcome, why = "success", f"final step {report.get('final_step')}"
+    else:
+        outcome = "failed" if state == "failed" else f"state {state}"
+        why = str(report.get("failure") or "no report (see the log)").splitlines()[0]
+
+    try:
+        validation = validate_checkpoints(
+            str(run_directory / "checkpoints"), options=ValidationOptions(require_commit_marker=True)
+        )
+        final_valid = validation.latest_valid_step
+    except Exception as error:
+        final_valid = None
+        why += f" (validation failed: {error})"
+
+    period = plan.checkpoint_period
+    quarantined = [q for e in report.get("escalations") or [] for q in e.get("quarantined") or []]
+    quarantined_steps = {
+        int(Path(q).name.split(".", 1)[0]) for q in quarantined if Path(q).name.split(".")[0].isdigit()
+    }
+    # The newest committed step over time: it may go back only by a quarantine the report names.
+    regressions: list[dict[str, Any]] = []
+    high = -1
+    for at, step in watch.committed:
+        if step < high:
+            explained = all(s in quarantined_steps for s in range(step + 1, high + 1) if s % period == 0 or s == high)
+            regressions.append({"at": round(at, 3), "from": high, "to": step, "quarantined": explained})
+        high = max(high, step)
+    # Restores, as every trainer logged them: each must start from the newest committed step the harness had
+    # seen by then (a step committed while the restore ran may be missed: hence "beyond one period").
+    restores: list[dict[str, Any]] = []
+    for at, jobset, step in restores_from_logs(watch):
+        committed_then = _committed_at(watch.committed, at)
+        if committed_then is not None:
+            restores.append({"at": round(at, 3), "jobset": jobset, "committed": committed_then, "restored": step})
+    lost = 0
+    for regression in regressions:
+        if not regression["quarantined"]:
+            lost = max(lost, regression["from"] - regression["to"] - period)
+    for restore in restores:
+        if restore["committed"] not in quarantined_steps:
+            lost = max(lost, restore["committed"] - restore["restored"] - period)
+    lost = max(0, lost)
+
+    # The task logs hold every escalation, also those a rerun's report no longer knows.
+    logged = escalations_from_log(log_path) if log_path is not None else []
+    reported = {str(e.get("jobset_name")): e for e in report.get("escalations") or []}
+    escalations = [judge(plan, watch, {**e, **reported.get(e["jobset_name"], {})}) for e in logged] or [
+        judge(plan, watch, e) for e in reported.values()
+    ]
+    report_missing = max(0, len(logged) - len(reported))
+    false_success = outcome == "success" and (final_valid is None or final_valid < plan.target_step)
+    false_failure = outcome != "success" and expected.survivable
+    fired = [f.to_json() for f in watch.fired]
+    return {
+        "seed": plan.seed,
+        "index": plan.index,
+        "run_name": plan.run_name,
+        "schedule": plan.to_json(),
+        "describe": plan.describe(),
+        "outcome": outcome,
+        "why": why,
+        "wall_seconds": round(wall, 1),
+        "target_step": plan.target_step,
+        "final_valid_step": final_valid,
+        "max_coexisting_jobsets": watch.max_alive,
+        "coexisting_samples": watch.alive_samples[:5],
+        "jobsets_seen": watch.jobsets_seen,
+        "committed_timeline": watch.committed,
+        "regressions": regressions,
+        "restores": restores,
+        "steps_lost_beyond_period": lost,
+        "escalations": escalations,
+        "unwarranted_escalations": sum(1 for e in escalations if not e["warranted"]),
+        "escalations_missing_from_report": report_missing,
+        "false_success": false_success,
+        "false_failure": false_failure,
+        "fired": fired,
+        "unfired": [f.describe() for f in watch.pending],
+        "slice_restarts": report.get("slice_restarts"),
+        "in_process_recoveries": report.get("in_process_recoveries"),
+        "full_restarts": report.get("full_restarts"),
+        "watch_errors": watch.errors[:10],
+    }
+
+
+def restores_from_logs(watch: RunWatch) -> list[tuple[float, str, int]]:
+    """Every restore the trainers logged: (time, JobSet, step), from each head pod's log files."""
+    from operators.constants import HEAD_MAIN_CONTAINER, RESTORING_STEP_RE
+
+    logs = watch.cluster.logs
+    found: list[tuple[float, str, int]] = []
+    for uid, jobset in watch.head_pods.items():
+        directory = logs.root / uid / HEAD_MAIN_CONTAINER
+        for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
+            for line in path.read_text(errors="replace").splitlines():
+                match = RESTORING_STEP_RE.search(line)
+                if match:
+                    stamp = datetime.fromisoformat(line.split(" ", 1)[0][:26].rstrip("Z") + "+00:00")
+                    found.append((stamp.timestamp(), jobset, int(match.group(1))))
+    return sorted(found)
+
+
+_ESCALATE_LINE = re.compile(r"^(\S+) \[\w+\s*\] JobSet (\S+): escalate \((\w+)\): (.*?)(?: \[airflow|$)")
+
+
+def escalations_from_log(log_path: Path) -> list[dict[str, Any]]:
+    """Every escalation the task processes logged (a rerun's report starts afresh when the task state is gone)."""
+    if not log_path.exists():
+        return []
+    found = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = _ESCALATE_LINE.match(line)
+        if match:
+            at = datetime.fromisoformat(match.group(1).rstrip("Z")[:26] + "+00:00").timestamp()
+            found.append({"at": at, "jobset_name": match.group(2), "reason": match.group(3), "message": match.group(4)})
+    return found
+
+
+def _committed_at(timeline: Sequence[tuple[float, int]], at: float) -> int | None:
+    """The newest committed step seen at or before ``at``."""
+    seen = [step for t, step in timeline if t <= at]
+    return max(seen) if seen else None
+
+
+def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[str, Any]:
+    """Was this full restart warranted by what hit its JobSet (or by a stall the harness saw)?"""
+    jobset = escalation.get("jobset_name")
+    reason = str(escalation.get("reason"))
+    hits = [f for f in watch.fired if f.jobset == jobset]
+    slice_restarts = sum(len(f.fault.slices) for f in hits if f.fault.kind in SLICE_FAULTS)
+    froze = any(f.fault.kind == FREEZE_TRAINER for f in hits)
+    marker = plan.kill_during_save_step is not None and any(
+        p.name.startswith("local-fault-killed-during-save-") for p in (watch.run_directory).glob("local-fault-*")
+    )
+    gap = _longest_gap(watch.progress.get(str(jobset), []), float(escalation.get("at") or time.time()))
+    if reason == "slice_restart_budget_spent":
+        warranted = slice_restarts > plan.max_slice_restarts
+        because = f"{slice_restarts} slice restarts injected into {jobset} (budget {plan.max_slice_restarts})"
+    elif reason == "stalled":
+        warranted = froze or gap >= plan.stall_timeout_seconds
+        because = "trainer frozen (SIGSTOP)" if froze else f"no step for {gap:.0f} s (harness view)"
+    elif reason == "jobset_failed":
+        warranted = marker or slice_restarts > plan.max_slice_restarts
+        because = "trainer killed in a checkpoint save" if marker else f"{slice_restarts} slice restarts injected"
+    else:
+        warranted, because = False, "unknown reason"
+    return {
+        "reason": reason,
+        "jobset": jobset,
+        "warranted": warranted,
+        "because": because,
+        "resumed_from_step": escalation.get("resumed_from_step"),
+        "quarantined": escalation.get("quarantined") or [],
+        "message": escalation.get("message"),
+    }
+
+
+def _longest_gap(history: Sequence[tuple[float, int]], until: float) -> float:
+    """The longest time without a new step, up to ``until``."""
+    times = [t for t, _ in history if t <= until]
+    if not times:
+        return 0.0
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    gaps.append(until - times[-1])
+    return max(gaps)
+
+
+# -- lanes and the whole matrix ---------------------------------------------------------------------------
+
+
+def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run_timeout: float) -> int:
+    """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout)."""
+    from local.cluster import LocalCluster
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "dags").mkdir(exist_ok=True)
+    records = root / "records.jsonl"
+    with LocalCluster(workdir=root / "cluster") as cluster:
+        env = dict(os.environ)
+        env.update(
+            {
+                "AIRFLOW_HOME": str(root / "airflow"),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+                "JAX_PLATFORMS": "cpu",
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
+                    {
+                        "conn_type": "kubernetes",
+                        "extra": {"kube_config_path": str(cluster.kubeconfig_path), "namespace": NAMESPACE},
+                    }
+                ),
+            }
+        )
+        subprocess.run(child_command("_resetdb"), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+        lane = Lane(root, cluster, env)
+        for index in indices:
+            plan = schedule(seed, index)
+            left = deadline - time.time()
+            if left < MIN_SECONDS_TO_START:
+                record: dict[str, Any] = {
+                    "seed": seed,
+                    "index": index,
+                    "run_name": plan.run_name,
+                    "schedule": plan.to_json(),
+                    "describe": plan.describe(),
+                    "outcome": "not run",
+                    "why": "the harness's time budget ran out",
+                }
+            else:
+                record = run_one(lane, plan, min(run_timeout, left), cut_by_budget=left < run_timeout)
+            with records.open("a") as handle:
+                handle.write(json.dumps(record, default=str) + "\n")
+            print(f"[chaos] run {index}: {record['outcome']}: {record['why']}", flush=True)
+    return 0
+
+
+def stop_lanes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Interrupt lanes still running (their clusters stop their pods on the way out), then kill them."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        os.killpg(process.pid, signal.SIGINT)
+    for process in running:
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def run_matrix(
+    out: Path, seed: int, runs: Sequence[int], jobs: int, budget: float, run_timeout: float
+) -> list[dict[str, Any]]:
+    """The runs ``runs`` (indices), split over ``jobs`` lanes; the records in run order."""
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + budget
+    lanes = []
+    for lane in range(jobs):
+        indices = [i for n, i in enumerate(runs) if n % jobs == lane]
+        if not indices:
+            continue
+        root = out / f"lane{lane}"
+        (root / "records.jsonl").unlink(missing_ok=True)
+        lanes.append(
+            (
+                root,
+                subprocess.Popen(
+                    child_command(
+                        "_lane", str(root), str(seed), ",".join(map(str, indices)), str(deadline), str(run_timeout)
+                    ),
+                    cwd=REPO,
+                    start_new_session=True,
+                ),
+            )
+        )
+    try:
+        for _, process in lanes:
+            process.wait(timeout=max(1.0, deadline - time.time() + run_timeout + 300))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:  # also when this process is interrupted: a lane left behind would keep its cluster and pods
+        stop_lanes([process for _, process in lanes])
+    records: dict[int, dict[str, Any]] = {}
+    for root, _ in lanes:
+        path = root / "records.jsonl"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                records[int(record["index"])] = record
+    for index in runs:
+        if index not in records:
+            plan = schedule(seed, index)
+            records[index] = {
+                "seed": seed,
+                "index": index,
+                "run_name": plan.run_name,
+                "schedule": plan.to_json(),
+                "describe": plan.describe(),
+                "outcome": "lost",
+                "why": "its lane ended without a record",
+            }
+    return [records[i] for i in runs]
+
+
+# -- the table --------------------------------------------------------------------------------------------
+
+
+def _escalations_cell(record: dict[str, Any]) -> str:
+    escalations = record.get("escalations") or []
+    if not escalations:
+        return "-"
+    return ", ".join(f"{e['reason']} ({'ok' if e['warranted'] else 'UNWARRANTED'})" for e in escalations)
+
+
+def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
+    """The chaos table: a summary, then one row per run."""
+    ran = [r for r in records if r.get("outcome") not in ("not run", "lost")]
+    succeeded = [r for r in ran if r["outcome"] == "success"]
+    lines = [
+        f"Seed {seed}; command: `{command}`.",
+        "",
+        "| runs | succeeded | expected to fail (budget) | failed | hung | max JobSets at once | committed steps lost "
+        "beyond a period | false successes | false failures | unwarranted escalations | escalations missing from "
+        "the report |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {len(ran)} of {len(records)} | {len(succeeded)} "
+        f"| {sum(1 for r in ran if not r['schedule']['expected']['survivable'])} "
+        f"| {sum(1 for r in ran if r['outcome'] not in ('success', 'hung'))} "
+        f"| {sum(1 for r in ran if r['outcome'] == 'hung')} "
+        f"| {max((r.get('max_coexisting_jobsets') or 0 for r in ran), default=0)} "
+        f"| {sum(r.get('steps_lost_beyond_period') or 0 for r in ran)} "
+        f"| {sum(1 for r in ran if r.get('false_success'))} "
+        f"| {sum(1 for r in ran if r.get('false_failure'))} "
+        f"| {sum(r.get('unwarranted_escalations') or 0 for r in ran)} "
+        f"| {sum(r.get('escalations_missing_from_report') or 0 for r in ran)} |",
+        "",
+        "| # | steps / slices / budgets (slice, full) | faults (at completed step) | expected full restarts "
+        "| outcome | why | JobSets at once | steps lost | escalations | false S/F | s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        s = r["schedule"]
+        expected = s["expected"]
+        exp = f"{len(expected['escalations'])}{'' if expected['survivable'] else ' (over budget)'}"
+        flags = ("S" if r.get("false_success") else "") + ("F" if r.get("false_failure") else "")
+        why = str(r.get("why", "")).replace("|", "/")
+        if len(why) > 110:
+            why = why[:107] + "…"
+        lines.append(
+            f"| {r['index']} | {s['steps']} / {s['num_slices']} / {s['max_slice_restarts']}, {s['max_full_restarts']} "
+            f"| {r['describe']} | {exp} | {r['outcome']} | {why} | {r.get('max_coexisting_jobsets', '-')} "
+            f"| {r.get('steps_lost_beyond_period', '-')} | {_escalations_cell(r)} | {flags or '-'} "
+            f"| {r.get('wall_seconds', '-')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "_task":
+        return run_task(Path(args[1]), args[2], Path(args[3]))
+    if args and args[0] == "_resetdb":
+        return reset_db()
+    if args and args[0] == "_lane":
+        root, seed, lane_indices, deadline, run_timeout = args[1:6]
+        return run_lane(
+            Path(root), int(seed), [int(i) for i in lane_indices.split(",")], float(deadline), float(run_timeout)
+        )
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="lanes side by side (each its own cluster)")
+    parser.add_argument("--budget", type=float, default=3600.0, help="seconds; no run starts after it")
+    parser.add_argument("--run-timeout", type=float, default=480.0, help="seconds one run may take")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON lines, table and logs")
+    parser.add_argument("--only", default="", help="comma-separated run indices to run (development)")
+    parser.add_argument("--dry-run", action="store_true", help="print the schedules and stop")
+    options = parser.parse_args(args)
+
+    if options.dry_run:
+        for plan in schedules(options.seed, options.runs):
+            print(json.dumps(plan.to_json()))
+            print(
+                f"# run {plan.index}: {plan.describe()}; expected full restarts "
+                f"{list(plan.expected().escalations)}; survivable={plan.expected().survivable}"
+            )
+        return 0
+    out = (options.out or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()  # sqlite needs absolute paths
+    indices = [int(i) for i in options.only.split(",") if i] or list(range(options.runs))
+    records = run_matrix(out, options.seed, indices, options.jobs, options.budget, options.run_timeout)
+    with (out / "chaos.jsonl").open("w") as handle:
+        for record in records:
+            handle.write(json.dumps(record, default=str) + "\n")
+    command = "python -m benchmarks.chaos " + " ".join(re.sub(r"^--out=.*", "", a) for a in args if a)
+    table = markdown(records, command.strip(), options.seed)
+    (out / "chaos.md").write_text(table)
+    print(table)
+    print(f"records: {out / 'chaos.jsonl'}")
+    bad = [
+        r
+        for r in records
+        if (r.get("max_coexisting_jobsets") or 0) > 1
+        or (r.get("steps_lost_beyond_period") or 0) > 0
+        or r.get("false_success")
+    ]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

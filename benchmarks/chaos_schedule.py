@@ -1,0 +1,194 @@
+"""Seeded fault schedules for the chaos harness (`benchmarks/chaos.py`): pure data, no I/O, no Airflow.
+
+Run ``i`` of seed ``s`` draws everything from ``random.Random(s + i)``, so the same seed always gives the
+same schedules. Each schedule says what the run is (steps, slices, budgets) and which faults hit it at
+which completed training step, and :meth:`Schedule.expected` works out, from the schedule alone, which
+full restarts the operator should make and whether the run fits its budgets.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CHECKPOINT_PERIOD = 10
+STALL_TIMEOUT_SECONDS = 60
+
+# Fault kinds, in the order the docs list them.
+DELETE_WORKERS = "delete_workers"  # force-delete worker pods (kubectl delete --grace-period=0 --force)
+KILL_WORKERS = "kill_workers"  # SIGKILL the worker containers (restart in place)
+KILL_DURING_SAVE = "kill_during_save"  # the trainer SIGKILLs itself before the commit marker of a step
+FREEZE_TRAINER = "freeze_trainer"  # SIGSTOP the trainer: only the stall rule can notice
+API_ERRORS = "api_errors"  # a burst of HTTP 500 or 429 answers from the API server
+API_LATENCY = "api_latency"  # every API request delayed from then on
+EXPIRE_WATCHES = "expire_watches"  # every open watch ended and the history compacted (410 on resume)
+KILL_TASK = "kill_task"  # SIGKILL the Airflow task process mid-watch (its inline trigger with it), then rerun
+
+SLICE_FAULTS = (DELETE_WORKERS, KILL_WORKERS)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault, fired once when the trainer has completed ``step``."""
+
+    step: int
+    kind: str
+    slices: tuple[int, ...] = ()
+    code: int = 0
+    count: int = 0
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.kind in SLICE_FAULTS:
+            verb = "delete" if self.kind == DELETE_WORKERS else "SIGKILL"
+            return f"@{self.step} {verb} slice {','.join(map(str, self.slices))}"
+        if self.kind == API_ERRORS:
+            return f"@{self.step} {self.count}x HTTP {self.code}"
+        if self.kind == API_LATENCY:
+            return f"@{self.step} +{self.seconds:.2f}s latency"
+        if self.kind == EXPIRE_WATCHES:
+            return f"@{self.step} expire watches"
+        if self.kind == FREEZE_TRAINER:
+            return f"@{self.step} SIGSTOP trainer"
+        if self.kind == KILL_TASK:
+            return f"@{self.step} SIGKILL task, rerun"
+        return f"@{self.step} {self.kind}"
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the schedule alone says should happen: the full restarts (reasons) and whether they fit."""
+
+    escalations: tuple[str, ...]
+    survivable: bool
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One chaos run: its shape, budgets and faults."""
+
+    seed: int
+    index: int
+    steps: int
+    num_slices: int
+    max_slice_restarts: int
+    max_full_restarts: int
+    kill_during_save_step: int | None
+    faults: tuple[Fault, ...] = field(default=())
+    checkpoint_period: int = CHECKPOINT_PERIOD
+    stall_timeout_seconds: int = STALL_TIMEOUT_SECONDS
+
+    @property
+    def run_name(self) -> str:
+        return f"chaos-s{self.seed}-r{self.index}"
+
+    @property
+    def target_step(self) -> int:
+        return self.steps - 1
+
+    def expected(self) -> Expected:
+        """Walk the faults in step order: which full restarts they warrant, and whether the budget covers them.
+
+        A full restart resumes from the last checkpoint, and faults fire in step order as training gets
+        there again, so the slice restarts of one incarnation are those fired since the last full restart.
+        """
+        events: list[tuple[float, str, int]] = [(f.step, f.kind, len(f.slices)) for f in self.faults]
+        if self.kill_during_save_step is not None:
+            events.append((self.kill_during_save_step + 0.5, KILL_DURING_SAVE, 0))  # after the step, in its save
+        escalations: list[str] = []
+        slice_restarts = 0
+        for _, kind, slices in sorted(events, key=lambda e: e[0]):
+            if kind in SLICE_FAULTS:
+                slice_restarts += slices
+                if slice_restarts > self.max_slice_restarts:
+                    escalations.append("slice_restart_budget_spent")
+                    slice_restarts = 0
+            elif kind == FREEZE_TRAINER:
+                escalations.append("stalled")
+                slice_restarts = 0
+            elif kind == KILL_DURING_SAVE:
+                escalations.append("jobset_failed")
+                slice_restarts = 0
+        return Expected(tuple(escalations), survivable=len(escalations) <= self.max_full_restarts)
+
+    def describe(self) -> str:
+        parts = [f.describe() for f in self.faults]
+        if self.kill_during_save_step is not None:
+            parts.append(f"@{self.kill_during_save_step} kill in save")
+        return "; ".join(sorted(parts, key=lambda p: int(p[1:].split(" ", 1)[0]))) or "none"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["run_name"] = self.run_name
+        expected = self.expected()
+        data["expected"] = {"escalations": list(expected.escalations), "survivable": expected.survivable}
+        return data
+
+
+def schedule(seed: int, index: int) -> Schedule:
+    """The schedule of run ``index`` under ``seed`` (drawn from ``random.Random(seed + index)``)."""
+    rng = random.Random(seed + index)
+    steps = rng.choice((40, 50, 60))
+    num_slices = rng.choice((2, 3))
+    max_slice_restarts = rng.choice((2, 3))
+    max_full_restarts = rng.choice((1, 2, 2))
+    last = steps - 4  # leave the final save alone: a fault after it has nothing left to hit
+    faults: list[Fault] = []
+
+    # Slice faults: one to four events, several slices at once sometimes, close together or far apart.
+    events = rng.choice((0, 1, 1, 2, 2, 3, 4))
+    apart = rng.random() < 0.5
+    step = rng.randint(4, max(5, last // 2))
+    for _ in range(events):
+        if step > last:
+            break
+        width = 2 if num_slices > 1 and rng.random() < 0.3 else 1
+        faults.append(
+            Fault(
+                step=step,
+                kind=rng.choice(SLICE_FAULTS),
+                slices=tuple(sorted(rng.sample(range(num_slices), width))),
+            )
+        )
+        step += rng.randint(8, 16) if apart else rng.randint(1, 3)
+
+    kill_during_save_step = None
+    if rng.random() < 0.2:
+        kill_during_save_step = rng.choice([s for s in range(CHECKPOINT_PERIOD, last, CHECKPOINT_PERIOD)])
+    if rng.random() < 0.2:
+        faults.append(Fault(step=rng.randint(5, last), kind=FREEZE_TRAINER))
+    if rng.random() < 0.35:
+        faults.append(
+            Fault(step=rng.randint(3, last), kind=API_ERRORS, code=rng.choice((500, 429)), count=rng.randint(5, 40))
+        )
+    if rng.random() < 0.2:
+        faults.append(Fault(step=rng.randint(3, last), kind=API_LATENCY, seconds=round(rng.uniform(0.05, 0.4), 2)))
+    if rng.random() < 0.35:
+        faults.append(Fault(step=rng.randint(3, last), kind=EXPIRE_WATCHES))
+    if rng.random() < 0.25:
+        faults.append(Fault(step=rng.randint(6, last), kind=KILL_TASK))
+
+    # A kill in a save and another fault on the same step would race; move the other one on.
+    taken = {kill_during_save_step} if kill_during_save_step is not None else set()
+    spaced: list[Fault] = []
+    for fault in sorted(faults, key=lambda f: f.step):
+        moved = fault
+        while moved.step in taken or moved.step - 1 in taken:
+            moved = Fault(moved.step + 2, moved.kind, moved.slices, moved.code, moved.count, moved.seconds)
+        spaced.append(moved)
+    return Schedule(
+        seed=seed,
+        index=index,
+        steps=steps,
+        num_slices=num_slices,
+        max_slice_restarts=max_slice_restarts,
+        max_full_restarts=max_full_restarts,
+        kill_during_save_step=kill_during_save_step,
+        faults=tuple(sorted(spaced, key=lambda f: f.step)),
+    )
+
+
+def schedules(seed: int, runs: int) -> list[Schedule]:
+    """The schedules of runs ``0..runs-1``."""
+    return [schedule(seed, index) for index in range(runs)]
