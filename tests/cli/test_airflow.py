@@ -33,6 +33,8 @@ NIGHTLY = "elastic_training_nightly"
 SMOKE = "launcher_smoke"
 STARTUP_SECONDS = 600.0
 RUN_SECONDS = 900.0
+# The module's stack starts inside the first test that uses it: the suite's 300 s default would cut a slow start.
+pytestmark = pytest.mark.timeout(STARTUP_SECONDS + RUN_SECONDS + 300)
 
 
 def _free_port() -> int:
