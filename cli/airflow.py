@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -272,7 +273,7 @@ class _Stack:
         except (OSError, ValueError):
             return False
         headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
-        return _get_json(f"{endpoint.url}/version/", headers) is not None
+        return _get_json(f"{endpoint.url}/version/", headers, endpoint.ssl_context()) is not None
 
     def _api_answers(self) -> bool:
         return _get_json(f"{self.url}/api/v2/version") is not None
@@ -319,11 +320,16 @@ def _airflow() -> list[str]:
     return [sys.executable, "-m", "airflow"]
 
 
-def _get_json(url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """The JSON body of a 200 answer, or ``None`` when nothing (or no success) answers yet."""
+def _get_json(
+    url: str, headers: dict[str, str] | None = None, context: ssl.SSLContext | None = None
+) -> dict[str, Any] | None:
+    """The JSON body of a 200 answer, or ``None`` when nothing (or no success) answers yet.
+
+    ``context`` verifies an HTTPS server (the local cluster's own CA).
+    """
     request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
             body = json.loads(response.read() or b"{}")
     except (OSError, ValueError):
         return None
