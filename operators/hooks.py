@@ -38,7 +38,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config import ConfigException
 from kubernetes_asyncio import client as async_k8s
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, SSLError
 from yaml import YAMLError
 
 from operators.backoff import Backoff
@@ -62,6 +62,11 @@ LONG_REQUEST_TIMEOUT = (10, WATCH_TIMEOUT_SECONDS + 30)
 
 
 JOBSET_INSTALL_HINT = "install kubernetes-sigs/jobset (https://jobset.sigs.k8s.io/docs/installation/)"
+REFUSAL_ADVICE = {
+    401: "the token is expired or invalid: renew the token in the kubeconfig the connection uses",
+    403: "bind the Role of deploy/rbac.yaml (`python -m operators.rbac <namespace>`) to its service account",
+    404: f"the namespace may be gone, or the JobSet CRD not installed ({JOBSET_INSTALL_HINT})",
+}
 
 
 class ClusterAccessError(AirflowException):
@@ -124,6 +129,11 @@ class JobSetHook(KubernetesHook):
         server = _server_of(self.api_client.configuration.host)
         if isinstance(error, HTTPError):
             reason = getattr(error, "reason", None) or error
+            if isinstance(reason, SSLError):
+                return ClusterAccessError(
+                    f"the Kubernetes API server {server} of {conn} presented a certificate that is not trusted: "
+                    "put the cluster's CA in the kubeconfig (certificate-authority-data), or check the server address"
+                )
             return ClusterAccessError(
                 f"cannot reach the Kubernetes API server {server} of {conn} ({type(reason).__name__}): check the "
                 "server in the kubeconfig the connection uses, and that the cluster is running"
@@ -451,9 +461,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                 if refused >= REFUSED_ATTEMPTS:
                     raise ClusterAccessError(
                         f"watching through connection {self.conn_id!r}: the Kubernetes API answered HTTP "
-                        f"{error.status} {error.reason} {refused} times in a row (401: renew the token in the "
-                        "connection's kubeconfig; 403: bind the Role of deploy/rbac.yaml; 404: install the JobSet "
-                        "CRD)"
+                        f"{error.status} {error.reason} {refused} times in a row; {REFUSAL_ADVICE[error.status]}"
                     ) from None
                 if error.status not in TRANSIENT_STATUSES:
                     self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)
@@ -508,7 +516,11 @@ async def _raise_for_status(response: Any) -> None:
     """Unpreloaded responses are not checked by the client: an error body must not pass for data."""
     if not 200 <= int(response.status) <= 299:
         body = (await response.content.read(64 * 1024)).decode("utf-8", errors="replace")
-        raise AsyncApiException(status=int(response.status), reason=body[:500])
+        detail = body[:500]
+        with contextlib.suppress(ValueError, AttributeError):
+            detail = str(json.loads(body).get("message") or detail)[:500]  # a Status object's message
+        phrase = getattr(response, "reason", None) or ""
+        raise AsyncApiException(status=int(response.status), reason=f"{phrase}: {detail}" if phrase and detail != phrase else detail or phrase)
 
 
 async def _lines(response: Any) -> AsyncIterator[bytes]:

@@ -86,9 +86,8 @@ def _connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, 
     return conn_id
 
 
-def _kubeconfig_for(server: str, token: str) -> dict[str, Any]:
-    document = render_kubeconfig(server, token)
-    return document
+def _kubeconfig_for(server: str, token: str, ca_pem: bytes | None = None) -> dict[str, Any]:
+    return render_kubeconfig(server, token, ca_pem=ca_pem)
 
 
 def _elastic(conn_id: str) -> Any:
@@ -153,9 +152,20 @@ def test_an_inline_kube_config_that_is_not_yaml_is_not_quoted(monkeypatch: pytes
     assert "FAKE-TOKEN" not in message
 
 
+def test_a_kubeconfig_without_the_clusters_ca(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local cluster serves TLS with its own CA: a kubeconfig that does not carry it is told so, not retried on."""
+    conn_id = _connection(monkeypatch, "k8s_no_ca", {"kube_config": _kubeconfig_for(cluster.url, cluster.token)})
+    message = _execute_error(_elastic(conn_id))
+    assert message.startswith(
+        f"the Kubernetes API server {cluster.url} of connection 'k8s_no_ca' presented a certificate that is not trusted"
+    )
+    assert "certificate-authority-data" in message
+    assert cluster.token not in message
+
+
 def test_a_refused_token(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The local cluster checks bearer tokens: an expired or wrong one gets 401."""
-    kubeconfig = _kubeconfig_for(cluster.url, "FAKE-EXPIRED-TOKEN")
+    kubeconfig = _kubeconfig_for(cluster.url, "FAKE-EXPIRED-TOKEN", cluster.ca_pem)
     conn_id = _connection(monkeypatch, "k8s_expired", {"kube_config": kubeconfig})
     message = _execute_error(_elastic(conn_id))
     assert message.startswith(
@@ -238,7 +248,7 @@ async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
     and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
     from operators.triggers import JobSetTrigger
 
-    conn_id = _connection(monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED")})
+    conn_id = _connection(monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED", cluster.ca_pem)})
     trigger = JobSetTrigger(
         name="run-abcdef",
         namespace="default",

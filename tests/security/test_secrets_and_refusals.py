@@ -114,7 +114,7 @@ def test_connection_secrets_reach_no_xcom_log_or_output(
     capfd: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    kube_config = render_kubeconfig(cluster_connection.url, cluster_connection.token)
+    kube_config = render_kubeconfig(cluster_connection.url, cluster_connection.token, ca_pem=cluster_connection.ca_pem)
     monkeypatch.setenv(
         "AIRFLOW_CONN_K8S_SECRET",
         json.dumps(
