@@ -135,6 +135,8 @@ def airflow_environment(workdir: Path, kubeconfig: Path) -> dict[str, str]:
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
         AIRFLOW__LOGGING__LOGGING_LEVEL="WARNING",
+        # dag.test() runs each trigger inline, in the task's own process: no scheduler race to wait out.
+        AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS="0",
         AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps(
             {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": "default"}}
         ),

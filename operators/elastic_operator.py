@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -43,7 +42,7 @@ from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
 from operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from operators.spec import INT32_MAX, ElasticRunSpec, SpecError, lint, shown
-from operators.triggers import EventStatus, JobSetTrigger
+from operators.triggers import EventStatus, JobSetTrigger, settle_until
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -125,7 +124,7 @@ class ElasticJobSetOperator(BaseOperator):
     :param elastic_timeout_seconds: MaxText's per-attempt wait for slices.
     :param price_per_chip_hour: for the cost of lost chip time in the report.
     :param keep_jobset_on_kill: leave the JobSet running when the task is killed.
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``) or block a worker.
+    :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks when nothing changes.
     :param local_env: extra environment for the ``local`` runtime's containers (fault-injection knobs).
 
@@ -172,7 +171,7 @@ class ElasticJobSetOperator(BaseOperator):
         elastic_timeout_seconds: int = 300,
         price_per_chip_hour: float = 0.0,
         keep_jobset_on_kill: bool = False,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        deferrable: bool = True,
         poll_interval: float = 10.0,
         local_env: Mapping[str, str] | None = None,
         **kwargs: Any,
@@ -410,6 +409,7 @@ class ElasticJobSetOperator(BaseOperator):
             delete_on_kill=not self.keep_jobset_on_kill,
         )
         if self.deferrable:
+            trigger.not_before = settle_until()
             self.defer(trigger=trigger, method_name="execute_complete")
         event = asyncio.run(first_event(trigger))
         return self.execute_complete(context, event)

@@ -520,7 +520,8 @@ async def _raise_for_status(response: Any) -> None:
         with contextlib.suppress(ValueError, AttributeError):
             detail = str(json.loads(body).get("message") or detail)[:500]  # a Status object's message
         phrase = getattr(response, "reason", None) or ""
-        raise AsyncApiException(status=int(response.status), reason=f"{phrase}: {detail}" if phrase and detail != phrase else detail or phrase)
+        reason = f"{phrase}: {detail}" if phrase and detail != phrase else detail or phrase
+        raise AsyncApiException(status=int(response.status), reason=reason)
 
 
 async def _lines(response: Any) -> AsyncIterator[bytes]:

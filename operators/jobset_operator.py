@@ -12,7 +12,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client.rest import ApiException
@@ -26,7 +25,7 @@ from operators.manifests import JobSpec, lint_job
 from operators.observations import MonitorState, jobset_phase
 from operators.policy import JobSetPhase
 from operators.spec import SpecError, shown
-from operators.triggers import EventStatus, JobSetTrigger
+from operators.triggers import EventStatus, JobSetTrigger, settle_until
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -61,7 +60,7 @@ class JobSetOperator(BaseOperator):
     :param service_account: the pod's service account.
     :param kubernetes_conn_id: the cncf-kubernetes connection.
     :param keep_jobset_on_kill: leave the JobSet when the task is killed.
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks.
 
     Returns ``{"jobset_name", "namespace", "stage", "seconds"}``.
@@ -87,7 +86,7 @@ class JobSetOperator(BaseOperator):
         service_account: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         keep_jobset_on_kill: bool = False,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
+        deferrable: bool = True,
         poll_interval: float = 10.0,
         **kwargs: Any,
     ) -> None:
@@ -202,6 +201,7 @@ class JobSetOperator(BaseOperator):
             delete_on_kill=not self.keep_jobset_on_kill,
         )
         if self.deferrable:
+            trigger.not_before = settle_until()
             self.defer(trigger=trigger, method_name="execute_complete")
         return self.execute_complete(context, asyncio.run(first_event(trigger)))
 

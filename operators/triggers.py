@@ -34,6 +34,19 @@ if TYPE_CHECKING:
 
 NO_CURSOR_TAIL_LINES = 5000  # adopting a JobSet with no log cursor: fold only its recent history
 FINAL_LOG_WAIT_SECONDS = 3.0
+# Airflow 3.3 fails a deferred task whose trigger fires so soon that the resumed attempt is already running
+# when the scheduler drains the executor's "success" for the deferring attempt (apache/airflow#71580,
+# #72716; seen here 5-7 s after deferral). An event is therefore held until this long after deferral.
+DEFAULT_DEFER_SETTLE_SECONDS = 20.0
+SETTLE_CONFIG = ("elastic_training", "defer_settle_seconds")
+
+
+def settle_until() -> float:
+    """Unix time before which a trigger deferred now must not fire (``[elastic_training] defer_settle_seconds``)."""
+    from airflow.configuration import conf
+
+    seconds = conf.getfloat(*SETTLE_CONFIG, fallback=DEFAULT_DEFER_SETTLE_SECONDS)
+    return time.time() + max(0.0, seconds)
 
 
 class EventStatus(StrEnum):
@@ -57,6 +70,7 @@ class JobSetTrigger(BaseTrigger):
     :param deadline: Unix time after which it yields a ``deadline`` event (``None``: none).
     :param poll_interval: seconds between checks of timers (the stall rule) when nothing changes.
     :param delete_on_kill: delete the JobSet when a user kills the deferred task.
+    :param not_before: Unix time before which no event is yielded (see :func:`settle_until`); ``None``: none.
     """
 
     def __init__(
@@ -73,6 +87,7 @@ class JobSetTrigger(BaseTrigger):
         deadline: float | None = None,
         poll_interval: float = 10.0,
         delete_on_kill: bool = True,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.name = name
@@ -86,6 +101,7 @@ class JobSetTrigger(BaseTrigger):
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.delete_on_kill = delete_on_kill
+        self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -102,6 +118,7 @@ class JobSetTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "poll_interval": self.poll_interval,
                 "delete_on_kill": self.delete_on_kill,
+                "not_before": self.not_before,
             },
         )
 
@@ -129,6 +146,9 @@ class JobSetTrigger(BaseTrigger):
         except Exception as error:  # a bug must reach the operator as an event, not kill the triggerer silently
             self.log.exception("JobSet trigger failed")
             event = monitor.event(EventStatus.ERROR, "error", f"{type(error).__name__}: {error}")
+        if self.not_before is not None and (hold := self.not_before - time.time()) > 0:
+            self.log.info("holding the event %.1f s after deferral (defer_settle_seconds)", hold)
+            await asyncio.sleep(hold)
         yield TriggerEvent(event)  # type: ignore[no-untyped-call]
 
 

@@ -9,6 +9,8 @@ _AIRFLOW_HOME = tempfile.mkdtemp(prefix="elastic-training-airflow-")
 os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+# dag.test() runs triggers inline (no scheduler race to wait out); the real-scheduler test keeps the default.
+os.environ.setdefault("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Shared fixtures: a GCS emulator the tests start themselves, and real Orbax checkpoints.

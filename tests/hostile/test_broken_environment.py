@@ -248,7 +248,9 @@ async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
     and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
     from operators.triggers import JobSetTrigger
 
-    conn_id = _connection(monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED", cluster.ca_pem)})
+    conn_id = _connection(
+        monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED", cluster.ca_pem)}
+    )
     trigger = JobSetTrigger(
         name="run-abcdef",
         namespace="default",

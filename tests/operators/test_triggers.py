@@ -50,6 +50,7 @@ def test_serialize() -> None:
             "deadline": None,
             "poll_interval": 10.0,
             "delete_on_kill": True,
+            "not_before": None,
         },
     )
     rebuilt = JobSetTrigger(**trigger.serialize()[1])
@@ -186,3 +187,20 @@ async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalClu
         if not deleted:
             custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
         api.close()
+
+
+async def test_an_event_is_held_until_not_before(cluster_connection: LocalCluster) -> None:
+    """A trigger that would fire at once (no such JobSet) waits out the settle time the operator set."""
+    not_before = time.time() + 3.0
+    trigger = JobSetTrigger(
+        name="never-created",
+        namespace="default",
+        uid="u-none",
+        target_step=1,
+        budgets=BUDGETS,
+        poll_interval=0.5,
+        not_before=not_before,
+    )
+    event = (await asyncio.wait_for(trigger.run().__anext__(), timeout=60)).payload
+    assert event["reason"] == "jobset_missing"
+    assert time.time() >= not_before
