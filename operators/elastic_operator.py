@@ -336,6 +336,8 @@ class ElasticJobSetOperator(BaseOperator):
         if run.jobset_name:
             found = hook.get_jobset(run.jobset_name, self.namespace)
             if found is not None and (not run.jobset_uid or found["metadata"].get("uid") == run.jobset_uid):
+                if self._being_deleted(hook, found):
+                    return None
                 run.jobset_uid = str(found["metadata"].get("uid"))
                 self._active_jobset = (run.jobset_name, run.jobset_uid)
                 return dict(found)
@@ -347,10 +349,27 @@ class ElasticJobSetOperator(BaseOperator):
         newest = max(mine, key=lambda js: int((js["metadata"].get("labels") or {}).get(LABEL_FULL_RESTART, "0")))
         labels = newest["metadata"].get("labels") or {}
         run.full_restarts = max(run.full_restarts, int(labels.get(LABEL_FULL_RESTART, "0")))
+        if self._being_deleted(hook, newest):
+            return None
         run.jobset_name = str(newest["metadata"]["name"])
         run.jobset_uid = str(newest["metadata"].get("uid"))
         self._active_jobset = (run.jobset_name, run.jobset_uid)
         return dict(newest)
+
+    def _being_deleted(self, hook: JobSetHook, jobset: Mapping[str, Any]) -> bool:
+        """Whether ``jobset`` is being deleted, then gone: never adopt a dying JobSet, nor create beside it.
+
+        A kill's cleanup or an escalation whose record was cleared with the task leaves one; once it is
+        gone its name is free again.
+        """
+        metadata = jobset["metadata"]
+        if not metadata.get("deletionTimestamp"):
+            return False
+        name, uid = str(metadata["name"]), metadata.get("uid")
+        self.log.info("JobSet %s is being deleted: waiting until it is gone before creating it again", name)
+        if not hook.wait_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS):
+            raise AirflowException(f"JobSet {name} was still being deleted after {DELETE_TIMEOUT_SECONDS:.0f} s")
+        return True
 
     def _create(
         self, hook: JobSetHook, spec: ElasticRunSpec, run: _RunState, identity: Mapping[str, str]

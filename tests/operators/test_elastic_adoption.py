@@ -1,0 +1,119 @@
+"""`ElasticJobSetOperator.execute` never adopts a JobSet that is being deleted, nor creates one beside it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from kubernetes import client, config
+
+from local.cluster import LocalCluster
+from operators import ElasticJobSetOperator, manifests
+from operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+)
+from operators.elastic_operator import LABEL_FULL_RESTART
+
+DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
+
+
+class _TaskInstance:
+    dag_id, task_id, run_id, map_index = DAG_ID, TASK_ID, RUN_ID, -1
+
+    def __init__(self) -> None:
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+def _slow_to_die(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A one-pod JobSet whose container takes about 4 s to stop on SIGTERM (a trainer saving on the way out)."""
+    pod = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 30,
+        "containers": [
+            {
+                "name": HEAD_MAIN_CONTAINER,
+                "image": "local",
+                "command": ["sh", "-c", "trap 'sleep 4; exit 0' TERM; sleep 3600 & wait; sleep 4"],
+            }
+        ],
+    }
+    job = {"completionMode": "Indexed", "completions": 1, "parallelism": 1, "template": {"spec": pod}}
+    return {
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"replicatedJobs": [{"name": HEAD_REPLICATED_JOB, "replicas": 1, "template": {"spec": job}}]},
+    }
+
+
+def _wait_running(core: client.CoreV1Api, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pods = core.list_namespaced_pod("default", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+        if pods and all(p.status.phase == "Running" for p in pods):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the pods of {name} never ran")
+
+
+def test_a_jobset_being_deleted_is_waited_out_then_created_again(
+    cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    """A task cleared while its JobSet is being deleted (no state store): one JobSet at a time, a fresh uid."""
+    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=RUN_ID, map_index=-1)
+    name = manifests.jobset_name(dag_id=DAG_ID, task_id=TASK_ID, run_id=RUN_ID, map_index=-1, attempt=0, prefix="dying")
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    try:
+        dying = custom.create_namespaced_custom_object(
+            JOBSET_GROUP,
+            JOBSET_VERSION,
+            "default",
+            JOBSET_PLURAL,
+            _slow_to_die(name, {**identity, LABEL_FULL_RESTART: "0"}),
+        )
+        _wait_running(core, name)
+        custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+        being_deleted = custom.get_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name
+        )
+        assert being_deleted["metadata"].get("deletionTimestamp"), "the JobSet must still be terminating"
+
+        operator = ElasticJobSetOperator(
+            task_id=TASK_ID,
+            run_name="dying",
+            base_output_directory=str(tmp_path),
+            steps=10,
+            checkpoint_period=5,
+            num_slices=1,
+            runtime="local",
+        )
+        ti = _TaskInstance()
+        with pytest.raises(TaskDeferred):
+            operator.execute({"ti": ti})  # type: ignore[arg-type]
+        assert ti.xcom["jobset_name"] == name
+        [created] = custom.list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+        )["items"]
+        assert created["metadata"]["uid"] != dying["metadata"]["uid"]
+        assert not created["metadata"].get("deletionTimestamp")
+    finally:
+        for found in custom.list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=f"{LABEL_FULL_RESTART}"
+        )["items"]:
+            custom.delete_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, found["metadata"]["name"]
+            )
+        api.close()
