@@ -20,14 +20,19 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 lock:
 	$(UV) pip compile --quiet --python-version 3.11 --extra dev pyproject.toml -o requirements.lock
 
+# Test files run on TEST_WORKERS processes (pytest-xdist), each file whole on one of them: a module's
+# fixtures (a cluster, an Airflow stack) are built once, and each process has its own Airflow home and DB.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m slow
+	$(PYTEST) -m slow
 
 SOURCES := $(wildcard operators plugin local cli dags tests benchmarks)
 

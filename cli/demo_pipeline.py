@@ -79,7 +79,9 @@ class Progress(threading.Thread):
         while not self.stop.wait(1.0):
             try:
                 self._tasks()
-                if self.states.get("pretrain") in ("running", "deferred"):
+                # Not gated on "running"/"deferred": dag.test() runs the trigger inline and the progress
+                # thread may never see those states committed; the head pod exists only while it trains.
+                if self.states.get("pretrain") not in _FINISHED:
                     self._training()
             except Exception:  # progress is a courtesy: never let it stop the demo
                 continue
@@ -132,6 +134,7 @@ class Progress(threading.Thread):
             self.console.say(f"pretrain: completed step {self.shown_step}")
 
 
+_FINISHED = frozenset({"success", "failed", "upstream_failed", "skipped"})
 _STATE_WORDS = {
     "running": "running",
     "deferred": "waiting in its trigger",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import tempfile
 
-_AIRFLOW_HOME = tempfile.mkdtemp(prefix="elastic-training-airflow-")
-os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
+# Each test process (each xdist worker too: they inherit the controller's environment) gets its own home and
+# SQLite DB, set before anything imports Airflow; a user's AIRFLOW_HOME is never touched.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="elastic-training-airflow-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # dag.test() runs triggers inline (no scheduler race to wait out); the real-scheduler test keeps the default.
