@@ -737,6 +737,8 @@ def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run
                 "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+                # dag.test() runs triggers inline: no scheduler race for the settle time to wait out.
+                "AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS": "0",
                 "JAX_PLATFORMS": "cpu",
                 "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
                     {
