@@ -42,7 +42,7 @@ from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
 from operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from operators.spec import INT32_MAX, ElasticRunSpec, SpecError, lint, shown
-from operators.triggers import EventStatus, JobSetTrigger, settle_until
+from operators.triggers import EventStatus, JobSetTrigger, defer_settle_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -337,6 +337,7 @@ class ElasticJobSetOperator(BaseOperator):
             found = hook.get_jobset(run.jobset_name, self.namespace)
             if found is not None and (not run.jobset_uid or found["metadata"].get("uid") == run.jobset_uid):
                 if self._being_deleted(hook, found):
+                    run.close_incarnation()  # its slice restarts and recoveries stay in the report
                     return None
                 run.jobset_uid = str(found["metadata"].get("uid"))
                 self._active_jobset = (run.jobset_name, run.jobset_uid)
@@ -428,7 +429,7 @@ class ElasticJobSetOperator(BaseOperator):
             delete_on_kill=not self.keep_jobset_on_kill,
         )
         if self.deferrable:
-            trigger.not_before = settle_until()
+            trigger.settle_seconds = defer_settle_seconds()
             self.defer(trigger=trigger, method_name="execute_complete")
         event = asyncio.run(first_event(trigger))
         return self.execute_complete(context, event)

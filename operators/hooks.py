@@ -23,6 +23,7 @@ import contextlib
 import functools
 import inspect
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
@@ -53,7 +54,6 @@ api_retry = cast(Callable[[F], F], generic_api_retry)
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 # Answers that retrying will not change unless someone acts (a renewed token, a granted verb, an installed
 # CRD): a watch retries them a few times, for a token being rotated, then gives up with a clear error.
-REFUSED_STATUSES = frozenset({401, 403, 404})
 REFUSED_ATTEMPTS = 6
 WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last resourceVersion
 # Client side of a long request: connect within 10 s, then allow this long between two reads. The
@@ -67,6 +67,7 @@ REFUSAL_ADVICE = {
     403: "bind the Role of deploy/rbac.yaml (`python -m operators.rbac <namespace>`) to its service account",
     404: f"the namespace may be gone, or the JobSet CRD not installed ({JOBSET_INSTALL_HINT})",
 }
+REFUSED_STATUSES = frozenset(REFUSAL_ADVICE)
 
 
 class ClusterAccessError(AirflowException):
@@ -129,7 +130,7 @@ class JobSetHook(KubernetesHook):
         server = _server_of(self.api_client.configuration.host)
         if isinstance(error, HTTPError):
             reason = getattr(error, "reason", None) or error
-            if isinstance(reason, SSLError):
+            if isinstance(reason, SSLError) and any(isinstance(a, ssl.SSLCertVerificationError) for a in reason.args):
                 return ClusterAccessError(
                     f"the Kubernetes API server {server} of {conn} presented a certificate that is not trusted: "
                     "put the cluster's CA in the kubeconfig (certificate-authority-data), or check the server address"
@@ -517,7 +518,7 @@ async def _raise_for_status(response: Any) -> None:
     if not 200 <= int(response.status) <= 299:
         body = (await response.content.read(64 * 1024)).decode("utf-8", errors="replace")
         detail = body[:500]
-        with contextlib.suppress(ValueError, AttributeError):
+        with contextlib.suppress(ValueError, AttributeError, RecursionError):
             detail = str(json.loads(body).get("message") or detail)[:500]  # a Status object's message
         phrase = getattr(response, "reason", None) or ""
         reason = f"{phrase}: {detail}" if phrase and detail != phrase else detail or phrase

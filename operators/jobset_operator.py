@@ -25,7 +25,7 @@ from operators.manifests import JobSpec, lint_job
 from operators.observations import MonitorState, jobset_phase
 from operators.policy import JobSetPhase
 from operators.spec import SpecError, shown
-from operators.triggers import EventStatus, JobSetTrigger, settle_until
+from operators.triggers import EventStatus, JobSetTrigger, defer_settle_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -167,10 +167,17 @@ class JobSetOperator(BaseOperator):
                 raise AirflowFailException(
                     f"a JobSet named {name} exists in {self.namespace} and was not made by this task"
                 )
-            if jobset_phase(existing)[0] is JobSetPhase.FAILED:
-                self.log.info("JobSet %s failed in an earlier try: deleting it to run again", name)
+            dying = bool(existing["metadata"].get("deletionTimestamp"))
+            if dying or jobset_phase(existing)[0] is JobSetPhase.FAILED:
+                # Failed in an earlier try, or being deleted (a kill's cleanup): never adopted, run again.
+                self.log.info(
+                    "JobSet %s %s: running it again once it is gone",
+                    name,
+                    "is being deleted" if dying else "failed in an earlier try",
+                )
                 uid = existing["metadata"].get("uid")
-                hook.delete_jobset(name, self.namespace, uid=uid)
+                if not dying:
+                    hook.delete_jobset(name, self.namespace, uid=uid)
                 if not hook.wait_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS):
                     raise AirflowException(
                         f"JobSet {name} was not gone {DELETE_TIMEOUT_SECONDS:.0f} s after its delete"
@@ -201,7 +208,7 @@ class JobSetOperator(BaseOperator):
             delete_on_kill=not self.keep_jobset_on_kill,
         )
         if self.deferrable:
-            trigger.not_before = settle_until()
+            trigger.settle_seconds = defer_settle_seconds()
             self.defer(trigger=trigger, method_name="execute_complete")
         return self.execute_complete(context, asyncio.run(first_event(trigger)))
 

@@ -36,17 +36,23 @@ NO_CURSOR_TAIL_LINES = 5000  # adopting a JobSet with no log cursor: fold only i
 FINAL_LOG_WAIT_SECONDS = 3.0
 # Airflow 3.3 fails a deferred task whose trigger fires so soon that the resumed attempt is already running
 # when the scheduler drains the executor's "success" for the deferring attempt (apache/airflow#71580,
-# #72716; seen here 5-7 s after deferral). An event is therefore held until this long after deferral.
+# #72716; seen here 5-7 s after deferral). A trigger therefore decides nothing final in its first seconds.
 DEFAULT_DEFER_SETTLE_SECONDS = 20.0
+MAX_DEFER_SETTLE_SECONDS = 300.0
 SETTLE_CONFIG = ("elastic_training", "defer_settle_seconds")
 
 
-def settle_until() -> float:
-    """Unix time before which a trigger deferred now must not fire (``[elastic_training] defer_settle_seconds``)."""
+def defer_settle_seconds() -> float:
+    """``[elastic_training] defer_settle_seconds``: how long a trigger started now holds a final decision."""
     from airflow.configuration import conf
 
     seconds = conf.getfloat(*SETTLE_CONFIG, fallback=DEFAULT_DEFER_SETTLE_SECONDS)
-    return time.time() + max(0.0, seconds)
+    if not 0.0 <= seconds <= MAX_DEFER_SETTLE_SECONDS:  # also refuses nan and inf
+        raise ValueError(
+            f"[elastic_training] defer_settle_seconds must be between 0 and {MAX_DEFER_SETTLE_SECONDS:.0f}, "
+            f"got {seconds}"
+        )
+    return seconds
 
 
 class EventStatus(StrEnum):
@@ -70,7 +76,8 @@ class JobSetTrigger(BaseTrigger):
     :param deadline: Unix time after which it yields a ``deadline`` event (``None``: none).
     :param poll_interval: seconds between checks of timers (the stall rule) when nothing changes.
     :param delete_on_kill: delete the JobSet when a user kills the deferred task.
-    :param not_before: Unix time before which no event is yielded (see :func:`settle_until`); ``None``: none.
+    :param settle_seconds: for this long after it starts, a final decision waits (the watches go on) and is
+        made again when the time is up (see :func:`defer_settle_seconds`); an error event waits too.
     """
 
     def __init__(
@@ -87,7 +94,7 @@ class JobSetTrigger(BaseTrigger):
         deadline: float | None = None,
         poll_interval: float = 10.0,
         delete_on_kill: bool = True,
-        not_before: float | None = None,
+        settle_seconds: float = 0.0,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.name = name
@@ -101,7 +108,7 @@ class JobSetTrigger(BaseTrigger):
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.delete_on_kill = delete_on_kill
-        self.not_before = not_before
+        self.settle_seconds = settle_seconds
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -118,7 +125,7 @@ class JobSetTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "poll_interval": self.poll_interval,
                 "delete_on_kill": self.delete_on_kill,
-                "not_before": self.not_before,
+                "settle_seconds": self.settle_seconds,
             },
         )
 
@@ -140,23 +147,27 @@ class JobSetTrigger(BaseTrigger):
                 await hook.close()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        monitor = _Monitor(self, MonitorState.from_json(self.state), await self._hook())
+        # Monotonic, on the triggerer's own clock: it starts after the deferral, whatever the hosts' clocks say.
+        settled_at = time.monotonic() + self.settle_seconds
+        monitor = _Monitor(self, MonitorState.from_json(self.state), await self._hook(), settled_at)
         try:
             event = await monitor.run()
         except Exception as error:  # a bug must reach the operator as an event, not kill the triggerer silently
             self.log.exception("JobSet trigger failed")
             event = monitor.event(EventStatus.ERROR, "error", f"{type(error).__name__}: {error}")
-        if self.not_before is not None and (hold := self.not_before - time.time()) > 0:
-            self.log.info("holding the event %.1f s after deferral (defer_settle_seconds)", hold)
-            await asyncio.sleep(hold)
+            if (hold := settled_at - time.monotonic()) > 0:
+                await asyncio.sleep(hold)
         yield TriggerEvent(event)  # type: ignore[no-untyped-call]
 
 
 class _Monitor:
     """The trigger's running state: four watchers feed one MonitorState; the main loop decides."""
 
-    def __init__(self, trigger: JobSetTrigger, state: MonitorState, hook: AsyncJobSetHook) -> None:
+    def __init__(
+        self, trigger: JobSetTrigger, state: MonitorState, hook: AsyncJobSetHook, settled_at: float = 0.0
+    ) -> None:
         self.trigger = trigger
+        self.settled_at = settled_at  # time.monotonic() before which a final decision waits
         self.state = state
         if not state.started_at:  # no persisted state: the incarnation is watched from now on
             state.started_at = time.time()
@@ -209,10 +220,13 @@ class _Monitor:
                 now=now, target_step=trigger.target_step, full_restarts_used=trigger.full_restarts_used
             )
             decision = decide(observation, self.budgets)
-            if decision.action is not Action.CONTINUE:
+            settling = self.settled_at - time.monotonic()
+            if decision.action is not Action.CONTINUE and settling <= 0:
                 await self._catch_up_log()
                 return self.event(EventStatus.DECISION, decision.reason.value, decision.message)
             wake = [now + trigger.poll_interval]
+            if decision.action is not Action.CONTINUE:  # settling: watch on, then decide again on what is then
+                wake.append(now + settling)
             if decision.recheck_at is not None:
                 wake.append(decision.recheck_at)
             if trigger.deadline is not None:

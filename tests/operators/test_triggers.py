@@ -50,7 +50,7 @@ def test_serialize() -> None:
             "deadline": None,
             "poll_interval": 10.0,
             "delete_on_kill": True,
-            "not_before": None,
+            "settle_seconds": 0.0,
         },
     )
     rebuilt = JobSetTrigger(**trigger.serialize()[1])
@@ -189,9 +189,8 @@ async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalClu
         api.close()
 
 
-async def test_an_event_is_held_until_not_before(cluster_connection: LocalCluster) -> None:
-    """A trigger that would fire at once (no such JobSet) waits out the settle time the operator set."""
-    not_before = time.time() + 3.0
+async def test_a_final_decision_waits_out_the_settle_time(cluster_connection: LocalCluster) -> None:
+    """A trigger that would fire at once (no such JobSet) decides again only once its settle time is over."""
     trigger = JobSetTrigger(
         name="never-created",
         namespace="default",
@@ -199,8 +198,9 @@ async def test_an_event_is_held_until_not_before(cluster_connection: LocalCluste
         target_step=1,
         budgets=BUDGETS,
         poll_interval=0.5,
-        not_before=not_before,
+        settle_seconds=3.0,
     )
+    started = time.monotonic()
     event = (await asyncio.wait_for(trigger.run().__anext__(), timeout=60)).payload
     assert event["reason"] == "jobset_missing"
-    assert time.time() >= not_before
+    assert time.monotonic() - started >= 3.0
