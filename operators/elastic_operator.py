@@ -368,8 +368,7 @@ class ElasticJobSetOperator(BaseOperator):
             return False
         name, uid = str(metadata["name"]), metadata.get("uid")
         self.log.info("JobSet %s is being deleted: waiting until it is gone before creating it again", name)
-        if not hook.wait_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS):
-            raise AirflowException(f"JobSet {name} was still being deleted after {DELETE_TIMEOUT_SECONDS:.0f} s")
+        hook.require_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS)
         return True
 
     def _create(
@@ -394,12 +393,10 @@ class ElasticJobSetOperator(BaseOperator):
         except ApiException as error:
             if error.status != 409:
                 raise AirflowException(f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}") from None
-            created = hook.get_jobset(name, self.namespace) or {}
-            theirs = (created.get("metadata") or {}).get("labels") or {}
-            if any(theirs.get(k) != v for k, v in identity.items()):
-                raise AirflowFailException(
-                    f"a JobSet named {name} already exists in {self.namespace} and was not made by this task"
-                ) from None
+            found = self._holder_of_name(hook, name, identity)
+            created = found or self._through_transient(
+                "creating JobSet", lambda: hook.create_jobset(body, self.namespace)
+            )
         run.jobset_name = name
         run.jobset_uid = str(created["metadata"].get("uid"))
         run.escalating = False
@@ -407,6 +404,24 @@ class ElasticJobSetOperator(BaseOperator):
         self._active_jobset = (run.jobset_name, run.jobset_uid)
         self.log.info("created JobSet %s (uid %s) in %s", name, run.jobset_uid, self.namespace)
         return created
+
+    def _holder_of_name(self, hook: JobSetHook, name: str, identity: Mapping[str, str]) -> dict[str, Any] | None:
+        """After a 409 on create: this task's live JobSet of that name, or None once the name is free again.
+
+        The name was taken between the adoption's list and the create: by this task's own JobSet (a retry
+        whose create landed), by one of its own being deleted (waited out), or by a foreign one (refused).
+        """
+        found = hook.get_jobset(name, self.namespace)
+        if found is None:
+            return None
+        theirs = found["metadata"].get("labels") or {}
+        if any(theirs.get(k) != v for k, v in identity.items()):
+            raise AirflowFailException(
+                f"a JobSet named {name} already exists in {self.namespace} and was not made by this task"
+            )
+        if self._being_deleted(hook, found):
+            return None
+        return dict(found)
 
     def _wait(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> Any:
         if not run.monitor.started_at:
@@ -470,12 +485,7 @@ class ElasticJobSetOperator(BaseOperator):
         self._through_transient(
             "deleting JobSet", lambda: hook.delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
         )
-        if not hook.wait_jobset_gone(
-            run.jobset_name, self.namespace, uid=run.jobset_uid, timeout=DELETE_TIMEOUT_SECONDS
-        ):
-            raise AirflowException(
-                f"JobSet {run.jobset_name} was not gone {DELETE_TIMEOUT_SECONDS:.0f} s after its delete"
-            )
+        hook.require_jobset_gone(run.jobset_name, self.namespace, uid=run.jobset_uid, timeout=DELETE_TIMEOUT_SECONDS)
         record["quarantined"] = [*record.get("quarantined", []), *self._quarantine_invalid_newest(spec)]
         committed = self._committed_step(spec)
         latest = record.get("latest_step")

@@ -264,6 +264,11 @@ class JobSetHook(KubernetesHook):
                 time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
         return self.get_jobset(name, namespace) is None
 
+    def require_jobset_gone(self, name: str, namespace: str, *, timeout: float, uid: str | None = None) -> None:
+        """`wait_jobset_gone`, raising `AirflowException` when the JobSet is still there after ``timeout``."""
+        if not self.wait_jobset_gone(name, namespace, uid=uid, timeout=timeout):
+            raise AirflowException(f"JobSet {name} in {namespace} was still being deleted after {timeout:.0f} s")
+
     @_explained("list", "pods")
     @api_retry
     def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:

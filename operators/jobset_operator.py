@@ -178,10 +178,7 @@ class JobSetOperator(BaseOperator):
                 uid = existing["metadata"].get("uid")
                 if not dying:
                     hook.delete_jobset(name, self.namespace, uid=uid)
-                if not hook.wait_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS):
-                    raise AirflowException(
-                        f"JobSet {name} was not gone {DELETE_TIMEOUT_SECONDS:.0f} s after its delete"
-                    )
+                hook.require_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS)
                 existing = None
             else:
                 self.log.info("adopting JobSet %s", name)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from kubernetes import client, config
 
 from local.cluster import LocalCluster
@@ -20,6 +20,7 @@ from operators.constants import (
     JOBSET_VERSION,
 )
 from operators.elastic_operator import LABEL_FULL_RESTART
+from operators.hooks import JobSetHook
 
 DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
 
@@ -81,6 +82,27 @@ def _start_deleting(api: client.ApiClient, name: str, labels: dict[str, str]) ->
     return created
 
 
+def _assert_created_again(
+    custom: client.CustomObjectsApi, identity: dict[str, str], name: str, dying: dict[str, Any]
+) -> None:
+    """One JobSet of the task now: the same name, a new uid, alive."""
+    [created] = custom.list_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+    )["items"]
+    assert created["metadata"]["name"] == name
+    assert created["metadata"]["uid"] != dying["metadata"]["uid"]
+    assert not created["metadata"].get("deletionTimestamp")
+
+
+def _delete_all(custom: client.CustomObjectsApi, selector: str) -> None:
+    for found in custom.list_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=selector
+    )["items"]:
+        custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, found["metadata"]["name"]
+        )
+
+
 def test_a_jobset_being_deleted_is_waited_out_then_created_again(
     cluster_connection: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,17 +158,72 @@ def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(cluster_c
         ti.task_id, ti.run_id = "evaluate", run_id
         with pytest.raises(TaskDeferred):
             operator.execute({"ti": ti})  # type: ignore[arg-type]
-        [created] = custom.list_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
-        )["items"]
-        assert created["metadata"]["name"] == name
-        assert created["metadata"]["uid"] != dying["metadata"]["uid"]
-        assert not created["metadata"].get("deletionTimestamp")
+        _assert_created_again(custom, identity, name, dying)
     finally:
-        for found in custom.list_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
-        )["items"]:
-            custom.delete_namespaced_custom_object(
-                JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, found["metadata"]["name"]
-            )
+        _delete_all(custom, manifests.label_selector(identity))
+        api.close()
+
+
+def _elastic(tmp_path: Path, run_name: str) -> ElasticJobSetOperator:
+    return ElasticJobSetOperator(
+        task_id=TASK_ID,
+        run_name=run_name,
+        base_output_directory=str(tmp_path),
+        steps=10,
+        checkpoint_period=5,
+        num_slices=1,
+        runtime="local",
+    )
+
+
+def test_a_name_taken_by_a_foreign_jobset_fails_and_leaves_it_alone(
+    cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    run_id = "manual__foreign"
+    name = manifests.jobset_name(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1, attempt=0, prefix="taken")
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom = client.CustomObjectsApi(api)
+    try:
+        foreign = custom.create_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _slow_to_die(name, {"team": "someone-else"})
+        )
+        ti = _TaskInstance()
+        ti.run_id = run_id
+        with pytest.raises(AirflowFailException, match=f"a JobSet named {name} already exists in default and was not"):
+            _elastic(tmp_path, "taken").execute({"ti": ti})  # type: ignore[arg-type]
+        still = custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
+        assert still["metadata"]["uid"] == foreign["metadata"]["uid"]
+        assert not still["metadata"].get("deletionTimestamp")
+    finally:
+        custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
+        api.close()
+
+
+def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
+    cluster_connection: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race: the adoption's list ran before this task's JobSet of that name appeared, then it was deleted."""
+    run_id = "manual__race"
+    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
+    name = manifests.jobset_name(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1, attempt=0, prefix="race")
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom = client.CustomObjectsApi(api)
+    try:
+        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"})
+        lists: list[str] = []
+        real_list = JobSetHook.list_jobsets
+
+        def list_jobsets(self: JobSetHook, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+            lists.append(label_selector)
+            return [] if len(lists) == 1 else real_list(self, namespace, label_selector)
+
+        monkeypatch.setattr(JobSetHook, "list_jobsets", list_jobsets)
+        ti = _TaskInstance()
+        ti.run_id = run_id
+        with pytest.raises(TaskDeferred):
+            _elastic(tmp_path, "race").execute({"ti": ti})  # type: ignore[arg-type]
+        assert lists, "the adoption must have listed (and been answered from before the JobSet existed)"
+        _assert_created_again(custom, identity, name, dying)
+    finally:
+        _delete_all(custom, manifests.label_selector(identity))
         api.close()
