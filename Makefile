@@ -64,7 +64,9 @@ bench: setup
 
 # The chaos matrix (benchmarks/chaos.py): RUNS seeded elastic runs through Airflow on the local cluster.
 # BUDGET bounds the whole matrix (no run starts after it), RUN_TIMEOUT each run; CHAOS_OUT keeps the records.
+# GCS=1 puts the run directories on gs:// (a GCS emulator per lane) and adds GCS 503 bursts and outages.
 RUNS ?= 50
+GCS ?= 0
 SEED ?= 1
 JOBS ?= 1
 BUDGET ?= 7200
@@ -72,7 +74,7 @@ RUN_TIMEOUT ?= 480
 CHAOS_OUT ?= chaos-out
 chaos: setup
 	$(BIN)/python -m benchmarks.chaos --runs $(RUNS) --seed $(SEED) --jobs $(JOBS) --budget $(BUDGET) \
-		--run-timeout $(RUN_TIMEOUT) --out $(CHAOS_OUT)
+		--run-timeout $(RUN_TIMEOUT) --out $(CHAOS_OUT) $(if $(filter 1,$(GCS)),--gcs,)
 
 clean:
 	rm -rf $(VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.chaos --runs 50 --seed 1 --budget 2100
     .venv/bin/python -m benchmarks.chaos --runs 5 --seed 1 --dry-run     # print the schedules only
+    .venv/bin/python -m benchmarks.chaos --runs 20 --seed 1 --gcs         # run directories on gs://
 
 Each run is one DAG with one ``ElasticJobSetOperator`` (``runtime="local"``, deferrable, 40-60 steps,
 checkpoint period 10, 2-3 slices) run by ``dag.test()`` in a child process, against a local cluster this
@@ -12,6 +13,11 @@ worker pods force-deleted or SIGKILLed, the trainer killed in a checkpoint save
 latency, watches expired with the history compacted, and the task process SIGKILLed mid-watch (the inline
 trigger dies with it) and the DAG run run again, which adopts the JobSet and rebuilds the trigger from its
 serialized kwargs (``dag.test`` always round-trips them through serde).
+
+With ``--gcs`` each lane also starts a GCS emulator; run directories are on ``gs://`` and the trainers and
+the operator reach the emulator through a proxy that can answer 503: a burst of a few requests (retries
+ride it out) or an outage of 36-45 s (past gcsfs's retries: a save fails, the trainer exits, and one full
+restart is warranted). These faults are drawn after all others, so a seed's other faults do not change.
 
 While a run goes, the harness polls the cluster's store for the run's JobSets (label ``run-name``) that are
 not being deleted and the run directory for its newest committed step. Afterwards it records, per run:
@@ -30,6 +36,7 @@ with its own cluster and Airflow database.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -40,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,6 +59,7 @@ from benchmarks.chaos_schedule import (
     DELETE_WORKERS,
     EXPIRE_WATCHES,
     FREEZE_TRAINER,
+    GCS_ERRORS,
     KILL_TASK,
     SLICE_FAULTS,
     Fault,
@@ -99,9 +107,9 @@ with DAG({dag_id!r}, schedule=None) as dag:
 """
 
 
-def dag_source(plan: Schedule, base: Path) -> str:
-    """The DAG file of one chaos run."""
-    local_env: dict[str, str] = {"LOCAL_STEP_SECONDS": str(STEP_SECONDS)}
+def dag_source(plan: Schedule, base: str, storage_env: dict[str, str] | None = None) -> str:
+    """The DAG file of one chaos run (``storage_env``: what points the trainer at the GCS emulator's proxy)."""
+    local_env: dict[str, str] = {"LOCAL_STEP_SECONDS": str(STEP_SECONDS), **(storage_env or {})}
     if plan.kill_during_save_step is not None:
         local_env |= {
             "LOCAL_FAULT_KILL_DURING_SAVE_STEP": str(plan.kill_during_save_step),
@@ -110,7 +118,7 @@ def dag_source(plan: Schedule, base: Path) -> str:
     return DAG_TEMPLATE.format(
         dag_id=dag_id(plan),
         run_name=plan.run_name,
-        base=str(base),
+        base=base,
         steps=plan.steps,
         period=plan.checkpoint_period,
         slices=plan.num_slices,
@@ -123,7 +131,7 @@ def dag_source(plan: Schedule, base: Path) -> str:
 
 
 def dag_id(plan: Schedule) -> str:
-    return f"chaos_s{plan.seed}_r{plan.index}"
+    return plan.run_name.replace("-", "_")
 
 
 def run_task(dag_file: Path, logical_date: str, result_path: Path) -> int:
@@ -188,14 +196,62 @@ class Fired:
         }
 
 
+class RunFiles:
+    """A run directory on local disk: its newest committed step and the kill-in-save marker."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def newest_committed(self) -> int | None:
+        checkpoints = Path(self.uri) / "checkpoints"
+        if not checkpoints.is_dir():
+            return None
+        steps = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and (p / "commit_success.txt").exists()]
+        return max(steps) if steps else None
+
+    def killed_in_save(self) -> bool:
+        return any(Path(self.uri).glob("local-fault-killed-during-save-*"))
+
+
+class GcsRunFiles(RunFiles):
+    """A run directory on ``gs://``, read straight from the emulator (not through the failing proxy)."""
+
+    def __init__(self, uri: str, client: Any) -> None:
+        super().__init__(uri)
+        bucket, _, prefix = uri.removeprefix("gs://").partition("/")
+        self.bucket, self.prefix, self.client = bucket, prefix.rstrip("/") + "/", client
+
+    def _names(self, prefix: str) -> list[str]:
+        return [blob.name for blob in self.client.list_blobs(self.bucket, prefix=self.prefix + prefix)]
+
+    def newest_committed(self) -> int | None:
+        steps = []
+        for name in self._names("checkpoints/"):
+            parts = name[len(self.prefix) :].split("/")
+            if len(parts) == 3 and parts[1].isdigit() and parts[2] == "commit_success.txt":
+                steps.append(int(parts[1]))
+        return max(steps) if steps else None
+
+    def killed_in_save(self) -> bool:
+        return bool(self._names("local-fault-killed-during-save-"))
+
+
 class RunWatch:
     """Polls the cluster store and the run directory while a run goes; fires its faults on schedule."""
 
-    def __init__(self, cluster: Any, plan: Schedule, run_directory: Path, kill_task: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        cluster: Any,
+        plan: Schedule,
+        files: RunFiles,
+        kill_task: Callable[[], None],
+        gcs_proxy: Any | None = None,
+    ) -> None:
         self.cluster = cluster
         self.plan = plan
-        self.run_directory = run_directory
+        self.files = files
         self.kill_task = kill_task
+        self.gcs_proxy = gcs_proxy
         self.pending = list(plan.faults)
         self.fired: list[Fired] = []
         self.errors: list[str] = []
@@ -230,13 +286,6 @@ class RunWatch:
         store = self.cluster.store
         items, _ = self.cluster.call(lambda: store.list(rtype, NAMESPACE, mine))
         return list(items)
-
-    def _newest_committed(self) -> int | None:
-        checkpoints = self.run_directory / "checkpoints"
-        if not checkpoints.is_dir():
-            return None
-        steps = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and (p / "commit_success.txt").exists()]
-        return max(steps) if steps else None
 
     def _head(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
         """The live JobSet's running head pod."""
@@ -295,7 +344,7 @@ class RunWatch:
         self.max_alive = max(self.max_alive, len(alive))
         if len(alive) > 1:
             self.alive_samples.append((now, alive))
-        newest = self._newest_committed()
+        newest = self.files.newest_committed()
         if newest is not None and (not self.committed or self.committed[-1][1] != newest):
             self.committed.append((now, newest))
         pods = self._objects("pods")
@@ -358,6 +407,11 @@ class RunWatch:
             fired.note = f"{faults.expire_watches(compact=True)} watches ended"
         elif fault.kind == KILL_TASK:
             self.kill_task()
+        elif fault.kind == GCS_ERRORS and self.gcs_proxy is not None:
+            if fault.count:
+                self.gcs_proxy.fail_next(fault.count)
+            else:
+                self.gcs_proxy.fail_for(fault.seconds)
         self.pending.pop(0)
         self.fired.append(fired)
 
@@ -383,6 +437,14 @@ class Lane:
     root: Path
     cluster: Any
     env: dict[str, str]
+    base: str = ""  # where run directories go: gs://… on GCS, else <root>/runs
+    storage_env: dict[str, str] = field(default_factory=dict)  # the trainer's way to the GCS proxy
+    gcs_proxy: Any | None = None
+    gcs_client: Any | None = None
+
+    def files(self, run_name: str) -> RunFiles:
+        uri = f"{self.base}/{run_name}"
+        return GcsRunFiles(uri, self.gcs_client) if uri.startswith("gs://") else RunFiles(uri)
 
     @property
     def dags(self) -> Path:
@@ -395,11 +457,12 @@ def child_command(*args: str) -> list[str]:
 
 def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bool = False) -> dict[str, Any]:
     """Run one chaos run to its end (or its bound) and evaluate it."""
-    base = lane.root / "runs"
-    base.mkdir(parents=True, exist_ok=True)
-    run_directory = base / plan.run_name
+    base = lane.base or str(lane.root / "runs")
+    if not base.startswith("gs://"):
+        Path(base).mkdir(parents=True, exist_ok=True)
+    files = lane.files(plan.run_name) if lane.base else RunFiles(f"{base}/{plan.run_name}")
     dag_file = lane.dags / f"{dag_id(plan)}.py"
-    dag_file.write_text(dag_source(plan, base))
+    dag_file.write_text(dag_source(plan, base, lane.storage_env))
     logical_date = (FIRST_LOGICAL_DATE + timedelta(minutes=plan.index)).isoformat()
     result_path = lane.root / f"{plan.run_name}.result.json"
     log_path = lane.root / f"{plan.run_name}.log"
@@ -434,7 +497,7 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bo
         flush=True,
     )
     started = time.time()
-    watch = RunWatch(lane.cluster, plan, run_directory, kill_task)
+    watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy)
     with lock:
         start_task()
     watch.start()
@@ -456,6 +519,8 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bo
     finally:
         watch.stop()
         lane.cluster.faults.clear()
+        if lane.gcs_proxy is not None:
+            lane.gcs_proxy.clear()
     wall = time.time() - started
     result = json.loads(result_path.read_text()) if result_path.exists() and not hung else None
     record = evaluate(
@@ -465,7 +530,7 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bo
         hung=hung,
         wall=wall,
         run_timeout=run_timeout,
-        run_directory=run_directory,
+        run_directory=files.uri,
         log_path=log_path,
     )
     if hung and cut_by_budget:
@@ -537,7 +602,7 @@ def evaluate(
     hung: bool,
     wall: float,
     run_timeout: float,
-    run_directory: Path,
+    run_directory: str,
     log_path: Path | None = None,
 ) -> dict[str, Any]:
     """The record of one run: outcome, invariants, escalations judged against the faults that fired."""
@@ -559,7 +624,7 @@ def evaluate(
 
     try:
         validation = validate_checkpoints(
-            str(run_directory / "checkpoints"), options=ValidationOptions(require_commit_marker=True)
+            f"{run_directory}/checkpoints", options=ValidationOptions(require_commit_marker=True)
         )
         final_valid = validation.latest_valid_step
     except Exception as error:
@@ -683,19 +748,21 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     hits = [f for f in watch.fired if f.jobset == jobset]
     slice_restarts = sum(len(f.fault.slices) for f in hits if f.fault.kind in SLICE_FAULTS)
     froze = any(f.fault.kind == FREEZE_TRAINER for f in hits)
-    marker = plan.kill_during_save_step is not None and any(
-        p.name.startswith("local-fault-killed-during-save-") for p in (watch.run_directory).glob("local-fault-*")
-    )
+    marker = plan.kill_during_save_step is not None and watch.files.killed_in_save()
+    outages = [f.fault.seconds for f in hits if f.fault.kind == GCS_ERRORS and f.fault.seconds > 0]
+    outage = f"GCS down for {outages[0]:.0f} s (past gcsfs's retries)" if outages else ""
     gap = _longest_gap(watch.progress.get(str(jobset), []), float(escalation.get("at") or time.time()))
     if reason == "slice_restart_budget_spent":
         warranted = slice_restarts > plan.max_slice_restarts
         because = f"{slice_restarts} slice restarts injected into {jobset} (budget {plan.max_slice_restarts})"
     elif reason == "stalled":
-        warranted = froze or gap >= plan.stall_timeout_seconds
-        because = "trainer frozen (SIGSTOP)" if froze else f"no step for {gap:.0f} s (harness view)"
+        warranted = froze or gap >= plan.stall_timeout_seconds or bool(outage)
+        because = "trainer frozen (SIGSTOP)" if froze else outage or f"no step for {gap:.0f} s (harness view)"
     elif reason == "jobset_failed":
-        warranted = marker or slice_restarts > plan.max_slice_restarts
-        because = "trainer killed in a checkpoint save" if marker else f"{slice_restarts} slice restarts injected"
+        warranted = marker or slice_restarts > plan.max_slice_restarts or bool(outage)
+        because = (
+            "trainer killed in a checkpoint save" if marker else outage or f"{slice_restarts} slice restarts injected"
+        )
     else:
         warranted, because = False, "unknown reason"
     return {
@@ -722,14 +789,22 @@ def _longest_gap(history: Sequence[tuple[float, int]], until: float) -> float:
 # -- lanes and the whole matrix ---------------------------------------------------------------------------
 
 
-def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run_timeout: float) -> int:
-    """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout)."""
+def run_lane(
+    root: Path, seed: int, indices: Sequence[int], deadline: float, run_timeout: float, *, gcs: bool = False
+) -> int:
+    """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout).
+
+    With ``gcs`` the lane also starts a GCS emulator and a proxy in front of it that answers 503 when a
+    fault says so: the trainers and the operator reach the emulator through the proxy, the harness directly.
+    """
     from local.cluster import LocalCluster
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "dags").mkdir(exist_ok=True)
     records = root / "records.jsonl"
-    with LocalCluster(workdir=root / "cluster") as cluster:
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(LocalCluster(workdir=root / "cluster"))
+        storage = stack.enter_context(_lane_storage(root)) if gcs else Lane(root, cluster, {})
         env = dict(os.environ)
         env.update(
             {
@@ -748,10 +823,19 @@ def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run
                 ),
             }
         )
+        env.update(storage.storage_env)
         subprocess.run(child_command("_resetdb"), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-        lane = Lane(root, cluster, env)
+        lane = Lane(
+            root,
+            cluster,
+            env,
+            base=storage.base,
+            storage_env=storage.storage_env,
+            gcs_proxy=storage.gcs_proxy,
+            gcs_client=storage.gcs_client,
+        )
         for index in indices:
-            plan = schedule(seed, index)
+            plan = schedule(seed, index, gcs=gcs)
             left = deadline - time.time()
             if left < MIN_SECONDS_TO_START:
                 record: dict[str, Any] = {
@@ -771,6 +855,32 @@ def run_lane(root: Path, seed: int, indices: Sequence[int], deadline: float, run
     return 0
 
 
+@contextlib.contextmanager
+def _lane_storage(root: Path) -> Iterator[Lane]:
+    """A GCS emulator with a bucket and a 503 proxy for one lane (only the storage fields are set)."""
+    from tests.support.gcs_emulator import FlakyProxy, start_emulator
+
+    emulator = start_emulator()
+    proxy = FlakyProxy(emulator.endpoint)
+    try:
+        bucket = emulator.create_bucket(f"chaos-{os.getpid()}")
+        os.environ.update(emulator.env)  # the harness's own reads and validation go straight to the emulator
+        through_proxy = {**emulator.env, "STORAGE_EMULATOR_HOST": proxy.endpoint}
+        through_proxy["TENSORSTORE_GCS_HTTP_URL"] = proxy.endpoint
+        yield Lane(
+            root,
+            None,
+            {},
+            base=f"{bucket}/runs",
+            storage_env=through_proxy,
+            gcs_proxy=proxy,
+            gcs_client=emulator.client(),
+        )
+    finally:
+        proxy.close()
+        emulator.stop()
+
+
 def stop_lanes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
     """Interrupt lanes still running (their clusters stop their pods on the way out), then kill them."""
     running = [p for p in processes if p.poll() is None]
@@ -784,7 +894,7 @@ def stop_lanes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 def run_matrix(
-    out: Path, seed: int, runs: Sequence[int], jobs: int, budget: float, run_timeout: float
+    out: Path, seed: int, runs: Sequence[int], jobs: int, budget: float, run_timeout: float, *, gcs: bool = False
 ) -> list[dict[str, Any]]:
     """The runs ``runs`` (indices), split over ``jobs`` lanes; the records in run order."""
     out.mkdir(parents=True, exist_ok=True)
@@ -801,7 +911,13 @@ def run_matrix(
                 root,
                 subprocess.Popen(
                     child_command(
-                        "_lane", str(root), str(seed), ",".join(map(str, indices)), str(deadline), str(run_timeout)
+                        "_lane",
+                        str(root),
+                        str(seed),
+                        ",".join(map(str, indices)),
+                        str(deadline),
+                        str(run_timeout),
+                        "gcs" if gcs else "local",
                     ),
                     cwd=REPO,
                     start_new_session=True,
@@ -824,7 +940,7 @@ def run_matrix(
                 records[int(record["index"])] = record
     for index in runs:
         if index not in records:
-            plan = schedule(seed, index)
+            plan = schedule(seed, index, gcs=gcs)
             records[index] = {
                 "seed": seed,
                 "index": index,
@@ -876,7 +992,9 @@ def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
     for r in records:
         s = r["schedule"]
         expected = s["expected"]
-        exp = f"{len(expected['escalations'])}{'' if expected['survivable'] else ' (over budget)'}"
+        possible = len(expected.get("possible") or [])
+        exp = f"{len(expected['escalations'])}{f' (+{possible} possible)' if possible else ''}"
+        exp += "" if expected["survivable"] else " (over budget)"
         flags = ("S" if r.get("false_success") else "") + ("F" if r.get("false_failure") else "")
         why = str(r.get("why", "")).replace("|", "/")
         if len(why) > 110:
@@ -897,9 +1015,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "_resetdb":
         return reset_db()
     if args and args[0] == "_lane":
-        root, seed, lane_indices, deadline, run_timeout = args[1:6]
+        root, seed, lane_indices, deadline, run_timeout, storage = args[1:7]
         return run_lane(
-            Path(root), int(seed), [int(i) for i in lane_indices.split(",")], float(deadline), float(run_timeout)
+            Path(root),
+            int(seed),
+            [int(i) for i in lane_indices.split(",")],
+            float(deadline),
+            float(run_timeout),
+            gcs=storage == "gcs",
         )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -911,19 +1034,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON lines, table and logs")
     parser.add_argument("--only", default="", help="comma-separated run indices to run (development)")
     parser.add_argument("--dry-run", action="store_true", help="print the schedules and stop")
+    parser.add_argument(
+        "--gcs",
+        action="store_true",
+        help="run directories on gs:// (a GCS emulator per lane) and GCS 503 bursts and outages among the faults",
+    )
     options = parser.parse_args(args)
 
     if options.dry_run:
-        for plan in schedules(options.seed, options.runs):
+        for plan in schedules(options.seed, options.runs, gcs=options.gcs):
             print(json.dumps(plan.to_json()))
             print(
                 f"# run {plan.index}: {plan.describe()}; expected full restarts "
-                f"{list(plan.expected().escalations)}; survivable={plan.expected().survivable}"
+                f"{list(plan.expected().escalations)}, possible {list(plan.expected().possible)}; "
+                f"survivable={plan.expected().survivable}"
             )
         return 0
     out = (options.out or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()  # sqlite needs absolute paths
     indices = [int(i) for i in options.only.split(",") if i] or list(range(options.runs))
-    records = run_matrix(out, options.seed, indices, options.jobs, options.budget, options.run_timeout)
+    records = run_matrix(out, options.seed, indices, options.jobs, options.budget, options.run_timeout, gcs=options.gcs)
     with (out / "chaos.jsonl").open("w") as handle:
         for record in records:
             handle.write(json.dumps(record, default=str) + "\n")

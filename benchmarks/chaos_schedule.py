@@ -24,6 +24,14 @@ API_ERRORS = "api_errors"  # a burst of HTTP 500 or 429 answers from the API ser
 API_LATENCY = "api_latency"  # every API request delayed from then on
 EXPIRE_WATCHES = "expire_watches"  # every open watch ended and the history compacted (410 on resume)
 KILL_TASK = "kill_task"  # SIGKILL the Airflow task process mid-watch (its inline trigger with it), then rerun
+GCS_ERRORS = "gcs_errors"  # GCS (the emulator) answers 503: the next `count` requests, or all for `seconds`
+
+# A burst of at most this many 503s is ridden out: gcsfs (Orbax's file I/O) tries a request 6 times, and
+# tensorstore and google-cloud-storage retry longer. An outage outlasts gcsfs's backoff (1+2+4+8+16 s and
+# jitter) when it is longer than 36 s: a save then fails and the trainer exits, or its next save waits
+# long enough to stall. Either way one full restart may follow, never two (the outage is over by then).
+GCS_BURST_MAX = 5
+GCS_OUTAGE_SECONDS = (36.0, 45.0)
 
 SLICE_FAULTS = (DELETE_WORKERS, KILL_WORKERS)
 
@@ -53,15 +61,23 @@ class Fault:
             return f"@{self.step} SIGSTOP trainer"
         if self.kind == KILL_TASK:
             return f"@{self.step} SIGKILL task, rerun"
+        if self.kind == GCS_ERRORS:
+            what = f"{self.count}x GCS 503" if self.count else f"GCS 503 for {self.seconds:.0f}s"
+            return f"@{self.step} {what}"
         return f"@{self.step} {self.kind}"
 
 
 @dataclass(frozen=True)
 class Expected:
-    """What the schedule alone says should happen: the full restarts (reasons) and whether they fit."""
+    """What the schedule alone says should happen: the full restarts (reasons) and whether they fit.
+
+    ``possible`` are full restarts that may or may not come (a GCS outage: a save fails, or it only waits);
+    ``survivable`` holds when the budget covers the certain and the possible ones together.
+    """
 
     escalations: tuple[str, ...]
     survivable: bool
+    possible: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,10 +94,11 @@ class Schedule:
     faults: tuple[Fault, ...] = field(default=())
     checkpoint_period: int = CHECKPOINT_PERIOD
     stall_timeout_seconds: int = STALL_TIMEOUT_SECONDS
+    gcs: bool = False  # the run directory is on gs:// (the emulator, behind a proxy that can answer 503)
 
     @property
     def run_name(self) -> str:
-        return f"chaos-s{self.seed}-r{self.index}"
+        return f"chaos-{'gcs-' if self.gcs else ''}s{self.seed}-r{self.index}"
 
     @property
     def target_step(self) -> int:
@@ -110,7 +127,12 @@ class Schedule:
             elif kind == KILL_DURING_SAVE:
                 escalations.append("jobset_failed")
                 slice_restarts = 0
-        return Expected(tuple(escalations), survivable=len(escalations) <= self.max_full_restarts)
+        possible = tuple("jobset_failed" for f in self.faults if f.kind == GCS_ERRORS and f.seconds > 0)
+        return Expected(
+            tuple(escalations),
+            survivable=len(escalations) + len(possible) <= self.max_full_restarts,
+            possible=possible,
+        )
 
     def describe(self) -> str:
         parts = [f.describe() for f in self.faults]
@@ -122,12 +144,20 @@ class Schedule:
         data = asdict(self)
         data["run_name"] = self.run_name
         expected = self.expected()
-        data["expected"] = {"escalations": list(expected.escalations), "survivable": expected.survivable}
+        data["expected"] = {
+            "escalations": list(expected.escalations),
+            "possible": list(expected.possible),
+            "survivable": expected.survivable,
+        }
         return data
 
 
-def schedule(seed: int, index: int) -> Schedule:
-    """The schedule of run ``index`` under ``seed`` (drawn from ``random.Random(seed + index)``)."""
+def schedule(seed: int, index: int, *, gcs: bool = False) -> Schedule:
+    """The schedule of run ``index`` under ``seed`` (drawn from ``random.Random(seed + index)``).
+
+    With ``gcs`` the run writes to ``gs://`` and may also get GCS 503s, drawn after everything else: the
+    other faults of a run are the same with or without it.
+    """
     rng = random.Random(seed + index)
     steps = rng.choice((40, 50, 60))
     num_slices = rng.choice((2, 3))
@@ -168,6 +198,12 @@ def schedule(seed: int, index: int) -> Schedule:
         faults.append(Fault(step=rng.randint(3, last), kind=EXPIRE_WATCHES))
     if rng.random() < 0.25:
         faults.append(Fault(step=rng.randint(6, last), kind=KILL_TASK))
+    if gcs and rng.random() < 0.8:
+        at = rng.randint(3, last)
+        if rng.random() < 0.5:
+            faults.append(Fault(step=at, kind=GCS_ERRORS, count=rng.randint(2, GCS_BURST_MAX)))
+        else:
+            faults.append(Fault(step=at, kind=GCS_ERRORS, seconds=round(rng.uniform(*GCS_OUTAGE_SECONDS), 1)))
 
     # A kill in a save and another fault on the same step would race; move the other one on.
     taken = {kill_during_save_step} if kill_during_save_step is not None else set()
@@ -186,9 +222,10 @@ def schedule(seed: int, index: int) -> Schedule:
         max_full_restarts=max_full_restarts,
         kill_during_save_step=kill_during_save_step,
         faults=tuple(sorted(spaced, key=lambda f: f.step)),
+        gcs=gcs,
     )
 
 
-def schedules(seed: int, runs: int) -> list[Schedule]:
+def schedules(seed: int, runs: int, *, gcs: bool = False) -> list[Schedule]:
     """The schedules of runs ``0..runs-1``."""
-    return [schedule(seed, index) for index in range(runs)]
+    return [schedule(seed, index, gcs=gcs) for index in range(runs)]

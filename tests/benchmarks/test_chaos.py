@@ -10,8 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos import REPO, markdown
-from benchmarks.chaos_schedule import FREEZE_TRAINER, KILL_TASK, SLICE_FAULTS, Fault, Schedule, schedule, schedules
+from benchmarks.chaos import REPO, Fired, RunFiles, RunWatch, judge, markdown
+from benchmarks.chaos_schedule import (
+    FREEZE_TRAINER,
+    GCS_BURST_MAX,
+    GCS_ERRORS,
+    GCS_OUTAGE_SECONDS,
+    KILL_TASK,
+    SLICE_FAULTS,
+    Fault,
+    Schedule,
+    schedule,
+    schedules,
+)
 
 
 def test_one_seed_gives_one_schedule() -> None:
@@ -44,6 +55,53 @@ def test_expected_full_restarts_follow_the_budgets() -> None:
     assert plan(*kill[:2], Fault(15, SLICE_FAULTS[1], (1, 2))).expected().escalations == ("slice_restart_budget_spent",)
     twice = plan(Fault(5, FREEZE_TRAINER), Fault(40, KILL_TASK), kill_in_save=20)
     assert twice.expected().escalations == ("stalled", "jobset_failed") and not twice.expected().survivable
+
+
+def _shape(plan: Schedule) -> tuple[object, ...]:
+    return (plan.steps, plan.num_slices, plan.max_slice_restarts, plan.max_full_restarts, plan.kill_during_save_step)
+
+
+def test_gcs_faults_come_on_top_of_the_same_schedules() -> None:
+    """`--gcs` draws its faults last: every other fault of a run stays, so seed 1's published table stands."""
+    drawn = 0
+    for local, on_gcs in zip(schedules(1, 200), schedules(1, 200, gcs=True), strict=True):
+        assert _shape(local) == _shape(on_gcs) and on_gcs.gcs and not local.gcs
+        assert [f for f in on_gcs.faults if f.kind != GCS_ERRORS] == list(local.faults)
+        assert on_gcs.run_name == local.run_name.replace("chaos-", "chaos-gcs-")
+        for fault in (f for f in on_gcs.faults if f.kind == GCS_ERRORS):
+            drawn += 1
+            assert 0 < fault.step < on_gcs.target_step
+            if fault.count:
+                assert 1 <= fault.count <= GCS_BURST_MAX and fault.seconds == 0
+            else:
+                assert GCS_OUTAGE_SECONDS[0] <= fault.seconds <= GCS_OUTAGE_SECONDS[1]
+    assert 100 < drawn < 200
+
+
+def test_a_gcs_outage_may_cost_one_full_restart_a_burst_none() -> None:
+    def plan(*faults: Fault, full: int = 1) -> Schedule:
+        return Schedule(1, 0, 60, 3, 2, full, None, tuple(faults), gcs=True)
+
+    burst = plan(Fault(20, GCS_ERRORS, count=GCS_BURST_MAX)).expected()
+    assert burst.escalations == () and burst.possible == () and burst.survivable
+    outage = plan(Fault(20, GCS_ERRORS, seconds=40.0)).expected()
+    assert outage.escalations == () and outage.possible == ("jobset_failed",) and outage.survivable
+    # The budget must cover the worst case for a failure to count as false.
+    assert not plan(Fault(5, FREEZE_TRAINER), Fault(20, GCS_ERRORS, seconds=40.0)).expected().survivable
+    assert plan(Fault(20, GCS_ERRORS, seconds=40.0)).describe() == "@20 GCS 503 for 40s"
+    assert plan(Fault(20, GCS_ERRORS, count=3)).describe() == "@20 3x GCS 503"
+
+
+def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: Path) -> None:
+    plan = Schedule(1, 0, 60, 3, 2, 1, None, (Fault(20, GCS_ERRORS, seconds=40.0),), gcs=True)
+    watch = RunWatch(None, plan, RunFiles(str(tmp_path)), lambda: None)
+    watch.fired = [Fired(plan.faults[0], at=0.0, at_step=20, jobset="js-0")]
+    failed = judge(plan, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})
+    assert failed["warranted"] and "GCS down for 40 s" in failed["because"]
+    assert not judge(plan, watch, {"jobset_name": "js-r1", "reason": "jobset_failed", "at": 1.0})["warranted"]
+    burst = Schedule(1, 0, 60, 3, 2, 1, None, (Fault(20, GCS_ERRORS, count=5),), gcs=True)
+    watch.fired = [Fired(burst.faults[0], at=0.0, at_step=20, jobset="js-0")]
+    assert not judge(burst, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
 
 
 def test_dry_run_prints_the_same_schedules_twice() -> None:

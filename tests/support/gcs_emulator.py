@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -190,6 +191,14 @@ def start_emulator(timeout: float = 30.0) -> GCSEmulator:
     return emulator
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A proxy server that says nothing when a client hangs up mid-answer (a retrying client often does)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FlakyProxy:
     """A loopback HTTP proxy to the emulator that can fail the next N requests with 503."""
 
@@ -198,6 +207,7 @@ class FlakyProxy:
         self.requests = 0
         self.failed = 0
         self._to_fail = 0
+        self._fail_until = 0.0
         self._lock = threading.Lock()
         proxy = self
 
@@ -212,9 +222,9 @@ class FlakyProxy:
                 body = self.rfile.read(length) if length else None
                 with proxy._lock:
                     proxy.requests += 1
-                    fail = proxy._to_fail > 0
+                    fail = proxy._to_fail > 0 or time.monotonic() < proxy._fail_until
                     if fail:
-                        proxy._to_fail -= 1
+                        proxy._to_fail = max(0, proxy._to_fail - 1)
                         proxy.failed += 1
                 if fail:
                     payload = b'{"error": {"code": 503, "message": "injected"}}'
@@ -240,7 +250,7 @@ class FlakyProxy:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -250,6 +260,16 @@ class FlakyProxy:
         """Answer the next `n` requests with 503."""
         with self._lock:
             self._to_fail = n
+
+    def fail_for(self, seconds: float) -> None:
+        """Answer every request with 503 for the next `seconds` (an outage)."""
+        with self._lock:
+            self._fail_until = time.monotonic() + seconds
+
+    def clear(self) -> None:
+        """Stop failing requests."""
+        with self._lock:
+            self._to_fail, self._fail_until = 0, 0.0
 
     def close(self) -> None:
         """Stop serving."""
