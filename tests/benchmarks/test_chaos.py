@@ -124,8 +124,9 @@ def test_dry_run_prints_the_same_schedules_twice() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # two full runs and their Airflow start-ups on a loaded box
 def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
-    """Two seeded runs through Airflow on the local cluster: run 1 of seed 1 (a slice SIGKILLed, later
-    force-deleted) and run 12 (a slice deleted, the task SIGKILLed mid-watch and run again, a 500 burst)."""
+    """Two seeded runs of seed 1 through Airflow on the local cluster, writing to gs:// (the GCS emulator):
+    run 7 (two slices deleted at once, then GCS down for 40 s: past gcsfs's retries, so a save fails and one
+    full restart follows) and run 12 (a slice deleted, the task SIGKILLed mid-watch and run again, a 500 burst)."""
     out = tmp_path / "chaos"
     finished = subprocess.run(
         [
@@ -134,8 +135,9 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
             "benchmarks.chaos",
             "--seed",
             "1",
+            "--gcs",
             "--only",
-            "1,12",
+            "7,12",
             "--out",
             str(out),
             "--run-timeout",
@@ -149,11 +151,15 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
         timeout=1800,
     )
     records = [json.loads(line) for line in (out / "chaos.jsonl").read_text().splitlines()]
-    assert [r["index"] for r in records] == [1, 12], finished.stdout[-3000:] + finished.stderr[-3000:]
+    assert [r["index"] for r in records] == [7, 12], finished.stdout[-3000:] + finished.stderr[-3000:]
     for record in records:
         assert record["outcome"] != "not run", record
         assert record["max_coexisting_jobsets"] == 1, record
         assert record["steps_lost_beyond_period"] == 0, record
         assert not record["false_success"], record
         assert record["unwarranted_escalations"] == 0, record
+        assert record["outcome"] == "success", record
+    outage = records[0]
+    assert [f["describe"] for f in outage["fired"]] == ["@5 delete slice 0,1", "@20 GCS 503 for 40s"], outage
+    assert outage["final_valid_step"] == 39 and len(outage["escalations"]) <= 1, outage
     assert "| runs |" in markdown(records, "test", 1)
