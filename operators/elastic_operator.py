@@ -18,6 +18,7 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import time
@@ -48,6 +49,11 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
+# On each incarnation after the first: the escalations and closed incarnations before it (JSON), so a rerun
+# whose task state store is empty (a cleared task, a recreated DAG run) still reports the whole run.
+ANNOTATION_RUN_HISTORY = f"{PROJECT_PREFIX}/run-history"
+# Well under the 256 KiB Kubernetes allows for all annotations together; past it the recovery timelines go.
+RUN_HISTORY_MAX_BYTES = 64 * 1024
 STATE_KEY = "elastic_run"
 DELETE_TIMEOUT_SECONDS = 600.0
 MAX_QUARANTINES_PER_ESCALATION = 3
@@ -350,6 +356,8 @@ class ElasticJobSetOperator(BaseOperator):
         newest = max(mine, key=lambda js: int((js["metadata"].get("labels") or {}).get(LABEL_FULL_RESTART, "0")))
         labels = newest["metadata"].get("labels") or {}
         run.full_restarts = max(run.full_restarts, int(labels.get(LABEL_FULL_RESTART, "0")))
+        if not run.escalations and not run.history:
+            run.restore_history(newest, self.log.warning)
         if self._being_deleted(hook, newest):
             return None
         run.jobset_name = str(newest["metadata"]["name"])
@@ -386,6 +394,8 @@ class ElasticJobSetOperator(BaseOperator):
         body = manifests.elastic_jobset(
             spec, name=name, namespace=self.namespace, labels=labels, local_env=self.local_env or None
         )
+        if run.escalations or run.history:
+            body["metadata"].setdefault("annotations", {})[ANNOTATION_RUN_HISTORY] = run.history_annotation()
         from kubernetes.client.rest import ApiException
 
         try:
@@ -593,6 +603,29 @@ async def first_event(trigger: JobSetTrigger) -> dict[str, Any]:
     raise AirflowException("the JobSet trigger ended without an event")
 
 
+def _parse_run_history(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(escalations, history) from a run-history annotation; ValueError, TypeError or KeyError when unsound.
+
+    Anyone who may edit JobSets can write the annotation: every field the report computes with is checked.
+    """
+    data = json.loads(text)
+    escalations, history = data["escalations"], data["history"]
+    if not isinstance(escalations, list) or not isinstance(history, list):
+        raise ValueError("escalations and history must be lists")
+    for escalation in escalations:
+        if not isinstance(escalation, dict):
+            raise ValueError("an escalation must be an object")
+        int(escalation.get("steps_lost") or 0)
+        float(escalation.get("seconds_to_recreate") or 0.0)
+    for incarnation in history:
+        if not isinstance(incarnation, dict) or not isinstance(incarnation["jobset_name"], str):
+            raise ValueError("an incarnation must be an object with a jobset_name")
+        int(incarnation["slice_restarts"])
+        int(incarnation["jobset_restarts"])
+        LogDigest.from_json(incarnation.get("digest"))
+    return escalations, history
+
+
 class _RunState:
     """What must survive a worker crash, in the Airflow task state store (key ``elastic_run``)."""
 
@@ -660,6 +693,25 @@ class _RunState:
             )
             for h in self.history
         ]
+
+    def history_annotation(self) -> str:
+        """The escalations and closed incarnations as compact JSON, without timelines when too large."""
+        history = self.history
+        text = json.dumps({"escalations": self.escalations, "history": history}, separators=(",", ":"))
+        if len(text.encode()) > RUN_HISTORY_MAX_BYTES:
+            history = [{k: v for k, v in h.items() if k != "digest"} for h in history]
+            text = json.dumps({"escalations": self.escalations, "history": history}, separators=(",", ":"))
+        return text
+
+    def restore_history(self, jobset: Mapping[str, Any], warn: Callable[..., None]) -> None:
+        """Take the escalations and closed incarnations from a JobSet's run-history annotation, if sound."""
+        text = (jobset["metadata"].get("annotations") or {}).get(ANNOTATION_RUN_HISTORY)
+        if not text:
+            return
+        try:
+            self.escalations, self.history = _parse_run_history(text)
+        except (ValueError, TypeError, KeyError) as error:
+            warn("ignoring the %s annotation of %s: %s", ANNOTATION_RUN_HISTORY, jobset["metadata"]["name"], error)
 
     def close_incarnation(self) -> None:
         current = self.current_incarnation()

@@ -19,7 +19,7 @@ from operators.constants import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
 )
-from operators.elastic_operator import LABEL_FULL_RESTART
+from operators.elastic_operator import ANNOTATION_RUN_HISTORY, LABEL_FULL_RESTART, STATE_KEY
 from operators.hooks import JobSetHook
 
 DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
@@ -224,6 +224,75 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
             _elastic(tmp_path, "race").execute({"ti": ti})  # type: ignore[arg-type]
         assert lists, "the adoption must have listed (and been answered from before the JobSet existed)"
         _assert_created_again(custom, identity, name, dying)
+    finally:
+        _delete_all(custom, manifests.label_selector(identity))
+        api.close()
+
+
+class _StateStore(dict[str, Any]):
+    """The task state store's two calls the operator makes, in memory."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+ESCALATION = {
+    "reason": "stalled",
+    "message": "no progress for 300 s",
+    "at": 1.0,
+    "jobset_name": "hist-old",
+    "latest_step": 23,
+    "resumed_from_step": 20,
+    "steps_lost": 3,
+    "seconds_to_recreate": 4.5,
+}
+INCARNATION = {"jobset_name": "hist-old", "slice_restarts": 2, "jobset_restarts": 1, "digest": None}
+
+
+def test_a_rerun_with_an_empty_task_state_gets_the_run_history_from_its_jobset(
+    cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    """A cleared task (or a recreated DAG run) adopts by labels and still reports the earlier incarnations."""
+    run_id = "manual__history"
+    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom = client.CustomObjectsApi(api)
+    try:
+        ti = _TaskInstance()
+        ti.run_id = run_id
+        before = _StateStore({STATE_KEY: {"full_restarts": 1, "escalations": [ESCALATION], "history": [INCARNATION]}})
+        with pytest.raises(TaskDeferred):
+            _elastic(tmp_path, "hist").execute({"ti": ti, "task_state_store": before})  # type: ignore[arg-type]
+        [created] = custom.list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+        )["items"]
+        assert created["metadata"]["name"].endswith("-r1")
+
+        cleared = _StateStore()
+        with pytest.raises(TaskDeferred):
+            _elastic(tmp_path, "hist").execute({"ti": ti, "task_state_store": cleared})  # type: ignore[arg-type]
+        state = cleared[STATE_KEY]
+        assert state["jobset_uid"] == created["metadata"]["uid"]  # adopted, not created again
+        assert state["full_restarts"] == 1
+        assert state["escalations"] == [ESCALATION] and state["history"] == [INCARNATION]
+
+        # Someone with edit rights wrote nonsense into the annotation: ignored, the run goes on.
+        custom.patch_namespaced_custom_object(
+            JOBSET_GROUP,
+            JOBSET_VERSION,
+            "default",
+            JOBSET_PLURAL,
+            created["metadata"]["name"],
+            {
+                "metadata": {
+                    "annotations": {ANNOTATION_RUN_HISTORY: '{"escalations": [{"steps_lost": "x"}], "history": []}'}
+                }
+            },
+        )
+        hostile = _StateStore()
+        with pytest.raises(TaskDeferred):
+            _elastic(tmp_path, "hist").execute({"ti": ti, "task_state_store": hostile})  # type: ignore[arg-type]
+        assert hostile[STATE_KEY]["escalations"] == [] and hostile[STATE_KEY]["full_restarts"] == 1
     finally:
         _delete_all(custom, manifests.label_selector(identity))
         api.close()
