@@ -517,6 +517,10 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bo
                 break
             time.sleep(0.5)
     finally:
+        with lock:  # interrupted: the task process has its own session, so it must be stopped here
+            if processes[-1].poll() is None:
+                os.killpg(processes[-1].pid, signal.SIGKILL)
+                processes[-1].wait()
         watch.stop()
         lane.cluster.faults.clear()
         if lane.gcs_proxy is not None:
@@ -757,7 +761,8 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
         because = f"{slice_restarts} slice restarts injected into {jobset} (budget {plan.max_slice_restarts})"
     elif reason == "stalled":
         warranted = froze or gap >= plan.stall_timeout_seconds or bool(outage)
-        because = "trainer frozen (SIGSTOP)" if froze else outage or f"no step for {gap:.0f} s (harness view)"
+        because = "trainer frozen (SIGSTOP)" if froze else f"no step for {gap:.0f} s (harness view)"
+        because += f"; {outage}" if outage else ""
     elif reason == "jobset_failed":
         warranted = marker or slice_restarts > plan.max_slice_restarts or bool(outage)
         because = (
