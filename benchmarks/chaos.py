@@ -517,11 +517,11 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bo
                 break
             time.sleep(0.5)
     finally:
+        watch.stop()  # first: a task kill it fires would start another task process
         with lock:  # interrupted: the task process has its own session, so it must be stopped here
             if processes[-1].poll() is None:
                 os.killpg(processes[-1].pid, signal.SIGKILL)
                 processes[-1].wait()
-        watch.stop()
         lane.cluster.faults.clear()
         if lane.gcs_proxy is not None:
             lane.gcs_proxy.clear()
@@ -672,7 +672,9 @@ def evaluate(
     ]
     report_missing = max(0, len(logged) - len(reported))
     false_success = outcome == "success" and (final_valid is None or final_valid < plan.target_step)
-    false_failure = outcome != "success" and expected.survivable
+    # A GCS outage may or may not cost a full restart: count those that it did.
+    outage_restarts = min(len(expected.possible), sum(1 for e in escalations if e.get("outage")))
+    false_failure = outcome != "success" and len(expected.escalations) + outage_restarts <= plan.max_full_restarts
     fired = [f.to_json() for f in watch.fired]
     return {
         "seed": plan.seed,
@@ -756,11 +758,16 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     outages = [f.fault.seconds for f in hits if f.fault.kind == GCS_ERRORS and f.fault.seconds > 0]
     outage = f"GCS down for {outages[0]:.0f} s (past gcsfs's retries)" if outages else ""
     gap = _longest_gap(watch.progress.get(str(jobset), []), float(escalation.get("at") or time.time()))
+    over_budget = slice_restarts > plan.max_slice_restarts
+    # A full restart only the outage explains: one of the schedule's possible ones.
+    by_outage = bool(outage) and (
+        (reason == "stalled" and not froze) or (reason == "jobset_failed" and not marker and not over_budget)
+    )
     if reason == "slice_restart_budget_spent":
         warranted = slice_restarts > plan.max_slice_restarts
         because = f"{slice_restarts} slice restarts injected into {jobset} (budget {plan.max_slice_restarts})"
     elif reason == "stalled":
-        warranted = froze or gap >= plan.stall_timeout_seconds or bool(outage)
+        warranted = froze or gap >= plan.stall_timeout_seconds
         because = "trainer frozen (SIGSTOP)" if froze else f"no step for {gap:.0f} s (harness view)"
         because += f"; {outage}" if outage else ""
     elif reason == "jobset_failed":
@@ -775,6 +782,7 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
         "jobset": jobset,
         "warranted": warranted,
         "because": because,
+        "outage": by_outage,
         "resumed_from_step": escalation.get("resumed_from_step"),
         "quarantined": escalation.get("quarantined") or [],
         "message": escalation.get("message"),

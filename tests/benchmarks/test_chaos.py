@@ -97,7 +97,13 @@ def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: 
     watch = RunWatch(None, plan, RunFiles(str(tmp_path)), lambda: None)
     watch.fired = [Fired(plan.faults[0], at=0.0, at_step=20, jobset="js-0")]
     failed = judge(plan, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})
-    assert failed["warranted"] and "GCS down for 40 s" in failed["because"]
+    assert failed["warranted"] and failed["outage"] and "GCS down for 40 s" in failed["because"]
+    # A stall needs the gap the harness saw, outage or not.
+    watch.progress = {"js-0": [(0.0, 19), (10.0, 20)]}
+    stalled = judge(plan, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 75.0})
+    assert stalled["warranted"] and stalled["outage"] and "no step for 65 s" in stalled["because"]
+    early = judge(plan, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 40.0})
+    assert not early["warranted"]
     assert not judge(plan, watch, {"jobset_name": "js-r1", "reason": "jobset_failed", "at": 1.0})["warranted"]
     burst = Schedule(1, 0, 60, 3, 2, 1, None, (Fault(20, GCS_ERRORS, count=5),), gcs=True)
     watch.fired = [Fired(burst.faults[0], at=0.0, at_step=20, jobset="js-0")]
