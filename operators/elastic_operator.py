@@ -18,7 +18,6 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import time
@@ -30,18 +29,18 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from operators import manifests
-from operators.backoff import Backoff
 from operators.checkpoints import ValidationOptions, quarantine_step, validate_checkpoints
 from operators.checkpoints.storage import StorageError
 from operators.checkpoints.timing import mean_save_seconds
 from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
-from operators.hooks import TRANSIENT_STATUSES, JobSetHook
+from operators.hooks import JobSetHook, ride_out_transient
 from operators.images import enforce_allowed_images
 from operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from operators.metrics import emit_run_metrics
 from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
 from operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
 from operators.spec import INT32_MAX, ElasticRunSpec, SpecError, lint, shown
 from operators.triggers import EventStatus, JobSetTrigger, defer_settle_seconds
 
@@ -49,16 +48,12 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
-# On each incarnation after the first: the escalations and closed incarnations before it (JSON), so a rerun
-# whose task state store is empty (a cleared task, a recreated DAG run) still reports the whole run.
-ANNOTATION_RUN_HISTORY = f"{PROJECT_PREFIX}/run-history"
-# Well under the 256 KiB Kubernetes allows for all annotations together; past it the recovery timelines go.
-RUN_HISTORY_MAX_BYTES = 64 * 1024
+# Creates of one incarnation's name that may meet a JobSet of this task being deleted before giving up.
+CREATE_ATTEMPTS = 3
 STATE_KEY = "elastic_run"
 DELETE_TIMEOUT_SECONDS = 600.0
 MAX_QUARANTINES_PER_ESCALATION = 3
 # How long a full restart keeps retrying an API that answers 429/5xx after the hook's own retries ran out.
-TRANSIENT_API_SECONDS = 300.0
 
 T = TypeVar("T")
 
@@ -257,7 +252,8 @@ class ElasticJobSetOperator(BaseOperator):
         if run.escalating:  # a worker died in the middle of a full restart: finish it
             self._finish_escalation(context, spec, run)
             return self._wait(context, spec, run)
-        jobset = self._adopt(hook, run, identity)
+        # Safe to repeat: every step of an adoption is idempotent.
+        jobset = self._through_transient("finding this task's JobSet", lambda: self._adopt(hook, run, identity))
         if jobset is None:
             jobset = self._create(hook, spec, run, identity)
         else:
@@ -312,23 +308,7 @@ class ElasticJobSetOperator(BaseOperator):
         return JobSetHook(conn_id=self.kubernetes_conn_id)
 
     def _through_transient(self, what: str, call: Callable[[], T]) -> T:
-        """``call()``, retried while the API answers 429/5xx, for up to ``TRANSIENT_API_SECONDS``.
-
-        The hook's retries cover a blip; a throttling burst that outlasts them must not fail a run in the
-        middle of a full restart (a task without Airflow retries would otherwise end there).
-        """
-        from kubernetes.client.rest import ApiException
-
-        deadline = time.monotonic() + TRANSIENT_API_SECONDS
-        backoff = Backoff(base=1.0, cap=15.0)
-        while True:
-            try:
-                return call()
-            except ApiException as error:
-                if error.status not in TRANSIENT_STATUSES or time.monotonic() >= deadline:
-                    raise
-                self.log.warning("%s: HTTP %s from the API server, retrying", what, error.status)
-                time.sleep(backoff.next_delay())
+        return ride_out_transient(call, what=what, log=self.log)
 
     def _identity(self, context: Context) -> dict[str, str]:
         ti = context["ti"]
@@ -398,15 +378,21 @@ class ElasticJobSetOperator(BaseOperator):
             body["metadata"].setdefault("annotations", {})[ANNOTATION_RUN_HISTORY] = run.history_annotation()
         from kubernetes.client.rest import ApiException
 
-        try:
-            created = self._through_transient("creating JobSet", lambda: hook.create_jobset(body, self.namespace))
-        except ApiException as error:
-            if error.status != 409:
-                raise AirflowException(f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}") from None
-            found = self._holder_of_name(hook, name, identity)
-            created = found or self._through_transient(
-                "creating JobSet", lambda: hook.create_jobset(body, self.namespace)
-            )
+        created: dict[str, Any] | None = None
+        for _ in range(CREATE_ATTEMPTS):
+            try:
+                created = self._through_transient("creating JobSet", lambda: hook.create_jobset(body, self.namespace))
+                break
+            except ApiException as error:
+                if error.status != 409:
+                    raise AirflowException(
+                        f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}"
+                    ) from None
+                created = self._holder_of_name(hook, name, identity)
+                if created is not None:
+                    break
+        if created is None:
+            raise AirflowException(f"creating JobSet {name}: its name was taken again {CREATE_ATTEMPTS} times")
         run.jobset_name = name
         run.jobset_uid = str(created["metadata"].get("uid"))
         run.escalating = False
@@ -503,6 +489,7 @@ class ElasticJobSetOperator(BaseOperator):
         record["steps_lost"] = max(0, (latest if latest is not None else -1) - committed)
         run.close_incarnation()
         run.full_restarts += 1
+        record["seconds_to_recreate"] = round(time.time() - float(record["at"]), 3)  # as the annotation has it
         self._create(hook, spec, run, self._identity(context))
         record["seconds_to_recreate"] = round(time.time() - float(record["at"]), 3)
         run.save(context)
@@ -603,29 +590,6 @@ async def first_event(trigger: JobSetTrigger) -> dict[str, Any]:
     raise AirflowException("the JobSet trigger ended without an event")
 
 
-def _parse_run_history(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(escalations, history) from a run-history annotation; ValueError, TypeError or KeyError when unsound.
-
-    Anyone who may edit JobSets can write the annotation: every field the report computes with is checked.
-    """
-    data = json.loads(text)
-    escalations, history = data["escalations"], data["history"]
-    if not isinstance(escalations, list) or not isinstance(history, list):
-        raise ValueError("escalations and history must be lists")
-    for escalation in escalations:
-        if not isinstance(escalation, dict):
-            raise ValueError("an escalation must be an object")
-        int(escalation.get("steps_lost") or 0)
-        float(escalation.get("seconds_to_recreate") or 0.0)
-    for incarnation in history:
-        if not isinstance(incarnation, dict) or not isinstance(incarnation["jobset_name"], str):
-            raise ValueError("an incarnation must be an object with a jobset_name")
-        int(incarnation["slice_restarts"])
-        int(incarnation["jobset_restarts"])
-        LogDigest.from_json(incarnation.get("digest"))
-    return escalations, history
-
-
 class _RunState:
     """What must survive a worker crash, in the Airflow task state store (key ``elastic_run``)."""
 
@@ -695,23 +659,23 @@ class _RunState:
         ]
 
     def history_annotation(self) -> str:
-        """The escalations and closed incarnations as compact JSON, without timelines when too large."""
-        history = self.history
-        text = json.dumps({"escalations": self.escalations, "history": history}, separators=(",", ":"))
-        if len(text.encode()) > RUN_HISTORY_MAX_BYTES:
-            history = [{k: v for k, v in h.items() if k != "digest"} for h in history]
-            text = json.dumps({"escalations": self.escalations, "history": history}, separators=(",", ":"))
-        return text
+        """The escalations and closed incarnations as the run-history annotation's JSON."""
+        return render_run_history(self.escalations, self.history)
 
     def restore_history(self, jobset: Mapping[str, Any], warn: Callable[..., None]) -> None:
         """Take the escalations and closed incarnations from a JobSet's run-history annotation, if sound."""
-        text = (jobset["metadata"].get("annotations") or {}).get(ANNOTATION_RUN_HISTORY)
+        metadata = jobset["metadata"]
+        text = (metadata.get("annotations") or {}).get(ANNOTATION_RUN_HISTORY)
         if not text:
             return
         try:
-            self.escalations, self.history = _parse_run_history(text)
-        except (ValueError, TypeError, KeyError) as error:
-            warn("ignoring the %s annotation of %s: %s", ANNOTATION_RUN_HISTORY, jobset["metadata"]["name"], error)
+            escalations, history = parse_run_history(str(text))
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as error:
+            warn("ignoring the %s annotation of %s: %s", ANNOTATION_RUN_HISTORY, metadata.get("name"), error)
+            return
+        # It describes the incarnations before this JobSet: an entry under its own name is not one of them.
+        self.history = [h for h in history if h["jobset_name"] != metadata.get("name")]
+        self.escalations = escalations
 
     def close_incarnation(self) -> None:
         current = self.current_incarnation()

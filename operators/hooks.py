@@ -52,6 +52,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 api_retry = cast(Callable[[F], F], generic_api_retry)
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# How long an operator rides out 429/5xx answers around a step it must not fail (finding, creating or
+# deleting its JobSet): a throttling burst outlasts the hook's own five attempts.
+TRANSIENT_API_SECONDS = 300.0
 # Answers that retrying will not change unless someone acts (a renewed token, a granted verb, an installed
 # CRD): a watch retries them a few times, for a token being rotated, then gives up with a clear error.
 REFUSED_ATTEMPTS = 6
@@ -106,6 +109,27 @@ def _explained(verb: str, resource: str) -> Callable[[F], F]:
 def _status_of(error: BaseException) -> int | None:
     status = getattr(error, "status", None)
     return int(status) if isinstance(status, int) else None
+
+
+T = TypeVar("T")
+
+
+def ride_out_transient(call: Callable[[], T], *, what: str, log: Any, seconds: float = TRANSIENT_API_SECONDS) -> T:
+    """``call()``, retried with capped backoff while the API answers 429/5xx, for up to ``seconds``.
+
+    The hook's retries cover a blip; a burst that outlasts them must not fail a run in the middle of
+    adopting, creating or restarting its JobSet (a task without Airflow retries would end there).
+    """
+    deadline = time.monotonic() + seconds
+    backoff = Backoff(base=1.0, cap=15.0)
+    while True:
+        try:
+            return call()
+        except ApiException as error:
+            if error.status not in TRANSIENT_STATUSES or time.monotonic() >= deadline:
+                raise
+            log.warning("%s: HTTP %s from the API server, retrying", what, error.status)
+            time.sleep(backoff.next_delay())
 
 
 class JobSetHook(KubernetesHook):

@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from operators import manifests
 from operators.constants import LABEL_JOBSET_NAME
 from operators.elastic_operator import DELETE_TIMEOUT_SECONDS, first_event
-from operators.hooks import JobSetHook
+from operators.hooks import JobSetHook, ride_out_transient
 from operators.images import enforce_allowed_images
 from operators.manifests import JobSpec, lint_job
 from operators.observations import MonitorState, jobset_phase
@@ -160,7 +160,9 @@ class JobSetOperator(BaseOperator):
             attempt=0,
             prefix=str(self.name),
         )
-        existing = hook.get_jobset(name, self.namespace)
+        existing = ride_out_transient(
+            lambda: hook.get_jobset(name, self.namespace), what="finding this task's JobSet", log=self.log
+        )
         if existing is not None:
             theirs = existing["metadata"].get("labels") or {}
             if any(theirs.get(k) != v for k, v in identity.items()):
@@ -177,7 +179,9 @@ class JobSetOperator(BaseOperator):
                 )
                 uid = existing["metadata"].get("uid")
                 if not dying:
-                    hook.delete_jobset(name, self.namespace, uid=uid)
+                    ride_out_transient(
+                        lambda: hook.delete_jobset(name, self.namespace, uid=uid), what="deleting JobSet", log=self.log
+                    )
                 hook.require_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS)
                 existing = None
             else:
@@ -185,7 +189,9 @@ class JobSetOperator(BaseOperator):
         if existing is None:
             body = manifests.plain_jobset(job, name=name, namespace=self.namespace, labels=identity, stage=self.stage)
             try:
-                existing = hook.create_jobset(body, self.namespace)
+                existing = ride_out_transient(
+                    lambda: hook.create_jobset(body, self.namespace), what="creating JobSet", log=self.log
+                )
             except ApiException as error:
                 raise AirflowException(f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}") from None
             self.log.info("created JobSet %s in %s", name, self.namespace)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from local.cluster import LocalCluster
 from operators import ElasticJobSetOperator, JobSetOperator, manifests
@@ -19,8 +20,9 @@ from operators.constants import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
 )
-from operators.elastic_operator import ANNOTATION_RUN_HISTORY, LABEL_FULL_RESTART, STATE_KEY
+from operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
 from operators.hooks import JobSetHook
+from operators.run_history import ANNOTATION_RUN_HISTORY
 
 DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
 
@@ -35,8 +37,8 @@ class _TaskInstance:
         self.xcom[key] = value
 
 
-def _slow_to_die(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """A one-pod JobSet whose container takes about 4 s to stop on SIGTERM (a trainer saving on the way out)."""
+def _slow_to_die(name: str, labels: dict[str, str], stop_seconds: int = 4) -> dict[str, Any]:
+    """A one-pod JobSet whose container takes `stop_seconds` to stop on SIGTERM (a trainer saving on the way out)."""
     pod = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 30,
@@ -44,7 +46,7 @@ def _slow_to_die(name: str, labels: dict[str, str]) -> dict[str, Any]:
             {
                 "name": HEAD_MAIN_CONTAINER,
                 "image": "local",
-                "command": ["sh", "-c", "trap 'sleep 4; exit 0' TERM; sleep 3600 & wait; sleep 4"],
+                "command": ["sh", "-c", f"trap 'sleep {stop_seconds}; exit 0' TERM; sleep 3600 & wait; sleep 4"],
             }
         ],
     }
@@ -67,11 +69,11 @@ def _wait_running(core: client.CoreV1Api, name: str) -> None:
     raise AssertionError(f"the pods of {name} never ran")
 
 
-def _start_deleting(api: client.ApiClient, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _start_deleting(api: client.ApiClient, name: str, labels: dict[str, str], stop_seconds: int = 4) -> dict[str, Any]:
     """Create the slow-to-die JobSet, wait until it runs, delete it in the foreground; it is still there."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     created: dict[str, Any] = custom.create_namespaced_custom_object(
-        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _slow_to_die(name, labels)
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _slow_to_die(name, labels, stop_seconds)
     )
     _wait_running(core, name)
     custom.delete_namespaced_custom_object(
@@ -209,20 +211,31 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
-        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"})
+        # Long enough to be still there when the create comes, on the slowest machine.
+        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"}, stop_seconds=15)
         lists: list[str] = []
-        real_list = JobSetHook.list_jobsets
+        real_list, real_create = JobSetHook.list_jobsets, JobSetHook.create_jobset
+        refused: list[int] = []
 
         def list_jobsets(self: JobSetHook, namespace: str, label_selector: str) -> list[dict[str, Any]]:
             lists.append(label_selector)
             return [] if len(lists) == 1 else real_list(self, namespace, label_selector)
 
+        def create_jobset(self: JobSetHook, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+            try:
+                return real_create(self, body, namespace)
+            except ApiException as error:
+                refused.append(error.status)
+                raise
+
         monkeypatch.setattr(JobSetHook, "list_jobsets", list_jobsets)
+        monkeypatch.setattr(JobSetHook, "create_jobset", create_jobset)
         ti = _TaskInstance()
         ti.run_id = run_id
         with pytest.raises(TaskDeferred):
             _elastic(tmp_path, "race").execute({"ti": ti})  # type: ignore[arg-type]
         assert lists, "the adoption must have listed (and been answered from before the JobSet existed)"
+        assert refused == [409], "the first create must have met the dying JobSet"
         _assert_created_again(custom, identity, name, dying)
     finally:
         _delete_all(custom, manifests.label_selector(identity))
@@ -246,6 +259,7 @@ ESCALATION = {
     "steps_lost": 3,
     "seconds_to_recreate": 4.5,
 }
+HOSTILE_HISTORY = '{"escalations": [{"reason": "stalled", "at": 1, "steps_lost": Infinity}], "history": []}'
 INCARNATION = {"jobset_name": "hist-old", "slice_restarts": 2, "jobset_restarts": 1, "digest": None}
 
 
@@ -283,16 +297,36 @@ def test_a_rerun_with_an_empty_task_state_gets_the_run_history_from_its_jobset(
             "default",
             JOBSET_PLURAL,
             created["metadata"]["name"],
-            {
-                "metadata": {
-                    "annotations": {ANNOTATION_RUN_HISTORY: '{"escalations": [{"steps_lost": "x"}], "history": []}'}
-                }
-            },
+            {"metadata": {"annotations": {ANNOTATION_RUN_HISTORY: HOSTILE_HISTORY}}},
         )
         hostile = _StateStore()
         with pytest.raises(TaskDeferred):
             _elastic(tmp_path, "hist").execute({"ti": ti, "task_state_store": hostile})  # type: ignore[arg-type]
         assert hostile[STATE_KEY]["escalations"] == [] and hostile[STATE_KEY]["full_restarts"] == 1
     finally:
+        _delete_all(custom, manifests.label_selector(identity))
+        api.close()
+
+
+def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: LocalCluster, tmp_path: Path) -> None:
+    """Found by the chaos harness: a rerun met the rest of a 429 burst while it listed its JobSets and failed."""
+    run_id = "manual__throttled"
+    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom = client.CustomObjectsApi(api)
+    # More than the hook's five attempts at the label search, each of which urllib3 already tries four times
+    # (it honours Retry-After on 429 itself).
+    cluster_connection.faults.fail_requests(429, count=24, path="namespaces/default/jobsets$", method="GET")
+    try:
+        ti = _TaskInstance()
+        ti.run_id = run_id
+        with pytest.raises(TaskDeferred):
+            _elastic(tmp_path, "throttled").execute({"ti": ti})  # type: ignore[arg-type]
+        [created] = custom.list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+        )["items"]
+        assert created["metadata"]["name"] == ti.xcom["jobset_name"]
+    finally:
+        cluster_connection.faults.clear()
         _delete_all(custom, manifests.label_selector(identity))
         api.close()
