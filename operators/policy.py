@@ -7,8 +7,8 @@ resumes from the last committed step). :func:`decide` says when the fourth layer
 
 - the slice-restart budget is spent: more than ``max_slice_restarts`` slice restarts within the
   sliding ``slice_restart_window`` (in-process recovery keeps being undone by failing slices);
-- training stalled: no progress (a completed step or an elastic recovery line) for
-  ``stall_timeout`` while the JobSet is active;
+- training stalled: no progress (a completed step, a checkpoint save started or finished, or an elastic
+  recovery line) for ``stall_timeout`` while the JobSet is active;
 - the JobSet failed for a reason a restart can mend (its ``failurePolicy`` gave up).
 
 Success needs the JobSet ``Completed`` **and** a committed step at the final step: MaxText exits 0
@@ -76,8 +76,8 @@ class Observation:
     """What is known about the current JobSet incarnation at time ``now`` (Unix seconds).
 
     ``slice_restart_times`` holds every slice restart of this incarnation; ``progress_at`` the last
-    sign of training progress (a completed step or an elastic recovery line), or when the
-    incarnation started; ``committed_step`` is ``None`` when storage was not read.
+    sign of training progress (a completed step, a checkpoint save started or finished, or an elastic
+    recovery line), or when the incarnation started; ``committed_step`` is ``None`` when storage was not read.
     ``failure_detail`` carries a failed JobSet's reason and, when the trainer itself refused to run
     (an invalid configuration), ``permanent`` says a restart cannot help.
     """

@@ -22,12 +22,14 @@ from typing import Any
 
 from operators.advice import advice_for_report
 from operators.constants import (
+    ASYNC_SAVE_STARTED_RE,
     COMPLETED_STEP_RE,
     ELASTIC_ATTEMPTS_SPENT_RE,
     ELASTIC_EVENT_RE,
     LIVE_SLICE_COUNT_RE,
     NO_CHECKPOINT_RE,
     RESTORING_STEP_RE,
+    SAVED_CHECKPOINT_RE,
     SUFFICIENT_SLICES_RE,
     TRAINING_STOPPED_RE,
 )
@@ -106,6 +108,10 @@ class LogDigest:
             self._restored(at, int(match.group(1)))
         elif NO_CHECKPOINT_RE.search(line):
             self._restored(at, None)
+        elif ASYNC_SAVE_STARTED_RE.search(line) or SAVED_CHECKPOINT_RE.search(line):
+            # A save that starts (once the one before it is done) or ends: the trainer is at work, not stuck,
+            # however long the storage makes it wait.
+            self.progress_at = at
         elif ELASTIC_ATTEMPTS_SPENT_RE.search(line):
             self.attempts_spent = True
         elif (match := TRAINING_STOPPED_RE.search(line)) is not None:

@@ -57,6 +57,18 @@ def test_fold_one_recovery() -> None:
     assert digest.open_recovery is None
 
 
+def test_a_checkpoint_save_is_progress_a_silent_trainer_is_not() -> None:
+    """Found by the chaos matrix on GCS: saves that wait 35 s for the one before used to look like a stall."""
+    digest = LogDigest().feed_all(steps(0, 50, 1.0))  # step 49 at t=50
+    assert digest.progress_at == 50.0
+    digest.feed(85.0, absl("Started an asynchronous checkpoint save for step 49"))
+    assert digest.progress_at == 85.0 and digest.latest_step_at == 50.0
+    digest.feed(120.0, absl("Saved a checkpoint at step 49."))
+    assert digest.progress_at == 120.0
+    digest.feed(130.0, absl("Waiting for 2 slices. Poll interval: 0.5, Timeout: 300.0"))
+    assert digest.progress_at == 120.0
+
+
 def test_recovery_cost_hand_worked() -> None:
     recovery = LogDigest().feed_all(one_recovery_log()).recoveries[0]
     report = recovery_report(recovery, mean_step_seconds=1.0, costs=CostModel(chips=12, price_per_chip_hour=3.6))
