@@ -14,7 +14,7 @@ latency, watches expired with the history compacted, and the task process SIGKIL
 trigger dies with it) and the DAG run run again, which adopts the JobSet and rebuilds the trigger from its
 serialized kwargs (``dag.test`` always round-trips them through serde).
 
-With ``--gcs`` each lane also starts a GCS emulator; run directories are on ``gs://`` and the trainers and
+With ``--gcs`` each run also gets a GCS emulator of its own; run directories are on ``gs://`` and the trainers and
 the operator reach the emulator through a proxy that can answer 503: a burst of a few requests (retries
 ride it out) or an outage of 36-45 s (past gcsfs's retries: a save fails, the trainer exits, and one full
 restart is warranted). These faults are drawn after all others, so a seed's other faults do not change.
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -456,7 +457,25 @@ def child_command(*args: str) -> list[str]:
 
 
 def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bool = False) -> dict[str, Any]:
-    """Run one chaos run to its end (or its bound) and evaluate it."""
+    """Run one chaos run to its end (or its bound) and evaluate it; on GCS, against an emulator of its own.
+
+    gcp-storage-emulator rewrites the metadata of every object it holds on each write, so one emulator for a
+    whole lane made each run's saves slower than the last (15-35 s by the twentieth run).
+    """
+    if not plan.gcs:
+        return _run_one(lane, plan, run_timeout, cut_by_budget=cut_by_budget)
+    with _run_storage(lane.root) as storage:
+        on_gcs = dataclasses.replace(
+            lane,
+            base=storage.base,
+            storage_env=storage.storage_env,
+            gcs_proxy=storage.gcs_proxy,
+            gcs_client=storage.gcs_client,
+        )
+        return _run_one(on_gcs, plan, run_timeout, cut_by_budget=cut_by_budget)
+
+
+def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bool) -> dict[str, Any]:
     base = lane.base or str(lane.root / "runs")
     if not base.startswith("gs://"):
         Path(base).mkdir(parents=True, exist_ok=True)
@@ -477,7 +496,7 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bo
                 subprocess.Popen(
                     child_command("_task", str(dag_file), logical_date, str(result_path)),
                     cwd=REPO,
-                    env=lane.env,
+                    env={**lane.env, **lane.storage_env},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -807,17 +826,15 @@ def run_lane(
 ) -> int:
     """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout).
 
-    With ``gcs`` the lane also starts a GCS emulator and a proxy in front of it that answers 503 when a
-    fault says so: the trainers and the operator reach the emulator through the proxy, the harness directly.
+    With ``gcs`` each run also gets a GCS emulator and a proxy in front of it that answers 503 when a fault
+    says so: the trainers and the operator reach the emulator through the proxy, the harness directly.
     """
     from local.cluster import LocalCluster
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "dags").mkdir(exist_ok=True)
     records = root / "records.jsonl"
-    with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(LocalCluster(workdir=root / "cluster"))
-        storage = stack.enter_context(_lane_storage(root)) if gcs else Lane(root, cluster, {})
+    with LocalCluster(workdir=root / "cluster") as cluster:
         env = dict(os.environ)
         env.update(
             {
@@ -836,17 +853,8 @@ def run_lane(
                 ),
             }
         )
-        env.update(storage.storage_env)
         subprocess.run(child_command("_resetdb"), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-        lane = Lane(
-            root,
-            cluster,
-            env,
-            base=storage.base,
-            storage_env=storage.storage_env,
-            gcs_proxy=storage.gcs_proxy,
-            gcs_client=storage.gcs_client,
-        )
+        lane = Lane(root, cluster, env)
         for index in indices:
             plan = schedule(seed, index, gcs=gcs)
             left = deadline - time.time()
@@ -869,26 +877,26 @@ def run_lane(
 
 
 @contextlib.contextmanager
-def _lane_storage(root: Path) -> Iterator[Lane]:
-    """A GCS emulator with a bucket and a 503 proxy for one lane (only the storage fields are set)."""
+def _run_storage(root: Path) -> Iterator[Lane]:
+    """A GCS emulator with a bucket and a 503 proxy for one run (only the storage fields are set)."""
     from tests.support.gcs_emulator import FlakyProxy, start_emulator
 
     emulator = start_emulator()
     proxy = FlakyProxy(emulator.endpoint)
     try:
         bucket = emulator.create_bucket(f"chaos-{os.getpid()}")
-        os.environ.update(emulator.env)  # the harness's own reads and validation go straight to the emulator
         through_proxy = {**emulator.env, "STORAGE_EMULATOR_HOST": proxy.endpoint}
         through_proxy["TENSORSTORE_GCS_HTTP_URL"] = proxy.endpoint
-        yield Lane(
-            root,
-            None,
-            {},
-            base=f"{bucket}/runs",
-            storage_env=through_proxy,
-            gcs_proxy=proxy,
-            gcs_client=emulator.client(),
-        )
+        with emulator.environment():  # the harness's own reads and validation go straight to the emulator
+            yield Lane(
+                root,
+                None,
+                {},
+                base=f"{bucket}/runs",
+                storage_env=through_proxy,
+                gcs_proxy=proxy,
+                gcs_client=emulator.client(),
+            )
     finally:
         proxy.close()
         emulator.stop()
