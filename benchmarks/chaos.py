@@ -262,6 +262,8 @@ class RunWatch:
         self.committed: list[tuple[float, int]] = []  # (time, newest committed step) on every change
         self.progress: dict[str, list[tuple[float, int]]] = {}  # JobSet → (time, newest completed step) changes
         self.head_pods: dict[str, str] = {}  # head pod uid → its JobSet
+        self.killed_in_save_of: str | None = None  # the JobSet alive when the kill-in-save marker appeared
+        self._marker_checked_at = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"watch-{plan.run_name}", daemon=True)
 
@@ -348,6 +350,11 @@ class RunWatch:
         newest = self.files.newest_committed()
         if newest is not None and (not self.committed or self.committed[-1][1] != newest):
             self.committed.append((now, newest))
+        marker_pending = self.plan.kill_during_save_step is not None and self.killed_in_save_of is None
+        if marker_pending and len(alive) == 1 and now - self._marker_checked_at >= 1.0:
+            self._marker_checked_at = now
+            if self.files.killed_in_save():
+                self.killed_in_save_of = alive[0]
         pods = self._objects("pods")
         head = self._head(jobsets, pods)
         if head is None:
@@ -773,7 +780,10 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     hits = [f for f in watch.fired if f.jobset == jobset]
     slice_restarts = sum(len(f.fault.slices) for f in hits if f.fault.kind in SLICE_FAULTS)
     froze = any(f.fault.kind == FREEZE_TRAINER for f in hits)
-    marker = plan.kill_during_save_step is not None and watch.files.killed_in_save()
+    # The kill in a save explains the failure of the JobSet it happened in, not of any other.
+    marker = plan.kill_during_save_step is not None and (
+        watch.killed_in_save_of == jobset if watch.killed_in_save_of is not None else watch.files.killed_in_save()
+    )
     outages = [f.fault.seconds for f in hits if f.fault.kind == GCS_ERRORS and f.fault.seconds > 0]
     outage = f"GCS down for {outages[0]:.0f} s (past gcsfs's retries)" if outages else ""
     gap = _longest_gap(watch.progress.get(str(jobset), []), float(escalation.get("at") or time.time()))

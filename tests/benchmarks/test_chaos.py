@@ -105,6 +105,12 @@ def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: 
     early = judge(plan, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 40.0})
     assert not early["warranted"]
     assert not judge(plan, watch, {"jobset_name": "js-r1", "reason": "jobset_failed", "at": 1.0})["warranted"]
+    # A kill in a save explains only the failure of the JobSet it happened in.
+    killed = Schedule(1, 0, 60, 3, 2, 2, 30, (), gcs=True)
+    watch = RunWatch(None, killed, RunFiles(str(tmp_path)), lambda: None)
+    watch.killed_in_save_of = "js-r1"
+    assert judge(killed, watch, {"jobset_name": "js-r1", "reason": "jobset_failed", "at": 1.0})["warranted"]
+    assert not judge(killed, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
     burst = Schedule(1, 0, 60, 3, 2, 1, None, (Fault(20, GCS_ERRORS, count=5),), gcs=True)
     watch.fired = [Fired(burst.faults[0], at=0.0, at_step=20, jobset="js-0")]
     assert not judge(burst, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
