@@ -638,7 +638,6 @@ def evaluate(
     """The record of one run: outcome, invariants, escalations judged against the faults that fired."""
     from operators.checkpoints import ValidationOptions, validate_checkpoints
 
-    expected = plan.expected()
     xcom = (result or {}).get("xcom") or {}
     report = xcom.get("return_value") or xcom.get("report") or {}
     state = (result or {}).get("state")
@@ -698,10 +697,8 @@ def evaluate(
     ]
     report_missing = max(0, len(logged) - len(reported))
     false_success = outcome == "success" and (final_valid is None or final_valid < plan.target_step)
-    # A GCS outage may or may not cost a full restart: count those that it did.
-    outage_restarts = min(len(expected.possible), sum(1 for e in escalations if e.get("outage")))
-    false_failure = outcome != "success" and len(expected.escalations) + outage_restarts <= plan.max_full_restarts
     fired = [f.to_json() for f in watch.fired]
+    false_failure = is_false_failure(plan, outcome, why, escalations, fired, watch.jobsets_seen)
     return {
         "seed": plan.seed,
         "index": plan.index,
@@ -732,6 +729,30 @@ def evaluate(
         "full_restarts": report.get("full_restarts"),
         "watch_errors": watch.errors[:10],
     }
+
+
+def is_false_failure(
+    plan: Schedule,
+    outcome: str,
+    why: str,
+    escalations: Sequence[dict[str, Any]],
+    fired: Sequence[dict[str, Any]],
+    jobsets_seen: Sequence[str],
+) -> bool:
+    """A failure although the full restarts the faults warranted fit ``max_full_restarts``.
+
+    A GCS outage may or may not cost one: count those it did, the escalations it explains and the restart
+    the operator refused when the budget was spent, if an outage hit the JobSet that needed it.
+    """
+    if outcome == "success":
+        return False
+    expected = plan.expected()
+    by_outage = sum(1 for e in escalations if e.get("outage"))
+    if "full-restart budget spent" in why and jobsets_seen:
+        last = jobsets_seen[-1]
+        if any(f["kind"] == GCS_ERRORS and "GCS 503 for" in f["describe"] and f["jobset"] == last for f in fired):
+            by_outage += 1
+    return len(expected.escalations) + min(len(expected.possible), by_outage) <= plan.max_full_restarts
 
 
 def restores_from_logs(watch: RunWatch) -> list[tuple[float, str, int]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos import REPO, Fired, RunFiles, RunWatch, judge, markdown
+from benchmarks.chaos import REPO, Fired, RunFiles, RunWatch, is_false_failure, judge, markdown
 from benchmarks.chaos_schedule import (
     FREEZE_TRAINER,
     GCS_BURST_MAX,
@@ -175,3 +175,15 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
     assert [f["describe"] for f in outage["fired"]] == ["@5 delete slice 0,1", "@20 GCS 503 for 40s"], outage
     assert outage["final_valid_step"] == 39 and len(outage["escalations"]) <= 1, outage
     assert "| runs |" in markdown(records, "test", 1)
+
+
+def test_a_failure_an_outage_explains_is_not_false() -> None:
+    """Found on the --gcs matrix (run 27): the outage's restart was the one the spent budget refused."""
+    plan = Schedule(1, 27, 40, 2, 2, 1, 10, (Fault(20, GCS_ERRORS, seconds=44.0),), gcs=True)
+    spent = "full-restart budget spent: max_full_restarts=1 and 1 used; the run needed another because ..."
+    outage = [{"kind": GCS_ERRORS, "describe": "@20 GCS 503 for 44s", "jobset": "js-r1"}]
+    killed = [{"reason": "jobset_failed", "outage": False}]
+    assert not is_false_failure(plan, "failed", spent, killed, outage, ["js", "js-r1"])
+    # The same failure without the outage on that JobSet: one restart was due, one was allowed.
+    assert is_false_failure(plan, "failed", spent, killed, [], ["js", "js-r1"])
+    assert not is_false_failure(plan, "success", "final step 39", killed, outage, ["js", "js-r1"])
