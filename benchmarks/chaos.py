@@ -76,6 +76,9 @@ FIRST_LOGICAL_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 # Seconds each training step also sleeps (LOCAL_STEP_SECONDS): the tiny model does 60 steps in a second,
 # which no fault scheduled at a step could hit. With it, a 60-step incarnation trains for about half a minute.
 STEP_SECONDS = 0.4
+# The harness notes a step when it polls the log (every 0.3 s, behind the API), the operator by the log line's
+# own timestamp: the harness's gap before a stall decision can come out up to about a second short.
+STALL_GAP_TOLERANCE_SECONDS = 2.0
 # A run is not started with less than this left of the budget (a typical run takes two to four minutes).
 MIN_SECONDS_TO_START = 200.0
 
@@ -817,7 +820,7 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
         warranted = slice_restarts > plan.max_slice_restarts
         because = f"{slice_restarts} slice restarts injected into {jobset} (budget {plan.max_slice_restarts})"
     elif reason == "stalled":
-        warranted = froze or gap >= plan.stall_timeout_seconds
+        warranted = froze or gap >= plan.stall_timeout_seconds - STALL_GAP_TOLERANCE_SECONDS
         because = "trainer frozen (SIGSTOP)" if froze else f"no step for {gap:.0f} s (harness view)"
         because += f"; {outage}" if outage else ""
     elif reason == "jobset_failed":

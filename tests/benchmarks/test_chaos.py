@@ -102,6 +102,8 @@ def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: 
     watch.progress = {"js-0": [(0.0, 19), (10.0, 20)]}
     stalled = judge(plan, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 75.0})
     assert stalled["warranted"] and stalled["outage"] and "no step for 65 s" in stalled["because"]
+    just = judge(plan, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 69.5})  # a 59.5 s gap
+    assert just["warranted"]
     early = judge(plan, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 40.0})
     assert not early["warranted"]
     assert not judge(plan, watch, {"jobset_name": "js-r1", "reason": "jobset_failed", "at": 1.0})["warranted"]
