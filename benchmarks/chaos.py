@@ -453,10 +453,6 @@ class Lane:
     gcs_proxy: Any | None = None
     gcs_client: Any | None = None
 
-    def files(self, run_name: str) -> RunFiles:
-        uri = f"{self.base}/{run_name}"
-        return GcsRunFiles(uri, self.gcs_client) if uri.startswith("gs://") else RunFiles(uri)
-
     @property
     def dags(self) -> Path:
         return self.root / "dags"
@@ -489,7 +485,8 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
     base = lane.base or str(lane.root / "runs")
     if not base.startswith("gs://"):
         Path(base).mkdir(parents=True, exist_ok=True)
-    files = lane.files(plan.run_name) if lane.base else RunFiles(f"{base}/{plan.run_name}")
+    uri = f"{base}/{plan.run_name}"
+    files = GcsRunFiles(uri, lane.gcs_client) if uri.startswith("gs://") else RunFiles(uri)
     dag_file = lane.dags / f"{dag_id(plan)}.py"
     dag_file.write_text(dag_source(plan, base, lane.storage_env))
     logical_date = (FIRST_LOGICAL_DATE + timedelta(minutes=plan.index)).isoformat()

@@ -53,8 +53,6 @@ CREATE_ATTEMPTS = 3
 STATE_KEY = "elastic_run"
 DELETE_TIMEOUT_SECONDS = 600.0
 MAX_QUARANTINES_PER_ESCALATION = 3
-# How long a full restart keeps retrying an API that answers 429/5xx after the hook's own retries ran out.
-
 T = TypeVar("T")
 
 
