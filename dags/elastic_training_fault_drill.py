@@ -39,6 +39,7 @@ with DAG(
     default_args={"owner": "ml-platform", "retries": 0},
     params=pipeline_params(
         sections=[SECTION_MODEL, SECTION_SCALE, SECTION_BUDGETS, SECTION_DRILL],
+        local_only=True,
         run_name="drill",
         steps=60,
         inject_slice_failure=True,

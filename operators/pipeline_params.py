@@ -50,6 +50,8 @@ SECTION_DRILL: Final = "Fault drill"
 LOCAL_EVAL_COMMAND: Final = ("python", "-m", "local.workloads.evaluate")
 LOCAL_SYNTH_COMMAND: Final = ("python", "-m", "local.workloads.synthesize")
 
+MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
+
 _SHELL_META: Final = frozenset(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
 _MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _ARGV_ITEM = re.compile(r"^[A-Za-z0-9_./:=@+,%-]{1,512}$")
@@ -82,11 +84,25 @@ def default_allowed_roots(environ: Mapping[str, str] | None = None) -> list[str]
 
 @dataclass(frozen=True)
 class ParamDef:
-    """One field of the trigger form: its default and JSON Schema."""
+    """One field of the trigger form: its default, JSON Schema, and whether only the ``gke`` runtime reads it."""
 
     name: str
     default: Any
     schema: Mapping[str, Any]
+    gke_only: bool = False
+
+
+def is_form_required(schema: Mapping[str, Any]) -> bool:
+    """Whether Airflow's trigger form requires a value: a ``type`` that does not include ``"null"``.
+
+    The form (airflow-core/src/airflow/ui/src/components/FlexibleForm/isParamRequired.tsx) marks a field
+    required when its schema has a type and the type is not a list holding ``"null"``; a required field
+    whose value is ``null``, ``undefined`` or ``""`` turns its section red and disables Trigger. An emptied
+    text or list field is sent as ``null`` (FieldString.tsx, FieldStringArray.tsx), so every optional
+    field here is typed ``["null", ...]``.
+    """
+    kind = schema.get("type")
+    return bool(kind) and not (isinstance(kind, list) and "null" in kind)
 
 
 def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> list[ParamDef]:
@@ -146,15 +162,16 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ),
         ParamDef(
             "model_name",
-            "default",
+            None,
             {
-                "type": "string",
+                "type": ["null", "string"],
                 "title": "MaxText model (gke)",
-                "description": "MaxText model_name, e.g. llama3-8b. The local trainer has one small model and "
-                "ignores it.",
+                "description": f"MaxText model_name, e.g. llama3-8b; empty: {MAXTEXT_DEFAULT_MODEL!r}. The local "
+                "trainer has one small model and ignores it.",
                 "section": SECTION_MODEL,
                 "pattern": _MODEL_NAME.pattern,
             },
+            gke_only=True,
         ),
         ParamDef(
             "per_device_batch_size",
@@ -163,14 +180,15 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ),
         ParamDef(
             "image",
-            "",
+            None,
             {
-                "type": "string",
+                "type": ["null", "string"],
                 "title": "MaxText image (gke)",
                 "description": f"The pretraining image; empty: the Airflow Variable {VARIABLE_MAXTEXT_IMAGE}.",
                 "section": SECTION_MODEL,
                 "maxLength": 512,
             },
+            gke_only=True,
         ),
         ParamDef(
             "steps",
@@ -205,6 +223,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "description": "The slices' TPU generation.",
                 "section": SECTION_SCALE,
             },
+            gke_only=True,
         ),
         ParamDef(
             "tpu_topology",
@@ -216,6 +235,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "section": SECTION_SCALE,
                 "pattern": "^[0-9]{1,3}(x[0-9]{1,3}){1,2}$",
             },
+            gke_only=True,
         ),
         ParamDef(
             "max_slice_restarts",
@@ -276,20 +296,21 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ),
         ParamDef(
             "eval_image",
-            "",
+            None,
             {
-                "type": "string",
+                "type": ["null", "string"],
                 "title": "Evaluation image (gke)",
                 "description": f"Empty: the Airflow Variable {VARIABLE_EVAL_IMAGE}.",
                 "section": SECTION_STAGES,
                 "maxLength": 512,
             },
+            gke_only=True,
         ),
         ParamDef(
             "eval_command",
-            [],
+            None,
             {
-                "type": "array",
+                "type": ["null", "array"],
                 "items": {"type": "string"},
                 "title": "Evaluation command (gke)",
                 "description": f"argv, one item per line; empty: the Airflow Variable {VARIABLE_EVAL_COMMAND} "
@@ -297,29 +318,32 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "section": SECTION_STAGES,
                 "maxItems": 32,
             },
+            gke_only=True,
         ),
         ParamDef(
             "synthesize_image",
-            "",
+            None,
             {
-                "type": "string",
+                "type": ["null", "string"],
                 "title": "Synthesis image (gke)",
                 "description": f"Empty: the Airflow Variable {VARIABLE_SYNTH_IMAGE}.",
                 "section": SECTION_STAGES,
                 "maxLength": 512,
             },
+            gke_only=True,
         ),
         ParamDef(
             "synthesize_command",
-            [],
+            None,
             {
-                "type": "array",
+                "type": ["null", "array"],
                 "items": {"type": "string"},
                 "title": "Synthesis command (gke)",
                 "description": f"argv; empty: the Airflow Variable {VARIABLE_SYNTH_COMMAND} (a JSON list).",
                 "section": SECTION_STAGES,
                 "maxItems": 32,
             },
+            gke_only=True,
         ),
         ParamDef(
             "inject_slice_failure",
@@ -344,8 +368,14 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
     ]
 
 
-def pipeline_params(*, sections: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
-    """The ``params`` of a pipeline DAG: the fields of ``sections`` (default all); ``overrides`` replace defaults."""
+def pipeline_params(
+    *, sections: Sequence[str] | None = None, local_only: bool = False, **overrides: Any
+) -> dict[str, Any]:
+    """The ``params`` of a pipeline DAG: the fields of ``sections`` (default all); ``overrides`` replace defaults.
+
+    ``local_only`` (a DAG that runs on the local runtime only) leaves out the fields only ``gke`` reads and
+    fixes ``runtime`` to ``local`` as a ``const``, which Airflow's form hides (FlexibleForm/Row.tsx).
+    """
     from airflow.sdk import Param
 
     steps = int(overrides.pop("steps", 80))
@@ -353,8 +383,16 @@ def pipeline_params(*, sections: Sequence[str] | None = None, **overrides: Any) 
     for item in param_definitions(steps=steps):
         if sections is not None and item.schema["section"] not in sections:
             continue
+        if local_only and item.gke_only:
+            continue
+        schema = dict(item.schema)
         default = overrides.pop(item.name, item.default)
-        params[item.name] = Param(default, **dict(item.schema))
+        if local_only and item.name == "runtime":
+            if default != "local":
+                raise ValueError(f"a local_only DAG runs on the local runtime, not {default!r}")
+            schema["const"] = "local"
+        description = schema.pop("description")
+        params[item.name] = Param(default, description=description, **schema)
     if overrides:
         raise TypeError(f"unknown params: {', '.join(sorted(overrides))}")
     return params
@@ -396,6 +434,13 @@ def _string(params: Mapping[str, Any], name: str) -> str:
     if any(not c.isprintable() for c in value):
         raise ParamError(name, f"must not contain control characters: {value!r}")
     return value
+
+
+def _optional_string(params: Mapping[str, Any], name: str) -> str | None:
+    """A nullable field: ``None`` (or ``""``, as the REST API may send it) when empty, else its checked string."""
+    if params.get(name) is None:
+        return None
+    return _string(params, name) or None
 
 
 def _no_shell(name: str, value: str) -> None:
@@ -448,6 +493,14 @@ def _image(name: str, value: str) -> str:
     return value
 
 
+def _argv(params: Mapping[str, Any], name: str) -> Any:
+    """A command field as given, less the blank lines the form's one-item-per-line text area leaves."""
+    value = params.get(name)
+    if isinstance(value, list):
+        return [item for item in value if item != ""]
+    return value
+
+
 def _command(name: str, value: Any) -> list[str]:
     if isinstance(value, str):
         try:
@@ -495,7 +548,7 @@ def validate_params(
         )
     roots = parse_allowed_roots(variables.get(VARIABLE_ALLOWED_ROOTS), environ)
     base = check_base_directory(_string(params, "base_output_directory"), roots)
-    model_name = _string(params, "model_name")
+    model_name = _optional_string(params, "model_name") or MAXTEXT_DEFAULT_MODEL
     if not _MODEL_NAME.match(model_name):
         raise ParamError("model_name", f"{model_name!r} is not a model name (lowercase letters, digits, . _ -)")
     batch = _integer(params, "per_device_batch_size", 1, 1024)
@@ -567,23 +620,23 @@ def validate_params(
     if topology_error:
         raise ParamError("tpu_topology", topology_error)
     config.update(
-        image=_image("image", _string(params, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or "")),
+        image=_image("image", _optional_string(params, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or "")),
         tpu_type=tpu_type,
         tpu_topology=topology,
         maxtext_args={"model_name": model_name, "per_device_batch_size": batch},
         evaluate={
             "image": _image(
-                "eval_image", _string(params, "eval_image") or str(variables.get(VARIABLE_EVAL_IMAGE) or "")
+                "eval_image", _optional_string(params, "eval_image") or str(variables.get(VARIABLE_EVAL_IMAGE) or "")
             ),
-            "command": _command("eval_command", params.get("eval_command") or variables.get(VARIABLE_EVAL_COMMAND)),
+            "command": _command("eval_command", _argv(params, "eval_command") or variables.get(VARIABLE_EVAL_COMMAND)),
         },
         synthesize={
             "image": _image(
                 "synthesize_image",
-                _string(params, "synthesize_image") or str(variables.get(VARIABLE_SYNTH_IMAGE) or ""),
+                _optional_string(params, "synthesize_image") or str(variables.get(VARIABLE_SYNTH_IMAGE) or ""),
             ),
             "command": _command(
-                "synthesize_command", params.get("synthesize_command") or variables.get(VARIABLE_SYNTH_COMMAND)
+                "synthesize_command", _argv(params, "synthesize_command") or variables.get(VARIABLE_SYNTH_COMMAND)
             ),
         },
     )

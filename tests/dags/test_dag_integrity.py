@@ -62,10 +62,11 @@ def test_the_trigger_form_is_typed_titled_described_and_sectioned(dagbag: Any, d
     sections = set()
     for name in params:
         schema = params.get_param(name).schema
-        assert schema.get("type") in ("string", "integer", "number", "boolean", "array"), name
+        kinds = schema["type"] if isinstance(schema.get("type"), list) else [schema.get("type")]
+        assert [k for k in kinds if k != "null"] in (["string"], ["integer"], ["number"], ["boolean"], ["array"]), name
         assert schema.get("title") and params.get_param(name).description, name
         sections.add(schema["section"])
-        if schema["type"] in ("integer", "number"):
+        if set(kinds) & {"integer", "number"}:
             assert "maximum" in schema and ("minimum" in schema or "exclusiveMinimum" in schema), name
     assert {"Model and data", "Scale", "Resilience budgets", "Fault drill"} <= sections
     assert params.get_param("runtime").schema["enum"] == ["local", "gke"]

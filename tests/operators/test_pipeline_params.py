@@ -171,3 +171,32 @@ def test_gke_without_an_image_anywhere_names_the_param(tmp_path: Path) -> None:
     with pytest.raises(ParamError) as caught:
         check(tmp_path, runtime="gke")
     assert caught.value.param == "image"
+
+
+def test_emptied_gke_overrides_fall_back_to_variables_and_defaults(tmp_path: Path) -> None:
+    # The form sends an emptied field as null, the REST API may send "", a text area leaves blank lines.
+    emptied = {"image": None, "eval_image": "", "synthesize_image": None, "model_name": None}
+    config = check(tmp_path, GKE_VARIABLES, runtime="gke", eval_command=[""], synthesize_command=None, **emptied)
+    assert config["image"] == GKE_VARIABLES[VARIABLE_MAXTEXT_IMAGE]
+    assert config["evaluate"]["image"] == GKE_VARIABLES[VARIABLE_EVAL_IMAGE]
+    assert config["evaluate"]["command"] == ["python3", "-m", "team.eval"]
+    assert config["synthesize"]["command"] == ["python3", "-m", "team.synth"]
+    assert config["maxtext_args"]["model_name"] == "default"
+    lines = check(tmp_path, GKE_VARIABLES, runtime="gke", eval_command=["my-eval", "--fast", ""])
+    assert lines["evaluate"]["command"] == ["my-eval", "--fast"]
+
+
+@pytest.mark.parametrize(
+    ("param", "changes"),
+    [
+        ("image", {"image": 7}),
+        ("model_name", {"model_name": ["llama3-8b"]}),
+        ("eval_image", {"eval_image": "e:1\n"}),
+        ("eval_command", {"eval_command": "python -m x"}),
+        ("synthesize_command", {"synthesize_command": [7]}),
+    ],
+)
+def test_nullable_fields_still_refuse_wrong_values(tmp_path: Path, param: str, changes: dict[str, Any]) -> None:
+    with pytest.raises(ParamError) as caught:
+        check(tmp_path, GKE_VARIABLES, runtime="gke", **changes)
+    assert caught.value.param == param
