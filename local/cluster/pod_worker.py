@@ -35,7 +35,6 @@ from local.cluster.store import Obj, Store, now_rfc3339
 
 log = logging.getLogger(__name__)
 
-NODE_NAME = "local-node"
 HOST_IP = "127.0.0.1"
 BACKOFF_INITIAL_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 2.0
@@ -222,14 +221,6 @@ class PodWorker:
 
     def _prepare(self) -> None:
         self._start_time = now_rfc3339()
-        if not self._pod.get("spec", {}).get("nodeName"):
-            try:
-                self._pod = self._store.mutate(
-                    PODS, self.namespace, self.name, lambda o: o["spec"].__setitem__("nodeName", NODE_NAME)
-                )
-            except ApiError:
-                self._removed = True
-                return
         self._flush()
 
     async def _run_init_containers(self, sidecars: list[asyncio.Task[None]]) -> bool:
