@@ -1,6 +1,7 @@
 """``elastic-training cluster``: run the local cluster in the foreground, or inject faults into a running one.
 
 elastic-training cluster up --kubeconfig ./kubeconfig [--port N] [--workdir DIR] [--watch-history N]
+                           [--description v5e-small|single-node|FILE]
 elastic-training cluster fault --kubeconfig ./kubeconfig delete-pod default trainer-worker-0-0-abcde
 elastic-training cluster fault --kubeconfig ./kubeconfig fail-requests --code 429 --count 3 --path jobsets
 """
@@ -81,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--watch-history", type=_positive, default=1000, help="watch events kept (default 1000); older watches get 410"
     )
     up.add_argument("--api-only", action="store_true", help="no controllers and no kubelet: the API alone")
+    up.add_argument(
+        "--description",
+        default="v5e-small",
+        help="the node pools: a cluster description YAML file, or a built-in name: v5e-small (default: four "
+        "v5e-16 slices of 4 hosts and the CPU pool cpu-np) or single-node (one untainted node local-node)",
+    )
 
     fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
     fault.add_argument("--kubeconfig", type=Path, required=True, help="the kubeconfig `cluster up` wrote")
@@ -122,7 +129,12 @@ def _up(args: argparse.Namespace) -> int:
     import threading
 
     from local.cluster import ClusterStartError, LocalCluster
+    from local.cluster.cluster_description import DescriptionError, load_description
 
+    try:
+        description = load_description(args.description)
+    except DescriptionError as exc:
+        return _error(str(exc))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-cluster-"))
     cluster = LocalCluster(
         workdir=workdir,
@@ -130,6 +142,7 @@ def _up(args: argparse.Namespace) -> int:
         watch_history=args.watch_history,
         kubeconfig_path=args.kubeconfig,
         run_control_plane=not args.api_only,
+        description=description,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

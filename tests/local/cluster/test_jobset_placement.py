@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from local.cluster import LocalCluster
 from local.cluster.cluster_description import parse_description
 from local.cluster.jobset_placement import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_PRIORITY
 from operators.constants import LABEL_JOB_KEY, LABEL_JOBSET_NAME
@@ -17,7 +14,7 @@ from tests.local.cluster.helpers import wait_for
 
 POOLS = ("a", "b", "c", "d")
 # Four v5e 2x4 slices: four node pools of two hosts.
-DESCRIPTION = parse_description(
+CLUSTER_DESCRIPTION = parse_description(
     {
         "cluster": "x",
         "nodePools": [
@@ -36,27 +33,6 @@ DESCRIPTION = parse_description(
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
 SELECTOR = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "2x4"}
 NODEPOOL = "cloud.google.com/gke-nodepool"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(workdir=tmp_path_factory.mktemp("placement"), description=DESCRIPTION) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def k8s(cluster: LocalCluster) -> Iterator[K8s]:
-    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        yield K8s(
-            api_client,
-            client.CoreV1Api(api_client),
-            client.BatchV1Api(api_client),
-            client.CustomObjectsApi(api_client),
-            cluster.kubeconfig_path,
-        )
-    finally:
-        api_client.close()
 
 
 def _slices_jobset(name: str, replicas: int, *, exclusive: bool) -> dict[str, Any]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 
-from local.cluster import LocalCluster
 from local.cluster.cluster_description import parse_description
 from local.cluster.scheduler import fit_error_message
 from local.cluster.scheduler_filters import Rejection
@@ -16,7 +14,7 @@ from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 
 # Two v5e 2x4 slices (2 hosts each) and a small CPU pool: 6 nodes.
-DESCRIPTION = parse_description(
+CLUSTER_DESCRIPTION = parse_description(
     {
         "cluster": "t",
         "nodePools": [
@@ -35,27 +33,6 @@ DESCRIPTION = parse_description(
 )
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
 TPU_SELECTOR = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(workdir=tmp_path_factory.mktemp("sched"), description=DESCRIPTION) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def k8s(cluster: LocalCluster) -> Iterator[K8s]:
-    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        yield K8s(
-            api_client,
-            client.CoreV1Api(api_client),
-            client.BatchV1Api(api_client),
-            client.CustomObjectsApi(api_client),
-            cluster.kubeconfig_path,
-        )
-    finally:
-        api_client.close()
 
 
 def _pod(name: str, **spec: Any) -> dict[str, Any]:
