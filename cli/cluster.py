@@ -4,6 +4,7 @@ elastic-training cluster up --kubeconfig ./kubeconfig [--port N] [--workdir DIR]
                            [--description v5e-small|single-node|FILE]
 elastic-training cluster fault --kubeconfig ./kubeconfig delete-pod default trainer-worker-0-0-abcde
 elastic-training cluster fault --kubeconfig ./kubeconfig fail-requests --code 429 --count 3 --path jobsets
+elastic-training cluster fault --kubeconfig ./kubeconfig lose-host gke-local-tpu-v5e-16-0-2 --repair-seconds 60
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ _positive = _bounded(int, 1, sys.maxsize, "positive integer")
 _error_code = _bounded(int, 400, 599, "HTTP error status (400-599)")
 _probability = _bounded(float, 0.0, 1.0, "probability (0-1)")
 _seconds = _bounded(float, 0.0, 600.0, "seconds (0-600)")
+_repair_seconds = _bounded(float, 0.0, 86400.0, "seconds (0-86400)")
 
 
 def _regex(text: str) -> str:
@@ -113,6 +115,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     latency.add_argument("--method", help="only this HTTP method")
     expire = kinds.add_parser("expire-watches", help="end every open watch")
     expire.add_argument("--compact", action="store_true", help="also drop the watch history, so resuming gets 410")
+    lose = kinds.add_parser("lose-host", help="a TPU host is lost: every pod of its node pool (slice) fails")
+    lose.add_argument("node")
+    lose.add_argument(
+        "--repair-seconds", type=_repair_seconds, default=0.0, help="how long the pool stays NotReady (default 0)"
+    )
+    repair = kinds.add_parser("repair-node-pool", help="GKE auto-repair: drain a node pool, NotReady for a while")
+    repair.add_argument("node_pool")
+    repair.add_argument("--seconds", type=_repair_seconds, required=True, help="how long the pool stays NotReady")
+    evict = kinds.add_parser("evict-pod", help="DisruptionTarget with a reason, then terminate the pod")
+    evict.add_argument("namespace")
+    evict.add_argument("name")
+    evict.add_argument(
+        "--reason",
+        choices=("EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet", "DeletionByPodGC"),
+        default="EvictionByEvictionAPI",
+        help="the DisruptionTarget reason (default EvictionByEvictionAPI)",
+    )
     kinds.add_parser("clear", help="remove every API fault rule")
     kinds.add_parser("show", help="print the active API fault rules")
 
@@ -215,6 +234,13 @@ def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
         return "POST", f"{FAULTS_PATH}/latency", body
     if args.fault == "expire-watches":
         return "POST", f"{FAULTS_PATH}/expire-watches", {"compact": args.compact}
+    if args.fault == "lose-host":
+        return "POST", f"{FAULTS_PATH}/lose-host", {"node": args.node, "repairSeconds": args.repair_seconds}
+    if args.fault == "repair-node-pool":
+        return "POST", f"{FAULTS_PATH}/repair-node-pool", {"nodePool": args.node_pool, "seconds": args.seconds}
+    if args.fault == "evict-pod":
+        body = {"namespace": args.namespace, "name": args.name, "reason": args.reason}
+        return "POST", f"{FAULTS_PATH}/evict-pod", body
     if args.fault == "clear":
         return "DELETE", FAULTS_PATH, None
     return "GET", FAULTS_PATH, None

@@ -69,6 +69,22 @@ class Faults:
         """Send ``sig`` to a pod's container processes (every container when ``container`` is None)."""
         self._cluster.run(lambda: self._injector().signal_pod(namespace, name, sig, container))
 
+    def lose_host(self, node: str, repair_seconds: float = 0.0) -> dict[str, Any]:
+        """A TPU host is lost: every pod of its node pool fails (PodGC), the pool is NotReady for a while."""
+        result: dict[str, Any] = self._cluster.run(lambda: self._injector().lose_host(node, repair_seconds))
+        return result
+
+    def repair_node_pool(self, pool: str, seconds: float) -> dict[str, Any]:
+        """GKE auto-repair: the pool's pods are evicted, its nodes cordoned and NotReady for ``seconds``."""
+        result: dict[str, Any] = self._cluster.run(lambda: self._injector().repair_node_pool(pool, seconds))
+        return result
+
+    def evict_pod(self, namespace: str, name: str, reason: str = "EvictionByEvictionAPI") -> dict[str, Any]:
+        """``DisruptionTarget`` with ``reason`` (EvictionByEvictionAPI, PreemptionByScheduler,
+        TerminationByKubelet, DeletionByPodGC), then the termination that component does."""
+        result: dict[str, Any] = self._cluster.run(lambda: self._injector().evict_pod(namespace, name, reason))
+        return result
+
     def fail_requests(
         self,
         code: int = 500,
@@ -308,7 +324,9 @@ class LocalCluster:
                 "KUBERNETES_SERVICE_PORT": str(self.port),
             }
             self.control_plane = ControlPlane(self.store, self.logs, self.workdir, pod_env, self.description)
-        self._injector = FaultInjector(self.store, self.control_plane)
+        self._injector = FaultInjector(
+            self.store, self.control_plane, self.control_plane.node_faults if self.control_plane else None
+        )
         server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
         # handler_cancellation: a request whose client went away stops at once (a watch unregisters),
         # as the Go server cancels the request's context.

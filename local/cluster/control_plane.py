@@ -19,6 +19,7 @@ from local.cluster.jobset_placement import JobSetPodWebhook
 from local.cluster.kubelet import Kubelet
 from local.cluster.logs import LogStore
 from local.cluster.namespace_controller import NamespaceController
+from local.cluster.node_faults import NodeFaults
 from local.cluster.nodes import register_nodes
 from local.cluster.scheduler import Scheduler
 from local.cluster.store import Store
@@ -46,6 +47,7 @@ class ControlPlane:
         self.gc = GarbageCollector(store)
         self.namespaces = NamespaceController(store)
         self.kubelet = Kubelet(store, logs, workdir, pod_env)
+        self.node_faults = NodeFaults(store, self.kubelet)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -67,6 +69,7 @@ class ControlPlane:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self.node_faults.cancel()
         await self.kubelet.stop(SHUTDOWN_GRACE_CAP_SECONDS)
 
     async def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:

@@ -97,6 +97,36 @@ class Kubelet:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(worker.task), 5.0)
 
+    async def fail_pod(self, namespace: str, name: str, condition: Obj) -> None:
+        """PodGC for a pod whose node is gone: kill its processes (no graceful stop: the host is lost),
+        write phase ``Failed`` and ``condition``, then delete it with grace 0."""
+        worker = self.worker(namespace, name)
+        if worker is not None and worker.task is not None:
+            worker.kill_now()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(worker.task), 5.0)
+
+        def failed(pod: Obj) -> None:
+            status = pod.setdefault("status", {})
+            status["phase"] = "Failed"
+            conditions = status.setdefault("conditions", [])
+            conditions[:] = [c for c in conditions if c.get("type") != condition["type"]] + [condition]
+
+        with contextlib.suppress(ApiError):
+            self._store.mutate(PODS, namespace, name, failed, subresource="status")
+            self._store.delete(PODS, namespace, name, grace_period_seconds=0)
+
+    def shut_down_pod(self, namespace: str, name: str, message: str) -> bool:
+        """The kubelet terminates a running pod itself (graceful node shutdown): SIGTERM, SIGKILL after
+        its grace period; it ends ``Failed`` with reason ``Terminated`` and is not deleted. False when
+        no worker runs it."""
+        worker = self.worker(namespace, name)
+        if worker is None:
+            return False
+        pod = self._store.find(PODS, namespace, name)
+        worker.shut_down(grace_of(pod) if pod is not None else 0.0, "Terminated", message)
+        return True
+
     # -- events ------------------------------------------------------------------------------
 
     def _on_event(self, event: WatchEvent) -> None:

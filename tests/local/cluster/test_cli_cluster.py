@@ -209,6 +209,11 @@ def test_fault_commands_reach_a_running_cluster(
     assert caught.value.status == 404
     code, refused = fault("delete-pod", "default", "missing")
     assert (code, refused["code"]) == (1, 404)  # the cluster's Status, printed
+    code, lost = fault("lose-host", "gke-local-tpu-v5e-16-1-2", "--repair-seconds", "0")
+    assert (code, lost["nodePool"], lost["failedPods"]) == (0, "tpu-v5e-16-1", [])
+    code, repaired = fault("repair-node-pool", "tpu-v5e-16-2", "--seconds", "0")
+    assert (code, len(repaired["nodes"])) == (0, 4)
+    assert fault("evict-pod", "default", "missing", "--reason", "PreemptionByScheduler")[0] == 1
 
 
 @pytest.mark.parametrize(
