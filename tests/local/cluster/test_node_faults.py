@@ -109,6 +109,11 @@ def _disruptions(k8s: K8s, since: str, timeout: int = 3) -> dict[str, tuple[str,
     return seen
 
 
+def _exactly(k8s: K8s, selector: str, count: int) -> list[client.V1Pod] | None:
+    pods = _running(k8s, selector)
+    return pods if len(pods) == count else None
+
+
 def _ready(k8s: K8s, node: str) -> str:
     return str(next(c.status for c in k8s.core.read_node(node).status.conditions if c.type == "Ready"))
 
@@ -116,7 +121,7 @@ def _ready(k8s: K8s, node: str) -> str:
 def test_a_lost_host_fails_its_whole_slice_and_the_slice_moves_to_a_free_pool(cluster: LocalCluster, k8s: K8s) -> None:
     k8s.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", _slices("lost"))
     selector = f"{LABEL_JOBSET_NAME}=lost"
-    running = wait_for(lambda: (pods := _running(k8s, selector)) and len(pods) == 4 and pods)
+    running = wait_for(lambda: _exactly(k8s, selector, 4))
     victim = next(p for p in running if p.metadata.labels["batch.kubernetes.io/job-name"] == "lost-worker-0")
     pool = k8s.core.read_node(victim.spec.node_name).metadata.labels[NODEPOOL]
     slice_pods = sorted(
@@ -138,19 +143,7 @@ def test_a_lost_host_fails_its_whole_slice_and_the_slice_moves_to_a_free_pool(cl
     # The Job counted one failure per host; its replacements form the slice again in the free pool.
     job = wait_for(lambda: (j := k8s.batch.read_namespaced_job("lost-worker-0", "default")).status.failed == 2 and j)
     assert not any(c.type == "Failed" for c in job.status.conditions or [])
-    replaced = wait_for(
-        lambda: (
-            (
-                pods := [
-                    p
-                    for p in _running(k8s, selector)
-                    if p.metadata.labels["batch.kubernetes.io/job-name"] == "lost-worker-0"
-                ]
-            )
-            and len(pods) == 2
-            and pods
-        )
-    )
+    replaced = wait_for(lambda: _exactly(k8s, f"{selector},batch.kubernetes.io/job-name=lost-worker-0", 2))
     new_pools = {k8s.core.read_node(p.spec.node_name).metadata.labels[NODEPOOL] for p in replaced}
     assert len(new_pools) == 1 and pool not in new_pools
     # The repaired pool comes back Ready and untainted.
