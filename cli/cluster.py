@@ -1,8 +1,10 @@
 """``elastic-training cluster``: run the local cluster in the foreground, or inject faults into a running one.
 
 elastic-training cluster up --kubeconfig ./kubeconfig [--port N] [--workdir DIR] [--watch-history N]
+                           [--description v5e-small|single-node|FILE]
 elastic-training cluster fault --kubeconfig ./kubeconfig delete-pod default trainer-worker-0-0-abcde
 elastic-training cluster fault --kubeconfig ./kubeconfig fail-requests --code 429 --count 3 --path jobsets
+elastic-training cluster fault --kubeconfig ./kubeconfig lose-host gke-local-tpu-v5e-16-0-2 --repair-seconds 60
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ _positive = _bounded(int, 1, sys.maxsize, "positive integer")
 _error_code = _bounded(int, 400, 599, "HTTP error status (400-599)")
 _probability = _bounded(float, 0.0, 1.0, "probability (0-1)")
 _seconds = _bounded(float, 0.0, 600.0, "seconds (0-600)")
+_repair_seconds = _bounded(float, 0.0, 86400.0, "seconds (0-86400)")
 
 
 def _regex(text: str) -> str:
@@ -81,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--watch-history", type=_positive, default=1000, help="watch events kept (default 1000); older watches get 410"
     )
     up.add_argument("--api-only", action="store_true", help="no controllers and no kubelet: the API alone")
+    up.add_argument(
+        "--description",
+        default="v5e-small",
+        help="the node pools: a cluster description YAML file, or a built-in name: v5e-small (default: four "
+        "v5e-16 slices of 4 hosts and the CPU pool cpu-np) or single-node (one untainted node local-node)",
+    )
 
     fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
     fault.add_argument("--kubeconfig", type=Path, required=True, help="the kubeconfig `cluster up` wrote")
@@ -106,6 +115,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     latency.add_argument("--method", help="only this HTTP method")
     expire = kinds.add_parser("expire-watches", help="end every open watch")
     expire.add_argument("--compact", action="store_true", help="also drop the watch history, so resuming gets 410")
+    lose = kinds.add_parser("lose-host", help="a TPU host is lost: every pod of its node pool (slice) fails")
+    lose.add_argument("node")
+    lose.add_argument(
+        "--repair-seconds", type=_repair_seconds, default=0.0, help="how long the pool stays NotReady (default 0)"
+    )
+    repair = kinds.add_parser("repair-node-pool", help="GKE auto-repair: drain a node pool, NotReady for a while")
+    repair.add_argument("node_pool")
+    repair.add_argument("--seconds", type=_repair_seconds, required=True, help="how long the pool stays NotReady")
+    evict = kinds.add_parser("evict-pod", help="DisruptionTarget with a reason, then terminate the pod")
+    evict.add_argument("namespace")
+    evict.add_argument("name")
+    evict.add_argument(
+        "--reason",
+        choices=("EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet", "DeletionByPodGC"),
+        default="EvictionByEvictionAPI",
+        help="the DisruptionTarget reason (default EvictionByEvictionAPI)",
+    )
     kinds.add_parser("clear", help="remove every API fault rule")
     kinds.add_parser("show", help="print the active API fault rules")
 
@@ -122,7 +148,12 @@ def _up(args: argparse.Namespace) -> int:
     import threading
 
     from local.cluster import ClusterStartError, LocalCluster
+    from local.cluster.cluster_description import DescriptionError, load_description
 
+    try:
+        description = load_description(args.description)
+    except DescriptionError as exc:
+        return _error(str(exc))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-cluster-"))
     cluster = LocalCluster(
         workdir=workdir,
@@ -130,6 +161,7 @@ def _up(args: argparse.Namespace) -> int:
         watch_history=args.watch_history,
         kubeconfig_path=args.kubeconfig,
         run_control_plane=not args.api_only,
+        description=description,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -202,6 +234,13 @@ def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
         return "POST", f"{FAULTS_PATH}/latency", body
     if args.fault == "expire-watches":
         return "POST", f"{FAULTS_PATH}/expire-watches", {"compact": args.compact}
+    if args.fault == "lose-host":
+        return "POST", f"{FAULTS_PATH}/lose-host", {"node": args.node, "repairSeconds": args.repair_seconds}
+    if args.fault == "repair-node-pool":
+        return "POST", f"{FAULTS_PATH}/repair-node-pool", {"nodePool": args.node_pool, "seconds": args.seconds}
+    if args.fault == "evict-pod":
+        body = {"namespace": args.namespace, "name": args.name, "reason": args.reason}
+        return "POST", f"{FAULTS_PATH}/evict-pod", body
     if args.fault == "clear":
         return "DELETE", FAULTS_PATH, None
     return "GET", FAULTS_PATH, None

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from local.cluster.cluster_description import SINGLE_NODE, ClusterDescription, load_description
 from local.cluster.control_plane import ControlPlane
 from local.cluster.faults import FailRule, FaultInjector, LatencyRule
 from local.cluster.kubeconfig import write_kubeconfig
@@ -67,6 +68,22 @@ class Faults:
     def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:
         """Send ``sig`` to a pod's container processes (every container when ``container`` is None)."""
         self._cluster.run(lambda: self._injector().signal_pod(namespace, name, sig, container))
+
+    def lose_host(self, node: str, repair_seconds: float = 0.0) -> dict[str, Any]:
+        """A TPU host is lost: every pod of its node pool fails (PodGC), the pool is NotReady for a while."""
+        result: dict[str, Any] = self._cluster.run(lambda: self._injector().lose_host(node, repair_seconds))
+        return result
+
+    def repair_node_pool(self, pool: str, seconds: float) -> dict[str, Any]:
+        """GKE auto-repair: the pool's pods are evicted, its nodes cordoned and NotReady for ``seconds``."""
+        result: dict[str, Any] = self._cluster.run(lambda: self._injector().repair_node_pool(pool, seconds))
+        return result
+
+    def evict_pod(self, namespace: str, name: str, reason: str = "EvictionByEvictionAPI") -> dict[str, Any]:
+        """``DisruptionTarget`` with ``reason`` (EvictionByEvictionAPI, PreemptionByScheduler,
+        TerminationByKubelet, DeletionByPodGC), then the termination that component does."""
+        result: dict[str, Any] = self._cluster.run(lambda: self._injector().evict_pod(namespace, name, reason))
+        return result
 
     def fail_requests(
         self,
@@ -125,10 +142,20 @@ class LocalCluster:
         run_control_plane: bool = True,
         watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT,
         watch_options: WatchOptions | None = None,
+        description: ClusterDescription | str | Path | None = None,
     ) -> None:
-        """``run_control_plane=False`` serves the API alone (no controllers, no kubelet);
-        ``watch_queue_limit`` and ``watch_options`` bound watches (tests make them small)."""
+        """``run_control_plane=False`` serves the API alone (no controllers, no kubelet, no nodes);
+        ``watch_queue_limit`` and ``watch_options`` bound watches (tests make them small);
+        ``description`` gives the node pools (a :class:`ClusterDescription`, a YAML path or a built-in
+        name such as ``"v5e-small"``; default: the single node ``local-node``). A bad description
+        raises :class:`~local.cluster.cluster_description.DescriptionError` here, before anything starts."""
         _check_loopback(host)
+        if description is None:
+            self.description = SINGLE_NODE
+        elif isinstance(description, ClusterDescription):
+            self.description = description
+        else:
+            self.description = load_description(description)
         self.workdir = Path(workdir)
         self.host = host
         self.port = port
@@ -296,8 +323,10 @@ class LocalCluster:
                 "KUBERNETES_SERVICE_HOST": self.host,
                 "KUBERNETES_SERVICE_PORT": str(self.port),
             }
-            self.control_plane = ControlPlane(self.store, self.logs, self.workdir, pod_env)
-        self._injector = FaultInjector(self.store, self.control_plane)
+            self.control_plane = ControlPlane(self.store, self.logs, self.workdir, pod_env, self.description)
+        self._injector = FaultInjector(
+            self.store, self.control_plane, self.control_plane.node_faults if self.control_plane else None
+        )
         server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
         # handler_cancellation: a request whose client went away stops at once (a watch unregisters),
         # as the Go server cancels the request's context.

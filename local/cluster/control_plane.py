@@ -1,4 +1,4 @@
-"""The local cluster's control plane: JobSet, Job and namespace controllers, garbage collector, kubelet.
+"""The local cluster's control plane: nodes, scheduler, JobSet/Job/namespace controllers, GC, kubelet.
 
 All of them run on the event loop that owns the :class:`~local.cluster.store.Store`; the
 controllers are level-triggered reconcile loops woken by store events, never by polling.
@@ -11,12 +11,17 @@ import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from local.cluster.cluster_description import SINGLE_NODE, ClusterDescription
 from local.cluster.garbage_collector import GarbageCollector
 from local.cluster.job_controller import JobController
 from local.cluster.jobset_controller import JobSetController
+from local.cluster.jobset_placement import JobSetPodWebhook
 from local.cluster.kubelet import Kubelet
 from local.cluster.logs import LogStore
 from local.cluster.namespace_controller import NamespaceController
+from local.cluster.node_faults import NodeFaults
+from local.cluster.nodes import register_nodes
+from local.cluster.scheduler import Scheduler
 from local.cluster.store import Store
 
 SHUTDOWN_GRACE_CAP_SECONDS = 3.0
@@ -25,22 +30,36 @@ SHUTDOWN_GRACE_CAP_SECONDS = 3.0
 class ControlPlane:
     """Everything that acts on stored objects: controllers, garbage collector, kubelet."""
 
-    def __init__(self, store: Store, logs: LogStore, workdir: Path, pod_env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        logs: LogStore,
+        workdir: Path,
+        pod_env: Mapping[str, str],
+        description: ClusterDescription = SINGLE_NODE,
+    ) -> None:
         self.store = store
+        self.description = description
+        self.scheduler = Scheduler(store)
+        self.pod_webhook = JobSetPodWebhook(store)
         self.jobsets = JobSetController(store)
         self.jobs = JobController(store)
         self.gc = GarbageCollector(store)
         self.namespaces = NamespaceController(store)
         self.kubelet = Kubelet(store, logs, workdir, pod_env)
+        self.node_faults = NodeFaults(store, self.kubelet)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """Start the controllers, the garbage collector and the kubelet on the running loop."""
         if self._tasks:
             return
+        register_nodes(self.store, self.description)
+        self.store.add_admission(self.pod_webhook.admit)
         for controller in (self.jobsets, self.jobs, self.gc, self.namespaces):
             controller.start()
             self._tasks.append(asyncio.create_task(controller.queue.run(), name=controller.queue.name))
+        self.scheduler.start()
         self.kubelet.start()
 
     async def stop(self) -> None:
@@ -50,6 +69,7 @@ class ControlPlane:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self.node_faults.cancel()
         await self.kubelet.stop(SHUTDOWN_GRACE_CAP_SECONDS)
 
     async def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:

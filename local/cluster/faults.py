@@ -12,6 +12,9 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 - ``POST   /_local/faults/expire-watches``  ``{"compact"?: bool}``
 - ``POST   /_local/faults/delete-pod``      ``{"namespace", "name"}``
 - ``POST   /_local/faults/signal-pod``      ``{"namespace", "name", "signal", "container"?}``
+- ``POST   /_local/faults/lose-host``       ``{"node", "repairSeconds"?}``  (:mod:`local.cluster.node_faults`)
+- ``POST   /_local/faults/repair-node-pool`` ``{"nodePool", "seconds"}``
+- ``POST   /_local/faults/evict-pod``       ``{"namespace", "name", "reason"?}`` (default ``EvictionByEvictionAPI``)
 
 All state lives on the cluster's event loop; nothing here is thread-safe by itself.
 """
@@ -28,8 +31,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from local.cluster.node_faults import DisruptionReason, NodeFaults
 from local.cluster.resources import PODS, ApiError, bad_request
-from local.cluster.store import Store
+from local.cluster.store import Obj, Store
 
 FAULTS_PATH = "/_local/faults"
 
@@ -192,10 +196,28 @@ def _check_regex(pattern: str | None) -> None:
 class FaultInjector:
     """API faults plus pod faults, on the cluster's event loop."""
 
-    def __init__(self, store: Store, pods: PodControl | None) -> None:
+    def __init__(self, store: Store, pods: PodControl | None, nodes: NodeFaults | None = None) -> None:
         self.store = store
         self.api = ApiFaults()
         self._pods = pods
+        self._nodes = nodes
+
+    def node_faults(self) -> NodeFaults:
+        if self._nodes is None:
+            raise ApiError(501, "NotImplemented", "this cluster runs no kubelet (API only)")
+        return self._nodes
+
+    async def lose_host(self, node: str, repair_seconds: float = 0.0) -> Obj:
+        """A TPU host is lost: its node pool's pods fail (PodGC) and the pool is NotReady for ``repair_seconds``."""
+        return await self.node_faults().lose_host(node, repair_seconds)
+
+    async def repair_node_pool(self, pool: str, seconds: float) -> Obj:
+        """GKE auto-repair of ``pool``: its pods evicted, its nodes cordoned and NotReady for ``seconds``."""
+        return await self.node_faults().repair_node_pool(pool, seconds)
+
+    async def evict_pod(self, namespace: str, name: str, reason: str = DisruptionReason.EVICTION_API) -> Obj:
+        """Mark a pod ``DisruptionTarget`` with ``reason`` and terminate it as that component does."""
+        return await self.node_faults().evict_pod(namespace, name, parse_reason(reason))
 
     def expire_watches(self, compact: bool = False) -> int:
         """End every open watch; with ``compact`` also forget history, so resuming gets 410."""
@@ -231,6 +253,9 @@ class FaultInjector:
         app.router.add_post(f"{FAULTS_PATH}/expire-watches", self._expire_watches)
         app.router.add_post(f"{FAULTS_PATH}/delete-pod", self._delete_pod)
         app.router.add_post(f"{FAULTS_PATH}/signal-pod", self._signal_pod)
+        app.router.add_post(f"{FAULTS_PATH}/lose-host", self._lose_host)
+        app.router.add_post(f"{FAULTS_PATH}/repair-node-pool", self._repair_node_pool)
+        app.router.add_post(f"{FAULTS_PATH}/evict-pod", self._evict_pod)
 
     async def _get(self, request: web.Request) -> web.Response:
         return web.json_response(self.api.describe())
@@ -277,6 +302,33 @@ class FaultInjector:
             _required(body, "namespace"), _required(body, "name"), sig, _optional(body, "container", str)
         )
         return web.json_response({"signalled": body["name"], "signal": signal.Signals(sig).name})
+
+    async def _lose_host(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        seconds = _optional(body, "repairSeconds", float)
+        return web.json_response(await self.lose_host(_required(body, "node"), 0.0 if seconds is None else seconds))
+
+    async def _repair_node_pool(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        if "seconds" not in body:
+            raise bad_request("seconds is required")
+        return web.json_response(
+            await self.repair_node_pool(_required(body, "nodePool"), _optional(body, "seconds", float))
+        )
+
+    async def _evict_pod(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        reason = _optional(body, "reason", str) or DisruptionReason.EVICTION_API
+        return web.json_response(await self.evict_pod(_required(body, "namespace"), _required(body, "name"), reason))
+
+
+def parse_reason(value: str) -> DisruptionReason:
+    """A ``DisruptionTarget`` reason by its upstream name."""
+    try:
+        return DisruptionReason(value)
+    except ValueError as exc:
+        known = ", ".join(r.value for r in DisruptionReason)
+        raise bad_request(f"reason: unknown disruption reason {value!r} (known: {known})") from exc
 
 
 def parse_signal(value: Any) -> int:

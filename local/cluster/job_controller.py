@@ -21,7 +21,7 @@ from local.cluster.conditions import is_true, set_condition
 from local.cluster.events import NORMAL, WARNING, record_event
 from local.cluster.logs import parse_rfc3339
 from local.cluster.owners import controller_ref, delete_all, owned_by, owner_reference
-from local.cluster.resources import JOBS, PODS
+from local.cluster.resources import JOBS, PODS, ApiError
 from local.cluster.store import Obj, Store, WatchEvent, now_rfc3339
 from local.cluster.workqueue import WorkQueue
 from operators.constants import (
@@ -229,7 +229,15 @@ class JobController:
             delete_all(self._store, PODS, active)
             return []
         for index in to_create:
-            pod = self._store.create(PODS, self._pod_for(job, index))
+            try:
+                pod = self._store.create(PODS, self._pod_for(job, index))
+            except ApiError as err:
+                if err.code != 403:
+                    raise
+                # An admission webhook refused it (JobSet's, while a leader pod is unscheduled): upstream
+                # records FailedCreate and tries again; the refusing condition clears on a pod event here.
+                events.append((WARNING, "FailedCreate", f"Error creating: {err.message}"))
+                break
             active.append(pod)
             events.append((NORMAL, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}"))
         deadline = spec.get("activeDeadlineSeconds")

@@ -22,6 +22,7 @@ from typing import Any
 
 from local.cluster.conditions import find_condition, is_true, set_condition
 from local.cluster.events import NORMAL, WARNING, record_event
+from local.cluster.jobset_placement import ANNOTATION_EXCLUSIVE_TOPOLOGY, ANNOTATION_NODE_SELECTOR_STRATEGY
 from local.cluster.logs import parse_rfc3339
 from local.cluster.owners import controller_ref, delete_all, owned_by, owner_reference
 from local.cluster.resources import JOBS, JOBSETS, ApiError
@@ -447,16 +448,32 @@ def jobset_labels(js: Obj, rjob: Obj, index: int, restarts: int) -> dict[str, st
     return labels
 
 
+def placement_annotations(js: Obj, rjob: Obj) -> dict[str, str]:
+    """Exclusive placement's annotations, from the JobSet, overridden by the replicated job's template
+    (upstream ``labelAndAnnotateObject``); the pod webhook (:mod:`local.cluster.jobset_placement`) acts on them."""
+    out: dict[str, str] = {}
+    for source in (
+        js.get("metadata", {}).get("annotations") or {},
+        (rjob.get("template") or {}).get("metadata", {}).get("annotations") or {},
+    ):
+        if ANNOTATION_EXCLUSIVE_TOPOLOGY in source:
+            out[ANNOTATION_EXCLUSIVE_TOPOLOGY] = str(source[ANNOTATION_EXCLUSIVE_TOPOLOGY])
+            if ANNOTATION_NODE_SELECTOR_STRATEGY in source:
+                out[ANNOTATION_NODE_SELECTOR_STRATEGY] = str(source[ANNOTATION_NODE_SELECTOR_STRATEGY])
+    return out
+
+
 def build_job(js: Obj, rjob: Obj, index: int, restarts: int) -> Obj:
     """The child Job ``<jobset>-<replicatedJob>-<index>`` for one restart attempt."""
     template = copy.deepcopy(rjob.get("template") or {})
     stamped = jobset_labels(js, rjob, index, restarts)
+    annotated = {**stamped, **placement_annotations(js, rjob)}
     meta = template.get("metadata") or {}
     spec = template.get("spec") or {}
     pod_template = spec.setdefault("template", {})
     pod_meta = pod_template.setdefault("metadata", {})
     pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **stamped}
-    pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **stamped}
+    pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **annotated}
     network = js.get("spec", {}).get("network") or {}
     if network.get("enableDNSHostnames"):
         pod_template.setdefault("spec", {})["subdomain"] = subdomain(js)
@@ -466,7 +483,7 @@ def build_job(js: Obj, rjob: Obj, index: int, restarts: int) -> Obj:
             "name": job_name(js["metadata"]["name"], rjob["name"], index),
             "namespace": js["metadata"]["namespace"],
             "labels": {**(meta.get("labels") or {}), **stamped},
-            "annotations": {**(meta.get("annotations") or {}), **stamped},
+            "annotations": {**(meta.get("annotations") or {}), **annotated},
             "ownerReferences": [owner_reference(js)],
         },
         "spec": spec,

@@ -7,10 +7,14 @@ until it is stopped (that is how the Pathways proxy and resource-manager sidecar
 The environment is: a few host variables (HOME, LANG, TMPDIR, ...), PATH, HOSTNAME, the
 cluster's ``pod_env`` (KUBECONFIG, KUBERNETES_SERVICE_HOST/PORT), then the container's ``env``.
 
-The kubelet reacts to store events: a new pod starts a :class:`PodWorker`; a pod marked for
-deletion is stopped gracefully (SIGTERM, SIGKILL at ``deletionGracePeriodSeconds``) and, once
-every container has stopped, deleted with grace 0 (it stays while it has finalizers); a pod
-removed at once (forced deletion) has its processes killed immediately.
+The kubelet runs only pods bound to a node (``spec.nodeName``, set by the scheduler or by the pod's
+author) that exists and is ``Ready``: one Kubelet object plays every node's kubelet. A pod bound to
+a node that is missing or not ready waits, as it would for that node's kubelet, and starts when the
+node becomes ready. The kubelet reacts to store events: a newly runnable pod starts a
+:class:`PodWorker`; a pod marked for deletion is stopped gracefully (SIGTERM, SIGKILL at
+``deletionGracePeriodSeconds``) and, once every container has stopped, deleted with grace 0 (it
+stays while it has finalizers); a pod removed at once (forced deletion) has its processes killed
+immediately.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from pathlib import Path
 
 from local.cluster.group_reaper import GroupReaper
 from local.cluster.logs import LogStore
+from local.cluster.nodes import node_is_ready
 from local.cluster.pod_worker import PodWorker, grace_of, pod_is_terminal
-from local.cluster.resources import PODS, ApiError, not_found
+from local.cluster.resources import NODES, PODS, ApiError, not_found
 from local.cluster.store import Obj, Store, WatchEvent
 
 
@@ -92,10 +97,48 @@ class Kubelet:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(worker.task), 5.0)
 
+    async def fail_pod(self, namespace: str, name: str, condition: Obj) -> None:
+        """PodGC for a pod whose node is gone: kill its processes (no graceful stop: the host is lost),
+        write phase ``Failed`` and ``condition``, then delete it with grace 0."""
+        worker = self.worker(namespace, name)
+        if worker is not None and worker.task is not None:
+            worker.kill_now()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(worker.task), 5.0)
+
+        def failed(pod: Obj) -> None:
+            status = pod.setdefault("status", {})
+            status["phase"] = "Failed"
+            conditions = status.setdefault("conditions", [])
+            conditions[:] = [c for c in conditions if c.get("type") != condition["type"]] + [condition]
+
+        with contextlib.suppress(ApiError):
+            self._store.mutate(PODS, namespace, name, failed, subresource="status")
+            self._store.delete(PODS, namespace, name, grace_period_seconds=0)
+
+    def shut_down_pod(self, namespace: str, name: str, message: str) -> bool:
+        """The kubelet terminates a running pod itself (graceful node shutdown): SIGTERM, SIGKILL after
+        its grace period; it ends ``Failed`` with reason ``Terminated`` and is not deleted. False when
+        no worker runs it."""
+        worker = self.worker(namespace, name)
+        if worker is None:
+            return False
+        pod = self._store.find(PODS, namespace, name)
+        worker.shut_down(grace_of(pod) if pod is not None else 0.0, "Terminated", message)
+        return True
+
     # -- events ------------------------------------------------------------------------------
 
     def _on_event(self, event: WatchEvent) -> None:
-        if event.rtype != PODS or not self._running:
+        if not self._running:
+            return
+        if event.rtype == NODES:
+            if event.type != "DELETED" and node_is_ready(event.object):
+                name = event.object["metadata"]["name"]
+                for pod in self._store.list(PODS, where=lambda p: p.get("spec", {}).get("nodeName") == name)[0]:
+                    self._sync(pod)
+            return
+        if event.rtype != PODS:
             return
         uid = str(event.object["metadata"].get("uid", ""))
         if event.type == "DELETED":
@@ -122,13 +165,17 @@ class Kubelet:
             # every watcher sees MODIFIED before DELETED.
             asyncio.get_running_loop().call_soon(self._remove_quietly, pod)
             return
-        if pod_is_terminal(pod):
+        if pod_is_terminal(pod) or not self._runnable_here(pod):
             return
         worker = PodWorker(
             self._store, self._logs, pod, self._workdir, self._pod_env, self._worker_exited, self._reaper
         )
         self._workers[uid] = worker
         worker.start()
+
+    def _runnable_here(self, pod: Obj) -> bool:
+        node_name = pod.get("spec", {}).get("nodeName")
+        return bool(node_name) and node_is_ready(self._store.find(NODES, "", str(node_name)))
 
     def _worker_exited(self, worker: PodWorker) -> None:
         self._workers.pop(worker.uid, None)

@@ -584,6 +584,16 @@ NAMESPACE = _top_level(
     "v1",
     "Namespace",
 )
+NODE = _top_level(
+    "Node is a worker node in Kubernetes. Each node will have a unique identifier in the cache (i.e. in etcd).",
+    {
+        "spec": open_object(f"Spec defines the behavior of a node. More info: {_SPEC_AND_STATUS}"),
+        "status": open_object(f"Most recently observed status of the node. More info: {_SPEC_AND_STATUS}"),
+    },
+    "",
+    "v1",
+    "Node",
+)
 EVENT = _top_level(
     "Event is a report of an event somewhere in the cluster.",
     {
@@ -630,6 +640,7 @@ KIND_SCHEMAS: dict[tuple[str, str, str], tuple[str, Schema]] = {
     ("", "v1", "Pod"): ("io.k8s.api.core.v1.Pod", POD),
     ("", "v1", "Namespace"): ("io.k8s.api.core.v1.Namespace", NAMESPACE),
     ("", "v1", "Event"): ("io.k8s.api.core.v1.Event", EVENT),
+    ("", "v1", "Node"): ("io.k8s.api.core.v1.Node", NODE),
     ("batch", "v1", "Job"): ("io.k8s.api.batch.v1.Job", JOB),
     (JOBSET_GROUP, JOBSET_VERSION, JOBSET_KIND): ("io.x-k8s.jobset.v1alpha2.JobSet", JOBSET),
 }

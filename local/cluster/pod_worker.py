@@ -35,7 +35,6 @@ from local.cluster.store import Obj, Store, now_rfc3339
 
 log = logging.getLogger(__name__)
 
-NODE_NAME = "local-node"
 HOST_IP = "127.0.0.1"
 BACKOFF_INITIAL_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 2.0
@@ -136,6 +135,7 @@ class PodWorker:
         self._deleting = False
         self._removed = False  # the pod object is gone: write nothing more
         self._silent = False  # cluster shutdown: write nothing more
+        self._shutdown: tuple[str, str] | None = None  # terminated by the kubelet: (reason, message)
         self.task: asyncio.Task[None] | None = None
 
     # -- control from the kubelet ------------------------------------------------------------
@@ -161,6 +161,12 @@ class PodWorker:
         self._kill_timer = loop.call_at(deadline, self._kill_all)
         if grace_seconds <= 0:
             self._kill_all()
+
+    def shut_down(self, grace_seconds: float, reason: str, message: str) -> None:
+        """Kubelet-initiated termination: stop like a deletion, but the pod stays, ``Failed`` with ``reason``."""
+        self._shutdown = (reason, message)
+        self.request_termination(grace_seconds)
+        self._deleting = False
 
     def kill_now(self) -> None:
         """Forced deletion: the pod object is gone; SIGKILL every process at once."""
@@ -196,7 +202,7 @@ class PodWorker:
                 await asyncio.gather(*(self._supervise(c) for c in mains))
                 succeeded = all(c.exit_code == 0 for c in mains)
             await self._stop_sidecars(sidecars)
-            self._phase = "Succeeded" if succeeded else "Failed"
+            self._phase = "Succeeded" if succeeded and self._shutdown is None else "Failed"
             self._flush()
             if self._deleting and not self._removed and not self._silent:
                 self._finish_deletion()
@@ -222,14 +228,6 @@ class PodWorker:
 
     def _prepare(self) -> None:
         self._start_time = now_rfc3339()
-        if not self._pod.get("spec", {}).get("nodeName"):
-            try:
-                self._pod = self._store.mutate(
-                    PODS, self.namespace, self.name, lambda o: o["spec"].__setitem__("nodeName", NODE_NAME)
-                )
-            except ApiError:
-                self._removed = True
-                return
         self._flush()
 
     async def _run_init_containers(self, sidecars: list[asyncio.Task[None]]) -> bool:
@@ -383,7 +381,11 @@ class PodWorker:
         status = self._status()
         try:
             self._store.mutate(
-                PODS, self.namespace, self.name, lambda o: o.__setitem__("status", status), subresource="status"
+                PODS,
+                self.namespace,
+                self.name,
+                lambda o: o.__setitem__("status", _merged(o, status)),
+                subresource="status",
             )
         except ApiError as err:
             if err.code == 404:
@@ -426,7 +428,17 @@ class PodWorker:
         }
         if inits:
             status["initContainerStatuses"] = [c.status() for c in inits]
+        if self._shutdown is not None and terminal:
+            status["reason"], status["message"] = self._shutdown
         return status
+
+
+def _merged(stored: Obj, status: Obj) -> Obj:
+    """The kubelet's status plus the conditions others own (``DisruptionTarget``, ...), as the kubelet's
+    status manager keeps them (``mergePodStatus``)."""
+    mine = {c["type"] for c in status["conditions"]}
+    others = [c for c in (stored.get("status") or {}).get("conditions") or [] if c.get("type") not in mine]
+    return {**status, "conditions": [*status["conditions"], *others]}
 
 
 def pod_is_terminal(pod: Obj) -> bool:

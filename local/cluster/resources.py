@@ -45,6 +45,7 @@ EVENTS = ResourceType("", "v1", "events", "Event", has_status=False, singular="e
 NAMESPACES = ResourceType(
     "", "v1", "namespaces", "Namespace", namespaced=False, singular="namespace", short_names=("ns",)
 )
+NODES = ResourceType("", "v1", "nodes", "Node", namespaced=False, singular="node", short_names=("no",))
 JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job", categories=("all",))
 JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
 
@@ -97,7 +98,7 @@ ACCESS_TYPES: tuple[ResourceType, ...] = (
 )
 REVIEW_TYPES = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_REVIEWS)
 
-RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, JOBS, JOBSETS, *ACCESS_TYPES)
+RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, NODES, JOBS, JOBSETS, *ACCESS_TYPES)
 # Served as a CustomResourceDefinition would be (no strategic merge patch, for one).
 CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS,)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from local.cluster.resources import EVENTS, JOBS, NAMESPACES, PODS, ApiError, ResourceType, bad_request
+from local.cluster.resources import EVENTS, JOBS, NAMESPACES, NODES, PODS, ApiError, ResourceType, bad_request
 
 _KEY_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -35,6 +35,7 @@ _TYPE_FIELDS: dict[ResourceType, tuple[str, ...]] = {
         "status.podIP",
     ),
     NAMESPACES: ("status.phase",),
+    NODES: ("spec.unschedulable",),
     JOBS: ("status.successful",),
     EVENTS: (
         "involvedObject.kind",
@@ -184,6 +185,8 @@ def field_value(obj: Mapping[str, Any], path: str) -> str:
         current = current.get(part)
     if current is None:
         return ""
+    if isinstance(current, bool):
+        return "true" if current else "false"
     return str(current)
 
 

@@ -182,6 +182,7 @@ class Store:
         # Watches by (type, namespace or None for all): an event reaches only those that can want it.
         self._watches: defaultdict[tuple[ResourceType, str | None], set[Watch]] = defaultdict(set)
         self._listeners: list[Callable[[WatchEvent], None]] = []
+        self._admission: list[Callable[[ResourceType, Obj], None]] = []
         self._create_namespace(DEFAULT_NAMESPACE)
 
     # -- reading -----------------------------------------------------------------------------
@@ -313,6 +314,8 @@ class Store:
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
             meta.pop(field, None)
         after_system_fields(rtype, obj)
+        for admit in self._admission:
+            admit(rtype, obj)
         causes = validate(rtype, obj)
         if causes:
             raise invalid(rtype, str(meta["name"]), causes)
@@ -513,6 +516,11 @@ class Store:
     def compact(self) -> None:
         """Forget the event history, so any watch from an older version gets 410 (fault injection)."""
         self._history.clear()
+
+    def add_admission(self, step: Callable[[ResourceType, Obj], None]) -> None:
+        """Run ``step`` on every object being created, after defaults and before validation, as a
+        mutating-then-validating admission webhook (it edits the object in place or raises ``ApiError``)."""
+        self._admission.append(step)
 
     def add_listener(self, listener: Callable[[WatchEvent], None]) -> None:
         """Call ``listener`` synchronously on every event (controllers use this to enqueue work)."""

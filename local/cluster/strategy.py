@@ -10,6 +10,8 @@ controller reads exactly like one made through the API (``status.phase: Pending`
 Defaults are the ones the local cluster and its clients read, not the whole upstream set:
 pods (``restartPolicy``, ``terminationGracePeriodSeconds``, ``dnsPolicy``, ``schedulerName``),
 Jobs (``completions``/``parallelism``, ``backoffLimit``, ``completionMode``, ``suspend``) and
+nodes (the status a kubelet registers is kept), pod containers' requests from their limits and
+``hostPort`` for a ``hostNetwork`` pod's ports, pod ``priority`` 0 (the Priority admission plugin),
 namespaces (the ``kubernetes`` finalizer the namespace controller removes). The JobSet webhook's
 defaults are not applied.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.cluster.resources import JOBS, NAMESPACES, PODS, ResourceType
+from local.cluster.resources import JOBS, NAMESPACES, NODES, PODS, ResourceType
 from operators.constants import LABEL_CONTROLLER_UID, LABEL_JOB_NAME
 
 Obj = dict[str, Any]
@@ -48,6 +50,8 @@ def prepare_for_create(rtype: ResourceType, obj: Obj) -> None:
             finalizers.append(NAMESPACE_FINALIZER)
         ns_spec["finalizers"] = finalizers
         obj["status"] = {"phase": "Active"}
+    elif rtype == NODES:
+        pass  # pkg/registry/core/node/strategy.go keeps the status a kubelet registers with
     elif rtype.has_status:
         obj.pop("status", None)
 
@@ -89,6 +93,26 @@ def _default_pod_spec(spec: Obj) -> None:
     spec.setdefault("terminationGracePeriodSeconds", DEFAULT_TERMINATION_GRACE_SECONDS)
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
+    # The Priority admission plugin: no priorityClassName and no global default class → priority 0.
+    if not spec.get("priorityClassName"):
+        spec.setdefault("priority", 0)
+    for key in ("containers", "initContainers"):
+        for container in spec.get(key) or []:
+            if isinstance(container, dict):
+                _default_container(container, host_network=bool(spec.get("hostNetwork")))
+
+
+def _default_container(container: Obj, *, host_network: bool) -> None:
+    # pkg/apis/core/v1/defaults.go: SetDefaults_ResourceList/SetDefaults_Pod copy a limit into a missing
+    # request; SetDefaults_Pod gives a hostNetwork pod's ports hostPort = containerPort.
+    resources = container.get("resources")
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict) and resources["limits"]:
+        requests = resources.get("requests")
+        resources["requests"] = {**resources["limits"], **(requests if isinstance(requests, dict) else {})}
+    if host_network:
+        for port in container.get("ports") or []:
+            if isinstance(port, dict) and port.get("containerPort") and not port.get("hostPort"):
+                port["hostPort"] = port["containerPort"]
 
 
 def _default_job_spec(spec: Obj) -> None:

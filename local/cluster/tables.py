@@ -25,6 +25,7 @@ from local.cluster.resources import (
     JOBS,
     JOBSETS,
     NAMESPACES,
+    NODES,
     PODS,
     ROLE_BINDINGS,
     ROLES,
@@ -163,6 +164,40 @@ def _name(obj: Obj, now: datetime) -> str:
 
 def _none(value: Any) -> str:
     return str(value) if value not in (None, "") else "<none>"
+
+
+# -- nodes (printNode) ---------------------------------------------------------------------------
+
+
+def _node_status(node: Obj, now: datetime) -> str:
+    conditions = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
+    parts = ["Unknown"] if "Ready" not in conditions else ["Ready" if conditions["Ready"] == "True" else "NotReady"]
+    if (node.get("spec") or {}).get("unschedulable"):
+        parts.append("SchedulingDisabled")
+    return ",".join(parts)
+
+
+def _node_roles(node: Obj, now: datetime) -> str:
+    prefix = "node-role.kubernetes.io/"
+    roles = sorted(k[len(prefix) :] for k in (node.get("metadata") or {}).get("labels") or {} if k.startswith(prefix))
+    return ",".join(roles) or "<none>"
+
+
+def _node_address(kind: str) -> Callable[[Obj, datetime], str]:
+    def cell(node: Obj, now: datetime) -> str:
+        for address in (node.get("status") or {}).get("addresses") or []:
+            if address.get("type") == kind:
+                return str(address.get("address", ""))
+        return "<none>"
+
+    return cell
+
+
+def _node_info(key: str) -> Callable[[Obj, datetime], str]:
+    def cell(node: Obj, now: datetime) -> str:
+        return _none((node.get("status") or {}).get("nodeInfo", {}).get(key))
+
+    return cell
 
 
 # -- pods (printPod) -----------------------------------------------------------------------------
@@ -491,6 +526,30 @@ COLUMNS: dict[ResourceType, tuple[Column, ...]] = {
         Column("First Seen", "string", "The first time the event was observed.", _event_first_seen, priority=1),
         Column("Count", "string", "The number of times this event has occurred.", _field("count"), priority=1),
         Column("Name", "string", _NAME_DOC, _name, format="name", priority=1),
+    ),
+    NODES: (
+        _NAME,
+        Column("Status", "string", "The status of the node", _node_status),
+        Column("Roles", "string", "The roles of the node", _node_roles),
+        _AGE,
+        Column("Version", "string", "Kubelet Version reported by the node.", _node_info("kubeletVersion")),
+        Column(
+            "Internal-IP", "string", "List of addresses reachable to the node.", _node_address("InternalIP"), priority=1
+        ),
+        Column(
+            "External-IP", "string", "List of addresses reachable to the node.", _node_address("ExternalIP"), priority=1
+        ),
+        Column("OS-Image", "string", "OS Image reported by the node.", _node_info("osImage"), priority=1),
+        Column(
+            "Kernel-Version", "string", "Kernel Version reported by the node.", _node_info("kernelVersion"), priority=1
+        ),
+        Column(
+            "Container-Runtime",
+            "string",
+            "Container Runtime Version reported by the node.",
+            _node_info("containerRuntimeVersion"),
+            priority=1,
+        ),
     ),
     NAMESPACES: (
         _NAME,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from local.cluster import rbac
-from local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, PODS, Cause, ResourceType
+from local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, NODES, PODS, Cause, ResourceType
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -359,7 +359,12 @@ def validate_event(obj: Mapping[str, Any]) -> list[Cause]:
     return causes
 
 
+def validate_node(obj: Mapping[str, Any]) -> list[Cause]:
+    return validate_metadata(obj.get("metadata"), namespaced=False)
+
+
 _VALIDATORS: dict[ResourceType, Callable[[Mapping[str, Any]], list[Cause]]] = {
+    NODES: validate_node,
     PODS: validate_pod,
     JOBS: validate_job,
     JOBSETS: validate_jobset,

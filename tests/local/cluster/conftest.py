@@ -24,9 +24,14 @@ class K8s:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A running local cluster (API, controllers, kubelet), shared by the tests of one module."""
-    with LocalCluster(workdir=tmp_path_factory.mktemp("cluster")) as running:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A running local cluster (API, controllers, kubelet), shared by the tests of one module.
+
+    A module sets its nodes with ``CLUSTER_DESCRIPTION = ...`` (a ``ClusterDescription``, a YAML path or
+    a built-in name such as ``"v5e-small"``); without it the cluster has the single node ``local-node``.
+    """
+    description = getattr(request.module, "CLUSTER_DESCRIPTION", None)
+    with LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), description=description) as running:
         yield running
 
 

@@ -154,6 +154,22 @@ def test_up_honours_its_flags_and_a_signal_stops_every_pod_process(tmp_path: Pat
         assert _marked(mark) == []
 
 
+def test_up_serves_the_nodes_of_its_description(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    description = tmp_path / "pools.yaml"
+    description.write_text(
+        "cluster: cli\nnodePools:\n  - {name: cpu-np, machineType: n2-standard-8, nodeCount: 2, cpu: 8, memory: 32Gi}\n"
+    )
+    args = ["--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w"), "--description", str(description)]
+    with _serve(*args):
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        assert [n.metadata.name for n in core.list_node().items] == ["gke-cli-cpu-np-0", "gke-cli-cpu-np-1"]
+    with _serve("--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w2")):  # default: v5e-small
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        pools = {n.metadata.labels["cloud.google.com/gke-nodepool"] for n in core.list_node().items}
+        assert pools == {"tpu-v5e-16-0", "tpu-v5e-16-1", "tpu-v5e-16-2", "tpu-v5e-16-3", "cpu-np"}
+
+
 def test_fault_commands_reach_a_running_cluster(
     served: tuple[subprocess.Popen[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -193,6 +209,11 @@ def test_fault_commands_reach_a_running_cluster(
     assert caught.value.status == 404
     code, refused = fault("delete-pod", "default", "missing")
     assert (code, refused["code"]) == (1, 404)  # the cluster's Status, printed
+    code, lost = fault("lose-host", "gke-local-tpu-v5e-16-1-2", "--repair-seconds", "0")
+    assert (code, lost["nodePool"], lost["failedPods"]) == (0, "tpu-v5e-16-1", [])
+    code, repaired = fault("repair-node-pool", "tpu-v5e-16-2", "--seconds", "0")
+    assert (code, len(repaired["nodes"])) == (0, 4)
+    assert fault("evict-pod", "default", "missing", "--reason", "PreemptionByScheduler")[0] == 1
 
 
 @pytest.mark.parametrize(
@@ -231,6 +252,11 @@ def test_fault_without_a_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureF
 def test_bad_input_to_up_exits_2_with_one_clear_line_and_leaves_nothing_running(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
+    bad_description = tmp_path / "bad.yaml"
+    bad_description.write_text(
+        "nodePools:\n  - name: tpu\n    machineType: ct5lp-hightpu-4t\n    nodeCount: 2\n    cpu: 112\n"
+        "    memory: 192Gi\n    tpu: {accelerator: tpu-v5-lite-podslice, topology: 4x4, chipsPerNode: 4}\n"
+    )
     kubeconfig = tmp_path / "kc"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -242,6 +268,8 @@ def test_bad_input_to_up_exits_2_with_one_clear_line_and_leaves_nothing_running(
             (["--port", "-1"], "argument --port: invalid port (0-65535) value: '-1'"),
             (["--watch-history", "0"], "argument --watch-history: invalid positive integer value: '0'"),
             (["--workdir", str(blocker)], "cannot write the cluster's files"),
+            (["--description", str(tmp_path / "none.yaml")], "cannot read the cluster description"),
+            (["--description", str(bad_description)], "nodePools[0].nodeCount: a 4x4 slice of 4-chip hosts has 4"),
         ]
         for extra, message in cases:
             mark = uuid.uuid4().hex

@@ -1,0 +1,35 @@
+"""The cluster's nodes: registered from a cluster description at start, as each node's kubelet does.
+
+Follows kubernetes/kubernetes ``pkg/kubelet/kubelet_node_status.go`` (``registerWithAPIServer``: the
+kubelet creates its Node with labels, capacity, allocatable and a ``Ready`` condition) and GKE's node
+pools (:mod:`local.cluster.cluster_description`). A node the kubelet runs pods on must exist and be
+``Ready``; :func:`node_is_ready` is that test.
+"""
+
+from __future__ import annotations
+
+from local.cluster.cluster_description import ClusterDescription
+from local.cluster.resources import NODES, ApiError
+from local.cluster.store import Obj, Store
+
+
+def node_is_ready(node: Obj | None) -> bool:
+    """Whether ``node`` exists and its ``Ready`` condition is True."""
+    if node is None:
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def register_nodes(store: Store, description: ClusterDescription) -> list[str]:
+    """Create every node of ``description`` that does not exist yet; returns the names created."""
+    created = []
+    for node in description.nodes():
+        try:
+            store.create(NODES, node)
+        except ApiError as err:
+            if err.code != 409:
+                raise
+            continue
+        created.append(node["metadata"]["name"])
+    return created

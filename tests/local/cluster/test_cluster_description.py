@@ -1,0 +1,142 @@
+"""Cluster descriptions: the default v5e-like cluster, GKE's node labels and taints, and refused input."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local.cluster.cluster_description import (
+    SINGLE_NODE,
+    TPU_TAINT,
+    DescriptionError,
+    load_description,
+    parse_description,
+)
+from local.cluster.quantity import QuantityError, parse_quantity
+from local.cluster.scheduler_filters import allocatable, pod_requests
+from operators.manifests import HEAD_NODE_POOL, elastic_jobset
+from operators.spec import ElasticRunSpec
+
+
+def _pool(**overrides: Any) -> dict[str, Any]:
+    pool: dict[str, Any] = {
+        "name": "tpu-a",
+        "machineType": "ct5lp-hightpu-4t",
+        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4", "chipsPerNode": 4},
+        "nodeCount": 2,
+        "cpu": "112",
+        "memory": "192Gi",
+    }
+    pool.update(overrides)
+    return pool
+
+
+def test_default_description_is_four_v5e_16_slices_and_a_cpu_pool() -> None:
+    description = load_description("v5e-small")
+    assert [p.name for p in description.pools] == [*(f"tpu-v5e-16-{i}" for i in range(4)), "cpu-np"]
+    nodes = description.nodes()
+    assert len(nodes) == 4 * 4 + 2
+    first = nodes[0]
+    labels = first["metadata"]["labels"]
+    assert first["metadata"]["name"] == "gke-local-tpu-v5e-16-0-0"
+    assert labels["cloud.google.com/gke-nodepool"] == "tpu-v5e-16-0"
+    assert labels["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5-lite-podslice"
+    assert labels["cloud.google.com/gke-tpu-topology"] == "4x4"
+    assert labels["kubernetes.io/hostname"] == "gke-local-tpu-v5e-16-0-0"
+    assert first["spec"]["taints"] == [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]
+    assert first["status"]["allocatable"]["google.com/tpu"] == "4"
+    cpu_node = nodes[-1]
+    assert cpu_node["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == HEAD_NODE_POOL
+    assert "taints" not in cpu_node["spec"]
+    assert "google.com/tpu" not in cpu_node["status"]["allocatable"]
+
+
+def test_default_cpu_pool_fits_the_rendered_pathways_head() -> None:
+    spec = ElasticRunSpec(
+        run_name="fit",
+        base_output_directory="gs://bucket/runs",
+        steps=100,
+        checkpoint_period=10,
+        num_slices=3,
+        image="us-docker.pkg.dev/p/maxtext:1",
+        tpu_type="v5e",
+        tpu_topology="4x4",
+    )
+    jobset = elastic_jobset(spec, name="fit", namespace="default", labels={})
+    head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
+    head_pod = {"spec": head["template"]["spec"]["template"]["spec"]}
+    wanted = pod_requests(head_pod)
+    assert wanted["cpu"] == 24 + 16 + 8
+    assert wanted["memory"] == parse_quantity("232G")
+    cpu_np = next(n for n in load_description("v5e-small").nodes() if n["metadata"]["name"].endswith("cpu-np-0"))
+    free = allocatable(cpu_np)
+    assert free["cpu"] >= wanted["cpu"]
+    assert free["memory"] >= wanted["memory"]
+
+
+def test_single_node_default_keeps_local_node() -> None:
+    (node,) = SINGLE_NODE.nodes()
+    assert node["metadata"]["name"] == "local-node"
+    assert "taints" not in node["spec"]
+
+
+def test_a_description_file_loads(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "cluster: demo\nnodePools:\n  - {name: cpu, machineType: n2-standard-8, nodeCount: 1, cpu: 8, memory: 32Gi}\n"
+    )
+    description = load_description(path)
+    assert [n["metadata"]["name"] for n in description.nodes()] == ["gke-demo-cpu-0"]
+
+
+def test_tpu_pool_gets_gke_taint_by_default() -> None:
+    (pool,) = parse_description({"nodePools": [_pool()]}).pools
+    assert pool.taints == (TPU_TAINT,)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"nodePools": [_pool(nodeCount=3)]}, "nodePools[0].nodeCount: a 2x4 slice of 4-chip hosts has 2 host(s)"),
+        ({"nodePools": [_pool(), _pool()]}, "nodePools[1].name: duplicate node pool 'tpu-a'"),
+        ({"nodePools": [_pool(cpu="lots")]}, "nodePools[0].cpu: 'lots' is not a quantity"),
+        ({"nodePools": [_pool(colour="red")]}, "nodePools[0].colour: unknown field"),
+        ({"nodePools": [_pool(name="Bad_Name")]}, "nodePools[0].name: must be a DNS label"),
+        ({"nodePools": [_pool(tpu={"accelerator": "x", "topology": "4by4"})]}, "nodePools[0].tpu.topology"),
+        ({"nodePools": [_pool(taints=[{"key": "k", "effect": "Never"}])]}, "nodePools[0].taints[0].effect"),
+        ({"nodePools": []}, "nodePools: must be a non-empty list"),
+        ([], "must be a mapping"),
+    ],
+)
+def test_bad_descriptions_name_the_field(raw: Any, message: str) -> None:
+    with pytest.raises(DescriptionError) as caught:
+        parse_description(raw)
+    assert message in str(caught.value)
+
+
+def test_missing_file_is_a_description_error(tmp_path: Path) -> None:
+    with pytest.raises(DescriptionError, match="cannot read the cluster description"):
+        load_description(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("500m", Fraction(1, 2)),
+        ("100G", 10**11),
+        ("32Gi", 32 * 2**30),
+        ("4", 4),
+        ("1e3", 1000),
+        ("0.5", Fraction(1, 2)),
+    ],
+)
+def test_quantities(text: str, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+def test_bad_quantity() -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity("12 apples")
