@@ -24,6 +24,17 @@ LABEL_JOB_GLOBAL_INDEX: Final = f"{JOBSET_PREFIX}/job-global-index"
 LABEL_JOB_KEY: Final = f"{JOBSET_PREFIX}/job-key"
 LABEL_RESTART_ATTEMPT: Final = f"{JOBSET_PREFIX}/restart-attempt"
 ANNOTATION_COORDINATOR: Final = f"{JOBSET_PREFIX}/coordinator"
+# JobSet's exclusive placement (api/jobset/v1alpha2/jobset_types.go `ExclusiveKey`): on the JobSet or on a
+# ReplicatedJob's Job template, its value a node label; each child Job then owns one domain of that label.
+ANNOTATION_EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+# GKE node labels, taint and extended resource of TPU node pools (cloud.google.com/kubernetes-engine/docs/
+# concepts/tpus; xpk core/system_characteristics.py), and the node label of a host.
+LABEL_GKE_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
+LABEL_GKE_TPU_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
+LABEL_GKE_TPU_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
+LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
+TPU_RESOURCE: Final = "google.com/tpu"
 
 # Kubernetes Job labels.
 LABEL_JOB_NAME: Final = "batch.kubernetes.io/job-name"

@@ -6,6 +6,14 @@ The elastic JobSet follows xpk's Pathways template (`xpk: src/xpk/templates/path
 the worker Job's `backoffLimit` is `max_slice_restarts * vms_per_slice` (xpk's elastic formula), and the
 JobSet carries the Airflow identity labels the operator adopts it by.
 
+The worker ReplicatedJob's Job template carries `alpha.jobset.sigs.k8s.io/exclusive-topology:
+cloud.google.com/gke-nodepool`, as xpk renders it (`src/xpk/core/scheduling.py`
+`ONE_TO_ONE_REPLICA_NODE_POOL_ASSIGNMENT_ANNOTATION`, at 367c838) and google/pathways-job sets it
+(`internal/controller/pathwaysjob_controller.go` `MakeWorkerJob`, at c0cc759; there on the pod template). JobSet
+reads it from the JobSet or the ReplicatedJob template (`api/jobset/v1alpha2/jobset_types.go` `ExclusiveKey`,
+`pkg/controllers/jobset_controller.go` `labelAndAnnotateObject`, at 08dfbdf) and places each child Job, one slice,
+alone in one node pool.
+
 Names are checked the way the upstream JobSet webhook checks them (`jobset: pkg/webhooks/jobset_webhook.go`):
 every child Job `<jobset>-<replicatedJob>-<jobIndex>` and every pod `<jobset>-<replicatedJob>-<jobIndex>-
 <podIndex>-<5 random>` must be a DNS-1035 label of at most 63 characters. With `pathways-head` that leaves
@@ -27,12 +35,17 @@ from typing import Any, Final
 
 from operators.constants import (
     ANNOTATION_COORDINATOR,
+    ANNOTATION_EXCLUSIVE_TOPOLOGY,
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
     JOBSET_KIND,
     JOBSET_VERSION,
     LABEL_DAG_ID,
+    LABEL_GKE_NODEPOOL,
+    LABEL_GKE_TPU_ACCELERATOR,
+    LABEL_GKE_TPU_TOPOLOGY,
+    LABEL_HOSTNAME,
     LABEL_JOB_INDEX,
     LABEL_JOBSET_NAME,
     LABEL_MAP_INDEX,
@@ -41,6 +54,7 @@ from operators.constants import (
     LABEL_RUN_NAME,
     LABEL_STAGE,
     LABEL_TASK_ID,
+    TPU_RESOURCE,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
@@ -83,11 +97,6 @@ PATHWAYS_RM_PORT: Final = 29001
 PATHWAYS_WORKER_PORT: Final = 29005
 HEAD_NODE_POOL: Final = "cpu-np"
 WORKER_TERMINATION_GRACE_SECONDS: Final = 30
-LABEL_GKE_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
-LABEL_GKE_TPU_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
-LABEL_GKE_TPU_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
-ANNOTATION_EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-TPU_RESOURCE: Final = "google.com/tpu"
 
 # The local runtime: what the local cluster's kubelet runs (`python` is the cluster's interpreter).
 LOCAL_IMAGE: Final = "local"
@@ -303,9 +312,13 @@ def elastic_jobset(
     if spec.runtime == "local":
         head_spec, worker_spec = _local_pod_specs(spec, local_env)
         head_annotations: dict[str, str] = {}
+        worker_annotations: dict[str, str] = {}
     else:
         head_spec, worker_spec = _gke_pod_specs(spec)
-        head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: "kubernetes.io/hostname"}
+        head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_HOSTNAME}
+        # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
+        # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
+        worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
     manifest = _jobset(
         name,
         namespace,
@@ -335,6 +348,7 @@ def elastic_jobset(
                     backoff_limit=spec.max_slice_restarts * vms,
                     labels=all_labels,
                     pod_spec=worker_spec,
+                    job_annotations=worker_annotations,
                 ),
             ],
         },

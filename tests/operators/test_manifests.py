@@ -239,6 +239,20 @@ def test_design_gke_workers() -> None:
     }
 
 
+def test_gke_slices_are_placed_one_per_node_pool() -> None:
+    """xpk and google/pathways-job set JobSet's exclusive placement on the worker Job template: one slice per pool."""
+    manifest = gke_elastic()
+    worker = _rjob(manifest, WORKER_REPLICATED_JOB)
+    assert worker["template"]["metadata"]["annotations"] == {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"
+    }
+    assert "annotations" not in worker["template"]["spec"]["template"].get("metadata", {})  # not the pod's
+    head = _rjob(manifest, HEAD_REPLICATED_JOB)
+    assert head["template"]["metadata"]["annotations"] == {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"
+    }
+
+
 def test_local_runtime_runs_the_local_workloads() -> None:
     manifest = local_elastic()
     head_pod = _pod(_rjob(manifest, HEAD_REPLICATED_JOB))
