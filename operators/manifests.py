@@ -49,6 +49,7 @@ from operators.constants import (
     LABEL_JOB_INDEX,
     LABEL_JOBSET_NAME,
     LABEL_MAP_INDEX,
+    LABEL_REPLICATED_JOB_NAME,
     LABEL_REPLICATED_JOB_REPLICAS,
     LABEL_RUN_ID,
     LABEL_RUN_NAME,
@@ -59,6 +60,7 @@ from operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from operators.spec import (
+    DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
     MAXTEXT_TRAIN_MODULE,
     ElasticRunSpec,
@@ -67,6 +69,12 @@ from operators.spec import (
     image_reference_error,
     is_dns1123_label,
     shown,
+)
+from operators.spec import (
+    PATHWAYS_PROXY_IMAGE as PATHWAYS_PROXY_IMAGE,
+)
+from operators.spec import (
+    PATHWAYS_SERVER_IMAGE as PATHWAYS_SERVER_IMAGE,
 )
 
 API_VERSION: Final = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
@@ -88,14 +96,26 @@ LABEL_HASH_LENGTH: Final = 8
 PLAIN_REPLICATED_JOB: Final = "main"
 PLAIN_CONTAINER: Final = "main"
 
-# Pathways images and settings as xpk renders them (commands/workload.py, parser/workload.py).
-PATHWAYS_PROXY_IMAGE: Final = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:latest"
-PATHWAYS_SERVER_IMAGE: Final = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:latest"
+# Pathways settings as xpk renders them (commands/workload.py, parser/workload.py); the images' defaults are pinned
+# in operators.spec (PATHWAYS_SERVER_IMAGE, PATHWAYS_PROXY_IMAGE, re-exported here).
 PATHWAYS_DEFAULT_SCRATCH: Final = "gs://cloud-pathways-staging/tmp"
 PATHWAYS_PROXY_PORT: Final = 29000
 PATHWAYS_RM_PORT: Final = 29001
 PATHWAYS_WORKER_PORT: Final = 29005
-HEAD_NODE_POOL: Final = "cpu-np"
+HEAD_NODE_POOL: Final = DEFAULT_HEAD_NODE_POOL
+# Host /tmp shared by the trainer, the workers and any sidecar, as xpk and pathways-job mount it.
+SHARED_TMP_VOLUME: Final[Mapping[str, Any]] = {
+    "name": "shared-tmp",
+    "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"},
+}
+SHARED_TMP_MOUNT: Final[Mapping[str, str]] = {"name": "shared-tmp", "mountPath": "/tmp"}
+# xpk's worker env values (pathways_workload_create.yaml.j2); `worker_env` may replace them.
+WORKER_DEFAULT_ENV: Final[Mapping[str, str]] = {
+    "TPU_MIN_LOG_LEVEL": "0",
+    "TF_CPP_MIN_LOG_LEVEL": "0",
+    "MEGASCALE_GRPC_ENABLE_XOR_TRACER": "false",
+}
+LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 WORKER_TERMINATION_GRACE_SECONDS: Final = 30
 
 # The local runtime: what the local cluster's kubelet runs (`python` is the cluster's interpreter).
@@ -319,10 +339,14 @@ def elastic_jobset(
         # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
         # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
         worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
+    jobset_labels = dict(all_labels)
+    if spec.runtime == "gke" and spec.kueue_queue:
+        # On the JobSet only: Kueue admits the JobSet as one workload (its jobset integration reads this label).
+        jobset_labels[LABEL_KUEUE_QUEUE] = spec.kueue_queue
     manifest = _jobset(
         name,
         namespace,
-        all_labels,
+        jobset_labels,
         {
             "coordinator": {"replicatedJob": HEAD_REPLICATED_JOB},
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
@@ -397,13 +421,17 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
         if spec.base_output_directory.startswith("gs://")
         else PATHWAYS_DEFAULT_SCRATCH
     )
+    pull = {"imagePullPolicy": spec.image_pull_policy} if spec.image_pull_policy else {}
     pathways_head = _field_env("PATHWAYS_HEAD", f"metadata.labels['{ANNOTATION_COORDINATOR}']")
+    replicated_job_name = _field_env("REPLICATED_JOB_NAME", f"metadata.annotations['{LABEL_REPLICATED_JOB_NAME}']")
+    jobset_name_env = _field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']")
     rm_address = f"--resource_manager_address=$(PATHWAYS_HEAD):{PATHWAYS_RM_PORT}"
     # Native sidecars (initContainers with restartPolicy Always), as current xpk renders them: they start
     # before the trainer and stop after it, so the head pod completes when jax-tpu exits.
     proxy = {
         "name": "pathways-proxy",
-        "image": PATHWAYS_PROXY_IMAGE,
+        "image": spec.pathways_proxy_image,
+        **pull,
         "args": [
             f"--server_port={PATHWAYS_PROXY_PORT}",
             rm_address,
@@ -417,7 +445,8 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
     }
     resource_manager = {
         "name": "pathways-rm",
-        "image": PATHWAYS_SERVER_IMAGE,
+        "image": spec.pathways_server_image,
+        **pull,
         "args": [
             f"--server_port={PATHWAYS_RM_PORT}",
             f"--gcs_scratch_location={scratch}",
@@ -426,8 +455,8 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
             f"--instance_type={tpu.pathways_instance_type}:{topology}",
         ],
         "env": [
-            _field_env("REPLICATED_JOB_NAME", "metadata.annotations['jobset.sigs.k8s.io/replicatedjob-name']"),
-            _field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']"),
+            replicated_job_name,
+            jobset_name_env,
             _field_env("HOST_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
             {"name": "TPU_SKIP_MDS_QUERY", "value": "true"},
         ],
@@ -441,6 +470,7 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
     trainer = {
         "name": HEAD_MAIN_CONTAINER,
         "image": spec.image,
+        **pull,
         "command": ["python3", "-m", MAXTEXT_TRAIN_MODULE],
         "args": [spec.config_file, *spec.maxtext_keys()],
         "env": [
@@ -448,49 +478,74 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
             {"name": "JAX_PLATFORMS", "value": "proxy"},
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://$(PATHWAYS_HEAD):{PATHWAYS_PROXY_PORT}"},
+            *_value_env(spec.trainer_env),
         ],
         "resources": {"limits": {"cpu": "24", "memory": "100G"}},
+        "volumeMounts": [SHARED_TMP_MOUNT],
     }
     head = {
         "restartPolicy": "Never",
+        **_identity_and_priority(spec),
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
-        "nodeSelector": {LABEL_GKE_NODEPOOL: HEAD_NODE_POOL},
+        "nodeSelector": {LABEL_GKE_NODEPOOL: spec.head_node_pool},
         "initContainers": [proxy, resource_manager],
         "containers": [trainer],
+        "volumes": [SHARED_TMP_VOLUME],
     }
+    # xpk's defaults, each replaceable through worker_env (which keeps their place); the rest of worker_env follows.
+    worker_defaults = {**WORKER_DEFAULT_ENV, **{k: v for k, v in spec.worker_env.items() if k in WORKER_DEFAULT_ENV}}
     worker_container = {
         "name": WORKER_CONTAINER,
-        "image": PATHWAYS_SERVER_IMAGE,
+        "image": spec.pathways_server_image,
+        **pull,
         "args": [
             f"--server_port={PATHWAYS_WORKER_PORT}",
             rm_address,
             f"--gcs_scratch_location={scratch}",
         ],
         "env": [
+            {"name": "TPU_MIN_LOG_LEVEL", "value": worker_defaults["TPU_MIN_LOG_LEVEL"]},
+            {"name": "TF_CPP_MIN_LOG_LEVEL", "value": worker_defaults["TF_CPP_MIN_LOG_LEVEL"]},
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
+            {"name": "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "value": worker_defaults["MEGASCALE_GRPC_ENABLE_XOR_TRACER"]},
             _field_env("MEGASCALE_NUM_SLICES", f"metadata.labels['{LABEL_REPLICATED_JOB_REPLICAS}']"),
+            jobset_name_env,
+            replicated_job_name,
             _field_env("MEGASCALE_SLICE_ID", f"metadata.labels['{LABEL_JOB_INDEX}']"),
-            _field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']"),
             pathways_head,
             _field_env("MEGASCALE_COORDINATOR_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
+            *_value_env({k: v for k, v in spec.worker_env.items() if k not in WORKER_DEFAULT_ENV}),
         ],
         "ports": [
             {"containerPort": port, "protocol": "TCP"}
             for port in (PATHWAYS_WORKER_PORT, PATHWAYS_WORKER_PORT + 1, 8471, 8080)
         ],
         "resources": {"limits": {TPU_RESOURCE: str(tpu.chips_per_vm_for(topology))}},
+        "volumeMounts": [SHARED_TMP_MOUNT],
     }
     worker = {
         "restartPolicy": "OnFailure",
+        **_identity_and_priority(spec),
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_SECONDS,
         "nodeSelector": {LABEL_GKE_TPU_ACCELERATOR: tpu.gke_accelerator, LABEL_GKE_TPU_TOPOLOGY: topology},
         "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [worker_container],
+        "volumes": [SHARED_TMP_VOLUME],
     }
     return head, worker
+
+
+def _identity_and_priority(spec: ElasticRunSpec) -> dict[str, str]:
+    """`serviceAccountName` (Workload Identity: GCS access of the trainer, RM and workers) and `priorityClassName`."""
+    fields = {}
+    if spec.service_account:
+        fields["serviceAccountName"] = spec.service_account
+    if spec.priority_class:
+        fields["priorityClassName"] = spec.priority_class
+    return fields
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,13 @@ What the lint enforces follows upstream behaviour (docs/architecture.md §5 and 
   `elastic_min_slice_count=-1` to "wait for all slices".
 - TPU accelerator labels, chips per VM and topology shapes follow xpk's `core/system_characteristics.py`
   (GKE's `cloud.google.com/gke-tpu-accelerator` values, 4 chips per multi-host VM, 1 for a 1x1 slice).
+- Google tags the Pathways server and proxy images `jax-<version>` (pathways-utils
+  `pathwaysutils/experimental/shared_pathways_service/deploy_pathways_service.py` at 8950a34 builds
+  `.../pathways/server:jax-{jax_version}`; MaxText's `src/dependencies/scripts/build_upload_colocated_python_image.sh`
+  at e591f30 picks the Pathways-side tag from the `jax>=` floor of its TPU requirements). The defaults match the
+  MaxText commit this project follows (e591f30: `generated_requirements/tpu-requirements.txt` has `jax>=0.10.2`).
+  xpk and google/pathways-job default to `:latest`, which a full restart may resolve to a newer server than the JAX
+  in the MaxText image; the lint refuses `:latest` and untagged Pathways images.
 
 This module is pure: no Airflow, no Kubernetes client. `SpecError` carries the offending field so the
 operator can turn it into an `AirflowFailException` naming it.
@@ -53,6 +60,35 @@ _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}
 _IMAGE_REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?\Z")
 _IMAGE_NAME_MAX = 255
 _IMAGE_REFERENCE_MAX = _IMAGE_NAME_MAX + 1 + 128 + 1 + 200  # name, tag, digest
+
+# The Pathways images (resource manager and worker share the server image; the proxy is the IFRT proxy), tagged
+# with the JAX release they serve: keep them equal to the JAX in the MaxText image (docs/operators.md).
+PATHWAYS_JAX_VERSION: Final = "0.10.2"
+PATHWAYS_IMAGE_REPOSITORY: Final = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
+PATHWAYS_SERVER_IMAGE: Final = f"{PATHWAYS_IMAGE_REPOSITORY}/server:jax-{PATHWAYS_JAX_VERSION}"
+PATHWAYS_PROXY_IMAGE: Final = f"{PATHWAYS_IMAGE_REPOSITORY}/proxy_server:jax-{PATHWAYS_JAX_VERSION}"
+
+# xpk's CPU node pool for the Pathways head (`xpk cluster create-pathways` makes `cpu-np`).
+DEFAULT_HEAD_NODE_POOL: Final = "cpu-np"
+ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
+IMAGE_PULL_POLICIES: Final[tuple[str, ...]] = get_args(ImagePullPolicy)
+# Variables the GKE JobSet sets itself (docs/operators.md): `trainer_env` and `worker_env` may not replace them,
+# since the Pathways wiring (proxy address, slice identity, coordinator) breaks without them.
+TRAINER_ENV_RESERVED: Final = frozenset({"PATHWAYS_HEAD", "JAX_PLATFORMS", "JAX_BACKEND_TARGET", "XCLOUD_ENVIRONMENT"})
+WORKER_ENV_RESERVED: Final = frozenset(
+    {
+        "XCLOUD_ENVIRONMENT",
+        "MEGASCALE_NUM_SLICES",
+        "MEGASCALE_SLICE_ID",
+        "MEGASCALE_COORDINATOR_ADDRESS",
+        "JOBSET_NAME",
+        "REPLICATED_JOB_NAME",
+        "PATHWAYS_HEAD",
+    }
+)
+# A C identifier: what shells and Python read reliably (Kubernetes itself takes any printable name without '=').
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_ENV_VALUE_MAX: Final = 32_768
 
 # MaxText keys the operator renders itself, mapped to the operator parameter that sets them.
 OPERATOR_OWNED_KEYS: Final[Mapping[str, str]] = {
@@ -197,6 +233,15 @@ class ElasticRunSpec:
     elastic_timeout_seconds: int = 300
     elastic_min_slice_count: int = -1
     config_file: str = DEFAULT_CONFIG_FILE
+    pathways_server_image: str = PATHWAYS_SERVER_IMAGE
+    pathways_proxy_image: str = PATHWAYS_PROXY_IMAGE
+    head_node_pool: str = DEFAULT_HEAD_NODE_POOL
+    service_account: str | None = None
+    priority_class: str | None = None
+    kueue_queue: str | None = None
+    image_pull_policy: ImagePullPolicy | None = None
+    trainer_env: Mapping[str, str] = field(default_factory=dict)
+    worker_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def run_directory(self) -> str:
@@ -292,6 +337,10 @@ def lint(spec: ElasticRunSpec) -> None:
     _lint_worker_backoff(spec)
     _lint_config_file(spec.config_file)
     _lint_maxtext_args(spec.maxtext_args)
+    _lint_pathways_images(spec)
+    _lint_gke_placement(spec)
+    _lint_env("trainer_env", spec.trainer_env, TRAINER_ENV_RESERVED)
+    _lint_env("worker_env", spec.worker_env, WORKER_ENV_RESERVED)
 
 
 def _is_int(value: object) -> bool:
@@ -472,6 +521,73 @@ def image_reference_error(image: object) -> str | None:
         )
     if len(match["name"]) > _IMAGE_NAME_MAX:
         return f"the image name is longer than {_IMAGE_NAME_MAX} characters"
+    return None
+
+
+def _lint_pathways_images(spec: ElasticRunSpec) -> None:
+    for name in ("pathways_server_image", "pathways_proxy_image"):
+        image = getattr(spec, name)
+        error = image_reference_error(image) or _floating_tag_error(image)
+        if error:
+            raise SpecError(name, error)
+
+
+def is_dns1123_subdomain(value: object) -> bool:
+    """Whether `value` is a DNS-1123 subdomain (labels joined by dots, <= 253), as ServiceAccount names are."""
+    return isinstance(value, str) and 0 < len(value) <= 253 and all(is_dns1123_label(part) for part in value.split("."))
+
+
+def _lint_gke_placement(spec: ElasticRunSpec) -> None:
+    pool = spec.head_node_pool
+    if not isinstance(pool, str) or not is_dns1123_label(pool):
+        raise SpecError(
+            "head_node_pool",
+            f"{shown(pool)} is not a GKE node pool name (lowercase letters, digits and '-', at most 63 characters)",
+        )
+    for name, kind in (("service_account", "ServiceAccount"), ("priority_class", "PriorityClass")):
+        value = getattr(spec, name)
+        if value is not None and not is_dns1123_subdomain(value):
+            raise SpecError(name, f"{shown(value)} is not a {kind} name (a DNS-1123 subdomain), or None")
+    queue = spec.kueue_queue
+    if queue is not None and (not isinstance(queue, str) or not is_dns1123_label(queue)):
+        raise SpecError(
+            "kueue_queue",
+            f"{shown(queue)} is not a Kueue LocalQueue name usable as the kueue.x-k8s.io/queue-name label value "
+            "(a DNS-1123 label), or None",
+        )
+    policy = spec.image_pull_policy
+    if policy is not None and (not isinstance(policy, str) or policy not in IMAGE_PULL_POLICIES):
+        raise SpecError(
+            "image_pull_policy", f"must be one of {', '.join(IMAGE_PULL_POLICIES)} or None, got {shown(policy)}"
+        )
+
+
+def _lint_env(name: str, env: object, reserved: frozenset[str]) -> None:
+    if not isinstance(env, Mapping):
+        raise SpecError(name, f"must be a mapping of variable names to string values, got {type(env).__name__}")
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise SpecError(name, f"{shown(key)} is not an environment variable name (letters, digits, '_')")
+        if key in reserved:
+            raise SpecError(f"{name}.{key}", "is set by the operator's Pathways wiring and cannot be replaced")
+        if not isinstance(value, str):
+            raise SpecError(f"{name}.{key}", f"must be a string (quote numbers: '1'), got {type(value).__name__}")
+        if len(value) > _ENV_VALUE_MAX:
+            raise SpecError(f"{name}.{key}", f"is {len(value)} characters long; at most {_ENV_VALUE_MAX}")
+
+
+def _floating_tag_error(image: str) -> str | None:
+    """Why a Pathways image reference may change under a running job (`:latest` or no tag), or None."""
+    if "@" in image:
+        return None  # a digest pins the bytes whatever the tag says
+    last = image.rsplit("/", 1)[-1]
+    tag = last.partition(":")[2]
+    if not tag or tag == "latest":
+        floating = ":latest" if tag else "no tag"
+        return (
+            f"{shown(image)} floats ({floating}): a full restart could pull a Pathways server newer than the JAX in "
+            "the MaxText image; pin a jax-<version> tag matching it (or a @sha256 digest)"
+        )
     return None
 
 

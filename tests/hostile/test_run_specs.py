@@ -92,7 +92,22 @@ def test_integer_fields(base: ElasticRunSpec, name: str, value: Any) -> None:
 
 @HOSTILE
 @given(
-    name=st.sampled_from(["run_name", "base_output_directory", "image", "tpu_type", "tpu_topology", "config_file"]),
+    name=st.sampled_from(
+        [
+            "run_name",
+            "base_output_directory",
+            "image",
+            "tpu_type",
+            "tpu_topology",
+            "config_file",
+            "pathways_server_image",
+            "pathways_proxy_image",
+            "head_node_pool",
+            "service_account",
+            "priority_class",
+            "kueue_queue",
+        ]
+    ),
     value=st.one_of(nasty_text, words, st.text(max_size=300)),
     prefix=st.sampled_from(["", "gs://bucket/", "/tmp/", "us-docker.pkg.dev/p/r/", "2x2x", "v5p"]),
 )
@@ -121,6 +136,29 @@ def test_maxtext_args(args: dict[Any, Any]) -> None:
         assert field.startswith("maxtext_args")
 
 
+@HOSTILE
+@given(
+    name=st.sampled_from(["trainer_env", "worker_env"]),
+    env=st.dictionaries(
+        st.one_of(st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,20}\Z"), nasty_text, st.integers()),
+        st.one_of(anything(), nasty_text, words),
+        max_size=4,
+    ),
+)
+def test_env_fields(name: str, env: dict[Any, Any]) -> None:
+    spec = dataclasses.replace(GKE, **{name: env})
+    field = lint_or_field(spec)
+    if field is None:
+        assert_renders_safely(spec)
+        manifest = elastic_jobset(spec, name="run-abcdef", namespace="default", labels=LABELS)
+        for rjob in manifest["spec"]["replicatedJobs"]:
+            for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+                names = [e["name"] for e in container["env"]]
+                assert len(names) == len(set(names)), names
+    else:
+        assert field.startswith(name)
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
@@ -142,6 +180,14 @@ def test_maxtext_args(args: dict[Any, Any]) -> None:
         ({"maxtext_args": {"model_name\n": "x"}}, "maxtext_args"),
         ({"base_output_directory": "gs://bucket\n/x"}, "base_output_directory"),
         ({"image": "ubuntu\n"}, "image"),
+        ({"pathways_server_image": "r.io/pathways/server:jax-0.10.2\n"}, "pathways_server_image"),
+        ({"pathways_proxy_image": ["r.io/p/proxy:1"]}, "pathways_proxy_image"),
+        ({"head_node_pool": "cpu-np\n"}, "head_node_pool"),
+        ({"kueue_queue": {"q": 1}}, "kueue_queue"),  # unhashable
+        ({"image_pull_policy": ["Always"]}, "image_pull_policy"),  # unhashable: `in` a tuple still compares
+        ({"service_account": "a" * 254}, "service_account"),
+        ({"trainer_env": {"X\n": "1"}}, "trainer_env"),
+        ({"worker_env": {("X",): "1"}}, "worker_env"),
     ],
 )
 def test_found_by_hypothesis(changes: dict[str, Any], field: str) -> None:

@@ -253,6 +253,87 @@ def test_gke_slices_are_placed_one_per_node_pool() -> None:
     }
 
 
+KNOBS = dataclasses.replace(
+    GKE_SPEC,
+    pathways_server_image="us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0",
+    pathways_proxy_image="us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server@sha256:" + "a" * 64,
+    head_node_pool="head-pool",
+    service_account="maxtext-gcs",
+    priority_class="high",
+    kueue_queue="multislice-queue",
+    image_pull_policy="Always",
+    trainer_env={"ENABLE_PATHWAYS_PERSISTENCE": "1"},
+    worker_env={"TPU_MIN_LOG_LEVEL": "2", "EXTRA_FLAG": "x"},
+)
+
+
+def test_gke_pathways_images_default_to_pinned_jax_tags() -> None:
+    images = {c["name"]: c["image"] for pod in _pods(gke_elastic()) for c in _all_containers(pod)}
+    assert images["pathways-proxy"] == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.2"
+    assert images["pathways-rm"] == images[WORKER_CONTAINER]
+    assert images[WORKER_CONTAINER] == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2"
+
+
+def test_gke_knobs_render_where_xpk_puts_them() -> None:
+    manifest = elastic_jobset(KNOBS, name="knobs-abcdef", namespace="training", labels=LABELS)
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "multislice-queue"
+    head = _pod(_rjob(manifest, HEAD_REPLICATED_JOB))
+    worker = _pod(_rjob(manifest, WORKER_REPLICATED_JOB))
+    assert head["nodeSelector"] == {"cloud.google.com/gke-nodepool": "head-pool"}
+    for pod in (head, worker):
+        assert pod["serviceAccountName"] == "maxtext-gcs"
+        assert pod["priorityClassName"] == "high"
+        assert pod["volumes"] == [{"name": "shared-tmp", "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}]
+        assert all(c["imagePullPolicy"] == "Always" for c in _all_containers(pod))
+    for rjob in manifest["spec"]["replicatedJobs"]:  # the queue label is the JobSet's, not a pod's
+        assert "kueue.x-k8s.io/queue-name" not in rjob["template"]["spec"]["template"]["metadata"]["labels"]
+    images = {c["name"]: c["image"] for pod in (head, worker) for c in _all_containers(pod)}
+    assert images["pathways-rm"] == images[WORKER_CONTAINER] == KNOBS.pathways_server_image
+    assert images["pathways-proxy"] == KNOBS.pathways_proxy_image
+    trainer = _container(head, HEAD_MAIN_CONTAINER)
+    assert trainer["volumeMounts"] == [{"name": "shared-tmp", "mountPath": "/tmp"}]
+    assert trainer["env"][-1] == {"name": "ENABLE_PATHWAYS_PERSISTENCE", "value": "1"}
+    assert _env(trainer)["JAX_PLATFORMS"] == "proxy"
+    container = _container(worker, WORKER_CONTAINER)
+    assert container["volumeMounts"] == [{"name": "shared-tmp", "mountPath": "/tmp"}]
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names))  # an override replaces xpk's value in place, never a second entry
+    env = _env(container)
+    assert env["TPU_MIN_LOG_LEVEL"] == "2"
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert env["MEGASCALE_GRPC_ENABLE_XOR_TRACER"] == "false"
+    assert env["EXTRA_FLAG"] == "x"
+    assert env["REPLICATED_JOB_NAME"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['jobset.sigs.k8s.io/replicatedjob-name']"}
+    }
+    lint_manifest(manifest)
+
+
+def test_gke_knobs_left_unset_render_nothing() -> None:
+    manifest = gke_elastic()
+    assert "kueue.x-k8s.io/queue-name" not in manifest["metadata"]["labels"]
+    for pod in _pods(manifest):
+        assert "serviceAccountName" not in pod and "priorityClassName" not in pod
+        assert not any("imagePullPolicy" in c for c in _all_containers(pod))  # Kubernetes' default: pinned tags
+
+
+def test_local_runtime_ignores_the_gke_knobs() -> None:
+    """Until local renders the GKE JobSet, its manifest is unchanged by GKE-only knobs."""
+    knobs = {f: getattr(KNOBS, f) for f in ("head_node_pool", "service_account", "priority_class", "kueue_queue")}
+    local = dataclasses.replace(LOCAL_SPEC, **knobs, trainer_env={"A": "1"}, image_pull_policy="Never")
+    assert elastic_jobset(local, name="a", namespace="d", labels={}) == elastic_jobset(
+        LOCAL_SPEC, name="a", namespace="d", labels={}
+    )
+
+
+def _pods(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return [_pod(rjob) for rjob in manifest["spec"]["replicatedJobs"]]
+
+
+def _all_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
 def test_local_runtime_runs_the_local_workloads() -> None:
     manifest = local_elastic()
     head_pod = _pod(_rjob(manifest, HEAD_REPLICATED_JOB))

@@ -190,6 +190,43 @@ CASES: list[tuple[str, ElasticRunSpec, dict[str, Any], str | None]] = [
     ),
     ("args-save-on-completion-true", GKE, {"maxtext_args": {"save_checkpoint_on_completion": "true"}}, None),
     ("args-profiler", GKE, {"maxtext_args": {"profiler": "xplane"}}, "maxtext_args.profiler"),
+    # Pathways images: references, pinned (a jax-<version> tag or a digest), never :latest or untagged
+    ("server-image-pinned", GKE, {"pathways_server_image": "us-docker.pkg.dev/p/pathways/server:jax-0.9.2"}, None),
+    ("server-image-digest", GKE, {"pathways_server_image": "reg.io/p/server@sha256:" + "f" * 64}, None),
+    ("server-image-latest-digest", GKE, {"pathways_server_image": "reg.io/p/s:latest@sha256:" + "f" * 64}, None),
+    ("server-image-latest", GKE, {"pathways_server_image": "reg.io/p/server:latest"}, "pathways_server_image"),
+    ("server-image-untagged", GKE, {"pathways_server_image": "reg.io:5000/p/server"}, "pathways_server_image"),
+    ("server-image-bad", GKE, {"pathways_server_image": "Server:1"}, "pathways_server_image"),
+    ("proxy-image-latest", LOCAL, {"pathways_proxy_image": "r.io/p/proxy_server:latest"}, "pathways_proxy_image"),
+    ("proxy-image-none", GKE, {"pathways_proxy_image": None}, "pathways_proxy_image"),
+    # placement, identity, priority, queue, pull policy
+    ("head-pool-valid", GKE, {"head_node_pool": "pathways-cpu"}, None),
+    ("head-pool-empty", GKE, {"head_node_pool": ""}, "head_node_pool"),
+    ("head-pool-upper", GKE, {"head_node_pool": "CPU"}, "head_node_pool"),
+    ("service-account-valid", GKE, {"service_account": "maxtext.gcs-writer"}, None),
+    ("service-account-bad", GKE, {"service_account": "ksa@project"}, "service_account"),
+    ("service-account-empty", GKE, {"service_account": ""}, "service_account"),
+    ("priority-class-valid", GKE, {"priority_class": "medium"}, None),
+    ("priority-class-bad", GKE, {"priority_class": "High Priority"}, "priority_class"),
+    ("kueue-queue-valid", GKE, {"kueue_queue": "multislice-queue"}, None),
+    ("kueue-queue-bad", GKE, {"kueue_queue": "team/queue"}, "kueue_queue"),
+    ("kueue-queue-long", GKE, {"kueue_queue": "q" * 64}, "kueue_queue"),
+    ("pull-policy-valid", GKE, {"image_pull_policy": "IfNotPresent"}, None),
+    ("pull-policy-bad", GKE, {"image_pull_policy": "always"}, "image_pull_policy"),
+    # trainer and worker env: names, string values, the Pathways wiring kept
+    ("trainer-env-valid", GKE, {"trainer_env": {"ENABLE_PATHWAYS_PERSISTENCE": "1"}}, None),
+    (
+        "trainer-env-int",
+        GKE,
+        {"trainer_env": {"ENABLE_PATHWAYS_PERSISTENCE": 1}},
+        "trainer_env.ENABLE_PATHWAYS_PERSISTENCE",
+    ),
+    ("trainer-env-name", GKE, {"trainer_env": {"A=B": "1"}}, "trainer_env"),
+    ("trainer-env-reserved", GKE, {"trainer_env": {"JAX_PLATFORMS": "cpu"}}, "trainer_env.JAX_PLATFORMS"),
+    ("trainer-env-list", GKE, {"trainer_env": ["A=1"]}, "trainer_env"),
+    ("worker-env-log-level", GKE, {"worker_env": {"TPU_MIN_LOG_LEVEL": "2"}}, None),
+    ("worker-env-reserved", GKE, {"worker_env": {"MEGASCALE_SLICE_ID": "0"}}, "worker_env.MEGASCALE_SLICE_ID"),
+    ("worker-env-huge", GKE, {"worker_env": {"X": "x" * 40_000}}, "worker_env.X"),
 ] + [(f"args-owned-{key}", GKE, {"maxtext_args": {key: "1"}}, f"maxtext_args.{key}") for key in OPERATOR_OWNED_KEYS]
 
 
@@ -319,6 +356,11 @@ def test_defaults() -> None:
     assert GKE.config_file == DEFAULT_CONFIG_FILE == "src/maxtext/configs/base.yml"
     assert (GKE.max_slice_restarts, GKE.jobset_max_restarts, GKE.elastic_timeout_seconds) == (3, 0, 300)
     assert GKE.elastic_min_slice_count == -1
+    assert GKE.pathways_server_image == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2"
+    assert GKE.pathways_proxy_image == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.2"
+    assert GKE.head_node_pool == "cpu-np"
+    assert (GKE.service_account, GKE.priority_class, GKE.kueue_queue, GKE.image_pull_policy) == (None,) * 4
+    assert dict(GKE.trainer_env) == dict(GKE.worker_env) == {}
 
 
 @pytest.mark.parametrize(
