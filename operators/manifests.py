@@ -116,6 +116,22 @@ WORKER_DEFAULT_ENV: Final[Mapping[str, str]] = {
     "MEGASCALE_GRPC_ENABLE_XOR_TRACER": "false",
 }
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
+
+# The GKE JobSet's failure policy, written out (docs/architecture.md §3, "Failure policy"). The head Job turns a
+# disruption of its pod (condition DisruptionTarget: a drain for maintenance or an upgrade, a preemption, a
+# taint eviction) into the Job failure reason PodFailurePolicy, which JobSet restarts without spending
+# maxRestarts. Workers cannot: podFailurePolicy needs restartPolicy Never, and Pathways workers restart OnFailure.
+POD_FAILURE_REASON: Final = "PodFailurePolicy"
+RULE_HEAD_DISRUPTED: Final = "headDisrupted"
+RULE_SLICE_RESTARTS_SPENT: Final = "sliceRestartsSpent"
+RULE_HEAD_FAILED: Final = "headFailed"
+FAILURE_POLICY_ACTIONS: Final = frozenset(
+    {"FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts", "RestartJob", "RestartJobAndIgnoreMaxRestarts"}
+)
+_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?\Z")
+HEAD_POD_FAILURE_POLICY: Final[Mapping[str, Any]] = {
+    "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+}
 WORKER_TERMINATION_GRACE_SECONDS: Final = 30
 
 # The local runtime: what the local cluster's kubelet runs (`python` is the cluster's interpreter).
@@ -235,6 +251,7 @@ def _replicated_job(
     pod_spec: dict[str, Any],
     job_annotations: Mapping[str, str] | None = None,
     active_deadline_seconds: int | None = None,
+    pod_failure_policy: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     job_spec: dict[str, Any] = {
         "backoffLimit": backoff_limit,
@@ -244,6 +261,8 @@ def _replicated_job(
     }
     if active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = active_deadline_seconds
+    if pod_failure_policy is not None:
+        job_spec["podFailurePolicy"] = pod_failure_policy
     job_spec["template"] = {"metadata": {"labels": dict(labels)}, "spec": pod_spec}
     template: dict[str, Any] = {}
     if job_annotations:
@@ -339,6 +358,10 @@ def elastic_jobset(
         # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
         # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
         worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
+    gke = spec.runtime == "gke"
+    failure_policy: dict[str, Any] = {"restartStrategy": "Recreate", "maxRestarts": spec.jobset_max_restarts}
+    if gke:
+        failure_policy["rules"] = gke_failure_rules()
     jobset_labels = dict(all_labels)
     if spec.runtime == "gke" and spec.kueue_queue:
         # On the JobSet only: Kueue admits the JobSet as one workload (its jobset integration reads this label).
@@ -353,7 +376,7 @@ def elastic_jobset(
             # xpk's order: the head (proxy and resource manager) is up before workers dial it, so workers do
             # not spend their restart budget on an unreachable resource manager.
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
-            "failurePolicy": {"restartStrategy": "Recreate", "maxRestarts": spec.jobset_max_restarts},
+            "failurePolicy": failure_policy,
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
             "replicatedJobs": [
                 _replicated_job(
@@ -364,6 +387,7 @@ def elastic_jobset(
                     labels=all_labels,
                     pod_spec=head_spec,
                     job_annotations=head_annotations,
+                    pod_failure_policy=HEAD_POD_FAILURE_POLICY if gke else None,
                 ),
                 _replicated_job(
                     WORKER_REPLICATED_JOB,
@@ -379,6 +403,31 @@ def elastic_jobset(
     )
     lint_manifest(manifest)
     return manifest
+
+
+def gke_failure_rules() -> list[dict[str, Any]]:
+    """The GKE JobSet's `failurePolicy.rules`, first match wins (JobSet `FailurePolicyRule`).
+
+    1. `headDisrupted`: the head Job failed with reason `PodFailurePolicy` (its pod was disrupted: the head Job's
+       `podFailurePolicy` fails it on `DisruptionTarget`) → `RestartJobSetAndIgnoreMaxRestarts`: recreate every
+       Job, resume from the last checkpoint, and keep `maxRestarts` for real failures (JobSet's host-maintenance
+       example, `site/static/examples/failure-policy/host-maintenance-event-model.yaml`).
+    2. `sliceRestartsSpent`: a worker Job failed (its `backoffLimit`, max_slice_restarts x VMs, is spent, whatever
+       the cause: evictions included) → `RestartJobSet`, counted against `maxRestarts`.
+    3. `headFailed`: any other head failure (MaxText crashed) → `RestartJobSet`, counted.
+
+    Rules 2 and 3 are JobSet's default action written out, so the manifest says what happens.
+    """
+    return [
+        {
+            "name": RULE_HEAD_DISRUPTED,
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": [POD_FAILURE_REASON],
+            "targetReplicatedJobs": [HEAD_REPLICATED_JOB],
+        },
+        {"name": RULE_SLICE_RESTARTS_SPENT, "action": "RestartJobSet", "targetReplicatedJobs": [WORKER_REPLICATED_JOB]},
+        {"name": RULE_HEAD_FAILED, "action": "RestartJobSet", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
+    ]
 
 
 def _local_pod_specs(spec: ElasticRunSpec, local_env: Mapping[str, str] | None) -> tuple[dict[str, Any], ...]:
@@ -708,6 +757,7 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
             raise SpecError(
                 f"spec.{policy_field}.maxRestarts", f"must be an int32 >= 0, got {shown(policy['maxRestarts'])}"
             )
+    _lint_failure_rules(spec.get("failurePolicy") or {}, seen)
     coordinator = spec.get("coordinator")
     if coordinator is None:
         return
@@ -729,6 +779,35 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
                 f"{name!r} is too long for a coordinator: JobSet labels every Job and pod with the endpoint "
                 f"{endpoint!r} ({len(endpoint)} characters, at most {NAME_MAX})",
             )
+
+
+def _lint_failure_rules(policy: Mapping[str, Any], replicated_jobs: set[str]) -> None:
+    """JobSet's `FailurePolicyRule` schema and webhook: a named rule, a known action, targets that exist."""
+    rules = policy.get("rules") or []
+    if not isinstance(rules, list):
+        raise SpecError("spec.failurePolicy.rules", "must be a list of rules")
+    names: set[str] = set()
+    for index, rule in enumerate(rules):
+        where = f"spec.failurePolicy.rules[{index}]"
+        if not isinstance(rule, Mapping):
+            raise SpecError(where, "must be a mapping")
+        name = rule.get("name")
+        if not isinstance(name, str) or len(name) > 128 or not _RULE_NAME.match(name) or name in names:
+            raise SpecError(f"{where}.name", f"{shown(name)} must be a unique rule name such as {RULE_HEAD_FAILED!r}")
+        names.add(name)
+        action = rule.get("action")
+        if not isinstance(action, str) or action not in FAILURE_POLICY_ACTIONS:
+            raise SpecError(
+                f"{where}.action",
+                f"{shown(rule.get('action'))} is not one of {', '.join(sorted(FAILURE_POLICY_ACTIONS))}",
+            )
+        for list_field in ("onJobFailureReasons", "onJobFailureMessagePatterns", "targetReplicatedJobs"):
+            values = rule.get(list_field) or []
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise SpecError(f"{where}.{list_field}", "must be a list of strings")
+        for target in rule.get("targetReplicatedJobs") or []:
+            if target not in replicated_jobs:
+                raise SpecError(f"{where}.targetReplicatedJobs", f"{shown(target)} is not a replicated job")
 
 
 def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | None) -> None:

@@ -32,6 +32,20 @@ SPEC = ElasticRunSpec(
 )
 LABELS = identity_labels(dag_id="d", task_id="t", run_id="r", map_index=-1)
 VALID = elastic_jobset(SPEC, name="demo-abcdef", namespace="default", labels=LABELS)
+GKE_SPEC = dataclasses.replace(
+    SPEC,
+    runtime="gke",
+    image="us-docker.pkg.dev/p/r/maxtext:1",
+    tpu_type="v5e",
+    tpu_topology="4x4",
+    service_account="ksa",
+    priority_class="high",
+    kueue_queue="q",
+    image_pull_policy="Always",
+    trainer_env={"ENABLE_PATHWAYS_PERSISTENCE": "1"},
+    worker_env={"X": "1"},
+)
+GKE_VALID = elastic_jobset(GKE_SPEC, name="demo-abcdef", namespace="default", labels=LABELS)
 JOB = JobSpec(image="us-docker.pkg.dev/p/r/eval:1", command=["python3", "-m", "eval"], args=["--x=1"])
 
 
@@ -48,6 +62,7 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 PATHS = [p for p in _paths(VALID) if p]
+GKE_PATHS = [p for p in _paths(GKE_VALID) if p]
 
 
 def _set(document: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
@@ -72,6 +87,33 @@ def lint_or_field(manifest: Any) -> str | None:
 @given(path=st.sampled_from(PATHS), value=anything())
 def test_any_part_of_a_manifest_replaced(path: tuple[Any, ...], value: Any) -> None:
     lint_or_field(_set(VALID, path, value))
+
+
+@HOSTILE
+@given(path=st.sampled_from(GKE_PATHS), value=anything())
+def test_any_part_of_a_gke_manifest_replaced(path: tuple[Any, ...], value: Any) -> None:
+    lint_or_field(_set(GKE_VALID, path, value))
+
+
+RULES = ("spec", "failurePolicy", "rules")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (RULES, {"name": "x"}, "spec.failurePolicy.rules"),
+        ((*RULES, 0), "headDisrupted", "spec.failurePolicy.rules[0]"),
+        ((*RULES, 0, "action"), ["FailJobSet"], "spec.failurePolicy.rules[0].action"),  # unhashable
+        ((*RULES, 0, "action"), "Restart", "spec.failurePolicy.rules[0].action"),
+        ((*RULES, 1, "name"), "headDisrupted", "spec.failurePolicy.rules[1].name"),  # twice
+        ((*RULES, 1, "name"), "1st", "spec.failurePolicy.rules[1].name"),
+        ((*RULES, 1, "targetReplicatedJobs"), ["workers"], "spec.failurePolicy.rules[1].targetReplicatedJobs"),
+        ((*RULES, 0, "onJobFailureReasons"), "PodFailurePolicy", "spec.failurePolicy.rules[0].onJobFailureReasons"),
+    ],
+)
+def test_failure_rules_are_checked(path: tuple[Any, ...], value: Any, field: str) -> None:
+    assert lint_or_field(GKE_VALID) is None
+    assert lint_or_field(_set(GKE_VALID, path, value)) == field
 
 
 @HOSTILE

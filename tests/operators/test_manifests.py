@@ -169,10 +169,9 @@ def test_design_jobset_fields(render: Any) -> None:
 
 def test_design_failure_policy_is_explicit() -> None:
     for manifest, spec in ((gke_elastic(), GKE_SPEC), (local_elastic(), LOCAL_SPEC)):
-        assert manifest["spec"]["failurePolicy"] == {
-            "restartStrategy": "Recreate",
-            "maxRestarts": spec.jobset_max_restarts,
-        }
+        policy = manifest["spec"]["failurePolicy"]
+        assert (policy["restartStrategy"], policy["maxRestarts"]) == ("Recreate", spec.jobset_max_restarts)
+    assert "rules" not in local_elastic()["spec"]["failurePolicy"]  # local renders its own shape until it runs GKE's
     zero = elastic_jobset(dataclasses.replace(GKE_SPEC, jobset_max_restarts=0), name="a", namespace="d", labels={})
     assert zero["spec"]["failurePolicy"]["maxRestarts"] == 0  # written out even when 0 (xpk omits it)
 
@@ -237,6 +236,29 @@ def test_design_gke_workers() -> None:
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
         "cloud.google.com/gke-tpu-topology": "2x2x4",
     }
+
+
+def test_gke_failure_rules_keep_disruptions_off_the_restart_budget() -> None:
+    """A disrupted head restarts the JobSet without spending maxRestarts; every other failure is counted."""
+    manifest = gke_elastic()
+    assert manifest["spec"]["failurePolicy"]["rules"] == [
+        {
+            "name": "headDisrupted",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": ["PodFailurePolicy"],
+            "targetReplicatedJobs": ["pathways-head"],
+        },
+        {"name": "sliceRestartsSpent", "action": "RestartJobSet", "targetReplicatedJobs": ["worker"]},
+        {"name": "headFailed", "action": "RestartJobSet", "targetReplicatedJobs": ["pathways-head"]},
+    ]
+    head = _rjob(manifest, HEAD_REPLICATED_JOB)["template"]["spec"]
+    assert head["podFailurePolicy"] == {
+        "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    }
+    assert head["template"]["spec"]["restartPolicy"] == "Never"  # what podFailurePolicy requires
+    worker = _rjob(manifest, WORKER_REPLICATED_JOB)["template"]["spec"]
+    assert "podFailurePolicy" not in worker  # the API refuses it with restartPolicy OnFailure
+    assert worker["template"]["spec"]["restartPolicy"] == "OnFailure"
 
 
 def test_gke_slices_are_placed_one_per_node_pool() -> None:

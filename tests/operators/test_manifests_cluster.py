@@ -108,6 +108,13 @@ def test_gke_shaped_elastic_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None
         image="us-docker.pkg.dev/p/r/maxtext:1",
         tpu_type="v5p",
         tpu_topology="2x2x2",
+        # Every GKE knob, so the API takes the failure rules, podFailurePolicy, hostPath volumes and pull policy.
+        service_account="maxtext-gcs",
+        priority_class="high",
+        kueue_queue="multislice-queue",
+        image_pull_policy="IfNotPresent",
+        trainer_env={"ENABLE_PATHWAYS_PERSISTENCE": "1"},
+        worker_env={"TPU_MIN_LOG_LEVEL": "1"},
     )
     lint(spec)
     name = jobset_name(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=7, attempt=0, prefix=spec.run_name)
