@@ -111,6 +111,17 @@ ALWAYS_ON_KEYS: Final[Mapping[str, str]] = {
 }
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
+# How long an elastic attempt may wait for slices on GKE (docs/architecture.md §3, "Elastic timeout"). Below the
+# minimum not even a worker container restarted in place (kubelet back-off from 10 s, Pathways worker start and
+# registration with the resource manager) comes back, so every slice hiccup would end the run. GKE's node
+# auto-repair starts after about 10 minutes NotReady, then drains and recreates the node
+# (cloud.google.com/kubernetes-engine/docs/how-to/node-auto-repair), and a host event interrupts the whole
+# multi-host slice (cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu): riding out a lost
+# host in process needs a timeout of that order plus the slice's restart.
+ELASTIC_TIMEOUT_MIN_GKE_SECONDS: Final = 60
+GKE_AUTO_REPAIR_DETECTION_SECONDS: Final = 600
+ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS: Final = 1200
+
 
 class SpecError(ValueError):
     """A run spec, job spec or manifest field is invalid. `str()` is ``"<field>: <message>"``."""
@@ -343,6 +354,21 @@ def lint(spec: ElasticRunSpec) -> None:
     _lint_env("worker_env", spec.worker_env, WORKER_ENV_RESERVED)
 
 
+def lint_warnings(spec: ElasticRunSpec) -> list[str]:
+    """Advice on a spec that passed `lint`: valid choices whose cost the user should know. Pure; may be empty."""
+    warnings = []
+    timeout = spec.elastic_timeout_seconds
+    if spec.runtime == "gke" and spec.elastic_min_slice_count == -1 and timeout < ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS:
+        warnings.append(
+            f"elastic_timeout_seconds={timeout} waits for all slices for less than GKE takes to repair a lost host "
+            f"(auto-repair starts after ~{GKE_AUTO_REPAIR_DETECTION_SECONDS // 60} min NotReady, then the multi-host "
+            "slice is recreated): such a failure will end the attempt and cost a JobSet or full restart instead of "
+            f"an in-process recovery. Raise it to {ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS} or more to ride out host "
+            "repairs, or set elastic_min_slice_count to continue on fewer slices."
+        )
+    return warnings
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -454,7 +480,14 @@ def _lint_slices(spec: ElasticRunSpec) -> None:
 def _lint_budgets(spec: ElasticRunSpec) -> None:
     restarts = _require_int("max_slice_restarts", spec.max_slice_restarts, 0)
     _require_int("jobset_max_restarts", spec.jobset_max_restarts, 0)
-    _require_int("elastic_timeout_seconds", spec.elastic_timeout_seconds, 1)
+    timeout = _require_int("elastic_timeout_seconds", spec.elastic_timeout_seconds, 1)
+    if spec.runtime == "gke" and timeout < ELASTIC_TIMEOUT_MIN_GKE_SECONDS:
+        raise SpecError(
+            "elastic_timeout_seconds",
+            f"{timeout} s is shorter than a Pathways worker's restart on GKE (kubelet back-off, server start, "
+            f"registration with the resource manager): use at least {ELASTIC_TIMEOUT_MIN_GKE_SECONDS} "
+            f"(MaxText's default is 300; a lost host takes {ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS} s or more to repair)",
+        )
     if spec.elastic_max_retries is None:
         return
     retries = _require_int("elastic_max_retries", spec.elastic_max_retries, 1)

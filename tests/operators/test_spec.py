@@ -15,6 +15,7 @@ from operators.spec import (
     SpecError,
     image_reference_error,
     lint,
+    lint_warnings,
 )
 
 GKE = ElasticRunSpec(
@@ -102,7 +103,7 @@ CASES: list[tuple[str, ElasticRunSpec, dict[str, Any], str | None]] = [
     ("slice-restarts-negative", GKE, {"max_slice_restarts": -1}, "max_slice_restarts"),
     ("jobset-restarts-2", GKE, {"jobset_max_restarts": 2}, None),
     ("jobset-restarts-negative", GKE, {"jobset_max_restarts": -1}, "jobset_max_restarts"),
-    ("timeout-1", GKE, {"elastic_timeout_seconds": 1}, None),
+    ("timeout-1", LOCAL, {"elastic_timeout_seconds": 1}, None),
     ("timeout-0", GKE, {"elastic_timeout_seconds": 0}, "elastic_timeout_seconds"),
     # gke needs image, tpu_type, tpu_topology; the local runtime does not
     ("gke-no-image", GKE, {"image": None}, "image"),
@@ -190,6 +191,10 @@ CASES: list[tuple[str, ElasticRunSpec, dict[str, Any], str | None]] = [
     ),
     ("args-save-on-completion-true", GKE, {"maxtext_args": {"save_checkpoint_on_completion": "true"}}, None),
     ("args-profiler", GKE, {"maxtext_args": {"profiler": "xplane"}}, "maxtext_args.profiler"),
+    # elastic_timeout_seconds: at least a worker's restart on GKE; any positive value on local
+    ("elastic-timeout-gke-59", GKE, {"elastic_timeout_seconds": 59}, "elastic_timeout_seconds"),
+    ("elastic-timeout-gke-60", GKE, {"elastic_timeout_seconds": 60}, None),
+    ("elastic-timeout-local-1", LOCAL, {"elastic_timeout_seconds": 1}, None),
     # Pathways images: references, pinned (a jax-<version> tag or a digest), never :latest or untagged
     ("server-image-pinned", GKE, {"pathways_server_image": "us-docker.pkg.dev/p/pathways/server:jax-0.9.2"}, None),
     ("server-image-digest", GKE, {"pathways_server_image": "reg.io/p/server@sha256:" + "f" * 64}, None),
@@ -374,3 +379,11 @@ def test_valid_images(image: str) -> None:
 @pytest.mark.parametrize("image", ["UBUNTU", "ubuntu:", "ubuntu@sha256:abc", "a//b", "img:tag|x", "-img"])
 def test_invalid_images(image: str) -> None:
     assert image_reference_error(image) is not None
+
+
+def test_a_timeout_shorter_than_a_host_repair_is_warned_about() -> None:
+    (warning,) = lint_warnings(GKE)  # MaxText's default, 300 s, waiting for every slice
+    assert "elastic_timeout_seconds=300" in warning and "repair" in warning
+    assert lint_warnings(dataclasses.replace(GKE, elastic_timeout_seconds=1200)) == []
+    assert lint_warnings(dataclasses.replace(GKE, elastic_min_slice_count=2)) == []  # continues on fewer slices
+    assert lint_warnings(dataclasses.replace(LOCAL, elastic_timeout_seconds=5)) == []
