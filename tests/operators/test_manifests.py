@@ -564,8 +564,8 @@ def test_label_selector() -> None:
 # ---- user manifests and job specs -------------------------------------------------------------------------
 
 
-def _broken(path: str, value: Any) -> dict[str, Any]:
-    manifest = local_plain()
+def _broken(path: str, value: Any, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    manifest = local_plain() if manifest is None else manifest
     target: Any = manifest
     *parents, last = path.split(".")
     for part in parents:
@@ -657,3 +657,83 @@ def test_lint_job(changes: dict[str, Any], field: str) -> None:
 
 def test_lint_job_local_ignores_image() -> None:
     lint_job(JobSpec(image="", command=["python", "-m", "local.workloads.evaluate"], runtime="local"))
+
+
+# -- the rendered GKE JobSet against the upstream JobSet CRD's OpenAPI schema (tests/operators/data/SOURCE.md) --
+
+CRD_SCHEMA = Path(__file__).parent / "data" / "jobset-v0.12.0-openapi-v1alpha2.yaml"
+INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _closed(schema: Any) -> Any:
+    """The schema with unknown fields refused, as the API server's strict field validation does."""
+    if isinstance(schema, list):
+        return [_closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: _closed(value) for key, value in schema.items()}
+    open_object = "additionalProperties" in closed or closed.get("x-kubernetes-preserve-unknown-fields")
+    if "properties" in closed and not open_object:
+        closed["additionalProperties"] = False
+    return closed
+
+
+@pytest.fixture(scope="module")
+def crd_validator() -> Any:
+    jsonschema = pytest.importorskip("jsonschema")
+    formats = jsonschema.FormatChecker()
+    for name, (low, high) in INT_RANGES.items():
+        formats.checks(name)(lambda value, low=low, high=high: not isinstance(value, int) or low <= value <= high)
+    schema = _closed(yaml.safe_load(CRD_SCHEMA.read_text()))
+    return jsonschema.Draft7Validator(schema, format_checker=formats)
+
+
+def _schema_errors(validator: Any, manifest: dict[str, Any]) -> list[str]:
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(manifest)]
+    spec = manifest["spec"]  # the one CEL rule that is not about updates
+    if spec.get("startupPolicy", {}).get("startupPolicyOrder") == "InOrder":
+        errors += [f"{r['name']}: dependsOn with InOrder" for r in spec["replicatedJobs"] if "dependsOn" in r]
+    return errors
+
+
+SCHEMA_SPECS = {
+    "v5e-4x4-1-slice": dataclasses.replace(
+        GKE_SPEC, num_slices=1, tpu_type="v5e", tpu_topology="4x4", elastic_min_slice_count=-1
+    ),
+    "v5e-4x4-3-slices-all-knobs": dataclasses.replace(KNOBS, num_slices=3, tpu_type="v5e", tpu_topology="4x4"),
+    "v6e-2x4-3-slices": dataclasses.replace(GKE_SPEC, num_slices=3, tpu_type="v6e", tpu_topology="2x4"),
+    "v6e-1x1-all-knobs": dataclasses.replace(
+        KNOBS, num_slices=2, tpu_type="v6e", tpu_topology="1x1", elastic_min_slice_count=1
+    ),
+    "v5p-2x2x4-all-knobs": KNOBS,
+}
+
+
+@pytest.mark.parametrize("spec", list(SCHEMA_SPECS.values()), ids=list(SCHEMA_SPECS))
+def test_gke_jobset_matches_the_upstream_crd_schema(crd_validator: Any, spec: ElasticRunSpec) -> None:
+    manifest = elastic_jobset(spec, name=_name(spec), namespace="training", labels=LABELS)
+    assert _schema_errors(crd_validator, manifest) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "error"),
+    [
+        ("spec.failurePolicy.rules.0.action", "Restart", "spec.failurePolicy.rules.0.action"),
+        ("spec.failurePolicy.rules.1.name", _DELETE, "'name' is a required property"),
+        ("spec.replicatedJobs.0.template.spec.podFailurePolicy.rules.0.onPodConditions", "DisruptionTarget", "onPod"),
+        ("spec.replicatedJobs.1.template.spec.backoffLimit", 2**31, "backoffLimit"),
+        ("spec.replicatedJobs.1.replicas", "3", "replicas"),
+        ("spec.replicatedJobs.1.template.spec.template.spec.containers.0.name", _DELETE, "'name' is a required"),
+        ("spec.replicatedJobs.0.template.spec.template.spec.volumes.0.hostPath.path", _DELETE, "'path' is a required"),
+        ("spec.replicatedJobs.1.template.spec.template.spec.priorityClass", "high", "priorityClass"),  # a typo
+        ("spec.startupPolicy.startupPolicyOrder", "Sequential", "startupPolicyOrder"),
+        ("spec.network.enableDnsHostnames", True, "enableDnsHostnames"),
+    ],
+)
+def test_the_crd_schema_refuses_what_the_api_refuses(crd_validator: Any, path: str, value: Any, error: str) -> None:
+    """The check can fail. (The CRD carries no enums of batch/v1 and core/v1, e.g. restartPolicy: those the API
+    server checks when the JobSet controller creates the Job, too late for a create-time test.)"""
+    manifest = elastic_jobset(KNOBS, name=_name(KNOBS), namespace="training", labels=LABELS)
+    broken = _broken(path, value, manifest)
+    errors = _schema_errors(crd_validator, broken)
+    assert errors and any(error in e for e in errors), errors
