@@ -41,7 +41,17 @@ from operators.observations import MonitorState
 from operators.policy import Action, Budgets, JobSetPhase, decide
 from operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
-from operators.spec import INT32_MAX, ElasticRunSpec, SpecError, lint, shown
+from operators.spec import (
+    DEFAULT_HEAD_NODE_POOL,
+    INT32_MAX,
+    PATHWAYS_PROXY_IMAGE,
+    PATHWAYS_SERVER_IMAGE,
+    ElasticRunSpec,
+    SpecError,
+    lint,
+    lint_warnings,
+    shown,
+)
 from operators.triggers import EventStatus, JobSetTrigger, defer_settle_seconds
 
 if TYPE_CHECKING:
@@ -126,6 +136,10 @@ class ElasticJobSetOperator(BaseOperator):
     :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks when nothing changes.
     :param local_env: extra environment for the ``local`` runtime's containers (fault-injection knobs).
+    :param pathways_server_image: :param pathways_proxy_image: :param head_node_pool: :param service_account:
+        :param priority_class: :param kueue_queue: :param image_pull_policy: :param trainer_env:
+        :param worker_env: the GKE JobSet's knobs, as the ``ElasticRunSpec`` fields of the same names
+        (docs/operators.md, "GKE knobs").
 
     Returns the run report (see docs/operators.md); pushes ``jobset_name`` and ``namespace`` to XCom
     before the first wait, and the report under ``report`` before failing.
@@ -173,6 +187,15 @@ class ElasticJobSetOperator(BaseOperator):
         deferrable: bool = True,
         poll_interval: float = 10.0,
         local_env: Mapping[str, str] | None = None,
+        pathways_server_image: str = PATHWAYS_SERVER_IMAGE,
+        pathways_proxy_image: str = PATHWAYS_PROXY_IMAGE,
+        head_node_pool: str = DEFAULT_HEAD_NODE_POOL,
+        service_account: str | None = None,
+        priority_class: str | None = None,
+        kueue_queue: str | None = None,
+        image_pull_policy: str | None = None,
+        trainer_env: Mapping[str, str] | None = None,
+        worker_env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -206,6 +229,18 @@ class ElasticJobSetOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = _number("poll_interval", poll_interval, positive=True)
         self.local_env = dict(local_env or {})
+        self.gke_knobs: dict[str, Any] = {
+            "pathways_server_image": pathways_server_image,
+            "pathways_proxy_image": pathways_proxy_image,
+            "head_node_pool": head_node_pool,
+            "service_account": service_account,
+            "priority_class": priority_class,
+            "kueue_queue": kueue_queue,
+            "image_pull_policy": image_pull_policy,
+            # Copied when a mapping; anything else reaches the lint, which names the field.
+            "trainer_env": dict(trainer_env) if isinstance(trainer_env, Mapping) else trainer_env or {},
+            "worker_env": dict(worker_env) if isinstance(worker_env, Mapping) else worker_env or {},
+        }
         self._active_jobset: tuple[str, str | None] | None = None
         self._newest_valid_steps: list[str] = []
 
@@ -229,11 +264,14 @@ class ElasticJobSetOperator(BaseOperator):
                 jobset_max_restarts=self.jobset_max_restarts,
                 elastic_timeout_seconds=self.elastic_timeout_seconds,
                 elastic_min_slice_count=self.elastic_min_slice_count,
+                **self.gke_knobs,
             )
             lint(spec)
             manifests.check_namespace(self.namespace)
         except SpecError as error:
             raise AirflowFailException(f"invalid run spec: {error}") from None
+        for warning in lint_warnings(spec):
+            self.log.warning("run spec: %s", warning)
         return spec
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -50,6 +50,15 @@ CONSTRUCTOR = [
     "elastic_timeout_seconds",
     "price_per_chip_hour",
     "poll_interval",
+    "pathways_server_image",
+    "pathways_proxy_image",
+    "head_node_pool",
+    "service_account",
+    "priority_class",
+    "kueue_queue",
+    "image_pull_policy",
+    "trainer_env",
+    "worker_env",
 ]
 
 
@@ -105,6 +114,14 @@ def test_integers_rendered_as_text(value: Any) -> None:
         assert field == "checkpoint_period"
     else:
         assert field == "steps"
+
+
+def test_gke_knobs_reach_the_spec_and_bad_ones_are_named() -> None:
+    knobs = {"service_account": "ksa", "kueue_queue": "q", "trainer_env": {"ENABLE_PATHWAYS_PERSISTENCE": "1"}}
+    spec = _elastic(**knobs).build_spec()
+    assert (spec.service_account, spec.kueue_queue, dict(spec.trainer_env)) == tuple(knobs.values())
+    assert _build(_elastic(pathways_server_image="r.io/p/server:latest")) == "pathways_server_image"
+    assert _build(_elastic(worker_env=["TPU_MIN_LOG_LEVEL=1"])) == "worker_env"
 
 
 @HOSTILE
