@@ -3,8 +3,9 @@
 An Airflow Variable, ``elastic_training_allowed_images``, lists image prefixes (a JSON list of strings, or
 text with one prefix per line or comma-separated). Unset means no limit. Every container and init container
 of the JobSet an operator is about to create must match a prefix, or nothing is created. The Pathways
-sidecar and server images of the elastic JobSet are checked like the user's image, so an allowlist for GKE
-names them too (``us-docker.pkg.dev/cloud-tpu-v2-images/pathways/``).
+sidecar and server images of the elastic JobSet (the spec's ``pathways_server_image`` and
+``pathways_proxy_image``) are checked like the user's image, so an allowlist for GKE names them too
+(``us-docker.pkg.dev/cloud-tpu-v2-images/pathways/``).
 
 Matching follows image reference components (distribution/reference): a prefix matches the image itself,
 or the image continuing after the prefix with ``/``, ``:`` or ``@`` (or a prefix that ends with one of
