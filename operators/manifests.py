@@ -14,13 +14,22 @@ reads it from the JobSet or the ReplicatedJob template (`api/jobset/v1alpha2/job
 `pkg/controllers/jobset_controller.go` `labelAndAnnotateObject`, at 08dfbdf) and places each child Job, one slice,
 alone in one node pool.
 
+The GKE failure policy follows JobSet's rules (`api/jobset/v1alpha2/jobset_types.go` `FailurePolicyRule`) and its
+host-maintenance example (`site/static/examples/failure-policy/host-maintenance-event-model.yaml`): the head Job's
+`podFailurePolicy` turns a `DisruptionTarget` pod into the Job failure reason `PodFailurePolicy`, which the first
+rule restarts with `RestartJobSetAndIgnoreMaxRestarts`. Workers get no `podFailurePolicy`: Kubernetes refuses it
+unless `restartPolicy` is `Never` (kubernetes `pkg/apis/batch/validation/validation.go`), and Pathways workers
+restart `OnFailure`. The GKE knobs (Pathways images, `/tmp` mount, xpk's worker env, node pool, service account,
+priority class, Kueue queue, pull policy, extra env) are compared with xpk field by field in architecture §3.1.
+
 Names are checked the way the upstream JobSet webhook checks them (`jobset: pkg/webhooks/jobset_webhook.go`):
 every child Job `<jobset>-<replicatedJob>-<jobIndex>` and every pod `<jobset>-<replicatedJob>-<jobIndex>-
 <podIndex>-<5 random>` must be a DNS-1035 label of at most 63 characters. With `pathways-head` that leaves
 63 - len("-pathways-head-0-0-abcde") = 39 characters for the JobSet name, the limit `jobset_name` keeps.
 
 The `local` runtime renders the same shape (names, labels, policies, the backoff formula with one VM per
-slice) but runs `local.workloads` (the trainer as the head, slice workers as workers) on the local cluster.
+slice) without the GKE-only parts (sidecars, selectors, failure rules, the knobs), and runs `local.workloads`
+(the trainer as the head, slice workers as workers) on the local cluster.
 It is data here: `operators/` never imports `local/`.
 """
 
