@@ -847,6 +847,13 @@ def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | No
         _check_labels(pod_metadata.get("labels") or {}, f"{where}.template.spec.template.metadata.labels")
     elif pod_metadata is not None:
         raise SpecError(f"{where}.template.spec.template.metadata", "must be a mapping")
+    if "podFailurePolicy" in job_spec and pod_spec.get("restartPolicy") != "Never":
+        # The API server refuses it only when the JobSet controller creates the Job: the JobSet would exist,
+        # its child Jobs never.
+        raise SpecError(
+            f"{where}.template.spec.podFailurePolicy",
+            'needs the pod\'s restartPolicy "Never" (Kubernetes refuses it with any other restartPolicy)',
+        )
     containers = pod_spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise SpecError(f"{where}.template.spec.template.spec.containers", "must be a non-empty list")

@@ -109,6 +109,11 @@ RULES = ("spec", "failurePolicy", "rules")
         ((*RULES, 1, "name"), "1st", "spec.failurePolicy.rules[1].name"),
         ((*RULES, 1, "targetReplicatedJobs"), ["workers"], "spec.failurePolicy.rules[1].targetReplicatedJobs"),
         ((*RULES, 0, "onJobFailureReasons"), "PodFailurePolicy", "spec.failurePolicy.rules[0].onJobFailureReasons"),
+        (
+            ("spec", "replicatedJobs", 0, "template", "spec", "template", "spec", "restartPolicy"),
+            "OnFailure",
+            "spec.replicatedJobs[0].template.spec.podFailurePolicy",
+        ),
     ],
 )
 def test_failure_rules_are_checked(path: tuple[Any, ...], value: Any, field: str) -> None:
