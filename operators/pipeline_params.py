@@ -29,7 +29,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from operators.spec import DNS1123_LABEL_MAX, TPU_TYPES, image_reference_error, is_dns1123_label
@@ -134,7 +134,7 @@ def run_suffix(run: DagRunIdentity) -> str:
         except ValueError:
             pass
         else:
-            readable = f"{when:%Y%m%d-%H%M}"
+            readable = f"{when.astimezone(UTC) if when.tzinfo else when:%Y%m%d-%H%M}"
     if not readable:
         readable = re.sub(r"[^a-z0-9]+", "-", run.run_id.lower()).strip("-")[:13].strip("-") or "run"
     digest = hashlib.sha256(f"{run.dag_id}\n{run.run_id}".encode()).hexdigest()[:8]
@@ -205,8 +205,8 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "title": "Run name",
                 "description": "DNS-1123 label (lowercase letters, digits, '-'). The run writes "
                 "<base_output_directory>/<run_name>-<suffix>: a scheduled run <run_name>-<YYYYMMDD of its "
-                "logical date>; a run triggered here its own directory, <run_name>-<YYYYMMDD-HHMM of the "
-                "trigger>-<8 hex digits of its run id> (the validate_params task logs it). A retry or a clear "
+                "logical date>; a run triggered here its own directory, <run_name>-<YYYYMMDD-HHMM (UTC) of "
+                "the trigger>-<8 hex digits of its run id> (the validate_params task logs it). A retry or a clear "
                 "of the same DAG run resumes its directory; to continue another run, use Continue run.",
                 "section": SECTION_MODEL,
                 "minLength": 1,

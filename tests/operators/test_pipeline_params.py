@@ -263,6 +263,7 @@ def test_the_generated_suffix_is_readable() -> None:
     assert run_suffix(identity(MANUAL_ID)).startswith("20261130-1405-")
     assert run_suffix(identity("My Run #3 / lr=3e-4")).startswith("my-run-3-lr-3-")
     assert run_suffix(identity("___")).startswith("run-")
+    assert run_suffix(identity("manual__2026-11-30T16:05:09+02:00")).startswith("20261130-1405-")  # in UTC
     other_dag = DagRunIdentity("elastic_training_fault_drill", MANUAL_ID, "manual", WHEN)
     assert run_suffix(other_dag) != run_suffix(identity(MANUAL_ID))
 
