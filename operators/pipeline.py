@@ -18,7 +18,6 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
@@ -32,7 +31,7 @@ from operators.elastic_operator import ElasticJobSetOperator
 from operators.hooks import JobSetHook
 from operators.jobset_operator import JobSetOperator
 from operators.manifests import JobSpec
-from operators.pipeline_params import VARIABLES, ParamError, validate_params
+from operators.pipeline_params import VARIABLES, DagRunIdentity, ParamError, validate_params
 from operators.policy import Budgets
 from operators.slice_drill import drill_command, parse_result
 
@@ -61,14 +60,40 @@ def resolve_params(**context: Any) -> dict[str, Any]:
     from airflow.sdk import Variable
 
     variables = {name: Variable.get(name, default=None) for name in VARIABLES}
-    dag_run = context["dag_run"]
-    when = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None) or datetime.now(UTC)
     try:
-        config = validate_params(dict(context["params"]), run_date=when, variables=variables)
+        config = validate_params(
+            dict(context["params"]),
+            run=dag_run_identity(context["dag_run"]),
+            variables=variables,
+            directory_exists=_directory_exists,
+        )
     except ParamError as error:
         context["ti"].xcom_push(key="refused", value={"param": error.param, "message": error.message})
         raise AirflowFailException(f"refused before anything was created: {error}") from None
+    context["task"].log.info(
+        "run directory: %s (%s)",
+        config["run_directory"],
+        "continued from continue_run_name" if config["continued"] else "this DAG run's own",
+    )
     return config
+
+
+def dag_run_identity(dag_run: Any) -> DagRunIdentity:
+    """The identity a run directory is named after, from the task context's ``dag_run``."""
+    run_type = getattr(dag_run, "run_type", None)
+    return DagRunIdentity(
+        dag_id=str(dag_run.dag_id),
+        run_id=str(dag_run.run_id),
+        run_type=str(getattr(run_type, "value", run_type) or ""),
+        logical_date=getattr(dag_run, "logical_date", None),
+    )
+
+
+def _directory_exists(path: str) -> bool:
+    try:
+        return storage_for(path).exists_dir(path)
+    except StorageError as error:
+        raise ParamError("continue_run_name", f"cannot check {path}: {error}") from None
 
 
 def _validated_step(context: Mapping[str, Any]) -> int:

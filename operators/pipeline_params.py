@@ -6,21 +6,33 @@ created through the REST API, the CLI or ``dag.test(run_conf=...)`` is checked a
 Airflow, and then once more, strictly, by :func:`validate_params`, which also checks what a schema
 cannot: cross-field rules (checkpoint period well under steps, the drill step inside the run), the base
 directory against the allowed roots, images and commands free of shell metacharacters, and the values the
-``gke`` runtime needs. `validate_params` is pure (no Airflow, no I/O besides resolving a local path):
-the DAG's first task calls it and fails naming the param, so nothing is created from a bad value.
+``gke`` runtime needs. `validate_params` is pure (no Airflow, no I/O besides resolving a local path and
+the caller's ``directory_exists``): the DAG's first task calls it and fails naming the param, so nothing
+is created from a bad value.
+
+Upstream behaviour followed (apache/airflow, Airflow 3.3): the trigger form requires every field whose
+schema ``type`` lacks ``"null"`` and refuses to trigger while one is empty
+(airflow-core/src/airflow/ui/src/components/FlexibleForm/isParamRequired.tsx @607ff45f, FlexibleForm.tsx
+@0a90b7cf, FieldRow.tsx @1a0e2e96), sends an emptied text or list field as ``null`` (FieldString.tsx
+@0f707dce, FieldStringArray.tsx @4b9f215e), and hides a ``const`` field (Row.tsx @0a90b7cf); so optional
+fields are nullable. Run ids are ``<run type>__<run_after ISO timestamp>[_<random>]`` unless given
+(airflow-core/src/airflow/models/dagrun.py ``DagRun.generate_run_id``; run types in
+airflow-core/src/airflow/utils/types.py ``DagRunType``), and a retry or a clear keeps the run id and the
+logical date: the run directory is named from them (:func:`run_directory_name`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
-from operators.spec import TPU_TYPES, image_reference_error, is_dns1123_label
+from operators.spec import DNS1123_LABEL_MAX, TPU_TYPES, image_reference_error, is_dns1123_label
 
 # Airflow Variables the pipelines read (documented in docs/pipeline.md).
 VARIABLE_ALLOWED_ROOTS: Final = "elastic_training_allowed_roots"
@@ -39,7 +51,11 @@ VARIABLES: Final = (
 )
 
 DATA_DIR_ENV: Final = "ELASTIC_TRAINING_DATA_DIR"
-RUN_NAME_MAX: Final = 40  # + "-YYYYMMDD" stays a 63-character label value
+RUN_NAME_MAX: Final = 40
+# What follows "<run_name>-" in a run's directory name, which is a label value (at most 63 characters).
+RUN_SUFFIX_MAX: Final = DNS1123_LABEL_MAX - RUN_NAME_MAX - 1
+# Run types whose directory is named by the logical date (airflow.utils.types.DagRunType values).
+DATED_RUN_TYPES: Final = frozenset({"scheduled", "backfill"})
 SECTION_MODEL: Final = "Model and data"
 SECTION_SCALE: Final = "Scale"
 SECTION_BUDGETS: Final = "Resilience budgets"
@@ -80,6 +96,54 @@ def local_data_directory(environ: Mapping[str, str] | None = None) -> str:
 def default_allowed_roots(environ: Mapping[str, str] | None = None) -> list[str]:
     """The allowed roots when the Variable is unset: the local data directory and any ``gs://`` bucket."""
     return [local_data_directory(environ), "gs://"]
+
+
+@dataclass(frozen=True)
+class DagRunIdentity:
+    """The DAG run a pipeline run belongs to: what its run directory is named after.
+
+    A retry of a task and a clear of the DAG run keep all four (Airflow keeps the run id and the logical
+    date of a cleared run), so they resolve to the same directory and resume it.
+    """
+
+    dag_id: str
+    run_id: str
+    run_type: str
+    logical_date: datetime | None
+
+
+_GENERATED_RUN_ID = re.compile(r"^[a-z_]+__(?P<when>\d{4}-\d{2}-\d{2}T[^_]+)(?:_[A-Za-z0-9]+)?$")
+
+
+def run_suffix(run: DagRunIdentity) -> str:
+    """What follows ``<run_name>-`` in the run's directory name; a DNS-1123 label of at most `RUN_SUFFIX_MAX`.
+
+    A scheduled or backfill run: its logical date, ``YYYYMMDD`` (each night is a run). Any other run
+    (manual, asset- or operator-triggered): its own name, from its run id and DAG id, so two such runs
+    never share a directory: ``YYYYMMDD-HHMM`` when the id is Airflow's ``<type>__<timestamp>[_<random>]``
+    (``DagRun.generate_run_id``), else the id made safe (lowercase, runs of other characters as ``-``,
+    cut to 13), then ``-`` and 8 hex digits of a hash of both ids. That form never equals a date suffix.
+    """
+    if run.run_type in DATED_RUN_TYPES and run.logical_date is not None:
+        return f"{run.logical_date:%Y%m%d}"
+    readable = ""
+    generated = _GENERATED_RUN_ID.match(run.run_id)
+    if generated:
+        try:
+            when = datetime.fromisoformat(generated["when"])
+        except ValueError:
+            pass
+        else:
+            readable = f"{when.astimezone(UTC) if when.tzinfo else when:%Y%m%d-%H%M}"
+    if not readable:
+        readable = re.sub(r"[^a-z0-9]+", "-", run.run_id.lower()).strip("-")[:13].strip("-") or "run"
+    digest = hashlib.sha256(f"{run.dag_id}\n{run.run_id}".encode()).hexdigest()[:8]
+    return f"{readable}-{digest}"
+
+
+def run_directory_name(run_name: str, run: DagRunIdentity) -> str:
+    """``<run_name>-<run_suffix(run)>``: the name of the run's directory under the base output directory."""
+    return f"{run_name}-{run_suffix(run)}"
 
 
 @dataclass(frozen=True)
@@ -140,10 +204,27 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "type": "string",
                 "title": "Run name",
                 "description": "DNS-1123 label (lowercase letters, digits, '-'). The run writes "
-                "<base_output_directory>/<run_name>-<YYYYMMDD of the run>; a rerun the same day resumes it.",
+                "<base_output_directory>/<run_name>-<suffix>: a scheduled run <run_name>-<YYYYMMDD of its "
+                "logical date>; a run triggered here its own directory, <run_name>-<YYYYMMDD-HHMM (UTC) of "
+                "the trigger>-<8 hex digits of its run id> (the validate_params task logs it). A retry or a clear "
+                "of the same DAG run resumes its directory; to continue another run, use Continue run.",
                 "section": SECTION_MODEL,
                 "minLength": 1,
                 "maxLength": RUN_NAME_MAX,
+                "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            },
+        ),
+        ParamDef(
+            "continue_run_name",
+            None,
+            {
+                "type": ["null", "string"],
+                "title": "Continue run",
+                "description": "Empty: this DAG run's own directory (above). Else the directory name of an "
+                "earlier run under the base output directory, e.g. nightly-20261130: this run resumes it from "
+                "its last checkpoint (run_name is then not used). The directory must exist.",
+                "section": SECTION_MODEL,
+                "maxLength": DNS1123_LABEL_MAX,
                 "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
             },
         ),
@@ -520,16 +601,20 @@ def _command(name: str, value: Any) -> list[str]:
 def validate_params(
     params: Mapping[str, Any],
     *,
-    run_date: datetime,
+    run: DagRunIdentity,
     variables: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    directory_exists: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """Check every param strictly and resolve the run's configuration; `ParamError` names the first bad one.
 
     :param params: the DAG run's params (defaults merged with its conf).
-    :param run_date: the run's logical date (or when it was triggered): the run name's date suffix.
+    :param run: the DAG run: names the run directory (:func:`run_directory_name`) unless
+        ``continue_run_name`` names an earlier run's.
     :param variables: the Airflow Variables of ``VARIABLES`` (unset ones absent or ``None``).
     :param environ: the environment (for the local data directory), default ``os.environ``.
+    :param directory_exists: checks that the directory ``continue_run_name`` names exists (the caller's
+        storage; ``None``: not checked, this function does no I/O).
     """
     variables = variables or {}
     # A DAG may show only some fields (the drill DAG has no evaluation stage): the rest keep their defaults.
@@ -580,10 +665,23 @@ def validate_params(
         if failure_slice >= slices:
             raise ParamError("failure_slice", f"must be a slice index below num_slices ({slices}), got {failure_slice}")
 
-    effective_name = f"{run_name}-{run_date:%Y%m%d}"
+    continued = _optional_string(params, "continue_run_name")
+    if continued is None:
+        effective_name = run_directory_name(run_name, run)
+    else:
+        if not is_dns1123_label(continued):
+            raise ParamError(
+                "continue_run_name",
+                f"{continued!r} is not a run directory name (a DNS-1123 label of at most {DNS1123_LABEL_MAX} "
+                "characters: lowercase letters, digits and '-')",
+            )
+        if directory_exists is not None and not directory_exists(f"{base.rstrip('/')}/{continued}"):
+            raise ParamError("continue_run_name", f"there is no run directory {base.rstrip('/')}/{continued}")
+        effective_name = continued
     config: dict[str, Any] = {
         "runtime": runtime,
         "run_name": effective_name,
+        "continued": continued is not None,
         "base_output_directory": base,
         "run_directory": f"{base.rstrip('/')}/{effective_name}",
         "model_name": model_name,

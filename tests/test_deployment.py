@@ -1,14 +1,17 @@
 """docker-compose.yml, Dockerfile and deploy/helm/values.yaml: no Docker or Helm engine here, so check what can be
-checked without one (the Helm keys against the official Apache Airflow chart's values.yaml, chart 1.19+)."""
+checked without one (the Helm values against the official Apache Airflow chart's values schema, 2.0 line: the parts
+it sets, vendored under tests/data/airflow_chart/)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,43 +81,44 @@ def test_dockerfile_builds_on_the_pinned_airflow_and_copies_every_package() -> N
 
 
 FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
-# Top-level keys of the official chart's values.yaml (chart 1.19+) that deploy/helm/values.yaml may set; a key
-# outside this set is a typo the chart would silently ignore.
-CHART_TOP_LEVEL_KEYS = {
-    "airflowVersion",
-    "defaultAirflowRepository",
-    "defaultAirflowTag",
-    "images",
-    "executor",
-    "allowPodLaunching",
-    "rbac",
-    "dags",
-    "config",
-    "env",
-    "secret",
-    "extraEnv",
-    "createUserJob",
-    "apiServer",
-    "scheduler",
-    "dagProcessor",
-    "triggerer",
-    "workers",
-    "postgresql",
-    "data",
-    "fernetKey",
-    "apiSecretKey",
-    "jwtSecret",
-}
-SERVICE_ACCOUNT_KEYS = {"create", "name", "annotations", "automountServiceAccountToken"}
+# The parts of the official chart's values.schema.json (2.0 line) that deploy/helm/values.yaml sets; see SOURCE.md.
+CHART_SCHEMA = ROOT / "tests" / "data" / "airflow_chart" / "values.schema.subset.json"
 
 
-def test_helm_values_use_the_official_charts_keys() -> None:
+def _chart_schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(CHART_SCHEMA.read_text())
+    return loaded
+
+
+def _chart_errors(values: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(_chart_schema())
+    return sorted(
+        f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in validator.iter_errors(values)
+    )
+
+
+def test_helm_values_pass_the_official_charts_schema() -> None:
+    assert _chart_errors(_helm()) == []
+
+
+def test_the_chart_schema_refuses_what_the_2_0_line_refuses() -> None:
     values = _helm()
-    assert set(values) <= CHART_TOP_LEVEL_KEYS, set(values) - CHART_TOP_LEVEL_KEYS
-    assert set(values["images"]["airflow"]) <= {"repository", "tag", "digest", "pullPolicy"}
-    for component in ("apiServer", "scheduler", "dagProcessor", "triggerer", "workers"):
-        assert set(values[component]["serviceAccount"]) <= SERVICE_ACCOUNT_KEYS, component
-    assert all(set(item) == {"name", "value"} for item in values["env"])
+    legacy = copy.deepcopy(values)
+    legacy["workers"]["serviceAccount"] = {"create": False, "name": "elastic-training"}  # deprecated since 1.21
+    assert any(error.startswith("workers: ") and "serviceAccount" in error for error in _chart_errors(legacy))
+    typo = copy.deepcopy(values)
+    typo["triggerer"]["serviceAcount"] = {"create": False}
+    assert _chart_errors(typo)
+    no_password = copy.deepcopy(values)
+    del no_password["createUserJob"]["defaultUser"]["password"]
+    assert any("password" in error for error in _chart_errors(no_password))
+
+
+def test_helm_creates_the_admin_user_the_2_0_line_would_not() -> None:
+    job = _helm()["createUserJob"]
+    assert _chart_schema()["properties"]["createUserJob"]["properties"]["enabled"]["default"] is False
+    assert job["enabled"] is True  # without it no user exists and nobody can log in
+    assert job["defaultUser"]["role"] == "Admin" and job["defaultUser"]["username"]
 
 
 def test_helm_runs_the_projects_image_with_a_pod_executor_and_a_triggerer() -> None:
@@ -147,8 +151,9 @@ def test_helm_kubernetes_connection_is_in_cluster_as_the_shipped_rbac_service_ac
     assert values["config"]["kubernetes_executor"]["namespace"] == account["namespace"]
     # Task pods create JobSets, the triggerer watches them: both run as the account the Role is bound to,
     # which deploy/rbac.yaml creates (so the chart must not).
-    for component in ("workers", "triggerer"):
-        assert values[component]["serviceAccount"] == {"create": False, "name": account["name"]}, component
+    assert values["triggerer"]["serviceAccount"] == {"create": False, "name": account["name"]}
+    assert values["workers"]["kubernetes"]["serviceAccount"] == {"create": False, "name": account["name"]}
+    assert "serviceAccount" not in values["workers"]
 
 
 def test_compose_and_helm_use_the_fab_auth_manager_which_only_the_image_installs() -> None:

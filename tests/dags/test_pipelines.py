@@ -93,9 +93,12 @@ def test_nightly_with_a_slice_failure_recovers_in_process_and_reports_it(drilled
 def test_a_failed_gate_stops_the_pipeline_with_the_metrics(
     plain_run: Any, allowed_root: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    # The same run name the same day: pretraining resumes the finished run (nothing to train) and the
-    # gate sees the same checkpoint, now with a threshold it cannot meet.
-    dag_run = nightly(allowed_root, run_name="plain", max_eval_loss=0.01)
+    # Continuing the plain run explicitly (a manual run otherwise gets its own directory): pretraining
+    # resumes the finished run (nothing to train) and the gate sees the same checkpoint, now with a
+    # threshold it cannot meet.
+    plain = xcom(plain_run, "validate_params")
+    dag_run = nightly(allowed_root, continue_run_name=plain["run_name"], max_eval_loss=0.01)
+    assert xcom(dag_run, "validate_params")["run_directory"] == plain["run_directory"]
     task_states = states(dag_run)
     assert task_states["pretrain"] == "success" and task_states["evaluate"] == "success"
     assert task_states["gate_on_eval"] == "failed"

@@ -19,11 +19,12 @@ from typing import Any
 import jsonschema
 import pytest
 
-from operators.pipeline_params import VARIABLE_ALLOWED_ROOTS, is_form_required, validate_params
+from operators.pipeline_params import VARIABLE_ALLOWED_ROOTS, DagRunIdentity, is_form_required, validate_params
 from tests.dags.conftest import DAGS
 
 DAG_IDS = ("elastic_training_nightly", "elastic_training_fault_drill")
 WHEN = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+SCHEDULED = DagRunIdentity("elastic_training_nightly", f"scheduled__{WHEN.isoformat()}", "scheduled", WHEN)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def schema_errors(fields: dict[str, dict[str, Any]], values: dict[str, Any]) -> 
 
 def first_task_accepts(values: dict[str, Any], root: Path) -> dict[str, Any]:
     conf = {**values, "base_output_directory": str(root)}
-    return validate_params(conf, run_date=WHEN, variables={VARIABLE_ALLOWED_ROOTS: str(root)})
+    return validate_params(conf, run=SCHEDULED, variables={VARIABLE_ALLOWED_ROOTS: str(root)})
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -9,21 +11,27 @@ from typing import Any
 import pytest
 
 from operators.pipeline_params import (
+    RUN_SUFFIX_MAX,
     VARIABLE_ALLOWED_ROOTS,
     VARIABLE_EVAL_COMMAND,
     VARIABLE_EVAL_IMAGE,
     VARIABLE_MAXTEXT_IMAGE,
     VARIABLE_SYNTH_COMMAND,
     VARIABLE_SYNTH_IMAGE,
+    DagRunIdentity,
     ParamError,
     default_allowed_roots,
     local_data_directory,
     param_definitions,
     parse_allowed_roots,
+    run_directory_name,
+    run_suffix,
     validate_params,
 )
+from operators.spec import is_dns1123_label
 
 WHEN = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+SCHEDULED = DagRunIdentity("elastic_training_nightly", f"scheduled__{WHEN.isoformat()}", "scheduled", WHEN)
 
 
 def defaults(root: Path, **changes: Any) -> dict[str, Any]:
@@ -34,7 +42,7 @@ def defaults(root: Path, **changes: Any) -> dict[str, Any]:
 
 def check(root: Path, variables: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
     variables = {VARIABLE_ALLOWED_ROOTS: f'["{root}", "gs://"]', **(variables or {})}
-    return validate_params(defaults(root, **changes), run_date=WHEN, variables=variables)
+    return validate_params(defaults(root, **changes), run=SCHEDULED, variables=variables)
 
 
 def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
@@ -108,7 +116,7 @@ def test_a_symlink_out_of_the_root_is_outside_it(tmp_path: Path) -> None:
     with pytest.raises(ParamError, match="outside the allowed roots"):
         validate_params(
             defaults(tmp_path, base_output_directory=f"{tmp_path}/root/link"),
-            run_date=WHEN,
+            run=SCHEDULED,
             variables={VARIABLE_ALLOWED_ROOTS: str(tmp_path / "root")},
         )
 
@@ -116,10 +124,10 @@ def test_a_symlink_out_of_the_root_is_outside_it(tmp_path: Path) -> None:
 def test_a_gcs_root_allows_only_its_prefix(tmp_path: Path) -> None:
     variables = {VARIABLE_ALLOWED_ROOTS: '["gs://team-bucket/runs"]'}
     params = defaults(tmp_path, base_output_directory="gs://team-bucket/runs/llm")
-    assert validate_params(params, run_date=WHEN, variables=variables)["base_output_directory"].endswith("/llm")
+    assert validate_params(params, run=SCHEDULED, variables=variables)["base_output_directory"].endswith("/llm")
     for outside in ("gs://team-bucket/runsx", "gs://other-bucket/runs", str(tmp_path)):
         with pytest.raises(ParamError, match="outside the allowed roots"):
-            validate_params({**params, "base_output_directory": outside}, run_date=WHEN, variables=variables)
+            validate_params({**params, "base_output_directory": outside}, run=SCHEDULED, variables=variables)
 
 
 def test_the_drill_is_local_only(tmp_path: Path) -> None:
@@ -200,3 +208,85 @@ def test_nullable_fields_still_refuse_wrong_values(tmp_path: Path, param: str, c
     with pytest.raises(ParamError) as caught:
         check(tmp_path, GKE_VARIABLES, runtime="gke", **changes)
     assert caught.value.param == param
+
+
+# -- the run directory: one per DAG run --------------------------------------------------------------
+
+MANUAL_ID = "manual__2026-11-30T14:05:09.123456+00:00"
+
+
+def identity(run_id: str, run_type: str = "manual", logical_date: datetime | None = WHEN) -> DagRunIdentity:
+    return DagRunIdentity("elastic_training_nightly", run_id, run_type, logical_date)
+
+
+def test_a_scheduled_or_backfill_run_keeps_its_logical_date() -> None:
+    assert run_directory_name("nightly", SCHEDULED) == "nightly-20261130"
+    backfill = identity("backfill__2026-11-30T00:00:00+00:00", "backfill", datetime(2026, 11, 30, tzinfo=UTC))
+    assert run_suffix(backfill) == "20261130"
+
+
+def test_a_manual_run_the_same_day_gets_its_own_directory(tmp_path: Path) -> None:
+    scheduled = check(tmp_path)
+    manual = validate_params(
+        defaults(tmp_path), run=identity(MANUAL_ID), variables={VARIABLE_ALLOWED_ROOTS: str(tmp_path)}
+    )
+    assert scheduled["run_directory"] == f"{tmp_path}/nightly-20261130"
+    assert manual["run_directory"].startswith(f"{tmp_path}/nightly-20261130-1405-")
+    assert manual["run_directory"] != scheduled["run_directory"] and not manual["continued"]
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        MANUAL_ID,
+        "manual__2026-11-30T14:05:09.123456+00:00_AbC123xy",  # no logical date: Airflow adds a random tail
+        "asset_triggered__2026-11-30T14:05:09+00:00",
+        "My Run #3 / lr=3e-4",
+        "x" * 250,
+        "___",
+        "20261130",  # a run id that looks like a date still cannot land in the scheduled run's directory
+    ],
+)
+def test_any_other_run_id_gives_a_stable_safe_distinct_suffix(run_id: str) -> None:
+    run = identity(run_id, "manual" if not run_id.startswith("asset") else "asset_triggered")
+    suffix = run_suffix(run)
+    assert suffix == run_suffix(identity(run_id, run.run_type))  # stable: a retry or a clear resolves the same
+    assert len(suffix) <= RUN_SUFFIX_MAX and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", suffix), suffix
+    assert suffix != run_suffix(SCHEDULED) and suffix != run_suffix(identity(run_id + "x", run.run_type))
+    name = run_directory_name("a" * 40, run)
+    assert len(name) <= 63 and is_dns1123_label(name)
+    # The logical date does not name it: only scheduled and backfill runs are dated.
+    assert run_suffix(identity(run_id, run.run_type, None)) == suffix
+
+
+def test_the_generated_suffix_is_readable() -> None:
+    assert run_suffix(identity(MANUAL_ID)).startswith("20261130-1405-")
+    assert run_suffix(identity("My Run #3 / lr=3e-4")).startswith("my-run-3-lr-3-")
+    assert run_suffix(identity("___")).startswith("run-")
+    assert run_suffix(identity("manual__2026-11-30T16:05:09+02:00")).startswith("20261130-1405-")  # in UTC
+    other_dag = DagRunIdentity("elastic_training_fault_drill", MANUAL_ID, "manual", WHEN)
+    assert run_suffix(other_dag) != run_suffix(identity(MANUAL_ID))
+
+
+def test_continue_run_name_resumes_an_earlier_run_that_exists(tmp_path: Path) -> None:
+    (tmp_path / "nightly-20261129").mkdir()
+    variables = {VARIABLE_ALLOWED_ROOTS: str(tmp_path)}
+    params = defaults(tmp_path, continue_run_name="nightly-20261129")
+    config = validate_params(params, run=identity(MANUAL_ID), variables=variables, directory_exists=os.path.isdir)
+    assert config["run_name"] == "nightly-20261129" and config["continued"]
+    assert config["run_directory"] == f"{tmp_path}/nightly-20261129"
+    emptied = validate_params({**params, "continue_run_name": ""}, run=SCHEDULED, variables=variables)
+    assert emptied["run_name"] == "nightly-20261130" and not emptied["continued"]
+
+
+@pytest.mark.parametrize("value", ["nightly-20261128", "Nightly", "../etc", "a" * 64, "x;id", 7])
+def test_continue_run_name_is_refused_naming_the_param(tmp_path: Path, value: Any) -> None:
+    (tmp_path / "nightly-20261129").mkdir()
+    with pytest.raises(ParamError) as caught:
+        validate_params(
+            defaults(tmp_path, continue_run_name=value),
+            run=identity(MANUAL_ID),
+            variables={VARIABLE_ALLOWED_ROOTS: str(tmp_path)},
+            directory_exists=os.path.isdir,
+        )
+    assert caught.value.param == "continue_run_name"
