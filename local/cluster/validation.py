@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from local.cluster import rbac_validation
+from local.cluster import pod_failure_policy, rbac_validation
 from local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, NODES, PODS, Cause, ResourceType
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -231,6 +231,9 @@ def validate_job_spec(spec: Any, path: str, *, require_image: bool = True) -> li
     causes += validate_pod_spec(
         pod_spec, f"{path}.template.spec", restart_policies=JOB_RESTART_POLICIES, require_image=require_image
     )
+    if spec.get("podFailurePolicy") is not None:
+        restart_policy = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
+        causes += pod_failure_policy.validate(spec["podFailurePolicy"], f"{path}.podFailurePolicy", restart_policy)
     return causes
 
 
