@@ -1,0 +1,69 @@
+"""The operator's GKE JobSet on the default v5e-small cluster: 3 slices of 4 hosts and the head, placed as on GKE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from local.cluster.jobset_placement import ANNOTATION_EXCLUSIVE_TOPOLOGY
+from operators.constants import LABEL_JOBSET_NAME
+from operators.manifests import elastic_jobset
+from operators.spec import ElasticRunSpec
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.helpers import wait_for
+
+CLUSTER_DESCRIPTION = "v5e-small"
+NODEPOOL = "cloud.google.com/gke-nodepool"
+
+
+def _gke_jobset() -> dict[str, Any]:
+    spec = ElasticRunSpec(
+        run_name="placed",
+        base_output_directory="gs://bucket/runs",
+        steps=100,
+        checkpoint_period=10,
+        num_slices=3,
+        image="us-docker.pkg.dev/p/maxtext:1",
+        tpu_type="v5e",
+        tpu_topology="4x4",
+    )
+    jobset = elastic_jobset(spec, name="placed", namespace="default", labels={})
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        if rjob["name"] == "worker":
+            # What xpk and pathways-job set on the worker (issue 16): one slice per node pool.
+            rjob["template"].setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_EXCLUSIVE_TOPOLOGY] = (
+                NODEPOOL
+            )
+        pod_spec = rjob["template"]["spec"]["template"]["spec"]
+        for container in pod_spec["containers"]:
+            if container.get("command"):  # the trainer: placement only here, so something that stays up
+                container["command"], container["args"] = ["sleep", "120"], []
+    return jobset
+
+
+def _all_running(k8s: K8s, count: int) -> list[client.V1Pod] | None:
+    pods = k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items
+    running = [p for p in pods if p.status.phase == "Running"]
+    return running if len(running) == count else None
+
+
+def test_three_four_host_slices_and_the_head_land_as_on_gke(k8s: K8s) -> None:
+    k8s.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", _gke_jobset())
+    pods = wait_for(lambda: _all_running(k8s, 13), timeout=60)
+    pools = {n.metadata.name: n.metadata.labels[NODEPOOL] for n in k8s.core.list_node().items}
+    by_job: dict[str, list[str]] = {}
+    for pod in pods:
+        by_job.setdefault(pod.metadata.labels["batch.kubernetes.io/job-name"], []).append(pod.spec.node_name)
+    assert [pools[n] for n in by_job.pop("placed-pathways-head-0")] == ["cpu-np"]
+    assert sorted(by_job) == ["placed-worker-0", "placed-worker-1", "placed-worker-2"]
+    slice_pools = []
+    for nodes in by_job.values():
+        assert len(set(nodes)) == 4  # a multi-host slice: 4 worker pods on 4 hosts ...
+        (pool,) = {pools[n] for n in nodes}  # ... of one node pool
+        slice_pools.append(pool)
+    assert len(set(slice_pools)) == 3 and all(p.startswith("tpu-v5e-16-") for p in slice_pools)
+    k8s.custom.delete_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
+    )
+    wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
