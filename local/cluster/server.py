@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from local.cluster import discovery, openapi, server_side_apply, tables
+from local.cluster import discovery, openapi, pod_subresources, server_side_apply, tables
 from local.cluster.access import Access
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
@@ -183,6 +183,12 @@ class ApiServer:
                 return await self._patch(request, target)
             if method == "DELETE" and target.subresource is None:
                 return await self._delete(request, target)
+        elif target.subresource in ("binding", "eviction") and target.rtype == PODS:
+            if method == "POST":
+                assert target.namespace is not None and target.name is not None
+                body = decode_body(await request.read(), request.content_type)
+                act = pod_subresources.bind if target.subresource == "binding" else pod_subresources.evict
+                return _json(act(self.store, target.namespace, target.name, body), status=201)
         elif target.subresource == "log" and target.rtype == PODS:
             if method == "GET":
                 assert target.namespace is not None

@@ -320,3 +320,15 @@ def test_pod_failure_policy_fail_job_on_an_exit_code(k8s: K8s) -> None:
     assert condition.message.startswith("Container main for pod default/fails-")
     assert condition.message.endswith("failed with exit code 42 matching FailJob rule at index 0")
     k8s.batch.delete_namespaced_job("fails", "default", propagation_policy="Foreground")
+
+
+def test_the_eviction_subresource_marks_and_deletes_the_pod(k8s: K8s) -> None:
+    k8s.batch.create_namespaced_job("default", _job("drained"))
+    (first,) = wait_for(lambda: _running(k8s, "job-name=drained"))
+    since = k8s.core.list_namespaced_pod("default").metadata.resource_version
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=first.metadata.name, namespace="default"))
+    response = k8s.core.create_namespaced_pod_eviction(first.metadata.name, "default", eviction, _preload_content=False)
+    assert response.status == 201
+    assert _disruptions(k8s, since, timeout=1)[first.metadata.name][0] == "EvictionByEvictionAPI"
+    wait_for(lambda: k8s.batch.read_namespaced_job("drained", "default").status.failed == 1)
+    k8s.batch.delete_namespaced_job("drained", "default", propagation_policy="Foreground")
