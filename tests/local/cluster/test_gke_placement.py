@@ -6,8 +6,7 @@ from typing import Any
 
 from kubernetes import client
 
-from local.cluster.jobset_placement import ANNOTATION_EXCLUSIVE_TOPOLOGY
-from operators.constants import LABEL_JOBSET_NAME
+from operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
 from operators.manifests import elastic_jobset
 from operators.spec import ElasticRunSpec
 from tests.local.cluster.conftest import K8s
@@ -30,11 +29,8 @@ def _gke_jobset() -> dict[str, Any]:
     )
     jobset = elastic_jobset(spec, name="placed", namespace="default", labels={})
     for rjob in jobset["spec"]["replicatedJobs"]:
-        if rjob["name"] == "worker":
-            # What xpk and pathways-job set on the worker (issue 16): one slice per node pool.
-            rjob["template"].setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_EXCLUSIVE_TOPOLOGY] = (
-                NODEPOOL
-            )
+        if rjob["name"] == "worker":  # as rendered: one slice per node pool, as xpk and pathways-job set it
+            assert rjob["template"]["metadata"]["annotations"][ANNOTATION_EXCLUSIVE_TOPOLOGY] == NODEPOOL
         pod_spec = rjob["template"]["spec"]["template"]["spec"]
         for container in pod_spec["containers"]:
             if container.get("command"):  # the trainer: placement only here, so something that stays up

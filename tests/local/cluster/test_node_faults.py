@@ -12,8 +12,7 @@ from kubernetes import client, watch
 
 from local.cluster import LocalCluster
 from local.cluster.cluster_description import parse_description
-from local.cluster.jobset_placement import ANNOTATION_EXCLUSIVE_TOPOLOGY
-from operators.constants import LABEL_JOBSET_NAME
+from operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 
