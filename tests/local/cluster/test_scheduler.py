@@ -204,6 +204,10 @@ def test_pod_bound_to_a_missing_node_is_not_run(k8s: K8s) -> None:
     _delete(k8s, "ghost")
 
 
+def test_fit_error_message_without_nodes() -> None:
+    assert fit_error_message(0, []) == "no nodes available to schedule pods"
+
+
 def test_fit_error_message_sorts_reasons_as_strings() -> None:
     rejections = [Rejection(("Insufficient cpu", "Insufficient memory"), True), Rejection(("Too many pods",), True)]
     assert fit_error_message(2, rejections) == (
