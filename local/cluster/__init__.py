@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from local.cluster.cluster import ClusterStartError, Faults, LocalCluster
+from local.cluster.cluster_description import ClusterDescription, DescriptionError, load_description
 
-__all__ = ["ClusterStartError", "Faults", "LocalCluster"]
+__all__ = ["ClusterDescription", "ClusterStartError", "DescriptionError", "Faults", "LocalCluster", "load_description"]

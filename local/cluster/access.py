@@ -14,7 +14,7 @@ Served here rather than stored: ``serviceaccounts/<name>/token`` (TokenRequest, 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -29,9 +29,7 @@ from local.cluster.resources import (
     bad_request,
 )
 from local.cluster.store import Store
-
-if TYPE_CHECKING:
-    from local.cluster.server import Target
+from local.cluster.targets import Target
 
 USER_KEY = web.RequestKey("user", UserInfo)
 PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version", "/version/")

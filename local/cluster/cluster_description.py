@@ -41,16 +41,21 @@ import yaml
 
 from local.cluster.quantity import QuantityError, parse_quantity
 from local.cluster.store import now_rfc3339
+from operators.constants import (
+    LABEL_GKE_NODEPOOL,
+    LABEL_GKE_TPU_ACCELERATOR,
+    LABEL_GKE_TPU_TOPOLOGY,
+    LABEL_HOSTNAME,
+    TPU_RESOURCE,
+)
 
-LABEL_NODEPOOL = "cloud.google.com/gke-nodepool"
-LABEL_TPU_ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
-LABEL_TPU_TOPOLOGY = "cloud.google.com/gke-tpu-topology"
+LABEL_NODEPOOL = LABEL_GKE_NODEPOOL
+LABEL_TPU_ACCELERATOR = LABEL_GKE_TPU_ACCELERATOR
+LABEL_TPU_TOPOLOGY = LABEL_GKE_TPU_TOPOLOGY
 LABEL_MACHINE_FAMILY = "cloud.google.com/machine-family"
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_REGION = "topology.kubernetes.io/region"
-TPU_RESOURCE = "google.com/tpu"
 TPU_TAINT: Mapping[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 DEFAULT_MAX_PODS = 110
 KUBELET_VERSION = "v1.32.4-gke.1000"

@@ -92,6 +92,20 @@ def _resource_entries(rtype: ResourceType) -> list[dict[str, Any]]:
         )
     if rtype.plural == "pods" and not rtype.group:
         entries.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]})
+        entries.append(
+            {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding", "verbs": ["create"]}
+        )
+        entries.append(
+            {
+                "name": "pods/eviction",
+                "singularName": "",
+                "namespaced": True,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }
+        )
     if rtype.plural == "serviceaccounts" and not rtype.group:
         entries.append(
             {

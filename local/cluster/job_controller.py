@@ -17,6 +17,7 @@ import copy
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from local.cluster import pod_failure_policy
 from local.cluster.conditions import is_true, set_condition
 from local.cluster.events import NORMAL, WARNING, record_event
 from local.cluster.logs import parse_rfc3339
@@ -48,15 +49,29 @@ class _Ledger:
     failed: set[str] = field(default_factory=set)
     succeeded: dict[str, int | None] = field(default_factory=dict)
     ignored: set[str] = field(default_factory=set)  # deleted by this controller on suspend
+    disregarded: set[str] = field(default_factory=set)  # failed, but a podFailurePolicy Ignore rule matched
+    fail_job: str = ""  # the message of the first podFailurePolicy FailJob match
 
-    def record(self, pod: Obj, removed: bool = False) -> None:
+    def record(self, pod: Obj, removed: bool = False, policy: Obj | None = None) -> None:
         uid = str(pod["metadata"]["uid"])
-        if uid in self.failed or uid in self.succeeded:
+        if uid in self.failed or uid in self.succeeded or uid in self.disregarded:
             return
         phase = pod.get("status", {}).get("phase")
         if phase == "Succeeded":
             self.succeeded[uid] = completion_index(pod)
-        elif (phase == "Failed" or removed or pod["metadata"].get("deletionTimestamp")) and uid not in self.ignored:
+        elif uid in self.ignored:
+            return
+        elif policy is not None:
+            # With a podFailurePolicy a pod counts once it is terminal (upstream's isPodFailed), by its rules.
+            if phase == "Failed" or removed:
+                action, message = pod_failure_policy.match(policy, pod)
+                if action == pod_failure_policy.Action.IGNORE:
+                    self.disregarded.add(uid)
+                    return
+                self.failed.add(uid)
+                if action == pod_failure_policy.Action.FAIL_JOB and not self.fail_job:
+                    self.fail_job = message
+        elif phase == "Failed" or removed or pod["metadata"].get("deletionTimestamp"):
             self.failed.add(uid)
 
 
@@ -127,7 +142,8 @@ class JobController:
         ledger = self._ledgers.get(str(ref["uid"]))
         if ledger is None:
             return  # its Job is gone: nothing to count for
-        ledger.record(pod, removed)
+        job = self._store.find(JOBS, pod["metadata"]["namespace"], str(ref["name"]))
+        ledger.record(pod, removed, _policy(job))
         self.queue.enqueue((pod["metadata"]["namespace"], str(ref["name"])))
 
     # -- reconcile ---------------------------------------------------------------------------
@@ -144,7 +160,7 @@ class JobController:
         pods = [p for p in self._store.list(PODS, namespace)[0] if owned_by(p, uid)]
         ledger = self._ledgers.setdefault(uid, _Ledger())  # pods are only made after this
         for pod in pods:
-            ledger.record(pod)
+            ledger.record(pod, policy=_policy(job))
         active = [p for p in pods if _is_active(p)]
         indexed = spec.get("completionMode") == "Indexed"
         events: list[tuple[str, str, str]] = []
@@ -196,10 +212,20 @@ class JobController:
         spec = job.get("spec", {})
         failure = self._failure_reason(job, status, active, ledger)
         if failure is not None:
-            set_condition(conditions, "Failed", True, failure, _FAILURE_MESSAGES[failure], probe_time=True)
-            events.append((WARNING, failure, _FAILURE_MESSAGES[failure]))
+            message = (
+                ledger.fail_job
+                if failure == pod_failure_policy.POD_FAILURE_POLICY_REASON
+                else _FAILURE_MESSAGES[failure]
+            )
+            set_condition(conditions, "Failed", True, failure, message, probe_time=True)
+            events.append((WARNING, failure, message))
             delete_all(self._store, PODS, active)
             return []
+        occupying = list(active)
+        if _policy(job) is not None:
+            # podReplacementPolicy Failed (the default with a podFailurePolicy): a terminating pod is
+            # replaced only once it is terminal.
+            occupying += [p for p in pods if p["metadata"].get("deletionTimestamp") and not _is_done(p)]
         parallelism = int(spec.get("parallelism", 1))
         completions = spec.get("completions")
         if completions is None and "parallelism" not in spec:
@@ -208,9 +234,9 @@ class JobController:
             done = {i for i in ledger.succeeded.values() if i is not None}
             total = int(completions or 0)
             complete = len(done & set(range(total))) >= total
-            running = {completion_index(p) for p in active}
+            running = {completion_index(p) for p in occupying}
             missing = [i for i in range(total) if i not in done and i not in running]
-            to_create: list[int | None] = list(missing[: max(parallelism - len(active), 0)])
+            to_create: list[int | None] = list(missing[: max(parallelism - len(occupying), 0)])
         else:
             succeeded = len(ledger.succeeded)
             if completions is not None:
@@ -219,7 +245,7 @@ class JobController:
             else:
                 complete = succeeded > 0 and not active
                 want = 0 if succeeded > 0 else parallelism
-            to_create = [None] * max(want - len(active), 0)
+            to_create = [None] * max(want - len(occupying), 0)
         if complete:
             message = "Reached expected number of succeeded pods"
             set_condition(conditions, "SuccessCriteriaMet", True, "CompletionsReached", message, probe_time=True)
@@ -248,6 +274,8 @@ class JobController:
 
     def _failure_reason(self, job: Obj, status: Obj, active: list[Obj], ledger: _Ledger) -> str | None:
         spec = job.get("spec", {})
+        if ledger.fail_job:
+            return pod_failure_policy.POD_FAILURE_POLICY_REASON
         limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
         if len(ledger.failed) > limit:
             return BACKOFF_LIMIT_EXCEEDED
@@ -301,6 +329,11 @@ class JobController:
             },
             "spec": spec,
         }
+
+
+def _policy(job: Obj | None) -> Obj | None:
+    policy = (job or {}).get("spec", {}).get("podFailurePolicy")
+    return policy if isinstance(policy, dict) else None
 
 
 def _is_done(pod: Obj) -> bool:

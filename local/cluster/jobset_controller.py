@@ -22,7 +22,7 @@ from typing import Any
 
 from local.cluster.conditions import find_condition, is_true, set_condition
 from local.cluster.events import NORMAL, WARNING, record_event
-from local.cluster.jobset_placement import ANNOTATION_EXCLUSIVE_TOPOLOGY, ANNOTATION_NODE_SELECTOR_STRATEGY
+from local.cluster.jobset_placement import ANNOTATION_NODE_SELECTOR_STRATEGY
 from local.cluster.logs import parse_rfc3339
 from local.cluster.owners import controller_ref, delete_all, owned_by, owner_reference
 from local.cluster.resources import JOBS, JOBSETS, ApiError
@@ -30,6 +30,7 @@ from local.cluster.store import Obj, Store, WatchEvent
 from local.cluster.workqueue import WorkQueue
 from operators.constants import (
     ANNOTATION_COORDINATOR,
+    ANNOTATION_EXCLUSIVE_TOPOLOGY,
     LABEL_GLOBAL_REPLICAS,
     LABEL_GROUP_NAME,
     LABEL_GROUP_REPLICAS,

@@ -31,6 +31,7 @@ from typing import Any
 from local.cluster.resources import NODES, PODS, ApiError, ResourceType
 from local.cluster.store import Obj, Store
 from operators.constants import (
+    ANNOTATION_EXCLUSIVE_TOPOLOGY,
     ANNOTATION_JOB_COMPLETION_INDEX,
     JOBSET_PREFIX,
     LABEL_JOB_INDEX,
@@ -39,7 +40,6 @@ from operators.constants import (
     LABEL_REPLICATED_JOB_NAME,
 )
 
-ANNOTATION_EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 ANNOTATION_NODE_SELECTOR_STRATEGY = "alpha.jobset.sigs.k8s.io/node-selector"
 LABEL_PRIORITY = f"{JOBSET_PREFIX}/priority"
 WEBHOOK_NAME = "vpod.kb.io"

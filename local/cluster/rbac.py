@@ -13,10 +13,9 @@ trailing ``*``. Aggregated ClusterRoles are not supported. Denials become a 403 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from local.cluster.resources import (
     CLUSTER_ROLE_BINDINGS,
@@ -25,12 +24,9 @@ from local.cluster.resources import (
     ROLE_BINDINGS,
     ROLES,
     ApiError,
-    Cause,
     ResourceType,
 )
-
-if TYPE_CHECKING:  # the store validates through this module's validators
-    from local.cluster.store import Store
+from local.cluster.store import Store
 
 Obj = dict[str, Any]
 
@@ -292,82 +288,3 @@ def bootstrap(store: Store) -> None:
             store.create(CLUSTER_ROLES, role)
         if store.find(CLUSTER_ROLE_BINDINGS, "", name) is None:
             store.create(CLUSTER_ROLE_BINDINGS, binding)
-
-
-def _required(path: str) -> Cause:
-    return Cause(path, "Required value", "FieldValueRequired")
-
-
-def validate_role(obj: Mapping[str, Any], *, namespaced: bool) -> list[Cause]:
-    """``rules[*]``: verbs required; resource rules need apiGroups and resources; nonResourceURLs only cluster-wide."""
-    causes: list[Cause] = []
-    rules = obj.get("rules") or []
-    if not isinstance(rules, list):
-        return [Cause("rules", "Invalid value: must be a list")]
-    for index, rule in enumerate(rules):
-        path = f"rules[{index}]"
-        if not isinstance(rule, dict):
-            causes.append(Cause(path, "Invalid value: must be an object"))
-            continue
-        if not rule.get("verbs"):
-            causes.append(_required(f"{path}.verbs"))
-        if rule.get("nonResourceURLs"):
-            if namespaced:
-                causes.append(Cause(f"{path}.nonResourceURLs", "Invalid value: namespaced rules cannot apply to "
-                                    "non-resource URLs"))  # fmt: skip
-            if rule.get("resources") or rule.get("apiGroups"):
-                causes.append(Cause(f"{path}.nonResourceURLs", "Invalid value: rules cannot apply to both regular "
-                                    "resources and non-resource URLs"))  # fmt: skip
-        else:
-            if not rule.get("apiGroups"):
-                causes.append(_required(f"{path}.apiGroups"))
-            if not rule.get("resources"):
-                causes.append(_required(f"{path}.resources"))
-    return causes
-
-
-def validate_binding(obj: Mapping[str, Any], *, namespaced: bool) -> list[Cause]:
-    """``roleRef`` (Role only in a RoleBinding) and ``subjects`` (User, Group, ServiceAccount)."""
-    causes: list[Cause] = []
-    ref = obj.get("roleRef")
-    if not isinstance(ref, dict):
-        return [_required("roleRef")]
-    if ref.get("apiGroup") != RBAC_GROUP:
-        causes.append(Cause("roleRef.apiGroup", f'Unsupported value: {ref.get("apiGroup")!r}: supported values: '
-                            f'"{RBAC_GROUP}"', "FieldValueNotSupported"))  # fmt: skip
-    allowed = ("Role", "ClusterRole") if namespaced else ("ClusterRole",)
-    if ref.get("kind") not in allowed:
-        choices = ", ".join(f'"{k}"' for k in allowed)
-        causes.append(Cause("roleRef.kind", f"Unsupported value: {ref.get('kind')!r}: supported values: {choices}",
-                            "FieldValueNotSupported"))  # fmt: skip
-    if not ref.get("name"):
-        causes.append(_required("roleRef.name"))
-    for index, subject in enumerate(obj.get("subjects") or []):
-        path = f"subjects[{index}]"
-        if not isinstance(subject, dict):
-            causes.append(Cause(path, "Invalid value: must be an object"))
-            continue
-        if subject.get("kind") not in ("User", "Group", "ServiceAccount"):
-            causes.append(Cause(f"{path}.kind", f"Unsupported value: {subject.get('kind')!r}: supported values: "
-                                '"ServiceAccount", "User", "Group"', "FieldValueNotSupported"))  # fmt: skip
-        if not subject.get("name"):
-            causes.append(_required(f"{path}.name"))
-        if subject.get("kind") == "ServiceAccount" and not namespaced and not subject.get("namespace"):
-            causes.append(_required(f"{path}.namespace"))
-    return causes
-
-
-def validate_binding_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
-    """A binding's ``roleRef`` cannot change (delete and recreate it instead)."""
-    if old.get("roleRef") != new.get("roleRef"):
-        return [Cause("roleRef", f"Invalid value: {new.get('roleRef')!r}: cannot change roleRef")]
-    return []
-
-
-BINDING_TYPES = (ROLE_BINDINGS, CLUSTER_ROLE_BINDINGS)
-VALIDATORS: dict[ResourceType, Callable[[Mapping[str, Any]], list[Cause]]] = {
-    ROLES: partial(validate_role, namespaced=True),
-    CLUSTER_ROLES: partial(validate_role, namespaced=False),
-    ROLE_BINDINGS: partial(validate_binding, namespaced=True),
-    CLUSTER_ROLE_BINDINGS: partial(validate_binding, namespaced=False),
-}

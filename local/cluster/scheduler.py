@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 SCHEDULER_NAME = "default-scheduler"
 PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
+NO_NODES = "no nodes available to schedule pods"
 
 
 def needs_scheduling(pod: Obj) -> bool:
@@ -64,7 +65,10 @@ def occupies_node(pod: Obj) -> bool:
 
 
 def fit_error_message(total: int, rejections: list[Rejection]) -> str:
-    """``FitError.Error()``: the filter reasons, then DefaultPreemption's verdict, each histogram sorted."""
+    """``FitError.Error()``: the filter reasons, then DefaultPreemption's verdict, each histogram sorted
+    (with no node at all, ``ErrNoNodesAvailable``)."""
+    if total == 0:
+        return NO_NODES
     reasons = Counter(reason for r in rejections for reason in r.reasons)
     message = f"0/{total} nodes are available:"
     if reasons:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from local.cluster import discovery, openapi, server_side_apply, tables
+from local.cluster import discovery, openapi, pod_subresources, server_side_apply, tables
 from local.cluster.access import Access
 from local.cluster.faults import FaultInjector
 from local.cluster.logs import LogStore
@@ -34,10 +33,10 @@ from local.cluster.resources import (
     ResourceType,
     bad_request,
     invalid,
-    resource_type,
 )
 from local.cluster.selectors import Selection, parse_field_selector, parse_label_selector
 from local.cluster.store import Obj, Store
+from local.cluster.targets import Target, not_found_path, parse_target
 from local.cluster.validation import validate, validate_update
 from local.cluster.watching import WatchOptions, stream_watch
 
@@ -49,36 +48,6 @@ _DELETE_RETURNS_OBJECT = (PODS, JOBSETS)
 _UNDELETABLE_NAMESPACES = ("default", "kube-system", "kube-public")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True)
-class Target:
-    """What an API path names: a collection (``name`` None), an object, or an object's subresource."""
-
-    rtype: ResourceType
-    namespace: str | None
-    name: str | None = None
-    subresource: str | None = None
-
-
-def _not_found_path(path: str) -> ApiError:
-    return ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-
-
-def parse_target(group: str, version: str, rest: list[str], path: str) -> Target:
-    """Turn the path segments after ``/api/v1`` or ``/apis/<g>/<v>`` into a :class:`Target`."""
-    if len(rest) >= 3 and rest[0] == "namespaces":
-        nested = resource_type(group, version, rest[2])
-        if nested is not None and nested.namespaced:
-            if len(rest) > 5:
-                raise _not_found_path(path)
-            name = rest[3] if len(rest) > 3 else None
-            sub = rest[4] if len(rest) > 4 else None
-            return Target(nested, rest[1], name, sub)
-    rtype = resource_type(group, version, rest[0])
-    if rtype is None or len(rest) > 3 or (rtype.namespaced and len(rest) > 1):
-        raise _not_found_path(path)
-    return Target(rtype, None, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
 
 
 class ApiServer:
@@ -132,7 +101,7 @@ class ApiServer:
             if exc.status == 405:
                 return _status(ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on this path"))
             if exc.status == 404:
-                return _status(_not_found_path(request.path))
+                return _status(not_found_path(request.path))
             raise
         except Exception:
             log.exception("internal error serving %s %s", request.method, request.path)
@@ -163,7 +132,7 @@ class ApiServer:
     async def _openapi_document(self, request: web.Request) -> web.Response:
         body = openapi.document(request.match_info["tail"])
         if body is None:
-            raise _not_found_path(request.path)
+            raise not_found_path(request.path)
         return web.Response(body=body, content_type="application/json")
 
     async def _core(self, request: web.Request) -> web.StreamResponse:
@@ -179,7 +148,7 @@ class ApiServer:
         if len(parts) == 1:
             group = discovery.api_group(parts[0])
             if group is None:
-                raise _not_found_path(request.path)
+                raise not_found_path(request.path)
             return web.json_response(group)
         return await self._dispatch(request, parts[0], parts[1], parts[2:])
 
@@ -187,7 +156,7 @@ class ApiServer:
         if not rest:
             resources = discovery.api_resource_list(group, version)
             if resources is None:
-                raise _not_found_path(request.path)
+                raise not_found_path(request.path)
             return web.json_response(resources)
         target = parse_target(group, version, rest, request.path)
         self.access.authorize(request, target)
@@ -214,12 +183,18 @@ class ApiServer:
                 return await self._patch(request, target)
             if method == "DELETE" and target.subresource is None:
                 return await self._delete(request, target)
+        elif target.subresource in ("binding", "eviction") and target.rtype == PODS:
+            if method == "POST":
+                assert target.namespace is not None and target.name is not None
+                body = decode_body(await request.read(), request.content_type)
+                act = pod_subresources.bind if target.subresource == "binding" else pod_subresources.evict
+                return _json(act(self.store, target.namespace, target.name, body), status=201)
         elif target.subresource == "log" and target.rtype == PODS:
             if method == "GET":
                 assert target.namespace is not None
                 return await serve_pod_log(request, self.store, self.logs, target.namespace, target.name)
         else:
-            raise _not_found_path(request.path)
+            raise not_found_path(request.path)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {request.path}")
 
     # -- verbs -------------------------------------------------------------------------------

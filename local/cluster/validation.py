@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from local.cluster import rbac
+from local.cluster import pod_failure_policy, rbac_validation
 from local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, NODES, PODS, Cause, ResourceType
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -231,6 +231,9 @@ def validate_job_spec(spec: Any, path: str, *, require_image: bool = True) -> li
     causes += validate_pod_spec(
         pod_spec, f"{path}.template.spec", restart_policies=JOB_RESTART_POLICIES, require_image=require_image
     )
+    if spec.get("podFailurePolicy") is not None:
+        restart_policy = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
+        causes += pod_failure_policy.validate(spec["podFailurePolicy"], f"{path}.podFailurePolicy", restart_policy)
     return causes
 
 
@@ -370,7 +373,7 @@ _VALIDATORS: dict[ResourceType, Callable[[Mapping[str, Any]], list[Cause]]] = {
     JOBSETS: validate_jobset,
     NAMESPACES: validate_namespace,
     EVENTS: validate_event,
-    **rbac.VALIDATORS,
+    **rbac_validation.VALIDATORS,
 }
 
 
@@ -416,8 +419,8 @@ def _without_suspended_mutable(rjobs: Any) -> Any:
 def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
     """Immutable-field checks on update (all: finalizers while deleting; JobSet: policies; bindings: roleRef)."""
     causes = _validate_finalizers_update(old, new)
-    if rtype in rbac.BINDING_TYPES:
-        return causes + rbac.validate_binding_update(old, new)
+    if rtype in rbac_validation.BINDING_TYPES:
+        return causes + rbac_validation.validate_binding_update(old, new)
     if rtype != JOBSETS:
         return causes
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}

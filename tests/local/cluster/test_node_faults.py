@@ -12,8 +12,7 @@ from kubernetes import client, watch
 
 from local.cluster import LocalCluster
 from local.cluster.cluster_description import parse_description
-from local.cluster.jobset_placement import ANNOTATION_EXCLUSIVE_TOPOLOGY
-from operators.constants import LABEL_JOBSET_NAME
+from operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 
@@ -266,3 +265,69 @@ def test_bad_fault_requests_are_refused(
         _control(cluster, path, body)
     assert caught.value.code == status
     assert text in json.loads(caught.value.read())["message"]
+
+
+def _never_job(name: str, rules: list[dict[str, Any]], command: list[str]) -> dict[str, Any]:
+    container = {"name": "main", "image": "local", "command": command}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 3,
+            "podFailurePolicy": {"rules": rules},
+            "template": {
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [container]}
+            },
+        },
+    }
+
+
+IGNORE_DISRUPTIONS = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+
+
+def test_pod_failure_policy_needs_restart_policy_never(k8s: K8s) -> None:
+    body = _never_job("on-failure-policy", [IGNORE_DISRUPTIONS], SLEEP)
+    body["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    with pytest.raises(client.ApiException) as caught:
+        k8s.batch.create_namespaced_job("default", body)
+    assert caught.value.status == 422
+    assert (
+        'spec.template.spec.restartPolicy: Unsupported value: "OnFailure": supported values: "Never"'
+        in (json.loads(caught.value.body)["message"])
+    )
+
+
+def test_pod_failure_policy_ignores_an_eviction_under_never(cluster: LocalCluster, k8s: K8s) -> None:
+    k8s.batch.create_namespaced_job("default", _never_job("ignores", [IGNORE_DISRUPTIONS], SLEEP))
+    (first,) = wait_for(lambda: _running(k8s, "job-name=ignores"))
+    _control(cluster, "evict-pod", {"namespace": "default", "name": first.metadata.name})
+    (second,) = wait_for(lambda: _running(k8s, "job-name=ignores"))
+    assert second.metadata.name != first.metadata.name
+    assert k8s.batch.read_namespaced_job("ignores", "default").status.failed in (None, 0)
+    k8s.batch.delete_namespaced_job("ignores", "default", propagation_policy="Foreground")
+
+
+def test_pod_failure_policy_fail_job_on_an_exit_code(k8s: K8s) -> None:
+    rules = [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
+    k8s.batch.create_namespaced_job("default", _never_job("fails", rules, ["sh", "-c", "exit 42"]))
+
+    def failed() -> client.V1JobCondition | None:
+        job = k8s.batch.read_namespaced_job("fails", "default")
+        return next((c for c in job.status.conditions or [] if c.type == "Failed"), None)
+
+    condition = wait_for(failed)
+    assert condition.reason == "PodFailurePolicy"
+    assert condition.message.startswith("Container main for pod default/fails-")
+    assert condition.message.endswith("failed with exit code 42 matching FailJob rule at index 0")
+    k8s.batch.delete_namespaced_job("fails", "default", propagation_policy="Foreground")
+
+
+def test_the_eviction_subresource_marks_and_deletes_the_pod(k8s: K8s) -> None:
+    k8s.batch.create_namespaced_job("default", _job("drained"))
+    (first,) = wait_for(lambda: _running(k8s, "job-name=drained"))
+    since = k8s.core.list_namespaced_pod("default").metadata.resource_version
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=first.metadata.name, namespace="default"))
+    response = k8s.core.create_namespaced_pod_eviction(first.metadata.name, "default", eviction, _preload_content=False)
+    assert response.status == 201
+    assert _disruptions(k8s, since, timeout=1)[first.metadata.name][0] == "EvictionByEvictionAPI"
+    wait_for(lambda: k8s.batch.read_namespaced_job("drained", "default").status.failed == 1)
+    k8s.batch.delete_namespaced_job("drained", "default", propagation_policy="Foreground")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -203,9 +204,33 @@ def test_pod_bound_to_a_missing_node_is_not_run(k8s: K8s) -> None:
     _delete(k8s, "ghost")
 
 
+def test_fit_error_message_without_nodes() -> None:
+    assert fit_error_message(0, []) == "no nodes available to schedule pods"
+
+
 def test_fit_error_message_sorts_reasons_as_strings() -> None:
     rejections = [Rejection(("Insufficient cpu", "Insufficient memory"), True), Rejection(("Too many pods",), True)]
     assert fit_error_message(2, rejections) == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 Too many pods. "
         "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     )
+
+
+def test_binding_subresource_binds_a_pod_another_scheduler_owns(k8s: K8s) -> None:
+    k8s.core.create_namespaced_pod("default", _pod("bound-by-hand", schedulerName="my-scheduler"))
+    assert k8s.core.read_namespaced_pod("bound-by-hand", "default").spec.node_name is None  # not ours to place
+    binding = client.V1Binding(
+        metadata=client.V1ObjectMeta(name="bound-by-hand"),
+        target=client.V1ObjectReference(kind="Node", name="gke-t-cpu-np-1"),
+    )
+    response = k8s.core.create_namespaced_pod_binding("bound-by-hand", "default", binding, _preload_content=False)
+    assert response.status == 201 and json.loads(response.data)["status"] == "Success"
+    pod = wait_for(
+        lambda: (p := k8s.core.read_namespaced_pod("bound-by-hand", "default")).status.phase == "Running" and p
+    )
+    assert pod.spec.node_name == "gke-t-cpu-np-1"
+    with pytest.raises(client.ApiException) as caught:
+        k8s.core.create_namespaced_pod_binding("bound-by-hand", "default", binding, _preload_content=False)
+    assert caught.value.status == 409
+    assert json.loads(caught.value.body)["message"] == 'pod bound-by-hand is already assigned to node "gke-t-cpu-np-1"'
+    _delete(k8s, "bound-by-hand")

@@ -1,0 +1,104 @@
+"""The operator's GKE JobSet on the default v5e-small cluster: 3 slices of 4 hosts and the head, placed as on GKE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from local.cluster import LocalCluster
+from operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
+from operators.manifests import elastic_jobset
+from operators.spec import ElasticRunSpec
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.helpers import wait_for
+
+CLUSTER_DESCRIPTION = "v5e-small"
+NODEPOOL = "cloud.google.com/gke-nodepool"
+
+
+def _gke_jobset() -> dict[str, Any]:
+    spec = ElasticRunSpec(
+        run_name="placed",
+        base_output_directory="gs://bucket/runs",
+        steps=100,
+        checkpoint_period=10,
+        num_slices=3,
+        image="us-docker.pkg.dev/p/maxtext:1",
+        tpu_type="v5e",
+        tpu_topology="4x4",
+    )
+    jobset = elastic_jobset(spec, name="placed", namespace="default", labels={})
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        if rjob["name"] == "worker":  # as rendered: one slice per node pool, as xpk and pathways-job set it
+            assert rjob["template"]["metadata"]["annotations"][ANNOTATION_EXCLUSIVE_TOPOLOGY] == NODEPOOL
+        pod_spec = rjob["template"]["spec"]["template"]["spec"]
+        for container in pod_spec["containers"]:
+            if container.get("command"):  # the trainer: placement only here, so something that stays up
+                container["command"], container["args"] = ["sleep", "120"], []
+    return jobset
+
+
+def _all_running(k8s: K8s, count: int) -> list[client.V1Pod] | None:
+    pods = k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items
+    running = [p for p in pods if p.status.phase == "Running"]
+    return running if len(running) == count else None
+
+
+def test_three_four_host_slices_and_the_head_land_as_on_gke(k8s: K8s) -> None:
+    k8s.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", _gke_jobset())
+    pods = wait_for(lambda: _all_running(k8s, 13), timeout=60)
+    pools = {n.metadata.name: n.metadata.labels[NODEPOOL] for n in k8s.core.list_node().items}
+    by_job: dict[str, list[str]] = {}
+    for pod in pods:
+        by_job.setdefault(pod.metadata.labels["batch.kubernetes.io/job-name"], []).append(pod.spec.node_name)
+    assert [pools[n] for n in by_job.pop("placed-pathways-head-0")] == ["cpu-np"]
+    assert sorted(by_job) == ["placed-worker-0", "placed-worker-1", "placed-worker-2"]
+    slice_pools = []
+    for nodes in by_job.values():
+        assert len(set(nodes)) == 4  # a multi-host slice: 4 worker pods on 4 hosts ...
+        (pool,) = {pools[n] for n in nodes}  # ... of one node pool
+        slice_pools.append(pool)
+    assert len(set(slice_pools)) == 3 and all(p.startswith("tpu-v5e-16-") for p in slice_pools)
+    k8s.custom.delete_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
+    )
+    wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
+
+
+def _jobset_status(k8s: K8s) -> dict[str, Any]:
+    jobset = k8s.custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed")
+    status: dict[str, Any] = jobset.get("status") or {}
+    return status
+
+
+def test_a_lost_host_spends_slice_budget_and_a_head_eviction_restarts_off_budget(
+    cluster: LocalCluster, k8s: K8s
+) -> None:
+    k8s.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", _gke_jobset())
+    pods = wait_for(lambda: _all_running(k8s, 13), timeout=60)
+    worker = next(p for p in pods if p.metadata.labels["batch.kubernetes.io/job-name"] == "placed-worker-0")
+
+    # One host of slice 0 lost: its 4 pods fail (4 of the Job's backoffLimit 12), the slice re-forms elsewhere.
+    lost = cluster.faults.lose_host(worker.spec.node_name, repair_seconds=30)
+    assert len(lost["failedPods"]) == 4
+    wait_for(lambda: k8s.batch.read_namespaced_job("placed-worker-0", "default").status.failed == 4)
+    again = wait_for(lambda: _all_running(k8s, 13), timeout=60)
+    pools = {n.metadata.name: n.metadata.labels[NODEPOOL] for n in k8s.core.list_node().items}
+    slice0 = {
+        pools[p.spec.node_name] for p in again if p.metadata.labels["batch.kubernetes.io/job-name"] == "placed-worker-0"
+    }
+    assert len(slice0) == 1 and lost["nodePool"] not in slice0
+    assert not _jobset_status(k8s).get("restarts")
+
+    # The head evicted: its podFailurePolicy fails the Job with PodFailurePolicy, and the JobSet's
+    # headDisrupted rule restarts it without counting toward maxRestarts (0 here).
+    head = next(p for p in again if p.metadata.labels["batch.kubernetes.io/job-name"] == "placed-pathways-head-0")
+    cluster.faults.evict_pod("default", head.metadata.name)
+    status = wait_for(lambda: (s := _jobset_status(k8s)).get("restarts") == 1 and s, timeout=60)
+    assert status.get("restartsCountTowardsMax", 0) == 0
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions") or [])
+    k8s.custom.delete_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
+    )
+    wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
