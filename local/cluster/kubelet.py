@@ -1,9 +1,11 @@
 """The local kubelet: every pod in the store runs as local processes on this machine.
 
-Images are ignored. A container runs its ``command`` + ``args`` (after ``$(VAR)`` expansion) with
-PATH = the project's venv ``bin`` first (so ``python``/``python3`` are the project's interpreter),
-then the system PATH. A container without ``command`` runs an idle placeholder that stays up
-until it is stopped (that is how the Pathways proxy and resource-manager sidecars behave here).
+Images map to local programs through the image catalogue (``local/cluster/images.py``): the image
+``local`` runs its ``command`` + ``args`` as written (after ``$(VAR)`` expansion); a MaxText or Pathways
+image runs the local stand-in of its program with the same arguments; any other image is not pulled
+(``ErrImagePull`` / ``ImagePullBackOff``, the pod stays Pending). PATH = the project's venv ``bin`` first
+(so ``python``/``python3`` are the project's interpreter), then the system PATH. A ``local`` container
+without ``command`` runs an idle placeholder that stays up until it is stopped.
 The environment is: a few host variables (HOME, LANG, TMPDIR, ...), PATH, HOSTNAME, the
 cluster's ``pod_env`` (KUBECONFIG, KUBERNETES_SERVICE_HOST/PORT), then the container's ``env``.
 

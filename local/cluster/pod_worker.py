@@ -29,6 +29,14 @@ from typing import Any
 from local.cluster.container_env import ContainerConfigError, container_argv, container_env
 from local.cluster.container_process import ContainerProcess
 from local.cluster.group_reaper import GroupReaper
+from local.cluster.images import (
+    ERR_IMAGE_PULL,
+    IMAGE_PULL_BACKOFF,
+    ImageEntry,
+    ImagePullError,
+    ProgramNotFound,
+    find_image,
+)
 from local.cluster.logs import LogStore
 from local.cluster.resources import PODS, ApiError
 from local.cluster.store import Obj, Store, now_rfc3339
@@ -263,9 +271,10 @@ class PodWorker:
 
     async def _supervise(self, c: Container, started: asyncio.Event | None = None) -> None:
         """Run one container until it is done for good, restarting it as the policy says."""
+        image = await self._pull(c)
         backoff = BACKOFF_INITIAL_SECONDS
-        while not self._stopping.is_set():
-            code = await self._run_once(c, started)
+        while image is not None and not self._stopping.is_set():
+            code = await self._run_once(c, image, started)
             if self._stopping.is_set() or not self._should_restart(c, code):
                 break
             c.state = {
@@ -286,6 +295,29 @@ class PodWorker:
             c.state = c.last_state or c.state  # never restarted after a crash: show the last exit
         self._flush()
 
+    async def _pull(self, c: Container) -> ImageEntry | None:
+        """The container's image from the catalogue; an unknown one waits in ImagePullBackOff until stopped.
+
+        The catalogue does not change while the cluster runs, so a failed pull is retried only in name: the
+        state alternates ``ErrImagePull`` / ``ImagePullBackOff`` as the kubelet's does, and the container never
+        starts (a sidecar that never starts keeps the pod Pending, ``Init:ImagePullBackOff``).
+        """
+        image = str(c.spec.get("image", ""))
+        try:
+            return find_image(image)
+        except ImagePullError as err:
+            c.state = {"waiting": {"reason": ERR_IMAGE_PULL, "message": str(err)}}
+            self._flush()
+        backoff = BACKOFF_INITIAL_SECONDS
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), backoff)
+            if not self._stopping.is_set() and "ImagePullBackOff" not in str(c.state):
+                c.state = {"waiting": {"reason": IMAGE_PULL_BACKOFF, "message": f'Back-off pulling image "{image}"'}}
+                self._flush()
+            backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
+        return None
+
     def _should_restart(self, c: Container, code: int) -> bool:
         if c.kind == SIDECAR:
             return True
@@ -295,12 +327,12 @@ class PodWorker:
             return True
         return self._restart_policy == "OnFailure" and code != 0
 
-    async def _run_once(self, c: Container, started: asyncio.Event | None) -> int:
+    async def _run_once(self, c: Container, image: ImageEntry, started: asyncio.Event | None) -> int:
         """Start the container once and wait for it; returns its exit code (128+n for signal n)."""
         started_at = now_rfc3339()
         try:
             env = container_env(self._pod_with_status(), c.spec, self._base_env(), self._pod_env)
-            argv = container_argv(c.spec, env) if c.spec.get("command") else list(IDLE_COMMAND)
+            argv = self._argv(c, image, env)
             cwd = Path(str(c.spec.get("workingDir") or self._pod_dir()))
             cwd.mkdir(parents=True, exist_ok=True)
             writer = self._logs.writer(self.uid, c.name, c.restart_count)
@@ -309,7 +341,7 @@ class PodWorker:
             except BaseException:
                 writer.close()
                 raise
-        except (ContainerConfigError, OSError) as err:
+        except (ContainerConfigError, ProgramNotFound, OSError) as err:
             reason = "CreateContainerConfigError" if isinstance(err, ContainerConfigError) else "StartError"
             self._set_terminated(c, 128, reason, started_at, message=str(err))
             return 128
@@ -324,6 +356,17 @@ class PodWorker:
         code, sig = (128 - raw, -raw) if raw < 0 else (raw, None)
         self._set_terminated(c, code, "Completed" if code == 0 else "Error", started_at, signal_number=sig)
         return code
+
+    def _argv(self, c: Container, image: ImageEntry, env: dict[str, str]) -> list[str]:
+        """The local argv: the catalogue's program for the container's command line, given the pod identity
+        the local stand-ins need to find their JobSet (in place of the service-account mount)."""
+        has_command = bool(c.spec.get("command"))
+        if image.passthrough and not has_command:
+            return list(IDLE_COMMAND)
+        if not image.passthrough:
+            env.setdefault("LOCAL_POD_NAMESPACE", self.namespace)
+            env.setdefault("LOCAL_POD_NAME", self.name)
+        return image.local_argv(container_argv(c.spec, env), has_command)
 
     def _set_terminated(
         self,

@@ -1,8 +1,11 @@
 """Slice health: which slices of the trainer's allocation are up.
 
 On Pathways the resource manager knows when a TPU slice dies. Here a slice is one `job-index` of the
-head's JobSet's `worker` replicated job, and it is healthy when every one of its pods is Running, ready
-and not being deleted. `KubernetesSliceHealth` reads that from the cluster the trainer runs in;
+head's JobSet's `worker` replicated job: `hosts_per_slice` pods (the worker Job's `completions`, one per
+TPU VM, as xpk renders a multi-host slice), and it is healthy only when all of them are Running, ready and
+not being deleted. One lost host loses its slice: a missing, failed or restarted pod changes or breaks the
+slice's incarnation, as a host event interrupts the whole multi-host slice on GKE.
+`KubernetesSliceHealth` reads that from the cluster the trainer runs in;
 `StaticSliceHealth` stands in when there is no cluster (all slices healthy unless a test marks one down).
 """
 
@@ -155,8 +158,9 @@ def slice_generations_from_pods(
 class KubernetesSliceHealth:
     """Slice health of the JobSet `jobset_name`, from its `worker` pods, polled in a background thread.
 
-    The number of pods a slice should have is the most ever seen at once for that slice, so a multi-VM
-    slice that lost one pod (and has no replacement yet) is not mistaken for a healthy one. A slice counts
+    The number of pods a slice should have is `hosts_per_slice` (or the most ever seen at once for that
+    slice, if more), so a multi-VM slice that lost one pod (and has no replacement yet) is not mistaken for
+    a healthy one. A slice counts
     only once the same incarnation has looked healthy for `min_ready_seconds` (Kubernetes' minReadySeconds
     idea): a crash-looping worker is Running for a moment between restarts, and that is no slice.
     """
@@ -169,6 +173,7 @@ class KubernetesSliceHealth:
         num_slices: int,
         poll_interval: float = 0.1,
         min_ready_seconds: float = 1.0,
+        hosts_per_slice: int = 1,
     ) -> None:
         self._api = api
         self._namespace = namespace
@@ -177,7 +182,7 @@ class KubernetesSliceHealth:
         self._poll_interval = poll_interval
         self._min_ready = min_ready_seconds
         self._first_seen: dict[int, tuple[Generation, float]] = {}
-        self._expected: dict[int, int] = {}
+        self._expected: dict[int, int] = dict.fromkeys(range(num_slices), hosts_per_slice)
         self._generations: dict[int, Generation] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()

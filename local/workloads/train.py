@@ -12,10 +12,14 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from local.workloads.config import TrainConfig, parse_args, run_main
 from local.workloads.logs import configure_logging
+
+if TYPE_CHECKING:  # slices imports the kubernetes client; the trainer imports JAX only after the device count
+    from local.workloads.slices import SliceHealth
 
 _logger = logging.getLogger("local.workloads.train")
 
@@ -33,20 +37,28 @@ def main(argv: Sequence[str]) -> int:
     """Parse, log the config, train."""
     config = parse_args(TrainConfig, argv)
     configure_logging()
+    return run(config)
+
+
+def run(config: TrainConfig, health_factory: Callable[[TrainConfig], SliceHealth | None] | None = None) -> int:
+    """Log the config and train; slice health from `health_factory`, else from `JOBSET_NAME`'s workers."""
     ensure_host_devices(config.device_count)
     for field in dataclasses.fields(config):
         _logger.info("Config param %s: %s", field.name, getattr(config, field.name))
     _logger.info("Config param checkpoint_dir: %s/", config.checkpoint_directory)
 
     # JAX (and everything that imports it) only now, after the device count is settled.
-    from local.workloads.slices import KubernetesSliceHealth, SliceHealth, StaticSliceHealth
+    from local.workloads.slices import KubernetesSliceHealth, StaticSliceHealth
     from local.workloads.trainer import Trainer
 
     health: SliceHealth | None = None
     if config.elastic_enabled:
-        health = KubernetesSliceHealth.from_environment(config.num_slices)
-        if health is not None:
-            _logger.info("Slice health from the worker pods of JobSet %s", os.environ.get("JOBSET_NAME"))
+        if health_factory is not None:
+            health = health_factory(config)
+        else:
+            health = KubernetesSliceHealth.from_environment(config.num_slices)
+            if health is not None:
+                _logger.info("Slice health from the worker pods of JobSet %s", os.environ.get("JOBSET_NAME"))
     if health is None:
         health = StaticSliceHealth(config.num_slices)
     try:

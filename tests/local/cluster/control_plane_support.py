@@ -13,7 +13,7 @@ from tests.local.cluster.helpers import wait_for
 
 Obj = dict[str, Any]
 NS = "default"
-IMAGE = "local/ignored:latest"
+IMAGE = "local"
 
 
 def unique(prefix: str) -> str:

@@ -392,7 +392,7 @@ def test_in_order_startup_creates_workers_once_the_head_is_ready(k8s: K8s, tmp_p
     warmed_up = tmp_path / "warmed-up"  # the head stays initialising until the test has looked
     jobsets = JobSets(k8s.custom)
     name = unique("inorder")
-    warmup = {"name": "warmup", "image": "x", "command": ["sh", "-c", _until_flag(warmed_up)]}
+    warmup = {"name": "warmup", "image": "local", "command": ["sh", "-c", _until_flag(warmed_up)]}
     head = job_template(SLEEP, grace=5, initContainers=[warmup])
     manifest = jobset_manifest(
         name,
@@ -430,13 +430,13 @@ def test_pathways_shaped_head_with_sidecars_and_coordinator_env(k8s: K8s, tmp_pa
     }
     main = {
         "name": "jax-tpu",
-        "image": "maxtext",
+        "image": "local",
         "command": ["sh", "-c", f'echo "$JAX_BACKEND_TARGET"; {_until_flag(workers_seen)}'],
         "env": [coordinator_env, {"name": "JAX_BACKEND_TARGET", "value": "grpc://$(PATHWAYS_HEAD):29000"}],
     }
     sidecars = [
-        {"name": "pathways-proxy", "image": "proxy", "restartPolicy": "Always", "args": ["--server_port=29000"]},
-        {"name": "pathways-rm", "image": "rm", "restartPolicy": "Always", "args": ["--instance_count=2"]},
+        {"name": "pathways-proxy", "image": "local", "restartPolicy": "Always", "args": ["--server_port=29000"]},
+        {"name": "pathways-rm", "image": "local", "restartPolicy": "Always", "args": ["--instance_count=2"]},
     ]
     head = job_template(None, grace=5, initContainers=sidecars)
     head["template"]["spec"]["template"]["spec"]["containers"] = [main]

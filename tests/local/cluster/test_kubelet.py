@@ -108,7 +108,7 @@ def test_field_ref_env_and_variable_expansion(k8s: K8s) -> None:
         "echo name=$(POD_NAME) ns=$(POD_NS) slice=$(SLICE) target=$(TARGET) escaped='$(ESCAPED)' "
         "undefined='$(UNDEFINED)' node=$(NODE) ip=$(POD_IP) uid=$POD_UID host=$HOSTNAME kc=${KUBECONFIG:+set}"
     ]
-    pod = pod_manifest(name, {"name": "main", "image": "x", "command": ["sh", "-c"], "args": args, "env": env})
+    pod = pod_manifest(name, {"name": "main", "image": "local", "command": ["sh", "-c"], "args": args, "env": env})
     pod["metadata"]["labels"] = {"slice": "3"}
     pod["metadata"]["annotations"] = {"example.com/coord": "js-head-0-0.js"}
     k8s.core.create_namespaced_pod(NS, pod)
@@ -293,7 +293,7 @@ from local.cluster.resources import PODS
 
 cluster = LocalCluster(workdir=Path(sys.argv[1])).start()
 pod = {"metadata": {"name": "orphan-check"}, "spec": {"restartPolicy": "Never", "containers": [
-    {"name": "main", "image": "x", "command": ["sh", "-c", "sleep 60 & echo $! > child; wait"],
+    {"name": "main", "image": "local", "command": ["sh", "-c", "sleep 60 & echo $! > child; wait"],
      "workingDir": sys.argv[1]}]}}
 cluster.call(lambda: cluster.store.create(PODS, pod))
 while True:

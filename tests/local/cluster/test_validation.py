@@ -159,7 +159,7 @@ def _pod(**spec: Any) -> dict[str, Any]:
         (_pod(restartPolicy="Sometimes"), "spec.restartPolicy"),
         (_pod(containers=[{"name": "main"}]), "spec.containers[0].image"),
         (
-            _pod(containers=[{"name": "main", "image": "x", "env": [{"name": "1BAD", "value": "v"}]}]),
+            _pod(containers=[{"name": "main", "image": "local", "env": [{"name": "1BAD", "value": "v"}]}]),
             "spec.containers[0].env[0].name",
         ),
         ({"metadata": {"name": "p", "annotations": {"bad key!": "v"}}, "spec": _pod()["spec"]}, "metadata.annotations"),

@@ -1,0 +1,103 @@
+"""What the MaxText image's `python3 -m maxtext.trainers.pre_train.train <config.yml> key=value ...` runs locally.
+
+The image catalogue (local/cluster/images.py) maps that command here with its arguments unchanged. The
+command line is read as MaxText reads it (local/workloads/maxtext_config.py: every MaxText key accepted,
+unknown keys refused with MaxText's message and exit code 2); the slice count and hosts per slice come from
+Pathways' view of the allocation, read from the JobSet the trainer runs in (local/workloads/
+pathways_session.py), never from a local key. Then the local trainer (local/workloads/train.py) runs.
+
+The manifest sets `JAX_PLATFORMS=proxy` (Pathways' client backend); the local stand-in of the proxy is the
+host's CPU devices, so JAX runs on `cpu` here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from local.workloads.config import TrainConfig
+from local.workloads.logs import configure_logging
+from local.workloads.maxtext_config import (
+    MAXTEXT_EXIT_CONFIG_ERROR,
+    MaxTextConfigError,
+    parse_command_line,
+    train_config,
+)
+from local.workloads.train import run
+
+if TYPE_CHECKING:
+    from local.workloads.slices import SliceHealth
+
+_logger = logging.getLogger("maxtext.trainers.pre_train.train")
+
+
+def _config_error(error: MaxTextConfigError) -> int:
+    """MaxText's `_handle_config_exception`: the message between two rules of `=`, exit 2."""
+    if error.unknown_key is not None:
+        _logger.warning("Ignoring invalid/unsupported field from YAML/CLI: %r", error.unknown_key)
+    _logger.error("=" * 80)
+    _logger.error("MAXTEXT CONFIG ERROR: %s", error)
+    _logger.error("=" * 80)
+    return MAXTEXT_EXIT_CONFIG_ERROR
+
+
+def main(argv: Sequence[str]) -> int:
+    """Read MaxText's command line, learn the allocation from the cluster, train."""
+    configure_logging()
+    try:
+        command = parse_command_line(argv)
+    except MaxTextConfigError as error:
+        return _config_error(error)
+
+    from local.workloads.pathways_session import PathwaysSession, exit_backend_lost
+
+    session = PathwaysSession.from_environment()
+    num_slices, hosts = command.num_slices, 1
+    if session is not None:
+        allocation = session.allocation()
+        hosts = allocation.hosts_per_slice
+        if num_slices == -1:
+            num_slices = allocation.num_slices
+        _logger.info(
+            "Pathways allocation: %d slices of %d hosts (JobSet %s)", num_slices, hosts, allocation.jobset_name
+        )
+    elif num_slices == -1:
+        num_slices = 1
+    try:
+        config = train_config(command, os.environ, num_slices)
+    except MaxTextConfigError as error:
+        return _config_error(error)
+    for key, value in command.ignored().items():
+        _logger.info("MaxText key %s=%s accepted; the local trainer does not model it", key, value)
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+    def health(config: TrainConfig) -> SliceHealth | None:
+        from kubernetes import client
+
+        from local.workloads.slices import KubernetesSliceHealth
+
+        if session is None:
+            return None
+        return KubernetesSliceHealth(
+            client.CoreV1Api(session.api_client),
+            allocation.namespace,
+            allocation.jobset_name,
+            config.num_slices,
+            poll_interval=0.1,
+            hosts_per_slice=hosts,
+        )
+
+    if session is not None:
+        session.watch_sidecars(exit_backend_lost)
+    try:
+        return run(config, health)
+    finally:
+        if session is not None:
+            session.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

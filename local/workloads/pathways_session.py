@@ -1,0 +1,158 @@
+"""What the trainer learns from Pathways on GKE, learnt here from the JobSet it runs in.
+
+On Pathways the MaxText process does not choose its slices: its JAX client asks the proxy
+(`--num_elastic_slices`), which asks the resource manager (`--instance_count`, `--instance_type`), and the
+devices it gets are grouped by slice. MaxText's `num_slices` stays -1 ("from the devices"). The local
+trainer does the same through the Kubernetes API: it reads its own pod (namespace and name from the
+kubelet, `LOCAL_POD_NAMESPACE` / `LOCAL_POD_NAME`, standing in for the service-account mount), takes the
+slice count from the `pathways-rm` sidecar's `--instance_count` (as the resource manager knows it) and the
+hosts per slice from the JobSet's `worker` Jobs (`completions`, one pod per TPU VM), and watches slice
+health over the worker pods (local/workloads/slices.py).
+
+It also watches its own pod's Pathways sidecars (`pathways-proxy`, `pathways-rm`): when one of them
+restarted, the client's session with the Pathways backend is gone (arrays, compiled programs, the slice
+leases) and the trainer cannot continue: it logs `UNAVAILABLE: …` and exits 1, as a JAX client that lost
+its backend fails (see local/workloads/pathways.py for why this is the credible GKE equivalent).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from operators.constants import LABEL_JOBSET_NAME, WORKER_REPLICATED_JOB
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+_logger = logging.getLogger(__name__)
+
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
+JOBSET_VERSION: Final = "v1alpha2"
+RESOURCE_MANAGER_FLAG: Final = "--node_type=resource_manager"
+SIDECAR_POLL_SECONDS: Final = 0.5
+EXIT_BACKEND_LOST: Final = 1
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The slices the trainer runs on: how many, and how many hosts (worker pods) each."""
+
+    jobset_name: str
+    namespace: str
+    num_slices: int
+    hosts_per_slice: int
+
+
+def instance_count(pod_spec: Mapping[str, Any]) -> int | None:
+    """The resource manager's `--instance_count` from a head pod spec (its `pathways-rm` sidecar), or None."""
+    for container in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+        args = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        if RESOURCE_MANAGER_FLAG not in args:
+            continue
+        for arg in args:
+            if arg.startswith("--instance_count="):
+                return int(arg.split("=", 1)[1])
+    return None
+
+
+def worker_shape(jobset: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(replicas, completions) of the JobSet's `worker` replicated job, or None without one."""
+    for rjob in jobset.get("spec", {}).get("replicatedJobs") or []:
+        if rjob.get("name") == WORKER_REPLICATED_JOB:
+            job_spec = rjob.get("template", {}).get("spec", {})
+            return int(rjob.get("replicas", 1)), int(job_spec.get("completions") or 1)
+    return None
+
+
+class PathwaysSession:
+    """The trainer's view of its Pathways allocation, from the cluster (one per trainer process)."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, pod_name: str) -> None:
+        from kubernetes import client as k8s
+
+        self._core = k8s.CoreV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._namespace = namespace
+        self._pod_name = pod_name
+        self._api_client = api_client
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_environment(cls) -> PathwaysSession | None:
+        """Built from `KUBECONFIG`, `LOCAL_POD_NAMESPACE`, `LOCAL_POD_NAME`; None outside the local cluster."""
+        kubeconfig = os.environ.get("KUBECONFIG")
+        namespace = os.environ.get("LOCAL_POD_NAMESPACE")
+        pod_name = os.environ.get("LOCAL_POD_NAME")
+        if not kubeconfig or not namespace or not pod_name:
+            return None
+        from kubernetes import config
+
+        return cls(config.new_client_from_config(config_file=kubeconfig), namespace, pod_name)
+
+    @property
+    def api_client(self) -> client.ApiClient:
+        """The client the session reads with (the slice health reuses it)."""
+        return self._api_client
+
+    def allocation(self) -> Allocation:
+        """The slice count (the resource manager's `--instance_count`, else the worker replicas) and hosts."""
+        pod = self._api_client.sanitize_for_serialization(
+            self._core.read_namespaced_pod(self._pod_name, self._namespace)
+        )
+        jobset_name = (pod.get("metadata", {}).get("labels") or {}).get(LABEL_JOBSET_NAME)
+        if not jobset_name:
+            raise RuntimeError(f"pod {self._pod_name} has no {LABEL_JOBSET_NAME} label: not in a JobSet")
+        jobset = self._custom.get_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, self._namespace, "jobsets", jobset_name
+        )
+        shape = worker_shape(jobset)
+        replicas, hosts = shape if shape is not None else (1, 1)
+        count = instance_count(pod.get("spec", {}))
+        return Allocation(jobset_name, self._namespace, count if count is not None else replicas, hosts)
+
+    def watch_sidecars(self, on_lost: Callable[[str], None]) -> None:
+        """Call `on_lost(message)` (from a thread) once a sidecar of this pod restarted or stopped."""
+        baseline = self._sidecars()
+        _logger.info("Pathways session: proxy and resource manager %s", sorted(baseline))
+
+        def poll() -> None:
+            while not self._stop.wait(SIDECAR_POLL_SECONDS):
+                try:
+                    now = self._sidecars()
+                except Exception as error:  # the API briefly unreachable is not a lost backend
+                    _logger.warning("Pathways session: reading the pod failed: %s", error)
+                    continue
+                for name, incarnation in baseline.items():
+                    if now.get(name) != incarnation:
+                        on_lost(
+                            f"UNAVAILABLE: the Pathways backend is gone: sidecar {name} restarted or stopped "
+                            f"({incarnation} -> {now.get(name)}); the client's session, arrays and slices are lost"
+                        )
+                        return
+
+        self._thread = threading.Thread(target=poll, name="pathways-session", daemon=True)
+        self._thread.start()
+
+    def _sidecars(self) -> dict[str, tuple[int, bool]]:
+        pod = self._core.read_namespaced_pod(self._pod_name, self._namespace)
+        statuses = (pod.status.init_container_statuses if pod.status else None) or []
+        return {s.name: (int(s.restart_count or 0), bool(s.state and s.state.running)) for s in statuses}
+
+    def close(self) -> None:
+        """Stop watching."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+
+def exit_backend_lost(message: str) -> None:
+    """Log `message` and end the process at once, as a JAX client whose backend vanished fails."""
+    _logger.error(message)
+    logging.shutdown()
+    os._exit(EXIT_BACKEND_LOST)

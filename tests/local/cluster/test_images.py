@@ -1,0 +1,146 @@
+"""The image catalogue: references map to local programs; an unknown image is never pulled (over HTTP)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from kubernetes import client
+
+from local.cluster.images import (
+    CATALOGUE,
+    LOCAL,
+    MAXTEXT,
+    PATHWAYS_PROXY,
+    PATHWAYS_SERVER,
+    ImagePullError,
+    ProgramNotFound,
+    find_image,
+    repository_of,
+)
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.helpers import wait_for
+
+
+@pytest.mark.parametrize(
+    ("image", "repository"),
+    [
+        ("local", "local"),
+        ("gcr.io/p/maxtext:1", "gcr.io/p/maxtext"),
+        ("localhost:5000/team/maxtext_jax_stable:2026-11-30", "localhost:5000/team/maxtext_jax_stable"),
+        ("us-docker.pkg.dev/p/r/maxtext@sha256:" + "a" * 64, "us-docker.pkg.dev/p/r/maxtext"),
+        ("localhost:5000/maxtext", "localhost:5000/maxtext"),
+    ],
+)
+def test_repository_drops_tag_and_digest_but_not_a_registry_port(image: str, repository: str) -> None:
+    assert repository_of(image) == repository
+
+
+@pytest.mark.parametrize(
+    ("image", "entry"),
+    [
+        ("local", LOCAL),
+        ("us-docker.pkg.dev/my-project/maxtext/maxtext:2026-11-30", MAXTEXT),
+        ("gcr.io/tpu-prod-env-multipod/maxtext_jax_stable:latest", MAXTEXT),
+        ("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0", PATHWAYS_SERVER),
+        ("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:latest", PATHWAYS_PROXY),
+    ],
+)
+def test_known_images(image: str, entry: object) -> None:
+    assert find_image(image) is entry
+
+
+@pytest.mark.parametrize("image", ["busybox", "gcr.io/p/pathways/servers:1", "gcr.io/p/mymaxtext:1", "x"])
+def test_unknown_image_is_a_pull_error_naming_it(image: str) -> None:
+    with pytest.raises(ImagePullError, match=re.escape(f'Failed to pull image "{image}": not found')):
+        find_image(image)
+
+
+def test_maxtext_trainer_keeps_its_arguments_and_accepts_python_or_python3() -> None:
+    args = ["src/maxtext/configs/base.yml", "steps=5", "run_name=r"]
+    for interpreter in ("python3", "python", "/usr/bin/python3"):
+        argv = MAXTEXT.local_argv([interpreter, "-m", "maxtext.trainers.pre_train.train", *args], True)
+        assert argv == ["python", "-m", "local.workloads.maxtext_train", *args]
+
+
+def test_pathways_images_run_their_entrypoint_with_the_args() -> None:
+    flags = ["--server_port=29001", "--node_type=resource_manager"]
+    assert PATHWAYS_SERVER.local_argv(flags, False) == ["python", "-m", "local.workloads.pathways", "server", *flags]
+    assert PATHWAYS_PROXY.local_argv(["--server_port=29000"], False)[:4] == [
+        "python",
+        "-m",
+        "local.workloads.pathways",
+        "proxy",
+    ]
+
+
+def test_a_program_the_image_does_not_have_is_refused() -> None:
+    with pytest.raises(ProgramNotFound, match=re.escape("maxtext has no program for 'python3 -m maxtext.other'")):
+        MAXTEXT.local_argv(["python3", "-m", "maxtext.other"], True)
+    with pytest.raises(ProgramNotFound, match="pathways-server has no program for 'sh -c true'"):
+        PATHWAYS_SERVER.local_argv(["sh", "-c", "true"], True)
+
+
+def test_every_entry_has_a_distinct_name() -> None:
+    assert len({entry.name for entry in CATALOGUE}) == len(CATALOGUE)
+
+
+def _waiting(k8s: K8s, name: str, init: bool) -> dict[str, str] | None:
+    pod = k8s.core.read_namespaced_pod(name, "default")
+    statuses = (pod.status.init_container_statuses if init else pod.status.container_statuses) or []
+    for status in statuses:
+        if status.state and status.state.waiting:
+            return {
+                "reason": status.state.waiting.reason,
+                "message": status.state.waiting.message,
+                "p": pod.status.phase,
+            }
+    return None
+
+
+def test_unknown_image_waits_in_image_pull_backoff_and_the_pod_stays_pending(k8s: K8s) -> None:
+    body = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="pull-fails"),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            containers=[client.V1Container(name="main", image="busybox:1.36", command=["true"])],
+        ),
+    )
+    k8s.core.create_namespaced_pod("default", body)
+    try:
+        waiting = wait_for(lambda: _waiting(k8s, "pull-fails", False))
+        assert waiting["reason"] in ("ErrImagePull", "ImagePullBackOff")
+
+        def backing_off() -> dict[str, str] | None:
+            current = _waiting(k8s, "pull-fails", False)
+            return current if current is not None and current["reason"] == "ImagePullBackOff" else None
+
+        backoff = wait_for(backing_off)
+        assert backoff["message"] == 'Back-off pulling image "busybox:1.36"'
+        assert backoff["p"] == "Pending"
+    finally:
+        k8s.core.delete_namespaced_pod("pull-fails", "default", grace_period_seconds=0)
+
+
+def test_a_sidecar_that_cannot_be_pulled_keeps_the_main_container_from_starting(k8s: K8s) -> None:
+    body = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="sidecar-pull-fails"),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            init_containers=[
+                client.V1Container(name="proxy", image="gcr.io/p/not-pathways:1", restart_policy="Always")
+            ],
+            containers=[client.V1Container(name="main", image="local", command=["true"])],
+        ),
+    )
+    k8s.core.create_namespaced_pod("default", body)
+    try:
+        waiting = wait_for(lambda: _waiting(k8s, "sidecar-pull-fails", True))
+        assert 'Failed to pull image "gcr.io/p/not-pathways:1"' in waiting["message"] or waiting["reason"] == (
+            "ImagePullBackOff"
+        )
+        pod = k8s.core.read_namespaced_pod("sidecar-pull-fails", "default")
+        assert pod.status.phase == "Pending"
+        assert all(not s.state.running and not s.state.terminated for s in pod.status.container_statuses or [])
+    finally:
+        k8s.core.delete_namespaced_pod("sidecar-pull-fails", "default", grace_period_seconds=0)
