@@ -135,7 +135,8 @@ class ElasticJobSetOperator(BaseOperator):
     :param keep_jobset_on_kill: leave the JobSet running when the task is killed.
     :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks when nothing changes.
-    :param local_env: extra environment for the ``local`` runtime's containers (fault-injection knobs).
+    :param local_env: more trainer env (``jax-tpu``), merged over ``trainer_env``: the same manifest on both
+        runtimes; the tests put the local stand-ins' fault knobs here.
     :param pathways_server_image: :param pathways_proxy_image: :param head_node_pool: :param service_account:
         :param priority_class: :param kueue_queue: :param image_pull_policy: :param trainer_env:
         :param worker_env: the GKE JobSet's knobs, as the ``ElasticRunSpec`` fields of the same names
@@ -238,7 +239,9 @@ class ElasticJobSetOperator(BaseOperator):
             "kueue_queue": kueue_queue,
             "image_pull_policy": image_pull_policy,
             # Copied when a mapping; anything else reaches the lint, which names the field.
-            "trainer_env": dict(trainer_env) if isinstance(trainer_env, Mapping) else trainer_env or {},
+            "trainer_env": (
+                {**trainer_env, **self.local_env} if isinstance(trainer_env, Mapping) else trainer_env or self.local_env
+            ),
             "worker_env": dict(worker_env) if isinstance(worker_env, Mapping) else worker_env or {},
         }
         self._active_jobset: tuple[str, str | None] | None = None
@@ -407,9 +410,7 @@ class ElasticJobSetOperator(BaseOperator):
             prefix=spec.run_name,
         )
         labels = {**identity, LABEL_FULL_RESTART: str(run.full_restarts)}
-        body = manifests.elastic_jobset(
-            spec, name=name, namespace=self.namespace, labels=labels, local_env=self.local_env or None
-        )
+        body = manifests.elastic_jobset(spec, name=name, namespace=self.namespace, labels=labels)
         if run.escalations or run.history:
             body["metadata"].setdefault("annotations", {})[ANNOTATION_RUN_HISTORY] = run.history_annotation()
         from kubernetes.client.rest import ApiException

@@ -27,10 +27,11 @@ every child Job `<jobset>-<replicatedJob>-<jobIndex>` and every pod `<jobset>-<r
 <podIndex>-<5 random>` must be a DNS-1035 label of at most 63 characters. With `pathways-head` that leaves
 63 - len("-pathways-head-0-0-abcde") = 39 characters for the JobSet name, the limit `jobset_name` keeps.
 
-The `local` runtime renders the same shape (names, labels, policies, the backoff formula with one VM per
-slice) without the GKE-only parts (sidecars, selectors, failure rules, the knobs), and runs `local.workloads`
-(the trainer as the head, slice workers as workers) on the local cluster.
-It is data here: `operators/` never imports `local/`.
+The `local` runtime renders the very same JobSet (the same bytes for the same spec): `runtime` chooses the
+cluster and what its images mean, not the shape. The local cluster's kubelet runs the MaxText image's
+trainer command and the Pathways images through its image catalogue (local/cluster/images.py); the local
+runtime only defaults the image, TPU type and topology when the spec leaves them unset (`operators.spec`:
+`LOCAL_MAXTEXT_IMAGE`, `LOCAL_TPU_TYPE` v5e, `LOCAL_TPU_TOPOLOGY` 2x2). `operators/` never imports `local/`.
 """
 
 from __future__ import annotations
@@ -143,11 +144,8 @@ HEAD_POD_FAILURE_POLICY: Final[Mapping[str, Any]] = {
 }
 WORKER_TERMINATION_GRACE_SECONDS: Final = 30
 
-# The local runtime: what the local cluster's kubelet runs (`python` is the cluster's interpreter).
+# The local runtime's plain JobSets (eval, synth): the image whose command the local cluster runs as written.
 LOCAL_IMAGE: Final = "local"
-LOCAL_PYTHON: Final = "python"
-LOCAL_TRAIN_MODULE: Final = "local.workloads.train"
-LOCAL_SLICE_WORKER_MODULE: Final = "local.workloads.slice_worker"
 LOCAL_TERMINATION_GRACE_SECONDS: Final = 5
 
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
@@ -344,35 +342,30 @@ def elastic_jobset(
     namespace: str,
     labels: Mapping[str, str],
     stage: str = "pretrain",
-    local_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The Pathways elastic JobSet of `spec` (docs/architecture.md §3), for GKE or the local cluster.
+    """The Pathways elastic JobSet of `spec` (docs/architecture.md §3), the same for GKE and the local cluster.
 
     `labels` (usually `identity_labels(...)`) plus the run-name and stage labels go on the JobSet and on
-    every pod template. `local_env` adds variables to both local containers (fault knobs in tests); it is
-    ignored on GKE. The spec must have passed `lint`.
+    every pod template. `runtime` chooses the cluster, not the shape: both runtimes get the same bytes for the
+    same spec (the local runtime defaults an unset image and TPU shape). The spec must have passed `lint`.
     """
     _check_name(name)
     check_namespace(namespace)
     _check_labels(labels)
     all_labels = _job_labels(labels, spec.run_name, stage)
     vms = spec.vms_per_slice
-    if spec.runtime == "local":
-        head_spec, worker_spec = _local_pod_specs(spec, local_env)
-        head_annotations: dict[str, str] = {}
-        worker_annotations: dict[str, str] = {}
-    else:
-        head_spec, worker_spec = _gke_pod_specs(spec)
-        head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_HOSTNAME}
-        # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
-        # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
-        worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
-    gke = spec.runtime == "gke"
-    failure_policy: dict[str, Any] = {"restartStrategy": "Recreate", "maxRestarts": spec.jobset_max_restarts}
-    if gke:
-        failure_policy["rules"] = gke_failure_rules()
+    head_spec, worker_spec = _gke_pod_specs(spec)
+    head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_HOSTNAME}
+    # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
+    # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
+    worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
+    failure_policy: dict[str, Any] = {
+        "restartStrategy": "Recreate",
+        "maxRestarts": spec.jobset_max_restarts,
+        "rules": gke_failure_rules(),
+    }
     jobset_labels = dict(all_labels)
-    if spec.runtime == "gke" and spec.kueue_queue:
+    if spec.kueue_queue:
         # On the JobSet only: Kueue admits the JobSet as one workload (its jobset integration reads this label).
         jobset_labels[LABEL_KUEUE_QUEUE] = spec.kueue_queue
     manifest = _jobset(
@@ -396,7 +389,7 @@ def elastic_jobset(
                     labels=all_labels,
                     pod_spec=head_spec,
                     job_annotations=head_annotations,
-                    pod_failure_policy=HEAD_POD_FAILURE_POLICY if gke else None,
+                    pod_failure_policy=HEAD_POD_FAILURE_POLICY,
                 ),
                 _replicated_job(
                     WORKER_REPLICATED_JOB,
@@ -439,41 +432,9 @@ def gke_failure_rules() -> list[dict[str, Any]]:
     ]
 
 
-def _local_pod_specs(spec: ElasticRunSpec, local_env: Mapping[str, str] | None) -> tuple[dict[str, Any], ...]:
-    env = _local_env(local_env)
-    head = {
-        "name": HEAD_MAIN_CONTAINER,
-        "image": LOCAL_IMAGE,
-        "command": [LOCAL_PYTHON, "-m", LOCAL_TRAIN_MODULE],
-        # num_slices is a local trainer key: on Pathways the slice count comes from the resource manager.
-        "args": [*spec.maxtext_keys(), f"num_slices={spec.num_slices}"],
-        "env": env,
-    }
-    worker = {
-        "name": WORKER_CONTAINER,
-        "image": LOCAL_IMAGE,
-        "command": [LOCAL_PYTHON, "-m", LOCAL_SLICE_WORKER_MODULE],
-        "env": env,
-    }
-    return (
-        {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": LOCAL_TERMINATION_GRACE_SECONDS,
-            "containers": [head],
-        },
-        {
-            "restartPolicy": "OnFailure",
-            "terminationGracePeriodSeconds": LOCAL_TERMINATION_GRACE_SECONDS,
-            "containers": [worker],
-        },
-    )
-
-
 def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
     tpu = spec.tpu
-    topology = spec.tpu_topology or ""
-    if spec.image is None:
-        raise SpecError("image", "is required for the gke runtime")
+    topology = spec.topology
     scratch = (
         f"{spec.run_directory}/pathways-scratch"
         if spec.base_output_directory.startswith("gs://")
@@ -527,7 +488,7 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
     }
     trainer = {
         "name": HEAD_MAIN_CONTAINER,
-        "image": spec.image,
+        "image": spec.trainer_image,
         **pull,
         "command": ["python3", "-m", MAXTEXT_TRAIN_MODULE],
         "args": [spec.config_file, *spec.maxtext_keys()],

@@ -37,6 +37,12 @@ RUNTIMES: Final[tuple[str, ...]] = get_args(Runtime)
 # (maxtext: src/maxtext/trainers/pre_train/train.py, src/maxtext/configs/base.yml).
 MAXTEXT_TRAIN_MODULE: Final = "maxtext.trainers.pre_train.train"
 DEFAULT_CONFIG_FILE: Final = "src/maxtext/configs/base.yml"
+# The `local` runtime's defaults when the spec leaves them unset: the same JobSet as on GKE, with an image
+# the local cluster's image catalogue runs as the MaxText stand-in (local/cluster/images.py) and the
+# smallest multi-chip slice (v5e 2x2: 4 chips on one host, so one worker pod per slice).
+LOCAL_MAXTEXT_IMAGE: Final = "localhost/maxtext:local-stand-in"
+LOCAL_TPU_TYPE: Final = "v5e"
+LOCAL_TPU_TOPOLOGY: Final = "2x2"
 
 DNS1123_LABEL_MAX: Final = 63
 # Replicas, backoffLimit, maxRestarts and completions are int32 in the JobSet and batch/v1 APIs; every integer
@@ -278,26 +284,39 @@ class ElasticRunSpec:
 
     @property
     def tpu(self) -> TpuType:
-        """The `TpuType` of `tpu_type` (`SpecError` when unknown or unset)."""
-        if self.tpu_type is None:
+        """The `TpuType` of `tpu_type` (`SpecError` when unknown or unset; `LOCAL_TPU_TYPE` on local)."""
+        tpu_type = self.tpu_type
+        if tpu_type is None and self.runtime == "local" and self.tpu_topology is None:
+            tpu_type = LOCAL_TPU_TYPE
+        if tpu_type is None:
             raise SpecError("tpu_type", "is required for the gke runtime")
-        tpu = TPU_TYPES.get(self.tpu_type)
+        tpu = TPU_TYPES.get(tpu_type)
         if tpu is None:
-            raise SpecError("tpu_type", f"unknown TPU type {shown(self.tpu_type)}; known: {', '.join(TPU_TYPES)}")
+            raise SpecError("tpu_type", f"unknown TPU type {shown(tpu_type)}; known: {', '.join(TPU_TYPES)}")
         return tpu
 
     @property
-    def vms_per_slice(self) -> int:
-        """Worker pods per slice: 1 on the local runtime, else from the TPU type and topology."""
+    def topology(self) -> str:
+        """`tpu_topology`, or `LOCAL_TPU_TOPOLOGY` on the local runtime when neither TPU field is set."""
+        return self._topology()
+
+    @property
+    def trainer_image(self) -> str:
+        """`image`, or `LOCAL_MAXTEXT_IMAGE` on the local runtime (`SpecError` on gke when unset)."""
+        if self.image is not None:
+            return self.image
         if self.runtime == "local":
-            return 1
+            return LOCAL_MAXTEXT_IMAGE
+        raise SpecError("image", "is required for the gke runtime")
+
+    @property
+    def vms_per_slice(self) -> int:
+        """Worker pods per slice, from the TPU type and topology (on both runtimes)."""
         return self.tpu.vms_per_slice(self._topology())
 
     @property
     def chips_per_slice(self) -> int:
-        """Accelerator chips per slice (1 on the local runtime: one CPU device group per slice)."""
-        if self.runtime == "local":
-            return 1
+        """Accelerator chips per slice, from the TPU type and topology (on both runtimes)."""
         return self.tpu.chips(self._topology())
 
     @property
@@ -324,6 +343,8 @@ class ElasticRunSpec:
         return keys
 
     def _topology(self) -> str:
+        if self.tpu_topology is None and self.runtime == "local" and self.tpu_type is None:
+            return LOCAL_TPU_TOPOLOGY
         if self.tpu_topology is None:
             raise SpecError("tpu_topology", "is required for the gke runtime")
         return self.tpu_topology
@@ -515,8 +536,11 @@ def _lint_accelerator(spec: ElasticRunSpec) -> None:
     elif not isinstance(spec.tpu_type, str) or spec.tpu_type not in TPU_TYPES:
         raise SpecError("tpu_type", f"unknown TPU type {shown(spec.tpu_type)}; known: {', '.join(TPU_TYPES)}")
     if spec.tpu_topology is None:
-        if gke:
-            raise SpecError("tpu_topology", "is required for the gke runtime, e.g. 2x2x1 (v4, v5p) or 2x2 (v5e, v6e)")
+        if gke or spec.tpu_type is not None:
+            raise SpecError(
+                "tpu_topology",
+                "is required with tpu_type (and always on the gke runtime), e.g. 2x2x1 (v4, v5p) or 2x2 (v5e, v6e)",
+            )
         return
     if not isinstance(spec.tpu_topology, str):
         raise SpecError("tpu_topology", f"must be a string such as 2x2x1, got {shown(spec.tpu_topology)}")

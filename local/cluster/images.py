@@ -120,7 +120,7 @@ def repository_of(image: str) -> str:
 
 
 def _module(name: str, *args: str) -> tuple[str, ...]:
-    return (LOCAL_PYTHON, "-m", name, *args)
+    return (LOCAL_PYTHON, "-u", "-m", name, *args)
 
 
 MAXTEXT_TRAIN_COMMAND: Final = ("python3", "-m", "maxtext.trainers.pre_train.train")

@@ -8,6 +8,7 @@ shape. Everything else is the manifest exactly as rendered.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from operators.manifests import (
+    LABEL_GKE_TPU_TOPOLOGY,
     JobSpec,
     elastic_jobset,
     identity_labels,
@@ -30,7 +32,7 @@ from operators.manifests import (
     label_selector,
     plain_jobset,
 )
-from operators.spec import ElasticRunSpec, lint
+from operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, lint
 from tests.local.cluster.helpers import wait_for
 from tests.operators.conftest import K8s
 
@@ -88,11 +90,12 @@ def test_local_elastic_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
         num_slices=3,
         runtime="local",
         max_slice_restarts=2,
+        trainer_env={"KNOB": "1"},
     )
     lint(spec)
     name = jobset_name(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1, attempt=12, prefix=spec.run_name)
     labels = identity_labels(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1)
-    manifest = elastic_jobset(spec, name=name, namespace=NAMESPACE, labels=labels, local_env={"KNOB": "1"})
+    manifest = elastic_jobset(spec, name=name, namespace=NAMESPACE, labels=labels)
     children = [f"{name}-{HEAD_REPLICATED_JOB}-0"] + [f"{name}-{WORKER_REPLICATED_JOB}-{i}" for i in range(3)]
     _create_and_delete(k8s, manifest, children)
 
@@ -137,9 +140,58 @@ def test_local_plain_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
     _create_and_delete(k8s, manifest, [f"{name}-main-0"])
 
 
+def test_local_and_gke_render_the_same_bytes(tmp_path: Path) -> None:
+    """`runtime` chooses the cluster, not the shape: one spec, one JobSet, whichever runtime runs it."""
+    base = ElasticRunSpec(
+        run_name="same-bytes",
+        base_output_directory="gs://ml-runs/x",
+        steps=20,
+        checkpoint_period=5,
+        num_slices=3,
+        image="us-docker.pkg.dev/p/r/maxtext:2026-11-30",
+        tpu_type="v5e",
+        tpu_topology="4x4",
+        max_slice_restarts=2,
+        trainer_env={"ENABLE_PATHWAYS_PERSISTENCE": "1"},
+        kueue_queue="team-a",
+    )
+    name = jobset_name(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1, attempt=0, prefix=base.run_name)
+    labels = identity_labels(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1)
+    rendered = {}
+    for runtime in ("gke", "local"):
+        spec = dataclasses.replace(base, runtime=runtime)
+        lint(spec)
+        manifest = elastic_jobset(spec, name=name, namespace=NAMESPACE, labels=labels)
+        rendered[runtime] = json.dumps(manifest, sort_keys=False).encode()
+    assert rendered["local"] == rendered["gke"]
+    worker = json.loads(rendered["local"])["spec"]["replicatedJobs"][1]
+    # v5e 4x4: 16 chips, 4 per VM, so 4 worker pods a slice, and the budget counts pods of whole slices.
+    assert worker["template"]["spec"]["completions"] == 4
+    assert worker["template"]["spec"]["backoffLimit"] == 2 * 4
+
+
+def test_local_defaults_are_a_one_host_v5e_slice(tmp_path: Path) -> None:
+    spec = ElasticRunSpec(
+        run_name="defaults",
+        base_output_directory=str(tmp_path),
+        steps=6,
+        checkpoint_period=3,
+        num_slices=2,
+        runtime="local",
+    )
+    lint(spec)
+    manifest = elastic_jobset(spec, name="defaults-abcdef", namespace=NAMESPACE, labels={})
+    head, worker = manifest["spec"]["replicatedJobs"]
+    [trainer] = head["template"]["spec"]["template"]["spec"]["containers"]
+    assert trainer["image"] == LOCAL_MAXTEXT_IMAGE
+    assert trainer["command"] == ["python3", "-m", "maxtext.trainers.pre_train.train"]
+    assert worker["template"]["spec"]["completions"] == 1
+    assert worker["template"]["spec"]["template"]["spec"]["nodeSelector"][LABEL_GKE_TPU_TOPOLOGY] == "2x2"
+
+
 @pytest.mark.slow
 def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> None:
-    """The rendered local manifest, unsuspended, runs the real trainer and slice workers to `Completed`."""
+    """The rendered manifest, unsuspended, runs the MaxText stand-in and 2 slices of 2 Pathways workers."""
     spec = ElasticRunSpec(
         run_name="smoke",
         base_output_directory=str(tmp_path),
@@ -147,6 +199,8 @@ def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> 
         checkpoint_period=3,
         num_slices=2,
         runtime="local",
+        tpu_type="v5e",
+        tpu_topology="2x4",
     )
     lint(spec)
     name = jobset_name(dag_id="d", task_id="t", run_id="smoke", map_index=-1, attempt=0, prefix=spec.run_name)
@@ -161,6 +215,12 @@ def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> 
             state = got.get("status", {}).get("terminalState")
             return str(state) if state else None
 
+        def workers() -> int | None:
+            selector = f"{LABEL_JOBSET_NAME}={name},jobset.sigs.k8s.io/replicatedjob-name=worker"
+            count = len(k8s.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
+            return count if count == 4 else None
+
+        assert wait_for(workers, timeout=60) == 4  # 2 slices of v5e 2x4: 2 hosts each
         assert wait_for(terminal, timeout=280, interval=1.0) == "Completed"
         steps = {p.name for p in Path(spec.checkpoint_directory).iterdir() if p.name.isdigit()}
         assert str(spec.target_step) in steps

@@ -60,18 +60,14 @@ def test_maxtext_trainer_keeps_its_arguments_and_accepts_python_or_python3() -> 
     args = ["src/maxtext/configs/base.yml", "steps=5", "run_name=r"]
     for interpreter in ("python3", "python", "/usr/bin/python3"):
         argv = MAXTEXT.local_argv([interpreter, "-m", "maxtext.trainers.pre_train.train", *args], True)
-        assert argv == ["python", "-m", "local.workloads.maxtext_train", *args]
+        assert argv == ["python", "-u", "-m", "local.workloads.maxtext_train", *args]
 
 
 def test_pathways_images_run_their_entrypoint_with_the_args() -> None:
     flags = ["--server_port=29001", "--node_type=resource_manager"]
-    assert PATHWAYS_SERVER.local_argv(flags, False) == ["python", "-m", "local.workloads.pathways", "server", *flags]
-    assert PATHWAYS_PROXY.local_argv(["--server_port=29000"], False)[:4] == [
-        "python",
-        "-m",
-        "local.workloads.pathways",
-        "proxy",
-    ]
+    stand_in = ["python", "-u", "-m", "local.workloads.pathways"]
+    assert PATHWAYS_SERVER.local_argv(flags, False) == [*stand_in, "server", *flags]
+    assert PATHWAYS_PROXY.local_argv(flags[:1], False) == [*stand_in, "proxy", *flags[:1]]
 
 
 def test_a_program_the_image_does_not_have_is_refused() -> None:
