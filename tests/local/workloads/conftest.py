@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# The local cluster and its clients, for the tests that run the operator's JobSet (test_pathways_session.py).
+from tests.local.cluster.conftest import cluster, k8s
+
+__all__ = ["cluster", "k8s"]
+
 REPO = Path(__file__).resolve().parents[3]
 # Workload processes share one persistent XLA compilation cache, so only the first of them compiles.
 COMPILATION_CACHE = Path(tempfile.gettempdir()) / "elastic-training-tests-xla-cache"

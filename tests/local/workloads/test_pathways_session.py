@@ -1,0 +1,139 @@
+"""The operator's JobSet on the local cluster: Pathways stand-ins, multi-host slices, what the trainer learns.
+
+The manifest is `elastic_jobset`'s, byte for byte, except the head's trainer container, which sleeps here
+(the trainer itself is exercised end to end in tests/operators): the Pathways sidecars and the 2 slices of
+2 hosts (v5e 2x4) run through the image catalogue, and the slice health and the Pathways session are read
+over HTTP as the trainer reads them.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from local.cluster import LocalCluster
+from local.workloads.pathways_session import Allocation, PathwaysSession
+from local.workloads.slices import Generation, KubernetesSliceHealth, lost_slices
+from operators.constants import (
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    LABEL_JOB_INDEX,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICATED_JOB_NAME,
+    WORKER_REPLICATED_JOB,
+)
+from operators.manifests import elastic_jobset
+from operators.spec import ElasticRunSpec, lint
+from tests.local.cluster.conftest import K8s
+from tests.local.cluster.helpers import wait_for
+
+NAMESPACE = "default"
+NAME = "multihost-abcdef"
+
+
+@pytest.fixture(scope="module")
+def running(k8s: K8s, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    spec = ElasticRunSpec(
+        run_name="multihost",
+        base_output_directory=str(tmp_path_factory.mktemp("runs")),
+        steps=20,
+        checkpoint_period=5,
+        num_slices=2,
+        runtime="local",
+        tpu_type="v5e",
+        tpu_topology="2x4",
+    )
+    lint(spec)
+    manifest: dict[str, Any] = elastic_jobset(spec, name=NAME, namespace=NAMESPACE, labels={})
+    head = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    head["containers"][0] |= {"image": "local", "command": ["sleep", "600"], "args": []}
+    k8s.custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, manifest)
+    wait_for(lambda: len(_running_workers(k8s)) == 4 or None, timeout=60)
+    try:
+        yield NAME
+    finally:
+        k8s.custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, NAME, propagation_policy="Foreground"
+        )
+
+
+def _running_workers(k8s: K8s) -> list[client.V1Pod]:
+    selector = f"{LABEL_JOBSET_NAME}={NAME},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
+    pods = k8s.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    return [p for p in pods if p.status and p.status.phase == "Running"]
+
+
+def _head(k8s: K8s) -> client.V1Pod:
+    selector = f"{LABEL_JOBSET_NAME}={NAME},{LABEL_REPLICATED_JOB_NAME}={HEAD_REPLICATED_JOB}"
+    [head] = k8s.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    return head
+
+
+def test_the_trainer_learns_slices_from_the_resource_manager_and_hosts_from_the_worker_jobs(
+    running: str, k8s: K8s
+) -> None:
+    session = PathwaysSession(k8s.api_client, NAMESPACE, _head(k8s).metadata.name)
+    assert session.allocation() == Allocation(running, NAMESPACE, num_slices=2, hosts_per_slice=2)
+
+
+def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8s, cluster: LocalCluster) -> None:
+    health = KubernetesSliceHealth(k8s.core, NAMESPACE, running, 2, min_ready_seconds=0.2, hosts_per_slice=2)
+
+    def when(check: Any) -> dict[int, Generation]:
+        def poll() -> dict[int, Generation] | None:
+            now = dict(health.generations())
+            return now if check(now) else None
+
+        return wait_for(poll, timeout=30)
+
+    try:
+        before = when(lambda now: len(now) == 2)
+        assert all(len(generation) == 2 for generation in before.values())  # two hosts each
+        [victim] = [
+            p
+            for p in _running_workers(k8s)
+            if p.metadata.labels[LABEL_JOB_INDEX] == "1" and p.metadata.name.split("-")[-2] == "1"
+        ]
+        cluster.faults.signal_pod(NAMESPACE, victim.metadata.name, signal.SIGKILL)
+        after = when(lambda now: lost_slices(before, now))
+        assert lost_slices(before, after) == {1}
+        assert after.get(0) == before[0]
+        back = when(lambda now: len(now) == 2)
+        assert back[1] != before[1]  # a new incarnation: its worker restarted (OnFailure)
+    finally:
+        health.close()
+
+
+def test_a_restarted_pathways_sidecar_ends_the_session(running: str, k8s: K8s, cluster: LocalCluster) -> None:
+    head = _head(k8s).metadata.name
+    session = PathwaysSession(k8s.api_client, NAMESPACE, head)
+    lost: list[str] = []
+    called = threading.Event()
+
+    def on_lost(message: str) -> None:
+        lost.append(message)
+        called.set()
+
+    session.watch_sidecars(on_lost)
+    try:
+        cluster.faults.signal_pod(NAMESPACE, head, signal.SIGKILL, container="pathways-proxy")
+        assert called.wait(30)
+        assert lost[0].startswith("UNAVAILABLE: the Pathways backend is gone: sidecar pathways-proxy")
+    finally:
+        session.close()
+
+
+def test_pathways_flags_in_the_rendered_manifest_are_all_accepted(running: str, k8s: K8s) -> None:
+    """Every Pathways container of the operator's manifest is up: no flag was refused."""
+    head = _head(k8s)
+    sidecars = {s.name: s for s in head.status.init_container_statuses}
+    assert set(sidecars) == {"pathways-proxy", "pathways-rm"}
+    assert all(s.restart_count == 0 or s.name == "pathways-proxy" for s in sidecars.values())
+    assert all(s.state.running for p in _running_workers(k8s) for s in p.status.container_statuses)
