@@ -34,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", type=Path, help="where the cluster, Airflow and the run write (kept)")
     parser.add_argument("--steps", type=int, default=80, help="training steps (default: 80)")
     parser.add_argument("--checkpoint-period", type=int, default=10, help="steps between checkpoints (default: 10)")
-    parser.add_argument("--slices", type=int, default=2, help="worker slices (default: 2)")
+    parser.add_argument("--slices", type=int, default=3, help="worker slices (default: 3)")
+    parser.add_argument(
+        "--tpu-topology",
+        default="4x4",
+        help="each slice's v5e topology; its hosts are the slice's worker pods (default: 4x4, v5e-16: 4 hosts)",
+    )
     parser.add_argument(
         "--kill-at-step", type=int, default=30, help="delete a worker pod once this step completes (default: 30)"
     )
@@ -100,6 +105,8 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
             "steps": args.steps,
             "checkpoint_period": args.checkpoint_period,
             "num_slices": args.slices,
+            "tpu_type": "v5e",
+            "tpu_topology": args.tpu_topology,
             "num_samples": args.samples,
             "inject_slice_failure": True,
             "failure_at_step": args.kill_at_step,

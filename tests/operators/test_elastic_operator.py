@@ -92,6 +92,35 @@ def test_slice_killed_mid_run_recovers_in_process(
     assert len(jobsets_of(cluster_connection, "elastic-inproc")) == 1
 
 
+def test_one_host_of_a_four_host_slice_killed_is_one_slice_restart(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    """The seed's setup: 3 slices of v5e-16 (4x4: 4 hosts, so 4 worker pods a slice), the operator's GKE
+    JobSet run as is; one host of slice 1 lost mid-run is one slice lost, recovered in process."""
+    dag = elastic_dag(
+        "elastic_multihost",
+        tmp_path,
+        num_slices=3,
+        tpu_type="v5e",
+        tpu_topology="4x4",
+        stall_timeout="timedelta(minutes=5)",
+    )
+    with StepFaults(cluster_connection, "elastic-multihost").at(25, kill_worker(1)) as faults:
+        dag_run = dag.test()
+    assert faults.fired == [25]
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 59
+    assert report["slice_restarts"] == 1 and report["in_process_recoveries"] == 1
+    assert report["full_restarts"] == 0 and report["escalations"] == []
+    [recovery] = report["recoveries"]
+    assert 0 <= recovery["steps_lost"] <= 10
+    [jobset] = jobsets_of(cluster_connection, "elastic-multihost")
+    worker = jobset["spec"]["replicatedJobs"][1]
+    assert (worker["replicas"], worker["template"]["spec"]["completions"]) == (3, 4)
+    assert "Pathways allocation: 3 slices of 4 hosts" in head_log(cluster_connection, jobset["metadata"]["name"])
+
+
 def head_log(cluster: LocalCluster, jobset: str) -> str:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
