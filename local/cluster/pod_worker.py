@@ -298,8 +298,8 @@ class PodWorker:
     async def _pull(self, c: Container) -> ImageEntry | None:
         """The container's image from the catalogue; an unknown one waits in ImagePullBackOff until stopped.
 
-        The catalogue does not change while the cluster runs, so a failed pull is retried only in name: the
-        state alternates ``ErrImagePull`` / ``ImagePullBackOff`` as the kubelet's does, and the container never
+        The catalogue does not change while the cluster runs, so a failed pull is not retried: the state goes
+        from ``ErrImagePull`` to ``ImagePullBackOff``, as the kubelet's, and stays there; the container never
         starts (a sidecar that never starts keeps the pod Pending, ``Init:ImagePullBackOff``).
         """
         image = str(c.spec.get("image", ""))
@@ -308,14 +308,12 @@ class PodWorker:
         except ImagePullError as err:
             c.state = {"waiting": {"reason": ERR_IMAGE_PULL, "message": str(err)}}
             self._flush()
-        backoff = BACKOFF_INITIAL_SECONDS
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), backoff)
-            if not self._stopping.is_set() and "ImagePullBackOff" not in str(c.state):
-                c.state = {"waiting": {"reason": IMAGE_PULL_BACKOFF, "message": f'Back-off pulling image "{image}"'}}
-                self._flush()
-            backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), BACKOFF_INITIAL_SECONDS)
+        if not self._stopping.is_set():
+            c.state = {"waiting": {"reason": IMAGE_PULL_BACKOFF, "message": f'Back-off pulling image "{image}"'}}
+            self._flush()
+            await self._stopping.wait()
         return None
 
     def _should_restart(self, c: Container, code: int) -> bool:
