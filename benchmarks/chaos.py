@@ -865,7 +865,7 @@ def run_lane(
     root.mkdir(parents=True, exist_ok=True)
     (root / "dags").mkdir(exist_ok=True)
     records = root / "records.jsonl"
-    with LocalCluster(workdir=root / "cluster") as cluster:
+    with LocalCluster(workdir=root / "cluster", description="v5e-small") as cluster:
         env = dict(os.environ)
         env.update(
             {

@@ -36,11 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-period", type=int, default=10, help="steps between checkpoints (default: 10)")
     parser.add_argument("--slices", type=int, default=3, help="worker slices (default: 3)")
     parser.add_argument(
-        "--tpu-topology",
-        default="4x4",
-        help="each slice's v5e topology; its hosts are the slice's worker pods (default: 4x4, v5e-16: 4 hosts)",
-    )
-    parser.add_argument(
         "--kill-at-step", type=int, default=30, help="delete a worker pod once this step completes (default: 30)"
     )
     parser.add_argument("--samples", type=int, default=16, help="synthetic samples (default: 16)")
@@ -97,7 +92,8 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
 
     started = time.monotonic()
     say(f"work directory: {workdir}")
-    with LocalCluster(workdir=workdir / "cluster") as cluster:
+    # The default description: four v5e-16 node pools and cpu-np, where the GKE JobSet schedules as on GKE.
+    with LocalCluster(workdir=workdir / "cluster", description="v5e-small") as cluster:
         say(f"local cluster serving at {cluster.url}")
         conf = {
             "run_name": "demo",
@@ -105,8 +101,6 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
             "steps": args.steps,
             "checkpoint_period": args.checkpoint_period,
             "num_slices": args.slices,
-            "tpu_type": "v5e",
-            "tpu_topology": args.tpu_topology,
             "num_samples": args.samples,
             "inject_slice_failure": True,
             "failure_at_step": args.kill_at_step,

@@ -300,7 +300,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             {
                 "type": "string",
                 "enum": tpu_types,
-                "title": "TPU type",
+                "title": "TPU type (gke)",
                 "description": "The slices' TPU generation.",
                 "section": SECTION_SCALE,
             },
@@ -311,11 +311,8 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             "2x2x1",
             {
                 "type": "string",
-                "title": "TPU topology",
-                "description": (
-                    "One slice's shape, e.g. 2x2x1 (v4, v5p) or 2x2 (v5e, v6e); "
-                    "each of its hosts is one worker pod, on both runtimes."
-                ),
+                "title": "TPU topology (gke)",
+                "description": "One slice's shape, e.g. 2x2x1 (v4, v5p) or 2x2 (v5e, v6e).",
                 "section": SECTION_SCALE,
                 "pattern": "^[0-9]{1,3}(x[0-9]{1,3}){1,2}$",
             },
@@ -703,6 +700,16 @@ def validate_params(
         "failure_at_step": failure_step,
         "failure_slice": failure_slice,
     }
+    if runtime == "local":
+        config.update(
+            image=None,
+            tpu_type=None,
+            tpu_topology=None,
+            maxtext_args={"per_device_batch_size": batch},
+            evaluate={"image": "local", "command": list(LOCAL_EVAL_COMMAND)},
+            synthesize={"image": "local", "command": list(LOCAL_SYNTH_COMMAND)},
+        )
+        return config
     tpu_type = _string(params, "tpu_type")
     if tpu_type not in TPU_TYPES:
         raise ParamError("tpu_type", f"unknown TPU type {tpu_type!r}; known: {', '.join(sorted(TPU_TYPES))}")
@@ -710,17 +717,6 @@ def validate_params(
     topology_error = TPU_TYPES[tpu_type].topology_error(topology)
     if topology_error:
         raise ParamError("tpu_topology", topology_error)
-    if runtime == "local":
-        # The same JobSet as on GKE (slices of tpu_topology's hosts), run by the local image catalogue.
-        config.update(
-            image=None,
-            tpu_type=tpu_type,
-            tpu_topology=topology,
-            maxtext_args={"per_device_batch_size": batch},
-            evaluate={"image": "local", "command": list(LOCAL_EVAL_COMMAND)},
-            synthesize={"image": "local", "command": list(LOCAL_SYNTH_COMMAND)},
-        )
-        return config
     config.update(
         image=_image("image", _optional_string(params, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or "")),
         tpu_type=tpu_type,

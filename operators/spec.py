@@ -38,11 +38,12 @@ RUNTIMES: Final[tuple[str, ...]] = get_args(Runtime)
 MAXTEXT_TRAIN_MODULE: Final = "maxtext.trainers.pre_train.train"
 DEFAULT_CONFIG_FILE: Final = "src/maxtext/configs/base.yml"
 # The `local` runtime's defaults when the spec leaves them unset: the same JobSet as on GKE, with an image
-# the local cluster's image catalogue runs as the MaxText stand-in (local/cluster/images.py) and the
-# smallest multi-chip slice (v5e 2x2: 4 chips on one host, so one worker pod per slice).
+# the local cluster's image catalogue runs as the MaxText stand-in (local/cluster/images.py) and the seed's
+# slice, v5e-16 (4x4: 4 hosts of 4 chips, so 4 worker pods a slice), which the local cluster's default
+# description (`v5e-small`: four 4x4 node pools and `cpu-np`) has node pools for.
 LOCAL_MAXTEXT_IMAGE: Final = "localhost/maxtext:local-stand-in"
 LOCAL_TPU_TYPE: Final = "v5e"
-LOCAL_TPU_TOPOLOGY: Final = "2x2"
+LOCAL_TPU_TOPOLOGY: Final = "4x4"
 
 DNS1123_LABEL_MAX: Final = 63
 # Replicas, backoffLimit, maxRestarts and completions are int32 in the JobSet and batch/v1 APIs; every integer

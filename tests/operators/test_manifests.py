@@ -41,7 +41,7 @@ from operators.manifests import (
     lint_manifest,
     plain_jobset,
 )
-from operators.spec import ElasticRunSpec, SpecError
+from operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, SpecError, lint
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -85,9 +85,8 @@ def gke_elastic() -> dict[str, Any]:
 
 
 def local_elastic() -> dict[str, Any]:
-    return elastic_jobset(
-        LOCAL_SPEC, name=_name(LOCAL_SPEC), namespace="default", labels=LABELS, local_env={"LOCAL_FAULT_X": "1"}
-    )
+    spec = dataclasses.replace(LOCAL_SPEC, trainer_env={"LOCAL_FAULT_X": "1"})
+    return elastic_jobset(spec, name=_name(LOCAL_SPEC), namespace="default", labels=LABELS)
 
 
 def gke_plain() -> dict[str, Any]:
@@ -171,7 +170,7 @@ def test_design_failure_policy_is_explicit() -> None:
     for manifest, spec in ((gke_elastic(), GKE_SPEC), (local_elastic(), LOCAL_SPEC)):
         policy = manifest["spec"]["failurePolicy"]
         assert (policy["restartStrategy"], policy["maxRestarts"]) == ("Recreate", spec.jobset_max_restarts)
-    assert "rules" not in local_elastic()["spec"]["failurePolicy"]  # local renders its own shape until it runs GKE's
+    assert local_elastic()["spec"]["failurePolicy"]["rules"] == gke_elastic()["spec"]["failurePolicy"]["rules"]
     zero = elastic_jobset(dataclasses.replace(GKE_SPEC, jobset_max_restarts=0), name="a", namespace="d", labels={})
     assert zero["spec"]["failurePolicy"]["maxRestarts"] == 0  # written out even when 0 (xpk omits it)
 
@@ -339,12 +338,13 @@ def test_gke_knobs_left_unset_render_nothing() -> None:
         assert not any("imagePullPolicy" in c for c in _all_containers(pod))  # Kubernetes' default: pinned tags
 
 
-def test_local_runtime_ignores_the_gke_knobs() -> None:
-    """Until local renders the GKE JobSet, its manifest is unchanged by GKE-only knobs."""
+def test_local_runtime_renders_the_gke_knobs_too() -> None:
+    """The same manifest on both runtimes: the GKE knobs render on local exactly as on gke."""
     knobs = {f: getattr(KNOBS, f) for f in ("head_node_pool", "service_account", "priority_class", "kueue_queue")}
     local = dataclasses.replace(LOCAL_SPEC, **knobs, trainer_env={"A": "1"}, image_pull_policy="Never")
+    as_gke = dataclasses.replace(local, runtime="gke", image=LOCAL_MAXTEXT_IMAGE, tpu_type="v5e", tpu_topology="4x4")
     assert elastic_jobset(local, name="a", namespace="d", labels={}) == elastic_jobset(
-        LOCAL_SPEC, name="a", namespace="d", labels={}
+        as_gke, name="a", namespace="d", labels={}
     )
 
 
@@ -356,44 +356,24 @@ def _all_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return [*pod.get("initContainers", []), *pod["containers"]]
 
 
-def test_local_runtime_runs_the_local_workloads() -> None:
+def test_local_runtime_renders_the_gke_jobset_with_local_defaults() -> None:
+    """`runtime` chooses the cluster, not the shape: the local manifest is the GKE one for the same spec,
+    with the local runtime's defaults for an unset image (the catalogue's MaxText stand-in) and v5e 4x4."""
     manifest = local_elastic()
+    as_gke = dataclasses.replace(
+        LOCAL_SPEC, runtime="gke", image=LOCAL_MAXTEXT_IMAGE, tpu_type="v5e", tpu_topology="4x4"
+    )
+    as_gke = dataclasses.replace(as_gke, trainer_env={"LOCAL_FAULT_X": "1"})
+    lint(as_gke)
+    assert manifest == elastic_jobset(as_gke, name=_name(LOCAL_SPEC), namespace="default", labels=LABELS)
     head_pod = _pod(_rjob(manifest, HEAD_REPLICATED_JOB))
-    assert "initContainers" not in head_pod
     trainer = _container(head_pod, HEAD_MAIN_CONTAINER)
-    assert trainer["image"] == "local"
-    assert trainer["command"] == ["python", "-m", "local.workloads.train"]
-    assert trainer["args"] == [*LOCAL_SPEC.maxtext_keys(), "num_slices=2"]
+    assert trainer["args"] == [LOCAL_SPEC.config_file, *LOCAL_SPEC.maxtext_keys()]
+    assert _env(trainer)["LOCAL_FAULT_X"] == "1"  # the trainer env: added last, on both runtimes
     worker_rjob = _rjob(manifest, WORKER_REPLICATED_JOB)
-    worker = _container(_pod(worker_rjob), WORKER_CONTAINER)
-    assert worker["command"] == ["python", "-m", "local.workloads.slice_worker"]
-    assert worker_rjob["replicas"] == 2
-    job = worker_rjob["template"]["spec"]
-    assert job["completions"] == 1
-    assert job["backoffLimit"] == LOCAL_SPEC.max_slice_restarts * 1
-    assert _pod(worker_rjob)["restartPolicy"] == "OnFailure"
-    for container in (trainer, worker):
-        env = _env(container)
-        assert env["JOBSET_NAME"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}
-        assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-        assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-        assert env["JAX_PLATFORMS"] == "cpu"
-        assert env["PYTHONUNBUFFERED"] == "1"
-        assert env["LOCAL_FAULT_X"] == "1"
-
-
-def test_local_and_gke_share_the_shape() -> None:
-    def shape(manifest: dict[str, Any]) -> Any:
-        spec = manifest["spec"]
-        return (
-            {k: v for k, v in spec.items() if k not in ("replicatedJobs", "failurePolicy")},
-            [
-                (r["name"], _pod(r)["restartPolicy"], [c["name"] for c in _pod(r)["containers"]])
-                for r in spec["replicatedJobs"]
-            ],
-        )
-
-    assert shape(gke_elastic()) == shape(local_elastic())
+    assert worker_rjob["template"]["spec"]["completions"] == 4  # v5e 4x4: four hosts
+    assert worker_rjob["template"]["spec"]["backoffLimit"] == LOCAL_SPEC.max_slice_restarts * 4
+    assert "LOCAL_FAULT_X" not in _env(_container(_pod(worker_rjob), WORKER_CONTAINER))
 
 
 @pytest.mark.parametrize("render", list(RENDERERS.values()), ids=list(RENDERERS))

@@ -20,6 +20,7 @@ from operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
+    LABEL_GKE_TPU_TOPOLOGY,
     LABEL_JOBSET_NAME,
     WORKER_REPLICATED_JOB,
 )
@@ -36,6 +37,8 @@ from operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, lint
 from tests.local.cluster.helpers import wait_for
 from tests.operators.conftest import K8s
 
+# GKE-like node pools, so the rendered JobSet's pods schedule as on GKE (four v5e-16 pools and cpu-np).
+CLUSTER_DESCRIPTION = "v5e-small"
 NAMESPACE = "default"
 # The longest names the operator makes, so the cluster checks the 63-character child names for real.
 DAG = "a-very-long-dag-id-for-the-nightly-pretraining-pipeline"
@@ -170,7 +173,7 @@ def test_local_and_gke_render_the_same_bytes(tmp_path: Path) -> None:
     assert worker["template"]["spec"]["backoffLimit"] == 2 * 4
 
 
-def test_local_defaults_are_a_one_host_v5e_slice(tmp_path: Path) -> None:
+def test_local_defaults_are_the_seeds_v5e_16_slice(tmp_path: Path) -> None:
     spec = ElasticRunSpec(
         run_name="defaults",
         base_output_directory=str(tmp_path),
@@ -185,13 +188,13 @@ def test_local_defaults_are_a_one_host_v5e_slice(tmp_path: Path) -> None:
     [trainer] = head["template"]["spec"]["template"]["spec"]["containers"]
     assert trainer["image"] == LOCAL_MAXTEXT_IMAGE
     assert trainer["command"] == ["python3", "-m", "maxtext.trainers.pre_train.train"]
-    assert worker["template"]["spec"]["completions"] == 1
-    assert worker["template"]["spec"]["template"]["spec"]["nodeSelector"][LABEL_GKE_TPU_TOPOLOGY] == "2x2"
+    assert worker["template"]["spec"]["completions"] == 4
+    assert worker["template"]["spec"]["template"]["spec"]["nodeSelector"][LABEL_GKE_TPU_TOPOLOGY] == "4x4"
 
 
 @pytest.mark.slow
 def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> None:
-    """The rendered manifest, unsuspended, runs the MaxText stand-in and 2 slices of 2 Pathways workers."""
+    """The rendered manifest, unsuspended, runs the MaxText stand-in and 2 slices of 4 Pathways workers."""
     spec = ElasticRunSpec(
         run_name="smoke",
         base_output_directory=str(tmp_path),
@@ -200,7 +203,7 @@ def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> 
         num_slices=2,
         runtime="local",
         tpu_type="v5e",
-        tpu_topology="2x4",
+        tpu_topology="4x4",
     )
     lint(spec)
     name = jobset_name(dag_id="d", task_id="t", run_id="smoke", map_index=-1, attempt=0, prefix=spec.run_name)
@@ -218,9 +221,9 @@ def test_local_elastic_jobset_trains_to_completion(k8s: K8s, tmp_path: Path) -> 
         def workers() -> int | None:
             selector = f"{LABEL_JOBSET_NAME}={name},jobset.sigs.k8s.io/replicatedjob-name=worker"
             count = len(k8s.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
-            return count if count == 4 else None
+            return count if count == 8 else None
 
-        assert wait_for(workers, timeout=60) == 4  # 2 slices of v5e 2x4: 2 hosts each
+        assert wait_for(workers, timeout=60) == 8  # 2 slices of v5e 4x4: 4 hosts each
         assert wait_for(terminal, timeout=280, interval=1.0) == "Completed"
         steps = {p.name for p in Path(spec.checkpoint_directory).iterdir() if p.name.isdigit()}
         assert str(spec.target_step) in steps

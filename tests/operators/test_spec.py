@@ -295,8 +295,8 @@ def test_derived_values_gke() -> None:
 def test_derived_values_local() -> None:
     spec = dataclasses.replace(LOCAL, base_output_directory="/tmp/runs/")
     assert spec.run_directory == "/tmp/runs/demo"
-    # The local defaults, v5e 2x2: one host of 4 chips a slice.
-    assert (spec.vms_per_slice, spec.chips_per_slice, spec.total_chips) == (1, 4, 8)
+    # The local defaults, v5e 4x4 (v5e-16): four hosts of 4 chips a slice.
+    assert (spec.vms_per_slice, spec.chips_per_slice, spec.total_chips) == (4, 16, 32)
 
 
 @pytest.mark.parametrize(

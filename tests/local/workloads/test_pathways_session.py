@@ -2,8 +2,8 @@
 
 The manifest is `elastic_jobset`'s, byte for byte, except the head's trainer container, which sleeps here
 (the trainer itself is exercised end to end in tests/operators): the Pathways sidecars and the 2 slices of
-2 hosts (v5e 2x4) run through the image catalogue, and the slice health and the Pathways session are read
-over HTTP as the trainer reads them.
+4 hosts (v5e 4x4, on the `v5e-small` node pools) run through the image catalogue, and the slice health and
+the Pathways session are read over HTTP as the trainer reads them.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from operators.spec import ElasticRunSpec, lint
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 
+CLUSTER_DESCRIPTION = "v5e-small"
 NAMESPACE = "default"
 NAME = "multihost-abcdef"
 
@@ -48,14 +49,14 @@ def running(k8s: K8s, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         num_slices=2,
         runtime="local",
         tpu_type="v5e",
-        tpu_topology="2x4",
+        tpu_topology="4x4",
     )
     lint(spec)
     manifest: dict[str, Any] = elastic_jobset(spec, name=NAME, namespace=NAMESPACE, labels={})
     head = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     head["containers"][0] |= {"image": "local", "command": ["sleep", "600"], "args": []}
     k8s.custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, manifest)
-    wait_for(lambda: len(_running_workers(k8s)) == 4 or None, timeout=60)
+    wait_for(lambda: len(_running_workers(k8s)) == 8 or None, timeout=60)
     try:
         yield NAME
     finally:
@@ -80,11 +81,11 @@ def test_the_trainer_learns_slices_from_the_resource_manager_and_hosts_from_the_
     running: str, k8s: K8s
 ) -> None:
     session = PathwaysSession(k8s.api_client, NAMESPACE, _head(k8s).metadata.name)
-    assert session.allocation() == Allocation(running, NAMESPACE, num_slices=2, hosts_per_slice=2)
+    assert session.allocation() == Allocation(running, NAMESPACE, num_slices=2, hosts_per_slice=4)
 
 
 def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8s, cluster: LocalCluster) -> None:
-    health = KubernetesSliceHealth(k8s.core, NAMESPACE, running, 2, min_ready_seconds=0.2, hosts_per_slice=2)
+    health = KubernetesSliceHealth(k8s.core, NAMESPACE, running, 2, min_ready_seconds=0.2, hosts_per_slice=4)
 
     def when(check: Any) -> dict[int, Generation]:
         def poll() -> dict[int, Generation] | None:
@@ -95,7 +96,7 @@ def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8
 
     try:
         before = when(lambda now: len(now) == 2)
-        assert all(len(generation) == 2 for generation in before.values())  # two hosts each
+        assert all(len(generation) == 4 for generation in before.values())  # four hosts each
         [victim] = [
             p
             for p in _running_workers(k8s)
