@@ -25,7 +25,6 @@ from operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from operators.manifests import (
-    LABEL_GKE_TPU_TOPOLOGY,
     JobSpec,
     elastic_jobset,
     identity_labels,
