@@ -128,8 +128,10 @@ class PathwaysSession:
                 except Exception as error:  # the API briefly unreachable is not a lost backend
                     _logger.warning("Pathways session: reading the pod failed: %s", error)
                     continue
-                for name, incarnation in baseline.items():
-                    if now.get(name) != incarnation:
+                for name, (restarts, running) in baseline.items():
+                    later_restarts, later_running = now.get(name, (restarts, False))
+                    if later_restarts != restarts or (running and not later_running):
+                        incarnation = (restarts, running)
                         on_lost(
                             f"UNAVAILABLE: the Pathways backend is gone: sidecar {name} restarted or stopped "
                             f"({incarnation} -> {now.get(name)}); the client's session, arrays and slices are lost"
