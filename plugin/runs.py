@@ -2,7 +2,12 @@
 
 Where each fact lives (the same places Airflow's public API reads them from):
 
-- task instances of ``ElasticJobSetOperator`` (``task_instance.operator``), with their DAG run;
+- which task instances are elastic: those whose task state store holds the ``elastic_run`` entry, which
+  ``ElasticJobSetOperator`` (and so every subclass of it, e.g. the pipeline's ``PretrainOperator``, and
+  every mapped instance) writes at the start of each attempt, before it waits. The operator's class name
+  is not enough (``task_instance.operator`` is the subclass's name); it is kept only as a fallback for a
+  base-class task whose state entry was removed by ``airflow state-store cleanup`` (rows expire after
+  ``[state_store] default_retention_days``, 30 by default);
 - the run report: XCom ``return_value`` of a finished task, or ``report`` of a failed one;
 - the ``elastic_run`` entry of the task state store (``task_state_store``, Airflow 3.3), JSON;
 - the rendered template fields (run name, base directory, steps, slices) while no report exists;
@@ -20,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from operators.checkpoints import ValidationOptions, validate_checkpoints
 from operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
@@ -54,10 +59,22 @@ def elastic_task_instances(
     run_id: str | None = None,
     limit: int = 50,
 ) -> list[Any]:
-    """Task instances of the elastic operator, newest first; ``dag_ids=None`` means every DAG."""
+    """Elastic task instances (see the module docstring), newest first; ``dag_ids=None`` means every DAG."""
+    from airflow.models.task_state_store import TaskStateStoreModel as State
     from airflow.models.taskinstance import TaskInstance
 
-    query = select(TaskInstance).where(TaskInstance.operator.in_(ELASTIC_OPERATORS))
+    has_state = (
+        select(State.id)
+        .where(
+            State.dag_id == TaskInstance.dag_id,
+            State.run_id == TaskInstance.run_id,
+            State.task_id == TaskInstance.task_id,
+            State.map_index == TaskInstance.map_index,
+            State.key == STATE_KEY,
+        )
+        .exists()
+    )
+    query = select(TaskInstance).where(or_(has_state, TaskInstance.operator.in_(ELASTIC_OPERATORS)))
     if dag_ids is not None:
         query = query.where(TaskInstance.dag_id.in_(list(dag_ids)))
     if dag_id is not None:

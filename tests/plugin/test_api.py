@@ -38,6 +38,18 @@ class ElasticJobSetOperator(BaseOperator):
             context["ti"].xcom_push(key="report", value=self.report)
             raise AirflowFailException(self.report["failure"])
         return self.report
+
+
+class PretrainOperator(ElasticJobSetOperator):
+    # The shipped DAGs' task class is a subclass: its task instances say "PretrainOperator".
+    pass
+
+
+class StageJobSetOperator(BaseOperator):
+    # A plain JobSet stage pushes a JobSet name too, but keeps no elastic state: not an elastic run.
+    def execute(self, context):
+        context["ti"].xcom_push(key="jobset_name", value="eval-0a1b2c")
+        return {"target_step": 39}
 """
 
 
@@ -93,6 +105,18 @@ def persisted(run_dir: Path, *, failure: str | None = None) -> tuple[dict[str, A
     return report, state
 
 
+def run_subclass_and_mapped(dag_id: str, run_dir: Path) -> Any:
+    """The shipped DAGs' shape: a ``PretrainOperator`` task, a mapped one (two map indexes) and a plain stage."""
+    report, state = persisted(run_dir)
+    body = f"""
+    with DAG({dag_id!r}, schedule=None) as dag:
+        pretrain = PretrainOperator(task_id="pretrain", report={report!r}, state={state!r})
+        sweep = PretrainOperator.partial(task_id="sweep", state={state!r}).expand(report=[{report!r}, {report!r}])
+        pretrain >> sweep >> StageJobSetOperator(task_id="evaluate")
+    """
+    return dag_from_source(dag_id, body, HEADER).test()
+
+
 def run_fake(dag_id: str, run_dir: Path, *, failure: str | None = None) -> Any:
     report, state = persisted(run_dir, failure=failure)
     body = f"""
@@ -110,7 +134,8 @@ def runs(api: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     good = run_fake("fake_elastic", base / "good")
     bad = run_fake("fake_elastic_failed", base / "bad", failure="full-restart budget spent: max_full_restarts=2")
     assert states(good) == {"pretrain": "success"} and states(bad) == {"pretrain": "failed"}
-    return {"good": good, "bad": bad}
+    shipped = run_subclass_and_mapped("fake_pipeline", base / "good")
+    return {"good": good, "bad": bad, "shipped": shipped}
 
 
 def auth(token: str) -> dict[str, str]:
@@ -120,7 +145,7 @@ def auth(token: str) -> dict[str, str]:
 def test_recent_runs_list_every_elastic_run(api: Any, runs: dict[str, Any]) -> None:
     answer = api.get("/elastic-training/api/runs", headers=auth(api.token()))
     assert answer.status_code == 200
-    rows = {r["dag_id"]: r for r in answer.json()["runs"]}
+    rows = {r["dag_id"]: r for r in answer.json()["runs"] if r["dag_id"] != "fake_pipeline"}
     assert set(rows) == {"fake_elastic", "fake_elastic_failed"}
     good = rows["fake_elastic"]
     assert good["run_id"] == runs["good"].run_id and good["task_id"] == "pretrain"
@@ -132,6 +157,38 @@ def test_recent_runs_list_every_elastic_run(api: Any, runs: dict[str, Any]) -> N
     limited = api.get("/elastic-training/api/runs?limit=1", headers=auth(api.token()))
     assert len(limited.json()["runs"]) == 1
     assert api.get("/elastic-training/api/runs?limit=0", headers=auth(api.token())).status_code == 422
+
+
+def test_subclasses_and_mapped_tasks_are_elastic_runs_and_plain_stages_are_not(
+    api: Any, runs: dict[str, Any]
+) -> None:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    run = runs["shipped"]
+    with create_session() as session:
+        recorded = dict(
+            session.execute(
+                select(TaskInstance.task_id, TaskInstance.operator).where(TaskInstance.dag_id == "fake_pipeline")
+            ).all()
+        )
+    assert recorded["pretrain"] == "PretrainOperator"  # so no class-name rule on "ElasticJobSetOperator" finds it
+    listed = api.get("/elastic-training/api/runs", headers=auth(api.token())).json()["runs"]
+    mine = sorted((r["task_id"], r["map_index"]) for r in listed if r["dag_id"] == "fake_pipeline")
+    assert mine == [("pretrain", -1), ("sweep", 0), ("sweep", 1)]
+    answer = api.get(f"/elastic-training/api/runs/fake_pipeline/{quote(run.run_id, safe='')}", headers=auth(api.token()))
+    assert answer.status_code == 200, answer.text
+    tasks = {(t["task_id"], t["map_index"]): t for t in answer.json()["tasks"]}
+    assert set(tasks) == {("pretrain", -1), ("sweep", 0), ("sweep", 1)}
+    assert all(t["progress"]["current_step"] == 39 and t["counts"]["recoveries"] == 1 for t in tasks.values())
+
+
+def test_the_marker_is_the_key_the_operator_writes() -> None:
+    from operators.elastic_operator import STATE_KEY
+    from plugin.runs import STATE_KEY as READ_KEY
+
+    assert READ_KEY == STATE_KEY
 
 
 def test_one_run_in_full(api: Any, runs: dict[str, Any]) -> None:
