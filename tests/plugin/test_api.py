@@ -159,9 +159,7 @@ def test_recent_runs_list_every_elastic_run(api: Any, runs: dict[str, Any]) -> N
     assert api.get("/elastic-training/api/runs?limit=0", headers=auth(api.token())).status_code == 422
 
 
-def test_subclasses_and_mapped_tasks_are_elastic_runs_and_plain_stages_are_not(
-    api: Any, runs: dict[str, Any]
-) -> None:
+def test_subclasses_and_mapped_tasks_are_elastic_runs_and_plain_stages_are_not(api: Any, runs: dict[str, Any]) -> None:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -177,7 +175,8 @@ def test_subclasses_and_mapped_tasks_are_elastic_runs_and_plain_stages_are_not(
     listed = api.get("/elastic-training/api/runs", headers=auth(api.token())).json()["runs"]
     mine = sorted((r["task_id"], r["map_index"]) for r in listed if r["dag_id"] == "fake_pipeline")
     assert mine == [("pretrain", -1), ("sweep", 0), ("sweep", 1)]
-    answer = api.get(f"/elastic-training/api/runs/fake_pipeline/{quote(run.run_id, safe='')}", headers=auth(api.token()))
+    path = f"/elastic-training/api/runs/fake_pipeline/{quote(run.run_id, safe='')}"
+    answer = api.get(path, headers=auth(api.token()))
     assert answer.status_code == 200, answer.text
     tasks = {(t["task_id"], t["map_index"]): t for t in answer.json()["tasks"]}
     assert set(tasks) == {("pretrain", -1), ("sweep", 0), ("sweep", 1)}
