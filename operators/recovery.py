@@ -10,6 +10,14 @@ travel in a trigger's kwargs and the task state store: its size grows with recov
 Steps follow MaxText: ``failed_step`` is the last completed step before the failure and
 ``restored_step`` the checkpoint restored, so ``steps_lost = failed_step - restored_step`` steps
 are run again (``failed_step + 1`` when nothing was restored).
+
+Step times are the trainer's own (``completed step: N, seconds: S``). MaxText's first step after
+each start or restore includes the compilation of the step function (``train.py`` times the whole
+``p_train_step`` call, and the first call compiles it), so it is kept apart as start-up: the mean step
+time and goodput use the steady steps, the way ml-goodput-measurement counts program start-up and
+compilation as badput (AI-Hypercomputer/ml-goodput-measurement, ``goodput.py``). The digest also keeps
+a thinned series of (time, step) points, at most ``MAX_STEP_POINTS``, so a view can draw what the
+trainer did rather than a line between checkpoints.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from operators.constants import (
 )
 
 MAX_RECOVERIES_KEPT = 200  # a hostile or broken trainer must not grow a trigger's kwargs without bound
+MAX_STEP_POINTS = 240  # the step series is thinned (every 2nd, 4th, ... step) to stay this small
 
 
 @dataclass
@@ -89,11 +98,23 @@ class LogDigest:
     open_recovery: Recovery | None = None
     attempts_spent: bool = False
     stopped: str | None = None
+    startup_steps: int = 0  # first steps after a start or restore: they include compilation
+    startup_step_seconds: float = 0.0
+    awaiting_first_step: bool = False
+    first_step_at: float | None = None
+    first_step_seconds: float | None = None
+    resumed_from_step: int | None = None  # the step restored before any step ran (-1: trained from scratch)
+    step_points: list[list[float]] = field(default_factory=list)  # [at, step, n-th step executed]
+    step_point_stride: int = 1
 
     def feed(self, at: float, line: str) -> None:
         """Fold one log line logged at ``at`` (Unix seconds)."""
         if (match := COMPLETED_STEP_RE.search(line)) is not None:
-            self._completed_step(at, int(match.group(1)), float(match.group(2)), line)
+            try:
+                seconds = float(match.group(2))
+            except ValueError:  # "1.2.3" matches the pattern but is no number
+                seconds = 0.0
+            self._completed_step(at, int(match.group(1)), seconds, line)
         elif ELASTIC_EVENT_RE.search(line):
             self._close_open()
             self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step)
@@ -127,7 +148,15 @@ class LogDigest:
         self.latest_step_at = at
         self.progress_at = at
         self.steps_executed += 1
-        self.step_seconds_total += max(0.0, seconds)
+        seconds = max(0.0, seconds)
+        self.step_seconds_total += seconds
+        if self.first_step_at is None:
+            self.first_step_at, self.first_step_seconds = at, seconds
+        if self.awaiting_first_step:
+            self.awaiting_first_step = False
+            self.startup_steps += 1
+            self.startup_step_seconds += seconds
+        self._add_point(at, step)
         if (live := LIVE_SLICE_COUNT_RE.search(line)) is not None:
             self.live_slices = int(live.group(1))
         recovery = self.open_recovery
@@ -137,9 +166,20 @@ class LogDigest:
                 recovery.slices = self.live_slices
             self._close_open()
 
+    def _add_point(self, at: float, step: int) -> None:
+        n = self.steps_executed - 1
+        if n % self.step_point_stride == 0:
+            self.step_points.append([at, step, n])
+        if len(self.step_points) > MAX_STEP_POINTS:
+            self.step_point_stride *= 2
+            self.step_points = [p for p in self.step_points if int(p[2]) % self.step_point_stride == 0]
+
     def _restored(self, at: float, step: int | None) -> None:
         self.restores += 1
         self.progress_at = at
+        self.awaiting_first_step = True
+        if self.steps_executed == 0 and self.resumed_from_step is None:
+            self.resumed_from_step = -1 if step is None else step
         recovery = self.open_recovery
         if recovery is not None and recovery.restored_at is None:
             recovery.restored_at = at
@@ -158,7 +198,20 @@ class LogDigest:
 
     @property
     def mean_step_seconds(self) -> float | None:
+        """The mean of the steady steps (start-up steps apart); of every step when all were start-up steps."""
+        steady = self.steps_executed - self.startup_steps
+        if steady > 0:
+            return max(0.0, self.step_seconds_total - self.startup_step_seconds) / steady
         return self.step_seconds_total / self.steps_executed if self.steps_executed else None
+
+    @property
+    def points(self) -> list[tuple[float, int]]:
+        """(time, step) of the thinned step series, with the latest step always last."""
+        found = [(float(p[0]), int(p[1])) for p in self.step_points]
+        latest_at = self.latest_step_at
+        if latest_at is not None and self.latest_step is not None and (not found or found[-1][0] < latest_at):
+            found.append((latest_at, self.latest_step))
+        return found
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -256,6 +309,11 @@ def run_report(
     escalation_steps_lost = sum(int(e.get("steps_lost") or 0) for e in escalations)
     mean_all = _mean_step_seconds(incarnations)
     productive = max(0.0, productive - escalation_steps_lost * (mean_all or 0.0))
+    executed = sum(i.digest.steps_executed for i in incarnations)
+    resumed = next((i.digest.resumed_from_step for i in incarnations if i.digest.resumed_from_step is not None), None)
+    trained_nothing = executed == 0 and resumed is not None and resumed >= 0 and final_step == resumed
+    # No step read and no restore either: the log was not read; an unknown goodput is not a zero one.
+    goodput_known = wall_seconds > 0 and (executed > 0 or trained_nothing)
     recovery_chip_seconds = sum(r["chip_seconds_lost"] or 0.0 for r in recoveries)
     escalation_chip_seconds = costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
     current = incarnations[-1] if incarnations else None
@@ -277,7 +335,11 @@ def run_report(
         "chip_seconds_lost": round(recovery_chip_seconds + escalation_chip_seconds, 3),
         "cost_lost": costs.cost(recovery_chip_seconds + escalation_chip_seconds),
         "mean_step_seconds": None if mean_all is None else round(mean_all, 6),
-        "goodput": round(min(1.0, productive / wall_seconds), 4) if wall_seconds > 0 else None,
+        "goodput": round(min(1.0, productive / wall_seconds), 4) if goodput_known else None,
+        "steps_executed": executed,
+        "startup_step_seconds": round(sum(i.digest.startup_step_seconds for i in incarnations), 3),
+        "resumed_from_step": resumed,
+        "trained_nothing": trained_nothing,
         "wall_seconds": round(wall_seconds, 3),
         "jobsets": [i.jobset_name for i in incarnations],
         "budgets": dict(budgets or {}),
@@ -289,6 +351,10 @@ def run_report(
 
 
 def _mean_step_seconds(incarnations: list[Incarnation]) -> float | None:
-    steps = sum(i.digest.steps_executed for i in incarnations)
-    seconds = sum(i.digest.step_seconds_total for i in incarnations)
-    return seconds / steps if steps else None
+    """The steady steps' mean over every incarnation (see :attr:`LogDigest.mean_step_seconds`)."""
+    steps = sum(i.digest.steps_executed - i.digest.startup_steps for i in incarnations)
+    seconds = sum(i.digest.step_seconds_total - i.digest.startup_step_seconds for i in incarnations)
+    if steps > 0:
+        return max(0.0, seconds) / steps
+    everything = sum(i.digest.steps_executed for i in incarnations)
+    return sum(i.digest.step_seconds_total for i in incarnations) / everything if everything else None

@@ -7,9 +7,14 @@ trigger's monitor state), the verdicts on the run directory's checkpoints, and t
 ``recoveries.jsonl``. While a run is still going there is no report yet: recoveries, budgets and
 advice are then folded from the state store with the same functions the operator uses.
 
-The step-over-time series is reconstructed from timestamped facts (the run's start, each checkpoint's
-commit time, each recovery's detection, restore and first step, each full restart, the end): exact at
-those points, straight lines between them.
+The step-over-time series is what the trainer did: the (time, step) points its log digest kept of
+each incarnation (:attr:`operators.recovery.LogDigest.points`, thinned to a bounded count), with each
+recovery's detection, restore and first step and each full restart's rewind, from the task's start to
+its end. Only when no step was read from the log do checkpoint commit times stand in (``source``
+says which). ``training`` says what kind of run it was (clean, in-process recoveries, full restarts,
+trained nothing, or unknown when the log was not read) in words the page shows as they are, and
+``startup`` splits the time before the first step into waiting for the trainer and its first
+(compiling) step, so the page labels that span for what it is.
 """
 
 from __future__ import annotations
@@ -121,12 +126,17 @@ def timeline(
     recoveries: Sequence[Mapping[str, Any]],
     escalations: Sequence[Mapping[str, Any]],
     checkpoints: Sequence[Mapping[str, Any]],
+    steps: Sequence[tuple[float, int]] = (),
 ) -> JsonObj:
-    """Steps over time: points ``[t, step]``, failure markers and rewinds (from ``failed_step`` to the restored one)."""
+    """Steps over time: points ``[t, step]``, failure markers and rewinds (from ``failed_step`` to the restored one).
+
+    ``steps`` are the trainer's own (time, step) points; checkpoint commits stand in only without them.
+    """
     points: list[tuple[float, int, int]] = []  # (t, order, step): order keeps a rewind's two points in sequence
     if started_at is not None:
         points.append((started_at, 0, -1))
-    for ckpt in checkpoints:
+    points.extend((t, 1, n) for t, n in steps)
+    for ckpt in checkpoints if not steps else ():
         at, step = _num(ckpt.get("committed_at")), _int(ckpt.get("step"))
         outside = (started_at is not None and at is not None and at < started_at) or (
             ended_at is not None and at is not None and at > ended_at
@@ -165,7 +175,64 @@ def timeline(
     if ended_at is not None and final_step is not None:
         points.append((ended_at, 3, final_step))
     points.sort(key=lambda p: (p[0], p[1]))
-    return {"points": [[round(t, 3), s] for t, _, s in points], "failures": failures, "rewinds": rewinds}
+    return {
+        "points": [[round(t, 3), s] for t, _, s in points],
+        "failures": failures,
+        "rewinds": rewinds,
+        "source": "trainer log" if steps else "checkpoints" if len(points) > 1 else None,
+    }
+
+
+def training(
+    *,
+    finished: bool,
+    report: Mapping[str, Any] | None,
+    digests_seen: Sequence[LogDigest],
+    recoveries: int,
+    full_restarts: int,
+    final_step: int | None,
+) -> JsonObj:
+    """What kind of run it was, in a sentence: clean, recovered, restarted, trained nothing, or unknown."""
+    executed = sum(d.steps_executed for d in digests_seen)
+    resumed = next((d.resumed_from_step for d in digests_seen if d.resumed_from_step is not None), None)
+    if report is not None and _int(report.get("steps_executed")) is not None:
+        executed = int(report["steps_executed"])
+    if executed == 0 and resumed is not None and resumed >= 0 and (final_step is None or final_step == resumed):
+        note = f"Resumed at step {resumed} and trained nothing"
+        note += ": that step was already the final one." if final_step == resumed else " yet."
+        return {"kind": "nothing", "steps_executed": 0, "resumed_from_step": resumed, "note": note}
+    if executed == 0:
+        note = "No step of the trainer was read from its log"
+        note += " (goodput and step time are unknown)." if finished else " yet."
+        return {"kind": "unknown", "steps_executed": 0, "resumed_from_step": resumed, "note": note}
+    start = "from scratch" if resumed in (None, -1) else f"resuming at step {resumed}"
+    kind = "restarted" if full_restarts else "recovered" if recoveries else "clean"
+    what = {
+        "clean": "with no failure",
+        "recovered": f"with {recoveries} in-process recover{'y' if recoveries == 1 else 'ies'}",
+        "restarted": f"with {full_restarts} full restart{'' if full_restarts == 1 else 's'}"
+        + (f" and {recoveries} in-process recover{'y' if recoveries == 1 else 'ies'}" if recoveries else ""),
+    }[kind]
+    verb = "Trained" if finished else "Training:"
+    return {
+        "kind": kind,
+        "steps_executed": executed,
+        "resumed_from_step": resumed,
+        "note": f"{verb} {executed} step{'' if executed == 1 else 's'} {start}, {what}.",
+    }
+
+
+def startup(started_at: float | None, first: LogDigest | None) -> JsonObj | None:
+    """The time before the first step: the trainer starting (pods, image, runtime), then its first step (compile)."""
+    if started_at is None or first is None or first.first_step_at is None:
+        return None
+    step_seconds = first.first_step_seconds or 0.0
+    total = max(0.0, first.first_step_at - started_at)
+    return {
+        "seconds": round(total, 3),
+        "first_step_seconds": round(step_seconds, 3),
+        "before_first_step_seconds": round(max(0.0, total - step_seconds), 3),
+    }
 
 
 def run_view(
@@ -197,6 +264,20 @@ def run_view(
     advice = (report or {}).get("advice")
     if advice is None and report:
         advice = advice_for_report(report)
+    every = [d for _, d, _ in live]
+    steps_seen = sorted(p for d in every for p in d.points)
+    full_restarts = _first_int((report or {}).get("full_restarts"), state.get("full_restarts")) or 0
+    kind = training(
+        finished=report is not None,
+        report=report,
+        digests_seen=every,
+        recoveries=len(recoveries),
+        full_restarts=full_restarts,
+        final_step=final_step,
+    )
+    mean_step = _num((report or {}).get("mean_step_seconds"))
+    if mean_step is None:
+        mean_step = _mean_of(every)
     return {
         **dict(task),
         "jobset": {
@@ -234,22 +315,37 @@ def run_view(
         "goodput": {
             "goodput": _num((report or {}).get("goodput")),
             "wall_seconds": _num((report or {}).get("wall_seconds")),
-            "mean_step_seconds": _num((report or {}).get("mean_step_seconds")) or current.mean_step_seconds,
+            "mean_step_seconds": mean_step,
+            "steps_executed": kind["steps_executed"],
+            "startup_step_seconds": _num((report or {}).get("startup_step_seconds")),
             "chips": _int((report or {}).get("chips")),
             "price_per_chip_hour": _num((report or {}).get("price_per_chip_hour")),
             "chip_seconds_lost": _num((report or {}).get("chip_seconds_lost")),
             "cost_lost": _num((report or {}).get("cost_lost")),
         },
         "advice": advice,
-        "timeline": timeline(
+        "training": kind,
+        "startup": startup(started, every[0] if every else None),
+        "timeline": {"points": [], "failures": [], "rewinds": [], "source": None}
+        if kind["kind"] == "nothing"  # no step ran: a line from the start to the end would draw training
+        else timeline(
             started_at=started,
             ended_at=ended,
             final_step=final_step if final_step is not None and final_step >= 0 else None,
             recoveries=recoveries,
             escalations=escalations,
             checkpoints=steps,
+            steps=steps_seen,
         ),
     }
+
+
+def _mean_of(seen: Sequence[LogDigest]) -> float | None:
+    steady = sum(d.steps_executed - d.startup_steps for d in seen)
+    if steady > 0:
+        return max(0.0, sum(d.step_seconds_total - d.startup_step_seconds for d in seen)) / steady
+    executed = sum(d.steps_executed for d in seen)
+    return sum(d.step_seconds_total for d in seen) / executed if executed else None
 
 
 def _as_int(value: Any) -> int | None:
@@ -282,4 +378,5 @@ def summary(view: Mapping[str, Any]) -> JsonObj:
         "recoveries": view["counts"]["recoveries"],
         "goodput": view["goodput"]["goodput"],
         "jobset": view["jobset"]["name"],
+        "training": view["training"]["kind"],
     }

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from operators.recovery import LogDigest
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.observations import parse_time
+from operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
 from plugin.view import budgets, run_view, timeline
 
 RECOVERY = {"detected_at": 110.0, "failed_step": 24, "restored_at": 118.0, "restored_step": 20, "first_step_at": 120.0}
@@ -70,3 +77,174 @@ def test_a_task_with_nothing_persisted_yet_still_has_a_view() -> None:
     assert view["progress"] == {"current_step": None, "target_step": 99, "final_step": None}
     assert view["slices"]["configured"] == 4 and view["run_directory"] == "/b/n"
     assert view["recoveries"] == [] and view["advice"] is None and view["timeline"]["points"] == []
+
+
+# ---- the view's numbers on the four kinds of run ---------------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+
+
+def cri_lines(path: Path) -> list[tuple[float, str]]:
+    """A head pod's log as the kubelet keeps it (CRI: ``<RFC 3339> stdout F <line>``), as (Unix time, line)."""
+    found = []
+    for raw in path.read_text().splitlines():
+        stamp, _, _, text = raw.split(" ", 3)
+        at = parse_time(stamp)
+        assert at is not None
+        found.append((at, text))
+    return found
+
+
+def absl(at: float, text: str) -> tuple[float, str]:
+    return at, f"I1201 10:00:00.000000 4242 trainer.py:208] {text}"
+
+
+def trainer_steps(first: int, last: int, t0: float, *, compile_seconds: float, seconds: float = 0.5) -> list:
+    """The local trainer's lines for steps ``first..last`` after a start or restore (its first step compiles)."""
+    lines, at = [], t0
+    for step in range(first, last + 1):
+        took = compile_seconds if step == first else seconds
+        at += took
+        lines.append(absl(at, f"completed step: {step}, seconds: {took:.3f}, live slice count: 2, loss: 3.0"))
+    return lines
+
+
+def start(at: float, restored: int | None) -> tuple[float, str]:
+    if restored is None:
+        return absl(at, "No existing checkpoints found, not restoring checkpoint.")
+    return absl(at, f"restoring from this run's directory step {restored}")
+
+
+def recovery(at: float, restored: int) -> list:
+    return [
+        absl(at, "Elastic event detected. Traceback (most recent call last):"),
+        absl(at + 0.2, "Elastic attempt 2 out of 4"),
+        absl(at + 6.0, "Sufficient slices active: 2 >= 2. Active indices: [0, 1]"),
+        start(at + 7.0, restored),
+    ]
+
+
+def finished_view(
+    incarnations: list[LogDigest],
+    *,
+    started: float,
+    ended: float,
+    final_step: int | None,
+    escalations: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The view of a finished task, built as the operator builds its report and state entry."""
+    report = run_report(
+        incarnations=[Incarnation(f"js-{i}", 0, 0, d) for i, d in enumerate(incarnations)],
+        escalations=escalations or [],
+        namespace="default",
+        run_directory="/data/run",
+        target_step=29,
+        final_step=final_step,
+        wall_seconds=ended - started,
+        costs=CostModel(chips=2),
+    )
+    state = {
+        "jobset_name": f"js-{len(incarnations) - 1}",
+        "started_at": started,
+        "full_restarts": len(escalations or []),
+        "escalations": escalations or [],
+        "history": [{"jobset_name": f"js-{i}", "digest": d.to_json()} for i, d in enumerate(incarnations[:-1])],
+        "monitor": {"digest": incarnations[-1].to_json()},
+    }
+    task = {"dag_id": "d", "run_id": "r", "task_id": "pretrain", "start_ts": started, "end_ts": ended}
+    return run_view(task=task, report=report, state=state, checkpoints=None)
+
+
+def clean() -> dict[str, Any]:
+    lines = cri_lines(DATA / "clean_run_head.log")  # a real nightly run on the local cluster, 30 steps
+    return finished_view(
+        [LogDigest().feed_all(lines)], started=lines[0][0] - 2.0, ended=lines[-1][0] + 5.0, final_step=29
+    )
+
+
+def resumed_nothing() -> dict[str, Any]:
+    lines = [start(1010.0, 29), absl(1011.0, "Closing manager, waiting for monitor thread to stop...")]
+    return finished_view([LogDigest().feed_all(lines)], started=1000.0, ended=1020.0, final_step=29)
+
+
+def recovered() -> dict[str, Any]:
+    lines = [start(1020.0, None), *trainer_steps(0, 14, 1020.0, compile_seconds=10.0)]  # step 14 at t=1037
+    lines += [*recovery(1040.0, 10), *trainer_steps(11, 29, 1047.0, compile_seconds=4.0)]
+    return finished_view([LogDigest().feed_all(lines)], started=1000.0, ended=1070.0, final_step=29)
+
+
+def restarted() -> dict[str, Any]:
+    first = [start(1020.0, None), *trainer_steps(0, 14, 1020.0, compile_seconds=10.0)]  # stalls after step 14
+    second = [start(1080.0, 10), *trainer_steps(11, 29, 1080.0, compile_seconds=10.0)]
+    escalation = {"reason": "stalled", "at": 1060.0, "latest_step": 14, "resumed_from_step": 10, "steps_lost": 4}
+    escalation["seconds_to_recreate"] = 5.0
+    digests = [LogDigest().feed_all(first), LogDigest().feed_all(second)]
+    return finished_view(digests, started=1000.0, ended=1110.0, final_step=29, escalations=[escalation])
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "executed", "mean_step", "goodput", "note"),
+    [
+        # 30 steps; the first took 13.07 s (compiling), the other 29 took 1.174 s in all; 2 chips.
+        (clean, "clean", 30, 1.174 / 29, None, "Trained 30 steps from scratch, with no failure."),
+        (resumed_nothing, "nothing", 0, None, 0.0, "Resumed at step 29 and trained nothing: that step was already"),
+        # steps 0-14 and 11-29: 34 run, 4 again; steady mean 0.5 s; productive 30 x 0.5 = 15 s of 70 s.
+        (recovered, "recovered", 34, 0.5, 15 / 70, "Trained 34 steps from scratch, with 1 in-process recovery."),
+        # the same steps, 4 lost to the full restart: productive 15 s of 110 s.
+        (restarted, "restarted", 34, 0.5, 15 / 110, "Trained 34 steps from scratch, with 1 full restart."),
+    ],
+)
+def test_the_numbers_of_each_kind_of_run(
+    make: Any, kind: str, executed: int, mean_step: float | None, goodput: float | None, note: str
+) -> None:
+    view = make()
+    assert view["training"]["kind"] == kind
+    assert view["training"]["note"].startswith(note)
+    assert view["goodput"]["steps_executed"] == executed
+    assert view["goodput"]["mean_step_seconds"] == (None if mean_step is None else pytest.approx(mean_step, abs=1e-4))
+    if goodput is not None:
+        assert view["goodput"]["goodput"] == pytest.approx(goodput, abs=1e-4)
+    else:
+        assert 0 < view["goodput"]["goodput"] < 1
+    steps = [s for _, s in view["timeline"]["points"]]
+    if kind == "nothing":
+        assert steps == []  # no line is drawn for a run that trained nothing
+    else:
+        assert view["timeline"]["source"] == "trainer log"
+        assert set(range(30)) <= set(steps)  # every step the trainer logged, not a line between checkpoints
+        assert steps[0] == -1 and steps[-1] == 29
+
+
+def test_a_clean_runs_start_up_is_split_into_waiting_and_the_compiling_first_step() -> None:
+    view = clean()
+    startup = view["startup"]
+    assert startup["first_step_seconds"] == pytest.approx(13.07)
+    assert startup["seconds"] == pytest.approx(startup["before_first_step_seconds"] + 13.07, abs=1e-3)
+    assert startup["before_first_step_seconds"] > 20  # the pod started, JAX imported, configuration read
+    # goodput: 30 steady-length steps of 0.0405 s over the run's wall time; positive, and no 13 s compile in it
+    assert view["goodput"]["goodput"] == pytest.approx(30 * 1.174 / 29 / view["goodput"]["wall_seconds"], abs=1e-4)
+
+
+def test_the_rewinds_of_recoveries_and_restarts_are_in_the_line() -> None:
+    assert recovered()["timeline"]["rewinds"] == [{"t": 1047.0, "from_step": 14, "to_step": 10}]
+    assert restarted()["timeline"]["rewinds"] == [{"t": 1065.0, "from_step": 14, "to_step": 10}]
+
+
+def test_a_run_whose_log_was_never_read_has_an_unknown_goodput_not_zero() -> None:
+    view = finished_view([LogDigest()], started=1000.0, ended=1100.0, final_step=29)
+    assert view["training"]["kind"] == "unknown" and view["goodput"]["goodput"] is None
+    assert view["goodput"]["mean_step_seconds"] is None
+    view = run_view(
+        task={"dag_id": "d", "run_id": "r", "task_id": "t", "start_ts": 1000.0, "end_ts": 1100.0},
+        report=None,
+        state={"monitor": {"digest": LogDigest().to_json()}, "jobset_name": "js"},
+        checkpoints={"steps": [{"step": 10, "committed_at": 1050.0}, {"step": 29, "committed_at": 1090.0}]},
+    )
+    assert view["timeline"]["source"] == "checkpoints"  # said so: the page labels the line as commits only
+
+
+def test_the_step_series_stays_bounded_on_a_long_run() -> None:
+    digest = LogDigest().feed_all(trainer_steps(0, 100_000, 0.0, compile_seconds=1.0, seconds=0.01))
+    assert len(digest.step_points) <= MAX_STEP_POINTS
+    assert digest.points[-1] == (pytest.approx(digest.latest_step_at), 100_000)
+    assert len(json.dumps(digest.to_json())) < 20_000
