@@ -11,6 +11,8 @@ Where each fact lives (the same places Airflow's public API reads them from):
 - the run report: XCom ``return_value`` of a finished task, or ``report`` of a failed one;
 - the ``elastic_run`` entry of the task state store (``task_state_store``, Airflow 3.3), JSON;
 - the rendered template fields (run name, base directory, steps, slices) while no report exists;
+- while the task runs or is deferred: its head pod's recent log, read through the Kubernetes hook and
+  folded on top of the persisted state (bounded, cached; :mod:`plugin.live`);
 - the run directory: checkpoint verdicts (:func:`operators.checkpoints.validate_checkpoints`, metadata
   level, no array reads) and the local trainer's ``recoveries.jsonl`` (bounded).
 
@@ -31,6 +33,7 @@ from operators.checkpoints import ValidationOptions, validate_checkpoints
 from operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
 from operators.checkpoints.timing import save_seconds
 from operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
+from plugin import live
 from plugin.view import run_view
 
 if TYPE_CHECKING:
@@ -40,6 +43,7 @@ ELASTIC_OPERATORS = ("ElasticJobSetOperator",)
 STATE_KEY = "elastic_run"  # operators.elastic_operator.STATE_KEY, not imported: that module imports the SDK
 MAX_RECORDS_BYTES = 1 << 20
 MAX_RECORDS = 1000
+LIVE_STATES = frozenset({"running", "deferred"})
 VIEW_VALIDATION = ValidationOptions(require_commit_marker=True, check_ocdbt_index=False, max_workers=4)
 
 
@@ -198,11 +202,21 @@ def recovery_records_of(run_directory: str | None) -> list[dict[str, Any]]:
     return records
 
 
-def task_view(session: Session, ti: Any, *, storage: bool = True) -> dict[str, Any]:
-    """One elastic task's view; ``storage=False`` skips the run directory (the list endpoint)."""
+def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.Reader | None = None) -> dict[str, Any]:
+    """One elastic task's view; ``storage=False`` skips the run directory and the cluster (the list endpoint).
+
+    A task still running or deferred also gets ``live``: its head pod's recent log folded in (``reader``
+    reads it; the Kubernetes connection by default).
+    """
     report = report_of(session, ti)
     state = state_of(session, ti)
     rendered = rendered_of(session, ti)
+    now: dict[str, Any] | None = None
+    if storage and report is None and state and str(ti.state) in LIVE_STATES:
+        namespace = _xcom(session, ti, "namespace")
+        found = live.live_state(state, namespace=namespace if isinstance(namespace, str) else "default", reader=reader)
+        if found is not None:
+            state, now = found
     task = {
         "dag_id": ti.dag_id,
         "run_id": ti.run_id,
@@ -218,7 +232,7 @@ def task_view(session: Session, ti: Any, *, storage: bool = True) -> dict[str, A
     run_directory = (report or {}).get("run_directory")
     if not run_directory and rendered.get("base_output_directory") and rendered.get("run_name"):
         run_directory = f"{str(rendered['base_output_directory']).rstrip('/')}/{rendered['run_name']}"
-    return run_view(
+    view = run_view(
         task=task,
         report=report,
         state=state,
@@ -226,3 +240,5 @@ def task_view(session: Session, ti: Any, *, storage: bool = True) -> dict[str, A
         recovery_records=recovery_records_of(run_directory) if storage else [],
         rendered=rendered,
     )
+    view["live"] = now
+    return view
