@@ -45,7 +45,7 @@ def test_the_lines_after_the_cursor_are_folded_in_once() -> None:
     assert info["current_step"] == 29 and info["complete"] and info["error"] is None
     assert info["new_lines"] == len(lines) - step_5  # the 10 lines already folded are not folded again
     assert info["live_slices"] == 2 and info["recoveries_so_far"] == 0 and not info["recovering"]
-    digest = MonitorState.from_json(folded["monitor"]).digest  # type: ignore[arg-type]
+    digest = MonitorState.from_json(folded["monitor"]).digest
     assert digest.steps_executed == 30 and digest.startup_steps == 1
 
 
