@@ -109,6 +109,9 @@ async function indexPage(main) {
 
 // ---- one run ---------------------------------------------------------------------------------
 
+const ACTIVE = new Set(["running", "deferred", "queued", "scheduled", "up_for_retry", "restarting"]);
+const REFRESH_MS = 10000;
+
 async function runPage(main) {
   const params = new URLSearchParams(window.location.search);
   const dag = params.get("dag_id");
@@ -128,6 +131,8 @@ async function runPage(main) {
     throw error;
   }
   const tasks = data.tasks;
+  const selected = main.querySelector(".tabs button.on");
+  const keep = selected ? selected.textContent : null;
   const body = el("div", {});
   if (tasks.length > 1) {
     const tabs = el("div", { class: "tabs" });
@@ -145,7 +150,19 @@ async function runPage(main) {
   } else {
     main.replaceChildren(body);
   }
-  body.replaceChildren(taskView(tasks[0]));
+  const labels = tasks.map((task) => (task.map_index >= 0 ? `${task.task_id}[${task.map_index}]` : task.task_id));
+  const shown = Math.max(0, labels.indexOf(keep));
+  if (tasks.length > 1) {
+    main.querySelectorAll(".tabs button").forEach((b, i) => b.classList.toggle("on", i === shown));
+  }
+  body.replaceChildren(taskView(tasks[shown]));
+  // While training runs, the page follows it (the API folds the head pod's recent log into each answer).
+  if (data.dag_run_state === "running" || tasks.some((task) => ACTIVE.has(task.state))) {
+    document.body.dataset.live = "true";
+    setTimeout(() => runPage(main).catch((error) => showError(main, error)), REFRESH_MS);
+  } else {
+    document.body.dataset.live = "false";
+  }
 }
 
 function kpi(label, value, id) {
@@ -164,12 +181,17 @@ function taskView(t) {
         t.slices.live !== null && t.slices.live !== undefined ? ` (${t.slices.live} live)` : "")),
     kpi("step / target", `${fmt.num(p.current_step)} / ${fmt.num(p.target_step)}`, "kpi-step"),
     kpi("goodput", fmt.pct(g.goodput), "kpi-goodput"),
+    kpi("mean step time", fmt.secs(g.mean_step_seconds), "kpi-step-time"),
     kpi("recoveries", fmt.num(t.counts.recoveries), "kpi-recoveries"),
     kpi("full restarts", fmt.num(t.counts.full_restarts), "kpi-full"),
     kpi("steps lost", fmt.num(t.counts.steps_lost), "kpi-lost"),
     kpi("chip time lost", fmt.secs(g.chip_seconds_lost), "kpi-chip"),
     kpi("cost of failures", fmt.money(g.cost_lost), "kpi-cost"));
   const parts = [head];
+  if (t.training && t.training.note) {
+    parts.push(el("p", { id: "training-note", class: `training ${t.training.kind}` }, t.training.note));
+  }
+  if (t.live) parts.push(livePanel(t.live));
   if (t.failure) parts.push(el("div", { class: "failure" }, t.failure));
   if (!t.report_available) {
     parts.push(el("p", { class: "muted" }, "The run has not finished: recoveries and budgets are read from the task state store; cost, goodput and advice come with the run report."));
@@ -184,9 +206,26 @@ function taskView(t) {
   return el("div", {}, parts);
 }
 
+function livePanel(live) {
+  if (live.error) {
+    return el("p", { id: "live", class: "muted" }, `Live: the head pod's log could not be read (${live.error}); showing what was saved when the task deferred.`);
+  }
+  const recovering = live.recovering ? " · recovering now" : "";
+  const partial = live.complete ? "" : " (older lines are past the log tail: earlier recoveries come with the run report)";
+  return el("p", { id: "live", class: "live" },
+    el("b", {}, "Live "), `from ${live.pod || "the head pod"} at ${fmt.time(live.read_at)}: step `,
+    el("b", { id: "live-step" }, fmt.num(live.current_step)),
+    `, ${fmt.num(live.live_slices)} live slices, `,
+    el("b", { id: "live-recoveries" }, fmt.num(live.recoveries_so_far)),
+    ` recover${live.recoveries_so_far === 1 ? "y" : "ies"} so far${recovering}${partial}.`);
+}
+
 function timelineChart(t) {
   const tl = t.timeline || { points: [], failures: [], rewinds: [] };
   const pts = tl.points;
+  if (t.training && t.training.kind === "nothing") {
+    return el("p", { class: "muted", id: "no-steps" }, `${t.training.note} No step was run, so there is no line to draw.`);
+  }
   if (pts.length < 2) return el("p", { class: "muted" }, "Not enough timestamped facts yet.");
   const W = 1100, H = 230, L = 48, R = 12, T = 10, B = 28;
   const t0 = pts[0][0];
@@ -208,11 +247,15 @@ function timelineChart(t) {
     chart.append(svg("line", { x1: L, x2: W - R, y1: y(p_target(t)), y2: y(p_target(t)), stroke: "#a0aec0", "stroke-dasharray": "4 4" }),
       svg("text", { x: W - R, y: y(p_target(t)) - 4, "text-anchor": "end" }, "target"));
   }
-  // Before the first step the trainer starts (image, JAX, restore): say so rather than leave a bare flat line.
-  const firstStep = pts.find((q) => q[1] >= 0);
-  if (firstStep && (firstStep[0] - t0) / (t1 - t0) > 0.2) {
-    chart.append(svg("text", { x: (x(t0) + x(firstStep[0])) / 2, y: y(0) - 8, "text-anchor": "middle" },
-      `start-up: ${fmt.secs(firstStep[0] - t0)} before the first step`));
+  // Before the first step: the pods and the trainer start, then the first step compiles. Label the span as that.
+  const su = t.startup;
+  if (su && su.seconds > 0 && su.seconds / (t1 - t0) > 0.15) {
+    const end = Math.min(t0 + su.seconds, t1);
+    chart.append(svg("rect", { x: x(t0), y: T, width: Math.max(0, x(end) - x(t0)), height: H - T - B, fill: "#edf2f7", "fill-opacity": 0.7, class: "startup" }),
+      svg("text", { x: (x(t0) + x(end)) / 2, y: y(0) - 22, "text-anchor": "middle", class: "startup-label" },
+        `start-up ${fmt.secs(su.seconds)}`),
+      svg("text", { x: (x(t0) + x(end)) / 2, y: y(0) - 8, "text-anchor": "middle", class: "startup-label" },
+        `pods and trainer ${fmt.secs(su.before_first_step_seconds)}, first step (compile) ${fmt.secs(su.first_step_seconds)}`));
   }
   chart.append(svg("polyline", { points: pts.map((q) => `${x(q[0])},${y(q[1])}`).join(" "), fill: "none", stroke: "#2b6cb0", "stroke-width": 2 }));
   for (const c of (t.checkpoints && t.checkpoints.steps) || []) {
@@ -232,7 +275,7 @@ function timelineChart(t) {
       svg("title", {}, `${f.kind} at step ${fmt.num(f.step)}, ${fmt.time(f.t)}`)));
   }
   const legend = el("div", { class: "legend" },
-    el("span", {}, el("i", { style: "background:#2b6cb0" }), "step"),
+    el("span", {}, el("i", { style: "background:#2b6cb0" }), tl.source === "checkpoints" ? "step at each checkpoint commit (no step was read from the trainer's log)" : "step, from the trainer's log"),
     el("span", {}, el("i", { style: "background:var(--bad)" }), "failure ▼ and rewind ┆"),
     el("span", {}, el("i", { style: "background:var(--ok)" }), "committed checkpoint"));
   return el("div", {}, chart, legend);
