@@ -1,0 +1,326 @@
+"""The analyst's journey in a real browser, on the shipped DAGs, through ``elastic-training airflow``.
+
+What ``make airflow`` runs (the real api-server, scheduler, dag-processor and triggerer, the local cluster)
+is started once for the module; headless Chromium, driven over the DevTools protocol, then does what a new
+user does (issue 18, "What it must show"): the login page, typed credentials, the DAG page, the pause
+toggle, the Trigger button, the form with its defaults and every section opened (no field in error, its
+Trigger button enabled), the run followed to success, the run's "Elastic training" tab and the runs list
+with its ``pretrain`` task and a non-zero goodput. First ``elastic_training_nightly``, then
+``elastic_training_fault_drill``, whose tab must show the recovery and its phases. While ``pretrain``
+runs, the view is read as the page reads it, to see the live step from the head pod's log.
+
+Screenshots go to ``$ELASTIC_TRAINING_TEST_OUTPUT/browser-journey/<dag_id>/`` (default ``test-output``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.cli.test_airflow import ROOT, Stack, _free_port, _launcher_env
+from tests.plugin.test_real_run import DevTools, browser  # noqa: F401  (the module's Chromium fixture)
+
+STARTUP_SECONDS = 600.0
+RUN_SECONDS = 900.0
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(STARTUP_SECONDS + 2 * RUN_SECONDS + 600)]
+OUTPUT = Path(os.environ.get("ELASTIC_TRAINING_TEST_OUTPUT", "test-output")) / "browser-journey"
+NIGHTLY = "elastic_training_nightly"
+DRILL = "elastic_training_fault_drill"
+DIALOG = "[...document.querySelectorAll('[role=dialog]')].find(d => d.innerText.includes('Trigger Dag -'))"
+FRAME_DOC = "document.querySelector('iframe[title=\"{title}\"]')"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """``elastic-training airflow`` on the repository's ``dags/``, in a home of its own, logged in over REST too."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    port = _free_port()
+    output = home / "launcher.out"
+    argv = [sys.executable, "-m", "cli", "airflow", "--port", str(port), "--home", str(home)]
+    argv += ["--dags-folder", str(ROOT / "dags"), "--startup-timeout", str(STARTUP_SECONDS)]
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=_launcher_env(home), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    running = Stack(process, output, home, f"http://127.0.0.1:{port}", NIGHTLY)
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS + 60
+        while "] ready in" not in running.text():
+            assert process.poll() is None, f"the launcher exited ({process.returncode}):\n{running.text()}"
+            assert time.monotonic() < deadline, f"the launcher never got ready:\n{running.text()}"
+            time.sleep(1)
+        status, answer = running.call("POST", "/auth/token", {"username": "admin", "password": password(running)})
+        assert status == 201, answer
+        running.token = answer["access_token"]
+        for dag_id in (NIGHTLY, DRILL):
+            while running.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
+                assert time.monotonic() < deadline, f"the dag-processor never parsed {dag_id}"
+                time.sleep(2)
+        yield running
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=180)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def password(stack: Stack) -> str:
+    return str(json.loads((stack.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"])
+
+
+async def click(tools: DevTools, element: str) -> None:
+    """A real mouse click at the element's centre (the UI's accordions ignore a scripted ``click()``)."""
+    x, y = await tools.js(
+        f"(() => {{ const e = {element}; e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();"
+        " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
+    for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+        await tools.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+
+async def type_into(tools: DevTools, selector: str, text: str) -> None:
+    await tools.js(f"document.querySelector({json.dumps(selector)}).focus()")
+    await tools.call("Input.insertText", text=text)
+
+
+async def shot(tools: DevTools, out: Path, name: str, seen: dict[str, Any]) -> None:
+    await asyncio.sleep(1.0)  # let the layout settle
+    seen.setdefault("screenshots", []).append(str(await tools.screenshot(out / name)))
+
+
+async def log_in(tools: DevTools, stack: Stack, dag_id: str, out: Path, seen: dict[str, Any]) -> None:
+    await tools.call("Page.navigate", url=f"{stack.url}/dags/{dag_id}")
+    await tools.until("!!document.querySelector('input[name=username]')", timeout=180)
+    seen["login_url"] = await tools.js("location.pathname")
+    await shot(tools, out, "01-login-page.png", seen)
+    await type_into(tools, "input[name=username]", "admin")
+    await type_into(tools, "input[name=password]", password(stack))
+    submit = "document.querySelector('button[type=submit]')"
+    await tools.until(f"{submit} && !{submit}.disabled")
+    await click(tools, submit)
+
+
+async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out: Path, seen: dict[str, Any]) -> str:
+    """The DAG page, unpaused with its toggle, the form opened with every section, triggered: the new run's id."""
+    if not await tools.js(f"location.pathname === '/dags/{dag_id}'"):
+        await tools.call("Page.navigate", url=f"{stack.url}/dags/{dag_id}")
+    trigger = "document.querySelector('button[aria-label=\"Trigger Dag\"]')"
+    await tools.until(f"!!{trigger} && !!document.querySelector('[data-testid=toggle-pause]')", timeout=180)
+    await shot(tools, out, "02-dag-page.png", seen)
+    toggle = "document.querySelector('[data-testid=toggle-pause]')"
+    if await tools.js(f"{toggle}.dataset.state") == "unchecked":  # a new DAG starts paused
+        await click(tools, toggle)
+        await tools.until(f"{toggle}.dataset.state === 'checked'")
+    before = {r["dag_run_id"] for r in stack.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")[1]["dag_runs"]}
+    await click(tools, trigger)
+    await tools.until(f"!!{DIALOG}", timeout=120)
+    sections = await tools.js(f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim())")
+    for title in sections:
+        button = f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].find(b => b.innerText.trim() === {title!r})"
+        if await tools.js(f"{button}.getAttribute('aria-expanded')") == "false":
+            await click(tools, button)
+            await tools.until(f"{button}.getAttribute('aria-expanded') === 'true'")
+    await asyncio.sleep(1.0)
+    form = await tools.js(
+        f"(() => {{ const d = {DIALOG}; return {{"
+        "sections: [...d.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim()),"
+        "invalid: [...d.querySelectorAll('[data-invalid], [aria-invalid=true]')].map(e => e.outerHTML.slice(0, 160)),"
+        "errors: [...d.querySelectorAll('.chakra-field__errorText, [data-part=error-text]')].map(e => e.innerText),"
+        "fields: d.querySelectorAll('input, textarea').length,"
+        "trigger: [...d.querySelectorAll('button')].filter(b => b.innerText.trim() === 'Trigger').map(b => b.disabled)"
+        "}; })()"
+    )
+    seen["form"] = form
+    await tools.js(f"{DIALOG}.querySelector('button[aria-expanded]').scrollIntoView()")
+    await shot(tools, out, "03-trigger-form-with-defaults.png", seen)
+    assert form["invalid"] == [] and form["errors"] == [], form
+    assert form["trigger"] == [False], f"the form's Trigger button is disabled with its defaults: {form}"
+    button = f"[...{DIALOG}.querySelectorAll('button')].find(b => b.innerText.trim() === 'Trigger')"
+    await click(tools, button)
+    deadline = time.monotonic() + 120
+    while True:
+        runs = stack.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")[1]["dag_runs"]
+        new = [r["dag_run_id"] for r in runs if r["dag_run_id"] not in before]
+        if new:
+            assert len(new) == 1, new
+            return str(new[0])
+        assert time.monotonic() < deadline, "pressing Trigger made no DAG run"
+        await asyncio.sleep(1.0)
+
+
+async def follow_to_the_end(
+    tools: DevTools, stack: Stack, dag_id: str, run_id: str, out: Path, seen: dict[str, Any]
+) -> None:
+    """Wait for the run to end; while ``pretrain`` runs, read its view as the page does and take one picture."""
+    run_path = f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+    view_path = f"/elastic-training/api/runs/{dag_id}/{quote(run_id, safe='')}"
+    tab = f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/plugin/elastic-training"
+    seen["live"] = []
+    pictured = False
+    deadline = time.monotonic() + RUN_SECONDS
+    while (state := stack.call("GET", run_path)[1]["state"]) not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"the run is still {state} after {RUN_SECONDS:.0f} s"
+        status, body = stack.call("GET", view_path)
+        if status == 200:
+            [task] = [t for t in body["tasks"] if t["task_id"] == "pretrain"]
+            if task.get("live"):
+                live = task["live"]
+                seen["live"].append({k: live[k] for k in ("current_step", "recoveries_so_far", "error", "pod")})
+                if not pictured and live["current_step"] is not None:
+                    pictured = True
+                    await tools.call("Page.navigate", url=tab)
+                    frame = FRAME_DOC.format(title="Elastic training")
+                    ready = f"{frame} && {frame}.contentDocument.body && {frame}.contentDocument.body.dataset.ready"
+                    with contextlib.suppress(TimeoutError):
+                        await tools.until(f"{ready} === 'true'", timeout=60)
+                        await shot(tools, out, "04-elastic-training-tab-while-training.png", seen)
+        await asyncio.sleep(1.0)
+    seen["run_state"] = state
+    instances = stack.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]
+    seen["task_states"] = {ti["task_id"]: ti["state"] for ti in instances}
+
+
+async def read_the_view(
+    tools: DevTools, stack: Stack, dag_id: str, run_id: str, out: Path, seen: dict[str, Any]
+) -> None:
+    """The run's Elastic training tab, then the runs list, as the analyst sees them."""
+    await tools.call("Page.navigate", url=f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}")
+    await tools.until("document.body.innerText.includes('Elastic training')", timeout=120)
+    await shot(tools, out, "05-dag-run-page.png", seen)
+    await tools.call(
+        "Page.navigate", url=f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/plugin/elastic-training"
+    )
+    frame = FRAME_DOC.format(title="Elastic training")
+    doc = f"{frame}.contentDocument"
+    await tools.until(f"{frame} && {doc} && {doc}.body && {doc}.body.dataset.ready === 'true'", timeout=180)
+    seen["tab"] = await tools.js(
+        f"(() => {{ const d = {doc};"
+        " const text = (s) => { const e = d.querySelector(s); return e ? e.textContent : null; };"
+        " return {"
+        "goodput: text('#kpi-goodput b'), step: text('#kpi-step b'), step_time: text('#kpi-step-time b'),"
+        "recoveries: text('#kpi-recoveries b'), note: text('#training-note'),"
+        "points: ((d.querySelector('#timeline polyline') || {getAttribute: () => ''}).getAttribute('points') || '')"
+        ".split(' ').filter(Boolean).length,"
+        "startup: [...d.querySelectorAll('#timeline .startup-label')].map(e => e.textContent),"
+        "phases: [...d.querySelectorAll('#recoveries rect.phase')].map(r => r.getAttribute('class')),"
+        "failures: d.querySelectorAll('#timeline .failure-marker').length,"
+        "rewinds: d.querySelectorAll('#timeline .rewind').length,"
+        "checkpoints: d.querySelectorAll('#checkpoints tr.ckpt').length,"
+        "valid: d.querySelectorAll('#checkpoints .valid').length,"
+        "page: location.pathname }; })()"
+    )
+    await shot(tools, out, "06-elastic-training-tab.png", seen)
+    await tools.call("Page.navigate", url=f"{stack.url}/plugin/elastic-training-runs")
+    frame = FRAME_DOC.format(title="Elastic training runs")
+    doc = f"{frame}.contentDocument"
+    await tools.until(f"{frame} && {doc} && {doc}.body && {doc}.body.dataset.ready === 'true'", timeout=180)
+    seen["listed"] = await tools.js(
+        f"[...{doc}.querySelectorAll('#runs tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+    )
+    await shot(tools, out, "07-elastic-training-runs-list.png", seen)
+
+
+async def journey(devtools_http: str, stack: Stack, dag_id: str, *, log_in_first: bool) -> dict[str, Any]:
+    import aiohttp
+
+    out = OUTPUT / dag_id
+    seen: dict[str, Any] = {}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{devtools_http}/json/list") as listed:
+            [page] = [t for t in await listed.json() if t["type"] == "page"][:1]
+        async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+            tools = DevTools(ws)
+            await tools.call("Page.enable")
+            await tools.call(
+                "Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False
+            )
+            try:
+                if log_in_first:
+                    await log_in(tools, stack, dag_id, out, seen)
+                run_id = await trigger_from_the_form(tools, stack, dag_id, out, seen)
+                seen["run_id"] = run_id
+                await follow_to_the_end(tools, stack, dag_id, run_id, out, seen)
+                await read_the_view(tools, stack, dag_id, run_id, out, seen)
+            except (TimeoutError, AssertionError) as error:
+                picture = await tools.screenshot(out / "failure.png")
+                where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
+                raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
+    (out / "seen.json").write_text(json.dumps(seen, indent=1))
+    return seen
+
+
+def percent(text: str | None) -> float:
+    assert text and text.endswith("%"), text
+    return float(text.rstrip(" %"))
+
+
+def listed_pretrain(seen: dict[str, Any], dag_id: str) -> list[str]:
+    rows = [r for r in seen["listed"] if r[0] == dag_id and r[1] == seen["run_id"]]
+    assert len(rows) == 1, seen["listed"]
+    assert rows[0][2] == "pretrain", rows
+    return list(rows[0])
+
+
+@pytest.fixture(scope="module")
+def nightly(stack: Stack, browser: str) -> dict[str, Any]:  # noqa: F811
+    return asyncio.run(journey(browser, stack, NIGHTLY, log_in_first=True))
+
+
+@pytest.fixture(scope="module")
+def drill(stack: Stack, browser: str, nightly: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+    return asyncio.run(journey(browser, stack, DRILL, log_in_first=False))
+
+
+def test_nightly_logged_in_triggered_from_its_form_with_defaults_and_succeeded(nightly: dict[str, Any]) -> None:
+    assert nightly["login_url"] == "/auth/login"
+    assert {"Model and data", "Scale", "Resilience budgets"} <= set(nightly["form"]["sections"])
+    assert nightly["run_state"] == "success", nightly["task_states"]
+    assert nightly["task_states"]["pretrain"] == "success"
+
+
+def test_nightly_view_shows_a_clean_run_with_non_zero_goodput(nightly: dict[str, Any]) -> None:
+    tab = nightly["tab"]
+    assert tab["page"].endswith("/elastic-training/ui/run")
+    assert tab["step"] == "79 / 79", tab
+    assert percent(tab["goodput"]) > 0 and tab["step_time"] not in (None, "\u2013"), tab
+    assert tab["note"].startswith("Trained 80 steps from scratch, with no failure"), tab
+    assert tab["points"] >= 80, "the line is drawn from the trainer's steps, not between checkpoints"
+    assert tab["failures"] == 0 and tab["rewinds"] == 0
+    assert tab["checkpoints"] >= 2 and tab["valid"] == tab["checkpoints"]
+    row = listed_pretrain(nightly, NIGHTLY)
+    assert percent(row[8]) > 0, row  # the goodput column
+
+
+def test_the_view_followed_pretraining_while_it_ran(nightly: dict[str, Any], drill: dict[str, Any]) -> None:
+    live = nightly["live"] + drill["live"]
+    assert live, "pretrain was never seen running or deferred"
+    read = [entry for entry in live if entry["error"] is None]
+    assert read, f"the head pod's log was never read: {live[-3:]}"
+    assert any(entry["current_step"] is not None for entry in read), live
+
+
+def test_fault_drill_view_shows_the_recovery_and_its_phases(drill: dict[str, Any]) -> None:
+    assert drill["run_state"] == "success", drill["task_states"]
+    tab = drill["tab"]
+    assert {"phase phase-wait_for_slices", "phase phase-restore", "phase phase-first_step"} <= set(tab["phases"]), tab
+    assert tab["failures"] == 1 and tab["rewinds"] == 1 and tab["recoveries"] == "1"
+    assert tab["note"].startswith("Trained ") and "with 1 in-process recovery" in tab["note"], tab
+    assert percent(tab["goodput"]) > 0, tab
+    row = listed_pretrain(drill, DRILL)
+    assert row[6] == "1" and percent(row[8]) > 0, row  # recoveries, goodput
+    assert all(Path(p).stat().st_size > 10_000 for p in drill["screenshots"])
