@@ -85,12 +85,24 @@ def password(stack: Stack) -> str:
 
 async def click(tools: DevTools, element: str) -> None:
     """A real mouse click at the element's centre (the UI's accordions ignore a scripted ``click()``)."""
+    await tools.js(f"{element}.scrollIntoView({{block: 'center', behavior: 'instant'}})")
+    await asyncio.sleep(0.5)  # the modal scrolls; measure where the element is once it stopped
     x, y = await tools.js(
-        f"(() => {{ const e = {element}; e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();"
-        " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        f"(() => {{ const r = {element}.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
     )
     for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
         await tools.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+
+async def open_section(tools: DevTools, button: str) -> None:
+    """Open one section of the form (clicked again if the first click landed while the page moved)."""
+    for _ in range(3):
+        if await tools.js(f"{button}.getAttribute('aria-expanded')") == "true":
+            return
+        await click(tools, button)
+        with contextlib.suppress(TimeoutError):
+            await tools.until(f"{button}.getAttribute('aria-expanded') === 'true'", timeout=10)
+    raise AssertionError(f"the form's section would not open: {button}")
 
 
 async def type_into(tools: DevTools, selector: str, text: str) -> None:
@@ -131,14 +143,14 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
     await tools.until(f"!!{DIALOG}", timeout=120)
     sections = await tools.js(f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim())")
     for title in sections:
-        button = f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].find(b => b.innerText.trim() === {title!r})"
-        if await tools.js(f"{button}.getAttribute('aria-expanded')") == "false":
-            await click(tools, button)
-            await tools.until(f"{button}.getAttribute('aria-expanded') === 'true'")
+        await open_section(
+            tools,
+            f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].find(b => b.innerText.trim() === {title!r})",
+        )
     await asyncio.sleep(1.0)
     form = await tools.js(
         f"(() => {{ const d = {DIALOG}; return {{"
-        "sections: [...d.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim()),"
+        "sections: [...d.querySelectorAll('button[aria-expanded=true]')].map(b => b.innerText.trim()),"
         "invalid: [...d.querySelectorAll('[data-invalid], [aria-invalid=true]')].map(e => e.outerHTML.slice(0, 160)),"
         "errors: [...d.querySelectorAll('.chakra-field__errorText, [data-part=error-text]')].map(e => e.innerText),"
         "fields: d.querySelectorAll('input, textarea').length,"
