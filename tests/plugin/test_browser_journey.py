@@ -142,15 +142,22 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
     await click(tools, trigger)
     await tools.until(f"!!{DIALOG}", timeout=120)
     sections = await tools.js(f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim())")
-    for title in sections:
-        await open_section(
-            tools,
-            f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].find(b => b.innerText.trim() === {title!r})",
+    invalid: dict[str, list[str]] = {}
+    for number, title in enumerate(sections, 1):  # one open at a time: the form's accordion shows one section
+        section = f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')]"
+        await open_section(tools, f"{section}.find(b => b.innerText.trim() === {title!r})")
+        await asyncio.sleep(0.5)
+        invalid[title] = await tools.js(
+            f"[...{DIALOG}.querySelectorAll('[data-invalid], [aria-invalid=true], [data-part=error-text]')]"
+            ".map(e => e.outerHTML.slice(0, 160))"
         )
-    await asyncio.sleep(1.0)
+        if title != "Advanced Options":
+            await shot(tools, out, f"03-trigger-form-{number}-{title.lower().replace(' ', '-')}.png", seen)
+    seen["invalid_by_section"] = invalid
+    assert not any(invalid.values()), f"fields in error with the form's defaults: {invalid}"
     form = await tools.js(
         f"(() => {{ const d = {DIALOG}; return {{"
-        "sections: [...d.querySelectorAll('button[aria-expanded=true]')].map(b => b.innerText.trim()),"
+        "sections: [...d.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim()),"
         "invalid: [...d.querySelectorAll('[data-invalid], [aria-invalid=true]')].map(e => e.outerHTML.slice(0, 160)),"
         "errors: [...d.querySelectorAll('.chakra-field__errorText, [data-part=error-text]')].map(e => e.innerText),"
         "fields: d.querySelectorAll('input, textarea').length,"
@@ -158,8 +165,7 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
         "}; })()"
     )
     seen["form"] = form
-    await tools.js(f"{DIALOG}.querySelector('button[aria-expanded]').scrollIntoView()")
-    await shot(tools, out, "03-trigger-form-with-defaults.png", seen)
+    await shot(tools, out, "03-trigger-form-advanced-options-and-its-trigger-button.png", seen)
     assert form["invalid"] == [] and form["errors"] == [], form
     assert form["trigger"] == [False], f"the form's Trigger button is disabled with its defaults: {form}"
     button = f"[...{DIALOG}.querySelectorAll('button')].find(b => b.innerText.trim() === 'Trigger')"
