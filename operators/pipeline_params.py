@@ -63,8 +63,8 @@ SECTION_STAGES: Final = "Evaluation and synthesis"
 SECTION_DRILL: Final = "Fault drill"
 
 # The local runtime's stand-ins for evaluation and synthesis (strings: operators never import local).
-LOCAL_EVAL_COMMAND: Final = ("python", "-m", "local.workloads.evaluate")
-LOCAL_SYNTH_COMMAND: Final = ("python", "-m", "local.workloads.synthesize")
+LOCAL_EVAL_COMMAND: Final = ("python", "-m", "local.workloads.maxtext_eval")
+LOCAL_SYNTH_COMMAND: Final = ("python", "-m", "local.workloads.maxtext_synthesize")
 
 MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
 

@@ -50,7 +50,7 @@ def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
     assert config["run_name"] == "nightly-20261130"
     assert config["run_directory"] == f"{tmp_path}/nightly-20261130"
     assert config["runtime"] == "local" and config["target_step"] == config["steps"] - 1
-    assert config["evaluate"]["command"] == ["python", "-m", "local.workloads.evaluate"]
+    assert config["evaluate"]["command"] == ["python", "-m", "local.workloads.maxtext_eval"]
     assert config["maxtext_args"] == {"per_device_batch_size": 8}
 
 
