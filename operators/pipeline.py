@@ -291,23 +291,29 @@ class StageJobSetOperator(JobSetOperator):
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
-        config = pipeline_config(context)
-        step = _validated_step(context)
+        self.configure(pipeline_config(context), _validated_step(context))
+
+    def configure(self, config: Mapping[str, Any], step: int) -> None:
+        """Set the image, command, arguments and (gke) TPU host of the stage on `step` of the run."""
         job = config[self.stage]
         self.runtime = config["runtime"]
         self.image = job["image"]
         self.command = list(job["command"])
         self.args = evaluate_args(config, step) if self.stage == "evaluate" else synthesize_args(config, step)
-        if self.runtime == "gke":
-            self.host = stage_host(config)
-            self.resources = {manifests.TPU_RESOURCE: str(self.host.chips)}
+        self.host = stage_host(config) if self.runtime == "gke" else None
 
     def build_job(self) -> JobSpec:
         """The job, on one TPU host of the run's type when on gke."""
         job = super().build_job()
         if self.host is None:
             return job
-        return replace(job, node_selector=self.host.node_selector(), tolerations=[dict(TPU_TOLERATION)])
+        # Not through `self.resources`: BaseOperator owns that attribute (Airflow's cpus/ram/gpus Resources).
+        return replace(
+            job,
+            resources={manifests.TPU_RESOURCE: str(self.host.chips)},
+            node_selector=self.host.node_selector(),
+            tolerations=[dict(TPU_TOLERATION)],
+        )
 
 
 def _read_json(path: str) -> Any:
