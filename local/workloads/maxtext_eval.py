@@ -17,7 +17,7 @@ e591f30cbbf217ed67ef71263ec0538239f9c3b8 (AI-Hypercomputer/maxtext):
 
 What is local: only `--runner=lm_eval` with `--tasks=lambada_openai` and a MaxText `--checkpoint_path`
 (`<run>/checkpoints/<step>/items`, a committed step) are served; the others exit 2 naming the flag. The
-model is the local trainer's (its default size: `model_name=default`), scored as lm-eval scores
+model is the local trainer's (`model_name=default`; its size read from the checkpoint), scored as lm-eval scores
 LAMBADA: each held-out sequence's last token is the target, `perplexity` = exp(mean negative
 log-likelihood of the targets), `acc` = the share whose greedy prediction is the target. `--num_samples`
 limits the sequences (default 64; lm-eval's `limit`). A missing or uncommitted step exits 1.
@@ -40,7 +40,7 @@ import jax
 import numpy as np
 from etils import epath
 
-from local.workloads import model
+from local.workloads import checkpointing, model
 from local.workloads.config import CheckpointReaderConfig, ConfigError, run_main
 from local.workloads.inference import CheckpointNotFoundError, load_committed_params
 from local.workloads.logs import configure_logging
@@ -148,6 +148,25 @@ def _reader_config(checkpoint_path: str) -> CheckpointReaderConfig:
     return config
 
 
+def with_checkpoint_dims(config: CheckpointReaderConfig) -> CheckpointReaderConfig:
+    """`config` sized as the checkpoint's parameters are (MaxText reads the size from `model_name`; the
+    local model has one, `default`, whose size a run may have changed). Heads keep the default: shapes do
+    not show them. Unchanged when the step's metadata cannot be read (the load then says why)."""
+    manager = checkpointing.create_manager(config.checkpoint_directory, read_only=True)
+    try:
+        params = manager.item_metadata(config.checkpoint_step)[checkpointing.ITEM_NAME]["params"]
+        vocab, emb = params["token_embedding"].shape
+        length = params["position_embedding"].shape[0]
+        layers = params["decoder"]["qkv"].shape[0]
+    except (KeyError, TypeError, ValueError, AttributeError, FileNotFoundError):
+        return config
+    finally:
+        manager.close()
+    return dataclasses.replace(
+        config, vocab_size=vocab, base_emb_dim=emb, max_target_length=length, base_num_decoder_layers=layers
+    )
+
+
 def write_results(cfg: dict[str, Any], score: TaskScore, model_name: str) -> str:
     """Write MaxText's result file for lm_eval's `lambada_openai`; returns its path."""
     timestamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -203,8 +222,8 @@ def main(argv: Sequence[str]) -> int:
             raise ConfigError(f"--{name}", "must be at least 1")
     if args.num_samples is not None and args.num_samples < 1:
         raise ConfigError("--num_samples", "must be at least 1")
-    reader = _reader_config(args.checkpoint_path)
     configure_logging()
+    reader = with_checkpoint_dims(_reader_config(args.checkpoint_path))
     cfg = {k: v for k, v in vars(args).items() if k not in ("log_level", "hf_token")}
     cfg["results_path"] = f"{args.base_output_directory.rstrip('/')}/{args.run_name}/eval_results"
     if args.max_model_len > reader.max_target_length:
