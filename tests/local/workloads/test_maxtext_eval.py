@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,9 +59,9 @@ def flags(base: str, step: int, out: Path, *extra: str, runner: str = "lm_eval")
     ]
 
 
-def result_of(out: Path, run_name: str) -> tuple[Path, dict[str, object]]:
+def result_of(out: Path, run_name: str) -> tuple[str, dict[str, Any]]:
     [path] = (out / run_name / "eval_results").iterdir()
-    return path, json.loads(path.read_text())
+    return str(path), json.loads(path.read_text())
 
 
 def test_writes_maxtexts_result_file_and_a_trained_step_scores_better(
@@ -70,11 +71,11 @@ def test_writes_maxtexts_result_file_and_a_trained_step_scores_better(
     assert run_main(main, flags(base, 29, tmp_path, "--num_samples=32")) == 0
     assert run_main(main, flags(base, 0, tmp_path, "--num_samples=32")) == 0
     path, data = result_of(tmp_path, "step29")
-    assert re.fullmatch(r"lambada_openai_default_\d{8}T\d{6}Z\.json", path.name)
+    assert re.fullmatch(r"lambada_openai_default_\d{8}T\d{6}Z\.json", Path(path).name)
     assert set(data) == {"benchmark", "model_name", "timestamp_utc", "scores", "generation_stats", "config"}
-    assert set(data["config"]) == MAXTEXT_CONFIG_KEYS  # type: ignore[arg-type]
-    assert data["config"]["results_path"] == f"{tmp_path}/step29/eval_results"  # type: ignore[index]
-    trained = parse_result(str(path), data)
+    assert set(data["config"]) == MAXTEXT_CONFIG_KEYS
+    assert data["config"]["results_path"] == f"{tmp_path}/step29/eval_results"
+    trained = parse_result(path, data)
     untrained = parse_result(*result_of(tmp_path, "step0"))
     assert trained.checkpoint_path == f"{base}/trained/checkpoints/29/items"
     assert trained.benchmark == "lambada_openai" and 0 <= (trained.accuracy or 0) <= 100
