@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from operators import manifests
 from operators.checkpoint_operator import checkpoint_asset_uri
 from operators.checkpoints.storage import EntryKind, StorageError, storage_for
-from operators.constants import LABEL_JOBSET_NAME
+from operators.constants import LABEL_GKE_TPU_ACCELERATOR, LABEL_GKE_TPU_TOPOLOGY, LABEL_JOBSET_NAME, TPU_RESOURCE
 from operators.elastic_operator import ElasticJobSetOperator
 from operators.eval_results import (
     EVAL_RUNNER,
@@ -69,7 +69,7 @@ SYNTH_TEMPERATURE: Final = 1.0
 SYNTH_SEED: Final = 0
 SINGLE_HOST_TOPOLOGY_2D: Final = "2x2"
 SINGLE_HOST_TOPOLOGY_3D: Final = "2x2x1"
-TPU_TOLERATION: Final[Mapping[str, str]] = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
+TPU_TOLERATION: Final[Mapping[str, str]] = {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def pipeline_config(context: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,7 +153,7 @@ class StageHost:
 
     def node_selector(self) -> dict[str, str]:
         """GKE's labels of a node pool of this shape, as the trainer's workers select theirs."""
-        return {manifests.LABEL_GKE_TPU_ACCELERATOR: self.accelerator, manifests.LABEL_GKE_TPU_TOPOLOGY: self.topology}
+        return {LABEL_GKE_TPU_ACCELERATOR: self.accelerator, LABEL_GKE_TPU_TOPOLOGY: self.topology}
 
 
 def stage_host(config: Mapping[str, Any]) -> StageHost:
@@ -310,7 +310,7 @@ class StageJobSetOperator(JobSetOperator):
         # Not through `self.resources`: BaseOperator owns that attribute (Airflow's cpus/ram/gpus Resources).
         return replace(
             job,
-            resources={manifests.TPU_RESOURCE: str(self.host.chips)},
+            resources={TPU_RESOURCE: str(self.host.chips)},
             node_selector=self.host.node_selector(),
             tolerations=[dict(TPU_TOLERATION)],
         )
