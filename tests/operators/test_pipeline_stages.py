@@ -21,9 +21,14 @@ from operators.pipeline import (
     stage_host,
     synthesize_args,
 )
-from operators.pipeline_params import validate_params
+from operators.pipeline_params import DagRunIdentity, validate_params
 
-RUN_DATE = datetime(2026, 12, 1, tzinfo=UTC)
+RUN = DagRunIdentity(
+    dag_id="elastic_training_nightly",
+    run_id="scheduled__2026-12-01T00:00:00+00:00",
+    run_type="scheduled",
+    logical_date=datetime(2026, 12, 1, tzinfo=UTC),
+)
 GKE = {
     "runtime": "gke",
     "base_output_directory": "gs://team-bucket/llm",
@@ -40,13 +45,13 @@ ITEMS = "gs://team-bucket/llm/nightly-20261201/checkpoints/79/items"
 
 
 def gke_config(**params: Any) -> dict[str, Any]:
-    return {**validate_params({**GKE, **params}, run_date=RUN_DATE), "hf_path": HF_PATH}
+    return {**validate_params({**GKE, **params}, run=RUN), "hf_path": HF_PATH}
 
 
 def local_config(root: Path, **params: Any) -> dict[str, Any]:
     return validate_params(
         {"base_output_directory": str(root), **params},
-        run_date=RUN_DATE,
+        run=RUN,
         environ={"ELASTIC_TRAINING_DATA_DIR": str(root)},
     )
 
@@ -142,7 +147,7 @@ def test_the_local_runtime_runs_the_stand_ins_with_the_same_flags(tmp_path: Path
 
 
 def test_gke_evaluation_without_a_tokenizer_is_refused_naming_it() -> None:
-    config = validate_params(GKE, run_date=RUN_DATE)
+    config = validate_params(GKE, run=RUN)
     with pytest.raises(AirflowFailException, match=r"--hf_path.*set hf_path, or tokenizer_path"):
         evaluate_args(config, 79)
 

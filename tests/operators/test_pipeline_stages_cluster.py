@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from local.cluster import LocalCluster
-from operators.pipeline_params import validate_params
+from operators.pipeline_params import DagRunIdentity, validate_params
 from tests.support.airflow_dags import dag_from_source, states, xcom
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -22,6 +22,12 @@ from airflow.sdk import DAG
 from operators.pipeline import StageJobSetOperator, gate_on_eval, publish_synthetic_dataset, synthetic_alias
 """
 STEP = 19
+RUN = DagRunIdentity(
+    dag_id="elastic_training_nightly",
+    run_id="scheduled__2026-12-01T00:00:00+00:00",
+    run_type="scheduled",
+    logical_date=datetime(2026, 12, 1, tzinfo=UTC),
+)
 TASKS = (
     "validate_params",
     "validate_checkpoint",
@@ -61,7 +67,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("stages")
     config = validate_params(
         {"base_output_directory": str(root), "run_name": "stages", "max_eval_loss": 4.8, "num_samples": 6},
-        run_date=datetime(2026, 12, 1, tzinfo=UTC),
+        run=RUN,
         environ={"ELASTIC_TRAINING_DATA_DIR": str(root)},
     )
     keys = [f"base_output_directory={root}", f"run_name={config['run_name']}", "steps=20", "checkpoint_period=10"]
