@@ -172,16 +172,13 @@ def stage_host(config: Mapping[str, Any]) -> StageHost:
 
 
 def hf_path(config: Mapping[str, Any]) -> str:
-    """The tokenizer MaxText's evaluation loads (`--hf_path`): `hf_path`, else the trainer's `tokenizer_path`."""
+    """The tokenizer MaxText's evaluation loads (`--hf_path`): the run's `hf_path` (required on gke)."""
     if config["runtime"] == "local":
         return LOCAL_HF_PATH
-    value = config.get("hf_path") or dict(config.get("maxtext_args") or {}).get("tokenizer_path")
-    if not value:
-        raise AirflowFailException(
-            "evaluation on gke needs the tokenizer MaxText's evaluation loads (--hf_path): set hf_path, "
-            "or tokenizer_path among the MaxText arguments"
-        )
-    return str(value)
+    value = config.get("hf_path")
+    if not isinstance(value, str) or not value:
+        raise AirflowFailException("evaluation on gke needs hf_path (MaxText's eval --hf_path): no hf_path in the run")
+    return value
 
 
 def max_target_length(config: Mapping[str, Any]) -> int:

@@ -15,6 +15,7 @@ from operators.pipeline_params import (
     VARIABLE_ALLOWED_ROOTS,
     VARIABLE_EVAL_COMMAND,
     VARIABLE_EVAL_IMAGE,
+    VARIABLE_HF_PATH,
     VARIABLE_MAXTEXT_IMAGE,
     VARIABLE_SYNTH_COMMAND,
     VARIABLE_SYNTH_IMAGE,
@@ -142,6 +143,7 @@ GKE_VARIABLES = {
     VARIABLE_EVAL_COMMAND: '["python3", "-m", "team.eval"]',
     VARIABLE_SYNTH_IMAGE: "us-docker.pkg.dev/p/r/synth:1",
     VARIABLE_SYNTH_COMMAND: '["python3", "-m", "team.synth"]',
+    VARIABLE_HF_PATH: "meta-llama/Llama-3.1-8B",
 }
 
 

@@ -20,7 +20,7 @@ from operators.pipeline import (
     stage_host,
     synthesize_args,
 )
-from operators.pipeline_params import DagRunIdentity, validate_params
+from operators.pipeline_params import DagRunIdentity, ParamError, validate_params
 from tests.operators.test_eval_results import maxtext_result
 
 RUN = DagRunIdentity(
@@ -45,7 +45,7 @@ ITEMS = "gs://team-bucket/llm/nightly-20261201/checkpoints/79/items"
 
 
 def gke_config(**params: Any) -> dict[str, Any]:
-    return {**validate_params({**GKE, **params}, run=RUN), "hf_path": HF_PATH}
+    return validate_params({**GKE, "hf_path": HF_PATH, **params}, run=RUN)
 
 
 def local_config(root: Path, **params: Any) -> dict[str, Any]:
@@ -146,10 +146,12 @@ def test_the_local_runtime_runs_the_stand_ins_with_the_same_flags(tmp_path: Path
     assert "max_target_length=32" in synth["args"] and "max_prefill_predict_length=16" in synth["args"]
 
 
-def test_gke_evaluation_without_a_tokenizer_is_refused_naming_it() -> None:
-    config = validate_params(GKE, run=RUN)
-    with pytest.raises(AirflowFailException, match=r"--hf_path.*set hf_path, or tokenizer_path"):
-        evaluate_args(config, 79)
+def test_gke_without_a_tokenizer_is_refused_before_anything_runs() -> None:
+    with pytest.raises(ParamError, match=r"param hf_path: is required on gke"):
+        validate_params(GKE, run=RUN)
+    with pytest.raises(ParamError, match=r"param hf_path: 'a b' has characters"):
+        validate_params({**GKE, "hf_path": "a b"}, run=RUN)
+    assert validate_params(GKE, run=RUN, variables={"elastic_training_hf_path": "t/x"})["hf_path"] == "t/x"
 
 
 class _TaskInstance:
