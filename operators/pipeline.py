@@ -205,11 +205,19 @@ def evaluate_args(config: Mapping[str, Any], step: int) -> list[str]:
     ]
 
 
+def _tokenizer_keys(config: Mapping[str, Any], maxtext_args: Mapping[str, str]) -> dict[str, str]:
+    """On gke, the evaluation's tokenizer (`hf_path`) for MaxText too, unless the trainer's arguments name one."""
+    if config["runtime"] == "local" or "tokenizer_path" in maxtext_args:
+        return {}
+    return {"tokenizer_type": "huggingface", "tokenizer_path": hf_path(config)}
+
+
 def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
     """The argv of our synthesis program: its own flags, then a MaxText config file and MaxText keys only.
 
-    The MaxText keys are the trainer's (`maxtext_args`: the same model, batch and tokenizer), the checkpoint
-    to load, the lengths (prompts of one token, so prefill is MaxText's default 64 or less) and the
+    The MaxText keys are the trainer's (`maxtext_args`: the same model and batch; on gke the tokenizer is
+    `hf_path`, the evaluation's, as `tokenizer_type=huggingface`, unless the trainer's keys name one), the checkpoint
+    to load, the lengths (prefill: MaxText's default 64, or half of a shorter `max_target_length`) and the
     sampling: `decode_sampling_strategy=weighted` at `decode_sampling_temperature`; OfflineEngine needs
     `return_log_prob=true`.
     """
@@ -219,6 +227,7 @@ def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
         "run_name": config["run_name"],
         "base_output_directory": config["base_output_directory"],
         **maxtext_args,
+        **_tokenizer_keys(config, maxtext_args),
         "load_parameters_path": checkpoint_items_path(config, step),
         "max_target_length": str(length),
         "max_prefill_predict_length": str(min(MAXTEXT_MAX_PREFILL_LENGTH, length // 2)),

