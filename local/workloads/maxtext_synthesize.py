@@ -10,9 +10,10 @@ e591f30cbbf217ed67ef71263ec0538239f9c3b8): `src/maxtext/configs/pyconfig.py` ref
 know; `src/maxtext/inference/offline_engine.py` (`OfflineEngine._validate_config`) refuses
 `return_log_prob` false and `max_target_length <= max_prefill_predict_length`;
 `src/maxtext/configs/base.yml` names the sampling strategies (greedy, weighted, nucleus, topk,
-composite). The stand-in knows only the keys it models (below): any other key exits 2, naming it, whether
-MaxText knows it or not. The config file is taken as MaxText's (it is not read here), and
-`load_parameters_path` must be `<run>/checkpoints/<step>/items` of a committed step (else exit 1).
+composite). A key not in MaxText's list (local/workloads/data/maxtext_keys.txt) exits 2 with MaxText's own
+message; a MaxText key the stand-in does not model (below) exits 2 saying so. The config file is taken as
+MaxText's (it is not read here), and `load_parameters_path` must be `<run>/checkpoints/<step>/items` of a
+committed step (else exit 1).
 
 Local: the model has no tokenizer, so each sample's prompt is one token drawn from `--sample_seed` (the
 real program starts from MaxText's `prompt`); `weighted` samples at `decode_sampling_temperature`,
@@ -30,6 +31,7 @@ from typing import Any
 
 from local.workloads.config import ConfigError, SynthesizeConfig, run_main
 from local.workloads.inference import reader_main_with
+from local.workloads.maxtext_config import maxtext_keys, unknown_key_message
 from local.workloads.synthesize import synthesize
 
 _KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)\Z", re.DOTALL)
@@ -100,8 +102,10 @@ def to_config(argv: Sequence[str]) -> SynthesizeConfig:
         match = _KEY_VALUE.match(item)
         if not match:
             raise ConfigError(item, "expected key=value")
+        if match["key"] not in maxtext_keys():
+            raise ConfigError(match["key"], unknown_key_message(match["key"]))
         if match["key"] not in KNOWN_KEYS:
-            raise ConfigError(match["key"], "not a MaxText key the local synthesis stand-in models")
+            raise ConfigError(match["key"], "a MaxText key the local synthesis stand-in does not model")
         keys[match["key"]] = match["value"]
     path = keys.get("load_parameters_path", "")
     checkpoint = _CHECKPOINT_PATH.match(path)

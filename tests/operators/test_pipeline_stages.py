@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from local.workloads import maxtext_synthesize
+from local.workloads.maxtext_config import maxtext_keys
 from operators import manifests
 from operators.pipeline import (
     StageJobSetOperator,
@@ -119,8 +119,8 @@ def test_gke_synthesis_runs_our_program_with_maxtext_keys_only() -> None:
         "decode_sampling_strategy": "weighted",
         "decode_sampling_temperature": "1.0",
     }
-    # Every key is one MaxText knows (base.yml at the pinned commit; the stand-in's list was checked there).
-    assert set(keys) - {"tokenizer_type", "tokenizer_path"} <= maxtext_synthesize.KNOWN_KEYS
+    # Every key is one MaxText knows (base.yml at the pinned commit), none refused by its pyconfig.
+    assert set(keys) <= set(maxtext_keys())
     assert container["resources"] == {"limits": {"google.com/tpu": "4"}}
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2x1"
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5p-slice"

@@ -78,8 +78,8 @@ def test_writes_the_samples_and_manifest_of_the_local_synthesizer(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("ici_fsdp_parallelism=1", "Invalid config: ici_fsdp_parallelism: not a MaxText key"),
-        ("checkpoint_step=3", "Invalid config: checkpoint_step: not a MaxText key"),
+        ("ici_fsdp_parallelism=1", "Invalid config: ici_fsdp_parallelism: a MaxText key the local synthesis"),
+        ("checkpoint_step=3", "Invalid config: checkpoint_step: 'checkpoint_step' not in "),
         ("return_log_prob=false", "Invalid config: return_log_prob: must be True when using OfflineEngine"),
         ("max_prefill_predict_length=32", "Invalid config: max_target_length: Make sure max_target_length"),
         ("decode_sampling_strategy=beam", "Invalid config: decode_sampling_strategy: must be one of"),
