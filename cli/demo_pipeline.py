@@ -280,8 +280,8 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
     lines += [
         "",
         f"Validated checkpoint : step {checkpoint.get('step')} at {checkpoint.get('path')}",
-        f"Evaluation metrics   : loss {metrics.get('loss')}, perplexity {metrics.get('perplexity')}, "
-        f"{metrics.get('tokens')} tokens (loss floor {metrics.get('corpus_entropy')})",
+        f"Evaluation metrics   : {metrics.get('task')} loss {metrics.get('loss')}, perplexity "
+        f"{metrics.get('perplexity')}, accuracy {metrics.get('accuracy')}% ({metrics.get('path')})",
         f"Synthetic samples    : {dataset.get('samples')} in {dataset.get('samples_file')}",
         "",
         f"Result: {'OK' if ok else 'FAILED'}: "

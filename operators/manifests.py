@@ -580,6 +580,9 @@ class JobSpec:
     active_deadline_seconds: int | None = None
     resources: Mapping[str, str] | None = None
     service_account: str | None = None
+    # Where the pod may run on GKE (a TPU node pool: its labels, and the TPU taint tolerated).
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, str]] = ()
 
 
 def lint_job(job: JobSpec) -> None:
@@ -620,6 +623,16 @@ def lint_job(job: JobSpec) -> None:
             )
     if job.service_account is not None and not _is_subdomain(job.service_account):
         raise SpecError("service_account", f"{shown(job.service_account)} is not a service account name")
+    if not isinstance(job.node_selector, Mapping):
+        raise SpecError("node_selector", f"must be a mapping of node labels to values, got {shown(job.node_selector)}")
+    _check_labels(job.node_selector, "node_selector")
+    if isinstance(job.tolerations, str) or not isinstance(job.tolerations, Sequence):
+        raise SpecError("tolerations", f"must be a list of tolerations, got {shown(job.tolerations)}")
+    for index, toleration in enumerate(job.tolerations):
+        if not isinstance(toleration, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in toleration.items()
+        ):
+            raise SpecError(f"tolerations[{index}]", f"must map toleration fields to strings, got {shown(toleration)}")
 
 
 def _is_int_in(value: object, low: int, high: int) -> bool:
@@ -656,6 +669,10 @@ def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str
     pod_spec: dict[str, Any] = {"restartPolicy": "Never"}
     if job.service_account:
         pod_spec["serviceAccountName"] = job.service_account
+    if job.node_selector:
+        pod_spec["nodeSelector"] = dict(job.node_selector)
+    if job.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in job.tolerations]
     if job.runtime == "local":
         pod_spec["terminationGracePeriodSeconds"] = LOCAL_TERMINATION_GRACE_SECONDS
     pod_spec["containers"] = [container]

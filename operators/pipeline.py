@@ -18,6 +18,7 @@ import json
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
@@ -25,15 +26,26 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from operators import manifests
 from operators.checkpoint_operator import checkpoint_asset_uri
-from operators.checkpoints.storage import StorageError, storage_for
-from operators.constants import LABEL_JOBSET_NAME
+from operators.checkpoints.storage import EntryKind, StorageError, storage_for
+from operators.constants import LABEL_GKE_TPU_ACCELERATOR, LABEL_GKE_TPU_TOPOLOGY, LABEL_JOBSET_NAME, TPU_RESOURCE
 from operators.elastic_operator import ElasticJobSetOperator
+from operators.eval_results import (
+    EVAL_RUNNER,
+    EVAL_TASK,
+    EvalResult,
+    EvalResultError,
+    newest_for_checkpoint,
+    parse_result,
+    results_directory,
+)
 from operators.hooks import JobSetHook
 from operators.jobset_operator import JobSetOperator
 from operators.manifests import JobSpec
 from operators.pipeline_params import VARIABLES, DagRunIdentity, ParamError, validate_params
 from operators.policy import Budgets
-from operators.slice_drill import drill_command, parse_result
+from operators.slice_drill import drill_command
+from operators.slice_drill import parse_result as parse_drill_result
+from operators.spec import DEFAULT_CONFIG_FILE, TPU_TYPES, render_value
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -45,6 +57,19 @@ DRILL_TASK: Final = "arm_slice_failure"
 STAGES: Final = ("evaluate", "synthesize")
 DRILL_TIMEOUT_SECONDS: Final = 3600
 _MAX_RESULT_BYTES: Final = 1 << 20
+_MAX_RESULT_FILES: Final = 10_000
+# MaxText's defaults (maxtext: src/maxtext/configs/base.yml @ e591f30): max_target_length 2048,
+# max_prefill_predict_length 64; the local model's max_target_length (local/workloads/config.py) is 32.
+MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
+MAXTEXT_MAX_PREFILL_LENGTH: Final = 64
+LOCAL_MAX_TARGET_LENGTH: Final = 32
+# The local model has no tokenizer; MaxText's harness parser requires --hf_path all the same.
+LOCAL_HF_PATH: Final = "local/markov-128"
+SYNTH_TEMPERATURE: Final = 1.0
+SYNTH_SEED: Final = 0
+SINGLE_HOST_TOPOLOGY_2D: Final = "2x2"
+SINGLE_HOST_TOPOLOGY_3D: Final = "2x2x1"
+TPU_TOLERATION: Final[Mapping[str, str]] = {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def pipeline_config(context: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,14 +128,120 @@ def _validated_step(context: Mapping[str, Any]) -> int:
     return int(verdict["step"])
 
 
-def eval_output_file(config: Mapping[str, Any], step: int) -> str:
-    """Where the evaluation stage writes its metrics for ``step``."""
-    return f"{config['run_directory']}/eval/step_{step}.json"
+def checkpoint_items_path(config: Mapping[str, Any], step: int) -> str:
+    """The Orbax item of `step` that MaxText's tools load (`--checkpoint_path`, `load_parameters_path`)."""
+    return f"{config['run_directory']}/checkpoints/{step}/items"
+
+
+def eval_results_directory(config: Mapping[str, Any]) -> str:
+    """Where MaxText's evaluation framework writes the run's result files (`<run directory>/eval_results`)."""
+    return results_directory(config["base_output_directory"], config["run_name"])
 
 
 def synthetic_output_directory(config: Mapping[str, Any], step: int) -> str:
     """Where the synthesis stage writes the dataset sampled from ``step``."""
     return f"{config['run_directory']}/synthetic/step_{step}"
+
+
+@dataclass(frozen=True)
+class StageHost:
+    """The TPU host a stage runs on (gke): one VM of the run's TPU type, all its chips."""
+
+    accelerator: str
+    topology: str
+    chips: int
+
+    def node_selector(self) -> dict[str, str]:
+        """GKE's labels of a node pool of this shape, as the trainer's workers select theirs."""
+        return {LABEL_GKE_TPU_ACCELERATOR: self.accelerator, LABEL_GKE_TPU_TOPOLOGY: self.topology}
+
+
+def stage_host(config: Mapping[str, Any]) -> StageHost:
+    """One host of the run's TPU type: the run's own shape when its slices are single-host, else 2x2 (2x2x1).
+
+    MaxText's evaluation serves the model with vLLM on one host (`--tensor_parallel_size` = its chips) and
+    the synthesis program runs the OfflineEngine on one host's devices; a pod on one VM of a multi-host
+    slice would not get a usable TPU (the slice forms only with all its hosts), so a multi-host run's
+    stages need a single-host node pool of the same type.
+    """
+    tpu = TPU_TYPES[config["tpu_type"]]
+    topology = str(config["tpu_topology"])
+    if tpu.vms_per_slice(topology) != 1:
+        topology = SINGLE_HOST_TOPOLOGY_2D if tpu.topology_dims == 2 else SINGLE_HOST_TOPOLOGY_3D
+    return StageHost(tpu.gke_accelerator, topology, tpu.chips_per_vm_for(topology))
+
+
+def hf_path(config: Mapping[str, Any]) -> str:
+    """The tokenizer MaxText's evaluation loads (`--hf_path`): the run's `hf_path` (required on gke)."""
+    if config["runtime"] == "local":
+        return LOCAL_HF_PATH
+    value = config.get("hf_path")
+    if not isinstance(value, str) or not value:
+        raise AirflowFailException("evaluation on gke needs hf_path (MaxText's eval --hf_path): no hf_path in the run")
+    return value
+
+
+def max_target_length(config: Mapping[str, Any]) -> int:
+    """The trainer's `max_target_length`: its MaxText argument, else the runtime's default."""
+    value = dict(config.get("maxtext_args") or {}).get("max_target_length")
+    if value is not None:
+        return int(value)
+    return LOCAL_MAX_TARGET_LENGTH if config["runtime"] == "local" else MAXTEXT_MAX_TARGET_LENGTH
+
+
+def evaluate_args(config: Mapping[str, Any], step: int) -> list[str]:
+    """The flags of `python3 -m maxtext.eval.runner.run` (lm-eval harness) evaluating `step`."""
+    chips = 1 if config["runtime"] == "local" else stage_host(config).chips
+    return [
+        f"--runner={EVAL_RUNNER}",
+        f"--checkpoint_path={checkpoint_items_path(config, step)}",
+        f"--model_name={config['model_name']}",
+        f"--hf_path={hf_path(config)}",
+        f"--tasks={EVAL_TASK}",
+        f"--base_output_directory={config['base_output_directory']}",
+        f"--run_name={config['run_name']}",
+        f"--max_model_len={max_target_length(config)}",
+        f"--tensor_parallel_size={chips}",
+    ]
+
+
+def _tokenizer_keys(config: Mapping[str, Any], maxtext_args: Mapping[str, str]) -> dict[str, str]:
+    """On gke, the evaluation's tokenizer (`hf_path`) for MaxText too, unless the trainer's arguments name one."""
+    if config["runtime"] == "local" or "tokenizer_path" in maxtext_args:
+        return {}
+    return {"tokenizer_type": "huggingface", "tokenizer_path": hf_path(config)}
+
+
+def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
+    """The argv of our synthesis program: its own flags, then a MaxText config file and MaxText keys only.
+
+    The MaxText keys are the trainer's (`maxtext_args`: the same model and batch; on gke the tokenizer is
+    `hf_path`, the evaluation's, as `tokenizer_type=huggingface`, unless the trainer's keys name one), the checkpoint
+    to load, the lengths (prefill: MaxText's default 64, or half of a shorter `max_target_length`) and the
+    sampling: `decode_sampling_strategy=weighted` at `decode_sampling_temperature`; OfflineEngine needs
+    `return_log_prob=true`.
+    """
+    length = max_target_length(config)
+    maxtext_args = {str(k): render_value(v) for k, v in dict(config.get("maxtext_args") or {}).items()}
+    keys = {
+        "run_name": config["run_name"],
+        "base_output_directory": config["base_output_directory"],
+        **maxtext_args,
+        **_tokenizer_keys(config, maxtext_args),
+        "load_parameters_path": checkpoint_items_path(config, step),
+        "max_target_length": str(length),
+        "max_prefill_predict_length": str(min(MAXTEXT_MAX_PREFILL_LENGTH, length // 2)),
+        "return_log_prob": "true",
+        "decode_sampling_strategy": "weighted",
+        "decode_sampling_temperature": render_value(SYNTH_TEMPERATURE),
+    }
+    return [
+        f"--num_samples={config['num_samples']}",
+        f"--sample_seed={SYNTH_SEED}",
+        f"--output_directory={synthetic_output_directory(config, step)}",
+        DEFAULT_CONFIG_FILE,
+        *(f"{key}={value}" for key, value in keys.items()),
+    ]
 
 
 class PretrainOperator(ElasticJobSetOperator):
@@ -151,70 +282,120 @@ class PretrainOperator(ElasticJobSetOperator):
 class StageJobSetOperator(JobSetOperator):
     """``JobSetOperator`` running a pipeline stage (``evaluate`` or ``synthesize``) on the validated step.
 
-    The stage's image and command come from the configuration (local: ``local.workloads``; gke: the
-    params or Airflow Variables); its arguments are MaxText-style keys naming the run and the step.
+    The stage's image and command come from the configuration (local: the stand-ins in ``local.workloads``;
+    gke: the params or Airflow Variables, MaxText's ``python3 -m maxtext.eval.runner.run`` and our
+    ``python3 -m maxtext_synthesize``); the arguments are the same on both runtimes (``evaluate_args``,
+    ``synthesize_args``). On gke the pod asks for one TPU host like the trainer's workers: all its chips
+    (``google.com/tpu``), the node pool's GKE labels and the TPU taint tolerated (``stage_host``).
     """
 
     def __init__(self, *, stage: str, **kwargs: Any) -> None:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         super().__init__(name=stage, image="local", command=["true"], runtime="local", stage=stage, **kwargs)
+        self.host: StageHost | None = None
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
-        config = pipeline_config(context)
-        step = _validated_step(context)
+        self.configure(pipeline_config(context), _validated_step(context))
+
+    def configure(self, config: Mapping[str, Any], step: int) -> None:
+        """Set the image, command, arguments and (gke) TPU host of the stage on `step` of the run."""
         job = config[self.stage]
         self.runtime = config["runtime"]
         self.image = job["image"]
         self.command = list(job["command"])
-        keys = [
-            f"base_output_directory={config['base_output_directory']}",
-            f"run_name={config['run_name']}",
-            f"checkpoint_step={step}",
-            f"per_device_batch_size={config['per_device_batch_size']}",
-        ]
-        if self.stage == "evaluate":
-            keys.append(f"eval_output_file={eval_output_file(config, step)}")
-        else:
-            keys += [
-                f"num_samples={config['num_samples']}",
-                f"synthetic_output_directory={synthetic_output_directory(config, step)}",
-            ]
-        self.args = keys
+        self.args = evaluate_args(config, step) if self.stage == "evaluate" else synthesize_args(config, step)
+        self.host = stage_host(config) if self.runtime == "gke" else None
+
+    def build_job(self) -> JobSpec:
+        """The job, on one TPU host of the run's type when on gke."""
+        job = super().build_job()
+        if self.host is None:
+            return job
+        # Not through `self.resources`: BaseOperator owns that attribute (Airflow's cpus/ram/gpus Resources).
+        return replace(
+            job,
+            resources={TPU_RESOURCE: str(self.host.chips)},
+            node_selector=self.host.node_selector(),
+            tolerations=[dict(TPU_TOLERATION)],
+        )
 
 
-def _read_json(path: str) -> dict[str, Any]:
+def _read_json(path: str) -> Any:
     try:
-        data = json.loads(storage_for(path).read(path, _MAX_RESULT_BYTES))
+        return json.loads(storage_for(path).read(path, _MAX_RESULT_BYTES))
     except (StorageError, OSError, ValueError) as error:
         raise AirflowFailException(f"cannot read {path}: {error}") from None
+
+
+def _read_object(path: str) -> dict[str, Any]:
+    data = _read_json(path)
     if not isinstance(data, dict):
         raise AirflowFailException(f"{path} does not hold a JSON object")
     return data
 
 
+def evaluation_of(config: Mapping[str, Any], step: int) -> EvalResult:
+    """The newest MaxText evaluation result of `step`'s checkpoint under the run's `eval_results`."""
+    directory = eval_results_directory(config)
+    wanted = checkpoint_items_path(config, step)
+    storage = storage_for(directory)
+    try:
+        entries = storage.list_dir(directory, limit=_MAX_RESULT_FILES)
+    except (StorageError, OSError) as error:
+        raise AirflowFailException(f"cannot list {directory}: {error}") from None
+    results: list[EvalResult] = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.kind != EntryKind.FILE or not entry.name.endswith(".json"):
+            continue
+        path = storage.join(directory, entry.name)
+        try:
+            results.append(parse_result(path, _read_json(path)))
+        except EvalResultError as error:
+            raise AirflowFailException(f"{path} is not a MaxText evaluation result: {error}") from None
+    found = newest_for_checkpoint(results, wanted)
+    if found is None:
+        seen = sorted({r.checkpoint_path for r in results}) or "none"
+        raise AirflowFailException(
+            f"no MaxText evaluation result of {wanted} in {directory} (checkpoints evaluated there: {seen})"
+        )
+    return found
+
+
 def gate_on_eval(**context: Any) -> dict[str, Any]:
-    """The gate: the evaluation of the validated step must have a finite loss at most ``max_eval_loss``."""
+    """The gate: the validated step's evaluation must have a finite loss at most ``max_eval_loss``.
+
+    The loss is ln(perplexity) of MaxText's lm-eval result for ``lambada_openai`` (``operators.eval_results``).
+    """
     config = pipeline_config(context)
     step = _validated_step(context)
-    path = eval_output_file(config, step)
-    metrics = _read_json(path)
-    loss = metrics.get("loss")
+    result = evaluation_of(config, step)
+    loss = result.loss
     limit = float(config["max_eval_loss"])
+    metrics = {
+        "step": step,
+        "loss": loss,
+        "perplexity": result.perplexity,
+        "accuracy": result.accuracy,
+        "task": result.task,
+        "benchmark": result.benchmark,
+        "model_name": result.model_name,
+        "timestamp_utc": result.timestamp_utc,
+        "checkpoint_path": result.checkpoint_path,
+        "scores": dict(result.scores),
+    }
     summary = (
-        f"step {metrics.get('step')}: loss {loss}, perplexity {metrics.get('perplexity')}, "
-        f"{metrics.get('tokens')} tokens, max_eval_loss {limit} ({path})"
+        f"step {step}: {result.task} loss {loss} (perplexity {result.perplexity}), accuracy {result.accuracy}, "
+        f"max_eval_loss {limit} ({result.path})"
     )
-    context["ti"].xcom_push(key="metrics", value={**metrics, "max_eval_loss": limit, "path": path})
-    if metrics.get("step") != step:
-        raise AirflowFailException(f"evaluation gate: the metrics are for another step than {step}: {summary}")
-    if isinstance(loss, bool) or not isinstance(loss, int | float) or not math.isfinite(loss):
+    context["ti"].xcom_push(key="metrics", value={**metrics, "max_eval_loss": limit, "path": result.path})
+    if not math.isfinite(loss):
         raise AirflowFailException(f"evaluation gate failed: the loss is not a finite number: {summary}")
     if loss > limit:
         raise AirflowFailException(f"evaluation gate failed: loss {loss:.4f} > max_eval_loss {limit}: {summary}")
     context["task"].log.info("evaluation gate passed: %s", summary)
-    return {**metrics, "max_eval_loss": limit, "path": path, "passed": True}
+    return {**metrics, "max_eval_loss": limit, "path": result.path, "passed": True}
 
 
 def synthetic_alias(dag_id: str) -> AssetAlias:
@@ -231,7 +412,7 @@ def publish_synthetic_dataset(**context: Any) -> dict[str, Any]:
     config = pipeline_config(context)
     step = _validated_step(context)
     directory = synthetic_output_directory(config, step)
-    manifest = _read_json(f"{directory}/manifest.json")
+    manifest = _read_object(f"{directory}/manifest.json")
     if manifest.get("step") != step or not isinstance(manifest.get("count"), int):
         raise AirflowFailException(f"the synthetic dataset manifest under {directory} does not match step {step}")
     checkpoint = context["ti"].xcom_pull(task_ids=CHECKPOINT_TASK) or {}
@@ -331,7 +512,7 @@ def collect_drill(
         pods = hook.list_pods(namespace, selector)
         for pod in pods:
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                result = parse_result(
+                result = parse_drill_result(
                     hook.read_log_tail(pod["metadata"]["name"], namespace, manifests.PLAIN_CONTAINER, tail_lines=20)
                 )
         if result is None:

@@ -41,6 +41,7 @@ VARIABLE_EVAL_IMAGE: Final = "elastic_training_eval_image"
 VARIABLE_EVAL_COMMAND: Final = "elastic_training_eval_command"
 VARIABLE_SYNTH_IMAGE: Final = "elastic_training_synthesize_image"
 VARIABLE_SYNTH_COMMAND: Final = "elastic_training_synthesize_command"
+VARIABLE_HF_PATH: Final = "elastic_training_hf_path"
 VARIABLES: Final = (
     VARIABLE_ALLOWED_ROOTS,
     VARIABLE_MAXTEXT_IMAGE,
@@ -48,6 +49,7 @@ VARIABLES: Final = (
     VARIABLE_EVAL_COMMAND,
     VARIABLE_SYNTH_IMAGE,
     VARIABLE_SYNTH_COMMAND,
+    VARIABLE_HF_PATH,
 )
 
 DATA_DIR_ENV: Final = "ELASTIC_TRAINING_DATA_DIR"
@@ -63,8 +65,8 @@ SECTION_STAGES: Final = "Evaluation and synthesis"
 SECTION_DRILL: Final = "Fault drill"
 
 # The local runtime's stand-ins for evaluation and synthesis (strings: operators never import local).
-LOCAL_EVAL_COMMAND: Final = ("python", "-m", "local.workloads.evaluate")
-LOCAL_SYNTH_COMMAND: Final = ("python", "-m", "local.workloads.synthesize")
+LOCAL_EVAL_COMMAND: Final = ("python", "-m", "local.workloads.maxtext_eval")
+LOCAL_SYNTH_COMMAND: Final = ("python", "-m", "local.workloads.maxtext_synthesize")
 
 MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
 
@@ -388,6 +390,19 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             gke_only=True,
         ),
         ParamDef(
+            "hf_path",
+            None,
+            {
+                "type": ["null", "string"],
+                "title": "Tokenizer for evaluation (gke)",
+                "description": "MaxText's eval --hf_path: a Hugging Face model id or a path in the image; empty: "
+                f"the Airflow Variable {VARIABLE_HF_PATH}.",
+                "section": SECTION_STAGES,
+                "maxLength": 512,
+            },
+            gke_only=True,
+        ),
+        ParamDef(
             "eval_command",
             None,
             {
@@ -522,6 +537,17 @@ def _optional_string(params: Mapping[str, Any], name: str) -> str | None:
     if params.get(name) is None:
         return None
     return _string(params, name) or None
+
+
+def _hf_path(value: str) -> str:
+    """MaxText's evaluation needs a tokenizer (`--hf_path`): a Hugging Face id or a path, one argv item."""
+    if not value:
+        raise ParamError(
+            "hf_path", f"is required on gke (the tokenizer MaxText's evaluation loads): set it or {VARIABLE_HF_PATH}"
+        )
+    if not _ARGV_ITEM.match(value):
+        raise ParamError("hf_path", f"{value!r} has characters other than letters, digits and _./:=@+,%-")
+    return value
 
 
 def _no_shell(name: str, value: str) -> None:
@@ -722,6 +748,7 @@ def validate_params(
         tpu_type=tpu_type,
         tpu_topology=topology,
         maxtext_args={"model_name": model_name, "per_device_batch_size": batch},
+        hf_path=_hf_path(_optional_string(params, "hf_path") or str(variables.get(VARIABLE_HF_PATH) or "")),
         evaluate={
             "image": _image(
                 "eval_image", _optional_string(params, "eval_image") or str(variables.get(VARIABLE_EVAL_IMAGE) or "")

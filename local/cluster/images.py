@@ -9,7 +9,9 @@ as the real program would.
 
 - image ``local``: any command, run as written (the tests' own pods);
 - a MaxText image (``…/maxtext…``): ``python3 -m maxtext.trainers.pre_train.train …`` →
-  ``python -m local.workloads.maxtext_train …``;
+  ``python -m local.workloads.maxtext_train …``; ``python3 -m maxtext.eval.runner.run …`` →
+  ``python -m local.workloads.maxtext_eval …``; ``python3 -m maxtext_synthesize …`` (the project's program
+  in the ``maxtext-synthesize`` image) → ``python -m local.workloads.maxtext_synthesize …``;
 - ``…/pathways/server``: the image's entrypoint (``--node_type=resource_manager`` or worker flags) →
   ``python -m local.workloads.pathways server …``;
 - ``…/pathways/proxy_server``: the image's entrypoint → ``python -m local.workloads.pathways proxy …``.
@@ -124,13 +126,21 @@ def _module(name: str, *args: str) -> tuple[str, ...]:
 
 
 MAXTEXT_TRAIN_COMMAND: Final = ("python3", "-m", "maxtext.trainers.pre_train.train")
+# MaxText's evaluation framework (maxtext e591f30: src/maxtext/eval/runner/run.py), in the eval image of
+# deploy/images/maxtext-eval, and the project's synthesis program in deploy/images/maxtext-synthesize.
+MAXTEXT_EVAL_COMMAND: Final = ("python3", "-m", "maxtext.eval.runner.run")
+MAXTEXT_SYNTHESIZE_COMMAND: Final = ("python3", "-m", "maxtext_synthesize")
 
 MAXTEXT = ImageEntry(
     name="maxtext",
     # Any registry path whose last segment starts with "maxtext" (maxtext, maxtext_jax_stable, maxtext-runner).
     repository=re.compile(r"(?:[^/]+/)*maxtext[a-z0-9._-]*"),
     example="<registry>/…/maxtext[_…]:<tag>",
-    programs=(Program(MAXTEXT_TRAIN_COMMAND, _module("local.workloads.maxtext_train")),),
+    programs=(
+        Program(MAXTEXT_TRAIN_COMMAND, _module("local.workloads.maxtext_train")),
+        Program(MAXTEXT_EVAL_COMMAND, _module("local.workloads.maxtext_eval")),
+        Program(MAXTEXT_SYNTHESIZE_COMMAND, _module("local.workloads.maxtext_synthesize")),
+    ),
 )
 
 PATHWAYS_SERVER = ImageEntry(

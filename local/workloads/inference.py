@@ -64,7 +64,11 @@ def _not_found_message(directory: str, step: int | None, committed: Sequence[int
 
 def reader_main(config_class: type[_R], work: Callable[[_R], object], argv: Sequence[str]) -> int:
     """Entry point body of a checkpoint reader: parse, run `work`; 1 when the checkpoint is missing."""
-    config = parse_args(config_class, argv)
+    return reader_main_with(parse_args(config_class, argv), work)
+
+
+def reader_main_with(config: _R, work: Callable[[_R], object]) -> int:
+    """Run `work` on a parsed reader configuration; 1 (logged) when the checkpoint is missing."""
     configure_logging()
     try:
         work(config)

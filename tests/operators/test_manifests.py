@@ -717,3 +717,25 @@ def test_the_crd_schema_refuses_what_the_api_refuses(crd_validator: Any, path: s
     broken = _broken(path, value, manifest)
     errors = _schema_errors(crd_validator, broken)
     assert errors and any(error in e for e in errors), errors
+
+
+def test_a_plain_job_can_be_placed_on_a_tpu_node_pool() -> None:
+    job = JobSpec(
+        image="us-docker.pkg.dev/p/r/maxtext-eval:1",
+        command=["python3", "-m", "maxtext.eval.runner.run"],
+        resources={"google.com/tpu": "4"},
+        node_selector={"cloud.google.com/gke-tpu-topology": "2x2"},
+        tolerations=[{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    body = plain_jobset(job, name="evaluate-abc123", namespace="default", labels={}, stage="evaluate")
+    pod = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-topology": "2x2"}
+    assert pod["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
+    bare = plain_jobset(
+        dataclasses.replace(job, node_selector={}, tolerations=()), name="e", namespace="d", labels={}, stage="s"
+    )
+    assert "nodeSelector" not in bare["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    with pytest.raises(SpecError, match=r"node_selector: 'bad key!' is not a label key"):
+        lint_job(dataclasses.replace(job, node_selector={"bad key!": "x"}))
+    with pytest.raises(SpecError, match=r"tolerations\[0\]: must map toleration fields to strings"):
+        lint_job(dataclasses.replace(job, tolerations=[{"key": 1}]))  # type: ignore[dict-item]

@@ -15,6 +15,7 @@ from operators.pipeline_params import (
     VARIABLE_ALLOWED_ROOTS,
     VARIABLE_EVAL_COMMAND,
     VARIABLE_EVAL_IMAGE,
+    VARIABLE_HF_PATH,
     VARIABLE_MAXTEXT_IMAGE,
     VARIABLE_SYNTH_COMMAND,
     VARIABLE_SYNTH_IMAGE,
@@ -50,7 +51,7 @@ def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
     assert config["run_name"] == "nightly-20261130"
     assert config["run_directory"] == f"{tmp_path}/nightly-20261130"
     assert config["runtime"] == "local" and config["target_step"] == config["steps"] - 1
-    assert config["evaluate"]["command"] == ["python", "-m", "local.workloads.evaluate"]
+    assert config["evaluate"]["command"] == ["python", "-m", "local.workloads.maxtext_eval"]
     assert config["maxtext_args"] == {"per_device_batch_size": 8}
 
 
@@ -142,6 +143,7 @@ GKE_VARIABLES = {
     VARIABLE_EVAL_COMMAND: '["python3", "-m", "team.eval"]',
     VARIABLE_SYNTH_IMAGE: "us-docker.pkg.dev/p/r/synth:1",
     VARIABLE_SYNTH_COMMAND: '["python3", "-m", "team.synth"]',
+    VARIABLE_HF_PATH: "meta-llama/Llama-3.1-8B",
 }
 
 

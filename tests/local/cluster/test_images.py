@@ -63,6 +63,21 @@ def test_maxtext_trainer_keeps_its_arguments_and_accepts_python_or_python3() -> 
         assert argv == ["python", "-u", "-m", "local.workloads.maxtext_train", *args]
 
 
+def test_maxtext_images_run_the_eval_and_synthesis_stand_ins_with_their_arguments() -> None:
+    flags = ["--runner=lm_eval", "--tasks=lambada_openai"]
+    eval_image = find_image("us-docker.pkg.dev/p/r/maxtext-eval:1")
+    assert eval_image.local_argv(["python3", "-m", "maxtext.eval.runner.run", *flags], True) == [
+        *["python", "-u", "-m", "local.workloads.maxtext_eval"],
+        *flags,
+    ]
+    args = ["--num_samples=2", "--output_directory=/o", "src/maxtext/configs/base.yml", "run_name=r"]
+    synth_image = find_image("us-docker.pkg.dev/p/r/maxtext-synthesize:1")
+    assert synth_image.local_argv(["python3", "-m", "maxtext_synthesize", *args], True) == [
+        *["python", "-u", "-m", "local.workloads.maxtext_synthesize"],
+        *args,
+    ]
+
+
 def test_pathways_images_run_their_entrypoint_with_the_args() -> None:
     flags = ["--server_port=29001", "--node_type=resource_manager"]
     stand_in = ["python", "-u", "-m", "local.workloads.pathways"]

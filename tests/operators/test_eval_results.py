@@ -1,0 +1,61 @@
+"""Reading MaxText's evaluation result files: the schema, its errors naming the field, the newest of a checkpoint."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from operators.eval_results import EvalResultError, newest_for_checkpoint, parse_result, results_directory
+
+
+# What MaxText's harness_runner + json_reporter write for `--runner lm_eval --tasks lambada_openai`.
+def maxtext_result(checkpoint_path: str, perplexity: float, timestamp: str = "20261201T010203Z") -> dict[str, Any]:
+    return {
+        "benchmark": "lambada_openai",
+        "model_name": "default",
+        "timestamp_utc": timestamp,
+        "scores": {"lambada_openai_accuracy": 61.5},
+        "generation_stats": {
+            "lm_eval_config": {"model": "local-completions"},
+            "lm_eval_results": {
+                "lambada_openai": {
+                    "alias": "lambada_openai",
+                    "perplexity,none": perplexity,
+                    "perplexity_stderr,none": 0.1,
+                    "acc,none": 0.615,
+                    "acc_stderr,none": 0.0068,
+                }
+            },
+        },
+        "config": {"checkpoint_path": checkpoint_path, "tasks": ["lambada_openai"], "results_path": "x"},
+    }
+
+
+def test_results_directory_is_maxtexts() -> None:
+    assert results_directory("gs://b/llm/", "run-1") == "gs://b/llm/run-1/eval_results"
+
+
+def test_parse_names_the_missing_field() -> None:
+    good = maxtext_result("/r/checkpoints/3/items", 4.0)
+    result = parse_result("f.json", good)
+    assert result.loss == pytest.approx(math.log(4.0)) and result.accuracy == 61.5
+    del good["generation_stats"]["lm_eval_results"]["lambada_openai"]["perplexity,none"]
+    with pytest.raises(EvalResultError, match=r"generation_stats.lm_eval_results.lambada_openai.perplexity,none"):
+        parse_result("f.json", good)
+    with pytest.raises(EvalResultError, match=r"config\.checkpoint_path"):
+        parse_result("f.json", {**maxtext_result("x", 1.0), "config": {}})
+    with pytest.raises(EvalResultError, match="not a JSON object"):
+        parse_result("f.json", [1])
+
+
+def test_the_newest_result_of_the_checkpoint_wins() -> None:
+    results = [
+        parse_result("a.json", maxtext_result("/r/checkpoints/3/items", 9.0, "20261201T010000Z")),
+        parse_result("b.json", maxtext_result("/r/checkpoints/3/items/", 2.0, "20261201T020000Z")),
+        parse_result("c.json", maxtext_result("/r/checkpoints/4/items", 1.0, "20261201T030000Z")),
+    ]
+    newest = newest_for_checkpoint(results, "/r/checkpoints/3/items")
+    assert newest is not None and newest.path == "b.json"
+    assert newest_for_checkpoint(results, "/r/checkpoints/5/items") is None

@@ -1,0 +1,102 @@
+"""The nightly pipeline's evaluation and synthesis stages on the local cluster, on a run trained beforehand:
+the stages' JobSets run the stand-ins with MaxText's command lines, the gate reads MaxText's result file and
+the dataset is published (real Airflow ``dag.test()``, deferrable operators, the cluster over HTTP)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local.cluster import LocalCluster
+from operators.pipeline_params import DagRunIdentity, validate_params
+from tests.support.airflow_dags import dag_from_source, states, xcom
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+HEADER = """\
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG
+from operators.pipeline import StageJobSetOperator, gate_on_eval, publish_synthetic_dataset, synthetic_alias
+"""
+STEP = 19
+RUN = DagRunIdentity(
+    dag_id="elastic_training_nightly",
+    run_id="scheduled__2026-12-01T00:00:00+00:00",
+    run_type="scheduled",
+    logical_date=datetime(2026, 12, 1, tzinfo=UTC),
+)
+TASKS = (
+    "validate_params",
+    "validate_checkpoint",
+    "evaluate",
+    "gate_on_eval",
+    "synthesize",
+    "publish_synthetic_dataset",
+)
+
+
+def stages_dag(dag_id: str, config: dict[str, Any]) -> Any:
+    checkpoint = {"step": STEP, "path": f"{config['run_directory']}/checkpoints/{STEP}", "valid": True}
+    body = f"""
+    with DAG({dag_id!r}, schedule=None) as dag:
+        config = PythonOperator(task_id="validate_params", python_callable=lambda: {config!r})
+        checkpoint = PythonOperator(task_id="validate_checkpoint", python_callable=lambda: {checkpoint!r})
+        evaluate = StageJobSetOperator(task_id="evaluate", stage="evaluate", poll_interval=1.0)
+        gate = PythonOperator(task_id="gate_on_eval", python_callable=gate_on_eval)
+        synthesize = StageJobSetOperator(task_id="synthesize", stage="synthesize", poll_interval=1.0)
+        publish = PythonOperator(
+            task_id="publish_synthetic_dataset",
+            python_callable=publish_synthetic_dataset,
+            outlets=[synthetic_alias({dag_id!r})],
+        )
+        config >> checkpoint >> evaluate >> gate >> synthesize >> publish
+    """
+    return dag_from_source(dag_id, body, HEADER)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The nightly configuration of a local run, and that run trained (default model, steps 0..19)."""
+    from local.workloads.config import TrainConfig, parse_args
+    from local.workloads.slices import StaticSliceHealth
+    from local.workloads.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("stages")
+    config = validate_params(
+        {"base_output_directory": str(root), "run_name": "stages", "max_eval_loss": 4.8, "num_samples": 6},
+        run=RUN,
+        environ={"ELASTIC_TRAINING_DATA_DIR": str(root)},
+    )
+    keys = [f"base_output_directory={root}", f"run_name={config['run_name']}", "steps=20", "checkpoint_period=10"]
+    assert Trainer(parse_args(TrainConfig, keys), StaticSliceHealth(1)).run() == 0
+    return config
+
+
+def test_evaluation_gate_and_synthesis_run_on_the_local_cluster(
+    airflow_db: None, cluster_connection: LocalCluster, trained: dict[str, Any]
+) -> None:
+    dag_run = stages_dag("nightly_stages", trained).test()
+    assert states(dag_run) == dict.fromkeys(
+        [
+            "validate_params",
+            "validate_checkpoint",
+            "evaluate",
+            "gate_on_eval",
+            "synthesize",
+            "publish_synthetic_dataset",
+        ],
+        "success",
+    )
+    run = Path(trained["run_directory"])
+    [result] = (run / "eval_results").iterdir()
+    assert result.name.startswith("lambada_openai_default_")
+    gate = xcom(dag_run, "gate_on_eval")
+    assert gate["passed"] and gate["step"] == STEP and gate["path"] == str(result)
+    assert gate["checkpoint_path"] == f"{run}/checkpoints/{STEP}/items" and 0 < gate["loss"] <= 4.8
+    dataset = xcom(dag_run, "publish_synthetic_dataset")
+    assert dataset["samples"] == 6 and dataset["source_step"] == STEP
+    assert dataset["path"] == f"{run}/synthetic/step_{STEP}"
+    assert len(Path(dataset["samples_file"]).read_text().splitlines()) == 6
