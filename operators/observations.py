@@ -6,17 +6,26 @@ The cluster is the source of truth; this module turns its objects into the facts
 - the JobSet's phase from ``status.terminalState`` and its ``Completed``/``Failed`` conditions
   (kubernetes-sigs/jobset sets both; the reason of ``Failed`` is ``FailedJobs``,
   ``ReachedMaxRestarts`` or ``FailJobSetFailurePolicyAction``), and ``status.restarts``;
-- slice restarts by ``job-index``, from the counters the worker Job's ``backoffLimit`` is checked
-  against: the child Job's ``status.failed`` (a slice pod that failed or was deleted before it
-  finished) plus its live pods' container ``restartCount`` (``restartPolicy: OnFailure``). Slice
-  restarts stay invisible at JobSet level while they are within the ``backoffLimit``;
+- slice restarts by ``job-index``, counted in slices, not pods, and dated by Kubernetes' own clock
+  (:mod:`operators.slice_failures` says how): every worker pod failure is one record, keyed by what it
+  is (the pod's uid and its ``restartCount`` for an in-place restart under ``restartPolicy: OnFailure``;
+  the pod's uid for a pod that failed or was deleted before it finished). A worker Job's ``status.failed``
+  (what its ``backoffLimit`` is checked against; upstream's pod-tracking finalizers count a deleted pod too)
+  above the records of its pods means pods went while no trigger watched: each such failure is dated at the
+  creation of that Job's newest known pod (its replacement), else at the Job's creation. Failures of a Job
+  being deleted at or after its ``deletionTimestamp`` (a JobSet restart or teardown deletes Jobs in the
+  foreground) are no failures, and its ``status.failed`` is frozen once deletion started. Slice restarts stay
+  invisible at JobSet level while they are within the ``backoffLimit``;
 - the head pod (``pathways-head``), whose log the trigger follows, and whether its trainer refused
   its configuration (exit code 2: a restart cannot help);
 - the trainer's log, folded by :class:`operators.recovery.LogDigest`.
 
-Counting compares those monotonic counters with the last persisted state, so a trigger rebuilt
-from its serialized kwargs neither loses nor double-counts a restart (in-place restarts of a pod
-that was deleted while no trigger ran are the one thing such a gap can hide).
+Records are keyed, and the counts are recomputed from them after every change, so a trigger rebuilt from
+its serialized kwargs (the state as of its deferral) and a fresh look at the cluster neither loses, nor
+double-counts, nor re-dates a restart, whatever order the watches deliver objects in. The state is versioned
+(:data:`STATE_VERSION`); a state written before versions existed (counters per Job and pod, restart times
+stamped when first seen) is read as it was counted: its restarts stay as they were, and only failures above
+its counters are new.
 """
 
 from __future__ import annotations
@@ -25,7 +34,6 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from operators.constants import (
@@ -37,29 +45,29 @@ from operators.constants import (
 )
 from operators.policy import JobSetPhase, Observation
 from operators.recovery import LogDigest
+from operators.slice_failures import (
+    FailureKind,
+    PodFailure,
+    SliceEpisode,
+    group_episodes,
+    gone_time,
+    is_eviction,
+    parse_time,
+    restart_time,
+    running_since,
+)
 
 Obj = Mapping[str, Any]
+
+__all__ = ["MonitorState", "jobset_phase", "normalize_timestamp", "parse_time"]
 
 # Trainer exit codes a restart cannot mend: 2 is an invalid configuration (MaxText's argument
 # errors and the local trainer's `Invalid config`).
 PERMANENT_EXIT_CODES = frozenset({2})
+STATE_VERSION = 2
 MAX_RESTART_TIMES_KEPT = 1000
-
-
-def parse_time(value: str | None) -> float | None:
-    """An RFC 3339 timestamp (seconds or nanoseconds, ``Z`` or offset) as Unix seconds."""
-    if not value:
-        return None
-    text = value.strip().replace("Z", "+00:00")
-    if "." in text:
-        head, _, rest = text.partition(".")
-        digits = "".join(c for c in rest if c.isdigit())
-        zone = rest[len(digits) :]
-        text = f"{head}.{digits[:6].ljust(6, '0')}{zone}"
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
+MAX_FAILURES_KEPT = 2000  # pod failure records; older episodes fold into totals past this
+MAX_WHOLE_TIMES_KEPT = 16  # per slice
 
 
 def normalize_timestamp(value: str) -> str | None:
@@ -123,22 +131,74 @@ def _exit_code(pod: Obj, container: str) -> int | None:
     return None
 
 
+def _owner_uid(meta: Obj) -> str:
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == "Job" and ref.get("controller", True):
+            return str(ref.get("uid") or "")
+    return ""
+
+
+@dataclass
+class WorkerJob:
+    """One worker Job (one slice of one JobSet attempt) as last seen.
+
+    ``failed``: its ``status.failed``, frozen once its deletion started; ``counted_before``: failures a
+    state written before :data:`STATE_VERSION` had already counted; ``folded``: failures of its pods whose
+    records were folded into the totals; ``size``: ``spec.completions``, the pods of a whole slice.
+    """
+
+    slice: int
+    failed: int = 0
+    counted_before: int = 0
+    folded: int = 0
+    size: int = 1
+    created: float | None = None
+    deleting_at: float | None = None
+    gone: bool = False  # missing from a relist
+
+
+@dataclass
+class WorkerPod:
+    """One worker pod as last seen: its Job, the restarts recorded, and since when all its containers run."""
+
+    slice: int
+    job: str = ""
+    restarts: int = 0
+    created: float | None = None
+    running_since: float | None = None
+
+
 @dataclass
 class MonitorState:
-    """Everything the trigger knows about one incarnation; JSON round-trips through kwargs and events."""
+    """Everything the trigger knows about one incarnation; JSON round-trips through kwargs and events.
 
+    ``slice_restarts``, ``slice_restarts_by_slice``, ``slice_restart_times`` (episode starts, Kubernetes
+    time), ``slice_evictions`` and ``slice_evictions_by_slice`` are derived from the records after every
+    change; they are serialised for readers and recomputed on load.
+    """
+
+    version: int = STATE_VERSION
     jobset_uid: str | None = None
     started_at: float = 0.0
     phase: JobSetPhase = JobSetPhase.ACTIVE
     failure_detail: str = ""
     permanent: bool = False
     jobset_restarts: int = 0
-    # uid -> [slice index, counter already counted]: worker Jobs (status.failed) and pods (restartCount)
-    worker_jobs: dict[str, list[int]] = field(default_factory=dict)
-    worker_pods: dict[str, list[int]] = field(default_factory=dict)
+    jobs: dict[str, WorkerJob] = field(default_factory=dict)
+    pods: dict[str, WorkerPod] = field(default_factory=dict)
+    failures: dict[str, PodFailure] = field(default_factory=dict)
+    whole_at: dict[str, list[float]] = field(default_factory=dict)  # slice -> times it was seen whole
+    # restarts and evictions no longer held as records: counted by an older state, or folded past the bound
+    earlier_restarts: int = 0
+    earlier_restart_times: list[float] = field(default_factory=list)
+    earlier_restarts_by_slice: dict[str, int] = field(default_factory=dict)
+    earlier_evictions: int = 0
+    earlier_evictions_by_slice: dict[str, int] = field(default_factory=dict)
     slice_restart_times: list[float] = field(default_factory=list)
     slice_restarts: int = 0
     slice_restarts_by_slice: dict[str, int] = field(default_factory=dict)
+    slice_evictions: int = 0
+    slice_evictions_by_slice: dict[str, int] = field(default_factory=dict)
     head_pod: str | None = None
     head_pod_uid: str | None = None
     log_cursor: str | None = None  # RFC 3339 time of the last head-pod log line folded
@@ -160,25 +220,35 @@ class MonitorState:
             self.failure_detail = detail[:1000]
 
     def on_job(self, job: Obj, *, deleted: bool, now: float) -> list[int]:
-        """Fold one child Job; returns the slices whose restarts its ``status.failed`` reveals.
+        """Fold one child Job; returns the slices whose newly counted restarts it reveals.
 
-        A worker Job counts every pod that failed or was deleted before finishing in
-        ``status.failed`` (upstream's pod-tracking finalizers), so the replacement of a dead slice
-        shows here as a counter going up, whoever saw the old pod.
+        ``now`` (the caller's clock) dates only what carries no Kubernetes time at all, and the deletion
+        of a Job that vanished without a ``deletionTimestamp``.
         """
-        labels = _meta(job).get("labels") or {}
-        uid = str(_meta(job).get("uid") or "")
+        meta = _meta(job)
+        labels = meta.get("labels") or {}
+        uid = str(meta.get("uid") or "")
         index = _slice_index(labels)
         if labels.get(LABEL_REPLICATED_JOB_NAME) != WORKER_REPLICATED_JOB or not uid or index is None:
             return []
-        failed = int(_status(job).get("failed") or 0)
-        restarted = self._advance(self.worker_jobs, uid, index, failed, now)
-        if deleted:
-            self.worker_jobs.pop(uid, None)
-        return restarted
+        before = dict(self.slice_restarts_by_slice)
+        record = self.jobs.setdefault(uid, WorkerJob(slice=index))
+        record.gone = deleted
+        if record.created is None:
+            record.created = parse_time(meta.get("creationTimestamp")) or now
+        spec = job.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        record.size = max(1, int(spec.get("completions") or spec.get("parallelism") or record.size))
+        if record.deleting_at is None:
+            record.failed = max(record.failed, int(_status(job).get("failed") or 0))
+            deleting = parse_time(meta.get("deletionTimestamp"))
+            if deleting is not None or deleted:
+                record.deleting_at = deleting if deleting is not None else now
+        self._recount()
+        return _newly_counted(before, self.slice_restarts_by_slice)
 
     def on_pod(self, pod: Obj, *, deleted: bool, now: float) -> list[int]:
-        """Fold one pod of the JobSet; returns the slices whose in-place container restarts it reveals."""
+        """Fold one pod of the JobSet; returns the slices whose newly counted restarts it reveals."""
         meta = _meta(pod)
         labels = meta.get("labels") or {}
         uid = str(meta.get("uid") or "")
@@ -189,25 +259,117 @@ class MonitorState:
         index = _slice_index(labels)
         if rjob != WORKER_REPLICATED_JOB or not uid or index is None:
             return []
-        restarted = self._advance(self.worker_pods, uid, index, _restart_count(pod), now)
+        before = dict(self.slice_restarts_by_slice)
+        record = self.pods.setdefault(uid, WorkerPod(slice=index, job=_owner_uid(meta)))
+        record.created = record.created or parse_time(meta.get("creationTimestamp"))
+        kind = FailureKind.EVICTION if is_eviction(pod) else FailureKind.FAILURE
+        restarts = _restart_count(pod)
+        if restarts > record.restarts:
+            # The kubelet keeps only the newest termination: restarts no trigger saw merge with it.
+            at = restart_time(pod) or now
+            for n in range(record.restarts + 1, restarts + 1):
+                self.failures[f"{uid}/restart/{n}"] = PodFailure(index, at, FailureKind.FAILURE, record.job)
+            record.restarts = restarts
+        phase = _status(pod).get("phase")
+        gone = phase == "Failed" or (phase != "Succeeded" and (deleted or meta.get("deletionTimestamp") is not None))
+        if gone and f"{uid}/gone" not in self.failures:
+            self.failures[f"{uid}/gone"] = PodFailure(index, gone_time(pod) or now, kind, record.job, gone=True)
+        record.running_since = None if gone else running_since(pod)
         if deleted:
-            self.worker_pods.pop(uid, None)
-        return restarted
+            self.pods.pop(uid, None)
+        self._recount()
+        return _newly_counted(before, self.slice_restarts_by_slice)
 
     def forget_missing(self, alive_jobs: set[str] | None = None, alive_pods: set[str] | None = None) -> None:
-        """After a relist: drop Jobs and pods that are gone (what they counted stays counted)."""
-        if alive_jobs is not None:
-            self.worker_jobs = {u: v for u, v in self.worker_jobs.items() if u in alive_jobs}
-        if alive_pods is not None:
-            self.worker_pods = {u: v for u, v in self.worker_pods.items() if u in alive_pods}
+        """After a relist: drop pods that are gone, and note Jobs that are (what they counted stays counted).
 
-    def _advance(self, seen: dict[str, list[int]], uid: str, index: int, count: int, now: float) -> list[int]:
-        previous = seen.get(uid, [index, 0])[1]
-        seen[uid] = [index, max(previous, count)]
-        new = max(0, count - previous)
-        for _ in range(new):
-            self._count(index, now)
-        return [index] * new
+        A Job gone while no trigger watched keeps its record (its failures are dated from it); one that
+        shows no deletion time is taken as deleted after everything it counted.
+        """
+        if alive_jobs is not None:
+            for uid, job in self.jobs.items():
+                job.gone = uid not in alive_jobs
+        if alive_pods is not None:
+            self.pods = {u: p for u, p in self.pods.items() if u in alive_pods}
+        self._recount()
+
+    # -- counting ----------------------------------------------------------------------------
+
+    def episodes(self) -> list[SliceEpisode]:
+        """The slice failures the records make (pod failures grouped by slice; evictions included)."""
+        return group_episodes(self._counted_failures(), {int(k): v for k, v in self.whole_at.items()})
+
+    def _counted_failures(self) -> list[PodFailure]:
+        counted: list[PodFailure] = []
+        gone_per_job: dict[str, int] = {}
+        for failure in self.failures.values():
+            job = self.jobs.get(failure.job)
+            if job is not None and job.deleting_at is not None and failure.at >= job.deleting_at:
+                continue  # its Job was being deleted: a JobSet restart or teardown, not a failure
+            if failure.gone:
+                gone_per_job[failure.job] = gone_per_job.get(failure.job, 0) + 1
+            counted.append(failure)
+        for uid, job in self.jobs.items():
+            unseen = job.failed - job.counted_before - job.folded - gone_per_job.get(uid, 0)
+            if unseen <= 0:
+                continue
+            # Pods that went while no trigger watched: the Job controller replaced them at once, so the
+            # newest pod of this Job dates the newest of them; older ones merge with it.
+            replacements = [p.created for p in self.pods.values() if p.job == uid and p.created is not None]
+            at = max([*replacements, job.created or 0.0])
+            counted.extend(PodFailure(job.slice, at, FailureKind.FAILURE, uid, gone=True) for _ in range(unseen))
+        return counted
+
+    def _recount(self) -> None:
+        self._note_whole_slices()
+        found = self.episodes()
+        if len(self.failures) > MAX_FAILURES_KEPT:
+            found = self._fold(found)
+        restarts = [e for e in found if not e.evicted]
+        evictions = [e for e in found if e.evicted]
+        self.slice_restarts = self.earlier_restarts + len(restarts)
+        self.slice_restarts_by_slice = _by_slice(self.earlier_restarts_by_slice, restarts)
+        self.slice_restart_times = sorted([*self.earlier_restart_times, *(e.start for e in restarts)])[
+            -MAX_RESTART_TIMES_KEPT:
+        ]
+        self.slice_evictions = self.earlier_evictions + len(evictions)
+        self.slice_evictions_by_slice = _by_slice(self.earlier_evictions_by_slice, evictions)
+
+    def _note_whole_slices(self) -> None:
+        """Record, per slice, when all pods of its current Job were last seen running (Kubernetes' time)."""
+        for uid, job in self.jobs.items():
+            if job.deleting_at is not None or job.gone:
+                continue
+            running = [p.running_since for p in self.pods.values() if p.job == uid]
+            starts = [r for r in running if r is not None]
+            if len(starts) < job.size:
+                continue
+            times = self.whole_at.setdefault(str(job.slice), [])
+            whole = max(starts)
+            if whole not in times:
+                times.append(whole)
+                times.sort()
+                del times[:-MAX_WHOLE_TIMES_KEPT]
+
+    def _fold(self, found: list[SliceEpisode]) -> list[SliceEpisode]:
+        """Keep at most :data:`MAX_FAILURES_KEPT` records: the oldest episodes become plain totals."""
+        keep = list(found)
+        while keep and len(self.failures) > MAX_FAILURES_KEPT // 2:
+            oldest = keep.pop(0)
+            for key, failure in list(self.failures.items()):
+                if failure.slice == oldest.slice and oldest.start <= failure.at <= oldest.end:
+                    del self.failures[key]
+                    if failure.gone and failure.job in self.jobs:
+                        self.jobs[failure.job].folded += 1
+            slice_key = str(oldest.slice)
+            if oldest.evicted:
+                self.earlier_evictions += 1
+                self.earlier_evictions_by_slice[slice_key] = self.earlier_evictions_by_slice.get(slice_key, 0) + 1
+            else:
+                self.earlier_restarts += 1
+                self.earlier_restart_times = [*self.earlier_restart_times, oldest.start][-MAX_RESTART_TIMES_KEPT:]
+                self.earlier_restarts_by_slice[slice_key] = self.earlier_restarts_by_slice.get(slice_key, 0) + 1
+        return self.episodes()
 
     def _on_head_pod(self, pod: Obj, uid: str, *, deleted: bool) -> None:
         meta = _meta(pod)
@@ -221,13 +383,6 @@ class MonitorState:
         if code in PERMANENT_EXIT_CODES:
             self.permanent = True
             self.failure_detail = f"the trainer container {HEAD_MAIN_CONTAINER} exited {code} (invalid configuration)"
-
-    def _count(self, index: int, at: float) -> None:
-        self.slice_restarts += 1
-        key = str(index)
-        self.slice_restarts_by_slice[key] = self.slice_restarts_by_slice.get(key, 0) + 1
-        self.slice_restart_times.append(at)
-        del self.slice_restart_times[:-MAX_RESTART_TIMES_KEPT]
 
     def on_log_line(self, timestamp: str, text: str, pod_uid: str) -> bool:
         """Fold one timestamped head-pod log line unless already folded; returns whether it was new."""
@@ -263,16 +418,60 @@ class MonitorState:
         data = dataclasses.asdict(self)
         data["phase"] = self.phase.value
         data["digest"] = self.digest.to_json()
+        data["failures"] = {k: f.to_json() for k, f in self.failures.items()}
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> MonitorState:
+        """Read a state written by :meth:`to_json`, of this version or of the unversioned first one."""
         if not data:
             return cls()
+        data = copy.deepcopy(dict(data))  # never alias the caller's data
+        if "version" not in data:
+            data = _from_unversioned(data)
+        elif int(data["version"]) > STATE_VERSION:
+            raise ValueError(f"monitor state version {data['version']} is newer than this code ({STATE_VERSION})")
         known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: copy.deepcopy(v) for k, v in data.items() if k in known}  # never alias the caller's data
+        values = {k: v for k, v in data.items() if k in known}
+        values["version"] = STATE_VERSION
         values["phase"] = JobSetPhase(values.get("phase", JobSetPhase.ACTIVE))
         values["digest"] = LogDigest.from_json(values.get("digest"))
-        for key in ("worker_jobs", "worker_pods"):
-            values[key] = {str(k): [int(v[0]), int(v[1])] for k, v in (values.get(key) or {}).items()}
-        return cls(**values)
+        values["jobs"] = {str(k): WorkerJob(**v) for k, v in (values.get("jobs") or {}).items()}
+        values["pods"] = {str(k): WorkerPod(**v) for k, v in (values.get("pods") or {}).items()}
+        values["failures"] = {str(k): PodFailure.from_json(v) for k, v in (values.get("failures") or {}).items()}
+        state = cls(**values)
+        state._recount()
+        return state
+
+
+def _newly_counted(before: Mapping[str, int], after: Mapping[str, int]) -> list[int]:
+    return [int(k) for k, n in sorted(after.items()) for _ in range(max(0, n - before.get(k, 0)))]
+
+
+def _by_slice(earlier: Mapping[str, int], found: list[SliceEpisode]) -> dict[str, int]:
+    counts = dict(earlier)
+    for episode in found:
+        counts[str(episode.slice)] = counts.get(str(episode.slice), 0) + 1
+    return counts
+
+
+def _from_unversioned(data: dict[str, Any]) -> dict[str, Any]:
+    """The first state format: ``uid -> [slice, counter counted]`` per worker Job and pod, and restart
+    times stamped when first seen. Its counts stay as counted; failures above its counters are new."""
+    jobs = {
+        str(uid): {"slice": int(v[0]), "failed": int(v[1]), "counted_before": int(v[1])}
+        for uid, v in (data.pop("worker_jobs", None) or {}).items()
+    }
+    pods = {
+        str(uid): {"slice": int(v[0]), "restarts": int(v[1])}
+        for uid, v in (data.pop("worker_pods", None) or {}).items()
+    }
+    times = [float(t) for t in data.get("slice_restart_times") or []]
+    data.update(
+        jobs=jobs,
+        pods=pods,
+        earlier_restarts=int(data.get("slice_restarts") or len(times)),
+        earlier_restart_times=times,
+        earlier_restarts_by_slice={str(k): int(v) for k, v in (data.get("slice_restarts_by_slice") or {}).items()},
+    )
+    return data

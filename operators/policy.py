@@ -75,7 +75,9 @@ class Budgets:
 class Observation:
     """What is known about the current JobSet incarnation at time ``now`` (Unix seconds).
 
-    ``slice_restart_times`` holds every slice restart of this incarnation; ``progress_at`` the last
+    ``slice_restart_times`` holds when each slice restart of this incarnation began, by Kubernetes' clock
+    (one per slice failure, however many of its pods failed; evictions are not restarts, see
+    :mod:`operators.slice_failures`); ``progress_at`` the last
     sign of training progress (a completed step, a checkpoint save started or finished, or an elastic
     recovery line), or when the incarnation started; ``committed_step`` is ``None`` when storage was not read.
     ``failure_detail`` carries a failed JobSet's reason and, when the trainer itself refused to run
@@ -106,8 +108,12 @@ class Decision:
 
 
 def slice_restarts_in_window(times: Sequence[float], now: float, window_seconds: float) -> int:
-    """Slice restarts within the sliding window ending at ``now``."""
-    return sum(1 for t in times if now - window_seconds < t <= now)
+    """Slice restarts within the sliding window ending at ``now``.
+
+    The times are Kubernetes' (the API server's and kubelets' clocks), ``now`` is the caller's: a restart
+    stamped after ``now`` by a clock slightly ahead is in the window, not ignored.
+    """
+    return sum(1 for t in times if now - window_seconds < t)
 
 
 def decide(obs: Observation, budgets: Budgets) -> Decision:

@@ -1,50 +1,239 @@
-"""Folding JobSet and pod objects into what the policy needs; counting that survives a rebuild."""
+"""Folding JobSet and pod objects into what the policy needs: slice restarts counted in slices, on
+Kubernetes' clock, evictions apart, and counting that survives a rebuild and an upgrade."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from operators.constants import LABEL_JOB_INDEX, LABEL_REPLICATED_JOB_NAME
-from operators.observations import MonitorState, jobset_phase, normalize_timestamp
-from operators.policy import JobSetPhase
+from operators.observations import (
+    MAX_FAILURES_KEPT,
+    MAX_RESTART_TIMES_KEPT,
+    STATE_VERSION,
+    MonitorState,
+    jobset_phase,
+    normalize_timestamp,
+)
+from operators.policy import Action, Budgets, JobSetPhase, decide
+
+T0 = 1_796_000_000.0  # 2026-11-30T...Z; every time below is a Kubernetes time relative to it
+DAY = 86_400.0
 
 
-def pod(uid: str, slice_index: int, restarts: int = 0, rjob: str = "worker", **status: Any) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "uid": uid,
-            "name": f"p-{uid}",
-            "creationTimestamp": "2026-11-30T12:00:00Z",
-            "labels": {LABEL_REPLICATED_JOB_NAME: rjob, LABEL_JOB_INDEX: str(slice_index)},
-        },
-        "status": {"containerStatuses": [{"name": "pathways-worker", "restartCount": restarts}], **status},
+def stamp(at: float) -> str:
+    """As the API server writes times: RFC 3339, whole seconds, UTC."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job(uid: str, slice_index: int, failed: int = 0, *, size: int = 4, deleting: float | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "uid": uid,
+        "creationTimestamp": stamp(T0),
+        "labels": {LABEL_REPLICATED_JOB_NAME: "worker", LABEL_JOB_INDEX: str(slice_index)},
     }
+    if deleting is not None:
+        meta["deletionTimestamp"] = stamp(deleting)
+    return {"metadata": meta, "spec": {"completions": size, "parallelism": size}, "status": {"failed": failed}}
 
 
-def job(uid: str, slice_index: int, failed: int = 0) -> dict[str, Any]:
-    return {
-        "metadata": {"uid": uid, "labels": {LABEL_REPLICATED_JOB_NAME: "worker", LABEL_JOB_INDEX: str(slice_index)}},
-        "status": {"failed": failed},
+def pod(
+    uid: str,
+    slice_index: int,
+    restarts: int = 0,
+    rjob: str = "worker",
+    *,
+    job_uid: str | None = None,
+    created: float = T0,
+    started: float | None = None,
+    finished: float | None = None,
+    deleting: float | None = None,
+    disruption: tuple[str, float] | None = None,
+    **status: Any,
+) -> dict[str, Any]:
+    """A worker pod as the API server shows it: running since ``started``, last terminated at ``finished``."""
+    container: dict[str, Any] = {"name": "pathways-worker", "restartCount": restarts}
+    container["state"] = {"running": {"startedAt": stamp(started if started is not None else created)}}
+    if finished is not None:
+        container["lastState"] = {"terminated": {"exitCode": 1, "finishedAt": stamp(finished)}}
+    meta: dict[str, Any] = {
+        "uid": uid,
+        "name": f"p-{uid}",
+        "creationTimestamp": stamp(created),
+        "labels": {LABEL_REPLICATED_JOB_NAME: rjob, LABEL_JOB_INDEX: str(slice_index)},
+        "ownerReferences": [{"kind": "Job", "uid": job_uid or f"j{slice_index}", "controller": True}],
     }
+    if deleting is not None:
+        meta["deletionTimestamp"] = stamp(deleting + 30)
+        meta["deletionGracePeriodSeconds"] = 30
+    conditions = []
+    if disruption is not None:
+        reason, at = disruption
+        conditions.append(
+            {"type": "DisruptionTarget", "status": "True", "reason": reason, "lastTransitionTime": stamp(at)}
+        )
+    body = {"phase": "Running", "conditions": conditions, "containerStatuses": [container]}
+    return {"metadata": meta, "status": {**body, **status}}
 
 
-def test_job_failures_and_in_place_restarts_are_slice_restarts() -> None:
-    state = MonitorState()
-    assert state.on_job(job("j0", 0), deleted=False, now=1.0) == []
-    assert state.on_job(job("j1", 1), deleted=False, now=1.0) == []
-    assert state.on_pod(pod("a", 0), deleted=False, now=1.0) == []
-    assert state.on_pod(pod("a", 0), deleted=True, now=2.0) == []  # deletion alone: the Job's counter tells
-    assert state.on_job(job("j0", 0, failed=1), deleted=False, now=3.0) == [0]
-    assert state.on_pod(pod("c", 0), deleted=False, now=3.5) == []  # the replacement pod is no new restart
-    assert state.on_pod(pod("b", 1, restarts=2), deleted=False, now=4.0) == [1, 1]
-    assert state.on_pod(pod("b", 1, restarts=2), deleted=False, now=5.0) == []  # same status again
-    assert state.on_job(job("j0", 0, failed=1), deleted=False, now=6.0) == []
-    assert state.slice_restarts == 3
-    assert state.slice_restarts_by_slice == {"0": 1, "1": 2}
-    assert state.slice_restart_times == [3.0, 4.0, 4.0]
+def slice_pods(slice_index: int, **kwargs: Any) -> list[dict[str, Any]]:
+    return [pod(f"s{slice_index}p{i}", slice_index, **kwargs) for i in range(4)]
+
+
+def running(slices: int = 3) -> MonitorState:
+    """A v5e-16-like run: ``slices`` worker Jobs of 4 pods, all running since T0."""
+    state = MonitorState(started_at=T0)
+    for index in range(slices):
+        state.on_job(job(f"j{index}", index), deleted=False, now=T0)
+        for p in slice_pods(index):
+            state.on_pod(p, deleted=False, now=T0)
+    return state
+
+
+def host_lost(state: MonitorState, index: int, at: float, *, reason: str | None = None, created: float = T0) -> None:
+    """Every pod of the slice deleted at ``at`` (a host event), then the Job counting them."""
+    disruption = (reason, at) if reason else None
+    for p in slice_pods(index, created=created, deleting=at, disruption=disruption):
+        state.on_pod(p, deleted=False, now=at + 1000)
+        state.on_pod(p, deleted=True, now=at + 1000)
+
+
+def replaced(state: MonitorState, index: int, at: float, failed: int) -> None:
+    """The Job controller's replacements, running from ``at``, and its failed counter."""
+    state.on_job(job(f"j{index}", index, failed=failed), deleted=False, now=at + 1000)
+    for i in range(4):
+        state.on_pod(pod(f"s{index}p{i}-{at:.0f}", index, created=at, started=at), deleted=False, now=at + 1000)
+
+
+def restart_in_place(
+    state: MonitorState, index: int, at: float, restarts: int = 1, started: float | None = None
+) -> None:
+    for p in slice_pods(index, restarts=restarts, finished=at, started=started if started is not None else at + 1):
+        state.on_pod(p, deleted=False, now=at + 1000)
+
+
+def scenario_one_host_event(state: MonitorState) -> None:
+    host_lost(state, 0, T0 + 100)
+    replaced(state, 0, T0 + 105, failed=4)
+
+
+def scenario_in_place(state: MonitorState) -> None:
+    restart_in_place(state, 1, T0 + 100)
+
+
+def scenario_two_slices(state: MonitorState) -> None:
+    host_lost(state, 0, T0 + 100)
+    replaced(state, 0, T0 + 105, failed=4)
+    restart_in_place(state, 2, T0 + 101)
+
+
+def scenario_same_slice_minutes_apart(state: MonitorState) -> None:
+    host_lost(state, 0, T0 + 100)
+    replaced(state, 0, T0 + 105, failed=4)
+    for p in slice_pods(0, created=T0 + 105, started=T0 + 105, deleting=T0 + 300):
+        p["metadata"]["uid"] += "-105"
+        state.on_pod(p, deleted=True, now=T0 + 1000)
+    replaced(state, 0, T0 + 305, failed=8)
+
+
+def scenario_same_slice_whole_between(state: MonitorState) -> None:
+    restart_in_place(state, 0, T0 + 100, restarts=1, started=T0 + 102)  # whole again from T0 + 102
+    restart_in_place(state, 0, T0 + 140, restarts=2, started=T0 + 142)
+
+
+def scenario_cascade(state: MonitorState) -> None:
+    """One pod restarts at once; the slice's other three fail within the settle time: one failure."""
+    state.on_pod(pod("s0p0", 0, restarts=1, finished=T0 + 100, started=T0 + 101), deleted=False, now=T0 + 101)
+    for i in (1, 2, 3):
+        state.on_pod(pod(f"s0p{i}", 0, restarts=1, finished=T0 + 104, started=T0 + 105), deleted=False, now=T0 + 105)
+
+
+def scenario_eviction(state: MonitorState) -> None:
+    host_lost(state, 0, T0 + 100, reason="EvictionByEvictionAPI")
+    replaced(state, 0, T0 + 105, failed=4)
+
+
+def scenario_eviction_then_crashes(state: MonitorState) -> None:
+    """A maintenance drain evicts one pod; the slice's other pods crash because of it: no restart."""
+    evicted = pod("s1p0", 1, deleting=T0 + 100, disruption=("EvictionByEvictionAPI", T0 + 100))
+    state.on_pod(evicted, deleted=True, now=T0 + 200)
+    for i in (1, 2, 3):
+        state.on_pod(pod(f"s1p{i}", 1, restarts=1, finished=T0 + 103), deleted=False, now=T0 + 200)
+
+
+def scenario_preemption(state: MonitorState) -> None:
+    host_lost(state, 2, T0 + 100, reason="PreemptionByScheduler")
+
+
+def scenario_node_gone(state: MonitorState) -> None:
+    host_lost(state, 0, T0 + 100, reason="DeletionByPodGC")  # a lost host: counted
+
+
+def scenario_unseen_job_failures(state: MonitorState) -> None:
+    """Pods that went while no trigger watched: the Job's counter and their replacements date them."""
+    replaced(state, 1, T0 + 300, failed=4)
+
+
+def scenario_teardown(state: MonitorState) -> None:
+    """A JobSet restart deletes the Job in the foreground, then its pods: no slice failure."""
+    state.on_job(job("j0", 0, deleting=T0 + 100), deleted=False, now=T0 + 200)
+    host_lost(state, 0, T0 + 101)
+    state.on_job(job("j0", 0, failed=4, deleting=T0 + 100), deleted=True, now=T0 + 200)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "restarts", "by_slice", "times", "evictions"),
+    [
+        (scenario_one_host_event, 1, {"0": 1}, [T0 + 100], 0),
+        (scenario_in_place, 1, {"1": 1}, [T0 + 100], 0),
+        (scenario_two_slices, 2, {"0": 1, "2": 1}, [T0 + 100, T0 + 101], 0),
+        (scenario_same_slice_minutes_apart, 2, {"0": 2}, [T0 + 100, T0 + 300], 0),
+        (scenario_same_slice_whole_between, 2, {"0": 2}, [T0 + 100, T0 + 140], 0),
+        (scenario_cascade, 1, {"0": 1}, [T0 + 100], 0),
+        (scenario_eviction, 0, {}, [], 1),
+        (scenario_eviction_then_crashes, 0, {}, [], 1),
+        (scenario_preemption, 0, {}, [], 1),
+        (scenario_node_gone, 1, {"0": 1}, [T0 + 100], 0),
+        (scenario_unseen_job_failures, 1, {"1": 1}, [T0 + 300], 0),
+        (scenario_teardown, 0, {}, [], 0),
+    ],
+    ids=lambda v: v.__name__.removeprefix("scenario_") if callable(v) else None,
+)
+def test_slice_restarts_are_counted_in_slices_on_kubernetes_time(
+    scenario: Any, restarts: int, by_slice: dict[str, int], times: list[float], evictions: int
+) -> None:
+    state = running()
+    scenario(state)
+    assert state.slice_restarts == restarts
+    assert state.slice_restarts_by_slice == by_slice
+    assert state.slice_restart_times == times
+    assert state.slice_evictions == evictions
+    rebuilt = MonitorState.from_json(json.loads(json.dumps(state.to_json())))
+    assert (rebuilt.slice_restarts, rebuilt.slice_restart_times, rebuilt.slice_evictions) == (
+        restarts,
+        times,
+        evictions,
+    )
+
+
+def test_the_order_the_watches_deliver_in_does_not_matter() -> None:
+    """The Job's counter seen before the pods that explain it: counted once, at the pods' time."""
+    state = running()
+    state.on_job(job("j0", 0, failed=4), deleted=False, now=T0 + 500)
+    host_lost(state, 0, T0 + 100)
+    assert (state.slice_restarts, state.slice_restart_times) == (1, [T0 + 100])
+
+
+def test_returns_the_slices_newly_counted() -> None:
+    state = running()
+    first = pod("s0p0", 0, deleting=T0 + 100)
+    assert state.on_pod(first, deleted=True, now=T0 + 200) == [0]
+    assert state.on_pod(pod("s0p1", 0, deleting=T0 + 101), deleted=True, now=T0 + 200) == []  # same failure
+    assert state.on_pod(first, deleted=True, now=T0 + 300) == []  # the same event again
 
 
 def test_head_and_unknown_objects_are_not_slices() -> None:
@@ -68,26 +257,91 @@ def test_head_and_unknown_objects_are_not_slices() -> None:
     assert state.slice_restarts == 0
 
 
+def test_a_rebuilt_trigger_does_not_re_date_old_restarts() -> None:
+    """Issue 17 point 1: restarts over two days, a triggerer restart two days on: none of them is "now"."""
+    deferred = running().to_json()  # the trigger's kwargs, saved when the task deferred
+    now = T0 + 2 * DAY
+    rebuilt = MonitorState.from_json(json.loads(json.dumps(deferred)))
+    # What a fresh look at the cluster shows: slice 0 lost a host on day 1 (pods replaced then), slice 1's
+    # pods restarted in place twice (the last time on day 1), slice 2 is untouched.
+    rebuilt.forget_missing(alive_jobs={"j0", "j1", "j2"}, alive_pods=set())
+    rebuilt.on_job(job("j0", 0, failed=4), deleted=False, now=now)
+    rebuilt.on_job(job("j1", 1), deleted=False, now=now)
+    rebuilt.on_job(job("j2", 2), deleted=False, now=now)
+    for p in slice_pods(0, created=T0 + DAY, started=T0 + DAY):
+        rebuilt.on_pod(p, deleted=False, now=now)
+    for p in slice_pods(1, restarts=2, finished=T0 + DAY + 50, started=T0 + DAY + 51):
+        rebuilt.on_pod(p, deleted=False, now=now)
+    for p in slice_pods(2):
+        rebuilt.on_pod(p, deleted=False, now=now)
+    assert rebuilt.slice_restarts == 2  # they did happen, one per slice
+    assert rebuilt.slice_restart_times == [T0 + DAY, T0 + DAY + 50]
+    budgets = Budgets(
+        max_slice_restarts=1, slice_restart_window_seconds=3600, stall_timeout_seconds=3600, max_full_restarts=1
+    )
+    observation = rebuilt.observation(now=now, target_step=99, full_restarts_used=0)
+    assert decide(replace(observation, progress_at=now - 1), budgets).action is Action.CONTINUE
+
+
 def test_rebuilt_from_json_neither_loses_nor_double_counts() -> None:
-    state = MonitorState()
-    state.on_job(job("j0", 0), deleted=False, now=1.0)
-    state.on_job(job("j1", 1), deleted=False, now=1.0)
-    state.on_job(job("j0", 0, failed=1), deleted=False, now=2.0)  # seen before the trigger is torn down
+    state = running(2)
+    host_lost(state, 0, T0 + 100)
+    replaced(state, 0, T0 + 105, failed=4)  # seen before the trigger is torn down
     saved = json.loads(json.dumps(state.to_json()))
-    # Torn down here; meanwhile slice 1 failed once. A trigger rebuilt from the same kwargs relists:
+    # Torn down here; meanwhile slice 1 lost a host. A trigger rebuilt from the same kwargs relists:
     for _ in range(2):  # twice, as a second failover would
         rebuilt = MonitorState.from_json(saved)
         rebuilt.forget_missing(alive_jobs={"j0", "j1"}, alive_pods=set())
-        for j in (job("j0", 0, failed=1), job("j1", 1, failed=1)):
-            rebuilt.on_job(j, deleted=False, now=9.0)
+        rebuilt.on_job(job("j0", 0, failed=4), deleted=False, now=T0 + 900)
+        replaced(rebuilt, 1, T0 + 500, failed=4)
+        for p in slice_pods(0, created=T0 + 105, started=T0 + 105):
+            p["metadata"]["uid"] = f"{p['metadata']['uid']}-105"
+            rebuilt.on_pod(p, deleted=False, now=T0 + 900)
         assert rebuilt.slice_restarts == 2
         assert rebuilt.slice_restarts_by_slice == {"0": 1, "1": 1}
+        assert rebuilt.slice_restart_times == [T0 + 100, T0 + 500]
 
 
-def test_a_fresh_state_counts_what_the_counters_already_hold() -> None:
-    state = MonitorState()  # adopted with nothing persisted: the restarts did happen
-    state.on_job(job("j0", 0, failed=2), deleted=False, now=5.0)
-    assert state.slice_restarts == 2
+def test_a_state_written_by_the_first_format_keeps_its_counts() -> None:
+    """A trigger serialized before the state had a version, read after an upgrade."""
+    old = {
+        "jobset_uid": "u",
+        "started_at": T0,
+        "phase": "active",
+        "worker_jobs": {"j0": [0, 4], "j1": [1, 0]},
+        "worker_pods": {"s1p0": [1, 2]},
+        "slice_restart_times": [T0 + 10.5, T0 + 10.5, T0 + 10.5, T0 + 10.5, T0 + 20.0, T0 + 20.0],
+        "slice_restarts": 6,
+        "slice_restarts_by_slice": {"0": 4, "1": 2},
+        "head_pod": None,
+        "digest": {},
+    }
+    state = MonitorState.from_json(old)
+    assert state.version == STATE_VERSION
+    assert (state.slice_restarts, state.slice_restarts_by_slice) == (6, {"0": 4, "1": 2})
+    assert state.slice_restart_times == old["slice_restart_times"]
+    state.on_job(job("j0", 0, failed=4), deleted=False, now=T0 + 900)  # nothing new
+    state.on_pod(pod("s1p0", 1, restarts=2, job_uid="j1", finished=T0 + 19), deleted=False, now=T0 + 900)
+    assert state.slice_restarts == 6
+    state.on_pod(pod("s1p0", 1, restarts=3, job_uid="j1", finished=T0 + 800), deleted=False, now=T0 + 900)
+    assert (state.slice_restarts, state.slice_restart_times[-1]) == (7, T0 + 800)
+    assert MonitorState.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+def test_a_state_from_newer_code_is_refused() -> None:
+    with pytest.raises(ValueError, match="version 3 is newer"):
+        MonitorState.from_json({"version": 3})
+
+
+def test_records_stay_bounded() -> None:
+    state = MonitorState()
+    state.on_job(job("j0", 0, size=1), deleted=False, now=T0)
+    for n in range(1, MAX_FAILURES_KEPT + 2):
+        at = T0 + n * 1000
+        state.on_pod(pod("p", 0, restarts=n, finished=at, started=at + 1), deleted=False, now=at)
+    assert len(state.failures) <= MAX_FAILURES_KEPT
+    assert state.slice_restarts == MAX_FAILURES_KEPT + 1
+    assert len(state.slice_restart_times) <= MAX_RESTART_TIMES_KEPT
 
 
 def test_head_pod_and_permanent_exit() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import Any
 
@@ -57,10 +58,13 @@ def test_serialize() -> None:
     assert rebuilt.serialize() == trigger.serialize()
 
 
-def sleeping_jobset(name: str, slices: int) -> dict[str, Any]:
-    """A JobSet shaped like ours whose containers only sleep: cheap enough to kill slices at will."""
+def sleeping_jobset(name: str, slices: int, hosts: int = 1) -> dict[str, Any]:
+    """A JobSet shaped like ours whose containers only sleep: cheap enough to kill slices at will.
 
-    def rjob(rname: str, replicas: int, restart: str, container: str) -> dict[str, Any]:
+    Each slice is a worker Job of ``hosts`` pods (completions = parallelism), as a multi-host slice is.
+    """
+
+    def rjob(rname: str, replicas: int, restart: str, container: str, pods: int = 1) -> dict[str, Any]:
         pod = {
             "restartPolicy": restart,
             "terminationGracePeriodSeconds": 1,
@@ -68,9 +72,9 @@ def sleeping_jobset(name: str, slices: int) -> dict[str, Any]:
         }
         job = {
             "completionMode": "Indexed",
-            "completions": 1,
-            "parallelism": 1,
-            "backoffLimit": 10,
+            "completions": pods,
+            "parallelism": pods,
+            "backoffLimit": 10 * pods,
             "template": {"spec": pod},
         }
         return {"name": rname, "replicas": replicas, "template": {"spec": job}}
@@ -84,7 +88,7 @@ def sleeping_jobset(name: str, slices: int) -> dict[str, Any]:
             "failurePolicy": {"maxRestarts": 0},
             "replicatedJobs": [
                 rjob(HEAD_REPLICATED_JOB, 1, "Never", HEAD_MAIN_CONTAINER),
-                rjob(WORKER_REPLICATED_JOB, slices, "OnFailure", WORKER_CONTAINER),
+                rjob(WORKER_REPLICATED_JOB, slices, "OnFailure", WORKER_CONTAINER, hosts),
             ],
         },
     }
@@ -155,6 +159,67 @@ async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connectio
         assert state.slice_restarts_by_slice == {"0": 1, "1": 1}
     finally:
         client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+        api.close()
+
+
+async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connection: LocalCluster) -> None:
+    """Two slices of 4 hosts; all 4 pods of slice 0 deleted (a lost host takes its slice), then all 4 of
+    slice 1 killed in place: one slice restart each, so a budget of 1 is spent only by the second."""
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    name = "hosts"
+    created = custom.create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, sleeping_jobset(name, 2, hosts=4)
+    )
+    uid = created["metadata"]["uid"]
+
+    def workers(index: int, *, restarts: int = 0, not_uids: frozenset[str] = frozenset()) -> list[Any]:
+        pods = core.list_namespaced_pod(
+            "default", label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_JOB_INDEX}={index}"
+        ).items
+        ready = [
+            p
+            for p in pods
+            if "worker" in p.metadata.name
+            and p.status.phase == "Running"
+            and p.metadata.deletion_timestamp is None
+            and p.metadata.uid not in not_uids
+            and all(c.state.running and c.restart_count >= restarts for c in p.status.container_statuses or [])
+        ]
+        return ready if len(ready) == 4 else []
+
+    try:
+        first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
+        trigger = JobSetTrigger(
+            name=name,
+            namespace="default",
+            uid=uid,
+            target_step=10,
+            budgets=BUDGETS,
+            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
+            poll_interval=0.5,
+        )
+        watching = asyncio.create_task(trigger.run().__anext__())
+        await asyncio.sleep(2)
+        for pod in first[0]:  # all 4 pods of slice 0 at once
+            cluster_connection.faults.delete_pod("default", pod.metadata.name)
+        gone = frozenset(p.metadata.uid for p in first[0])
+        await wait_for("slice 0 replaced", lambda: workers(0, not_uids=gone))
+        await asyncio.sleep(2)
+        assert not watching.done(), "4 pods of one slice are one slice restart, within the budget of 1"
+        for pod in first[1]:  # all 4 of slice 1 killed: restarted in place
+            cluster_connection.faults.signal_pod("default", pod.metadata.name, signal.SIGKILL)
+        event = (await asyncio.wait_for(watching, timeout=60)).payload
+        assert event["status"] == "decision" and event["reason"] == "slice_restart_budget_spent"
+        state = MonitorState.from_json(event["state"])
+        assert state.slice_restarts == 2
+        assert state.slice_restarts_by_slice == {"0": 1, "1": 1}
+        assert state.slice_evictions == 0
+    finally:
+        custom.delete_namespaced_custom_object(
             JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
         )
         api.close()
