@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from airflow.triggers.base import TriggerEvent
 from kubernetes import client, config
 
 from local.cluster import LocalCluster
@@ -94,6 +95,11 @@ def sleeping_jobset(name: str, slices: int, hosts: int = 1) -> dict[str, Any]:
     }
 
 
+async def first_event(trigger: JobSetTrigger) -> TriggerEvent:
+    """The trigger's one event (a task of its own, so the test can act while it watches)."""
+    return await anext(trigger.run())
+
+
 async def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -139,7 +145,7 @@ async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connectio
             state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
             poll_interval=0.5,
         )
-        watching = asyncio.create_task(original.run().__anext__())
+        watching = asyncio.create_task(first_event(original))
         await asyncio.sleep(2)
         cluster_connection.faults.delete_pod("default", first[0].metadata.name)  # restart 1: within budget
         await wait_for("slice 0 replaced", lambda: running_worker(0, first[0].metadata.uid))
@@ -148,7 +154,7 @@ async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connectio
         watching.cancel()  # the triggerer dies
 
         rebuilt = JobSetTrigger(**original.serialize()[1])  # a new triggerer: the kwargs saved at defer time
-        watching = asyncio.create_task(rebuilt.run().__anext__())
+        watching = asyncio.create_task(first_event(rebuilt))
         await asyncio.sleep(3)
         assert not watching.done(), "the restart seen before the failover is not counted twice"
         cluster_connection.faults.delete_pod("default", first[1].metadata.name)  # restart 2: over budget
@@ -202,7 +208,7 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
             state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
             poll_interval=0.5,
         )
-        watching = asyncio.create_task(trigger.run().__anext__())
+        watching = asyncio.create_task(first_event(trigger))
         await asyncio.sleep(2)
         for pod in first[0]:  # all 4 pods of slice 0 at once
             cluster_connection.faults.delete_pod("default", pod.metadata.name)
@@ -242,7 +248,7 @@ async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalClu
     )
     trigger = JobSetTrigger(name=name, namespace="default", uid=uid, target_step=1, budgets=BUDGETS, poll_interval=0.5)
     try:
-        watching = asyncio.create_task(trigger.run().__anext__())
+        watching = asyncio.create_task(first_event(trigger))
         if deleted:
             await asyncio.sleep(1)
             custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
