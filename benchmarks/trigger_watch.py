@@ -28,7 +28,7 @@ Four processes, so that each one's CPU is its own:
    triggerer's CPU time (user + system) over wall time and its resident memory;
 3. *detection*: ``--deletes`` worker pods of different JobSets force-deleted one by one (random
    gaps of 0.5 to 1.5 s). "Restart counted" is when the trigger's ``MonitorState`` counted the
-   slice restart (``_count`` wrapped to note the time), "event" when the trigger yielded; both minus
+   slice restart (``_Monitor._restarted`` wrapped to note the time), "event" when the trigger yielded; both minus
    the time just before the delete in the cluster process (``time.time()``, one machine). The
    watch trigger reads the head log's last lines (one short request) before it yields; that is in.
 
@@ -222,14 +222,14 @@ async def _watch_monitor(
     )
     monitor = monitor_class(trigger, state_class.from_json(trigger.state), await trigger._hook())
     monitor.counted_at = None
-    count = monitor.state._count
+    restarted = monitor._restarted
 
-    def counted(index: int, at: float) -> None:  # instrumentation only: every slice restart passes here
-        if monitor.counted_at is None:
+    def counted(slices: list[int]) -> None:  # instrumentation only: every newly counted slice restart passes here
+        if slices and monitor.counted_at is None:
             monitor.counted_at = time.time()
-        count(index, at)
+        restarted(slices)
 
-    monitor.state._count = counted
+    monitor._restarted = counted
     return monitor
 
 
@@ -275,7 +275,7 @@ def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
                 tasks.append(asyncio.create_task(watch()))
 
             def synced() -> bool:
-                return all(m.state.head_pod and m.state.worker_pods and m.state.worker_jobs for m in monitors)
+                return all(m.state.head_pod and m.state.pods and m.state.jobs for m in monitors)
         else:
             polling = _polling_trigger_class()
             triggers = [polling(name=n, namespace=NS, budgets=_budgets(), poll_interval=poll_interval) for n in names]

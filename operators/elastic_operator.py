@@ -682,6 +682,7 @@ class _RunState:
             slice_restarts=self.monitor.slice_restarts,
             jobset_restarts=self.monitor.jobset_restarts,
             digest=self.monitor.digest,
+            slice_evictions=self.monitor.slice_evictions,
         )
 
     def incarnations(self) -> list[Incarnation]:

@@ -49,8 +49,8 @@ from operators.slice_failures import (
     FailureKind,
     PodFailure,
     SliceEpisode,
-    group_episodes,
     gone_time,
+    group_episodes,
     is_eviction,
     parse_time,
     restart_time,
@@ -66,7 +66,7 @@ __all__ = ["MonitorState", "jobset_phase", "normalize_timestamp", "parse_time"]
 PERMANENT_EXIT_CODES = frozenset({2})
 STATE_VERSION = 2
 MAX_RESTART_TIMES_KEPT = 1000
-MAX_FAILURES_KEPT = 2000  # pod failure records; older episodes fold into totals past this
+MAX_FAILURES_KEPT = 512  # pod failure records; older episodes fold into totals past this
 MAX_WHOLE_TIMES_KEPT = 16  # per slice
 
 

@@ -267,12 +267,16 @@ def recovery_report(recovery: Recovery, *, mean_step_seconds: float | None, cost
 
 @dataclass(frozen=True)
 class Incarnation:
-    """One JobSet incarnation's share of a run: its name, restarts and folded log."""
+    """One JobSet incarnation's share of a run: its name, restarts, evictions and folded log.
+
+    ``slice_evictions``: slices taken by an eviction (maintenance, preemption), which spend no budget.
+    """
 
     jobset_name: str
     slice_restarts: int
     jobset_restarts: int
     digest: LogDigest
+    slice_evictions: int = 0
 
 
 def run_report(
@@ -324,6 +328,7 @@ def run_report(
         "target_step": target_step,
         "final_step": final_step,
         "slice_restarts": sum(i.slice_restarts for i in incarnations),
+        "slice_evictions": sum(i.slice_evictions for i in incarnations),
         "in_process_recoveries": len(recoveries),
         "full_restarts": len(escalations),
         "jobset_restarts": sum(i.jobset_restarts for i in incarnations),

@@ -13,10 +13,10 @@ of the slice.
 
 So the budget counts **episodes**, not pods. Pod failures of one slice (``job-index``) are one episode when
 each falls within :data:`SLICE_EPISODE_SECONDS` of the episode's first failure and the slice was not seen whole
-again in between (all its pods running for more than :data:`SLICE_SETTLE_SECONDS` before the failure; Pathways
-needs its workers to register again before the slice is usable, so a failure in those first seconds is the same
-outage). A slice that keeps failing without ever coming back is a new episode every window: its Job's
-``backoffLimit`` (pods) ends it anyway.
+again in between (all its pods running for more than :data:`SLICE_SETTLE_SECONDS` before the failure:
+Kubernetes' times are whole seconds, so a failure within that of the slice's return may be the same outage).
+A slice that keeps failing without ever coming back is a new episode every window: its Job's ``backoffLimit``
+(pods) ends it anyway.
 
 Every time is a Kubernetes time, never the moment a trigger first sees the object (a trigger rebuilt after a
 triggerer restart would otherwise re-date old failures to "now"):
@@ -62,7 +62,7 @@ from typing import Any
 Obj = Mapping[str, Any]
 
 SLICE_EPISODE_SECONDS = 60.0
-SLICE_SETTLE_SECONDS = 10.0
+SLICE_SETTLE_SECONDS = 2.0
 DISRUPTION_TARGET = "DisruptionTarget"
 EVICTION_REASONS = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet"})
 

@@ -149,7 +149,7 @@ def scenario_cascade(state: MonitorState) -> None:
     """One pod restarts at once; the slice's other three fail within the settle time: one failure."""
     state.on_pod(pod("s0p0", 0, restarts=1, finished=T0 + 100, started=T0 + 101), deleted=False, now=T0 + 101)
     for i in (1, 2, 3):
-        state.on_pod(pod(f"s0p{i}", 0, restarts=1, finished=T0 + 104, started=T0 + 105), deleted=False, now=T0 + 105)
+        state.on_pod(pod(f"s0p{i}", 0, restarts=1, finished=T0 + 103, started=T0 + 104), deleted=False, now=T0 + 104)
 
 
 def scenario_eviction(state: MonitorState) -> None:
