@@ -13,8 +13,9 @@ of the slice.
 
 So the budget counts **episodes**, not pods. Pod failures of one slice (``job-index``) are one episode when
 each falls within :data:`SLICE_EPISODE_SECONDS` of the episode's first failure and the slice was not seen whole
-again in between (all its pods running for more than :data:`SLICE_SETTLE_SECONDS` before the failure:
-Kubernetes' times are whole seconds, so a failure within that of the slice's return may be the same outage).
+again in between (all its pods running, by their containers' ``startedAt``, before the failure). A failure after
+the slice came back is a new slice failure, as it is for Pathways (a new slice-down event, a new elastic attempt);
+one in the same second as its return (Kubernetes' times are whole seconds) cannot be told apart and is the same.
 A slice that keeps failing without ever coming back is a new episode every window: its Job's ``backoffLimit``
 (pods) ends it anyway.
 
@@ -62,7 +63,6 @@ from typing import Any
 Obj = Mapping[str, Any]
 
 SLICE_EPISODE_SECONDS = 60.0
-SLICE_SETTLE_SECONDS = 2.0
 DISRUPTION_TARGET = "DisruptionTarget"
 EVICTION_REASONS = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet"})
 
@@ -205,7 +205,6 @@ def group_episodes(
     whole_at: Mapping[int, Sequence[float]] | None = None,
     *,
     window_seconds: float = SLICE_EPISODE_SECONDS,
-    settle_seconds: float = SLICE_SETTLE_SECONDS,
 ) -> list[SliceEpisode]:
     """Group pod failures into slice failures (see the module docstring), oldest first.
 
@@ -220,7 +219,7 @@ def group_episodes(
         wholes = sorted((whole_at or {}).get(index, ()))
         current: list[PodFailure] = []
         for failure in sorted(items, key=lambda f: (f.at, f.kind.value)):
-            if current and _same_episode(current[0].at, failure.at, wholes, window_seconds, settle_seconds):
+            if current and _same_episode(current[0].at, failure.at, wholes, window_seconds):
                 current.append(failure)
                 continue
             if current:
@@ -231,10 +230,10 @@ def group_episodes(
     return sorted(found, key=lambda e: (e.start, e.slice))
 
 
-def _same_episode(start: float, at: float, wholes: Sequence[float], window: float, settle: float) -> bool:
+def _same_episode(start: float, at: float, wholes: Sequence[float], window: float) -> bool:
     if at - start > window:
         return False
-    return not any(start < whole and at - whole > settle for whole in wholes)
+    return not any(start < whole < at for whole in wholes)
 
 
 def _episode(failures: list[PodFailure]) -> SliceEpisode:

@@ -141,15 +141,16 @@ def scenario_same_slice_minutes_apart(state: MonitorState) -> None:
 
 
 def scenario_same_slice_whole_between(state: MonitorState) -> None:
-    restart_in_place(state, 0, T0 + 100, restarts=1, started=T0 + 102)  # whole again from T0 + 102
-    restart_in_place(state, 0, T0 + 140, restarts=2, started=T0 + 142)
+    """Back (all 4 running) at T0 + 102 and failing again at T0 + 104, as on the local cluster: two failures."""
+    restart_in_place(state, 0, T0 + 100, restarts=1, started=T0 + 102)
+    restart_in_place(state, 0, T0 + 104, restarts=2, started=T0 + 105)
 
 
 def scenario_cascade(state: MonitorState) -> None:
-    """One pod restarts at once; the slice's other three fail within the settle time: one failure."""
+    """One pod is back at once; the slice's other three fail in that same second: one failure."""
     state.on_pod(pod("s0p0", 0, restarts=1, finished=T0 + 100, started=T0 + 101), deleted=False, now=T0 + 101)
     for i in (1, 2, 3):
-        state.on_pod(pod(f"s0p{i}", 0, restarts=1, finished=T0 + 103, started=T0 + 104), deleted=False, now=T0 + 104)
+        state.on_pod(pod(f"s0p{i}", 0, restarts=1, finished=T0 + 101, started=T0 + 102), deleted=False, now=T0 + 102)
 
 
 def scenario_eviction(state: MonitorState) -> None:
@@ -192,7 +193,7 @@ def scenario_teardown(state: MonitorState) -> None:
         (scenario_in_place, 1, {"1": 1}, [T0 + 100], 0),
         (scenario_two_slices, 2, {"0": 1, "2": 1}, [T0 + 100, T0 + 101], 0),
         (scenario_same_slice_minutes_apart, 2, {"0": 2}, [T0 + 100, T0 + 300], 0),
-        (scenario_same_slice_whole_between, 2, {"0": 2}, [T0 + 100, T0 + 140], 0),
+        (scenario_same_slice_whole_between, 2, {"0": 2}, [T0 + 100, T0 + 104], 0),
         (scenario_cascade, 1, {"0": 1}, [T0 + 100], 0),
         (scenario_eviction, 0, {}, [], 1),
         (scenario_eviction_then_crashes, 0, {}, [], 1),

@@ -143,8 +143,8 @@ def f(slice_index: int, at: float, kind: FailureKind = FailureKind.FAILURE) -> P
         ([f(0, 0), f(0, 180)], {}, [(0, 0, 0, 1, False), (0, 180, 180, 1, False)]),  # minutes apart
         ([f(0, 0), f(0, 60)], {}, [(0, 0, 60, 2, False)]),  # the window's edge is in
         ([f(0, 0), f(0, 30)], {0: [T + 5]}, [(0, 0, 0, 1, False), (0, 30, 30, 1, False)]),  # whole again between
-        ([f(0, 0), f(0, 7)], {0: [T + 5]}, [(0, 0, 7, 2, False)]),  # within the settle time of whole
-        ([f(0, 0), f(0, 8)], {0: [T + 5]}, [(0, 0, 0, 1, False), (0, 8, 8, 1, False)]),
+        ([f(0, 0), f(0, 5)], {0: [T + 5]}, [(0, 0, 5, 2, False)]),  # in the second it came back: the same
+        ([f(0, 0), f(0, 6)], {0: [T + 5]}, [(0, 0, 0, 1, False), (0, 6, 6, 1, False)]),  # a second later: new
         ([f(0, 0), f(0, 30)], {0: [T - 100]}, [(0, 0, 30, 2, False)]),  # whole only before it began
         ([f(0, 0, FailureKind.EVICTION), f(0, 3)], {}, [(0, 0, 3, 2, True)]),  # an evicted slice's pods
         ([f(0, 30), f(0, 0)], {}, [(0, 0, 30, 2, False)]),  # learnt out of order

@@ -231,6 +231,69 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
         api.close()
 
 
+async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_connection: LocalCluster) -> None:
+    """Issue 17 point 1, over HTTP: a slice restart older than the window, then a trigger rebuilt from the kwargs
+    saved before it. The old code re-dated the restart to the rebuild and escalated; it is dated when it was."""
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    name = "old-restarts"
+    created = custom.create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, sleeping_jobset(name, 2, hosts=2)
+    )
+    uid = created["metadata"]["uid"]
+    window = 6.0
+    budgets = BUDGETS | {"max_slice_restarts": 0, "slice_restart_window_seconds": window}
+
+    def workers(index: int) -> list[Any]:
+        pods = core.list_namespaced_pod(
+            "default", label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_JOB_INDEX}={index}"
+        ).items
+        ready = [
+            p
+            for p in pods
+            if "worker" in p.metadata.name
+            and p.status.phase == "Running"
+            and p.metadata.deletion_timestamp is None
+            and all(c.state.running for c in p.status.container_statuses or [])
+        ]
+        return ready if len(ready) == 2 else []
+
+    try:
+        first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
+        deferred = JobSetTrigger(  # the kwargs saved when the task deferred, before any restart
+            name=name,
+            namespace="default",
+            uid=uid,
+            target_step=10,
+            budgets=budgets,
+            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
+            poll_interval=0.5,
+        ).serialize()[1]
+        killed_at = time.time()
+        for pod in first[0]:  # slice 0 lost while the first trigger ran (it died with the triggerer)
+            cluster_connection.faults.delete_pod("default", pod.metadata.name)
+        await wait_for("slice 0 replaced", lambda: workers(0))
+        await asyncio.sleep(max(0.0, killed_at + window + 2 - time.time()))  # the restart is out of the window
+
+        watching = asyncio.create_task(first_event(JobSetTrigger(**deferred)))
+        await asyncio.sleep(3)
+        assert not watching.done(), "a restart older than the window does not spend the budget after a rebuild"
+        for pod in first[1][:1]:  # a new restart does
+            cluster_connection.faults.delete_pod("default", pod.metadata.name)
+        event = (await asyncio.wait_for(watching, timeout=60)).payload
+        assert event["reason"] == "slice_restart_budget_spent"
+        state = MonitorState.from_json(event["state"])
+        assert state.slice_restarts_by_slice == {"0": 1, "1": 1}
+        old, new = state.slice_restart_times
+        assert old < killed_at + 2 and new > killed_at + window  # by Kubernetes' whole seconds
+    finally:
+        custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+        api.close()
+
+
 @pytest.mark.parametrize("deleted", [True, False])
 async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalCluster, deleted: bool) -> None:
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
