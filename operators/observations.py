@@ -12,9 +12,11 @@ The cluster is the source of truth; this module turns its objects into the facts
   the pod's uid for a pod that failed or was deleted before it finished). A worker Job's ``status.failed``
   (what its ``backoffLimit`` is checked against; upstream's pod-tracking finalizers count a deleted pod too)
   above the records of its pods means pods went while no trigger watched: each such failure is dated at the
-  creation of that Job's newest known pod (its replacement), else at the Job's creation. Failures of a Job
-  being deleted at or after its ``deletionTimestamp`` (a JobSet restart or teardown deletes Jobs in the
-  foreground) are no failures, and its ``status.failed`` is frozen once deletion started. Slice restarts stay
+  creation of that Job's newest known pod (its replacement), else at the Job's creation. Pods of a Job
+  deleted after its ``deletionTimestamp`` (a JobSet restart or teardown deletes Jobs in the foreground) are
+  no failures; its ``status.failed`` is frozen once deletion started (a finished Job's counters no longer
+  move upstream), and of the pods gone in that same second (the failure that failed the Job, and teardown)
+  only as many as that counter holds count. Slice restarts stay
   invisible at JobSet level while they are within the ``backoffLimit``;
 - the head pod (``pathways-head``), whose log the trigger follows, and whether its trainer refused
   its configuration (exit code 2: a restart cannot help);
@@ -302,13 +304,26 @@ class MonitorState:
     def _counted_failures(self) -> list[PodFailure]:
         counted: list[PodFailure] = []
         gone_per_job: dict[str, int] = {}
+        deleting: dict[str, list[PodFailure]] = {}
         for failure in self.failures.values():
             job = self.jobs.get(failure.job)
-            if job is not None and job.deleting_at is not None and failure.at >= job.deleting_at:
-                continue  # its Job was being deleted: a JobSet restart or teardown, not a failure
+            if job is not None and job.deleting_at is not None:
+                if failure.at > job.deleting_at:
+                    continue  # after its Job's deletion began: a JobSet restart or teardown, not a failure
+                if failure.gone:
+                    deleting.setdefault(failure.job, []).append(failure)
+                    continue
             if failure.gone:
                 gone_per_job[failure.job] = gone_per_job.get(failure.job, 0) + 1
             counted.append(failure)
+        for uid, items in deleting.items():
+            # In the second its deletion began (times are whole seconds): the pod that failed the Job, or the
+            # teardown of a pod the Job never counted. The Job's failed counter, frozen then, says how many failed.
+            job = self.jobs[uid]
+            allowed = max(0, job.failed - job.counted_before - job.folded)
+            kept = sorted(items, key=lambda f: f.at)[:allowed]
+            gone_per_job[uid] = gone_per_job.get(uid, 0) + len(kept)
+            counted.extend(kept)
         for uid, job in self.jobs.items():
             unseen = job.failed - job.counted_before - job.folded - gone_per_job.get(uid, 0)
             if unseen <= 0:

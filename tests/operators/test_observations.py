@@ -186,6 +186,18 @@ def scenario_teardown(state: MonitorState) -> None:
     state.on_job(job("j0", 0, failed=4, deleting=T0 + 100), deleted=True, now=T0 + 200)
 
 
+def scenario_failure_fails_the_jobset(state: MonitorState) -> None:
+    """The pod whose loss spent the Job's backoffLimit, and the JobSet's teardown, in the same second."""
+    state.on_pod(pod("s0p0", 0, deleting=T0 + 100), deleted=True, now=T0 + 200)
+    state.on_job(job("j0", 0, failed=1, deleting=T0 + 100), deleted=False, now=T0 + 200)
+    state.on_job(job("j1", 1, deleting=T0 + 100), deleted=False, now=T0 + 200)
+    host_lost(state, 1, T0 + 100)  # slice 1's pods torn down in that second: its Job counted none
+    host_lost(state, 2, T0 + 100)  # slice 2's Job not yet seen deleting: counted, until it is
+    state.on_job(job("j2", 2, deleting=T0 + 100), deleted=False, now=T0 + 200)
+    for p in slice_pods(0)[1:]:
+        state.on_pod(p, deleted=True, now=T0 + 200)  # no deletionTimestamp (hand-built): the caller's clock
+
+
 @pytest.mark.parametrize(
     ("scenario", "restarts", "by_slice", "times", "evictions"),
     [
@@ -201,6 +213,7 @@ def scenario_teardown(state: MonitorState) -> None:
         (scenario_node_gone, 1, {"0": 1}, [T0 + 100], 0),
         (scenario_unseen_job_failures, 1, {"1": 1}, [T0 + 300], 0),
         (scenario_teardown, 0, {}, [], 0),
+        (scenario_failure_fails_the_jobset, 1, {"0": 1}, [T0 + 100], 0),
     ],
     ids=lambda v: v.__name__.removeprefix("scenario_") if callable(v) else None,
 )
