@@ -12,7 +12,8 @@ The cluster is the source of truth; this module turns its objects into the facts
   the pod's uid for a pod that failed or was deleted before it finished). A worker Job's ``status.failed``
   (what its ``backoffLimit`` is checked against; upstream's pod-tracking finalizers count a deleted pod too)
   above the records of its pods means pods went while no trigger watched: each such failure is dated at the
-  creation of that Job's newest known pod (its replacement), else at the Job's creation. Pods of a Job
+  creation of that Job's newest known pod (its replacement), or when the Job failed (its ``FailureTarget``
+  or ``Failed`` condition's ``lastTransitionTime``) if later, else at the Job's creation. Pods of a Job
   deleted after its ``deletionTimestamp`` (a JobSet restart or teardown deletes Jobs in the foreground) are
   no failures; its ``status.failed`` is frozen once deletion started (a finished Job's counters no longer
   move upstream), and of the pods gone in that same second (the failure that failed the Job, and teardown)
@@ -157,6 +158,7 @@ class WorkerJob:
     created: float | None = None
     deleting_at: float | None = None
     gone: bool = False  # missing from a relist
+    failed_at: float | None = None  # its FailureTarget or Failed condition's lastTransitionTime
 
 
 @dataclass
@@ -243,6 +245,7 @@ class MonitorState:
         record.size = max(1, int(spec.get("completions") or spec.get("parallelism") or record.size))
         if record.deleting_at is None:
             record.failed = max(record.failed, int(_status(job).get("failed") or 0))
+            record.failed_at = record.failed_at or _failed_at(job)
             deleting = parse_time(meta.get("deletionTimestamp"))
             if deleting is not None or deleted:
                 record.deleting_at = deleting if deleting is not None else now
@@ -328,10 +331,11 @@ class MonitorState:
             unseen = job.failed - job.counted_before - job.folded - gone_per_job.get(uid, 0)
             if unseen <= 0:
                 continue
-            # Pods that went while no trigger watched: the Job controller replaced them at once, so the
-            # newest pod of this Job dates the newest of them; older ones merge with it.
+            # Pods that went while no trigger watched (or whose deletion the pod watch has yet to bring): the
+            # Job controller replaced them at once, so the newest pod of this Job dates the newest of them, and
+            # a Job that failed dates its last; older ones merge with it.
             replacements = [p.created for p in self.pods.values() if p.job == uid and p.created is not None]
-            at = max([*replacements, job.created or 0.0])
+            at = max([*replacements, job.created or 0.0, job.failed_at or 0.0])
             counted.extend(PodFailure(job.slice, at, FailureKind.FAILURE, uid, gone=True) for _ in range(unseen))
         return counted
 
@@ -457,6 +461,19 @@ class MonitorState:
         state = cls(**values)
         state._recount()
         return state
+
+
+def _failed_at(job: Obj) -> float | None:
+    """When a Job failed: its ``FailureTarget`` condition (set first, upstream), else its ``Failed`` one."""
+    conditions = {
+        str(c.get("type")): c
+        for c in _status(job).get("conditions") or []
+        if isinstance(c, Mapping) and str(c.get("status")) == "True"
+    }
+    for kind in ("FailureTarget", "Failed"):
+        if kind in conditions:
+            return parse_time(conditions[kind].get("lastTransitionTime"))
+    return None
 
 
 def _newly_counted(before: Mapping[str, int], after: Mapping[str, int]) -> list[int]:

@@ -242,6 +242,22 @@ def test_the_order_the_watches_deliver_in_does_not_matter() -> None:
     assert (state.slice_restarts, state.slice_restart_times) == (1, [T0 + 100])
 
 
+def test_a_job_failed_before_the_pod_watch_brings_its_last_failure() -> None:
+    """The watches race: the Job's last failure (and its Failed condition) arrive before the pod's deletion.
+    Dated by the condition, it is a new slice failure, not part of the one the pod it replaced was made for."""
+    state = running(1)
+    host_lost(state, 0, T0 + 100)
+    replaced(state, 0, T0 + 101, failed=4)  # whole again from T0 + 101
+    failed = job("j0", 0, failed=5)
+    failed["status"]["conditions"] = [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": stamp(T0 + 104)}
+    ]
+    state.on_job(failed, deleted=False, now=T0 + 200)
+    assert (state.slice_restarts, state.slice_restart_times) == (2, [T0 + 100, T0 + 104])
+    state.on_pod(pod("s0p0-101", 0, created=T0 + 101, deleting=T0 + 104), deleted=True, now=T0 + 200)
+    assert (state.slice_restarts, state.slice_restart_times) == (2, [T0 + 100, T0 + 104])
+
+
 def test_returns_the_slices_newly_counted() -> None:
     state = running()
     first = pod("s0p0", 0, deleting=T0 + 100)
