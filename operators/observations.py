@@ -70,7 +70,6 @@ PERMANENT_EXIT_CODES = frozenset({2})
 STATE_VERSION = 2
 MAX_RESTART_TIMES_KEPT = 1000
 MAX_FAILURES_KEPT = 512  # pod failure records; older episodes fold into totals past this
-MAX_WHOLE_TIMES_KEPT = 16  # per slice
 
 
 def normalize_timestamp(value: str) -> str | None:
@@ -191,7 +190,6 @@ class MonitorState:
     jobs: dict[str, WorkerJob] = field(default_factory=dict)
     pods: dict[str, WorkerPod] = field(default_factory=dict)
     failures: dict[str, PodFailure] = field(default_factory=dict)
-    whole_at: dict[str, list[float]] = field(default_factory=dict)  # slice -> times it was seen whole
     # restarts and evictions no longer held as records: counted by an older state, or folded past the bound
     earlier_restarts: int = 0
     earlier_restart_times: list[float] = field(default_factory=list)
@@ -302,7 +300,7 @@ class MonitorState:
 
     def episodes(self) -> list[SliceEpisode]:
         """The slice failures the records make (pod failures grouped by slice; evictions included)."""
-        return group_episodes(self._counted_failures(), {int(k): v for k, v in self.whole_at.items()})
+        return group_episodes(self._counted_failures())
 
     def _counted_failures(self) -> list[PodFailure]:
         counted: list[PodFailure] = []
@@ -355,20 +353,17 @@ class MonitorState:
         self.slice_evictions_by_slice = _by_slice(self.earlier_evictions_by_slice, evictions)
 
     def _note_whole_slices(self) -> None:
-        """Record, per slice, when all pods of its current Job were last seen running (Kubernetes' time)."""
+        """Heal the failures of each slice whose current Job has all its pods running (Kubernetes' time)."""
         for uid, job in self.jobs.items():
             if job.deleting_at is not None or job.gone:
                 continue
-            running = [p.running_since for p in self.pods.values() if p.job == uid]
-            starts = [r for r in running if r is not None]
+            starts = [p.running_since for p in self.pods.values() if p.job == uid and p.running_since is not None]
             if len(starts) < job.size:
                 continue
-            times = self.whole_at.setdefault(str(job.slice), [])
             whole = max(starts)
-            if whole not in times:
-                times.append(whole)
-                times.sort()
-                del times[:-MAX_WHOLE_TIMES_KEPT]
+            for key, failure in self.failures.items():
+                if failure.slice == job.slice and failure.healed_at is None and failure.at <= whole:
+                    self.failures[key] = dataclasses.replace(failure, healed_at=whole)
 
     def _fold(self, found: list[SliceEpisode]) -> list[SliceEpisode]:
         """Keep at most :data:`MAX_FAILURES_KEPT` records: the oldest episodes become plain totals."""

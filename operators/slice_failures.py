@@ -12,10 +12,12 @@ that reason (AI-Hypercomputer/xpk ``src/xpk/commands/workload.py``; google/pathw
 of the slice.
 
 So the budget counts **episodes**, not pods. Pod failures of one slice (``job-index``) are one episode when
-each falls within :data:`SLICE_EPISODE_SECONDS` of the episode's first failure and the slice was not seen whole
-again in between (all its pods running, by their containers' ``startedAt``, before the failure). A failure after
-the slice came back is a new slice failure, as it is for Pathways (a new slice-down event, a new elastic attempt);
-one in the same second as its return (Kubernetes' times are whole seconds) cannot be told apart and is the same.
+each falls within :data:`SLICE_EPISODE_SECONDS` of the episode's first failure and the slice did not come back
+in between. A failure is *healed* when the slice is next seen whole after it (all its pods running), at the
+latest ``startedAt`` of their containers; a failure after (in a later second than) that is a new slice failure,
+as it is for Pathways (a new slice-down event, a new elastic attempt). Healing is noted on the failure as it is
+seen, so that a replacement started in the very second of the failure still counts as after it (Kubernetes'
+times are whole seconds; the local cluster brings a slice back within one).
 A slice that keeps failing without ever coming back is a new episode every window: its Job's ``backoffLimit``
 (pods) ends it anyway.
 
@@ -87,13 +89,22 @@ class PodFailure:
     kind: FailureKind = FailureKind.FAILURE
     job: str = ""
     gone: bool = False
+    healed_at: float | None = None  # the slice was next seen whole then (Kubernetes' time)
 
     def to_json(self) -> list[Any]:
-        return [self.slice, self.at, self.kind.value, self.job, self.gone]
+        return [self.slice, self.at, self.kind.value, self.job, self.gone, self.healed_at]
 
     @classmethod
     def from_json(cls, data: Sequence[Any]) -> PodFailure:
-        return cls(int(data[0]), float(data[1]), FailureKind(data[2]), str(data[3]), bool(data[4]))
+        healed = data[5] if len(data) > 5 else None
+        return cls(
+            int(data[0]),
+            float(data[1]),
+            FailureKind(data[2]),
+            str(data[3]),
+            bool(data[4]),
+            None if healed is None else float(healed),
+        )
 
 
 @dataclass(frozen=True)
@@ -201,25 +212,20 @@ def running_since(pod: Obj) -> float | None:
 
 
 def group_episodes(
-    failures: Iterable[PodFailure],
-    whole_at: Mapping[int, Sequence[float]] | None = None,
-    *,
-    window_seconds: float = SLICE_EPISODE_SECONDS,
+    failures: Iterable[PodFailure], *, window_seconds: float = SLICE_EPISODE_SECONDS
 ) -> list[SliceEpisode]:
     """Group pod failures into slice failures (see the module docstring), oldest first.
 
-    ``whole_at`` holds, per slice, the times it was seen whole (all its pods running) by Kubernetes' clock.
-    The result depends on the failures and times only, never on the order they were learnt in.
+    The result depends on the failures (their times and healing) only, never on the order they are given in.
     """
     by_slice: dict[int, list[PodFailure]] = {}
     for failure in failures:
         by_slice.setdefault(failure.slice, []).append(failure)
     found: list[SliceEpisode] = []
-    for index, items in by_slice.items():
-        wholes = sorted((whole_at or {}).get(index, ()))
+    for items in by_slice.values():
         current: list[PodFailure] = []
-        for failure in sorted(items, key=lambda f: (f.at, f.kind.value)):
-            if current and _same_episode(current[0].at, failure.at, wholes, window_seconds):
+        for failure in sorted(items, key=lambda f: (f.at, f.kind.value, f.healed_at or 0.0)):
+            if current and _same_episode(current, failure, window_seconds):
                 current.append(failure)
                 continue
             if current:
@@ -230,10 +236,10 @@ def group_episodes(
     return sorted(found, key=lambda e: (e.start, e.slice))
 
 
-def _same_episode(start: float, at: float, wholes: Sequence[float], window: float) -> bool:
-    if at - start > window:
+def _same_episode(current: list[PodFailure], failure: PodFailure, window: float) -> bool:
+    if failure.at - current[0].at > window:
         return False
-    return not any(start < whole < at for whole in wholes)
+    return not any(f.healed_at is not None and f.healed_at < failure.at for f in current)
 
 
 def _episode(failures: list[PodFailure]) -> SliceEpisode:

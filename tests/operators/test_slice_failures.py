@@ -131,31 +131,33 @@ def test_running_since_needs_every_container_running() -> None:
     assert running_since(pod(phase="Pending")) is None
 
 
-def f(slice_index: int, at: float, kind: FailureKind = FailureKind.FAILURE) -> PodFailure:
-    return PodFailure(slice_index, T + at, kind)
+def f(slice_index: int, at: float, kind: FailureKind = FailureKind.FAILURE, healed: float | None = None) -> PodFailure:
+    return PodFailure(slice_index, T + at, kind, healed_at=None if healed is None else T + healed)
 
 
 @pytest.mark.parametrize(
-    ("failures", "whole", "expected"),
+    ("failures", "expected"),
     [
-        ([f(0, 0), f(0, 1), f(0, 1), f(0, 2)], {}, [(0, 0, 2, 4, False)]),  # 4 hosts of one slice
-        ([f(0, 0), f(1, 0)], {}, [(0, 0, 0, 1, False), (1, 0, 0, 1, False)]),  # two slices
-        ([f(0, 0), f(0, 180)], {}, [(0, 0, 0, 1, False), (0, 180, 180, 1, False)]),  # minutes apart
-        ([f(0, 0), f(0, 60)], {}, [(0, 0, 60, 2, False)]),  # the window's edge is in
-        ([f(0, 0), f(0, 30)], {0: [T + 5]}, [(0, 0, 0, 1, False), (0, 30, 30, 1, False)]),  # whole again between
-        ([f(0, 0), f(0, 5)], {0: [T + 5]}, [(0, 0, 5, 2, False)]),  # in the second it came back: the same
-        ([f(0, 0), f(0, 6)], {0: [T + 5]}, [(0, 0, 0, 1, False), (0, 6, 6, 1, False)]),  # a second later: new
-        ([f(0, 0), f(0, 30)], {0: [T - 100]}, [(0, 0, 30, 2, False)]),  # whole only before it began
-        ([f(0, 0, FailureKind.EVICTION), f(0, 3)], {}, [(0, 0, 3, 2, True)]),  # an evicted slice's pods
-        ([f(0, 30), f(0, 0)], {}, [(0, 0, 30, 2, False)]),  # learnt out of order
+        ([f(0, 0), f(0, 1), f(0, 1), f(0, 2)], [(0, 0, 2, 4, False)]),  # 4 hosts of one slice
+        ([f(0, 0), f(1, 0)], [(0, 0, 0, 1, False), (1, 0, 0, 1, False)]),  # two slices
+        ([f(0, 0), f(0, 180)], [(0, 0, 0, 1, False), (0, 180, 180, 1, False)]),  # minutes apart
+        ([f(0, 0), f(0, 60)], [(0, 0, 60, 2, False)]),  # the window's edge is in
+        ([f(0, 0, healed=5), f(0, 30)], [(0, 0, 0, 1, False), (0, 30, 30, 1, False)]),  # back in between
+        ([f(0, 0, healed=0), f(0, 2)], [(0, 0, 0, 1, False), (0, 2, 2, 1, False)]),  # back in its own second
+        ([f(0, 0, healed=5), f(0, 5)], [(0, 0, 5, 2, False)]),  # in the second it came back: the same
+        ([f(0, 0, healed=30), f(0, 3, healed=30)], [(0, 0, 3, 2, False)]),  # healed together
+        ([f(0, 0, FailureKind.EVICTION), f(0, 3)], [(0, 0, 3, 2, True)]),  # an evicted slice's pods
+        ([f(0, 30), f(0, 0)], [(0, 0, 30, 2, False)]),  # learnt out of order
     ],
 )
-def test_episodes(failures: list[PodFailure], whole: dict[int, list[float]], expected: list[tuple[Any, ...]]) -> None:
-    assert group_episodes(failures, whole) == [
+def test_episodes(failures: list[PodFailure], expected: list[tuple[Any, ...]]) -> None:
+    assert group_episodes(failures) == [
         SliceEpisode(slice=s, start=T + a, end=T + b, pod_failures=n, evicted=e) for s, a, b, n, e in expected
     ]
+    assert group_episodes(list(reversed(failures))) == group_episodes(failures)
 
 
 def test_failures_are_json_values() -> None:
-    failure = PodFailure(3, T + 0.5, FailureKind.EVICTION, "job-uid", gone=True)
+    failure = PodFailure(3, T + 0.5, FailureKind.EVICTION, "job-uid", gone=True, healed_at=T + 2)
     assert PodFailure.from_json(failure.to_json()) == failure
+    assert PodFailure.from_json([3, T, "failure", "", False]) == PodFailure(3, T)  # written before healing
