@@ -30,8 +30,10 @@ triggerer restart would otherwise re-date old failures to "now"):
 - a pod that failed or was deleted before it finished (what the Job's ``status.failed`` counts): its
   ``DisruptionTarget`` condition's ``lastTransitionTime``, else (phase ``Failed``) its containers'
   ``terminated.finishedAt``, else the deletion request time (``deletionTimestamp - deletionGracePeriodSeconds``,
-  as the API server sets them in ``pkg/registry/rest/delete.go``), else its ``Ready`` condition's
-  ``lastTransitionTime``;
+  as the API server sets them in ``pkg/registry/rest/delete.go``), else its ``Ready=False`` condition's
+  ``lastTransitionTime``; a pod removed at once (grace period 0) may carry none of these: its ``DELETED``
+  watch event is then dated when it arrives, which is sound because a watch delivers events as they happen
+  and a relist never shows a deleted pod (an old deletion is known only from its Job's counter, below);
 - a Job failure no seen pod explains (the pod went while no trigger watched): the creation time of that Job's
   newest known pod (the Job controller creates the replacement right after a failure, so this is at or just after
   the failure), else the Job's ``creationTimestamp`` (see :mod:`operators.observations`).
@@ -196,7 +198,9 @@ def gone_time(pod: Obj) -> float | None:
     if finished is not None:
         return finished
     ready = _condition(pod, "Ready")
-    return parse_time(ready.get("lastTransitionTime")) if ready is not None else None
+    if ready is not None and str(ready.get("status")) == "False":
+        return parse_time(ready.get("lastTransitionTime"))
+    return None
 
 
 def running_since(pod: Obj) -> float | None:

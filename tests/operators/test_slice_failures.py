@@ -89,6 +89,8 @@ def test_restart_time_is_the_kubelets(obj: dict[str, Any], expected: float | Non
         # a failed pod: when its containers ended
         (pod(container(state=terminated("2026-11-30T12:00:06Z")), phase="Failed"), T + 6),
         (pod(conditions=[{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-30T12:00:02Z"}]), T + 2),
+        # Ready=True dates when it became ready, not the failure
+        (pod(conditions=[{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T12:00:02Z"}]), None),
         (pod(), None),  # nothing to go by: the caller's clock, documented
     ],
 )
