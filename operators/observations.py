@@ -360,10 +360,12 @@ class MonitorState:
             starts = [p.running_since for p in self.pods.values() if p.job == uid and p.running_since is not None]
             if len(starts) < job.size:
                 continue
+            # Every failure recorded so far is behind this: its pod is gone, or runs again past that restart.
+            # Its time may be later than the pods' whole-second startedAt (a deletion dated on arrival).
             whole = max(starts)
             for key, failure in self.failures.items():
-                if failure.slice == job.slice and failure.healed_at is None and failure.at <= whole:
-                    self.failures[key] = dataclasses.replace(failure, healed_at=whole)
+                if failure.slice == job.slice and failure.healed_at is None:
+                    self.failures[key] = dataclasses.replace(failure, healed_at=max(whole, failure.at))
 
     def _fold(self, found: list[SliceEpisode]) -> list[SliceEpisode]:
         """Keep at most :data:`MAX_FAILURES_KEPT` records: the oldest episodes become plain totals."""

@@ -198,6 +198,18 @@ def scenario_failure_fails_the_jobset(state: MonitorState) -> None:
         state.on_pod(p, deleted=True, now=T0 + 200)  # no deletionTimestamp (hand-built): the caller's clock
 
 
+def scenario_local_cluster_speed(state: MonitorState) -> None:
+    """Force deletions (no time on the object: dated on arrival) with the replacement running in the same
+    whole second, three times 2-3 s apart, as the local cluster does: three slice failures."""
+    state.on_job(job("j3", 3, size=1), deleted=False, now=T0)
+    previous = pod("s3", 3, job_uid="j3")
+    state.on_pod(previous, deleted=False, now=T0)
+    for n, at in enumerate((T0 + 100.4, T0 + 103.2, T0 + 105.9)):
+        state.on_pod(previous, deleted=True, now=at)
+        previous = pod(f"s3-{n}", 3, job_uid="j3", created=int(at), started=int(at))
+        state.on_pod(previous, deleted=False, now=at + 0.3)
+
+
 @pytest.mark.parametrize(
     ("scenario", "restarts", "by_slice", "times", "evictions"),
     [
@@ -214,6 +226,7 @@ def scenario_failure_fails_the_jobset(state: MonitorState) -> None:
         (scenario_unseen_job_failures, 1, {"1": 1}, [T0 + 300], 0),
         (scenario_teardown, 0, {}, [], 0),
         (scenario_failure_fails_the_jobset, 1, {"0": 1}, [T0 + 100], 0),
+        (scenario_local_cluster_speed, 3, {"3": 3}, [T0 + 100.4, T0 + 103.2, T0 + 105.9], 0),
     ],
     ids=lambda v: v.__name__.removeprefix("scenario_") if callable(v) else None,
 )
