@@ -20,6 +20,7 @@ from operators.constants import (
     JOBSET_VERSION,
     LABEL_JOB_INDEX,
     LABEL_JOBSET_NAME,
+    LABEL_REPLICATED_JOB_NAME,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
@@ -210,8 +211,12 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
         )
         watching = asyncio.create_task(first_event(trigger))
         await asyncio.sleep(2)
-        for pod in first[0]:  # all 4 pods of slice 0 at once
-            cluster_connection.faults.delete_pod("default", pod.metadata.name)
+        # All 4 pods of slice 0 at once, as a host event takes its slice: one call, no grace period.
+        core.delete_collection_namespaced_pod(
+            "default",
+            label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_JOB_INDEX}=0,{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}",
+            grace_period_seconds=0,
+        )
         gone = frozenset(p.metadata.uid for p in first[0])
         await wait_for("slice 0 replaced", lambda: workers(0, not_uids=gone))
         await asyncio.sleep(2)
