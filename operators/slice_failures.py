@@ -14,7 +14,8 @@ of the slice.
 So the budget counts **episodes**, not pods. Pod failures of one slice (``job-index``) are one episode when
 each falls within :data:`SLICE_EPISODE_SECONDS` of the episode's first failure and the slice did not come back
 in between. A failure is *healed* when the slice is next seen whole after it (all its pods running), at the
-latest ``startedAt`` of their containers; a failure after (in a later second than) that is a new slice failure,
+latest ``startedAt`` of their containers; a failure more than :data:`SLICE_SETTLE_SECONDS` after that is a new
+slice failure,
 as it is for Pathways (a new slice-down event, a new elastic attempt). Healing is noted on the failure as it is
 seen, so that a replacement started in the very second of the failure still counts as after it (Kubernetes'
 times are whole seconds; the local cluster brings a slice back within one).
@@ -67,6 +68,8 @@ from typing import Any
 Obj = Mapping[str, Any]
 
 SLICE_EPISODE_SECONDS = 60.0
+# The pods of a slice lost together go within this of each other; the local cluster replaces a pod faster.
+SLICE_SETTLE_SECONDS = 0.25
 DISRUPTION_TARGET = "DisruptionTarget"
 EVICTION_REASONS = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet"})
 
@@ -243,7 +246,7 @@ def group_episodes(
 def _same_episode(current: list[PodFailure], failure: PodFailure, window: float) -> bool:
     if failure.at - current[0].at > window:
         return False
-    return not any(f.healed_at is not None and f.healed_at < failure.at for f in current)
+    return not any(f.healed_at is not None and failure.at - f.healed_at > SLICE_SETTLE_SECONDS for f in current)
 
 
 def _episode(failures: list[PodFailure]) -> SliceEpisode:
