@@ -16,8 +16,8 @@ each falls within :data:`SLICE_EPISODE_SECONDS` of the episode's first failure a
 in between. A failure is *healed* when the slice is next seen whole after it (all its pods running), at the
 latest ``startedAt`` of their containers; a failure more than :data:`SLICE_SETTLE_SECONDS` after that is a new
 slice failure, as it is for Pathways (a new slice-down event, a new elastic attempt). Healing is noted on the
-failure as it is seen, so that a replacement started in the very second of the failure still counts as after it (Kubernetes'
-times are whole seconds; the local cluster brings a slice back within one).
+failure as it is seen, so that a replacement started in the very second of the failure still counts as after
+it (Kubernetes' times are whole seconds; the local cluster brings a slice back within one).
 A slice that keeps failing without ever coming back is a new episode every window: its Job's ``backoffLimit``
 (pods) ends it anyway.
 
