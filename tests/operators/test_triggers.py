@@ -299,6 +299,63 @@ async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_
         api.close()
 
 
+async def test_an_evicted_slice_spends_no_budget(cluster_connection: LocalCluster) -> None:
+    """Both pods of slice 0 evicted (the Eviction API's DisruptionTarget, then a graceful deletion): a slice
+    eviction, not a restart, so a budget of 0 is spent only by slice 1's failure after it."""
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    name = "evicted"
+    created = custom.create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, sleeping_jobset(name, 2, hosts=2)
+    )
+    uid = created["metadata"]["uid"]
+
+    def workers(index: int, not_uids: frozenset[str] = frozenset()) -> list[Any]:
+        pods = core.list_namespaced_pod(
+            "default", label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_JOB_INDEX}={index}"
+        ).items
+        ready = [
+            p
+            for p in pods
+            if "worker" in p.metadata.name
+            and p.status.phase == "Running"
+            and p.metadata.deletion_timestamp is None
+            and p.metadata.uid not in not_uids
+        ]
+        return ready if len(ready) == 2 else []
+
+    try:
+        first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
+        trigger = JobSetTrigger(
+            name=name,
+            namespace="default",
+            uid=uid,
+            target_step=10,
+            budgets=BUDGETS | {"max_slice_restarts": 0},
+            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
+            poll_interval=0.5,
+        )
+        watching = asyncio.create_task(first_event(trigger))
+        await asyncio.sleep(2)
+        for pod in first[0]:
+            cluster_connection.faults.evict_pod("default", pod.metadata.name)
+        gone = frozenset(p.metadata.uid for p in first[0])
+        await wait_for("slice 0 replaced", lambda: workers(0, gone))
+        await asyncio.sleep(2)
+        assert not watching.done(), "an eviction spends no slice budget"
+        cluster_connection.faults.delete_pod("default", first[1][0].metadata.name)
+        event = (await asyncio.wait_for(watching, timeout=60)).payload
+        assert event["reason"] == "slice_restart_budget_spent"
+        state = MonitorState.from_json(event["state"])
+        assert (state.slice_restarts_by_slice, state.slice_evictions_by_slice) == ({"1": 1}, {"0": 1})
+    finally:
+        custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+        api.close()
+
+
 @pytest.mark.parametrize("deleted", [True, False])
 async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalCluster, deleted: bool) -> None:
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
