@@ -58,7 +58,7 @@ from operators.spec import (
     lint_warnings,
     shown,
 )
-from operators.triggers import EventStatus, JobSetTrigger
+from operators.triggers import EventStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -257,30 +257,30 @@ class ElasticJobSetOperator(JobSetTaskOperator):
 
     def build_spec(self) -> ElasticRunSpec:
         """The rendered, linted run spec; ``AirflowFailException`` naming the field when it is wrong."""
-        try:
-            spec = ElasticRunSpec(
-                run_name=self.run_name,
-                base_output_directory=self.base_output_directory,
-                steps=_as_int("steps", self.steps),
-                checkpoint_period=_as_int("checkpoint_period", self.checkpoint_period),
-                num_slices=_as_int("num_slices", self.num_slices),
-                runtime=self.runtime,  # type: ignore[arg-type]
-                maxtext_args=_rendered_args(self.maxtext_args),
-                image=self.image,
-                tpu_type=self.tpu_type,
-                tpu_topology=self.tpu_topology,
-                max_slice_restarts=self.budgets.max_slice_restarts,
-                jobset_max_restarts=self.jobset_max_restarts,
-                elastic_timeout_seconds=self.elastic_timeout_seconds,
-                elastic_min_slice_count=self.elastic_min_slice_count,
-                **self.gke_knobs,
-            )
-            lint(spec)
-            manifests.check_namespace(self.namespace)
-        except SpecError as error:
-            raise AirflowFailException(f"invalid run spec: {error}") from None
+        spec = self._linted("run spec", self._spec)
         for warning in lint_warnings(spec):
             self.log.warning("run spec: %s", warning)
+        return spec
+
+    def _spec(self) -> ElasticRunSpec:
+        spec = ElasticRunSpec(
+            run_name=self.run_name,
+            base_output_directory=self.base_output_directory,
+            steps=_as_int("steps", self.steps),
+            checkpoint_period=_as_int("checkpoint_period", self.checkpoint_period),
+            num_slices=_as_int("num_slices", self.num_slices),
+            runtime=self.runtime,  # type: ignore[arg-type]
+            maxtext_args=_rendered_args(self.maxtext_args),
+            image=self.image,
+            tpu_type=self.tpu_type,
+            tpu_topology=self.tpu_topology,
+            max_slice_restarts=self.budgets.max_slice_restarts,
+            jobset_max_restarts=self.jobset_max_restarts,
+            elastic_timeout_seconds=self.elastic_timeout_seconds,
+            elastic_min_slice_count=self.elastic_min_slice_count,
+            **self.gke_knobs,
+        )
+        lint(spec)
         return spec
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -413,10 +413,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def _wait(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> Any:
         if not run.monitor.started_at:
             run.monitor.started_at = time.time()
-        trigger = JobSetTrigger(
-            name=run.jobset_name,
-            namespace=self.namespace,
-            uid=run.jobset_uid,
+        return self._watch(
+            context,
+            Handle(run.jobset_name, run.jobset_uid),
             target_step=spec.target_step,
             budgets={
                 "max_slice_restarts": self.budgets.max_slice_restarts,
@@ -424,13 +423,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 "stall_timeout_seconds": self.budgets.stall_timeout_seconds,
                 "max_full_restarts": self.budgets.max_full_restarts,
             },
-            full_restarts_used=run.budget_used,
             state=run.monitor.to_json(),
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            poll_interval=self.poll_interval,
-            delete_on_kill=not self.keep_jobset_on_kill,
+            full_restarts_used=run.budget_used,
         )
-        return self._defer_or_wait(context, trigger)
 
     def _look(self, spec: ElasticRunSpec) -> CheckpointReport:
         """The run's checkpoints, read again with backoff while the answer is "unknown" (storage could not be read).

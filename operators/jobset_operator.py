@@ -22,7 +22,7 @@ from operators.manifests import JobSpec, lint_job
 from operators.observations import MonitorState
 from operators.policy import JobSetPhase
 from operators.spec import SpecError, shown
-from operators.triggers import EventStatus, JobSetTrigger
+from operators.triggers import EventStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,29 +113,28 @@ class JobSetOperator(JobSetTaskOperator):
 
     def build_job(self) -> JobSpec:
         """The rendered job, linted; ``AirflowFailException`` naming the field when it is wrong."""
-        try:
-            if not isinstance(self.name, str) or not self.name.strip():
-                raise SpecError("name", f"must be a non-empty string, got {shown(self.name)}")
-            for field in ("command", "args"):
-                if not isinstance(getattr(self, field), list | tuple):
-                    raise SpecError(field, f"must be a list of arguments, got {shown(getattr(self, field))}")
-            if not isinstance(self.env, Mapping):
-                raise SpecError("env", f"must be a mapping of names to values, got {shown(self.env)}")
-            job = JobSpec(
-                image=self.image,
-                command=[_argv_item(c) for c in self.command],
-                args=[_argv_item(a) for a in self.args],
-                env={k: _argv_item(v) for k, v in self.env.items()},
-                runtime=self.runtime,  # type: ignore[arg-type]
-                backoff_limit=self.backoff_limit,
-                active_deadline_seconds=self.active_deadline_seconds,
-                resources=self.resources,
-                service_account=self.service_account,
-            )
-            lint_job(job)
-            manifests.check_namespace(self.namespace)
-        except SpecError as error:
-            raise AirflowFailException(f"invalid job: {error}") from None
+        return self._linted("job", self._job)
+
+    def _job(self) -> JobSpec:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecError("name", f"must be a non-empty string, got {shown(self.name)}")
+        for field in ("command", "args"):
+            if not isinstance(getattr(self, field), list | tuple):
+                raise SpecError(field, f"must be a list of arguments, got {shown(getattr(self, field))}")
+        if not isinstance(self.env, Mapping):
+            raise SpecError("env", f"must be a mapping of names to values, got {shown(self.env)}")
+        job = JobSpec(
+            image=self.image,
+            command=[_argv_item(c) for c in self.command],
+            args=[_argv_item(a) for a in self.args],
+            env={k: _argv_item(v) for k, v in self.env.items()},
+            runtime=self.runtime,  # type: ignore[arg-type]
+            backoff_limit=self.backoff_limit,
+            active_deadline_seconds=self.active_deadline_seconds,
+            resources=self.resources,
+            service_account=self.service_account,
+        )
+        lint_job(job)
         return job
 
     def _name(self, context: Context) -> str:
@@ -175,18 +174,8 @@ class JobSetOperator(JobSetTaskOperator):
         self._active = Handle(name, uid)
         context["ti"].xcom_push(key="jobset_name", value=name)
         context["ti"].xcom_push(key="namespace", value=self.namespace)
-        trigger = JobSetTrigger(
-            name=name,
-            namespace=self.namespace,
-            uid=uid,
-            target_step=0,
-            budgets=dict(_NO_BUDGETS),
-            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            poll_interval=self.poll_interval,
-            delete_on_kill=not self.keep_jobset_on_kill,
-        )
-        return self._defer_or_wait(context, trigger)
+        state = MonitorState(jobset_uid=uid, started_at=time.time()).to_json()
+        return self._watch(context, self._active, target_step=0, budgets=dict(_NO_BUDGETS), state=state)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Succeed when the JobSet completed; fail with its reason and log tail otherwise."""

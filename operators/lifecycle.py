@@ -40,6 +40,7 @@ from operators import manifests
 from operators.hooks import JobSetHook, ride_out_transient
 from operators.observations import jobset_phase
 from operators.policy import JobSetPhase
+from operators.spec import SpecError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -245,7 +246,43 @@ class JobSetTaskOperator(BaseOperator):
         """The incarnation this task instance watches now (from its state, or found on the cluster)."""
         raise NotImplementedError
 
+    def _linted(self, what: str, build: Callable[[], T]) -> T:
+        """``build()`` (which lints), with the namespace checked; `AirflowFailException` naming the field."""
+        try:
+            built = build()
+            manifests.check_namespace(self.namespace)
+        except SpecError as error:
+            raise AirflowFailException(f"invalid {what}: {error}") from None
+        return built
+
     # -- waiting ----------------------------------------------------------------------------------
+
+    def _watch(
+        self,
+        context: Context,
+        handle: Handle,
+        *,
+        target_step: int,
+        budgets: dict[str, Any],
+        state: dict[str, Any],
+        full_restarts_used: int = 0,
+    ) -> Any:
+        """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act; resume there."""
+        from operators.triggers import JobSetTrigger
+
+        trigger = JobSetTrigger(
+            name=handle.name,
+            namespace=self.namespace,
+            uid=handle.uid,
+            target_step=target_step,
+            budgets=budgets,
+            full_restarts_used=full_restarts_used,
+            state=state,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            poll_interval=self.poll_interval,
+            delete_on_kill=not self.keep_jobset_on_kill,
+        )
+        return self._defer_or_wait(context, trigger)
 
     def _deadline(self, context: Context) -> float | None:
         """``ti.start_date + execution_timeout`` as Unix time (the provider's anchor: stable across deferrals)."""
