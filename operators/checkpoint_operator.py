@@ -221,7 +221,7 @@ class CheckpointValidationOperator(BaseOperator):
                 self.log.warning("%s", reasons)
                 return fallback
         hint = f"; newest valid step is {latest}" if latest is not None else "; no valid step found"
-        if report.error or (target is not None and answer(target) is Answer.UNKNOWN):
+        if report.unreadable or (target is not None and answer(target) is Answer.UNKNOWN):
             # Could not look (a storage outage): unknown, not invalid; the task's retries read it again.
             raise AirflowException(f"{reasons}{hint} (unknown: storage could not be read; retrying may succeed)")
         raise AirflowFailException(f"{reasons}{hint}")

@@ -41,10 +41,11 @@ def answer(verdict: StepVerdict) -> Answer:
 def unknown_reason(report: CheckpointReport) -> str | None:
     """Why the report cannot say which step is the newest valid one, or ``None`` when it can.
 
-    The root could not be listed, or a step newer than the newest valid one could not be checked.
+    The root could not be listed, or a step newer than the newest valid one could not be checked. A root that
+    was read and holds no step ("no checkpoint steps found", "no such directory") is an answer: none.
     """
     if report.error:
-        return report.error
+        return report.error if report.unreadable else None
     latest = report.latest_valid_step
     for verdict in sorted(report.steps, key=lambda v: v.step, reverse=True):
         if latest is not None and verdict.step <= latest:

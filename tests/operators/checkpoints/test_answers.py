@@ -41,4 +41,7 @@ def test_unknown_reason() -> None:
     assert unknown_reason(report(verdict(10, Problem.STORAGE_ERROR), verdict(20))) is None
     why = unknown_reason(report(verdict(10), verdict(20, Problem.STORAGE_ERROR)))
     assert why is not None and why.startswith("step 20: storage_error")
-    assert unknown_reason(report(error="503 Service Unavailable")) == "503 Service Unavailable"
+    outage = CheckpointReport("/run", "/run", None, error="503 Service Unavailable", unreadable=True)
+    assert unknown_reason(outage) == "503 Service Unavailable"
+    # Looked, and found nothing: an answer (no committed step), not an unknown.
+    assert unknown_reason(report(error="no checkpoint steps found: /run/checkpoints")) is None
