@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 NO_CURSOR_TAIL_LINES = 5000  # adopting a JobSet with no log cursor: fold only its recent history
 FINAL_LOG_WAIT_SECONDS = 3.0
-# Failed log reads in a row (other than a refusal, which the watches' REFUSED_ATTEMPTS bounds) before the
-# trigger ends with an error: with the follow's backoff (0.5 s doubling to 30 s) about two and a half minutes.
+# Failed log reads in a row (other than a refusal, which the watches' REFUSED_ATTEMPTS bounds), and for at
+# least this long, before the trigger ends with an error: a burst of 5xx from the API server is ridden out (as
+# the watches ride it out), an unreachable kubelet is not; well under the default stall_timeout (30 min).
 LOG_UNREADABLE_ATTEMPTS = 10
+LOG_UNREADABLE_SECONDS = 300.0
 # Airflow 3.3 fails a deferred task whose trigger fires so soon that the resumed attempt is already running
 # when the scheduler drains the executor's "success" for the deferring attempt (apache/airflow#71580,
 # #72716; seen here 5-7 s after deferral). A trigger therefore decides nothing final in its first seconds.
@@ -347,6 +349,7 @@ class _LogFailures:
     def __init__(self, conn_id: str, namespace: str) -> None:
         self.conn_id, self.namespace = conn_id, namespace
         self.count = 0
+        self.since = 0.0  # time.monotonic() of the first failure in the row
 
     def reset(self) -> None:
         self.count = 0
@@ -359,9 +362,14 @@ class _LogFailures:
             self.count = 0
             log.debug("log of %s: HTTP %s (not started yet, or gone)", pod, status)
             return
+        if self.count == 0:
+            self.since = time.monotonic()
         self.count += 1
         log.warning("reading the log of %s failed (%d in a row): %s: %s", pod, self.count, type(error).__name__, error)
-        if self.count < (REFUSED_ATTEMPTS if status in (401, 403) else LOG_UNREADABLE_ATTEMPTS):
+        if status in (401, 403):
+            if self.count < REFUSED_ATTEMPTS:
+                return
+        elif self.count < LOG_UNREADABLE_ATTEMPTS or time.monotonic() - self.since < LOG_UNREADABLE_SECONDS:
             return
         if status in (401, 403):
             raise ClusterAccessError(
