@@ -1,4 +1,8 @@
-"""`CheckpointValidationOperator`: let only a committed, complete, readable checkpoint flow downstream."""
+"""`CheckpointValidationOperator`: let only a committed, complete, readable checkpoint flow downstream.
+
+Three answers (`operators.checkpoints.answers`): a valid step succeeds, an invalid one fails the task for good
+(`AirflowFailException`), and one storage could not be read ("unknown") fails it for a retry (`AirflowException`).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from operators.checkpoints import (
     ValidationOptions,
     validate_checkpoints,
 )
+from operators.checkpoints.answers import Answer, answer
 from operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
 
 if TYPE_CHECKING:
@@ -216,6 +221,9 @@ class CheckpointValidationOperator(BaseOperator):
                 self.log.warning("%s", reasons)
                 return fallback
         hint = f"; newest valid step is {latest}" if latest is not None else "; no valid step found"
+        if report.unreadable or (target is not None and answer(target) is Answer.UNKNOWN):
+            # Could not look (a storage outage): unknown, not invalid; the task's retries read it again.
+            raise AirflowException(f"{reasons}{hint} (unknown: storage could not be read; retrying may succeed)")
         raise AirflowFailException(f"{reasons}{hint}")
 
     @staticmethod

@@ -17,24 +17,30 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from operators import manifests
-from operators.checkpoints import ValidationOptions, quarantine_step, validate_checkpoints
+from operators.backoff import Backoff
+from operators.checkpoints import CheckpointReport, ValidationOptions, quarantine_step, validate_checkpoints
+from operators.checkpoints.answers import Answer, answer, unknown_reason
 from operators.checkpoints.storage import StorageError
 from operators.checkpoints.timing import mean_save_seconds
-from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, PROJECT_PREFIX
-from operators.hooks import JobSetHook, ride_out_transient
+from operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICATED_JOB_NAME,
+    PROJECT_PREFIX,
+)
 from operators.images import enforce_allowed_images
+from operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
 from operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from operators.metrics import emit_run_metrics
 from operators.observations import MonitorState
@@ -52,18 +58,14 @@ from operators.spec import (
     lint_warnings,
     shown,
 )
-from operators.triggers import EventStatus, JobSetTrigger, defer_settle_seconds
+from operators.triggers import EventStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
-# Creates of one incarnation's name that may meet a JobSet of this task being deleted before giving up.
-CREATE_ATTEMPTS = 3
 STATE_KEY = "elastic_run"
-DELETE_TIMEOUT_SECONDS = 600.0
 MAX_QUARANTINES_PER_ESCALATION = 3
-T = TypeVar("T")
 
 
 def _as_int(field: str, value: Any) -> int:
@@ -109,7 +111,7 @@ def _seconds(field: str, value: timedelta | float | int) -> float:
     return _number(field, value, positive=True)
 
 
-class ElasticJobSetOperator(BaseOperator):
+class ElasticJobSetOperator(JobSetTaskOperator):
     """Run an elastic MaxText pretraining JobSet to its final step, recovering what can be recovered.
 
     :param run_name: MaxText ``run_name`` (DNS-1123); the run directory is
@@ -141,6 +143,8 @@ class ElasticJobSetOperator(BaseOperator):
         :param priority_class: :param kueue_queue: :param image_pull_policy: :param trainer_env:
         :param worker_env: the GKE JobSet's knobs, as the ``ElasticRunSpec`` fields of the same names
         (docs/operators.md, "GKE knobs").
+    :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
+        "unknown", not "invalid") are read again before the task fails for a retry; nothing is moved meanwhile.
 
     Returns the run report (see docs/operators.md); pushes ``jobset_name`` and ``namespace`` to XCom
     before the first wait, and the report under ``report`` before failing.
@@ -197,6 +201,7 @@ class ElasticJobSetOperator(BaseOperator):
         image_pull_policy: str | None = None,
         trainer_env: Mapping[str, str] | None = None,
         worker_env: Mapping[str, str] | None = None,
+        storage_retry_timeout: timedelta | float = timedelta(minutes=5),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -244,37 +249,38 @@ class ElasticJobSetOperator(BaseOperator):
             ),
             "worker_env": dict(worker_env) if isinstance(worker_env, Mapping) else worker_env or {},
         }
-        self._active_jobset: tuple[str, str | None] | None = None
+        self.storage_retry_timeout = _number("storage_retry_timeout", storage_retry_timeout, positive=False)
+        self._active: Handle | None = None
         self._newest_valid_steps: list[str] = []
 
     # -- spec --------------------------------------------------------------------------------
 
     def build_spec(self) -> ElasticRunSpec:
         """The rendered, linted run spec; ``AirflowFailException`` naming the field when it is wrong."""
-        try:
-            spec = ElasticRunSpec(
-                run_name=self.run_name,
-                base_output_directory=self.base_output_directory,
-                steps=_as_int("steps", self.steps),
-                checkpoint_period=_as_int("checkpoint_period", self.checkpoint_period),
-                num_slices=_as_int("num_slices", self.num_slices),
-                runtime=self.runtime,  # type: ignore[arg-type]
-                maxtext_args=_rendered_args(self.maxtext_args),
-                image=self.image,
-                tpu_type=self.tpu_type,
-                tpu_topology=self.tpu_topology,
-                max_slice_restarts=self.budgets.max_slice_restarts,
-                jobset_max_restarts=self.jobset_max_restarts,
-                elastic_timeout_seconds=self.elastic_timeout_seconds,
-                elastic_min_slice_count=self.elastic_min_slice_count,
-                **self.gke_knobs,
-            )
-            lint(spec)
-            manifests.check_namespace(self.namespace)
-        except SpecError as error:
-            raise AirflowFailException(f"invalid run spec: {error}") from None
+        spec = self._linted("run spec", self._spec)
         for warning in lint_warnings(spec):
             self.log.warning("run spec: %s", warning)
+        return spec
+
+    def _spec(self) -> ElasticRunSpec:
+        spec = ElasticRunSpec(
+            run_name=self.run_name,
+            base_output_directory=self.base_output_directory,
+            steps=_as_int("steps", self.steps),
+            checkpoint_period=_as_int("checkpoint_period", self.checkpoint_period),
+            num_slices=_as_int("num_slices", self.num_slices),
+            runtime=self.runtime,  # type: ignore[arg-type]
+            maxtext_args=_rendered_args(self.maxtext_args),
+            image=self.image,
+            tpu_type=self.tpu_type,
+            tpu_topology=self.tpu_topology,
+            max_slice_restarts=self.budgets.max_slice_restarts,
+            jobset_max_restarts=self.jobset_max_restarts,
+            elastic_timeout_seconds=self.elastic_timeout_seconds,
+            elastic_min_slice_count=self.elastic_min_slice_count,
+            **self.gke_knobs,
+        )
+        lint(spec)
         return spec
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -283,18 +289,16 @@ class ElasticJobSetOperator(BaseOperator):
         spec = self.build_spec()
         # Placeholder name: the images depend on the spec alone, and nothing may be created before this check.
         enforce_allowed_images(manifests.elastic_jobset(spec, name="image-check", namespace=self.namespace, labels={}))
-        hook = self._hook()
+        cluster = self._cluster(context)
         run = _RunState.load(context)
         if run.started_at == 0.0:
             run.started_at = time.time()
-        identity = self._identity(context)
         if run.escalating:  # a worker died in the middle of a full restart: finish it
             self._finish_escalation(context, spec, run)
             return self._wait(context, spec, run)
-        # Safe to repeat: every step of an adoption is idempotent.
-        jobset = self._through_transient("finding this task's JobSet", lambda: self._adopt(hook, run, identity))
+        jobset = self._adopt(cluster, run)
         if jobset is None:
-            jobset = self._create(hook, spec, run, identity)
+            self._create(cluster, spec, run)
         else:
             self.log.info("adopting JobSet %s (uid %s)", run.jobset_name, run.jobset_uid)
         run.save(context)
@@ -308,15 +312,17 @@ class ElasticJobSetOperator(BaseOperator):
         run = _RunState.load(context)
         if event.get("name") != run.jobset_name:
             raise AirflowException(f"trigger event for {event.get('name')!r}, expected {run.jobset_name!r}")
+        self._active = Handle(run.jobset_name, run.jobset_uid)  # a kill from here on deletes it
         run.monitor = MonitorState.from_json(event.get("state"))
         status = event.get("status")
         if status == EventStatus.ERROR:
             run.save(context)
-            raise AirflowException(f"watching JobSet {run.jobset_name} failed: {event.get('message')}")
+            why = f"watching JobSet {run.jobset_name} failed: {event.get('message')}"
+            raise AirflowException(self._abandoned_message(context, self._active, why))
         if status == EventStatus.DEADLINE:
-            self._fail(context, spec, run, f"deadline passed while JobSet {run.jobset_name} was running")
+            self._fail(context, spec, run, self._timed_out_message(context, self._active), retryable=True)
         observation = run.monitor.observation(
-            now=time.time(), target_step=spec.target_step, full_restarts_used=run.full_restarts
+            now=time.time(), target_step=spec.target_step, full_restarts_used=run.budget_used
         )
         committed = self._committed_step(spec) if run.monitor.phase is JobSetPhase.COMPLETED else None
         decision = decide(_with_committed(observation, committed), self.budgets)
@@ -334,135 +340,82 @@ class ElasticJobSetOperator(BaseOperator):
         run.save(context)
         return self._wait(context, spec, run)
 
-    def on_kill(self) -> None:
-        if self.keep_jobset_on_kill or self._active_jobset is None:
-            return
-        name, uid = self._active_jobset
-        self.log.info("task killed: deleting JobSet %s", name)
-        self._hook().delete_jobset(name, self.namespace, uid=uid)
-
     # -- helpers -----------------------------------------------------------------------------
 
-    def _hook(self) -> JobSetHook:
-        return JobSetHook(conn_id=self.kubernetes_conn_id)
+    def _current(self, context: Context) -> Handle | None:
+        run = _RunState.load(context)
+        return Handle(run.jobset_name, run.jobset_uid) if run.jobset_name else None
 
-    def _through_transient(self, what: str, call: Callable[[], T]) -> T:
-        return ride_out_transient(call, what=what, log=self.log)
-
-    def _identity(self, context: Context) -> dict[str, str]:
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return manifests.identity_labels(
-            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=-1 if map_index is None else map_index
-        )
-
-    def _adopt(self, hook: JobSetHook, run: _RunState, identity: Mapping[str, str]) -> dict[str, Any] | None:
-        """The JobSet of this task's current incarnation when it exists; never a foreign one."""
+    def _adopt(self, cluster: JobSetLifecycle, run: _RunState) -> JobSet | None:
+        """The JobSet of this task's current incarnation when a new try may adopt it; never a foreign one."""
         if run.jobset_name:
-            found = hook.get_jobset(run.jobset_name, self.namespace)
+            found = cluster.get(run.jobset_name)
             if found is not None and (not run.jobset_uid or found["metadata"].get("uid") == run.jobset_uid):
-                if self._being_deleted(hook, found):
-                    run.close_incarnation()  # its slice restarts and recoveries stay in the report
-                    return None
-                run.jobset_uid = str(found["metadata"].get("uid"))
-                self._active_jobset = (run.jobset_name, run.jobset_uid)
-                return dict(found)
+                return self._adopted(cluster, run, found, stored=True)
             if run.escalating:
                 return None  # deleted by our escalation before a crash: create the next incarnation
-        mine = hook.list_jobsets(self.namespace, manifests.label_selector(identity))
+        mine = cluster.mine()
         if not mine:
             return None
         newest = max(mine, key=lambda js: int((js["metadata"].get("labels") or {}).get(LABEL_FULL_RESTART, "0")))
         labels = newest["metadata"].get("labels") or {}
         run.full_restarts = max(run.full_restarts, int(labels.get(LABEL_FULL_RESTART, "0")))
         if not run.escalations and not run.history:
-            run.restore_history(newest, self.log.warning)
-        if self._being_deleted(hook, newest):
+            run.restore_history(cast(dict[str, Any], newest), self.log.warning)
+        return self._adopted(cluster, run, newest, stored=False)
+
+    def _adopted(self, cluster: JobSetLifecycle, run: _RunState, found: JobSet, *, stored: bool) -> JobSet | None:
+        dying = bool(found["metadata"].get("deletionTimestamp"))
+        if cluster.adoptable(found) is None:
+            if not dying:
+                # It failed in an earlier try (a bad config, a spent budget): this try is a new run of the task,
+                # with its new spec and a fresh full-restart budget, in a new incarnation.
+                run.jobset_name, run.jobset_uid = found["metadata"]["name"], found["metadata"].get("uid")
+                run.close_incarnation()
+                run.full_restarts = min(run.full_restarts + 1, manifests.MAX_ATTEMPT)
+                run.budget_base = run.full_restarts
+            elif stored:
+                run.close_incarnation()  # its slice restarts and recoveries stay in the report
             return None
-        run.jobset_name = str(newest["metadata"]["name"])
-        run.jobset_uid = str(newest["metadata"].get("uid"))
-        self._active_jobset = (run.jobset_name, run.jobset_uid)
-        return dict(newest)
+        run.jobset_name = str(found["metadata"]["name"])
+        run.jobset_uid = str(found["metadata"].get("uid"))
+        self._active = Handle(run.jobset_name, run.jobset_uid)
+        return found
 
-    def _being_deleted(self, hook: JobSetHook, jobset: Mapping[str, Any]) -> bool:
-        """Whether ``jobset`` is being deleted, then gone: never adopt a dying JobSet, nor create beside it.
-
-        A kill's cleanup or an escalation whose record was cleared with the task leaves one; once it is
-        gone its name is free again.
-        """
-        metadata = jobset["metadata"]
-        if not metadata.get("deletionTimestamp"):
-            return False
-        name, uid = str(metadata["name"]), metadata.get("uid")
-        self.log.info("JobSet %s is being deleted: waiting until it is gone before creating it again", name)
-        hook.require_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS)
-        return True
-
-    def _create(
-        self, hook: JobSetHook, spec: ElasticRunSpec, run: _RunState, identity: Mapping[str, str]
-    ) -> dict[str, Any]:
-        name = manifests.jobset_name(
+    def _next_name(self, spec: ElasticRunSpec, run: _RunState, attempt: int) -> str:
+        return manifests.jobset_name(
             dag_id=run.dag_id,
             task_id=run.task_id,
             run_id=run.run_id,
             map_index=run.map_index,
-            attempt=run.full_restarts,
+            attempt=attempt,
             prefix=spec.run_name,
         )
-        labels = {**identity, LABEL_FULL_RESTART: str(run.full_restarts)}
+
+    def _create(self, cluster: JobSetLifecycle, spec: ElasticRunSpec, run: _RunState) -> JobSet:
+        name = self._next_name(spec, run, run.full_restarts)
+        labels = {**cluster.identity, LABEL_FULL_RESTART: str(run.full_restarts)}
         body = manifests.elastic_jobset(spec, name=name, namespace=self.namespace, labels=labels)
         if run.escalations or run.history:
             body["metadata"].setdefault("annotations", {})[ANNOTATION_RUN_HISTORY] = run.history_annotation()
-        from kubernetes.client.rest import ApiException
-
-        created: dict[str, Any] | None = None
-        for _ in range(CREATE_ATTEMPTS):
-            try:
-                created = self._through_transient("creating JobSet", lambda: hook.create_jobset(body, self.namespace))
-                break
-            except ApiException as error:
-                if error.status != 409:
-                    raise AirflowException(
-                        f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}"
-                    ) from None
-                created = self._holder_of_name(hook, name, identity)
-                if created is not None:
-                    break
-        if created is None:
-            raise AirflowException(f"creating JobSet {name}: its name was taken again {CREATE_ATTEMPTS} times")
-        run.jobset_name = name
-        run.jobset_uid = str(created["metadata"].get("uid"))
-        run.escalating = False
-        run.monitor = MonitorState(jobset_uid=run.jobset_uid, started_at=time.time())
-        self._active_jobset = (run.jobset_name, run.jobset_uid)
-        self.log.info("created JobSet %s (uid %s) in %s", name, run.jobset_uid, self.namespace)
+        created = cluster.create(body)
+        self._started(run, created)
         return created
 
-    def _holder_of_name(self, hook: JobSetHook, name: str, identity: Mapping[str, str]) -> dict[str, Any] | None:
-        """After a 409 on create: this task's live JobSet of that name, or None once the name is free again.
-
-        The name was taken between the adoption's list and the create: by this task's own JobSet (a retry
-        whose create landed), by one of its own being deleted (waited out), or by a foreign one (refused).
-        """
-        found = hook.get_jobset(name, self.namespace)
-        if found is None:
-            return None
-        theirs = found["metadata"].get("labels") or {}
-        if any(theirs.get(k) != v for k, v in identity.items()):
-            raise AirflowFailException(
-                f"a JobSet named {name} already exists in {self.namespace} and was not made by this task"
-            )
-        if self._being_deleted(hook, found):
-            return None
-        return dict(found)
+    def _started(self, run: _RunState, jobset: JobSet) -> None:
+        """``jobset`` is the incarnation watched from now on."""
+        run.jobset_name = str(jobset["metadata"]["name"])
+        run.jobset_uid = str(jobset["metadata"].get("uid"))
+        run.escalating = False
+        run.monitor = MonitorState(jobset_uid=run.jobset_uid, started_at=time.time())
+        self._active = Handle(run.jobset_name, run.jobset_uid)
 
     def _wait(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> Any:
         if not run.monitor.started_at:
             run.monitor.started_at = time.time()
-        trigger = JobSetTrigger(
-            name=run.jobset_name,
-            namespace=self.namespace,
-            uid=run.jobset_uid,
+        return self._watch(
+            context,
+            Handle(run.jobset_name, run.jobset_uid),
             target_step=spec.target_step,
             budgets={
                 "max_slice_restarts": self.budgets.max_slice_restarts,
@@ -470,26 +423,38 @@ class ElasticJobSetOperator(BaseOperator):
                 "stall_timeout_seconds": self.budgets.stall_timeout_seconds,
                 "max_full_restarts": self.budgets.max_full_restarts,
             },
-            full_restarts_used=run.full_restarts,
             state=run.monitor.to_json(),
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            poll_interval=self.poll_interval,
-            delete_on_kill=not self.keep_jobset_on_kill,
+            full_restarts_used=run.budget_used,
         )
-        if self.deferrable:
-            trigger.settle_seconds = defer_settle_seconds()
-            self.defer(trigger=trigger, method_name="execute_complete")
-        event = asyncio.run(first_event(trigger))
-        return self.execute_complete(context, event)
+
+    def _look(self, spec: ElasticRunSpec) -> CheckpointReport:
+        """The run's checkpoints, read again with backoff while the answer is "unknown" (storage could not be read).
+
+        Still unknown after ``storage_retry_timeout``: `AirflowException` (the task retries; nothing was moved).
+        """
+        deadline = time.monotonic() + self.storage_retry_timeout
+        backoff = Backoff(base=2.0, cap=30.0)
+        while True:
+            try:
+                report = validate_checkpoints(
+                    spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
+                )
+                why = unknown_reason(report)
+            except StorageError as error:  # no credentials: the worker's environment, retried by the task
+                why = str(error)
+            if why is None:
+                return report
+            if time.monotonic() >= deadline:
+                raise AirflowException(
+                    f"the checkpoints under {spec.checkpoint_directory} could not be checked (unknown, not invalid: "
+                    f"nothing was moved): {why}"
+                )
+            self.log.warning("checkpoints under %s not checked (%s); reading again", spec.checkpoint_directory, why)
+            time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
 
     def _committed_step(self, spec: ElasticRunSpec) -> int:
-        """The newest valid committed step of the run (-1: none)."""
-        try:
-            report = validate_checkpoints(
-                spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
-            )
-        except StorageError as error:
-            raise AirflowException(f"reading checkpoints under {spec.checkpoint_directory} failed: {error}") from None
+        """The newest valid committed step of the run (-1: none); `AirflowException` while storage cannot say."""
+        report = self._look(spec)
         latest = report.latest_valid_step
         valid = sorted((v for v in report.steps if v.valid), key=lambda v: v.step, reverse=True)
         self._newest_valid_steps = [v.path for v in valid]
@@ -513,37 +478,42 @@ class ElasticJobSetOperator(BaseOperator):
 
     def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> None:
         """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
-        hook = self._hook()
+        cluster = self._cluster(context)
         record: dict[str, Any] = run.escalations[-1] if run.escalations else {"at": time.time()}
-        self._through_transient(
-            "deleting JobSet", lambda: hook.delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
-        )
-        hook.require_jobset_gone(run.jobset_name, self.namespace, uid=run.jobset_uid, timeout=DELETE_TIMEOUT_SECONDS)
-        record["quarantined"] = [*record.get("quarantined", []), *self._quarantine_invalid_newest(spec)]
-        committed = self._committed_step(spec)
-        latest = record.get("latest_step")
-        record["resumed_from_step"] = committed
-        record["steps_lost"] = max(0, (latest if latest is not None else -1) - committed)
+        cluster.retire(Handle(run.jobset_name, run.jobset_uid))
+        # A crash after the next incarnation was created: it may be saving a step right now. Learn that
+        # before quarantining anything, and adopt it instead of touching its run directory.
+        following = cluster.get(self._next_name(spec, run, run.full_restarts + 1))
+        if following is not None:
+            cluster.refuse_foreign(following)
+            following = cluster.adoptable(following)
+        if following is None:
+            record["quarantined"] = [*record.get("quarantined", []), *self._quarantine_invalid_newest(spec)]
+            try:
+                committed: int | None = self._committed_step(spec)
+            except AirflowException:  # only for the report: MaxText finds its own step
+                committed = None
+            latest = record.get("latest_step")
+            record["resumed_from_step"] = committed
+            record["steps_lost"] = max(0, (latest if latest is not None else -1) - (committed or -1))
         run.close_incarnation()
         run.full_restarts += 1
         record["seconds_to_recreate"] = round(time.time() - float(record["at"]), 3)  # as the annotation has it
-        self._create(hook, spec, run, self._identity(context))
-        record["seconds_to_recreate"] = round(time.time() - float(record["at"]), 3)
+        if following is None:
+            self._create(cluster, spec, run)
+            record["seconds_to_recreate"] = round(time.time() - float(record["at"]), 3)
+        else:
+            self.log.info("JobSet %s was created before a crash: adopting it", following["metadata"]["name"])
+            self._started(run, following)
         run.save(context)
 
     def _quarantine_invalid_newest(self, spec: ElasticRunSpec) -> list[str]:
+        """Move an invalid newest step aside (never an unknown one: `_look` waits until storage answers)."""
         moved: list[str] = []
         for _ in range(MAX_QUARANTINES_PER_ESCALATION):
-            try:
-                report = validate_checkpoints(
-                    spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
-                )
-            except StorageError as error:
-                raise AirflowException(
-                    f"reading checkpoints under {spec.checkpoint_directory} failed: {error}"
-                ) from None
+            report = self._look(spec)
             newest = max(report.steps, key=lambda v: v.step, default=None)
-            if newest is None or newest.valid:
+            if newest is None or answer(newest) is not Answer.INVALID:
                 return moved
             step_name = os.path.basename(newest.path.rstrip("/"))
             destination = quarantine_step(report.root, step_name)
@@ -583,7 +553,14 @@ class ElasticJobSetOperator(BaseOperator):
             self.log.warning("sending the run's metrics failed", exc_info=True)
 
     def _fail(
-        self, context: Context, spec: ElasticRunSpec, run: _RunState, message: str, *, committed: int | None = None
+        self,
+        context: Context,
+        spec: ElasticRunSpec,
+        run: _RunState,
+        message: str,
+        *,
+        committed: int | None = None,
+        retryable: bool = False,
     ) -> None:
         if committed is None:
             try:
@@ -594,37 +571,19 @@ class ElasticJobSetOperator(BaseOperator):
         run.save(context)
         context["ti"].xcom_push(key="report", value=report)
         self._emit_metrics(context, report)
-        if run.monitor.phase is JobSetPhase.ACTIVE and not self.keep_jobset_on_kill:
+        cluster = self._cluster(context)
+        if run.monitor.phase is JobSetPhase.ACTIVE and not self.keep_jobset_on_kill and self._active is not None:
             self.log.warning("deleting the still-active JobSet %s: the task is failing", run.jobset_name)
-            self._hook().delete_jobset(run.jobset_name, self.namespace, uid=run.jobset_uid)
-        head = self._head_log_tail(run)
-        raise AirflowFailException(f"{message}{head}")
-
-    def _head_log_tail(self, run: _RunState) -> str:
-        try:
-            hook = self._hook()
-            pods = hook.list_pods(
-                self.namespace, f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}=pathways-head"
-            )
-            if not pods:
-                return ""
-            tail = hook.read_log_tail(pods[0]["metadata"]["name"], self.namespace, HEAD_MAIN_CONTAINER, tail_lines=15)
-        except Exception:  # the message is what matters; the log tail is a courtesy
-            return ""
-        return f"\nlast lines of the trainer's log:\n{tail}" if tail.strip() else ""
+            cluster.delete(self._active)
+        selector = f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}={HEAD_REPLICATED_JOB}"
+        head = cluster.log_tail(selector, HEAD_MAIN_CONTAINER)
+        raise (AirflowException if retryable else AirflowFailException)(f"{message}{head}")
 
 
 def _with_committed(observation: Any, committed: int | None) -> Any:
     from dataclasses import replace
 
     return replace(observation, committed_step=committed)
-
-
-async def first_event(trigger: JobSetTrigger) -> dict[str, Any]:
-    async for event in trigger.run():
-        payload: dict[str, Any] = event.payload
-        return payload
-    raise AirflowException("the JobSet trigger ended without an event")
 
 
 class _RunState:
@@ -635,6 +594,8 @@ class _RunState:
         self.jobset_name: str = str(data.get("jobset_name") or "")
         self.jobset_uid: str | None = data.get("jobset_uid")
         self.full_restarts: int = int(data.get("full_restarts") or 0)
+        # Full restarts before this try's budget began (a new try after the JobSet ended starts a fresh one).
+        self.budget_base: int = int(data.get("budget_base") or 0)
         self.escalating: bool = bool(data.get("escalating"))
         self.started_at: float = float(data.get("started_at") or 0.0)
         self.escalations: list[dict[str, Any]] = list(data.get("escalations") or [])
@@ -667,6 +628,7 @@ class _RunState:
                     "jobset_name": self.jobset_name,
                     "jobset_uid": self.jobset_uid,
                     "full_restarts": self.full_restarts,
+                    "budget_base": self.budget_base,
                     "escalating": self.escalating,
                     "started_at": self.started_at,
                     "escalations": self.escalations,
@@ -675,6 +637,11 @@ class _RunState:
                 },
             ),
         )
+
+    @property
+    def budget_used(self) -> int:
+        """Full restarts counted against ``max_full_restarts`` in this try."""
+        return max(0, self.full_restarts - self.budget_base)
 
     def current_incarnation(self) -> Incarnation:
         return Incarnation(

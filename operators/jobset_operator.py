@@ -1,31 +1,28 @@
 """`JobSetOperator`: a plain (non-elastic) one-job JobSet that must complete: evaluation, synthesis.
 
-Same identity, adoption and deferral as the elastic operator, without budgets: ``Completed`` is
-success, ``Failed`` fails the task with the JobSet's reason and the tail of the container's log. A
-retry adopts a JobSet still running; one that failed in an earlier try is deleted and made again.
+The JobSet lifecycle (identity, adoption, create, deferral, deadline, kill) is :mod:`operators.lifecycle`'s,
+shared with the elastic operator; there are no budgets here: ``Completed`` is success, ``Failed`` fails the
+task with the JobSet's reason and the tail of the container's log. A retry adopts a JobSet still running;
+one that failed in an earlier try is deleted and made again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from kubernetes.client.rest import ApiException
 
 from operators import manifests
 from operators.constants import LABEL_JOBSET_NAME
-from operators.elastic_operator import DELETE_TIMEOUT_SECONDS, first_event
-from operators.hooks import JobSetHook, ride_out_transient
 from operators.images import enforce_allowed_images
+from operators.lifecycle import Handle, JobSetTaskOperator
 from operators.manifests import JobSpec, lint_job
-from operators.observations import MonitorState, jobset_phase
+from operators.observations import MonitorState
 from operators.policy import JobSetPhase
 from operators.spec import SpecError, shown
-from operators.triggers import EventStatus, JobSetTrigger, defer_settle_seconds
+from operators.triggers import EventStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -46,7 +43,7 @@ def _argv_item(value: Any) -> Any:
     return value
 
 
-class JobSetOperator(BaseOperator):
+class JobSetOperator(JobSetTaskOperator):
     """Run one container to completion as a JobSet.
 
     :param name: base of the JobSet name (DNS-1123). Templated.
@@ -112,141 +109,90 @@ class JobSetOperator(BaseOperator):
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
         self.poll_interval = poll_interval
-        self._active: tuple[str, str | None] | None = None
+        self._active: Handle | None = None
 
     def build_job(self) -> JobSpec:
         """The rendered job, linted; ``AirflowFailException`` naming the field when it is wrong."""
-        try:
-            if not isinstance(self.name, str) or not self.name.strip():
-                raise SpecError("name", f"must be a non-empty string, got {shown(self.name)}")
-            for field in ("command", "args"):
-                if not isinstance(getattr(self, field), list | tuple):
-                    raise SpecError(field, f"must be a list of arguments, got {shown(getattr(self, field))}")
-            if not isinstance(self.env, Mapping):
-                raise SpecError("env", f"must be a mapping of names to values, got {shown(self.env)}")
-            job = JobSpec(
-                image=self.image,
-                command=[_argv_item(c) for c in self.command],
-                args=[_argv_item(a) for a in self.args],
-                env={k: _argv_item(v) for k, v in self.env.items()},
-                runtime=self.runtime,  # type: ignore[arg-type]
-                backoff_limit=self.backoff_limit,
-                active_deadline_seconds=self.active_deadline_seconds,
-                resources=self.resources,
-                service_account=self.service_account,
-            )
-            lint_job(job)
-            manifests.check_namespace(self.namespace)
-        except SpecError as error:
-            raise AirflowFailException(f"invalid job: {error}") from None
+        return self._linted("job", self._job)
+
+    def _job(self) -> JobSpec:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecError("name", f"must be a non-empty string, got {shown(self.name)}")
+        for field in ("command", "args"):
+            if not isinstance(getattr(self, field), list | tuple):
+                raise SpecError(field, f"must be a list of arguments, got {shown(getattr(self, field))}")
+        if not isinstance(self.env, Mapping):
+            raise SpecError("env", f"must be a mapping of names to values, got {shown(self.env)}")
+        job = JobSpec(
+            image=self.image,
+            command=[_argv_item(c) for c in self.command],
+            args=[_argv_item(a) for a in self.args],
+            env={k: _argv_item(v) for k, v in self.env.items()},
+            runtime=self.runtime,  # type: ignore[arg-type]
+            backoff_limit=self.backoff_limit,
+            active_deadline_seconds=self.active_deadline_seconds,
+            resources=self.resources,
+            service_account=self.service_account,
+        )
+        lint_job(job)
         return job
+
+    def _name(self, context: Context) -> str:
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return manifests.jobset_name(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=-1 if map_index is None else int(map_index),
+            attempt=0,
+            prefix=str(self.name),
+        )
+
+    def _current(self, context: Context) -> Handle | None:
+        found = self._cluster(context).get(self._name(context))
+        return None if found is None else Handle(found["metadata"]["name"], found["metadata"].get("uid"))
 
     def execute(self, context: Context) -> Any:
         job = self.build_job()
         placeholder = manifests.plain_jobset(job, name="image-check", namespace=self.namespace, labels={}, stage="job")
         enforce_allowed_images(placeholder)
-        hook = JobSetHook(conn_id=self.kubernetes_conn_id)
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        map_index = -1 if map_index is None else int(map_index)
-        identity = manifests.identity_labels(
-            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=map_index
-        )
-        name = manifests.jobset_name(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=map_index,
-            attempt=0,
-            prefix=str(self.name),
-        )
-        existing = ride_out_transient(
-            lambda: hook.get_jobset(name, self.namespace), what="finding this task's JobSet", log=self.log
-        )
+        cluster = self._cluster(context)
+        name = self._name(context)
+        existing = cluster.get(name)
         if existing is not None:
-            theirs = existing["metadata"].get("labels") or {}
-            if any(theirs.get(k) != v for k, v in identity.items()):
-                raise AirflowFailException(
-                    f"a JobSet named {name} exists in {self.namespace} and was not made by this task"
-                )
-            dying = bool(existing["metadata"].get("deletionTimestamp"))
-            if dying or jobset_phase(existing)[0] is JobSetPhase.FAILED:
-                # Failed in an earlier try, or being deleted (a kill's cleanup): never adopted, run again.
-                self.log.info(
-                    "JobSet %s %s: running it again once it is gone",
-                    name,
-                    "is being deleted" if dying else "failed in an earlier try",
-                )
-                uid = existing["metadata"].get("uid")
-                if not dying:
-                    ride_out_transient(
-                        lambda: hook.delete_jobset(name, self.namespace, uid=uid), what="deleting JobSet", log=self.log
-                    )
-                hook.require_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS)
-                existing = None
-            else:
+            cluster.refuse_foreign(existing)
+            existing = cluster.adoptable(existing)
+            if existing is not None:
                 self.log.info("adopting JobSet %s", name)
         if existing is None:
-            body = manifests.plain_jobset(job, name=name, namespace=self.namespace, labels=identity, stage=self.stage)
-            try:
-                existing = ride_out_transient(
-                    lambda: hook.create_jobset(body, self.namespace), what="creating JobSet", log=self.log
-                )
-            except ApiException as error:
-                raise AirflowException(f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}") from None
-            self.log.info("created JobSet %s in %s", name, self.namespace)
+            body = manifests.plain_jobset(
+                job, name=name, namespace=self.namespace, labels=cluster.identity, stage=self.stage
+            )
+            existing = cluster.create(body)
         uid = str(existing["metadata"].get("uid"))
-        self._active = (name, uid)
-        ti.xcom_push(key="jobset_name", value=name)
-        ti.xcom_push(key="namespace", value=self.namespace)
-        trigger = JobSetTrigger(
-            name=name,
-            namespace=self.namespace,
-            uid=uid,
-            target_step=0,
-            budgets=dict(_NO_BUDGETS),
-            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            poll_interval=self.poll_interval,
-            delete_on_kill=not self.keep_jobset_on_kill,
-        )
-        if self.deferrable:
-            trigger.settle_seconds = defer_settle_seconds()
-            self.defer(trigger=trigger, method_name="execute_complete")
-        return self.execute_complete(context, asyncio.run(first_event(trigger)))
+        self._active = Handle(name, uid)
+        context["ti"].xcom_push(key="jobset_name", value=name)
+        context["ti"].xcom_push(key="namespace", value=self.namespace)
+        state = MonitorState(jobset_uid=uid, started_at=time.time()).to_json()
+        return self._watch(context, self._active, target_step=0, budgets=dict(_NO_BUDGETS), state=state)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Succeed when the JobSet completed; fail with its reason and log tail otherwise."""
         state = MonitorState.from_json(event.get("state"))
         name = str(event.get("name"))
+        self._active = Handle(name, state.jobset_uid)
         seconds = round(time.time() - state.started_at, 3) if state.started_at else None
+        if event.get("status") == EventStatus.DEADLINE:
+            raise AirflowException(self._timed_out_message(context, self._active))
         if event.get("status") == EventStatus.ERROR:
-            raise AirflowException(f"watching JobSet {name} failed: {event.get('message')}")
+            why = f"watching JobSet {name} failed: {event.get('message')}"
+            raise AirflowException(self._abandoned_message(context, self._active, why))
         if state.phase is JobSetPhase.COMPLETED:
             return {"jobset_name": name, "namespace": self.namespace, "stage": self.stage, "seconds": seconds}
         if state.phase is JobSetPhase.MISSING:
             raise AirflowFailException(f"JobSet {name} was deleted outside this task")
         if state.phase is JobSetPhase.ACTIVE:
             raise AirflowException(f"JobSet {name}: {event.get('message')}")
-        raise AirflowFailException(
-            f"JobSet {name} failed: {state.failure_detail or 'no reason given'}{self._tail(name)}"
-        )
-
-    def _tail(self, name: str) -> str:
-        try:
-            hook = JobSetHook(conn_id=self.kubernetes_conn_id)
-            pods = hook.list_pods(self.namespace, f"{LABEL_JOBSET_NAME}={name}")
-            if not pods:
-                return ""
-            newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-            container = newest["spec"]["containers"][0]["name"]
-            tail = hook.read_log_tail(newest["metadata"]["name"], self.namespace, container, tail_lines=15)
-        except Exception:  # the failure message matters; the log tail is a courtesy
-            return ""
-        return f"\nlast lines of its log:\n{tail}" if tail.strip() else ""
-
-    def on_kill(self) -> None:
-        if self.keep_jobset_on_kill or self._active is None:
-            return
-        name, uid = self._active
-        JobSetHook(conn_id=self.kubernetes_conn_id).delete_jobset(name, self.namespace, uid=uid)
+        tail = self._cluster(context).log_tail(f"{LABEL_JOBSET_NAME}={name}")
+        raise AirflowFailException(f"JobSet {name} failed: {state.failure_detail or 'no reason given'}{tail}")

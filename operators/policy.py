@@ -12,7 +12,8 @@ resumes from the last committed step). :func:`decide` says when the fourth layer
 - the JobSet failed for a reason a restart can mend (its ``failurePolicy`` gave up).
 
 Success needs the JobSet ``Completed`` **and** a committed step at the final step: MaxText exits 0
-after SIGTERM, so completion alone proves nothing.
+after SIGTERM, so completion alone proves nothing. A JobSet completed short of its final step (a preemption's
+SIGTERM) is restartable: a full restart resumes it while the full-restart budget lasts.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def slice_restarts_in_window(times: Sequence[float], now: float, window_seconds:
 def decide(obs: Observation, budgets: Budgets) -> Decision:
     """The next action for one observation of the run."""
     if obs.phase is JobSetPhase.COMPLETED:
-        return _completed(obs)
+        return _completed(obs, budgets)
     if obs.phase is JobSetPhase.MISSING:
         return Decision(
             Action.FAIL,
@@ -160,7 +161,7 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
     return Decision(Action.CONTINUE, Reason.RUNNING, "training", recheck_at=stall_at)
 
 
-def _completed(obs: Observation) -> Decision:
+def _completed(obs: Observation, budgets: Budgets) -> Decision:
     if obs.committed_step is None:
         return Decision(
             Action.FAIL,
@@ -174,8 +175,11 @@ def _completed(obs: Observation) -> Decision:
             f"the JobSet completed with committed step {obs.committed_step} (target {obs.target_step})",
         )
     reached = "no committed step" if obs.committed_step < 0 else f"newest committed step {obs.committed_step}"
-    return Decision(
-        Action.FAIL,
+    # MaxText exits 0 after SIGTERM (a preemption, a node drain) or a failed save: the run was stopped, not
+    # finished, and resuming from the last committed step mends it like any other restartable failure.
+    return _escalate(
+        obs,
+        budgets,
         Reason.COMPLETED_SHORT,
         f"the JobSet completed but training did not reach its final step: {reached}, target step "
         f"{obs.target_step} (MaxText exits 0 after SIGTERM or a failed save; completion alone is not success)",

@@ -5,8 +5,10 @@ the head pod's trainer log, folding all of it into a :class:`~operators.observat
 change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
 the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
 deadline passed. It is side-effect free: it never creates, deletes or patches anything, so running
-it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; API
-errors never end it.
+it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; transient API
+errors never end it. A refusal does, after a few tries (as the provider's ``watch_pod_events`` gives up on a
+403): a watch's, or a log read's (``get pods/log`` refused, or a kubelet the API server cannot reach), since
+progress it cannot read would look like a stall and restart a healthy run.
 
 Events are plain dicts: ``{"status": EventStatus, "reason", "message", "state", "name", "namespace"}``.
 """
@@ -34,6 +36,11 @@ if TYPE_CHECKING:
 
 NO_CURSOR_TAIL_LINES = 5000  # adopting a JobSet with no log cursor: fold only its recent history
 FINAL_LOG_WAIT_SECONDS = 3.0
+# Failed log reads in a row (other than a refusal, which the watches' REFUSED_ATTEMPTS bounds), and for at
+# least this long, before the trigger ends with an error: a burst of 5xx from the API server is ridden out (as
+# the watches ride it out), an unreachable kubelet is not; well under the default stall_timeout (30 min).
+LOG_UNREADABLE_ATTEMPTS = 10
+LOG_UNREADABLE_SECONDS = 300.0
 # Airflow 3.3 fails a deferred task whose trigger fires so soon that the resumed attempt is already running
 # when the scheduler drains the executor's "success" for the deferring attempt (apache/airflow#71580,
 # #72716; seen here 5-7 s after deferral). A trigger therefore decides nothing final in its first seconds.
@@ -281,17 +288,18 @@ class _Monitor:
 
     async def _follow_log(self) -> None:
         backoff = Backoff(base=0.5, cap=30.0)
+        failures = _LogFailures(self.trigger.kubernetes_conn_id, self.trigger.namespace)
         while True:
             pod, uid = self.state.head_pod, self.state.head_pod_uid
             if pod is None or uid is None:
                 await asyncio.sleep(0.5)
                 continue
-            read_any = await self._read_log(pod, uid, follow=True)
+            read_any = await self._read_log(pod, uid, follow=True, failures=failures)
             if read_any:
                 backoff.reset()
             await asyncio.sleep(backoff.next_delay())
 
-    async def _read_log(self, pod: str, uid: str, *, follow: bool) -> bool:
+    async def _read_log(self, pod: str, uid: str, *, follow: bool, failures: _LogFailures | None = None) -> bool:
         since, tail = self._log_window(uid)
         read_any = False
         try:
@@ -301,10 +309,15 @@ class _Monitor:
                 if self.state.on_log_line(stamp, text, uid):
                     read_any = True
                     self.changed.set()
+            if failures is not None:
+                failures.reset()
         except asyncio.CancelledError:
             raise
-        except Exception as error:  # container not started yet, pod gone, API hiccup: try again later
-            self.log.debug("log of %s: %s: %s", pod, type(error).__name__, error)
+        except Exception as error:
+            if failures is None:
+                self.log.debug("log of %s: %s: %s", pod, type(error).__name__, error)
+            else:  # a refusal or an unreachable kubelet, repeated, ends the wait: unread progress looks like a stall
+                failures.record(pod, error, self.log)
         return read_any
 
     def _log_window(self, uid: str) -> tuple[int | None, int | None]:
@@ -322,3 +335,49 @@ class _Monitor:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._read_log(pod, uid, follow=False), timeout=FINAL_LOG_WAIT_SECONDS)
+
+
+class _LogFailures:
+    """Consecutive failures to read the head pod's log, and when they stop being a hiccup.
+
+    A container not started yet (400) or a pod gone (404) is normal and retried quietly. A refusal (401/403:
+    the Role lacks ``get pods/log``) or an API server that cannot reach the kubelet (5xx, connection errors)
+    hides every progress line; retried a few times (a token being rotated, a kubelet restarting), it becomes a
+    `ClusterAccessError` naming the permission or the kubelet, instead of a stall the policy would "mend".
+    """
+
+    def __init__(self, conn_id: str, namespace: str) -> None:
+        self.conn_id, self.namespace = conn_id, namespace
+        self.count = 0
+        self.since = 0.0  # time.monotonic() of the first failure in the row
+
+    def reset(self) -> None:
+        self.count = 0
+
+    def record(self, pod: str, error: BaseException, log: Any) -> None:
+        from operators.hooks import REFUSAL_ADVICE, REFUSED_ATTEMPTS, ClusterAccessError
+
+        status = getattr(error, "status", None)
+        if status in (400, 404):
+            self.count = 0
+            log.debug("log of %s: HTTP %s (not started yet, or gone)", pod, status)
+            return
+        if self.count == 0:
+            self.since = time.monotonic()
+        self.count += 1
+        log.warning("reading the log of %s failed (%d in a row): %s: %s", pod, self.count, type(error).__name__, error)
+        if status in (401, 403):
+            if self.count < REFUSED_ATTEMPTS:
+                return
+        elif self.count < LOG_UNREADABLE_ATTEMPTS or time.monotonic() - self.since < LOG_UNREADABLE_SECONDS:
+            return
+        if status in (401, 403):
+            raise ClusterAccessError(
+                f"connection {self.conn_id!r} may not get pods/log in namespace {self.namespace!r} (HTTP {status}, "
+                f"{self.count} times in a row): the trainer's progress cannot be read; {REFUSAL_ADVICE[status]}"
+            )
+        raise ClusterAccessError(
+            f"the log of pod {pod} in namespace {self.namespace!r} could not be read {self.count} times in a row "
+            f"({type(error).__name__}: {str(error)[:300]}): the API server may not reach the node's kubelet; the "
+            "trainer's progress cannot be read, so no stall is judged"
+        )

@@ -24,14 +24,29 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from operators.checkpoints.storage import GCS_SCHEME, StorageError, split_gcs
+from operators.checkpoints.locations import GCS_SCHEME, StorageError, split_gcs
 
 if TYPE_CHECKING:
-    from google.cloud.storage import Blob, Bucket
+    from google.api_core.retry import Retry
+    from google.cloud.storage import Blob, Bucket, Client
 
-    from operators.checkpoints.storage import GCSStorage
+
+class GCSMover(Protocol):
+    """What a move on ``gs://`` needs of the storage it goes through (`GCSStorage` has it)."""
+
+    @property
+    def client(self) -> Client: ...
+    @property
+    def retry(self) -> Retry: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def max_workers(self) -> int: ...
+
 
 # <linux/fs.h>: fail with EEXIST instead of replacing the destination.
 _RENAME_NOREPLACE = 1
@@ -139,7 +154,7 @@ class _Failed(Exception):
         self.made = made  # a mismatching copy this move made, to remove again
 
 
-def move_gcs(storage: GCSStorage, src: str, dst: str) -> None:
+def move_gcs(storage: GCSMover, src: str, dst: str) -> None:
     """Move every object under the prefix `src` to `dst` (see the module docstring)."""
     from google.api_core import exceptions
 

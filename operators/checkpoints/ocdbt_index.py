@@ -75,6 +75,8 @@ def check_ocdbt_index(
         return []
     try:
         keys = list_ocdbt_keys(item_path, lim).keys
+    except OcdbtIndexNotRead as exc:
+        return [Finding(Problem.OCDBT_INDEX_NOT_READ, name, str(exc))]
     except OcdbtIndexUnreadable as exc:
         return [Finding(Problem.OCDBT_INDEX_UNREADABLE, name, str(exc))]
     except Exception as exc:  # a spec tensorstore rejects up front (e.g. a bucket name it refuses)
@@ -103,6 +105,14 @@ def check_ocdbt_index(
 
 class OcdbtIndexUnreadable(Exception):
     """The database could not be listed or read within the limits."""
+
+
+class OcdbtIndexNotRead(OcdbtIndexUnreadable):
+    """The read timed out or its storage was unavailable: nothing is known about the database."""
+
+
+# tensorstore's status codes (absl) for a backend that could not answer, as they appear in its errors.
+_NOT_READ_MARKERS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "UNAUTHENTICATED", "PERMISSION_DENIED")
 
 
 @dataclass(frozen=True)
@@ -181,8 +191,10 @@ class _Deadline:
             return future.result(timeout=max(0.0, self.end - time.monotonic()))
         except TimeoutError as exc:
             future.cancel()
-            raise OcdbtIndexUnreadable(f"{what} the OCDBT database took longer than {self.seconds:g} s") from exc
+            raise OcdbtIndexNotRead(f"{what} the OCDBT database took longer than {self.seconds:g} s") from exc
         except Exception as exc:  # tensorstore raises ValueError/OSError/... for damaged databases.
+            if any(marker in str(exc) for marker in _NOT_READ_MARKERS):
+                raise OcdbtIndexNotRead(f"{what} the OCDBT database: storage did not answer: {str(exc)[:300]}") from exc
             raise OcdbtIndexUnreadable(
                 f"{what} the OCDBT database failed: {type(exc).__name__}: {str(exc)[:300]}"
             ) from exc

@@ -29,6 +29,7 @@ class Problem(StrEnum):
     OCDBT_DATA_MISSING = "ocdbt_data_missing"
     OCDBT_ARRAY_MISSING = "ocdbt_array_missing"
     OCDBT_INDEX_UNREADABLE = "ocdbt_index_unreadable"
+    OCDBT_INDEX_NOT_READ = "ocdbt_index_not_read"  # timed out or storage unavailable: unknown, not damaged
     ARRAY_METADATA_MISSING = "array_metadata_missing"
     ARRAY_METADATA_UNREADABLE = "array_metadata_unreadable"
     CHUNK_MISSING = "chunk_missing"

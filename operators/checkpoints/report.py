@@ -40,6 +40,8 @@ class CheckpointReport:
     ignored: tuple[Ignored, ...] = ()
     error: str | None = None
     validated_at: float = field(default_factory=time.time)
+    # The error is storage's (it could not be read), not a finding: the answer is unknown, not "nothing there".
+    unreadable: bool = False
 
     @property
     def latest_valid_step(self) -> int | None:
@@ -109,9 +111,12 @@ def validate_checkpoints(
     except CredentialsError:
         raise  # the environment is broken, not the checkpoint: no verdict
     except StorageError as exc:
-        return CheckpointReport(path, path, step, error=str(exc))
+        return CheckpointReport(path, path, step, error=str(exc), unreadable=True)
     if not found.steps:
-        why = "no such directory" if not store.exists_dir(root) else "no checkpoint steps found"
+        try:
+            why = "no such directory" if not store.exists_dir(root) else "no checkpoint steps found"
+        except StorageError as exc:
+            return CheckpointReport(path, root, step, ignored=found.ignored, error=str(exc), unreadable=True)
         return CheckpointReport(path, root, step, ignored=found.ignored, error=f"{why}: {root}")
 
     verdicts = _validate_all(store, found, opts)

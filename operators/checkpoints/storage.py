@@ -21,12 +21,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
+from operators.checkpoints.locations import GCS_SCHEME, StorageError, is_gcs, split_gcs
+from operators.checkpoints.moving import move_gcs, move_local
+
 if TYPE_CHECKING:
     from google.api_core.retry import Retry
     from google.cloud.storage import Client
 
+__all__ = ["GCS_SCHEME", "StorageError", "is_gcs", "split_gcs"]  # re-exported: their home is `locations`
+
 _T = TypeVar("_T")
-GCS_SCHEME = "gs://"
 DEFAULT_LIST_LIMIT = 1_000_000
 # The JSON API's largest (and default) page for objects.list.
 GCS_PAGE_SIZE = 1000
@@ -60,10 +64,6 @@ class Listing:
 
     entries: tuple[Entry, ...]
     truncated: bool = False
-
-
-class StorageError(Exception):
-    """Storage could not be reached or answered with an error (after retries)."""
 
 
 class ListingTooLargeError(StorageError):
@@ -156,11 +156,6 @@ class Storage(Protocol):
         ...
 
 
-def is_gcs(path: str) -> bool:
-    """Whether `path` is a ``gs://`` URI."""
-    return path.startswith(GCS_SCHEME)
-
-
 class LocalStorage:
     """Local filesystem. Never follows directory symlinks while walking."""
 
@@ -246,7 +241,6 @@ class LocalStorage:
 
     def move(self, src: str, dst: str) -> None:
         """Rename `src` to `dst` on one filesystem; never replaces `dst`, never copies."""
-        from operators.checkpoints.moving import move_local
 
         move_local(src, dst)
 
@@ -267,16 +261,6 @@ def _local_entry(name: str, full: str) -> Entry:
     if stat.S_ISREG(st.st_mode):
         return Entry(name, EntryKind.FILE, st.st_size)
     return Entry(name, EntryKind.OTHER)
-
-
-def split_gcs(uri: str) -> tuple[str, str]:
-    """``gs://bucket/a/b`` -> ``("bucket", "a/b")``; `ValueError` without a bucket."""
-    if not is_gcs(uri):
-        raise ValueError(f"not a gs:// URI: {uri!r}")
-    bucket, _, key = uri[len(GCS_SCHEME) :].partition("/")
-    if not bucket:
-        raise ValueError(f"gs:// URI without a bucket: {uri!r}")
-    return bucket, key.strip("/")
 
 
 def default_retry(deadline: float = 120.0, initial_delay: float = 0.2) -> Retry:
@@ -471,7 +455,6 @@ class GCSStorage:
 
         See `operators.checkpoints.moving.move_gcs`.
         """
-        from operators.checkpoints.moving import move_gcs
 
         move_gcs(self, src, dst)
 

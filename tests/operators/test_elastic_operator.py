@@ -221,19 +221,24 @@ def test_full_restart_budget_spent_fails_naming_it(
         assert jobset["metadata"].get("deletionTimestamp") or jobset["status"].get("terminalState") == "Failed"
 
 
-def test_completed_short_of_the_target_is_a_failure(
+def test_a_preemption_exit_short_of_the_target_is_a_full_restart(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
+    """MaxText exits 0 on SIGTERM (a preemption): the JobSet completes short of its target, and budget is left."""
     # Blocking mode (no deferral) on purpose: the same trigger and policy run inside the worker.
     dag = elastic_dag("elastic_short", tmp_path, stall_timeout="timedelta(minutes=5)", deferrable=False)
-    with StepFaults(cluster_connection, "elastic-short").at(15, lambda f: f.signal_trainer(signal.SIGTERM)):
+    with StepFaults(cluster_connection, "elastic-short").at(15, lambda f: f.signal_trainer(signal.SIGTERM)) as faults:
         dag_run = dag.test()
-    assert states(dag_run) == {"pretrain": "failed"}
-    report = xcom(dag_run, "pretrain", "report")
-    assert "did not reach its final step" in report["failure"] and "target step 59" in report["failure"]
-    assert report["final_step"] is not None and report["final_step"] < 59
-    [jobset] = jobsets_of(cluster_connection, "elastic-short")
-    assert jobset["status"]["terminalState"] == "Completed"  # MaxText exits 0 on SIGTERM: completion is no proof
+    assert faults.fired == [15]
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    [escalation] = report["escalations"]
+    assert escalation["reason"] == "completed_short_of_target"
+    assert "did not reach its final step" in escalation["message"] and "target step 59" in escalation["message"]
+    assert report["full_restarts"] == 1 and report["final_step"] == 59
+    resumed = escalation["resumed_from_step"]
+    assert resumed is not None and 10 <= resumed < 59
+    assert f"restoring from this run's directory step {resumed}" in head_log(cluster_connection, report["jobsets"][1])
 
 
 def test_api_errors_and_expiring_watches_never_fail_the_task(

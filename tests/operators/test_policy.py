@@ -93,12 +93,19 @@ CASES = [
     ),
     ("completed at target", obs(phase=JobSetPhase.COMPLETED, committed_step=99), Action.SUCCEED, Reason.COMPLETED),
     ("completed past target", obs(phase=JobSetPhase.COMPLETED, committed_step=120), Action.SUCCEED, Reason.COMPLETED),
-    ("completed short", obs(phase=JobSetPhase.COMPLETED, committed_step=60), Action.FAIL, Reason.COMPLETED_SHORT),
+    # A preemption's SIGTERM: MaxText exits 0 short of its target; a full restart resumes it.
+    ("completed short", obs(phase=JobSetPhase.COMPLETED, committed_step=60), Action.ESCALATE, Reason.COMPLETED_SHORT),
     (
         "completed, no checkpoint",
         obs(phase=JobSetPhase.COMPLETED, committed_step=-1),
-        Action.FAIL,
+        Action.ESCALATE,
         Reason.COMPLETED_SHORT,
+    ),
+    (
+        "completed short, full restarts spent",
+        obs(phase=JobSetPhase.COMPLETED, committed_step=60, full_restarts_used=1),
+        Action.FAIL,
+        Reason.FULL_RESTART_BUDGET,
     ),
     ("completed, unread", obs(phase=JobSetPhase.COMPLETED), Action.FAIL, Reason.COMPLETED_UNCHECKED),
     ("missing", obs(phase=JobSetPhase.MISSING), Action.FAIL, Reason.JOBSET_MISSING),

@@ -1,0 +1,355 @@
+"""One JobSet lifecycle for both operators: find or adopt, create, wait out deletions, defer, delete, report.
+
+`ElasticJobSetOperator` and `JobSetOperator` both run a JobSet through :class:`JobSetTaskOperator`; the elastic
+operator adds its budgets and escalation on top. What each step follows upstream:
+
+- Adoption follows the cncf-kubernetes provider's ``KubernetesPodOperator.find_pod`` / ``get_or_create_pod``
+  (apache/airflow ``providers/cncf/kubernetes/src/airflow/providers/cncf/kubernetes/operators/pod.py``): an
+  object of this task that is still running is reused; one that ended in failure is never re-attached (the
+  provider deletes a terminated pod and makes a new one), so a cleared task runs its new spec. A JobSet being
+  deleted is waited out before its name is taken again (a foreground delete keeps it until its Jobs are gone).
+- Deletes are foreground (``KubernetesJobOperator.on_kill``'s ``on_kill_propagation_policy="Foreground"``,
+  ``operators/job.py``) and carry a ``preconditions.uid``, so a newer JobSet of the same name is never hit.
+- ``execution_timeout`` follows the provider's ``KubernetesPodOperator.invoke_defer_method`` (provider 10.25.0):
+  Airflow 3.3 does not time a deferred task out by itself (the task runner's ``_execute_task`` applies
+  ``execution_timeout`` to one stint in a worker only, "TODO: handle timeout in case of deferral",
+  ``task-sdk/src/airflow/sdk/execution_time/task_runner.py``), so the deadline ``ti.start_date +
+  execution_timeout`` goes to the trigger, which yields a ``deadline`` event; the deferral's own ``timeout`` is
+  padded past it as a backstop. When that backstop fires, Airflow resumes the task with ``next_method="__fail__"``
+  and no ``on_kill`` (``BaseOperator.resume_execution``, ``task-sdk/src/airflow/sdk/bases/operator.py``):
+  :meth:`JobSetTaskOperator.resume_execution` deletes the JobSet before failing, so a timeout never orphans it.
+- A user kill of a deferred task reaches ``JobSetTrigger.on_kill`` (Airflow 3.3's ``BaseTrigger.on_kill``,
+  apache/airflow PR #65741); a kill in a worker reaches ``on_kill`` here, whose handle is set before any wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from kubernetes.client.rest import ApiException
+
+from operators import manifests
+from operators.hooks import JobSetHook, ride_out_transient
+from operators.observations import jobset_phase
+from operators.policy import JobSetPhase
+from operators.spec import SpecError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from operators.triggers import JobSetTrigger
+
+# Creates of one name that may meet a JobSet of this task being deleted before giving up.
+CREATE_ATTEMPTS = 3
+DELETE_TIMEOUT_SECONDS = 600.0
+# The deferral's own timeout is padded past the trigger's deadline by this much (at least), as the provider does,
+# so Airflow's backstop does not pre-empt the trigger's deadline event.
+DEFER_TIMEOUT_PADDING_SECONDS = 60.0
+T = TypeVar("T")
+
+
+class ObjectMeta(TypedDict, total=False):
+    """The ``metadata`` of a Kubernetes object, as far as these paths read it."""
+
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    creationTimestamp: str
+    deletionTimestamp: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+class Condition(TypedDict, total=False):
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+class JobSetStatus(TypedDict, total=False):
+    terminalState: str
+    restarts: int
+    restartsCountTowardsMax: int
+    conditions: list[Condition]
+
+
+class JobSet(TypedDict, total=False):
+    """A ``jobset.x-k8s.io/v1alpha2`` JobSet as the API returns it (camelCase JSON)."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: dict[str, Any]
+    status: JobSetStatus
+
+
+def as_jobset(obj: Mapping[str, Any]) -> JobSet:
+    """A JobSet dict from the hook, typed."""
+    return cast(JobSet, obj)
+
+
+@dataclass(frozen=True)
+class Handle:
+    """One JobSet incarnation: its name and uid (the uid makes every delete conditional)."""
+
+    name: str
+    uid: str | None
+
+
+class JobSetLifecycle:
+    """The cluster side of one task's JobSets: find, adopt, create, delete, wait, read the log tail."""
+
+    def __init__(self, hook: JobSetHook, *, namespace: str, identity: Mapping[str, str], log: Any) -> None:
+        self.hook = hook
+        self.namespace = namespace
+        self.identity = dict(identity)
+        self.log = log
+
+    def transient(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, riding out a burst of 429/5xx answers (see `ride_out_transient`)."""
+        return ride_out_transient(call, what=what, log=self.log)
+
+    def get(self, name: str) -> JobSet | None:
+        found = self.transient("finding this task's JobSet", lambda: self.hook.get_jobset(name, self.namespace))
+        return None if found is None else as_jobset(found)
+
+    def mine(self) -> list[JobSet]:
+        """This task's JobSets, by its identity labels."""
+        selector = manifests.label_selector(self.identity)
+        listed = self.transient("finding this task's JobSet", lambda: self.hook.list_jobsets(self.namespace, selector))
+        return [as_jobset(js) for js in listed]
+
+    def refuse_foreign(self, jobset: JobSet) -> None:
+        """`AirflowFailException` when ``jobset`` was not made by this task (its identity labels differ)."""
+        theirs = jobset["metadata"].get("labels") or {}
+        if any(theirs.get(k) != v for k, v in self.identity.items()):
+            raise AirflowFailException(
+                f"a JobSet named {jobset['metadata'].get('name')} already exists in {self.namespace} "
+                "and was not made by this task"
+            )
+
+    def adoptable(self, jobset: JobSet) -> JobSet | None:
+        """``jobset`` when a new try may adopt it; ``None`` once it is gone and its name free.
+
+        A JobSet being deleted (a kill's cleanup, an escalation cleared with its task) is waited out. One
+        that failed ended an earlier try: it is deleted and waited out too, never re-adopted, so a cleared
+        task runs its new spec (the provider replaces a terminated pod the same way).
+        """
+        metadata = jobset["metadata"]
+        name, uid = str(metadata.get("name")), metadata.get("uid")
+        if metadata.get("deletionTimestamp"):
+            self.log.info("JobSet %s is being deleted: waiting until it is gone before creating it again", name)
+        elif jobset_phase(cast(dict[str, Any], jobset))[0] is JobSetPhase.FAILED:
+            self.log.info("JobSet %s failed in an earlier try: deleting it, then running a new one", name)
+            self.delete(Handle(name, uid))
+        else:
+            return jobset
+        self.hook.require_jobset_gone(name, self.namespace, uid=uid, timeout=DELETE_TIMEOUT_SECONDS)
+        return None
+
+    def create(self, body: dict[str, Any]) -> JobSet:
+        """Create ``body``; a 409 is this task's own JobSet (adopted, or waited out when it is going) or refused."""
+        name = str(body["metadata"]["name"])
+        for _ in range(CREATE_ATTEMPTS):
+            try:
+                created = self.transient("creating JobSet", lambda: self.hook.create_jobset(body, self.namespace))
+                self.log.info("created JobSet %s (uid %s) in %s", name, created["metadata"].get("uid"), self.namespace)
+                return as_jobset(created)
+            except ApiException as error:
+                if error.status != 409:
+                    raise AirflowException(
+                        f"creating JobSet {name} failed: HTTP {error.status}: {error.reason}"
+                    ) from None
+            # The name was taken after the adoption looked: by this task's own JobSet (a retry whose create
+            # landed), by one of its own going away (waited out), or by a foreign one (refused).
+            found = self.get(name)
+            if found is not None:
+                self.refuse_foreign(found)
+                if adopted := self.adoptable(found):
+                    return adopted
+        raise AirflowException(f"creating JobSet {name}: its name was taken again {CREATE_ATTEMPTS} times")
+
+    def delete(self, handle: Handle) -> bool:
+        """Delete the incarnation in the foreground (conditional on its uid); ``False`` when it was gone."""
+        return self.transient(
+            "deleting JobSet", lambda: self.hook.delete_jobset(handle.name, self.namespace, uid=handle.uid)
+        )
+
+    def retire(self, handle: Handle) -> None:
+        """Delete the incarnation and wait until it is gone (its name is free, its pods stopped)."""
+        self.delete(handle)
+        self.hook.require_jobset_gone(handle.name, self.namespace, uid=handle.uid, timeout=DELETE_TIMEOUT_SECONDS)
+
+    def log_tail(self, selector: str, container: str | None = None, *, lines: int = 15) -> str:
+        """The newest matching pod's last log lines, as a message suffix ('' when there are none)."""
+        try:
+            pods = self.hook.list_pods(self.namespace, selector)
+            if not pods:
+                return ""
+            newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            name = container or newest["spec"]["containers"][0]["name"]
+            tail = self.hook.read_log_tail(newest["metadata"]["name"], self.namespace, name, tail_lines=lines)
+        except Exception:  # the failure message is what matters; the log tail is a courtesy
+            return ""
+        return f"\nlast lines of its log:\n{tail}" if tail.strip() else ""
+
+
+async def first_event(trigger: JobSetTrigger) -> dict[str, Any]:
+    """The trigger's first event (the blocking, non-deferrable wait)."""
+    async for event in trigger.run():
+        payload: dict[str, Any] = event.payload
+        return payload
+    raise AirflowException("the JobSet trigger ended without an event")
+
+
+def task_identity(context: Context) -> dict[str, str]:
+    """The task instance's identity labels."""
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    return manifests.identity_labels(
+        dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=-1 if map_index is None else int(map_index)
+    )
+
+
+class JobSetTaskOperator(BaseOperator):
+    """What both JobSet operators share: the lifecycle's Airflow side (defer, deadline, kill, trigger failure).
+
+    A subclass sets ``namespace``, ``kubernetes_conn_id``, ``keep_jobset_on_kill``, ``deferrable`` and
+    ``poll_interval``, sets ``_active`` as soon as it knows its JobSet, and implements `_current` (the
+    incarnation a resumed task is about).
+    """
+
+    namespace: str
+    kubernetes_conn_id: str
+    keep_jobset_on_kill: bool
+    deferrable: bool
+    poll_interval: float
+    _active: Handle | None = None
+
+    def _hook(self) -> JobSetHook:
+        return JobSetHook(conn_id=self.kubernetes_conn_id)
+
+    def _cluster(self, context: Context) -> JobSetLifecycle:
+        return JobSetLifecycle(self._hook(), namespace=self.namespace, identity=task_identity(context), log=self.log)
+
+    def _current(self, context: Context) -> Handle | None:
+        """The incarnation this task instance watches now (from its state, or found on the cluster)."""
+        raise NotImplementedError
+
+    def _linted(self, what: str, build: Callable[[], T]) -> T:
+        """``build()`` (which lints), with the namespace checked; `AirflowFailException` naming the field."""
+        try:
+            built = build()
+            manifests.check_namespace(self.namespace)
+        except SpecError as error:
+            raise AirflowFailException(f"invalid {what}: {error}") from None
+        return built
+
+    # -- waiting ----------------------------------------------------------------------------------
+
+    def _watch(
+        self,
+        context: Context,
+        handle: Handle,
+        *,
+        target_step: int,
+        budgets: dict[str, Any],
+        state: dict[str, Any],
+        full_restarts_used: int = 0,
+    ) -> Any:
+        """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act; resume there."""
+        from operators.triggers import JobSetTrigger
+
+        trigger = JobSetTrigger(
+            name=handle.name,
+            namespace=self.namespace,
+            uid=handle.uid,
+            target_step=target_step,
+            budgets=budgets,
+            full_restarts_used=full_restarts_used,
+            state=state,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            poll_interval=self.poll_interval,
+            delete_on_kill=not self.keep_jobset_on_kill,
+        )
+        return self._defer_or_wait(context, trigger)
+
+    def _deadline(self, context: Context) -> float | None:
+        """``ti.start_date + execution_timeout`` as Unix time (the provider's anchor: stable across deferrals)."""
+        if self.execution_timeout is None:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        began = start.timestamp() if start is not None else time.time()
+        return began + self.execution_timeout.total_seconds()
+
+    def _defer_or_wait(self, context: Context, trigger: JobSetTrigger, method_name: str = "execute_complete") -> Any:
+        """Defer to ``trigger`` (or, not deferrable, run it here) and resume in ``method_name``."""
+        trigger.deadline = self._deadline(context)
+        if self.deferrable:
+            from operators.triggers import defer_settle_seconds
+
+            trigger.settle_seconds = defer_settle_seconds()
+            timeout = None
+            if trigger.deadline is not None:
+                padding = max(DEFER_TIMEOUT_PADDING_SECONDS, 2 * self.poll_interval)
+                timeout = timedelta(seconds=max(0.0, trigger.deadline - time.time()) + padding)
+            self.defer(trigger=trigger, method_name=method_name, timeout=timeout)
+        event = asyncio.run(first_event(trigger))
+        return getattr(self, method_name)(context, event)
+
+    # -- ending ------------------------------------------------------------------------------------
+
+    def _timed_out_message(self, context: Context, handle: Handle | None) -> str:
+        """Delete the JobSet (unless kept) for a reached ``execution_timeout``; the failure message."""
+        limit = self.execution_timeout.total_seconds() if self.execution_timeout else 0.0
+        head = f"execution_timeout ({limit:.0f} s) reached"
+        if handle is None:
+            return f"{head}; no JobSet of this task was found"
+        if self.keep_jobset_on_kill:
+            return f"{head}; JobSet {handle.name} left running (keep_jobset_on_kill)"
+        deleted = self._cluster(context).delete(handle)
+        self._active = None
+        verb = "deleted (foreground)" if deleted else "already gone"
+        return f"{head}: JobSet {handle.name} {verb}"
+
+    def _abandoned_message(self, context: Context, handle: Handle | None, why: str) -> str:
+        """The watch failed: keep the JobSet for the retry to adopt, or delete it when no retry will watch it."""
+        if handle is None or self.keep_jobset_on_kill:
+            return why
+        ti = context["ti"]
+        try_number, max_tries = int(getattr(ti, "try_number", 1) or 1), int(getattr(ti, "max_tries", 0) or 0)
+        if try_number <= max_tries:
+            return f"{why}; JobSet {handle.name} left running: the next try adopts it"
+        try:
+            self._cluster(context).delete(handle)
+        except Exception as error:  # the watch already failed; say that the delete did too
+            return f"{why}; deleting JobSet {handle.name} failed too ({error}): delete it by hand"
+        self._active = None
+        return f"{why}; JobSet {handle.name} deleted: no retry is left to watch it"
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Airflow failed the deferral itself (its trigger timeout, a trigger crash): delete, then fail."""
+        if next_method != TRIGGER_FAIL_REPR:
+            return super().resume_execution(next_method, next_kwargs, context)
+        error = (next_kwargs or {}).get("error", "Unknown")
+        handle = self._current(context)
+        if error == TriggerFailureReason.TRIGGER_TIMEOUT:
+            raise AirflowException(self._timed_out_message(context, handle))
+        raise AirflowException(self._abandoned_message(context, handle, f"the JobSet trigger failed: {error}"))
+
+    def on_kill(self) -> None:
+        """A kill in a worker (or ``execution_timeout`` while it waits there): delete the JobSet unless kept."""
+        if self.keep_jobset_on_kill or self._active is None:
+            return
+        self.log.info("task killed: deleting JobSet %s", self._active.name)
+        self._hook().delete_jobset(self._active.name, self.namespace, uid=self._active.uid)

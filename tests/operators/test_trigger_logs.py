@@ -1,0 +1,83 @@
+"""`JobSetTrigger`'s log follow when the log cannot be read: an error naming the permission, never a false stall.
+
+The local cluster authorizes every request with RBAC: the operators' ServiceAccount loses ``get pods/log``
+from its Role (as on a cluster whose Role was bound from an older deploy/rbac.yaml) while its watches still work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from local.cluster import LocalCluster
+from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from operators.observations import MonitorState
+from operators.rbac import RULES
+from operators.triggers import JobSetTrigger
+from tests.operators.test_lifecycle import _one_pod_jobset
+from tests.support.airflow_dags import NAMESPACE
+
+ROLE = "elastic-training"
+
+
+@pytest.fixture
+def admin(cluster_connection: LocalCluster) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def no_pods_log(admin: client.ApiClient) -> Iterator[None]:
+    """The operators' Role without its ``pods/log`` rule, for the test; restored after."""
+    rbac = client.RbacAuthorizationV1Api(admin)
+    rules = [
+        {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+        for groups, resources, verbs in RULES
+    ]
+    rbac.patch_namespaced_role(ROLE, NAMESPACE, {"rules": [r for r in rules if r["resources"] != ["pods/log"]]})
+    try:
+        yield
+    finally:
+        rbac.patch_namespaced_role(ROLE, NAMESPACE, {"rules": rules})
+
+
+async def test_a_refused_log_read_is_an_error_naming_the_permission_not_a_stall(
+    admin: client.ApiClient, no_pods_log: None
+) -> None:
+    custom = client.CustomObjectsApi(admin)
+    name = "log-refused"
+    printing = ["sh", "-c", "i=0; while true; do echo completed step: $i; i=$((i+1)); sleep 0.5; done"]
+    created: dict[str, Any] = custom.create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, _one_pod_jobset(name, {}, printing)
+    )
+    uid = created["metadata"]["uid"]
+    budgets = {
+        "max_slice_restarts": 1,
+        "slice_restart_window_seconds": 3600.0,
+        "stall_timeout_seconds": 90.0,  # the trainer prints a step every half second: only an unread log stalls
+        "max_full_restarts": 1,
+    }
+    trigger = JobSetTrigger(
+        name=name,
+        namespace=NAMESPACE,
+        uid=uid,
+        target_step=10_000,
+        budgets=budgets,
+        state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
+        poll_interval=0.5,
+    )
+    try:
+        event = (await asyncio.wait_for(trigger.run().__anext__(), timeout=180)).payload
+        assert event["status"] == "error", f"expected an error, got {event['status']}: {event['message']}"
+        assert "may not get pods/log" in event["message"] and "HTTP 403" in event["message"]
+        assert "deploy/rbac.yaml" in event["message"]
+    finally:
+        custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name)
