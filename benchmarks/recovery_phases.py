@@ -307,7 +307,7 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> list[dict[str, Any
     (root / "dags").mkdir(parents=True, exist_ok=True)
     (root / "runs").mkdir(exist_ok=True)
     rows: list[dict[str, Any]] = []
-    with LocalCluster(workdir=root / "cluster") as cluster:
+    with LocalCluster(workdir=root / "cluster", description="v5e-small") as cluster:
         env = {
             **os.environ,
             "AIRFLOW_HOME": str(root / "airflow"),
