@@ -4,7 +4,8 @@ pods per slice), the real JAX trainer and Orbax checkpoints.
 
 1. One host of one slice is lost mid-run (W2's lose-host: GKE interrupts the whole multi-host slice, so all 4 of
    its pods fail): the trainer recovers in process, the operator counts exactly 1 slice restart (not 4), nothing
-   escalates, and at most one checkpoint period of steps is run again.
+   escalates, and at most one checkpoint period of steps is run again. A later eviction of a worker pod of
+   another slice (a drain: ``DisruptionTarget``, graceful delete) spends no slice budget, and that slice re-forms.
 2. Two slices lost one after the other with ``max_slice_restarts=1``: the budget is spent in slices (8 pods failed,
    which counted as pods would have escalated at the first loss), and exactly one full restart follows.
 """
@@ -47,8 +48,9 @@ from operators import ElasticJobSetOperator
 def seed_dag(dag_id: str, base: Path, *, max_slice_restarts: int) -> Any:
     """The seed's run, small: 3 slices of v5e 4x4, 60 steps, a checkpoint every 10, each step sleeping 0.2 s.
 
-    ``elastic_max_retries`` is set above its default (max_slice_restarts + 1), so the escalation in the second
-    scenario is the operator's (the slice budget), not MaxText giving up its last attempt at the same moment.
+    ``elastic_max_retries`` is set above its default (max_slice_restarts + 1): MaxText spends an attempt on every
+    slice loss, evictions included, which spend no slice budget; and in the second scenario the escalation is
+    then the operator's (the slice budget), not MaxText giving up its last attempt at the same moment.
     """
     body = f"""
     with DAG({dag_id!r}, schedule=None) as dag:
@@ -99,6 +101,17 @@ def lose_host(slice_index: int, lost: list[dict[str, Any]]) -> Callable[[StepFau
     return act
 
 
+def evict_worker(slice_index: int, evicted: list[str]) -> Callable[[StepFaults], None]:
+    """One worker pod of the slice is evicted through the Eviction API (a drain for maintenance)."""
+
+    def act(faults: StepFaults) -> None:
+        pod = _slice_pods(faults, slice_index)[0]
+        faults.cluster.faults.evict_pod(NAMESPACE, pod.metadata.name)
+        evicted.append(pod.metadata.name)
+
+    return act
+
+
 def _jobsets(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
@@ -114,21 +127,24 @@ def test_one_lost_host_is_one_slice_restart_recovered_in_process(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
     lost: list[dict[str, Any]] = []
+    evicted: list[str] = []
     dag = seed_dag("seed_host", tmp_path, max_slice_restarts=1)
     with StepFaults(cluster_connection, "seed-host") as faults:
-        faults.at(25, lose_host(1, lost))
+        faults.at(25, lose_host(1, lost)).at(40, evict_worker(2, evicted))
         dag_run = dag.test()
 
-    assert [f.step for f in faults.faults if f.fired_at is not None] == [25], faults.errors
+    assert [f.step for f in faults.faults if f.fired_at is not None] == [25, 40], faults.errors
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
     # The whole slice went down with its host: 4 pods failed, counted once.
     assert len(lost) == 1 and len(lost[0]["failedPods"]) == HOSTS_PER_SLICE
     assert report["slice_restarts"] == 1
+    assert report["slice_evictions"] == 1 and len(evicted) == 1  # the eviction spent no slice budget
     assert report["full_restarts"] == 0 and report["escalations"] == []
-    [recovery] = report["recoveries"]
-    assert report["in_process_recoveries"] == 1 and recovery["complete"] and recovery["failed_step"] >= 25
-    assert 0 <= recovery["steps_lost"] == report["steps_lost"] <= CHECKPOINT_PERIOD
+    # Both the lost slice and the evicted pod's slice were recovered in process.
+    assert report["in_process_recoveries"] == 2 and all(r["complete"] for r in report["recoveries"])
+    assert report["recoveries"][0]["failed_step"] >= 25 and report["recoveries"][1]["failed_step"] >= 40
+    assert all(0 <= r["steps_lost"] <= CHECKPOINT_PERIOD for r in report["recoveries"])
     assert report["final_step"] == 59 == report["target_step"]
     [jobset] = _jobsets(cluster_connection, "seed-host")
     assert jobset["status"].get("restarts", 0) == 0  # no JobSet-level restart either
