@@ -133,6 +133,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param jobset_max_restarts: the JobSet's own ``failurePolicy.maxRestarts`` (set explicitly).
     :param elastic_min_slice_count: MaxText's ``elastic_min_slice_count`` (-1: wait for every slice).
     :param elastic_timeout_seconds: MaxText's per-attempt wait for slices.
+    :param elastic_max_retries: MaxText's ``elastic_max_retries`` (attempts, the first run included; default
+        ``max_slice_restarts + 1``). Every slice loss spends one, evictions too, which spend no slice budget.
     :param price_per_chip_hour: for the cost of lost chip time in the report.
     :param keep_jobset_on_kill: leave the JobSet running when the task is killed.
     :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
@@ -187,6 +189,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         jobset_max_restarts: int = 0,
         elastic_min_slice_count: int = -1,
         elastic_timeout_seconds: int = 300,
+        elastic_max_retries: int | None = None,
         price_per_chip_hour: float = 0.0,
         keep_jobset_on_kill: bool = False,
         deferrable: bool = True,
@@ -230,6 +233,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.jobset_max_restarts = jobset_max_restarts
         self.elastic_min_slice_count = elastic_min_slice_count
         self.elastic_timeout_seconds = elastic_timeout_seconds
+        self.elastic_max_retries = elastic_max_retries
         self.price_per_chip_hour = _number("price_per_chip_hour", price_per_chip_hour, positive=False)
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
@@ -278,6 +282,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             jobset_max_restarts=self.jobset_max_restarts,
             elastic_timeout_seconds=self.elastic_timeout_seconds,
             elastic_min_slice_count=self.elastic_min_slice_count,
+            elastic_max_retries=self.elastic_max_retries,
             **self.gke_knobs,
         )
         lint(spec)

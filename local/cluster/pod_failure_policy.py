@@ -1,15 +1,16 @@
 """A Job's ``podFailurePolicy``: which rule a failed pod matches, and its validation.
 
-Follows kubernetes/kubernetes ``pkg/controller/job/pod_failure_policy.go`` (``matchPodFailurePolicy``)
-and ``pkg/apis/batch/validation/validation.go`` (``validatePodFailurePolicy``). Rules are tried in
-order; a rule matches by ``onExitCodes`` (a terminated container, init containers included, with a
+Follows kubernetes/kubernetes ``pkg/controller/job/pod_failure_policy.go`` (``matchPodFailurePolicy``, read
+at 2b02db1) and ``pkg/apis/batch/validation/validation.go`` (``validateJobSpec``'s restartPolicy rule,
+``validatePodFailurePolicy`` and its rule validators, with their messages). Rules are tried in
+order; a rule matches by ``onExitCodes`` (a terminated container, then init containers, with a
 non-zero exit code ``In``/``NotIn`` the values, optionally only ``containerName``) or by
 ``onPodConditions`` (a pod condition of that type and status, default ``True``). The first match
 decides: ``FailJob`` fails the Job (reason ``PodFailurePolicy``), ``Ignore`` leaves the pod out of
 ``status.failed`` (so off ``backoffLimit``), ``Count`` counts it; no match counts it. A policy needs
 the pod template's ``restartPolicy: Never`` (the API refuses it otherwise), which is why an
-``OnFailure`` worker's evictions always count. ``FailIndex`` (with ``backoffLimitPerIndex``) is not
-supported here and is refused.
+``OnFailure`` worker's evictions always count. ``FailIndex`` needs ``backoffLimitPerIndex``, which is not
+supported here, so it is refused with upstream's message for a Job without one.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def match(policy: Mapping[str, Any], pod: Obj) -> tuple[Action, str]:
         if codes:
             terminated = [
                 (str(cs.get("name", "")), int(cs["state"]["terminated"].get("exitCode", 0)))
-                for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+                for cs in [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
                 if (cs.get("state") or {}).get("terminated")
             ]
             values = {int(v) for v in codes.get("values") or []}
@@ -72,17 +73,19 @@ def match(policy: Mapping[str, Any], pod: Obj) -> tuple[Action, str]:
     return Action.COUNT, ""
 
 
-def validate(policy: Any, path: str, restart_policy: Any) -> list[Cause]:
-    """``validatePodFailurePolicy``: rules, actions, exit codes, conditions; ``restartPolicy`` Never."""
+def validate(policy: Any, path: str, restart_policy: Any, container_names: frozenset[str] = frozenset()) -> list[Cause]:
+    """``validatePodFailurePolicy``: rules, actions, exit codes, conditions; ``restartPolicy`` Never.
+
+    ``container_names``: the pod template's containers and init containers (``onExitCodes.containerName``).
+    """
     if not isinstance(policy, Mapping):
         return [Cause(path, "Invalid value: must be an object")]
     causes: list[Cause] = []
-    if restart_policy != "Never":
+    if restart_policy == "OnFailure":  # any other value than Never is refused by the pod spec's own check
         causes.append(
             Cause(
                 f"{path.rsplit('.', 1)[0]}.template.spec.restartPolicy",
-                f'Unsupported value: "{restart_policy}": supported values: "Never"',
-                "FieldValueNotSupported",
+                f'Invalid value: "{restart_policy}": only "Never" is supported when podFailurePolicy is specified',
             )
         )
     rules = policy.get("rules")
@@ -97,18 +100,40 @@ def validate(policy: Any, path: str, restart_policy: Any) -> list[Cause]:
         if not isinstance(rule, Mapping):
             causes.append(Cause(where, "Invalid value: must be an object"))
             continue
-        if rule.get("action") not in ACTIONS:
+        action = rule.get("action")
+        if not action:
+            allowed = " ".join(f'"{a}"' for a in sorted([*ACTIONS, "FailIndex"]))
+            causes.append(Cause(f"{where}.action", f"Required value: valid values: [{allowed}]", "FieldValueRequired"))
+        elif action == "FailIndex":
+            # Upstream accepts it with backoffLimitPerIndex, which the local Job controller does not implement.
+            causes.append(
+                Cause(f"{where}.action", 'Invalid value: "FailIndex": requires the backoffLimitPerIndex to be set')
+            )
+        elif action not in ACTIONS:
             allowed = ", ".join(f'"{a}"' for a in ACTIONS)
             causes.append(
                 Cause(
                     f"{where}.action",
-                    f"Unsupported value: {rule.get('action')!r}: supported values: {allowed}",
+                    f"Unsupported value: {action!r}: supported values: {allowed}",
                     "FieldValueNotSupported",
                 )
             )
         codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
-        if bool(codes) == bool(conditions):
+        if codes and conditions:
+            causes.append(
+                Cause(where, "Invalid value: specifying both OnExitCodes and OnPodConditions is not supported")
+            )
+        elif not codes and not conditions:
             causes.append(Cause(where, "Invalid value: specifying one of OnExitCodes and OnPodConditions is required"))
+        named = codes.get("containerName") if isinstance(codes, Mapping) else None
+        if named is not None and named not in container_names:
+            causes.append(
+                Cause(
+                    f"{where}.onExitCodes.containerName",
+                    f"Invalid value: {named!r}: must be one of the container or initContainer "
+                    "names in the pod template",
+                )
+            )
         if codes:
             causes += _exit_codes(codes, f"{where}.onExitCodes")
         for i, pattern in enumerate(conditions or []):
@@ -143,7 +168,12 @@ def _exit_codes(codes: Any, where: str) -> list[Cause]:
         or not values
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)
     ):
-        return [*causes, Cause(f"{where}.values", "Invalid value: must be a non-empty list of integers")]
+        why = (
+            "at least one value is required"
+            if isinstance(values, list) and not values
+            else "must be a list of integers"
+        )
+        return [*causes, Cause(f"{where}.values", f"Invalid value: {values!r}: {why}")]
     if len(values) > MAX_EXIT_CODES:
         causes.append(
             Cause(
@@ -158,6 +188,10 @@ def _exit_codes(codes: Any, where: str) -> list[Cause]:
         causes.append(Cause(f"{where}.values", "Invalid value: must be ordered", "FieldValueInvalid"))
     if codes.get("operator") == "In" and 0 in values:
         causes.append(
-            Cause(f"{where}.values", "Invalid value: 0: must not be 0 for the In operator", "FieldValueInvalid")
+            Cause(
+                f"{where}.values[{values.index(0)}]",
+                "Invalid value: 0: must not be 0 for the In operator",
+                "FieldValueInvalid",
+            )
         )
     return causes

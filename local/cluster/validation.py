@@ -233,7 +233,15 @@ def validate_job_spec(spec: Any, path: str, *, require_image: bool = True) -> li
     )
     if spec.get("podFailurePolicy") is not None:
         restart_policy = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
-        causes += pod_failure_policy.validate(spec["podFailurePolicy"], f"{path}.podFailurePolicy", restart_policy)
+        names = frozenset(
+            str(c.get("name"))
+            for key in ("containers", "initContainers")
+            for c in ((pod_spec.get(key) if isinstance(pod_spec, Mapping) else None) or [])
+            if isinstance(c, Mapping)
+        )
+        causes += pod_failure_policy.validate(
+            spec["podFailurePolicy"], f"{path}.podFailurePolicy", restart_policy, names
+        )
     return causes
 
 

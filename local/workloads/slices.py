@@ -130,6 +130,16 @@ def _live_pods_by_slice(pods: Iterable[client.V1Pod]) -> dict[int, list[client.V
     return live
 
 
+def hosts_in_use(pods: Iterable[client.V1Pod]) -> int:
+    """Pods of one slice that are not being deleted: what "the most ever seen at once" may count.
+
+    A pod evicted gracefully (a drain, ``DisruptionTarget``) stays live for its grace period while the Job's
+    replacement already exists: counting both would make the slice want one pod more than it has hosts, and
+    it would never be healthy again.
+    """
+    return sum(1 for p in pods if p.metadata is None or p.metadata.deletion_timestamp is None)
+
+
 def _generation(pods: list[client.V1Pod]) -> Generation:
     def restarts(pod: client.V1Pod) -> int:
         return sum(c.restart_count or 0 for c in (pod.status.container_statuses if pod.status else None) or [])
@@ -227,7 +237,7 @@ class KubernetesSliceHealth:
         live = _live_pods_by_slice(pods)
         with self._lock:
             for index, slice_pods in live.items():
-                self._expected[index] = max(self._expected.get(index, 0), len(slice_pods))
+                self._expected[index] = max(self._expected.get(index, 0), hosts_in_use(slice_pods))
             generations = self._ready(slice_generations_from_pods(pods, self._num_slices, self._expected))
             if generations != self._generations:
                 _logger.info("Slice health: healthy slices %s of %d", sorted(generations), self._num_slices)

@@ -291,8 +291,8 @@ def test_pod_failure_policy_needs_restart_policy_never(k8s: K8s) -> None:
         k8s.batch.create_namespaced_job("default", body)
     assert caught.value.status == 422
     assert (
-        'spec.template.spec.restartPolicy: Unsupported value: "OnFailure": supported values: "Never"'
-        in (json.loads(caught.value.body)["message"])
+        'spec.template.spec.restartPolicy: Invalid value: "OnFailure": only "Never" is supported when '
+        "podFailurePolicy is specified" in (json.loads(caught.value.body)["message"])
     )
 
 

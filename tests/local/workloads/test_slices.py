@@ -7,7 +7,13 @@ import datetime
 import pytest
 from kubernetes import client
 
-from local.workloads.slices import StaticSliceHealth, lost_slices, pod_is_healthy, slice_generations_from_pods
+from local.workloads.slices import (
+    StaticSliceHealth,
+    hosts_in_use,
+    lost_slices,
+    pod_is_healthy,
+    slice_generations_from_pods,
+)
 from operators.constants import LABEL_JOB_INDEX
 
 
@@ -76,6 +82,16 @@ def test_a_replaced_or_restarted_worker_is_a_lost_slice() -> None:
     assert lost_slices(before, replaced) == {1}
     assert lost_slices(before, restarted) == {0}
     assert lost_slices(before, {}) == {0, 1}
+
+
+def test_a_drained_host_does_not_raise_the_pods_a_slice_needs() -> None:
+    # Evicted gracefully: the old pod terminates for its grace period while the Job's replacement already exists.
+    during = [_pod(0, uid="a"), _pod(0, uid="b", deleting=True), _pod(0, "Pending", uid="c")]
+    assert hosts_in_use(during) == 2
+    after = [_pod(0, uid="a"), _pod(0, uid="c")]
+    assert set(slice_generations_from_pods(after, 1, {0: max(2, hosts_in_use(during))})) == {0}
+    # Had the pod being deleted counted, the slice would want 3 pods of its 2 hosts, and never be healthy again.
+    assert set(slice_generations_from_pods(after, 1, {0: len(during)})) == set()
 
 
 def test_static_health() -> None:

@@ -1,0 +1,177 @@
+"""The seed's scenarios end to end (issue 16, "What it must show"): ``ElasticJobSetOperator`` through
+``dag.test()`` on the local cluster with GKE's node pools (v5e-small), 3 slices of v5e 4x4 (4 hosts, so 4 worker
+pods per slice), the real JAX trainer and Orbax checkpoints.
+
+1. One host of one slice is lost mid-run (W2's lose-host: GKE interrupts the whole multi-host slice, so all 4 of
+   its pods fail): the trainer recovers in process, the operator counts exactly 1 slice restart (not 4), nothing
+   escalates, and at most one checkpoint period of steps is run again. A later eviction of a worker pod of
+   another slice (a drain: ``DisruptionTarget``, graceful delete) spends no slice budget, and that slice re-forms.
+2. Two slices lost one after the other with ``max_slice_restarts=1``: the budget is spent in slices (8 pods failed,
+   which counted as pods would have escalated at the first loss), and exactly one full restart follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from local.cluster import LocalCluster
+from operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    LABEL_JOB_INDEX,
+    LABEL_REPLICATED_JOB_NAME,
+    LABEL_RUN_NAME,
+    WORKER_REPLICATED_JOB,
+)
+from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.step_faults import StepFaults
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE = "default"
+HOSTS_PER_SLICE = 4  # v5e 4x4: 16 chips, 4 per host
+CHECKPOINT_PERIOD = 10
+SMALL_MODEL = {"base_emb_dim": 32, "base_num_decoder_layers": 1, "vocab_size": 32, "max_target_length": 16}
+HEADER = """\
+from datetime import timedelta
+from airflow.sdk import DAG
+from operators import ElasticJobSetOperator
+"""
+
+
+def seed_dag(dag_id: str, base: Path, *, max_slice_restarts: int) -> Any:
+    """The seed's run, small: 3 slices of v5e 4x4, 60 steps, a checkpoint every 10, each step sleeping 0.2 s.
+
+    ``elastic_max_retries`` is set above its default (max_slice_restarts + 1): MaxText spends an attempt on every
+    slice loss, evictions included, which spend no slice budget; and in the second scenario the escalation is
+    then the operator's (the slice budget), not MaxText giving up its last attempt at the same moment.
+    """
+    body = f"""
+    with DAG({dag_id!r}, schedule=None) as dag:
+        ElasticJobSetOperator(
+            task_id="pretrain",
+            run_name={dag_id.replace("_", "-")!r},
+            base_output_directory={str(base)!r},
+            steps=60,
+            checkpoint_period={CHECKPOINT_PERIOD},
+            num_slices=3,
+            tpu_type="v5e",
+            tpu_topology="4x4",
+            runtime="local",
+            maxtext_args={SMALL_MODEL!r},
+            max_slice_restarts={max_slice_restarts},
+            elastic_max_retries=4,
+            max_full_restarts=1,
+            stall_timeout=timedelta(minutes=5),
+            deferrable=True,
+            poll_interval=1.0,
+            local_env={{"LOCAL_STEP_SECONDS": "0.2"}},
+        )
+    """
+    return dag_from_source(dag_id, body, HEADER)
+
+
+def _slice_pods(faults: StepFaults, slice_index: int) -> list[Any]:
+    selector = f"{LABEL_RUN_NAME}={faults.run_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
+    pods = faults.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    return [
+        p
+        for p in pods
+        if (p.metadata.labels or {}).get(LABEL_JOB_INDEX) == str(slice_index)
+        and p.metadata.deletion_timestamp is None
+        and p.status.phase == "Running"
+    ]
+
+
+def lose_host(slice_index: int, lost: list[dict[str, Any]]) -> Callable[[StepFaults], None]:
+    """A host of the slice fails: its node pool goes NotReady (repaired 2 s later) and every pod on it dies."""
+
+    def act(faults: StepFaults) -> None:
+        pods = _slice_pods(faults, slice_index)
+        if len(pods) != HOSTS_PER_SLICE:
+            raise RuntimeError(f"slice {slice_index} has {len(pods)} running pods, not {HOSTS_PER_SLICE}")
+        lost.append(faults.cluster.faults.lose_host(pods[0].spec.node_name, repair_seconds=2.0))
+
+    return act
+
+
+def evict_worker(slice_index: int, evicted: list[str]) -> Callable[[StepFaults], None]:
+    """One worker pod of the slice is evicted through the Eviction API (a drain for maintenance)."""
+
+    def act(faults: StepFaults) -> None:
+        pod = _slice_pods(faults, slice_index)[0]
+        faults.cluster.faults.evict_pod(NAMESPACE, pod.metadata.name)
+        evicted.append(pod.metadata.name)
+
+    return act
+
+
+def _jobsets(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, label_selector=f"{LABEL_RUN_NAME}={run_name}"
+        )
+        return list(listed["items"])
+    finally:
+        api.close()
+
+
+def test_one_lost_host_is_one_slice_restart_recovered_in_process(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    lost: list[dict[str, Any]] = []
+    evicted: list[str] = []
+    dag = seed_dag("seed_host", tmp_path, max_slice_restarts=1)
+    with StepFaults(cluster_connection, "seed-host") as faults:
+        faults.at(25, lose_host(1, lost)).at(40, evict_worker(2, evicted))
+        dag_run = dag.test()
+
+    assert [f.step for f in faults.faults if f.fired_at is not None] == [25, 40], faults.errors
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    # The whole slice went down with its host: 4 pods failed, counted once.
+    assert len(lost) == 1 and len(lost[0]["failedPods"]) == HOSTS_PER_SLICE
+    assert report["slice_restarts"] == 1
+    assert report["slice_evictions"] == 1 and len(evicted) == 1  # the eviction spent no slice budget
+    assert report["full_restarts"] == 0 and report["escalations"] == []
+    # Both the lost slice and the evicted pod's slice were recovered in process.
+    assert report["in_process_recoveries"] == 2 and all(r["complete"] for r in report["recoveries"])
+    assert report["recoveries"][0]["failed_step"] >= 25 and report["recoveries"][1]["failed_step"] >= 40
+    assert all(0 <= r["steps_lost"] <= CHECKPOINT_PERIOD for r in report["recoveries"])
+    assert report["final_step"] == 59 == report["target_step"]
+    [jobset] = _jobsets(cluster_connection, "seed-host")
+    assert jobset["status"].get("restarts", 0) == 0  # no JobSet-level restart either
+
+
+def test_slice_budget_spent_in_slices_gets_exactly_one_full_restart(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    lost: list[dict[str, Any]] = []
+    dag = seed_dag("seed_budget", tmp_path, max_slice_restarts=1)
+    with StepFaults(cluster_connection, "seed-budget") as faults:
+        faults.at(15, lose_host(0, lost)).at(30, lose_host(1, lost))
+        dag_run = dag.test()
+
+    assert [f.step for f in faults.faults if f.fired_at is not None] == [15, 30], faults.errors
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert [len(x["failedPods"]) for x in lost] == [HOSTS_PER_SLICE, HOSTS_PER_SLICE]
+    # Eight pods failed; two slices did: the first loss stayed within max_slice_restarts=1, the second spent it.
+    assert report["slice_restarts"] == 2
+    assert report["full_restarts"] == 1
+    [escalation] = report["escalations"]
+    assert escalation["reason"] == "slice_restart_budget_spent"
+    assert "exceed max_slice_restarts=1" in escalation["message"]
+    assert escalation["latest_step"] is not None and escalation["latest_step"] >= 30
+    resumed = escalation["resumed_from_step"]
+    assert resumed % CHECKPOINT_PERIOD == 0 and escalation["steps_lost"] <= CHECKPOINT_PERIOD
+    assert report["final_step"] == 59
+    assert len(report["jobsets"]) == 2 and report["jobsets"][1].endswith("-r1")
+    assert [js["metadata"]["name"] for js in _jobsets(cluster_connection, "seed-budget")] == [report["jobsets"][1]]
