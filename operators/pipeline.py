@@ -41,7 +41,13 @@ from operators.eval_results import (
 from operators.hooks import JobSetHook
 from operators.jobset_operator import JobSetOperator
 from operators.manifests import JobSpec
-from operators.pipeline_params import VARIABLES, DagRunIdentity, ParamError, validate_params
+from operators.pipeline_params import (
+    MAXTEXT_MAX_TARGET_LENGTH,
+    VARIABLES,
+    DagRunIdentity,
+    ParamError,
+    validate_params,
+)
 from operators.policy import Budgets
 from operators.slice_drill import drill_command
 from operators.slice_drill import parse_result as parse_drill_result
@@ -58,13 +64,9 @@ STAGES: Final = ("evaluate", "synthesize")
 DRILL_TIMEOUT_SECONDS: Final = 3600
 _MAX_RESULT_BYTES: Final = 1 << 20
 _MAX_RESULT_FILES: Final = 10_000
-# MaxText's defaults (maxtext: src/maxtext/configs/base.yml @ e591f30): max_target_length 2048,
-# max_prefill_predict_length 64; the local model's max_target_length (local/workloads/config.py) is 32.
-MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
+# MaxText's default (maxtext: src/maxtext/configs/base.yml @ e591f30) max_prefill_predict_length is 64; its
+# max_target_length (2048) and the local model's (32) are the run configuration's `max_target_length`.
 MAXTEXT_MAX_PREFILL_LENGTH: Final = 64
-LOCAL_MAX_TARGET_LENGTH: Final = 32
-# The local model has no tokenizer; MaxText's harness parser requires --hf_path all the same.
-LOCAL_HF_PATH: Final = "local/markov-128"
 SYNTH_TEMPERATURE: Final = 1.0
 SYNTH_SEED: Final = 0
 SINGLE_HOST_TOPOLOGY_2D: Final = "2x2"
@@ -145,7 +147,7 @@ def synthetic_output_directory(config: Mapping[str, Any], step: int) -> str:
 
 @dataclass(frozen=True)
 class StageHost:
-    """The TPU host a stage runs on (gke): one VM of the run's TPU type, all its chips."""
+    """The TPU host a stage runs on: one VM of the run's TPU type, all its chips."""
 
     accelerator: str
     topology: str
@@ -172,26 +174,31 @@ def stage_host(config: Mapping[str, Any]) -> StageHost:
 
 
 def hf_path(config: Mapping[str, Any]) -> str:
-    """The tokenizer MaxText's evaluation loads (`--hf_path`): the run's `hf_path` (required on gke)."""
-    if config["runtime"] == "local":
-        return LOCAL_HF_PATH
+    """The tokenizer MaxText's evaluation loads (`--hf_path`): the run's `hf_path` (local: `LOCAL_HF_PATH`)."""
     value = config.get("hf_path")
     if not isinstance(value, str) or not value:
-        raise AirflowFailException("evaluation on gke needs hf_path (MaxText's eval --hf_path): no hf_path in the run")
+        raise AirflowFailException("evaluation needs hf_path (MaxText's eval --hf_path): no hf_path in the run")
     return value
 
 
 def max_target_length(config: Mapping[str, Any]) -> int:
-    """The trainer's `max_target_length`: its MaxText argument, else the runtime's default."""
+    """The model's `max_target_length`: the trainer's MaxText argument, else the run's (its image's default).
+
+    The run's is MaxText's default on gke (`MAXTEXT_MAX_TARGET_LENGTH`) and the local model's on local
+    (`pipeline_params.LOCAL_MAX_TARGET_LENGTH`); a configuration without one is taken as MaxText's.
+    """
     value = dict(config.get("maxtext_args") or {}).get("max_target_length")
-    if value is not None:
-        return int(value)
-    return LOCAL_MAX_TARGET_LENGTH if config["runtime"] == "local" else MAXTEXT_MAX_TARGET_LENGTH
+    if value is None:
+        value = config.get("max_target_length") or MAXTEXT_MAX_TARGET_LENGTH
+    return int(value)
 
 
 def evaluate_args(config: Mapping[str, Any], step: int) -> list[str]:
-    """The flags of `python3 -m maxtext.eval.runner.run` (lm-eval harness) evaluating `step`."""
-    chips = 1 if config["runtime"] == "local" else stage_host(config).chips
+    """The flags of `python3 -m maxtext.eval.runner.run` (lm-eval harness) evaluating `step`.
+
+    vLLM serves the model on the stage's host, tensor-parallel over all its chips (`stage_host`).
+    """
+    chips = stage_host(config).chips
     return [
         f"--runner={EVAL_RUNNER}",
         f"--checkpoint_path={checkpoint_items_path(config, step)}",
@@ -206,8 +213,8 @@ def evaluate_args(config: Mapping[str, Any], step: int) -> list[str]:
 
 
 def _tokenizer_keys(config: Mapping[str, Any], maxtext_args: Mapping[str, str]) -> dict[str, str]:
-    """On gke, the evaluation's tokenizer (`hf_path`) for MaxText too, unless the trainer's arguments name one."""
-    if config["runtime"] == "local" or "tokenizer_path" in maxtext_args:
+    """The evaluation's tokenizer (`hf_path`) for MaxText too, unless the trainer's arguments name one."""
+    if "tokenizer_path" in maxtext_args:
         return {}
     return {"tokenizer_type": "huggingface", "tokenizer_path": hf_path(config)}
 
@@ -215,8 +222,8 @@ def _tokenizer_keys(config: Mapping[str, Any], maxtext_args: Mapping[str, str]) 
 def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
     """The argv of our synthesis program: its own flags, then a MaxText config file and MaxText keys only.
 
-    The MaxText keys are the trainer's (`maxtext_args`: the same model and batch; on gke the tokenizer is
-    `hf_path`, the evaluation's, as `tokenizer_type=huggingface`, unless the trainer's keys name one), the checkpoint
+    The MaxText keys are the trainer's (`maxtext_args`: the same model and batch; the tokenizer is `hf_path`,
+    the evaluation's, as `tokenizer_type=huggingface`, unless the trainer's keys name one), the checkpoint
     to load, the lengths (prefill: MaxText's default 64, or half of a shorter `max_target_length`) and the
     sampling: `decode_sampling_strategy=weighted` at `decode_sampling_temperature`; OfflineEngine needs
     `return_log_prob=true`.
@@ -282,11 +289,14 @@ class PretrainOperator(ElasticJobSetOperator):
 class StageJobSetOperator(JobSetOperator):
     """``JobSetOperator`` running a pipeline stage (``evaluate`` or ``synthesize``) on the validated step.
 
-    The stage's image and command come from the configuration (local: the stand-ins in ``local.workloads``;
-    gke: the params or Airflow Variables, MaxText's ``python3 -m maxtext.eval.runner.run`` and our
-    ``python3 -m maxtext_synthesize``); the arguments are the same on both runtimes (``evaluate_args``,
-    ``synthesize_args``). On gke the pod asks for one TPU host like the trainer's workers: all its chips
-    (``google.com/tpu``), the node pool's GKE labels and the TPU taint tolerated (``stage_host``).
+    The stage's image and command come from the configuration (gke: the params or Airflow Variables,
+    MaxText's ``python3 -m maxtext.eval.runner.run`` and our ``python3 -m maxtext_synthesize``; local: the
+    same commands in the local MaxText image, which the local cluster's image catalogue runs as the stand-ins
+    in ``local.workloads``), the arguments from the run (``evaluate_args``, ``synthesize_args``). The pod
+    asks for one TPU host like the trainer's workers: all its chips (``google.com/tpu``), the node pool's GKE
+    labels and the TPU taint tolerated (``stage_host``). `runtime` chooses the cluster, not the JobSet: a
+    configuration renders the same bytes on both runtimes (the JobSet as for GKE, never the ``local``
+    image's).
     """
 
     def __init__(self, *, stage: str, **kwargs: Any) -> None:
@@ -300,26 +310,34 @@ class StageJobSetOperator(JobSetOperator):
         self.configure(pipeline_config(context), _validated_step(context))
 
     def configure(self, config: Mapping[str, Any], step: int) -> None:
-        """Set the image, command, arguments and (gke) TPU host of the stage on `step` of the run."""
+        """Set the image, command, arguments and TPU host of the stage on `step` of the run."""
         job = config[self.stage]
         self.runtime = config["runtime"]
         self.image = job["image"]
         self.command = list(job["command"])
         self.args = evaluate_args(config, step) if self.stage == "evaluate" else synthesize_args(config, step)
-        self.host = stage_host(config) if self.runtime == "gke" else None
+        self.host = stage_host(config)
 
     def build_job(self) -> JobSpec:
-        """The job, on one TPU host of the run's type when on gke."""
-        job = super().build_job()
-        if self.host is None:
+        """The job on one TPU host of the run's type, rendered as for GKE whichever the runtime."""
+        return self._linted("job", self._stage_job)
+
+    def _stage_job(self) -> JobSpec:
+        job = self._job()
+        if self.host is None:  # not configured yet: the placeholder a DAG file builds
             return job
+        # JobSpec's `local` runtime is the `local` image's rendering (the command run as written, local-only env):
+        # a stage's JobSet is the GKE one on both runtimes, so it renders as `gke`.
         # Not through `self.resources`: BaseOperator owns that attribute (Airflow's cpus/ram/gpus Resources).
-        return replace(
+        staged = replace(
             job,
+            runtime="gke",
             resources={TPU_RESOURCE: str(self.host.chips)},
             node_selector=self.host.node_selector(),
             tolerations=[dict(TPU_TOLERATION)],
         )
+        manifests.lint_job(staged)
+        return staged
 
 
 def _read_json(path: str) -> Any:

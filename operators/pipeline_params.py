@@ -32,7 +32,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from operators.spec import DNS1123_LABEL_MAX, TPU_TYPES, image_reference_error, is_dns1123_label
+from operators.spec import (
+    DNS1123_LABEL_MAX,
+    LOCAL_MAXTEXT_IMAGE,
+    LOCAL_TPU_TOPOLOGY,
+    LOCAL_TPU_TYPE,
+    TPU_TYPES,
+    image_reference_error,
+    is_dns1123_label,
+)
 
 # Airflow Variables the pipelines read (documented in docs/pipeline.md).
 VARIABLE_ALLOWED_ROOTS: Final = "elastic_training_allowed_roots"
@@ -64,9 +72,17 @@ SECTION_BUDGETS: Final = "Resilience budgets"
 SECTION_STAGES: Final = "Evaluation and synthesis"
 SECTION_DRILL: Final = "Fault drill"
 
-# The local runtime's stand-ins for evaluation and synthesis (strings: operators never import local).
-LOCAL_EVAL_COMMAND: Final = ("python", "-m", "local.workloads.maxtext_eval")
-LOCAL_SYNTH_COMMAND: Final = ("python", "-m", "local.workloads.maxtext_synthesize")
+# The local runtime's evaluation and synthesis commands: the ones a gke run is given, MaxText's evaluation
+# framework (maxtext e591f30: src/maxtext/eval/runner/run.py) and the project's synthesis program
+# (deploy/images/maxtext-synthesize), in the local MaxText image (spec.LOCAL_MAXTEXT_IMAGE), whose programs
+# the local cluster's image catalogue (local/cluster/images.py) maps to the stand-ins in local.workloads.
+LOCAL_EVAL_COMMAND: Final = ("python3", "-m", "maxtext.eval.runner.run")
+LOCAL_SYNTH_COMMAND: Final = ("python3", "-m", "maxtext_synthesize")
+# The local model's max_target_length (local/workloads/config.py; MaxText's base.yml default is 2048) and its
+# tokenizer for the evaluation's required `--hf_path` (the local model has none: the name is only recorded).
+LOCAL_MAX_TARGET_LENGTH: Final = 32
+LOCAL_HF_PATH: Final = "local/markov-128"
+MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
 
 MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
 
@@ -727,13 +743,16 @@ def validate_params(
         "failure_slice": failure_slice,
     }
     if runtime == "local":
+        # What a gke run is given, with the local defaults: the stages render the same JobSet on both runtimes.
         config.update(
-            image=None,
-            tpu_type=None,
-            tpu_topology=None,
+            image=LOCAL_MAXTEXT_IMAGE,
+            tpu_type=LOCAL_TPU_TYPE,
+            tpu_topology=LOCAL_TPU_TOPOLOGY,
             maxtext_args={"per_device_batch_size": batch},
-            evaluate={"image": "local", "command": list(LOCAL_EVAL_COMMAND)},
-            synthesize={"image": "local", "command": list(LOCAL_SYNTH_COMMAND)},
+            max_target_length=LOCAL_MAX_TARGET_LENGTH,
+            hf_path=LOCAL_HF_PATH,
+            evaluate={"image": LOCAL_MAXTEXT_IMAGE, "command": list(LOCAL_EVAL_COMMAND)},
+            synthesize={"image": LOCAL_MAXTEXT_IMAGE, "command": list(LOCAL_SYNTH_COMMAND)},
         )
         return config
     tpu_type = _string(params, "tpu_type")
@@ -748,6 +767,7 @@ def validate_params(
         tpu_type=tpu_type,
         tpu_topology=topology,
         maxtext_args={"model_name": model_name, "per_device_batch_size": batch},
+        max_target_length=MAXTEXT_MAX_TARGET_LENGTH,
         hf_path=_hf_path(_optional_string(params, "hf_path") or str(variables.get(VARIABLE_HF_PATH) or "")),
         evaluate={
             "image": _image(

@@ -10,13 +10,15 @@ e591f30cbbf217ed67ef71263ec0538239f9c3b8): `src/maxtext/configs/pyconfig.py` ref
 know; `src/maxtext/inference/offline_engine.py` (`OfflineEngine._validate_config`) refuses
 `return_log_prob` false and `max_target_length <= max_prefill_predict_length`;
 `src/maxtext/configs/base.yml` names the sampling strategies (greedy, weighted, nucleus, topk,
-composite). A key not in MaxText's list (local/workloads/data/maxtext_keys.txt) exits 2 with MaxText's own
+composite) and the tokenizer types (`tokenizer_type`: "Currently supporting: tiktoken, sentencepiece,
+huggingface"). A key not in MaxText's list (local/workloads/data/maxtext_keys.txt) exits 2 with MaxText's own
 message; a MaxText key the stand-in does not model (below) exits 2 saying so. The config file is taken as
 MaxText's (it is not read here), and `load_parameters_path` must be `<run>/checkpoints/<step>/items` of a
 committed step (else exit 1).
 
 Local: the model has no tokenizer, so each sample's prompt is one token drawn from `--sample_seed` (the
-real program starts from MaxText's `prompt`); `weighted` samples at `decode_sampling_temperature`,
+real program starts from MaxText's `prompt`) and `tokenizer_path` is taken and not loaded (`tokenizer_type`
+must be one MaxText knows); `weighted` samples at `decode_sampling_temperature`,
 `greedy` takes the argmax; the model size keys (`base_emb_dim`, `base_num_decoder_layers`,
 `base_num_query_heads`, `vocab_size`, `max_target_length`) must match the trained model, as in MaxText.
 """
@@ -41,6 +43,7 @@ _FALSE = frozenset({"false", "0"})
 _MODEL_KEYS = ("base_emb_dim", "base_num_decoder_layers", "base_num_query_heads", "vocab_size", "max_target_length")
 STRATEGIES = ("greedy", "weighted", "nucleus", "topk", "composite")
 LOCAL_STRATEGIES = ("greedy", "weighted")
+TOKENIZER_TYPES = ("tiktoken", "sentencepiece", "huggingface")
 # The MaxText keys the stand-in models, with their MaxText defaults where the local model has none.
 KNOWN_KEYS = frozenset(
     {
@@ -58,6 +61,8 @@ KNOWN_KEYS = frozenset(
         "base_num_decoder_layers",
         "base_num_query_heads",
         "vocab_size",
+        "tokenizer_type",
+        "tokenizer_path",
     }
 )
 
@@ -116,6 +121,9 @@ def to_config(argv: Sequence[str]) -> SynthesizeConfig:
         raise ConfigError("model_name", f"the local trainer has one model, 'default'; got {keys['model_name']!r}")
     if not _boolean("return_log_prob", keys.get("return_log_prob", "false")):
         raise ConfigError("return_log_prob", "must be True when using OfflineEngine")
+    tokenizer = keys.get("tokenizer_type", "sentencepiece")
+    if tokenizer not in TOKENIZER_TYPES:
+        raise ConfigError("tokenizer_type", f"must be one of {', '.join(TOKENIZER_TYPES)}, got {tokenizer!r}")
     strategy = keys.get("decode_sampling_strategy", "greedy")
     if strategy not in STRATEGIES:
         raise ConfigError("decode_sampling_strategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}")

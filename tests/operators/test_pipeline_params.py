@@ -51,8 +51,20 @@ def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
     assert config["run_name"] == "nightly-20261130"
     assert config["run_directory"] == f"{tmp_path}/nightly-20261130"
     assert config["runtime"] == "local" and config["target_step"] == config["steps"] - 1
-    assert config["evaluate"]["command"] == ["python", "-m", "local.workloads.maxtext_eval"]
     assert config["maxtext_args"] == {"per_device_batch_size": 8}
+
+
+def test_the_local_runtime_resolves_what_a_gke_run_is_given(tmp_path: Path) -> None:
+    """The local MaxText image, MaxText's stage commands, v5e 4x4, the local model's length and tokenizer."""
+    config = check(tmp_path)
+    image = "localhost/maxtext:local-stand-in"
+    assert (config["image"], config["tpu_type"], config["tpu_topology"]) == (image, "v5e", "4x4")
+    assert config["evaluate"] == {"image": image, "command": ["python3", "-m", "maxtext.eval.runner.run"]}
+    assert config["synthesize"] == {"image": image, "command": ["python3", "-m", "maxtext_synthesize"]}
+    assert (config["max_target_length"], config["hf_path"]) == (32, "local/markov-128")
+    gke = check(tmp_path, GKE_VARIABLES, runtime="gke", hf_path="t/x")
+    assert gke["max_target_length"] == 2048
+    assert set(gke) == set(config)
 
 
 def test_the_default_roots_are_the_data_directory_and_gcs(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The evaluation and synthesis stages: MaxText's command lines, the rendered gke JobSets, the gate on its JSON."""
+"""The evaluation and synthesis stages: MaxText's command lines, the same JobSet bytes on both runtimes, the gate."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from local.cluster.cluster_description import load_description
+from local.cluster.scheduler_filters import filter_node
 from local.workloads.maxtext_config import maxtext_keys
 from operators import manifests
 from operators.pipeline import (
@@ -20,7 +22,14 @@ from operators.pipeline import (
     stage_host,
     synthesize_args,
 )
-from operators.pipeline_params import DagRunIdentity, ParamError, validate_params
+from operators.pipeline_params import (
+    LOCAL_EVAL_COMMAND,
+    LOCAL_SYNTH_COMMAND,
+    DagRunIdentity,
+    ParamError,
+    validate_params,
+)
+from operators.spec import LOCAL_MAXTEXT_IMAGE
 from tests.operators.test_eval_results import maxtext_result
 
 RUN = DagRunIdentity(
@@ -135,17 +144,64 @@ def test_the_stage_host_is_single_host(tpu_type: str, topology: str, expected: t
     assert (host.topology, host.chips) == expected
 
 
-def test_the_local_runtime_runs_the_stand_ins_with_the_same_flags(tmp_path: Path) -> None:
+def stage_bytes(stage: str, config: dict[str, Any], step: int = 79) -> bytes:
+    """The stage's JobSet as the operator creates it (the same name and labels whichever the runtime)."""
+    operator = StageJobSetOperator(task_id=stage, stage=stage)
+    operator.configure(config, step)
+    name = manifests.jobset_name(
+        dag_id=RUN.dag_id, task_id=stage, run_id=RUN.run_id, map_index=-1, attempt=0, prefix=stage
+    )
+    labels = manifests.identity_labels(dag_id=RUN.dag_id, task_id=stage, run_id=RUN.run_id, map_index=-1)
+    body = manifests.plain_jobset(operator.build_job(), name=name, namespace="default", labels=labels, stage=stage)
+    return json.dumps(body, sort_keys=False).encode()
+
+
+@pytest.mark.parametrize("stage", ["evaluate", "synthesize"])
+def test_local_and_gke_render_the_same_stage_bytes(tmp_path: Path, stage: str) -> None:
+    """`runtime` chooses the cluster, not the JobSet: one run configuration, one stage JobSet on both runtimes."""
     config = local_config(tmp_path)
-    pod = rendered("evaluate", config)
+    rendered_by = {runtime: stage_bytes(stage, {**config, "runtime": runtime}) for runtime in ("gke", "local")}
+    assert rendered_by["local"] == rendered_by["gke"]
+    # And it is the GKE stage JobSet: MaxText's image and command, one single-host v5e 2x2 TPU host.
+    pod = json.loads(rendered_by["local"])["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     [container] = pod["containers"]
-    assert container["command"] == ["python", "-m", "local.workloads.maxtext_eval"]
-    assert [a.split("=")[0] for a in container["args"]] == [a.split("=")[0] for a in evaluate_args(gke_config(), 79)]
-    assert "resources" not in container and "nodeSelector" not in pod and "tolerations" not in pod
-    synth = rendered("synthesize", config)["containers"][0]
-    assert synth["command"] == ["python", "-m", "local.workloads.maxtext_synthesize"]
-    assert synth["args"] == synthesize_args(config, 79)
-    assert "max_target_length=32" in synth["args"] and "max_prefill_predict_length=16" in synth["args"]
+    assert container["image"] == LOCAL_MAXTEXT_IMAGE
+    assert container["command"] == list(LOCAL_EVAL_COMMAND if stage == "evaluate" else LOCAL_SYNTH_COMMAND)
+    assert container["resources"] == {"limits": {"google.com/tpu": "4"}}
+    assert "env" not in container and "terminationGracePeriodSeconds" not in pod
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "2x2",
+    }
+    assert pod["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # Only the single-host pool of the default local cluster takes it (the 4x4 pools are the slices').
+    fits = [
+        n["metadata"]["name"]
+        for n in load_description("v5e-small").nodes()
+        if filter_node({"spec": pod}, n, [], []) is None
+    ]
+    assert fits == ["gke-local-tpu-v5e-4-0"]
+
+
+def test_the_local_runtime_gives_maxtexts_flags_for_the_local_model(tmp_path: Path) -> None:
+    config = local_config(tmp_path)
+    items = f"{config['run_directory']}/checkpoints/79/items"
+    assert evaluate_args(config, 79) == [
+        "--runner=lm_eval",
+        f"--checkpoint_path={items}",
+        "--model_name=default",
+        "--hf_path=local/markov-128",
+        "--tasks=lambada_openai",
+        f"--base_output_directory={tmp_path}",
+        f"--run_name={config['run_name']}",
+        "--max_model_len=32",
+        "--tensor_parallel_size=4",
+    ]
+    args = synthesize_args(config, 79)
+    keys = dict(arg.split("=", 1) for arg in args[4:])
+    assert keys["max_target_length"] == "32" and keys["max_prefill_predict_length"] == "16"
+    assert (keys["tokenizer_type"], keys["tokenizer_path"]) == ("huggingface", "local/markov-128")
+    assert set(keys) <= set(maxtext_keys())
 
 
 def test_gke_without_a_tokenizer_is_refused_before_anything_runs() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from local.cluster.cluster_description import (
+    LABEL_NODEPOOL,
     SINGLE_NODE,
     TPU_TAINT,
     DescriptionError,
@@ -16,7 +17,7 @@ from local.cluster.cluster_description import (
     parse_description,
 )
 from local.cluster.quantity import QuantityError, parse_quantity
-from local.cluster.scheduler_filters import allocatable, pod_requests
+from local.cluster.scheduler_filters import allocatable, filter_node, pod_requests
 from operators.manifests import HEAD_NODE_POOL, elastic_jobset
 from operators.spec import ElasticRunSpec
 
@@ -34,11 +35,11 @@ def _pool(**overrides: Any) -> dict[str, Any]:
     return pool
 
 
-def test_default_description_is_four_v5e_16_slices_and_a_cpu_pool() -> None:
+def test_default_description_is_four_v5e_16_slices_a_single_host_pool_and_a_cpu_pool() -> None:
     description = load_description("v5e-small")
-    assert [p.name for p in description.pools] == [*(f"tpu-v5e-16-{i}" for i in range(4)), "cpu-np"]
+    assert [p.name for p in description.pools] == [*(f"tpu-v5e-16-{i}" for i in range(4)), "tpu-v5e-4", "cpu-np"]
     nodes = description.nodes()
-    assert len(nodes) == 4 * 4 + 2
+    assert len(nodes) == 4 * 4 + 1 + 2
     first = nodes[0]
     labels = first["metadata"]["labels"]
     assert first["metadata"]["name"] == "gke-local-tpu-v5e-16-0-0"
@@ -48,6 +49,15 @@ def test_default_description_is_four_v5e_16_slices_and_a_cpu_pool() -> None:
     assert labels["kubernetes.io/hostname"] == "gke-local-tpu-v5e-16-0-0"
     assert first["spec"]["taints"] == [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]
     assert first["status"]["allocatable"]["google.com/tpu"] == "4"
+    single_host = nodes[16]
+    labels = single_host["metadata"]["labels"]
+    assert single_host["metadata"]["name"] == "gke-local-tpu-v5e-4-0"
+    assert (labels["cloud.google.com/gke-tpu-accelerator"], labels["cloud.google.com/gke-tpu-topology"]) == (
+        "tpu-v5-lite-podslice",
+        "2x2",
+    )
+    assert single_host["spec"]["taints"] == [{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}]
+    assert single_host["status"]["allocatable"]["google.com/tpu"] == "4"
     cpu_node = nodes[-1]
     assert cpu_node["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == HEAD_NODE_POOL
     assert "taints" not in cpu_node["spec"]
@@ -75,6 +85,27 @@ def test_default_cpu_pool_fits_the_rendered_pathways_head() -> None:
     free = allocatable(cpu_np)
     assert free["cpu"] >= wanted["cpu"]
     assert free["memory"] >= wanted["memory"]
+
+
+def test_the_workers_of_a_v5e_16_run_never_fit_the_single_host_pool() -> None:
+    """The 2x2 pool is the stages' (one host): a 4x4 slice's worker pods select 4x4 and never land there."""
+    spec = ElasticRunSpec(
+        run_name="fit",
+        base_output_directory="gs://bucket/runs",
+        steps=100,
+        checkpoint_period=10,
+        num_slices=3,
+        runtime="local",
+    )
+    jobset = elastic_jobset(spec, name="fit", namespace="default", labels={})
+    worker = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "worker")
+    worker_pod = {"spec": worker["template"]["spec"]["template"]["spec"]}
+    fits = {
+        n["metadata"]["labels"][LABEL_NODEPOOL]
+        for n in load_description("v5e-small").nodes()
+        if filter_node(worker_pod, n, [], []) is None
+    }
+    assert fits == {f"tpu-v5e-16-{i}" for i in range(4)}
 
 
 def test_single_node_default_keeps_local_node() -> None:

@@ -18,6 +18,8 @@ from local.cluster.images import (
     find_image,
     repository_of,
 )
+from operators.pipeline_params import LOCAL_EVAL_COMMAND, LOCAL_SYNTH_COMMAND
+from operators.spec import LOCAL_MAXTEXT_IMAGE
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 
@@ -75,6 +77,19 @@ def test_maxtext_images_run_the_eval_and_synthesis_stand_ins_with_their_argument
     assert synth_image.local_argv(["python3", "-m", "maxtext_synthesize", *args], True) == [
         *["python", "-u", "-m", "local.workloads.maxtext_synthesize"],
         *args,
+    ]
+
+
+def test_the_local_pipelines_stage_commands_run_the_stand_ins() -> None:
+    """The local runtime's evaluation and synthesis: MaxText's commands in the local MaxText image."""
+    image = find_image(LOCAL_MAXTEXT_IMAGE)
+    assert image.local_argv([*LOCAL_EVAL_COMMAND, "--runner=lm_eval"], True) == [
+        *["python", "-u", "-m", "local.workloads.maxtext_eval"],
+        "--runner=lm_eval",
+    ]
+    assert image.local_argv([*LOCAL_SYNTH_COMMAND, "--num_samples=1"], True) == [
+        *["python", "-u", "-m", "local.workloads.maxtext_synthesize"],
+        "--num_samples=1",
     ]
 
 

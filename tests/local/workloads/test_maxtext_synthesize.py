@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from local.workloads.config import SynthesizeConfig, run_main
+from local.workloads.config import ConfigError, SynthesizeConfig, run_main
 from local.workloads.maxtext_synthesize import build_parser, main, to_config
 from local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
 
@@ -124,3 +124,12 @@ def test_both_programs_read_the_pipelines_command_line_alike(shipped: Any, tmp_p
     assert shipped.step_of(dict(k.split("=", 1) for k in line[4:])["load_parameters_path"]) == config.checkpoint_step
     flags = {tuple(a.option_strings) for a in shipped.build_parser()._actions}
     assert flags == {tuple(a.option_strings) for a in build_parser()._actions}
+
+
+def test_the_tokenizer_keys_are_taken_when_maxtext_knows_the_type() -> None:
+    """The pipeline passes the evaluation's tokenizer (`tokenizer_type=huggingface tokenizer_path=…`); the local
+    model has none, so the path is not loaded, but a tokenizer type MaxText does not know is refused."""
+    line = argv("/runs", Path("/out"), "tokenizer_type=huggingface", "tokenizer_path=local/markov-128")
+    assert to_config(line).checkpoint_step == 29
+    with pytest.raises(ConfigError, match="tokenizer_type: must be one of tiktoken, sentencepiece, huggingface"):
+        to_config(argv("/runs", Path("/out"), "tokenizer_type=bpe"))
