@@ -88,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--description",
         default="v5e-small",
         help="the node pools: a cluster description YAML file, or a built-in name: v5e-small (default: four "
-        "v5e-16 slices of 4 hosts and the CPU pool cpu-np) or single-node (one untainted node local-node)",
+        "v5e-16 slices of 4 hosts, the single-host v5e 2x2 pool tpu-v5e-4 and the CPU pool cpu-np) or "
+        "single-node (one untainted node local-node)",
     )
 
     fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")

@@ -92,7 +92,8 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
 
     started = time.monotonic()
     say(f"work directory: {workdir}")
-    # The default description: four v5e-16 node pools and cpu-np, where the GKE JobSet schedules as on GKE.
+    # The default description: four v5e-16 node pools, tpu-v5e-4 (the stages) and cpu-np, where the GKE
+    # JobSets schedule as on GKE.
     with LocalCluster(workdir=workdir / "cluster", description="v5e-small") as cluster:
         say(f"local cluster serving at {cluster.url}")
         conf = {

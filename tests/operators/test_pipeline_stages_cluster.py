@@ -1,6 +1,7 @@
 """The nightly pipeline's evaluation and synthesis stages on the local cluster, on a run trained beforehand:
-the stages' JobSets run the stand-ins with MaxText's command lines, the gate reads MaxText's result file and
-the dataset is published (real Airflow ``dag.test()``, deferrable operators, the cluster over HTTP)."""
+the stages' JobSets (the GKE ones: the MaxText image, MaxText's commands, one v5e 2x2 host) run the stand-ins,
+the gate reads MaxText's result file and the dataset is published (real Airflow ``dag.test()``, deferrable
+operators, the cluster over HTTP)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes import config as kube_config
 
 from local.cluster import LocalCluster
-from operators.pipeline_params import DagRunIdentity, validate_params
-from tests.support.airflow_dags import dag_from_source, states, xcom
+from operators.constants import LABEL_STAGE
+from operators.pipeline_params import LOCAL_EVAL_COMMAND, LOCAL_SYNTH_COMMAND, DagRunIdentity, validate_params
+from operators.spec import LOCAL_MAXTEXT_IMAGE
+from tests.support.airflow_dags import NAMESPACE, dag_from_source, states, xcom
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -100,3 +105,11 @@ def test_evaluation_gate_and_synthesis_run_on_the_local_cluster(
     assert dataset["samples"] == 6 and dataset["source_step"] == STEP
     assert dataset["path"] == f"{run}/synthetic/step_{STEP}"
     assert len(Path(dataset["samples_file"]).read_text().splitlines()) == 6
+    # The stages ran as their GKE JobSets: the MaxText image and MaxText's commands, on the single-host v5e pool.
+    core = client.CoreV1Api(kube_config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path)))
+    for stage, command in (("evaluate", LOCAL_EVAL_COMMAND), ("synthesize", LOCAL_SYNTH_COMMAND)):
+        [pod] = core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_STAGE}={stage}").items
+        [container] = pod.spec.containers
+        assert (container.image, container.command) == (LOCAL_MAXTEXT_IMAGE, list(command))
+        assert container.resources.limits == {"google.com/tpu": "4"}
+        assert (pod.spec.node_name, pod.status.phase) == ("gke-local-tpu-v5e-4-0", "Succeeded")

@@ -38,7 +38,8 @@ def cluster_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
     every call the operators make must be one the Role grants (least privilege proven, a missing verb
     is a 403). The cluster's own kubeconfig (admin) stays with the trainer pods and the tests' checks.
     """
-    # GKE-like node pools (four v5e-16 pools, cpu-np): the operators render the GKE JobSet, and it must schedule.
+    # GKE-like node pools (four v5e-16 pools, tpu-v5e-4 for the stages, cpu-np): the operators render the GKE
+    # JobSets, and they must schedule.
     with LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), description="v5e-small") as cluster:
         kubeconfig = write_operators_kubeconfig(cluster)
         previous = os.environ.get("AIRFLOW_CONN_KUBERNETES_DEFAULT")
