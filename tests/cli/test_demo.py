@@ -31,7 +31,7 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
         assert re.search(rf"{re.escape(phase)} +: [0-9.]+ s", out), phase
     assert "escalations: 0" in out
     assert "Validated checkpoint : step 59 at " in out
-    assert re.search(r"Evaluation metrics   : loss [0-9.]+, perplexity [0-9.]+", out)
+    assert re.search(r"Evaluation metrics   : lambada_openai loss [0-9.]+, perplexity [0-9.]+, accuracy [0-9.]+%", out)
     assert "Synthetic samples    : 8 in " in out
     assert "Result: OK: every stage succeeded; 1 in-process recovery" in out
     assert "stopping the local cluster and every pod it runs" in out

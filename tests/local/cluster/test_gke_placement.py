@@ -35,7 +35,8 @@ def _gke_jobset() -> dict[str, Any]:
         pod_spec = rjob["template"]["spec"]["template"]["spec"]
         for container in pod_spec["containers"]:
             if container.get("command"):  # the trainer: placement only here, so something that stays up
-                container["command"], container["args"] = ["sleep", "120"], []
+                # (the catalogue's MaxText image runs MaxText's entry points only: `sleep` needs the `local` image)
+                container["image"], container["command"], container["args"] = "local", ["sleep", "120"], []
     return jobset
 
 
