@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
+
 # Each test process (each xdist worker too: they inherit the controller's environment) gets its own home and
 # SQLite DB, set before anything imports Airflow; a user's AIRFLOW_HOME is never touched.
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="elastic-training-airflow-")
@@ -18,3 +20,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Shared fixtures: a GCS emulator the tests start themselves, and real Orbax checkpoints.
 pytest_plugins = ["tests.support.gcs_emulator", "tests.support.orbax_checkpoints", "tests.support.airflow_dags"]
+
+
+# pytest-xdist's `--dist loadfile` hands whole files to its processes in collection order. The browser journey
+# (a real Airflow stack running both shipped DAGs, about 10 minutes) goes first, so that it runs beside the rest
+# of the suite instead of alone at its end.
+LONGEST_FIRST = ("tests/plugin/test_browser_journey.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the longest files first (a stable sort: everything else keeps its order)."""
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
