@@ -96,6 +96,19 @@ def sleeping_jobset(name: str, slices: int, hosts: int = 1) -> dict[str, Any]:
     }
 
 
+def fresh_trigger(name: str, uid: str, budgets: dict[str, Any] = BUDGETS) -> JobSetTrigger:
+    """The trigger an operator defers with when it has just created JobSet `name` (`uid`): a fresh state."""
+    return JobSetTrigger(
+        name=name,
+        namespace="default",
+        uid=uid,
+        target_step=10,
+        budgets=budgets,
+        state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
+        poll_interval=0.5,
+    )
+
+
 async def first_event(trigger: JobSetTrigger) -> TriggerEvent:
     """The trigger's one event (a task of its own, so the test can act while it watches)."""
     return await anext(trigger.run())
@@ -137,15 +150,7 @@ async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connectio
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: running_worker(i)) for i in (0, 1)]
-        original = JobSetTrigger(
-            name=name,
-            namespace="default",
-            uid=uid,
-            target_step=10,
-            budgets=BUDGETS,
-            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
-            poll_interval=0.5,
-        )
+        original = fresh_trigger(name, uid)
         watching = asyncio.create_task(first_event(original))
         await asyncio.sleep(2)
         cluster_connection.faults.delete_pod("default", first[0].metadata.name)  # restart 1: within budget
@@ -200,15 +205,7 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
-        trigger = JobSetTrigger(
-            name=name,
-            namespace="default",
-            uid=uid,
-            target_step=10,
-            budgets=BUDGETS,
-            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
-            poll_interval=0.5,
-        )
+        trigger = fresh_trigger(name, uid)
         watching = asyncio.create_task(first_event(trigger))
         await asyncio.sleep(2)
         # All 4 pods of slice 0 at once, as a host event takes its slice: one call, no grace period.
@@ -266,15 +263,8 @@ async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
-        deferred = JobSetTrigger(  # the kwargs saved when the task deferred, before any restart
-            name=name,
-            namespace="default",
-            uid=uid,
-            target_step=10,
-            budgets=budgets,
-            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
-            poll_interval=0.5,
-        ).serialize()[1]
+        # the kwargs saved when the task deferred, before any restart
+        deferred = fresh_trigger(name, uid, budgets=budgets).serialize()[1]
         killed_at = time.time()
         for pod in first[0]:  # slice 0 lost while the first trigger ran (it died with the triggerer)
             cluster_connection.faults.delete_pod("default", pod.metadata.name)
@@ -327,15 +317,7 @@ async def test_an_evicted_slice_spends_no_budget(cluster_connection: LocalCluste
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
-        trigger = JobSetTrigger(
-            name=name,
-            namespace="default",
-            uid=uid,
-            target_step=10,
-            budgets=BUDGETS | {"max_slice_restarts": 0},
-            state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
-            poll_interval=0.5,
-        )
+        trigger = fresh_trigger(name, uid, budgets=BUDGETS | {"max_slice_restarts": 0})
         watching = asyncio.create_task(first_event(trigger))
         await asyncio.sleep(2)
         for pod in first[0]:
