@@ -36,6 +36,11 @@ JOBSET_VERSION: Final = "v1alpha2"
 RESOURCE_MANAGER_FLAG: Final = "--node_type=resource_manager"
 SIDECAR_POLL_SECONDS: Final = 0.5
 EXIT_BACKEND_LOST: Final = 1
+# The trainer's reads ride out a throttling or failing API server for about a minute (12 tries, backoff
+# 0.25 s doubling to 8 s, with jitter, honouring Retry-After), as the operator's own calls do: a burst of
+# 429/5xx while the head starts must not fail it, as it would not fail Pathways' resource-manager handshake.
+API_RETRY_STATUSES: Final = (429, 500, 502, 503, 504)
+API_RETRIES: Final = 12
 
 
 @dataclass(frozen=True)
@@ -91,9 +96,7 @@ class PathwaysSession:
         pod_name = os.environ.get("LOCAL_POD_NAME")
         if not kubeconfig or not namespace or not pod_name:
             return None
-        from kubernetes import config
-
-        return cls(config.new_client_from_config(config_file=kubeconfig), namespace, pod_name)
+        return cls(api_client_from_kubeconfig(kubeconfig), namespace, pod_name)
 
     @property
     def api_client(self) -> client.ApiClient:
@@ -151,6 +154,27 @@ class PathwaysSession:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+
+def api_client_from_kubeconfig(path: str) -> client.ApiClient:
+    """A client for `path` whose requests urllib3 retries on connection errors and 429/5xx answers."""
+    from kubernetes import client as k8s
+    from kubernetes import config
+    from urllib3.util.retry import Retry
+
+    configuration = k8s.Configuration()
+    config.load_kube_config(config_file=path, client_configuration=configuration)
+    configuration.retries = Retry(
+        total=API_RETRIES,
+        status=API_RETRIES,
+        status_forcelist=API_RETRY_STATUSES,
+        backoff_factor=0.25,
+        backoff_max=8.0,
+        backoff_jitter=0.25,
+        respect_retry_after_header=True,
+        raise_on_status=False,  # the last answer reaches the client, which raises its ApiException
+    )
+    return k8s.ApiClient(configuration)
 
 
 def exit_backend_lost(message: str) -> None:

@@ -207,9 +207,11 @@ class KubernetesSliceHealth:
         kubeconfig = os.environ.get("KUBECONFIG")
         if not jobset_name or not kubeconfig:
             return None
-        from kubernetes import client, config
+        from kubernetes import client
 
-        api_client = config.new_client_from_config(config_file=kubeconfig)
+        from local.workloads.pathways_session import api_client_from_kubeconfig
+
+        api_client = api_client_from_kubeconfig(kubeconfig)
         namespace = os.environ.get("POD_NAMESPACE", "default")
         return cls(client.CoreV1Api(api_client), namespace, jobset_name, num_slices)
 

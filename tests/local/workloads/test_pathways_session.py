@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from local.cluster import LocalCluster
-from local.workloads.pathways_session import Allocation, PathwaysSession
+from local.workloads.pathways_session import Allocation, PathwaysSession, api_client_from_kubeconfig
 from local.workloads.slices import Generation, KubernetesSliceHealth, lost_slices
 from operators.constants import (
     HEAD_REPLICATED_JOB,
@@ -82,6 +82,28 @@ def test_the_trainer_learns_slices_from_the_resource_manager_and_hosts_from_the_
 ) -> None:
     session = PathwaysSession(k8s.api_client, NAMESPACE, _head(k8s).metadata.name)
     assert session.allocation() == Allocation(running, NAMESPACE, num_slices=2, hosts_per_slice=4)
+
+
+def test_the_trainer_start_up_reads_ride_out_a_burst_of_api_errors(
+    running: str, k8s: K8s, cluster: LocalCluster
+) -> None:
+    """A burst of 500s while the head starts does not fail it: its client retries, as the operator's do."""
+    head = _head(k8s).metadata.name
+    plain = PathwaysSession(k8s.api_client, NAMESPACE, head)
+    cluster.faults.fail_requests(500, count=3)
+    try:
+        with pytest.raises(client.ApiException) as refused:
+            plain.allocation()  # without retries, the first 500 ends it
+        assert refused.value.status == 500
+    finally:
+        cluster.faults.clear()
+    retrying = PathwaysSession(api_client_from_kubeconfig(str(cluster.kubeconfig_path)), NAMESPACE, head)
+    cluster.faults.fail_requests(500, count=6)
+    try:
+        assert retrying.allocation() == Allocation(running, NAMESPACE, num_slices=2, hosts_per_slice=4)
+    finally:
+        cluster.faults.clear()
+        retrying.api_client.close()
 
 
 def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8s, cluster: LocalCluster) -> None:
