@@ -43,6 +43,19 @@ def _argv_item(value: Any) -> Any:
     return value
 
 
+_AIRFLOW_RESOURCES = frozenset({"cpus", "ram", "disk", "gpus"})
+
+
+def _refuse_kubernetes_resources(resources: Any) -> None:
+    """Kubernetes limits passed as Airflow's ``resources`` would fail deep in Airflow: say where they go."""
+    if isinstance(resources, Mapping) and not set(resources) <= _AIRFLOW_RESOURCES:
+        foreign = sorted(set(map(str, resources)) - _AIRFLOW_RESOURCES)
+        raise ValueError(
+            f"resources is Airflow's own (cpus, ram, disk, gpus), not the container's: got {', '.join(foreign)}; "
+            "pass the container's limits as container_resources={...}"
+        )
+
+
 class JobSetOperator(JobSetTaskOperator):
     """Run one container to completion as a JobSet.
 
@@ -53,7 +66,8 @@ class JobSetOperator(JobSetTaskOperator):
     :param runtime: ``"gke"`` or ``"local"``. :param namespace: Kubernetes namespace.
     :param stage: the stage label (``evaluate``, ``synthesize``, ...).
     :param backoff_limit: pod retries of the Job. :param active_deadline_seconds: Job deadline.
-    :param resources: container resource limits, e.g. ``{"cpu": "4", "memory": "16Gi"}``.
+    :param container_resources: the container's resource limits, e.g. ``{"cpu": "4", "memory": "16Gi"}`` or
+        ``{"google.com/tpu": "4"}``. (``resources`` stays Airflow's own: ``cpus``, ``ram``, ``disk``, ``gpus``.)
     :param service_account: the pod's service account.
     :param kubernetes_conn_id: the cncf-kubernetes connection.
     :param keep_jobset_on_kill: leave the JobSet when the task is killed.
@@ -79,7 +93,7 @@ class JobSetOperator(JobSetTaskOperator):
         stage: str = "job",
         backoff_limit: int = 0,
         active_deadline_seconds: int | None = None,
-        resources: Mapping[str, str] | None = None,
+        container_resources: Mapping[str, str] | None = None,
         service_account: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         keep_jobset_on_kill: bool = False,
@@ -87,6 +101,7 @@ class JobSetOperator(JobSetTaskOperator):
         poll_interval: float = 10.0,
         **kwargs: Any,
     ) -> None:
+        _refuse_kubernetes_resources(kwargs.get("resources"))
         super().__init__(**kwargs)
         if runtime not in ("gke", "local"):
             raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
@@ -103,7 +118,7 @@ class JobSetOperator(JobSetTaskOperator):
         self.stage = stage
         self.backoff_limit = backoff_limit
         self.active_deadline_seconds = active_deadline_seconds
-        self.resources = dict(resources) if resources else None
+        self.container_resources = dict(container_resources) if container_resources else None
         self.service_account = service_account
         self.kubernetes_conn_id = kubernetes_conn_id
         self.keep_jobset_on_kill = keep_jobset_on_kill
@@ -131,7 +146,7 @@ class JobSetOperator(JobSetTaskOperator):
             runtime=self.runtime,  # type: ignore[arg-type]
             backoff_limit=self.backoff_limit,
             active_deadline_seconds=self.active_deadline_seconds,
-            resources=self.resources,
+            resources=self.container_resources,
             service_account=self.service_account,
         )
         lint_job(job)

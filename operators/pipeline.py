@@ -328,7 +328,6 @@ class StageJobSetOperator(JobSetOperator):
             return job
         # JobSpec's `local` runtime is the `local` image's rendering (the command run as written, local-only env):
         # a stage's JobSet is the GKE one on both runtimes, so it renders as `gke`.
-        # Not through `self.resources`: BaseOperator owns that attribute (Airflow's cpus/ram/gpus Resources).
         staged = replace(
             job,
             runtime="gke",

@@ -61,3 +61,26 @@ def test_bad_runtime_is_refused() -> None:
 
     with pytest.raises(ValueError, match="runtime"):
         JobSetOperator(task_id="x", name="x", image="local", command=["true"], runtime="k8s")
+
+
+def test_container_limits_go_in_container_resources_and_render_on_the_container() -> None:
+    from operators import JobSetOperator
+
+    operator = JobSetOperator(
+        task_id="x",
+        name="x",
+        image="local",
+        command=["true"],
+        runtime="local",
+        container_resources={"google.com/tpu": "4", "memory": "16Gi"},
+    )
+    assert operator.build_job().resources == {"google.com/tpu": "4", "memory": "16Gi"}
+
+
+def test_kubernetes_limits_passed_as_airflow_resources_are_refused_with_the_right_name() -> None:
+    from operators import JobSetOperator
+
+    with pytest.raises(ValueError, match=r"got google.com/tpu; pass the container's limits as container_resources"):
+        JobSetOperator(task_id="x", name="x", image="local", command=["true"], resources={"google.com/tpu": "4"})
+    airflow_own = JobSetOperator(task_id="y", name="y", image="local", command=["true"], resources={"cpus": 2})
+    assert airflow_own.resources is not None and airflow_own.resources.cpus.qty == 2
