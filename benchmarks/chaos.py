@@ -79,6 +79,13 @@ STEP_SECONDS = 0.4
 # The harness notes a step when it polls the log (every 0.3 s, behind the API), the operator by the log line's
 # own timestamp: the harness's gap before a stall decision can come out up to about a second short.
 STALL_GAP_TOLERANCE_SECONDS = 2.0
+# A slice fault fires only on a slice whose every host has run, unchanged (the same pods, no container
+# restarted), for this long. The operator counts failures of one slice before it is whole again as one
+# restart (an episode, operators/slice_failures.py), and Kubernetes dates them in whole seconds: hitting a
+# slice still coming back, or back for under a second, would make two scheduled faults one restart, and the
+# schedule's expected escalations would not hold. (A SIGKILLed container is back within one 0.3 s poll, so
+# "running" alone would not show it went.)
+SLICE_WHOLE_SECONDS = 1.5
 # A run is not started with less than this left of the budget (a typical run takes two to four minutes).
 MIN_SECONDS_TO_START = 200.0
 
@@ -250,8 +257,10 @@ class RunWatch:
         files: RunFiles,
         kill_task: Callable[[], None],
         gcs_proxy: Any | None = None,
+        log_path: Path | None = None,
     ) -> None:
         self.cluster = cluster
+        self.log_path = log_path  # the task processes' log: an escalation logged there holds the faults
         self.plan = plan
         self.files = files
         self.kill_task = kill_task
@@ -266,6 +275,10 @@ class RunWatch:
         self.progress: dict[str, list[tuple[float, int]]] = {}  # JobSet → (time, newest completed step) changes
         self.head_pods: dict[str, str] = {}  # head pod uid → its JobSet
         self.killed_in_save_of: str | None = None  # the JobSet alive when the kill-in-save marker appeared
+        # (JobSet, slice index) → (its pods' uids and container restarts, seen whole and unchanged since)
+        self.whole_since: dict[tuple[str, str], tuple[frozenset[tuple[str, int]], float]] = {}
+        self.escalated: set[str] = set()  # JobSets the operator logged an escalation of
+        self._log_offset = 0
         self._marker_checked_at = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"watch-{plan.run_name}", daemon=True)
@@ -359,6 +372,8 @@ class RunWatch:
             if self.files.killed_in_save():
                 self.killed_in_save_of = alive[0]
         pods = self._objects("pods")
+        self._note_whole_slices(jobsets, pods, now)
+        self._note_escalations()
         head = self._head(jobsets, pods)
         if head is None:
             return
@@ -373,6 +388,61 @@ class RunWatch:
         if self.pending and step >= self.pending[0].step:
             self._fire(self.pending[0], step, name, head_pod, pods)
 
+    def _note_whole_slices(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]], now: float) -> None:
+        """Note since when each slice has had every host (the worker Job's ``completions``) running."""
+        from local.workloads.pathways_session import worker_shape
+        from operators.constants import (
+            LABEL_JOB_INDEX,
+            LABEL_JOBSET_NAME,
+            LABEL_REPLICATED_JOB_NAME,
+            WORKER_REPLICATED_JOB,
+        )
+
+        whole: dict[tuple[str, str], frozenset[tuple[str, int]]] = {}
+        for jobset in jobsets:
+            shape = worker_shape(jobset)
+            if jobset["metadata"].get("deletionTimestamp") or shape is None:
+                continue
+            name, (replicas, hosts) = jobset["metadata"]["name"], shape
+            running: dict[str, set[tuple[str, int]]] = {}
+            for pod in pods:
+                labels = pod["metadata"].get("labels") or {}
+                if (
+                    labels.get(LABEL_JOBSET_NAME) == name
+                    and labels.get(LABEL_REPLICATED_JOB_NAME) == WORKER_REPLICATED_JOB
+                    and not pod["metadata"].get("deletionTimestamp")
+                    and _running(pod)
+                ):
+                    restarts = sum(int(c.get("restartCount") or 0) for c in pod["status"]["containerStatuses"])
+                    running.setdefault(str(labels.get(LABEL_JOB_INDEX)), set()).add((pod["metadata"]["uid"], restarts))
+            for i in range(replicas):
+                members = frozenset(running.get(str(i), ()))
+                if len(members) >= hosts:
+                    whole[(name, str(i))] = members
+        for key in set(self.whole_since) - set(whole):
+            del self.whole_since[key]
+        for key, members in whole.items():
+            if key not in self.whole_since or self.whole_since[key][0] != members:
+                self.whole_since[key] = (members, now)
+
+    def _slice_ready(self, jobset: str, index: int, now: float) -> bool:
+        seen = self.whole_since.get((jobset, str(index)))
+        return seen is not None and now - seen[1] >= SLICE_WHOLE_SECONDS
+
+    def _note_escalations(self) -> None:
+        """Read the task log's new lines for ``JobSet X: escalate (...)``."""
+        if self.log_path is None or not self.log_path.exists():
+            return
+        with self.log_path.open("rb") as handle:
+            handle.seek(self._log_offset)
+            chunk = handle.read()
+        end = chunk.rfind(b"\n") + 1  # whole lines only; the rest is read next time
+        self._log_offset += end
+        for line in chunk[:end].decode(errors="replace").splitlines():
+            match = _ESCALATE_LINE.match(line)
+            if match:
+                self.escalated.add(match.group(2))
+
     def _fire(self, fault: Fault, step: int, jobset: str, head_pod: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         from operators.constants import (
             HEAD_MAIN_CONTAINER,
@@ -385,7 +455,11 @@ class RunWatch:
 
         faults = self.cluster.faults
         fired = Fired(fault, time.time(), step, jobset)
+        if fault.kind in (*SLICE_FAULTS, FREEZE_TRAINER) and jobset in self.escalated:
+            return  # the operator is replacing this JobSet: the fault waits for the next incarnation
         if fault.kind in SLICE_FAULTS:
+            if not all(self._slice_ready(jobset, index, fired.at) for index in fault.slices):
+                return  # a slice is not whole again yet: wait, so that each fault is one slice restart
             targets: list[str] = []
             for index in fault.slices:
                 for pod in pods:
@@ -523,7 +597,7 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
         flush=True,
     )
     started = time.time()
-    watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy)
+    watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy, log_path)
     with lock:
         start_task()
     watch.start()
