@@ -846,6 +846,23 @@ def restores_from_logs(watch: RunWatch) -> list[tuple[float, str, int]]:
     return sorted(found)
 
 
+_KILLED_IN_SAVE_LINE = "Fault injection (LOCAL_FAULT_KILL_DURING_SAVE_STEP): killing the process"
+
+
+def killed_in_save_from_logs(watch: RunWatch) -> set[str]:
+    """The JobSets whose trainer logged that it killed itself in a save (local/workloads/checkpointing.py)."""
+    from operators.constants import HEAD_MAIN_CONTAINER
+
+    logs = watch.cluster.logs
+    found: set[str] = set()
+    for uid, jobset in watch.head_pods.items():
+        directory = logs.root / uid / HEAD_MAIN_CONTAINER
+        for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
+            if _KILLED_IN_SAVE_LINE in path.read_text(errors="replace"):
+                found.add(jobset)
+    return found
+
+
 _ESCALATE_LINE = re.compile(r"^(\S+) \[\w+\s*\] JobSet (\S+): escalate \((\w+)\): (.*?)(?: \[airflow|$)")
 
 
@@ -875,9 +892,16 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     hits = [f for f in watch.fired if f.jobset == jobset]
     slice_restarts = sum(len(f.fault.slices) for f in hits if f.fault.kind in SLICE_FAULTS)
     froze = any(f.fault.kind == FREEZE_TRAINER for f in hits)
-    # The kill in a save explains the failure of the JobSet it happened in, not of any other.
+    # The kill in a save explains the failure of the JobSet it happened in, not of any other: the one whose
+    # trainer logged it; else the one alive when the harness saw the marker (a full restart can take 0.1 s,
+    # quicker than that look).
+    killed_in = killed_in_save_from_logs(watch) if plan.kill_during_save_step is not None else set()
     marker = plan.kill_during_save_step is not None and (
-        watch.killed_in_save_of == jobset if watch.killed_in_save_of is not None else watch.files.killed_in_save()
+        jobset in killed_in
+        if killed_in
+        else watch.killed_in_save_of == jobset
+        if watch.killed_in_save_of is not None
+        else watch.files.killed_in_save()
     )
     outages = [f.fault.seconds for f in hits if f.fault.kind == GCS_ERRORS and f.fault.seconds > 0]
     outage = f"GCS down for {outages[0]:.0f} s (past gcsfs's retries)" if outages else ""
