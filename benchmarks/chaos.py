@@ -853,10 +853,9 @@ def killed_in_save_from_logs(watch: RunWatch) -> set[str]:
     """The JobSets whose trainer logged that it killed itself in a save (local/workloads/checkpointing.py)."""
     from operators.constants import HEAD_MAIN_CONTAINER
 
-    logs = watch.cluster.logs
     found: set[str] = set()
     for uid, jobset in watch.head_pods.items():
-        directory = logs.root / uid / HEAD_MAIN_CONTAINER
+        directory = watch.cluster.logs.root / uid / HEAD_MAIN_CONTAINER
         for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
             if _KILLED_IN_SAVE_LINE in path.read_text(errors="replace"):
                 found.add(jobset)

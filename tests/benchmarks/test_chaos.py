@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -113,6 +114,19 @@ def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: 
     watch.killed_in_save_of = "js-r1"
     assert judge(killed, watch, {"jobset_name": "js-r1", "reason": "jobset_failed", "at": 1.0})["warranted"]
     assert not judge(killed, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
+    # The trainer's own log says which JobSet it was killed in, whatever the harness saw of the marker file
+    # (a whole full restart can take 0.1 s, quicker than its look).
+    logs = tmp_path / "logs"
+    (logs / "uid-head-0" / "jax-tpu").mkdir(parents=True)
+    (logs / "uid-head-0" / "jax-tpu" / "0.log").write_text(
+        "W1201 checkpointing.py:78] Fault injection (LOCAL_FAULT_KILL_DURING_SAVE_STEP): killing the process "
+        "before the commit marker of .../checkpoints/30\n"
+    )
+    watch = RunWatch(SimpleNamespace(logs=SimpleNamespace(root=logs)), killed, RunFiles(str(tmp_path)), lambda: None)
+    watch.head_pods = {"uid-head-0": "js-0", "uid-head-1": "js-r1"}
+    watch.killed_in_save_of = "js-r1"
+    assert judge(killed, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
+    assert not judge(killed, watch, {"jobset_name": "js-r1", "reason": "jobset_failed", "at": 1.0})["warranted"]
     burst = Schedule(1, 0, 60, 3, 2, 1, None, (Fault(20, GCS_ERRORS, count=5),), gcs=True)
     watch.fired = [Fired(burst.faults[0], at=0.0, at_step=20, jobset="js-0")]
     assert not judge(burst, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
