@@ -54,7 +54,10 @@ def test_deleting_a_namespace_stops_its_pods_gracefully_then_removes_it(k8s: K8s
     _create_namespace(k8s, ns)
     created = _namespace(k8s, ns)
     assert created is not None and created.status.phase == "Active" and created.spec.finalizers == ["kubernetes"]
-    script = f"trap 'until [ -e {gate} ]; do sleep 0.05; done; echo done > {handled}; exit 0' TERM; {LOOP}"
+    ready = tmp_path / "trap-set"  # a SIGTERM before the shell has set its trap would kill it outright
+    script = (
+        f"trap 'until [ -e {gate} ]; do sleep 0.05; done; echo done > {handled}; exit 0' TERM; touch {ready}; {LOOP}"
+    )
     k8s.core.create_namespaced_pod(
         ns, pod_manifest("worker", container("main", script), terminationGracePeriodSeconds=60)
     )
@@ -77,6 +80,7 @@ def test_deleting_a_namespace_stops_its_pods_gracefully_then_removes_it(k8s: K8s
         return pod_pids(pod) if statuses and statuses[0].state.running else None
 
     pids = wait_for(running)
+    wait_for(ready.exists)
 
     k8s.core.delete_namespace(ns)
     terminating = _namespace(k8s, ns)
