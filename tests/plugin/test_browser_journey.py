@@ -106,8 +106,11 @@ async def open_section(tools: DevTools, button: str) -> None:
 
 
 async def type_into(tools: DevTools, selector: str, text: str) -> None:
-    await tools.js(f"document.querySelector({json.dumps(selector)}).focus()")
+    """Type ``text`` into the field, replacing what it held, and wait until the field shows it."""
+    field = f"document.querySelector({json.dumps(selector)})"
+    await tools.js(f"{field}.focus(), {field}.select()")
     await tools.call("Input.insertText", text=text)
+    await tools.until(f"{field}.value === {json.dumps(text)}", timeout=30)
 
 
 async def shot(tools: DevTools, out: Path, name: str, seen: dict[str, Any]) -> None:
@@ -120,11 +123,19 @@ async def log_in(tools: DevTools, stack: Stack, dag_id: str, out: Path, seen: di
     await tools.until("!!document.querySelector('input[name=username]')", timeout=180)
     seen["login_url"] = await tools.js("location.pathname")
     await shot(tools, out, "01-login-page.png", seen)
-    await type_into(tools, "input[name=username]", "admin")
-    await type_into(tools, "input[name=password]", password(stack))
     submit = "document.querySelector('button[type=submit]')"
-    await tools.until(f"{submit} && !{submit}.disabled")
-    await click(tools, submit)
+    for attempt in range(1, 4):  # a page still hydrating can drop what was typed: a person types it again
+        await type_into(tools, "input[name=username]", "admin")
+        await type_into(tools, "input[name=password]", password(stack))
+        await tools.until(f"{submit} && !{submit}.disabled")
+        await click(tools, submit)
+        try:
+            await tools.until("!location.pathname.startsWith('/auth/login')", timeout=60)
+            seen["sign_ins"] = attempt
+            return
+        except TimeoutError:
+            await shot(tools, out, f"01-login-page-still-{attempt}.png", seen)
+    raise AssertionError("still on the login page after three sign-ins with the generated password")
 
 
 async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out: Path, seen: dict[str, Any]) -> str:
