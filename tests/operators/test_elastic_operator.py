@@ -80,7 +80,10 @@ def test_slice_killed_mid_run_recovers_in_process(
     assert report["in_process_recoveries"] == 1
     assert report["full_restarts"] == 0 and report["escalations"] == []
     [recovery] = report["recoveries"]
-    assert recovery["failed_step"] >= 25 and recovery["restored_step"] in (20, 30)
+    # Caught at or after the kill (a loaded machine may run a few more steps first), and resumed from the newest
+    # committed step: a multiple of the period, at most one period back.
+    failed, restored = recovery["failed_step"], recovery["restored_step"]
+    assert failed >= 25 and restored % 10 == 0 and failed - 10 <= restored <= failed
     assert 0 <= recovery["steps_lost"] <= 10
     for phase in ("detected_at", "slices_ready_at", "restored_at", "first_step_at"):
         assert recovery[phase] is not None
