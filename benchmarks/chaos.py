@@ -391,12 +391,6 @@ class RunWatch:
     def _note_whole_slices(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]], now: float) -> None:
         """Note since when each slice has had every host (the worker Job's ``completions``) running."""
         from local.workloads.pathways_session import worker_shape
-        from operators.constants import (
-            LABEL_JOB_INDEX,
-            LABEL_JOBSET_NAME,
-            LABEL_REPLICATED_JOB_NAME,
-            WORKER_REPLICATED_JOB,
-        )
 
         whole: dict[tuple[str, str], frozenset[tuple[str, int]]] = {}
         for jobset in jobsets:
@@ -404,19 +398,15 @@ class RunWatch:
             if jobset["metadata"].get("deletionTimestamp") or shape is None:
                 continue
             name, (replicas, hosts) = jobset["metadata"]["name"], shape
-            running: dict[str, set[tuple[str, int]]] = {}
-            for pod in pods:
-                labels = pod["metadata"].get("labels") or {}
-                if (
-                    labels.get(LABEL_JOBSET_NAME) == name
-                    and labels.get(LABEL_REPLICATED_JOB_NAME) == WORKER_REPLICATED_JOB
-                    and not pod["metadata"].get("deletionTimestamp")
-                    and _running(pod)
-                ):
-                    restarts = sum(int(c.get("restartCount") or 0) for c in pod["status"]["containerStatuses"])
-                    running.setdefault(str(labels.get(LABEL_JOB_INDEX)), set()).add((pod["metadata"]["uid"], restarts))
+            workers = _running_workers(pods, name)
             for i in range(replicas):
-                members = frozenset(running.get(str(i), ()))
+                members = frozenset(
+                    (
+                        pod["metadata"]["uid"],
+                        sum(int(c.get("restartCount") or 0) for c in pod["status"]["containerStatuses"]),
+                    )
+                    for pod in workers.get(str(i), [])
+                )
                 if len(members) >= hosts:
                     whole[(name, str(i))] = members
         for key in set(self.whole_since) - set(whole):
@@ -444,14 +434,7 @@ class RunWatch:
                 self.escalated.add(match.group(2))
 
     def _fire(self, fault: Fault, step: int, jobset: str, head_pod: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        from operators.constants import (
-            HEAD_MAIN_CONTAINER,
-            LABEL_JOB_INDEX,
-            LABEL_JOBSET_NAME,
-            LABEL_REPLICATED_JOB_NAME,
-            WORKER_CONTAINER,
-            WORKER_REPLICATED_JOB,
-        )
+        from operators.constants import HEAD_MAIN_CONTAINER, WORKER_CONTAINER
 
         faults = self.cluster.faults
         fired = Fired(fault, time.time(), step, jobset)
@@ -460,19 +443,8 @@ class RunWatch:
         if fault.kind in SLICE_FAULTS:
             if not all(self._slice_ready(jobset, index, fired.at) for index in fault.slices):
                 return  # a slice is not whole again yet: wait, so that each fault is one slice restart
-            targets: list[str] = []
-            for index in fault.slices:
-                for pod in pods:
-                    labels = pod["metadata"].get("labels") or {}
-                    if (
-                        labels.get(LABEL_JOBSET_NAME) == jobset
-                        and labels.get(LABEL_REPLICATED_JOB_NAME) == WORKER_REPLICATED_JOB
-                        and labels.get(LABEL_JOB_INDEX) == str(index)
-                        and not pod["metadata"].get("deletionTimestamp")
-                        and _running(pod)
-                    ):
-                        targets.append(pod["metadata"]["name"])
-                        break
+            workers = _running_workers(pods, jobset)
+            targets = [workers[str(index)][0]["metadata"]["name"] for index in fault.slices if workers.get(str(index))]
             if len(targets) < len(fault.slices):
                 return  # a slice is still being replaced: wait for it to come back, then hit it
             for target in targets:
@@ -499,6 +471,23 @@ class RunWatch:
                 self.gcs_proxy.fail_for(fault.seconds)
         self.pending.pop(0)
         self.fired.append(fired)
+
+
+def _running_workers(pods: list[dict[str, Any]], jobset: str) -> dict[str, list[dict[str, Any]]]:
+    """The JobSet's worker pods that are running and not being deleted, by slice (``job-index``)."""
+    from operators.constants import LABEL_JOB_INDEX, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, WORKER_REPLICATED_JOB
+
+    by_slice: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if (
+            labels.get(LABEL_JOBSET_NAME) == jobset
+            and labels.get(LABEL_REPLICATED_JOB_NAME) == WORKER_REPLICATED_JOB
+            and not pod["metadata"].get("deletionTimestamp")
+            and _running(pod)
+        ):
+            by_slice.setdefault(str(labels.get(LABEL_JOB_INDEX)), []).append(pod)
+    return by_slice
 
 
 def _running(pod: dict[str, Any]) -> bool:
@@ -846,18 +835,17 @@ def restores_from_logs(watch: RunWatch) -> list[tuple[float, str, int]]:
     return sorted(found)
 
 
-_KILLED_IN_SAVE_LINE = "Fault injection (LOCAL_FAULT_KILL_DURING_SAVE_STEP): killing the process"
-
-
 def killed_in_save_from_logs(watch: RunWatch) -> set[str]:
     """The JobSets whose trainer logged that it killed itself in a save (local/workloads/checkpointing.py)."""
+    from local.workloads.checkpointing import KILL_DURING_SAVE_ENV
     from operators.constants import HEAD_MAIN_CONTAINER
 
+    line = f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process"
     found: set[str] = set()
     for uid, jobset in watch.head_pods.items():
         directory = watch.cluster.logs.root / uid / HEAD_MAIN_CONTAINER
         for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
-            if _KILLED_IN_SAVE_LINE in path.read_text(errors="replace"):
+            if line in path.read_text(errors="replace"):
                 found.add(jobset)
     return found
 
@@ -891,17 +879,7 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     hits = [f for f in watch.fired if f.jobset == jobset]
     slice_restarts = sum(len(f.fault.slices) for f in hits if f.fault.kind in SLICE_FAULTS)
     froze = any(f.fault.kind == FREEZE_TRAINER for f in hits)
-    # The kill in a save explains the failure of the JobSet it happened in, not of any other: the one whose
-    # trainer logged it; else the one alive when the harness saw the marker (a full restart can take 0.1 s,
-    # quicker than that look).
-    killed_in = killed_in_save_from_logs(watch) if plan.kill_during_save_step is not None else set()
-    marker = plan.kill_during_save_step is not None and (
-        jobset in killed_in
-        if killed_in
-        else watch.killed_in_save_of == jobset
-        if watch.killed_in_save_of is not None
-        else watch.files.killed_in_save()
-    )
+    marker = _killed_in_save(plan, watch, str(jobset))
     outages = [f.fault.seconds for f in hits if f.fault.kind == GCS_ERRORS and f.fault.seconds > 0]
     outage = f"GCS down for {outages[0]:.0f} s (past gcsfs's retries)" if outages else ""
     gap = _longest_gap(watch.progress.get(str(jobset), []), float(escalation.get("at") or time.time()))
@@ -934,6 +912,19 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
         "quarantined": escalation.get("quarantined") or [],
         "message": escalation.get("message"),
     }
+
+
+def _killed_in_save(plan: Schedule, watch: RunWatch, jobset: str) -> bool:
+    """Whether the kill in a save happened in ``jobset``: the JobSet whose trainer logged it; else the one alive
+    when the harness saw the marker (a whole full restart can take 0.1 s, quicker than that look)."""
+    if plan.kill_during_save_step is None:
+        return False
+    logged = killed_in_save_from_logs(watch)
+    if logged:
+        return jobset in logged
+    if watch.killed_in_save_of is not None:
+        return watch.killed_in_save_of == jobset
+    return watch.files.killed_in_save()
 
 
 def _longest_gap(history: Sequence[tuple[float, int]], until: float) -> float:
