@@ -12,6 +12,7 @@ ARG FAB_PROVIDER_VERSION=3.10.2
 ARG POSTGRES_PROVIDER_VERSION=7.1.1
 WORKDIR /opt/elastic-training
 COPY --chown=airflow:root pyproject.toml README.md requirements.lock ./
+COPY --chown=airflow:root elastic_training ./elastic_training
 COPY --chown=airflow:root operators ./operators
 COPY --chown=airflow:root plugin ./plugin
 COPY --chown=airflow:root cli ./cli

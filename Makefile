@@ -34,14 +34,14 @@ test-fast: setup
 test-slow: setup
 	$(PYTEST) -m slow
 
-SOURCES := $(wildcard operators plugin local cli dags tests benchmarks)
+SOURCES := $(wildcard elastic_training/*.py operators plugin local cli dags tests benchmarks)
 
 lint: setup
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/ruff format --check $(SOURCES)
 
 typecheck: setup
-	$(BIN)/mypy operators plugin local cli $(wildcard dags/*.py)
+	$(BIN)/mypy elastic_training $(wildcard dags/*.py)
 
 demo: setup
 	$(BIN)/elastic-training demo

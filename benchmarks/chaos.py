@@ -96,7 +96,7 @@ MIN_SECONDS_TO_START = 200.0
 DAG_TEMPLATE = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from operators import ElasticJobSetOperator
+from elastic_training.operators import ElasticJobSetOperator
 
 with DAG({dag_id!r}, schedule=None) as dag:
     ElasticJobSetOperator(
@@ -293,8 +293,8 @@ class RunWatch:
     # -- reading -----------------------------------------------------------------------------
 
     def _objects(self, plural: str) -> list[dict[str, Any]]:
-        from local.cluster.resources import JOBSETS, PODS
-        from operators.constants import LABEL_RUN_NAME
+        from elastic_training.local.cluster.resources import JOBSETS, PODS
+        from elastic_training.operators.constants import LABEL_RUN_NAME
 
         rtype = JOBSETS if plural == "jobsets" else PODS
         run_name = self.plan.run_name
@@ -308,7 +308,11 @@ class RunWatch:
 
     def _head(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
         """The live JobSet's running head pod."""
-        from operators.constants import HEAD_REPLICATED_JOB, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME
+        from elastic_training.operators.constants import (
+            HEAD_REPLICATED_JOB,
+            LABEL_JOBSET_NAME,
+            LABEL_REPLICATED_JOB_NAME,
+        )
 
         alive = [js for js in jobsets if not js["metadata"].get("deletionTimestamp")]
         if len(alive) != 1:
@@ -326,7 +330,7 @@ class RunWatch:
         return None
 
     def _latest_step(self, pod: dict[str, Any]) -> int | None:
-        from operators.constants import COMPLETED_STEP_RE, HEAD_MAIN_CONTAINER
+        from elastic_training.operators.constants import COMPLETED_STEP_RE, HEAD_MAIN_CONTAINER
 
         logs = self.cluster.logs
         uid = pod["metadata"]["uid"]
@@ -390,7 +394,7 @@ class RunWatch:
 
     def _note_whole_slices(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]], now: float) -> None:
         """Note since when each slice has had every host (the worker Job's ``completions``) running."""
-        from local.workloads.pathways_session import worker_shape
+        from elastic_training.local.workloads.pathways_session import worker_shape
 
         whole: dict[tuple[str, str], frozenset[tuple[str, int]]] = {}
         for jobset in jobsets:
@@ -434,7 +438,7 @@ class RunWatch:
                 self.escalated.add(match.group(2))
 
     def _fire(self, fault: Fault, step: int, jobset: str, head_pod: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        from operators.constants import HEAD_MAIN_CONTAINER, WORKER_CONTAINER
+        from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, WORKER_CONTAINER
 
         faults = self.cluster.faults
         fired = Fired(fault, time.time(), step, jobset)
@@ -475,7 +479,12 @@ class RunWatch:
 
 def _running_workers(pods: list[dict[str, Any]], jobset: str) -> dict[str, list[dict[str, Any]]]:
     """The JobSet's worker pods that are running and not being deleted, by slice (``job-index``)."""
-    from operators.constants import LABEL_JOB_INDEX, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, WORKER_REPLICATED_JOB
+    from elastic_training.operators.constants import (
+        LABEL_JOB_INDEX,
+        LABEL_JOBSET_NAME,
+        LABEL_REPLICATED_JOB_NAME,
+        WORKER_REPLICATED_JOB,
+    )
 
     by_slice: dict[str, list[dict[str, Any]]] = {}
     for pod in pods:
@@ -655,7 +664,7 @@ def cleanup(cluster: Any, plan: Schedule) -> None:
     """Delete what is left of the run and wait until its pods are gone (the next run gets the CPU)."""
     from kubernetes import client, config
 
-    from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
+    from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
 
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
@@ -699,7 +708,7 @@ def evaluate(
     log_path: Path | None = None,
 ) -> dict[str, Any]:
     """The record of one run: outcome, invariants, escalations judged against the faults that fired."""
-    from operators.checkpoints import ValidationOptions, validate_checkpoints
+    from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
 
     xcom = (result or {}).get("xcom") or {}
     report = xcom.get("return_value") or xcom.get("report") or {}
@@ -820,7 +829,7 @@ def is_false_failure(
 
 def restores_from_logs(watch: RunWatch) -> list[tuple[float, str, int]]:
     """Every restore the trainers logged: (time, JobSet, step), from each head pod's log files."""
-    from operators.constants import HEAD_MAIN_CONTAINER, RESTORING_STEP_RE
+    from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, RESTORING_STEP_RE
 
     logs = watch.cluster.logs
     found: list[tuple[float, str, int]] = []
@@ -837,8 +846,8 @@ def restores_from_logs(watch: RunWatch) -> list[tuple[float, str, int]]:
 
 def killed_in_save_from_logs(watch: RunWatch) -> set[str]:
     """The JobSets whose trainer logged that it killed itself in a save (local/workloads/checkpointing.py)."""
-    from local.workloads.checkpointing import KILL_DURING_SAVE_ENV
-    from operators.constants import HEAD_MAIN_CONTAINER
+    from elastic_training.local.workloads.checkpointing import KILL_DURING_SAVE_ENV
+    from elastic_training.operators.constants import HEAD_MAIN_CONTAINER
 
     line = f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process"
     found: set[str] = set()
@@ -948,7 +957,7 @@ def run_lane(
     With ``gcs`` each run also gets a GCS emulator and a proxy in front of it that answers 503 when a fault
     says so: the trainers and the operator reach the emulator through the proxy, the harness directly.
     """
-    from local.cluster import LocalCluster
+    from elastic_training.local.cluster import LocalCluster
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "dags").mkdir(exist_ok=True)

@@ -91,7 +91,7 @@ def run_case(
     upload: Callable[[Path, str], object] | None = None,
     workers: int = 16,
 ) -> dict[str, Any]:
-    from operators.checkpoints import ValidationOptions, validate_checkpoints
+    from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
 
     options = ValidationOptions(max_workers=workers)
 

@@ -104,7 +104,7 @@ def run(seconds: float, requests: int) -> list[tuple[str, int, float]]:
             [
                 sys.executable,
                 "-m",
-                "cli.main",
+                "elastic_training.cli.main",
                 "cluster",
                 "up",
                 "--api-only",

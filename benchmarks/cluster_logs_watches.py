@@ -38,10 +38,10 @@ from typing import Any
 
 from kubernetes import client, config
 
-from local.cluster.kubeconfig import read_endpoint
+from elastic_training.local.cluster.kubeconfig import read_endpoint
 
 NS = "default"
-CLUSTER_UP = [sys.executable, "-m", "cli.main", "cluster", "up", "--api-only"]
+CLUSTER_UP = [sys.executable, "-m", "elastic_training.cli.main", "cluster", "up", "--api-only"]
 LINE_TEXT = "step 000000 loss 2.345678 tokens/s 123456.7 " + "x" * 30  # about 100 bytes with the CRI prefix
 
 

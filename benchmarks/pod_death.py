@@ -38,7 +38,7 @@ NS = "default"
 _CLUSTER_SCRIPT = """
 import sys
 from pathlib import Path
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 with LocalCluster(workdir=Path(sys.argv[1])) as cluster:
     print(cluster.kubeconfig_path, flush=True)
     sys.stdin.read()

@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
@@ -61,7 +61,7 @@ FIRST_LOGICAL_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 DAG_TEMPLATE = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from operators import ElasticJobSetOperator
+from elastic_training.operators import ElasticJobSetOperator
 
 with DAG({dag_id!r}, schedule=None) as dag:
     ElasticJobSetOperator(
@@ -302,7 +302,7 @@ def _delete_jobsets(cluster: Any, names: Sequence[str]) -> None:
 
 def run_benchmark(options: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
     """Every repetition of both modes on one cluster and one Airflow database."""
-    from local.cluster import LocalCluster
+    from elastic_training.local.cluster import LocalCluster
 
     (root / "dags").mkdir(parents=True, exist_ok=True)
     (root / "runs").mkdir(exist_ok=True)

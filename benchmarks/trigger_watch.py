@@ -80,8 +80,8 @@ import json, sys, time
 from collections import Counter
 from pathlib import Path
 from aiohttp import web
-from local.cluster import LocalCluster
-from local.cluster import server
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster import server
 
 counts = Counter()
 
@@ -132,10 +132,10 @@ def _polling_trigger_class() -> type[Any]:
     from airflow.triggers.base import BaseTrigger, TriggerEvent
     from kubernetes_asyncio import client as async_k8s
 
-    from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-    from operators.hooks import AsyncJobSetHook
-    from operators.observations import MonitorState
-    from operators.policy import Action, Budgets, decide
+    from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+    from elastic_training.operators.hooks import AsyncJobSetHook
+    from elastic_training.operators.observations import MonitorState
+    from elastic_training.operators.policy import Action, Budgets, decide
 
     class PollingJobSetTrigger(BaseTrigger):
         """Every ``poll_interval`` s: get the JobSet and list its Jobs (the ``KubernetesJobTrigger`` loop)."""
@@ -235,8 +235,8 @@ async def _watch_monitor(
 
 def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
     """Run one trigger per JobSet on one loop; JSON lines out (ready, events, usage), commands in."""
-    from operators.observations import MonitorState
-    from operators.triggers import JobSetTrigger, _Monitor
+    from elastic_training.operators.observations import MonitorState
+    from elastic_training.operators.triggers import JobSetTrigger, _Monitor
 
     lock = threading.Lock()
 

@@ -2,7 +2,8 @@
 
     .venv/bin/python -m benchmarks.workloads [--kills 3] [--steps 200]
 
-1. Step time: `python -m local.workloads.train` at the default (demo) size on 1 and 2 slices (1 CPU device
+1. Step time: `python -m elastic_training.local.workloads.train` at the default (demo) size on 1 and 2 slices (1 CPU
+device
    each); the first step (compilation) is reported apart from the median of the others.
 2. Kill to next step: on the local cluster, a Pathways-shaped JobSet (trainer head + 2 worker slices,
    pause-resume); a worker pod is force-deleted mid-run and the phases come from the trainer's recovery
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operators.constants import COMPLETED_STEP_RE
+from elastic_training.operators.constants import COMPLETED_STEP_RE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def step_times(slices: int, steps: int, workdir: Path) -> dict[str, float]:
     args = [f"base_output_directory={workdir}", f"run_name=steps-{slices}", f"steps={steps}", f"num_slices={slices}"]
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "local.workloads.train", *args],
+        [sys.executable, "-m", "elastic_training.local.workloads.train", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -55,8 +56,8 @@ def step_times(slices: int, steps: int, workdir: Path) -> dict[str, float]:
 
 def kill_to_next_step(runs: int, workdir: Path) -> list[dict[str, Any]]:
     """Recovery records of `runs` slice kills on the local cluster, each with the kill time added."""
-    from local.cluster import LocalCluster
-    from local.workloads.drill import DrillPlan, SliceKillDrill
+    from elastic_training.local.cluster import LocalCluster
+    from elastic_training.local.workloads.drill import DrillPlan, SliceKillDrill
 
     results = []
     with LocalCluster(workdir=workdir / "cluster") as cluster, SliceKillDrill(cluster) as drill:

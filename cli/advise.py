@@ -81,7 +81,7 @@ def _read(path: str, stdin: TextIO) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, *, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     """Print the advice; 2 with a message on stderr when there is none to give."""
-    from operators.advice import AdviceError, advise, inputs_from_report
+    from elastic_training.operators.advice import AdviceError, advise, inputs_from_report
 
     out = out or sys.stdout
     try:

@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from cli.supervisor import Child, Supervisor
+from elastic_training.cli.supervisor import Child, Supervisor
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -199,11 +199,11 @@ class _Stack:
         self.say("starting the local Kubernetes cluster")
         with contextlib.suppress(FileNotFoundError):
             self.kubeconfig.unlink()  # a stale one from an earlier run points at a dead port
-        argv = [sys.executable, "-m", "cli", "cluster", "up", "--kubeconfig", str(self.kubeconfig)]
+        argv = [sys.executable, "-m", "elastic_training.cli", "cluster", "up", "--kubeconfig", str(self.kubeconfig)]
         argv += ["--workdir", str(self.home / "cluster")]
         self.supervisor.start("cluster", argv, os.environ, cwd=Path(__file__).resolve().parents[1])
         self._wait(deadline, "the local cluster", self._cluster_answers)
-        from local.cluster.kubeconfig import read_endpoint
+        from elastic_training.local.cluster.kubeconfig import read_endpoint
 
         self.say(f"local cluster up at {read_endpoint(self.kubeconfig).url}; kubeconfig {self.kubeconfig}")
 
@@ -266,7 +266,7 @@ class _Stack:
         return None
 
     def _cluster_answers(self) -> bool:
-        from local.cluster.kubeconfig import read_endpoint
+        from elastic_training.local.cluster.kubeconfig import read_endpoint
 
         try:
             endpoint = read_endpoint(self.kubeconfig)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from local.cluster.kubeconfig import Endpoint
+    from elastic_training.local.cluster.kubeconfig import Endpoint
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -148,8 +148,8 @@ def _up(args: argparse.Namespace) -> int:
     import tempfile
     import threading
 
-    from local.cluster import ClusterStartError, LocalCluster
-    from local.cluster.cluster_description import DescriptionError, load_description
+    from elastic_training.local.cluster import ClusterStartError, LocalCluster
+    from elastic_training.local.cluster.cluster_description import DescriptionError, load_description
 
     try:
         description = load_description(args.description)
@@ -186,7 +186,7 @@ def _up(args: argparse.Namespace) -> int:
 def _fault(args: argparse.Namespace) -> int:
     import yaml
 
-    from local.cluster.kubeconfig import read_endpoint
+    from elastic_training.local.cluster.kubeconfig import read_endpoint
 
     try:
         endpoint = read_endpoint(args.kubeconfig)
@@ -215,7 +215,7 @@ def _error(message: str) -> int:
 
 
 def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
-    from local.cluster.faults import FAULTS_PATH
+    from elastic_training.local.cluster.faults import FAULTS_PATH
 
     def present(**values: Any) -> dict[str, Any]:
         return {key: value for key, value in values.items() if value is not None}

@@ -88,7 +88,7 @@ def say(message: str) -> None:
 
 
 def _run(args: argparse.Namespace, workdir: Path) -> int:
-    from local.cluster import LocalCluster
+    from elastic_training.local.cluster import LocalCluster
 
     started = time.monotonic()
     say(f"work directory: {workdir}")
@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
             "failure_slice": args.slices - 1,
         }
         env = airflow_environment(workdir, cluster.kubeconfig_path)
-        command = [sys.executable, "-m", "cli.demo_pipeline", "--conf", json.dumps(conf)]
+        command = [sys.executable, "-m", "elastic_training.cli.demo_pipeline", "--conf", json.dumps(conf)]
         command += ["--kubeconfig", str(cluster.kubeconfig_path), "--log", str(workdir / "airflow.log")]
         child = subprocess.Popen(command, env=env, cwd=REPOSITORY, start_new_session=True)
         try:

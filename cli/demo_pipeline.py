@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from operators.pipeline_report import recovery_summary, stage_lines
+from elastic_training.operators.pipeline_report import recovery_summary, stage_lines
 
 DAG_ID = "elastic_training_nightly"
 STAGES = (
@@ -103,8 +103,13 @@ class Progress(threading.Thread):
     def _training(self) -> None:
         from kubernetes import client, config
 
-        from operators.constants import COMPLETED_STEP_RE, HEAD_MAIN_CONTAINER, LABEL_REPLICATED_JOB_NAME, LABEL_STAGE
-        from operators.slice_drill import parse_result
+        from elastic_training.operators.constants import (
+            COMPLETED_STEP_RE,
+            HEAD_MAIN_CONTAINER,
+            LABEL_REPLICATED_JOB_NAME,
+            LABEL_STAGE,
+        )
+        from elastic_training.operators.slice_drill import parse_result
 
         api = config.new_client_from_config(config_file=self.kubeconfig)
         try:
@@ -146,7 +151,7 @@ _STATE_WORDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cli.demo_pipeline")
+    parser = argparse.ArgumentParser(prog="python -m elastic_training.cli.demo_pipeline")
     parser.add_argument("--conf", required=True, help="the run's trigger-form values (JSON)")
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--log", required=True, help="where Airflow's own output goes")

@@ -14,14 +14,14 @@ from typing import NoReturn
 
 # verb -> module exposing `add_arguments(parser)` and `run(args) -> int`
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "cluster": ("cli.cluster", "run and control the one-machine Kubernetes stand-in"),
-    "validate": ("cli.validate", "validate Orbax checkpoints on local disk or gs://"),
-    "demo": ("cli.demo", "train on the local cluster, kill a slice, print the recovery report"),
+    "cluster": ("elastic_training.cli.cluster", "run and control the one-machine Kubernetes stand-in"),
+    "validate": ("elastic_training.cli.validate", "validate Orbax checkpoints on local disk or gs://"),
+    "demo": ("elastic_training.cli.demo", "train on the local cluster, kill a slice, print the recovery report"),
     "airflow": (
-        "cli.airflow",
+        "elastic_training.cli.airflow",
         "Airflow's UI, scheduler, dag-processor and triggerer on 127.0.0.1 with the local cluster",
     ),
-    "advise": ("cli.advise", "the checkpoint period that fits a run report's own failure rate"),
+    "advise": ("elastic_training.cli.advise", "the checkpoint period that fits a run report's own failure rate"),
 }
 
 

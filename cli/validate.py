@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from operators.checkpoints import CheckpointReport
+    from elastic_training.operators.checkpoints import CheckpointReport
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
 
@@ -77,8 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate and print; return the exit status."""
-    from operators.checkpoints import DeepOptions, StorageError, ValidationOptions, validate_checkpoints
-    from operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
+    from elastic_training.operators.checkpoints import (
+        DeepOptions,
+        StorageError,
+        ValidationOptions,
+        validate_checkpoints,
+    )
+    from elastic_training.operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
 
     path: str = args.path
     if is_gcs(path):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from operators.pipeline import (
+from elastic_training.operators.pipeline import (
     CONFIG_TASK,
     PRETRAIN_TASK,
     PretrainOperator,
@@ -20,7 +20,7 @@ from operators.pipeline import (
     drill_report,
     resolve_params,
 )
-from operators.pipeline_params import (
+from elastic_training.operators.pipeline_params import (
     SECTION_BUDGETS,
     SECTION_DRILL,
     SECTION_MODEL,

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from operators import CheckpointValidationOperator
-from operators.pipeline import (
+from elastic_training.operators import CheckpointValidationOperator
+from elastic_training.operators.pipeline import (
     CONFIG_TASK,
     PRETRAIN_TASK,
     PretrainOperator,
@@ -25,7 +25,7 @@ from operators.pipeline import (
     resolve_params,
     synthetic_alias,
 )
-from operators.pipeline_params import pipeline_params
+from elastic_training.operators.pipeline_params import pipeline_params
 
 DAG_ID = "elastic_training_nightly"
 CONFIG = f"ti.xcom_pull(task_ids='{CONFIG_TASK}')"

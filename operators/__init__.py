@@ -10,10 +10,10 @@ import importlib
 from typing import Any
 
 _PUBLIC = {
-    "CheckpointValidationOperator": "operators.checkpoint_operator",
-    "ElasticJobSetOperator": "operators.elastic_operator",
-    "JobSetOperator": "operators.jobset_operator",
-    "JobSetTrigger": "operators.triggers",
+    "CheckpointValidationOperator": "elastic_training.operators.checkpoint_operator",
+    "ElasticJobSetOperator": "elastic_training.operators.elastic_operator",
+    "JobSetOperator": "elastic_training.operators.jobset_operator",
+    "JobSetTrigger": "elastic_training.operators.triggers",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from operators.checkpoints import (
+from elastic_training.operators.checkpoints import (
     CheckpointReport,
     DeepOptions,
     StepVerdict,
     ValidationOptions,
     validate_checkpoints,
 )
-from operators.checkpoints.answers import Answer, answer
-from operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
+from elastic_training.operators.checkpoints.answers import Answer, answer
+from elastic_training.operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

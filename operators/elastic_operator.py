@@ -26,28 +26,33 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from operators import manifests
-from operators.backoff import Backoff
-from operators.checkpoints import CheckpointReport, ValidationOptions, quarantine_step, validate_checkpoints
-from operators.checkpoints.answers import Answer, answer, unknown_reason
-from operators.checkpoints.storage import StorageError
-from operators.checkpoints.timing import mean_save_seconds
-from operators.constants import (
+from elastic_training.operators import manifests
+from elastic_training.operators.backoff import Backoff
+from elastic_training.operators.checkpoints import (
+    CheckpointReport,
+    ValidationOptions,
+    quarantine_step,
+    validate_checkpoints,
+)
+from elastic_training.operators.checkpoints.answers import Answer, answer, unknown_reason
+from elastic_training.operators.checkpoints.storage import StorageError
+from elastic_training.operators.checkpoints.timing import mean_save_seconds
+from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     LABEL_JOBSET_NAME,
     LABEL_REPLICATED_JOB_NAME,
     PROJECT_PREFIX,
 )
-from operators.images import enforce_allowed_images
-from operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
-from operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
-from operators.metrics import emit_run_metrics
-from operators.observations import MonitorState
-from operators.policy import Action, Budgets, JobSetPhase, decide
-from operators.recovery import CostModel, Incarnation, LogDigest, run_report
-from operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
-from operators.spec import (
+from elastic_training.operators.images import enforce_allowed_images
+from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
+from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
+from elastic_training.operators.metrics import emit_run_metrics
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.policy import Action, Budgets, JobSetPhase, decide
+from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
+from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
     PATHWAYS_PROXY_IMAGE,
@@ -58,7 +63,7 @@ from operators.spec import (
     lint_warnings,
     shown,
 )
-from operators.triggers import EventStatus
+from elastic_training.operators.triggers import EventStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

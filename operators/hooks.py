@@ -42,8 +42,8 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from urllib3.exceptions import HTTPError, SSLError
 from yaml import YAMLError
 
-from operators.backoff import Backoff
-from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.backoff import Backoff
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 
 Obj = dict[str, Any]
 
@@ -67,7 +67,10 @@ LONG_REQUEST_TIMEOUT = (10, WATCH_TIMEOUT_SECONDS + 30)
 JOBSET_INSTALL_HINT = "install kubernetes-sigs/jobset (https://jobset.sigs.k8s.io/docs/installation/)"
 REFUSAL_ADVICE = {
     401: "the token is expired or invalid: renew the token in the kubeconfig the connection uses",
-    403: "bind the Role of deploy/rbac.yaml (`python -m operators.rbac <namespace>`) to its service account",
+    403: (
+        "bind the Role of deploy/rbac.yaml (`python -m elastic_training.operators.rbac <namespace>`) "
+        "to its service account"
+    ),
     404: f"the namespace may be gone, or the JobSet CRD not installed ({JOBSET_INSTALL_HINT})",
 }
 REFUSED_STATUSES = frozenset(REFUSAL_ADVICE)
@@ -172,7 +175,8 @@ class JobSetHook(KubernetesHook):
         if status == 403:
             return ClusterAccessError(
                 f"{conn} may not {verb} {resource} in namespace {namespace!r} on {server} (HTTP 403 Forbidden): bind "
-                "the Role of deploy/rbac.yaml (`python -m operators.rbac <namespace>`) to its service account"
+                "the Role of deploy/rbac.yaml (`python -m elastic_training.operators.rbac <namespace>`) "
+                "to its service account"
             )
         if status == 404 and resource == JOBSET_PLURAL and not self._serves_jobsets():
             return ClusterAccessError(

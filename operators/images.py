@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from operators.spec import SpecError, shown
+from elastic_training.operators.spec import SpecError, shown
 
 ALLOWED_IMAGES_VARIABLE: Final = "elastic_training_allowed_images"
 _SEPARATORS: Final = ("/", ":", "@")

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from operators import manifests
-from operators.constants import LABEL_JOBSET_NAME
-from operators.images import enforce_allowed_images
-from operators.lifecycle import Handle, JobSetTaskOperator
-from operators.manifests import JobSpec, lint_job
-from operators.observations import MonitorState
-from operators.policy import JobSetPhase
-from operators.spec import SpecError, shown
-from operators.triggers import EventStatus
+from elastic_training.operators import manifests
+from elastic_training.operators.constants import LABEL_JOBSET_NAME
+from elastic_training.operators.images import enforce_allowed_images
+from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
+from elastic_training.operators.manifests import JobSpec, lint_job
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.spec import SpecError, shown
+from elastic_training.operators.triggers import EventStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

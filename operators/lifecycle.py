@@ -36,16 +36,16 @@ from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client.rest import ApiException
 
-from operators import manifests
-from operators.hooks import JobSetHook, ride_out_transient
-from operators.observations import jobset_phase
-from operators.policy import JobSetPhase
-from operators.spec import SpecError
+from elastic_training.operators import manifests
+from elastic_training.operators.hooks import JobSetHook, ride_out_transient
+from elastic_training.operators.observations import jobset_phase
+from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.spec import SpecError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from operators.triggers import JobSetTrigger
+    from elastic_training.operators.triggers import JobSetTrigger
 
 # Creates of one name that may meet a JobSet of this task being deleted before giving up.
 CREATE_ATTEMPTS = 3
@@ -268,7 +268,7 @@ class JobSetTaskOperator(BaseOperator):
         full_restarts_used: int = 0,
     ) -> Any:
         """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act; resume there."""
-        from operators.triggers import JobSetTrigger
+        from elastic_training.operators.triggers import JobSetTrigger
 
         trigger = JobSetTrigger(
             name=handle.name,
@@ -296,7 +296,7 @@ class JobSetTaskOperator(BaseOperator):
         """Defer to ``trigger`` (or, not deferrable, run it here) and resume in ``method_name``."""
         trigger.deadline = self._deadline(context)
         if self.deferrable:
-            from operators.triggers import defer_settle_seconds
+            from elastic_training.operators.triggers import defer_settle_seconds
 
             trigger.settle_seconds = defer_settle_seconds()
             timeout = None

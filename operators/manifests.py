@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     ANNOTATION_COORDINATOR,
     ANNOTATION_EXCLUSIVE_TOPOLOGY,
     HEAD_MAIN_CONTAINER,
@@ -69,7 +69,7 @@ from operators.constants import (
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
-from operators.spec import (
+from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
     MAXTEXT_TRAIN_MODULE,
@@ -80,10 +80,10 @@ from operators.spec import (
     is_dns1123_label,
     shown,
 )
-from operators.spec import (
+from elastic_training.operators.spec import (
     PATHWAYS_PROXY_IMAGE as PATHWAYS_PROXY_IMAGE,
 )
-from operators.spec import (
+from elastic_training.operators.spec import (
     PATHWAYS_SERVER_IMAGE as PATHWAYS_SERVER_IMAGE,
 )
 

@@ -39,16 +39,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     LABEL_JOB_INDEX,
     LABEL_REPLICATED_JOB_NAME,
     WORKER_REPLICATED_JOB,
 )
-from operators.policy import JobSetPhase, Observation
-from operators.recovery import LogDigest
-from operators.slice_failures import (
+from elastic_training.operators.policy import JobSetPhase, Observation
+from elastic_training.operators.recovery import LogDigest
+from elastic_training.operators.slice_failures import (
     FailureKind,
     PodFailure,
     SliceEpisode,

@@ -24,12 +24,17 @@ from typing import TYPE_CHECKING, Any, Final
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from operators import manifests
-from operators.checkpoint_operator import checkpoint_asset_uri
-from operators.checkpoints.storage import EntryKind, StorageError, storage_for
-from operators.constants import LABEL_GKE_TPU_ACCELERATOR, LABEL_GKE_TPU_TOPOLOGY, LABEL_JOBSET_NAME, TPU_RESOURCE
-from operators.elastic_operator import ElasticJobSetOperator
-from operators.eval_results import (
+from elastic_training.operators import manifests
+from elastic_training.operators.checkpoint_operator import checkpoint_asset_uri
+from elastic_training.operators.checkpoints.storage import EntryKind, StorageError, storage_for
+from elastic_training.operators.constants import (
+    LABEL_GKE_TPU_ACCELERATOR,
+    LABEL_GKE_TPU_TOPOLOGY,
+    LABEL_JOBSET_NAME,
+    TPU_RESOURCE,
+)
+from elastic_training.operators.elastic_operator import ElasticJobSetOperator
+from elastic_training.operators.eval_results import (
     EVAL_RUNNER,
     EVAL_TASK,
     EvalResult,
@@ -38,20 +43,20 @@ from operators.eval_results import (
     parse_result,
     results_directory,
 )
-from operators.hooks import JobSetHook
-from operators.jobset_operator import JobSetOperator
-from operators.manifests import JobSpec
-from operators.pipeline_params import (
+from elastic_training.operators.hooks import JobSetHook
+from elastic_training.operators.jobset_operator import JobSetOperator
+from elastic_training.operators.manifests import JobSpec
+from elastic_training.operators.pipeline_params import (
     MAXTEXT_MAX_TARGET_LENGTH,
     VARIABLES,
     DagRunIdentity,
     ParamError,
     validate_params,
 )
-from operators.policy import Budgets
-from operators.slice_drill import drill_command
-from operators.slice_drill import parse_result as parse_drill_result
-from operators.spec import DEFAULT_CONFIG_FILE, TPU_TYPES, render_value
+from elastic_training.operators.policy import Budgets
+from elastic_training.operators.slice_drill import drill_command
+from elastic_training.operators.slice_drill import parse_result as parse_drill_result
+from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, TPU_TYPES, render_value
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -552,7 +557,7 @@ def pretrain_report(context: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def drill_report(**context: Any) -> dict[str, Any]:
     """The fault drill's report: the fault, each recovery's phases, steps lost, escalations; fails when training did."""
-    from operators.pipeline_report import recovery_summary
+    from elastic_training.operators.pipeline_report import recovery_summary
 
     drill = collect_drill(**context)
     report = pretrain_report(context)

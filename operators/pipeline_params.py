@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from operators.spec import (
+from elastic_training.operators.spec import (
     DNS1123_LABEL_MAX,
     LOCAL_MAXTEXT_IMAGE,
     LOCAL_TPU_TOPOLOGY,

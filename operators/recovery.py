@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.advice import advice_for_report
-from operators.constants import (
+from elastic_training.operators.advice import advice_for_report
+from elastic_training.operators.constants import (
     ASYNC_SAVE_STARTED_RE,
     COMPLETED_STEP_RE,
     ELASTIC_ATTEMPTS_SPENT_RE,

@@ -10,8 +10,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from operators.constants import PROJECT_PREFIX
-from operators.spec import INT32_MAX
+from elastic_training.operators.constants import PROJECT_PREFIX
+from elastic_training.operators.spec import INT32_MAX
 
 ANNOTATION_RUN_HISTORY = f"{PROJECT_PREFIX}/run-history"
 # Well under the 256 KiB Kubernetes allows for all annotations together; past it the oldest entries go.

@@ -1,6 +1,6 @@
 """A slice-failure drill that runs on the cluster, beside the training it breaks.
 
-``python -m operators.slice_drill --run-name R --at-step N [--slice K]`` follows the newest running
+``python -m elastic_training.operators.slice_drill --run-name R --at-step N [--slice K]`` follows the newest running
 head pod of run ``R`` (pods labelled with the project's ``run-name``), reads its ``jax-tpu`` log for
 MaxText's ``completed step: N`` line, and then force-deletes the worker pod of slice ``K``: exactly what
 ``kubectl delete pod --grace-period=0 --force`` does (the API removes the pod at once; its containers are
@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
@@ -132,7 +132,7 @@ def drill_command(*, run_name: str, at_step: int, slice_index: int, namespace: s
     return [
         "python",
         "-m",
-        "operators.slice_drill",
+        "elastic_training.operators.slice_drill",
         f"--run-name={run_name}",
         f"--at-step={at_step}",
         f"--slice={slice_index}",
@@ -142,7 +142,9 @@ def drill_command(*, run_name: str, at_step: int, slice_index: int, namespace: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m operators.slice_drill", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m elastic_training.operators.slice_drill", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--run-name", required=True)
     parser.add_argument("--at-step", type=int, required=True)
     parser.add_argument("--slice", type=int, default=0)

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from operators.backoff import Backoff
-from operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_JOBSET_UID
-from operators.observations import MonitorState, parse_time
-from operators.policy import Action, Budgets, decide
+from elastic_training.operators.backoff import Backoff
+from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_JOBSET_UID
+from elastic_training.operators.observations import MonitorState, parse_time
+from elastic_training.operators.policy import Action, Budgets, decide
 
 if TYPE_CHECKING:
-    from operators.hooks import AsyncJobSetHook
+    from elastic_training.operators.hooks import AsyncJobSetHook
 
 NO_CURSOR_TAIL_LINES = 5000  # adopting a JobSet with no log cursor: fold only its recent history
 FINAL_LOG_WAIT_SECONDS = 3.0
@@ -139,7 +139,7 @@ class JobSetTrigger(BaseTrigger):
     async def _hook(self) -> AsyncJobSetHook:
         # The Kubernetes clients take seconds to import (tens on a loaded machine); importing them on
         # the triggerer's event loop would stall every other trigger it runs. A worker thread does it.
-        hooks = await asyncio.to_thread(importlib.import_module, "operators.hooks")
+        hooks = await asyncio.to_thread(importlib.import_module, "elastic_training.operators.hooks")
         hook: AsyncJobSetHook = hooks.AsyncJobSetHook(conn_id=self.kubernetes_conn_id)
         return hook
 
@@ -355,7 +355,7 @@ class _LogFailures:
         self.count = 0
 
     def record(self, pod: str, error: BaseException, log: Any) -> None:
-        from operators.hooks import REFUSAL_ADVICE, REFUSED_ATTEMPTS, ClusterAccessError
+        from elastic_training.operators.hooks import REFUSAL_ADVICE, REFUSED_ATTEMPTS, ClusterAccessError
 
         status = getattr(error, "status", None)
         if status in (400, 404):

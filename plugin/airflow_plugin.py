@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from operators.links import VIEW_URL_ROUTE, ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
-from plugin.app import URL_PREFIX, create_app
+from elastic_training.operators.links import VIEW_URL_ROUTE, ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
+from elastic_training.plugin.app import URL_PREFIX, create_app
 
 
 class ElasticTrainingPlugin(AirflowPlugin):

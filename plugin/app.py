@@ -30,8 +30,8 @@ from airflow.api_fastapi.core_api.security import GetUserDep, bearer_scheme, get
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from plugin import runs
-from plugin.view import summary
+from elastic_training.plugin import runs
+from elastic_training.plugin.view import summary
 
 URL_PREFIX = "/elastic-training"
 # Airflow's own key rule for DAG ids (airflow.utils.helpers.KEY_REGEX) and its column width.

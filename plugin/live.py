@@ -29,8 +29,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.constants import HEAD_MAIN_CONTAINER, HEAD_REPLICATED_JOB, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME
-from operators.observations import MonitorState, normalize_timestamp
+from elastic_training.operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICATED_JOB_NAME,
+)
+from elastic_training.operators.observations import MonitorState, normalize_timestamp
 
 TAIL_LINES = 2000
 LIMIT_BYTES = 512 * 1024
@@ -96,7 +101,7 @@ def kubernetes_reader(conn_id: str | None = None) -> Reader:
     def read(namespace: str, jobset: str) -> HeadLog:
         now = time.time()
         try:
-            from operators.hooks import JobSetHook
+            from elastic_training.operators.hooks import JobSetHook
 
             hook = JobSetHook(conn_id=conn_id or _conn_id())
             core = hook.core_v1_client

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select
 
-from operators.checkpoints import ValidationOptions, validate_checkpoints
-from operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
-from operators.checkpoints.timing import save_seconds
-from operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
-from plugin import live
-from plugin.view import run_view
+from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
+from elastic_training.operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
+from elastic_training.operators.checkpoints.timing import save_seconds
+from elastic_training.operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
+from elastic_training.plugin import live
+from elastic_training.plugin.view import run_view
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from operators.advice import advice_for_report
-from operators.recovery import CostModel, LogDigest, recovery_report
+from elastic_training.operators.advice import advice_for_report
+from elastic_training.operators.recovery import CostModel, LogDigest, recovery_report
 
 JsonObj = dict[str, Any]
 

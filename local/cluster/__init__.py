@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from local.cluster.cluster import ClusterStartError, Faults, LocalCluster
-from local.cluster.cluster_description import ClusterDescription, DescriptionError, load_description
+from elastic_training.local.cluster.cluster import ClusterStartError, Faults, LocalCluster
+from elastic_training.local.cluster.cluster_description import ClusterDescription, DescriptionError, load_description
 
 __all__ = ["ClusterDescription", "ClusterStartError", "DescriptionError", "Faults", "LocalCluster", "load_description"]

@@ -18,18 +18,18 @@ from typing import Any
 
 from aiohttp import web
 
-from local.cluster.authentication import Authenticator
-from local.cluster.protobuf import decode_body
-from local.cluster.rbac import Attributes, Authorizer, UserInfo, bootstrap
-from local.cluster.resources import (
+from elastic_training.local.cluster.authentication import Authenticator
+from elastic_training.local.cluster.protobuf import decode_body
+from elastic_training.local.cluster.rbac import Attributes, Authorizer, UserInfo, bootstrap
+from elastic_training.local.cluster.resources import (
     SELF_SUBJECT_ACCESS_REVIEWS,
     SELF_SUBJECT_REVIEWS,
     SERVICE_ACCOUNTS,
     ApiError,
     bad_request,
 )
-from local.cluster.store import Store
-from local.cluster.targets import Target
+from elastic_training.local.cluster.store import Store
+from elastic_training.local.cluster.targets import Target
 
 USER_KEY = web.RequestKey("user", UserInfo)
 PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version", "/version/")

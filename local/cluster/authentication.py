@@ -25,9 +25,17 @@ from typing import Any
 
 from multidict import CIMultiDictProxy
 
-from local.cluster.rbac import AUTHENTICATED, Attributes, Authorizer, UserInfo, admin, forbidden, service_account_user
-from local.cluster.resources import SERVICE_ACCOUNTS, ApiError, bad_request
-from local.cluster.store import Obj, Store
+from elastic_training.local.cluster.rbac import (
+    AUTHENTICATED,
+    Attributes,
+    Authorizer,
+    UserInfo,
+    admin,
+    forbidden,
+    service_account_user,
+)
+from elastic_training.local.cluster.resources import SERVICE_ACCOUNTS, ApiError, bad_request
+from elastic_training.local.cluster.store import Obj, Store
 
 DEFAULT_EXPIRATION_SECONDS = 3600
 MIN_EXPIRATION_SECONDS = 600

@@ -29,15 +29,15 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from local.cluster.cluster_description import SINGLE_NODE, ClusterDescription, load_description
-from local.cluster.control_plane import ControlPlane
-from local.cluster.faults import FailRule, FaultInjector, LatencyRule
-from local.cluster.kubeconfig import write_kubeconfig
-from local.cluster.logs import LogStore
-from local.cluster.server import ApiServer
-from local.cluster.store import DEFAULT_WATCH_QUEUE_LIMIT, Store
-from local.cluster.tls import ServingCertificates, generate
-from local.cluster.watching import WatchOptions
+from elastic_training.local.cluster.cluster_description import SINGLE_NODE, ClusterDescription, load_description
+from elastic_training.local.cluster.control_plane import ControlPlane
+from elastic_training.local.cluster.faults import FailRule, FaultInjector, LatencyRule
+from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.local.cluster.logs import LogStore
+from elastic_training.local.cluster.server import ApiServer
+from elastic_training.local.cluster.store import DEFAULT_WATCH_QUEUE_LIMIT, Store
+from elastic_training.local.cluster.tls import ServingCertificates, generate
+from elastic_training.local.cluster.watching import WatchOptions
 
 log = logging.getLogger(__name__)
 

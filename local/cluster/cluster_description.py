@@ -39,9 +39,9 @@ from typing import Any
 
 import yaml
 
-from local.cluster.quantity import QuantityError, parse_quantity
-from local.cluster.store import now_rfc3339
-from operators.constants import (
+from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
+from elastic_training.local.cluster.store import now_rfc3339
+from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,
     LABEL_GKE_TPU_TOPOLOGY,

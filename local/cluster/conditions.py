@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.cluster.store import now_rfc3339
+from elastic_training.local.cluster.store import now_rfc3339
 
 Condition = dict[str, Any]
 

@@ -11,18 +11,18 @@ import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from local.cluster.cluster_description import SINGLE_NODE, ClusterDescription
-from local.cluster.garbage_collector import GarbageCollector
-from local.cluster.job_controller import JobController
-from local.cluster.jobset_controller import JobSetController
-from local.cluster.jobset_placement import JobSetPodWebhook
-from local.cluster.kubelet import Kubelet
-from local.cluster.logs import LogStore
-from local.cluster.namespace_controller import NamespaceController
-from local.cluster.node_faults import NodeFaults
-from local.cluster.nodes import register_nodes
-from local.cluster.scheduler import Scheduler
-from local.cluster.store import Store
+from elastic_training.local.cluster.cluster_description import SINGLE_NODE, ClusterDescription
+from elastic_training.local.cluster.garbage_collector import GarbageCollector
+from elastic_training.local.cluster.job_controller import JobController
+from elastic_training.local.cluster.jobset_controller import JobSetController
+from elastic_training.local.cluster.jobset_placement import JobSetPodWebhook
+from elastic_training.local.cluster.kubelet import Kubelet
+from elastic_training.local.cluster.logs import LogStore
+from elastic_training.local.cluster.namespace_controller import NamespaceController
+from elastic_training.local.cluster.node_faults import NodeFaults
+from elastic_training.local.cluster.nodes import register_nodes
+from elastic_training.local.cluster.scheduler import Scheduler
+from elastic_training.local.cluster.store import Store
 
 SHUTDOWN_GRACE_CAP_SECONDS = 3.0
 

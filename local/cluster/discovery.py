@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.cluster.resources import RESOURCE_TYPES, ResourceType
+from elastic_training.local.cluster.resources import RESOURCE_TYPES, ResourceType
 
 # What `kubectl version` would print for the API server we stand in for.
 KUBERNETES_MAJOR = "1"

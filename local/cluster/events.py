@@ -10,8 +10,8 @@ import logging
 import secrets
 from typing import Any
 
-from local.cluster.resources import EVENTS, ApiError
-from local.cluster.store import Obj, Store, now_rfc3339
+from elastic_training.local.cluster.resources import EVENTS, ApiError
+from elastic_training.local.cluster.store import Obj, Store, now_rfc3339
 
 log = logging.getLogger(__name__)
 

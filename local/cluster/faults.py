@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from local.cluster.node_faults import DisruptionReason, NodeFaults
-from local.cluster.resources import PODS, ApiError, bad_request
-from local.cluster.store import Obj, Store
+from elastic_training.local.cluster.node_faults import DisruptionReason, NodeFaults
+from elastic_training.local.cluster.resources import PODS, ApiError, bad_request
+from elastic_training.local.cluster.store import Obj, Store
 
 FAULTS_PATH = "/_local/faults"
 

@@ -11,10 +11,10 @@ Deleting a pod is graceful: the kubelet stops its processes, then removes it.
 
 from __future__ import annotations
 
-from local.cluster.owners import delete_all, type_of_reference
-from local.cluster.resources import RESOURCE_TYPES, ResourceType
-from local.cluster.store import FOREGROUND_FINALIZER, Obj, Store, WatchEvent
-from local.cluster.workqueue import WorkQueue
+from elastic_training.local.cluster.owners import delete_all, type_of_reference
+from elastic_training.local.cluster.resources import RESOURCE_TYPES, ResourceType
+from elastic_training.local.cluster.store import FOREGROUND_FINALIZER, Obj, Store, WatchEvent
+from elastic_training.local.cluster.workqueue import WorkQueue
 
 COMPONENT = "garbage-collector"
 

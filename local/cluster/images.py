@@ -9,12 +9,13 @@ as the real program would.
 
 - image ``local``: any command, run as written (the tests' own pods);
 - a MaxText image (``…/maxtext…``): ``python3 -m maxtext.trainers.pre_train.train …`` →
-  ``python -m local.workloads.maxtext_train …``; ``python3 -m maxtext.eval.runner.run …`` →
-  ``python -m local.workloads.maxtext_eval …``; ``python3 -m maxtext_synthesize …`` (the project's program
-  in the ``maxtext-synthesize`` image) → ``python -m local.workloads.maxtext_synthesize …``;
+  ``python -m elastic_training.local.workloads.maxtext_train …``; ``python3 -m maxtext.eval.runner.run …`` →
+  ``python -m elastic_training.local.workloads.maxtext_eval …``; ``python3 -m maxtext_synthesize …`` (the project's
+  program
+  in the ``maxtext-synthesize`` image) → ``python -m elastic_training.local.workloads.maxtext_synthesize …``;
 - ``…/pathways/server``: the image's entrypoint (``--node_type=resource_manager`` or worker flags) →
-  ``python -m local.workloads.pathways server …``;
-- ``…/pathways/proxy_server``: the image's entrypoint → ``python -m local.workloads.pathways proxy …``.
+  ``python -m elastic_training.local.workloads.pathways server …``;
+- ``…/pathways/proxy_server``: the image's entrypoint → ``python -m elastic_training.local.workloads.pathways proxy …``.
 
 Upstream behaviour followed: the kubelet's image pull (kubernetes/kubernetes ``pkg/kubelet/images/
 image_manager.go``): an image that cannot be pulled leaves the container waiting with reason
@@ -137,9 +138,9 @@ MAXTEXT = ImageEntry(
     repository=re.compile(r"(?:[^/]+/)*maxtext[a-z0-9._-]*"),
     example="<registry>/…/maxtext[_…]:<tag>",
     programs=(
-        Program(MAXTEXT_TRAIN_COMMAND, _module("local.workloads.maxtext_train")),
-        Program(MAXTEXT_EVAL_COMMAND, _module("local.workloads.maxtext_eval")),
-        Program(MAXTEXT_SYNTHESIZE_COMMAND, _module("local.workloads.maxtext_synthesize")),
+        Program(MAXTEXT_TRAIN_COMMAND, _module("elastic_training.local.workloads.maxtext_train")),
+        Program(MAXTEXT_EVAL_COMMAND, _module("elastic_training.local.workloads.maxtext_eval")),
+        Program(MAXTEXT_SYNTHESIZE_COMMAND, _module("elastic_training.local.workloads.maxtext_synthesize")),
     ),
 )
 
@@ -147,14 +148,14 @@ PATHWAYS_SERVER = ImageEntry(
     name="pathways-server",
     repository=re.compile(r"(?:[^/]+/)*pathways/server"),
     example="us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:<tag>",
-    programs=(Program((), _module("local.workloads.pathways", "server")),),
+    programs=(Program((), _module("elastic_training.local.workloads.pathways", "server")),),
 )
 
 PATHWAYS_PROXY = ImageEntry(
     name="pathways-proxy",
     repository=re.compile(r"(?:[^/]+/)*pathways/proxy_server"),
     example="us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:<tag>",
-    programs=(Program((), _module("local.workloads.pathways", "proxy")),),
+    programs=(Program((), _module("elastic_training.local.workloads.pathways", "proxy")),),
 )
 
 LOCAL = ImageEntry(

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.cluster.resources import NODES, PODS, ApiError, ResourceType
-from local.cluster.store import Obj, Store
-from operators.constants import (
+from elastic_training.local.cluster.resources import NODES, PODS, ApiError, ResourceType
+from elastic_training.local.cluster.store import Obj, Store
+from elastic_training.operators.constants import (
     ANNOTATION_EXCLUSIVE_TOPOLOGY,
     ANNOTATION_JOB_COMPLETION_INDEX,
     JOBSET_PREFIX,

@@ -62,7 +62,7 @@ class Endpoint:
             return None
         if self.ca_pem is None:
             return ssl.create_default_context()
-        from local.cluster.tls import client_context
+        from elastic_training.local.cluster.tls import client_context
 
         return client_context(self.ca_pem)
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import copy
 import logging
 
-from local.cluster.conditions import set_condition
-from local.cluster.resources import NAMESPACES, RESOURCE_TYPES, ApiError
-from local.cluster.store import Obj, Store, WatchEvent
-from local.cluster.strategy import NAMESPACE_FINALIZER
-from local.cluster.workqueue import WorkQueue
+from elastic_training.local.cluster.conditions import set_condition
+from elastic_training.local.cluster.resources import NAMESPACES, RESOURCE_TYPES, ApiError
+from elastic_training.local.cluster.store import Obj, Store, WatchEvent
+from elastic_training.local.cluster.strategy import NAMESPACE_FINALIZER
+from elastic_training.local.cluster.workqueue import WorkQueue
 
 COMPONENT = "namespace-controller"
 

@@ -18,8 +18,14 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from local.cluster.openapi_schemas import KIND_SCHEMAS, SHARED_SCHEMAS, Schema
-from local.cluster.resources import CUSTOM_RESOURCE_TYPES, RESOURCE_TYPES, ApiError, ResourceType, bad_request
+from elastic_training.local.cluster.openapi_schemas import KIND_SCHEMAS, SHARED_SCHEMAS, Schema
+from elastic_training.local.cluster.resources import (
+    CUSTOM_RESOURCE_TYPES,
+    RESOURCE_TYPES,
+    ApiError,
+    ResourceType,
+    bad_request,
+)
 
 PREFIX = "/openapi/v3"
 _PATCH_TYPES = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.constants import JOBSET_GROUP, JOBSET_KIND, JOBSET_VERSION
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_KIND, JOBSET_VERSION
 
 Schema = dict[str, Any]
 

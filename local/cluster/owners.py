@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.cluster.resources import RESOURCE_TYPES, ApiError, ResourceType
-from local.cluster.store import Obj, Store
+from elastic_training.local.cluster.resources import RESOURCE_TYPES, ApiError, ResourceType
+from elastic_training.local.cluster.store import Obj, Store
 
 
 def controller_ref(obj: Obj) -> dict[str, Any] | None:

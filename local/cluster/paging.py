@@ -28,9 +28,9 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from local.cluster.resources import ApiError, ResourceType, bad_request
-from local.cluster.selectors import Selection
-from local.cluster.store import Obj, Store
+from elastic_training.local.cluster.resources import ApiError, ResourceType, bad_request
+from elastic_training.local.cluster.selectors import Selection
+from elastic_training.local.cluster.store import Obj, Store
 
 TOKEN_VERSION = "meta.k8s.io/v1"
 CONTINUE_EXPIRED = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from local.cluster.resources import ApiError, bad_request
+from elastic_training.local.cluster.resources import ApiError, bad_request
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

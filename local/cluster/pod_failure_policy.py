@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from local.cluster.resources import Cause
+from elastic_training.local.cluster.resources import Cause
 
 Obj = dict[str, Any]
 

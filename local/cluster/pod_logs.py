@@ -20,9 +20,17 @@ from typing import Any, BinaryIO
 
 from aiohttp import web
 
-from local.cluster.logs import LogLine, LogStore, complete_size, parse_rfc3339, read_lines, since_offset, tail_offset
-from local.cluster.resources import PODS, bad_request
-from local.cluster.store import Store
+from elastic_training.local.cluster.logs import (
+    LogLine,
+    LogStore,
+    complete_size,
+    parse_rfc3339,
+    read_lines,
+    since_offset,
+    tail_offset,
+)
+from elastic_training.local.cluster.resources import PODS, bad_request
+from elastic_training.local.cluster.store import Store
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 FOLLOW_POLL_SECONDS = 0.05

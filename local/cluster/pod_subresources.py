@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.cluster.node_faults import DisruptionReason, disruption_condition, set_pod_condition
-from local.cluster.resources import PODS, ApiError, bad_request
-from local.cluster.scheduler import pod_scheduled_condition
-from local.cluster.store import Obj, Store
+from elastic_training.local.cluster.node_faults import DisruptionReason, disruption_condition, set_pod_condition
+from elastic_training.local.cluster.resources import PODS, ApiError, bad_request
+from elastic_training.local.cluster.scheduler import pod_scheduled_condition
+from elastic_training.local.cluster.store import Obj, Store
 
 SUCCESS: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 

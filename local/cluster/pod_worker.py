@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local.cluster.container_env import ContainerConfigError, container_argv, container_env
-from local.cluster.container_process import ContainerProcess
-from local.cluster.group_reaper import GroupReaper
-from local.cluster.images import (
+from elastic_training.local.cluster.container_env import ContainerConfigError, container_argv, container_env
+from elastic_training.local.cluster.container_process import ContainerProcess
+from elastic_training.local.cluster.group_reaper import GroupReaper
+from elastic_training.local.cluster.images import (
     ERR_IMAGE_PULL,
     IMAGE_PULL_BACKOFF,
     ImageEntry,
@@ -37,9 +37,9 @@ from local.cluster.images import (
     ProgramNotFound,
     find_image,
 )
-from local.cluster.logs import LogStore
-from local.cluster.resources import PODS, ApiError
-from local.cluster.store import Obj, Store, now_rfc3339
+from elastic_training.local.cluster.logs import LogStore
+from elastic_training.local.cluster.resources import PODS, ApiError
+from elastic_training.local.cluster.store import Obj, Store, now_rfc3339
 
 log = logging.getLogger(__name__)
 

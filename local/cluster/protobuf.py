@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Union
 
-from local.cluster.resources import ApiError, bad_request
+from elastic_training.local.cluster.resources import ApiError, bad_request
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.cluster.resources import (
+from elastic_training.local.cluster.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     RBAC_GROUP,
@@ -26,7 +26,7 @@ from local.cluster.resources import (
     ApiError,
     ResourceType,
 )
-from local.cluster.store import Store
+from elastic_training.local.cluster.store import Store
 
 Obj = dict[str, Any]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from local.cluster.resources import (
+from elastic_training.local.cluster.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     RBAC_GROUP,

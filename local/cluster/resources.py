@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.constants import JOBSET_GROUP, JOBSET_KIND, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_KIND, JOBSET_PLURAL, JOBSET_VERSION
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ import random
 from collections import Counter
 from fractions import Fraction
 
-from local.cluster.events import NORMAL, WARNING, record_event
-from local.cluster.resources import NODES, PODS, ApiError
-from local.cluster.scheduler_filters import BoundPod, Rejection, allocatable, filter_node, pod_requests
-from local.cluster.store import Obj, Store, WatchEvent, now_rfc3339
+from elastic_training.local.cluster.events import NORMAL, WARNING, record_event
+from elastic_training.local.cluster.resources import NODES, PODS, ApiError
+from elastic_training.local.cluster.scheduler_filters import BoundPod, Rejection, allocatable, filter_node, pod_requests
+from elastic_training.local.cluster.store import Obj, Store, WatchEvent, now_rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from local.cluster.resources import EVENTS, JOBS, NAMESPACES, NODES, PODS, ApiError, ResourceType, bad_request
+from elastic_training.local.cluster.resources import (
+    EVENTS,
+    JOBS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    ApiError,
+    ResourceType,
+    bad_request,
+)
 
 _KEY_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"

@@ -16,15 +16,15 @@ from typing import Any
 
 from aiohttp import web
 
-from local.cluster import discovery, openapi, pod_subresources, server_side_apply, tables
-from local.cluster.access import Access
-from local.cluster.faults import FaultInjector
-from local.cluster.logs import LogStore
-from local.cluster.paging import ListQuery, list_page, parse_limit
-from local.cluster.patching import apply_patch, check_patch_type
-from local.cluster.pod_logs import serve_pod_log
-from local.cluster.protobuf import decode_body
-from local.cluster.resources import (
+from elastic_training.local.cluster import discovery, openapi, pod_subresources, server_side_apply, tables
+from elastic_training.local.cluster.access import Access
+from elastic_training.local.cluster.faults import FaultInjector
+from elastic_training.local.cluster.logs import LogStore
+from elastic_training.local.cluster.paging import ListQuery, list_page, parse_limit
+from elastic_training.local.cluster.patching import apply_patch, check_patch_type
+from elastic_training.local.cluster.pod_logs import serve_pod_log
+from elastic_training.local.cluster.protobuf import decode_body
+from elastic_training.local.cluster.resources import (
     CUSTOM_RESOURCE_TYPES,
     JOBSETS,
     NAMESPACES,
@@ -34,11 +34,11 @@ from local.cluster.resources import (
     bad_request,
     invalid,
 )
-from local.cluster.selectors import Selection, parse_field_selector, parse_label_selector
-from local.cluster.store import Obj, Store
-from local.cluster.targets import Target, not_found_path, parse_target
-from local.cluster.validation import validate, validate_update
-from local.cluster.watching import WatchOptions, stream_watch
+from elastic_training.local.cluster.selectors import Selection, parse_field_selector, parse_label_selector
+from elastic_training.local.cluster.store import Obj, Store
+from elastic_training.local.cluster.targets import Target, not_found_path, parse_target
+from elastic_training.local.cluster.validation import validate, validate_update
+from elastic_training.local.cluster.watching import WatchOptions, stream_watch
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from local.cluster.resources import ApiError, ResourceType, bad_request
-from local.cluster.store import now_rfc3339
+from elastic_training.local.cluster.resources import ApiError, ResourceType, bad_request
+from elastic_training.local.cluster.store import now_rfc3339
 
 APPLY_PATCH = "application/apply-patch+yaml"
 Obj = dict[str, Any]

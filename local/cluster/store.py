@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from local.cluster.resources import (
+from elastic_training.local.cluster.resources import (
     NAMESPACES,
     PODS,
     ApiError,
@@ -57,8 +57,8 @@ from local.cluster.resources import (
     invalid,
     not_found,
 )
-from local.cluster.strategy import after_system_fields, prepare_for_create
-from local.cluster.validation import validate
+from elastic_training.local.cluster.strategy import after_system_fields, prepare_for_create
+from elastic_training.local.cluster.validation import validate
 
 Obj = dict[str, Any]
 Key = tuple[ResourceType, str, str]  # (type, namespace or "", name)

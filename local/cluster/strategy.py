@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from local.cluster.resources import JOBS, NAMESPACES, NODES, PODS, ResourceType
-from operators.constants import LABEL_CONTROLLER_UID, LABEL_JOB_NAME
+from elastic_training.local.cluster.resources import JOBS, NAMESPACES, NODES, PODS, ResourceType
+from elastic_training.operators.constants import LABEL_CONTROLLER_UID, LABEL_JOB_NAME
 
 Obj = dict[str, Any]
 

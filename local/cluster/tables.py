@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from local.cluster.resources import (
+from elastic_training.local.cluster.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     EVENTS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from local.cluster.resources import ApiError, ResourceType, resource_type
+from elastic_training.local.cluster.resources import ApiError, ResourceType, resource_type
 
 
 @dataclass(frozen=True)

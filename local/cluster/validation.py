@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from local.cluster import pod_failure_policy, rbac_validation
-from local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, NODES, PODS, Cause, ResourceType
+from elastic_training.local.cluster import pod_failure_policy, rbac_validation
+from elastic_training.local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, NODES, PODS, Cause, ResourceType
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -33,9 +33,9 @@ from typing import Any
 
 from aiohttp import web
 
-from local.cluster.resources import ApiError, Cause, ResourceType, bad_request
-from local.cluster.selectors import Selection
-from local.cluster.store import Store, WatchEvent
+from elastic_training.local.cluster.resources import ApiError, Cause, ResourceType, bad_request
+from elastic_training.local.cluster.selectors import Selection
+from elastic_training.local.cluster.store import Store, WatchEvent
 
 
 def parse_resource_version(value: str | None) -> int | None:

@@ -24,7 +24,7 @@ from etils import epath
 from orbax.checkpoint import options as ocp_options
 from orbax.checkpoint.path import atomicity
 
-from operators.constants import COMMIT_SUCCESS_FILE
+from elastic_training.operators.constants import COMMIT_SUCCESS_FILE
 
 _logger = logging.getLogger(__name__)
 

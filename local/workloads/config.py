@@ -1,7 +1,8 @@
 """MaxText-style `key=value` configuration for the local workloads.
 
 The trainer, the evaluator and the synthesizer each take a frozen dataclass of settings parsed from
-MaxText-style arguments (`python -m local.workloads.train [config.yml] key=value ...`). An unknown key or
+MaxText-style arguments (`python -m elastic_training.local.workloads.train [config.yml] key=value ...`). An unknown
+key or
 an invalid value raises `ConfigError`, which the entry points turn into exit code 2 naming the key.
 
 This module must not import JAX: the trainer reads the slice layout from the config before JAX starts,
@@ -75,7 +76,7 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(ModelConfig):
-    """Keys of `python -m local.workloads.train` (MaxText names unless marked local)."""
+    """Keys of `python -m elastic_training.local.workloads.train` (MaxText names unless marked local)."""
 
     steps: int = 60
     learning_rate: float = 3e-3
@@ -154,7 +155,7 @@ class CheckpointReaderConfig(ModelConfig):
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(CheckpointReaderConfig):
-    """Keys of `python -m local.workloads.evaluate`."""
+    """Keys of `python -m elastic_training.local.workloads.evaluate`."""
 
     eval_batches: int = 8
     # Default: <run directory>/eval/step_<N>.json
@@ -168,7 +169,7 @@ class EvalConfig(CheckpointReaderConfig):
 
 @dataclasses.dataclass(frozen=True)
 class SynthesizeConfig(CheckpointReaderConfig):
-    """Keys of `python -m local.workloads.synthesize`."""
+    """Keys of `python -m elastic_training.local.workloads.synthesize`."""
 
     num_samples: int = 16
     temperature: float = 1.0

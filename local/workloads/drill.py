@@ -15,8 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes import client, config
 
-from local.workloads.jobset import elastic_jobset
-from operators.constants import (
+from elastic_training.local.workloads.jobset import elastic_jobset
+from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,

@@ -24,7 +24,7 @@ import jax
 from pathwaysutils.elastic import elastic as pw_elastic
 from pathwaysutils.elastic import manager as pw_manager
 
-from local.workloads.slices import SliceHealth
+from elastic_training.local.workloads.slices import SliceHealth
 
 ElasticRuntimeError = pw_manager.ElasticRuntimeError
 ScaleUpSignalError = pw_manager.ScaleUpSignalError

@@ -1,4 +1,4 @@
-"""`python -m local.workloads.evaluate key=value ...`: loss and perplexity on held-out data.
+"""`python -m elastic_training.local.workloads.evaluate key=value ...`: loss and perplexity on held-out data.
 
 Reads a committed checkpoint (`checkpoint_step`, default the newest) of `<base_output_directory>/<run_name>`,
 evaluates `eval_batches` batches of the corpus' held-out split, and writes a JSON result file
@@ -19,11 +19,11 @@ import jax
 import numpy as np
 from etils import epath
 
-from local.workloads import model
-from local.workloads.config import EvalConfig, join_path, run_main
-from local.workloads.inference import load_committed_params, reader_main
+from elastic_training.local.workloads import model
+from elastic_training.local.workloads.config import EvalConfig, join_path, run_main
+from elastic_training.local.workloads.inference import load_committed_params, reader_main
 
-_logger = logging.getLogger("local.workloads.evaluate")
+_logger = logging.getLogger("elastic_training.local.workloads.evaluate")
 
 
 def evaluate(config: EvalConfig) -> dict[str, Any]:

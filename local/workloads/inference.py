@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 import jax
 from etils import epath
 
-from local.workloads import checkpointing, model
-from local.workloads.config import CheckpointReaderConfig, join_path, parse_args
-from local.workloads.logs import configure_logging
-from operators.constants import COMMIT_SUCCESS_FILE
+from elastic_training.local.workloads import checkpointing, model
+from elastic_training.local.workloads.config import CheckpointReaderConfig, join_path, parse_args
+from elastic_training.local.workloads.logs import configure_logging
+from elastic_training.operators.constants import COMMIT_SUCCESS_FILE
 
 _logger = logging.getLogger(__name__)
 _R = TypeVar("_R", bound=CheckpointReaderConfig)

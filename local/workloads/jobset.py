@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
@@ -35,7 +35,7 @@ def elastic_jobset(
 ) -> dict[str, Any]:
     """A JobSet shaped like xpk's Pathways one: a `pathways-head` trainer and `slices` worker slices.
 
-    The head runs `python -m local.workloads.train <train_keys>` with `JOBSET_NAME` and `POD_NAMESPACE`
+    The head runs `python -m elastic_training.local.workloads.train <train_keys>` with `JOBSET_NAME` and `POD_NAMESPACE`
     from the downward API; each worker slice (one pod, `restartPolicy: OnFailure`) runs the slice worker.
     """
     worker_args = ["--hold-file", str(hold_file)] if hold_file else []
@@ -71,14 +71,14 @@ def elastic_jobset(
     head = {
         "name": HEAD_MAIN_CONTAINER,
         "image": "local",
-        "command": ["python", "-m", "local.workloads.train"],
+        "command": ["python", "-m", "elastic_training.local.workloads.train"],
         "args": list(train_keys),
         "env": env,
     }
     worker = {
         "name": WORKER_CONTAINER,
         "image": "local",
-        "command": ["python", "-m", "local.workloads.slice_worker", *worker_args],
+        "command": ["python", "-m", "elastic_training.local.workloads.slice_worker", *worker_args],
         "env": env[2:],
     }
     return {

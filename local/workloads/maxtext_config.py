@@ -33,7 +33,7 @@ from typing import Final
 
 import yaml
 
-from local.workloads.config import ConfigError, TrainConfig, parse_args
+from elastic_training.local.workloads.config import ConfigError, TrainConfig, parse_args
 
 MAXTEXT_EXIT_CONFIG_ERROR: Final = 2
 MAXTEXT_IMAGE_CONFIG_PREFIXES: Final = ("src/maxtext/configs/", "maxtext/configs/", "/deps/src/maxtext/configs/")
@@ -116,13 +116,13 @@ class MaxTextCommandLine:
 @cache
 def maxtext_keys() -> tuple[str, ...]:
     """Every key of MaxText's base.yml at the pinned commit, in file order."""
-    text = resources.files("local.workloads").joinpath("data/maxtext_keys.txt").read_text()
+    text = resources.files("elastic_training.local.workloads").joinpath("data/maxtext_keys.txt").read_text()
     return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
 def maxtext_commit() -> str:
     """The MaxText commit the key list was read at (the data file's COMMIT line)."""
-    text = resources.files("local.workloads").joinpath("data/maxtext_keys.txt").read_text()
+    text = resources.files("elastic_training.local.workloads").joinpath("data/maxtext_keys.txt").read_text()
     for line in text.splitlines():
         if line.startswith("# COMMIT:"):
             return line.split(":", 1)[1].split()[0]

@@ -1,4 +1,5 @@
-"""`python -m local.workloads.maxtext_eval --runner=lm_eval ...`: the local stand-in of MaxText's evaluation framework.
+"""`python -m elastic_training.local.workloads.maxtext_eval --runner=lm_eval ...`: the local stand-in of MaxText's
+evaluation framework.
 
 Takes the command line of `python -m maxtext.eval.runner.run` and writes the file it writes, in its schema,
 so the pipeline's evaluation stage and gate are the same on both runtimes. Follows MaxText at commit
@@ -40,12 +41,12 @@ import jax
 import numpy as np
 from etils import epath
 
-from local.workloads import checkpointing, model
-from local.workloads.config import CheckpointReaderConfig, ConfigError, run_main
-from local.workloads.inference import CheckpointNotFoundError, load_committed_params
-from local.workloads.logs import configure_logging
+from elastic_training.local.workloads import checkpointing, model
+from elastic_training.local.workloads.config import CheckpointReaderConfig, ConfigError, run_main
+from elastic_training.local.workloads.inference import CheckpointNotFoundError, load_committed_params
+from elastic_training.local.workloads.logs import configure_logging
 
-_logger = logging.getLogger("local.workloads.maxtext_eval")
+_logger = logging.getLogger("elastic_training.local.workloads.maxtext_eval")
 
 RUNNERS = ("eval", "lm_eval", "evalchemy", "simple_evals")
 LOCAL_RUNNER = "lm_eval"

@@ -1,4 +1,5 @@
-"""`python -m local.workloads.maxtext_synthesize [flags] <MaxText config> key=value ...`: the local synthesis stand-in.
+"""`python -m elastic_training.local.workloads.maxtext_synthesize [flags] <MaxText config> key=value ...`: the local
+synthesis stand-in.
 
 Takes the command line of the project's shipped synthesis program (`python3 -m maxtext_synthesize`,
 deploy/images/maxtext-synthesize/maxtext_synthesize.py: `--num_samples`, `--sample_seed`,
@@ -31,10 +32,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from local.workloads.config import ConfigError, SynthesizeConfig, run_main
-from local.workloads.inference import reader_main_with
-from local.workloads.maxtext_config import maxtext_keys, unknown_key_message
-from local.workloads.synthesize import synthesize
+from elastic_training.local.workloads.config import ConfigError, SynthesizeConfig, run_main
+from elastic_training.local.workloads.inference import reader_main_with
+from elastic_training.local.workloads.maxtext_config import maxtext_keys, unknown_key_message
+from elastic_training.local.workloads.synthesize import synthesize
 
 _KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)\Z", re.DOTALL)
 _CHECKPOINT_PATH = re.compile(r"^(?P<run>.+)/checkpoints/(?P<step>\d+)/items/?\Z")

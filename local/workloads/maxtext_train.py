@@ -18,18 +18,18 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from local.workloads.config import TrainConfig
-from local.workloads.logs import configure_logging
-from local.workloads.maxtext_config import (
+from elastic_training.local.workloads.config import TrainConfig
+from elastic_training.local.workloads.logs import configure_logging
+from elastic_training.local.workloads.maxtext_config import (
     MAXTEXT_EXIT_CONFIG_ERROR,
     MaxTextConfigError,
     parse_command_line,
     train_config,
 )
-from local.workloads.train import run
+from elastic_training.local.workloads.train import run
 
 if TYPE_CHECKING:
-    from local.workloads.slices import SliceHealth
+    from elastic_training.local.workloads.slices import SliceHealth
 
 _logger = logging.getLogger("maxtext.trainers.pre_train.train")
 
@@ -52,7 +52,7 @@ def main(argv: Sequence[str]) -> int:
     except MaxTextConfigError as error:
         return _config_error(error)
 
-    from local.workloads.pathways_session import PathwaysSession, exit_backend_lost
+    from elastic_training.local.workloads.pathways_session import PathwaysSession, exit_backend_lost
 
     session = PathwaysSession.from_environment()
     num_slices, hosts = command.num_slices, 1
@@ -77,7 +77,7 @@ def main(argv: Sequence[str]) -> int:
     def health(config: TrainConfig) -> SliceHealth | None:
         from kubernetes import client
 
-        from local.workloads.slices import KubernetesSliceHealth
+        from elastic_training.local.workloads.slices import KubernetesSliceHealth
 
         if session is None:
             return None

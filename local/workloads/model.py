@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from local.workloads.config import ModelConfig
+from elastic_training.local.workloads.config import ModelConfig
 
 Params = dict[str, Any]
 TrainState = dict[str, Any]

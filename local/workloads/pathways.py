@@ -1,4 +1,5 @@
-"""`python -m local.workloads.pathways {server,proxy} --flag=value ...`: the Pathways server and proxy stand-ins.
+"""`python -m elastic_training.local.workloads.pathways {server,proxy} --flag=value ...`: the Pathways server and
+proxy stand-ins.
 
 The image catalogue (local/cluster/images.py) runs this for Google's Pathways images with the flags the
 manifest gives them. The flags are those xpk renders (AI-Hypercomputer/xpk
@@ -167,7 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the flags, then hold the role until SIGTERM."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in _KNOWN:
-        print(f"usage: python -m local.workloads.pathways {{{','.join(_KNOWN)}}} --flag=value ...", file=sys.stderr)
+        print(
+            f"usage: python -m elastic_training.local.workloads.pathways {{{','.join(_KNOWN)}}} --flag=value ...",
+            file=sys.stderr,
+        )
         return EXIT_FLAGS
     role, rest = args[0], args[1:]
     try:

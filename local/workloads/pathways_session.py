@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from operators.constants import LABEL_JOBSET_NAME, WORKER_REPLICATED_JOB
+from elastic_training.operators.constants import LABEL_JOBSET_NAME, WORKER_REPLICATED_JOB
 
 if TYPE_CHECKING:
     from kubernetes import client

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from etils import epath
 
-from local.workloads.config import join_path
-from operators.constants import RECOVERY_RECORDS_FILE
+from elastic_training.local.workloads.config import join_path
+from elastic_training.operators.constants import RECOVERY_RECORDS_FILE
 
 _logger = logging.getLogger(__name__)
 

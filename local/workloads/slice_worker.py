@@ -1,4 +1,5 @@
-"""`python -m local.workloads.slice_worker`: what a `worker` pod runs in place of a Pathways TPU worker.
+"""`python -m elastic_training.local.workloads.slice_worker`: what a `worker` pod runs in place of a Pathways TPU
+worker.
 
 It holds its slice up: it stays alive (and so its pod Running) until SIGTERM or SIGINT, then exits 0.
 `--hold-file PATH` is a fault-injection knob: while PATH exists the worker exits 3 at once, so a replaced
@@ -20,7 +21,9 @@ EXIT_HELD = 3
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m local.workloads.slice_worker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m elastic_training.local.workloads.slice_worker", description=__doc__
+    )
     parser.add_argument("--hold-file", default="", help="exit 3 at start while this file exists")
     args = parser.parse_args(argv)
     pod = os.environ.get("POD_NAME", "?")

@@ -19,7 +19,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from operators.constants import LABEL_JOB_INDEX, LABEL_JOBSET_NAME, LABEL_REPLICATED_JOB_NAME, WORKER_REPLICATED_JOB
+from elastic_training.operators.constants import (
+    LABEL_JOB_INDEX,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICATED_JOB_NAME,
+    WORKER_REPLICATED_JOB,
+)
 
 if TYPE_CHECKING:  # the kubernetes client takes a second to import; only the cluster path needs it
     from kubernetes import client
@@ -209,7 +214,7 @@ class KubernetesSliceHealth:
             return None
         from kubernetes import client
 
-        from local.workloads.pathways_session import api_client_from_kubeconfig
+        from elastic_training.local.workloads.pathways_session import api_client_from_kubeconfig
 
         api_client = api_client_from_kubeconfig(kubeconfig)
         namespace = os.environ.get("POD_NAMESPACE", "default")

@@ -1,4 +1,4 @@
-"""`python -m local.workloads.synthesize key=value ...`: sample synthetic sequences from a checkpoint.
+"""`python -m elastic_training.local.workloads.synthesize key=value ...`: sample synthetic sequences from a checkpoint.
 
 Writes `num_samples` samples (`temperature`, `sample_seed`) as JSON lines to `samples.jsonl` and a
 `manifest.json` (count, step, source checkpoint path, settings) into `synthetic_output_directory`
@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from etils import epath
 
-from local.workloads import model
-from local.workloads.config import SynthesizeConfig, join_path, run_main
-from local.workloads.inference import load_committed_params, reader_main
+from elastic_training.local.workloads import model
+from elastic_training.local.workloads.config import SynthesizeConfig, join_path, run_main
+from elastic_training.local.workloads.inference import load_committed_params, reader_main
 
-_logger = logging.getLogger("local.workloads.synthesize")
+_logger = logging.getLogger("elastic_training.local.workloads.synthesize")
 
 SAMPLES_FILE = "samples.jsonl"
 MANIFEST_FILE = "manifest.json"

@@ -1,4 +1,4 @@
-"""`python -m local.workloads.train [config.yml] key=value ...`: the MaxText pre-training stand-in.
+"""`python -m elastic_training.local.workloads.train [config.yml] key=value ...`: the MaxText pre-training stand-in.
 
 Exit codes: 0 when training reached `steps` (or stopped on SIGTERM, as MaxText does), 1 when elastic
 recovery ran out of attempts or timed out waiting for slices, 2 for an invalid configuration.
@@ -15,13 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from local.workloads.config import TrainConfig, parse_args, run_main
-from local.workloads.logs import configure_logging
+from elastic_training.local.workloads.config import TrainConfig, parse_args, run_main
+from elastic_training.local.workloads.logs import configure_logging
 
 if TYPE_CHECKING:  # slices imports the kubernetes client; the trainer imports JAX only after the device count
-    from local.workloads.slices import SliceHealth
+    from elastic_training.local.workloads.slices import SliceHealth
 
-_logger = logging.getLogger("local.workloads.train")
+_logger = logging.getLogger("elastic_training.local.workloads.train")
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
@@ -48,8 +48,8 @@ def run(config: TrainConfig, health_factory: Callable[[TrainConfig], SliceHealth
     _logger.info("Config param checkpoint_dir: %s/", config.checkpoint_directory)
 
     # JAX (and everything that imports it) only now, after the device count is settled.
-    from local.workloads.slices import KubernetesSliceHealth, StaticSliceHealth
-    from local.workloads.trainer import Trainer
+    from elastic_training.local.workloads.slices import KubernetesSliceHealth, StaticSliceHealth
+    from elastic_training.local.workloads.trainer import Trainer
 
     health: SliceHealth | None = None
     if config.elastic_enabled:

@@ -22,9 +22,9 @@ import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from local.workloads import checkpointing, model
-from local.workloads.config import TrainConfig
-from local.workloads.elastic import (
+from elastic_training.local.workloads import checkpointing, model
+from elastic_training.local.workloads.config import TrainConfig
+from elastic_training.local.workloads.elastic import (
     ElasticRetryLimit,
     ElasticRuntimeError,
     LocalElasticManager,
@@ -33,8 +33,8 @@ from local.workloads.elastic import (
     slice_down_error,
     use_slice_health,
 )
-from local.workloads.recovery_log import RecoveryKind, RecoveryLog, RecoveryRecord
-from local.workloads.slices import Generation, SliceHealth, lost_slices
+from elastic_training.local.workloads.recovery_log import RecoveryKind, RecoveryLog, RecoveryRecord
+from elastic_training.local.workloads.slices import Generation, SliceHealth, lost_slices
 
 _logger = logging.getLogger(__name__)
 

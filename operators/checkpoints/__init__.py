@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from operators.checkpoints.discovery import QUARANTINE_DIR, Discovery, Ignored, IgnoredReason, discover
-from operators.checkpoints.moving import MoveError
-from operators.checkpoints.problems import Finding, Problem
-from operators.checkpoints.quarantine import quarantine_step
-from operators.checkpoints.report import CheckpointReport, DeepOptions, validate_checkpoints
-from operators.checkpoints.storage import CredentialsError, GCSStorage, LocalStorage, Storage, StorageError, storage_for
-from operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
+from elastic_training.operators.checkpoints.discovery import QUARANTINE_DIR, Discovery, Ignored, IgnoredReason, discover
+from elastic_training.operators.checkpoints.moving import MoveError
+from elastic_training.operators.checkpoints.problems import Finding, Problem
+from elastic_training.operators.checkpoints.quarantine import quarantine_step
+from elastic_training.operators.checkpoints.report import CheckpointReport, DeepOptions, validate_checkpoints
+from elastic_training.operators.checkpoints.storage import (
+    CredentialsError,
+    GCSStorage,
+    LocalStorage,
+    Storage,
+    StorageError,
+    storage_for,
+)
+from elastic_training.operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
 
 __all__ = [
     "QUARANTINE_DIR",

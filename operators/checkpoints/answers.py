@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from operators.checkpoints.problems import Problem
-from operators.checkpoints.report import CheckpointReport
-from operators.checkpoints.validation import StepVerdict
+from elastic_training.operators.checkpoints.problems import Problem
+from elastic_training.operators.checkpoints.report import CheckpointReport
+from elastic_training.operators.checkpoints.validation import StepVerdict
 
 # The findings that mean "could not look", not "looked and found it broken".
 COULD_NOT_LOOK = frozenset(

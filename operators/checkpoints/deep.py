@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from operators.checkpoints.problems import Finding, Problem
+from elastic_training.operators.checkpoints.problems import Finding, Problem
 
 DEFAULT_BUDGET_BYTES = 1 << 30
 

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from operators.checkpoints.storage import EntryKind, Storage
-from operators.constants import CHECKPOINT_METADATA_FILE, CHECKPOINTS_DIR, TMP_DIR_SUFFIX
+from elastic_training.operators.checkpoints.storage import EntryKind, Storage
+from elastic_training.operators.constants import CHECKPOINT_METADATA_FILE, CHECKPOINTS_DIR, TMP_DIR_SUFFIX
 
 QUARANTINE_DIR = "quarantine"
 # Orbax's temporary names: `<step>.orbax-checkpoint-tmp` (>= 0.11.20) and `...-tmp-<n>` (older).

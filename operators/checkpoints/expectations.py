@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from operators.checkpoints.problems import Finding, Problem
-from operators.checkpoints.validation import StepVerdict
+from elastic_training.operators.checkpoints.problems import Finding, Problem
+from elastic_training.operators.checkpoints.validation import StepVerdict
 
 Signature = dict[str, tuple[tuple[int, ...], str]]
 

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from operators.checkpoints.locations import GCS_SCHEME, StorageError, split_gcs
+from elastic_training.operators.checkpoints.locations import GCS_SCHEME, StorageError, split_gcs
 
 if TYPE_CHECKING:
     from google.api_core.retry import Retry

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from operators.checkpoints.problems import Finding, Problem
-from operators.checkpoints.storage import is_gcs, split_gcs
+from elastic_training.operators.checkpoints.problems import Finding, Problem
+from elastic_training.operators.checkpoints.storage import is_gcs, split_gcs
 
 ZARRAY_KEY = ".zarray"
 ZARR3_KEY = "zarr.json"

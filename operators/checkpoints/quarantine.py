@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from operators.checkpoints.discovery import QUARANTINE_DIR
-from operators.checkpoints.storage import Storage, storage_for
+from elastic_training.operators.checkpoints.discovery import QUARANTINE_DIR
+from elastic_training.operators.checkpoints.storage import Storage, storage_for
 
 # Names tried when the destination is taken (same step quarantined in the same second).
 _MAX_NAMES = 100

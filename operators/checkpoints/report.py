@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from operators.checkpoints.discovery import (
+from elastic_training.operators.checkpoints.discovery import (
     QUARANTINE_DIR,
     Discovery,
     Ignored,
@@ -16,9 +16,9 @@ from operators.checkpoints.discovery import (
     resolve_root,
     split_step_path,
 )
-from operators.checkpoints.problems import Finding, Problem
-from operators.checkpoints.storage import CredentialsError, Storage, StorageError, is_gcs, storage_for
-from operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
+from elastic_training.operators.checkpoints.problems import Finding, Problem
+from elastic_training.operators.checkpoints.storage import CredentialsError, Storage, StorageError, is_gcs, storage_for
+from elastic_training.operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def _validate_all(store: Storage, found: Discovery, opts: ValidationOptions) -> 
 
 
 def _apply_reference(verdicts: dict[int, StepVerdict], reference_step: int, target: int) -> dict[int, StepVerdict]:
-    from operators.checkpoints.expectations import array_signature, compare_signatures, compare_trees
+    from elastic_training.operators.checkpoints.expectations import array_signature, compare_signatures, compare_trees
 
     ref = verdicts.get(reference_step)
     current = verdicts.get(target)
@@ -194,7 +194,7 @@ def _apply_deep(
 
 def deep_verdict(verdict: StepVerdict, deep: DeepOptions) -> StepVerdict:
     """`verdict` with the results of restoring its PyTree items."""
-    from operators.checkpoints.deep import deep_check
+    from elastic_training.operators.checkpoints.deep import deep_check
 
     problems: list[Finding] = []
     summary: dict[str, Any] = {}

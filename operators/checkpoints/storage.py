@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
-from operators.checkpoints.locations import GCS_SCHEME, StorageError, is_gcs, split_gcs
-from operators.checkpoints.moving import move_gcs, move_local
+from elastic_training.operators.checkpoints.locations import GCS_SCHEME, StorageError, is_gcs, split_gcs
+from elastic_training.operators.checkpoints.moving import move_gcs, move_local
 
 if TYPE_CHECKING:
     from google.api_core.retry import Retry

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from operators.checkpoints.storage import FileTooLargeError, Storage, StorageError, storage_for
-from operators.constants import CHECKPOINT_METADATA_FILE
+from elastic_training.operators.checkpoints.storage import FileTooLargeError, Storage, StorageError, storage_for
+from elastic_training.operators.constants import CHECKPOINT_METADATA_FILE
 
 MAX_METADATA_BYTES = 1 << 20
 DEFAULT_LIMIT = 20

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.checkpoints.ocdbt_index import IndexLimits, check_ocdbt_index
-from operators.checkpoints.problems import Finding, Findings, Problem
-from operators.checkpoints.storage import (
+from elastic_training.operators.checkpoints.ocdbt_index import IndexLimits, check_ocdbt_index
+from elastic_training.operators.checkpoints.problems import Finding, Findings, Problem
+from elastic_training.operators.checkpoints.storage import (
     Entry,
     EntryKind,
     FileTooLargeError,
@@ -24,7 +24,7 @@ from operators.checkpoints.storage import (
     Storage,
     StorageError,
 )
-from operators.constants import CHECKPOINT_METADATA_FILE, COMMIT_SUCCESS_FILE
+from elastic_training.operators.constants import CHECKPOINT_METADATA_FILE, COMMIT_SUCCESS_FILE
 
 ITEM_METADATA_FILE = "_METADATA"
 OCDBT_MANIFEST = "manifest.ocdbt"

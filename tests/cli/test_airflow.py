@@ -60,7 +60,7 @@ def _smoke_dag(folder: Path, base: Path) -> None:
         textwrap.dedent(
             f"""\
             from airflow.sdk import DAG
-            from operators import ElasticJobSetOperator
+            from elastic_training.operators import ElasticJobSetOperator
 
             with DAG({SMOKE!r}, schedule=None, tags=["test"]) as dag:
                 ElasticJobSetOperator(
@@ -127,7 +127,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     _smoke_dag(dags, tmp_path_factory.mktemp("runs"))
     port = _free_port()
     output = home / "launcher.out"
-    argv = [sys.executable, "-m", "cli", "airflow", "--port", str(port), "--home", str(home)]
+    argv = [sys.executable, "-m", "elastic_training.cli", "airflow", "--port", str(port), "--home", str(home)]
     argv += ["--dags-folder", str(dags), "--startup-timeout", str(STARTUP_SECONDS)]
     with output.open("wb") as sink:
         process = subprocess.Popen(argv, cwd=ROOT, env=_launcher_env(home), stdout=sink, stderr=subprocess.STDOUT)
@@ -260,7 +260,16 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "cli", "airflow", "--port", str(port), "--home", str(tmp_path / "home")],
+            [
+                sys.executable,
+                "-m",
+                "elastic_training.cli",
+                "airflow",
+                "--port",
+                str(port),
+                "--home",
+                str(tmp_path / "home"),
+            ],
             cwd=ROOT,
             env=_launcher_env(tmp_path / "home"),
             capture_output=True,

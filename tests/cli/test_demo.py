@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.demo import airflow_environment
-from cli.main import main
+from elastic_training.cli.demo import airflow_environment
+from elastic_training.cli.main import main
 
 
 @pytest.mark.slow

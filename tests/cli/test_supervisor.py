@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from cli.supervisor import Supervisor
+from elastic_training.cli.supervisor import Supervisor
 
 # A parent that forks a grandchild, then both sleep; the parent optionally ignores SIGTERM.
 FAMILY = """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import validate
+from elastic_training.cli import validate
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -106,14 +106,14 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
 
 
 def test_console_script_end_to_end(orbax_runs: dict[str, Path]) -> None:
-    """Through `python -m cli` (the dispatcher), exit code and JSON on stdout."""
+    """Through `python -m elastic_training.cli` (the dispatcher), exit code and JSON on stdout."""
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "validate", str(orbax_runs["zarr"]), "--json"],
+        [sys.executable, "-m", "elastic_training.cli", "validate", str(orbax_runs["zarr"]), "--json"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    if "No module named 'cli.cluster'" in result.stderr:
+    if "No module named 'elastic_training.cli.cluster'" in result.stderr:
         pytest.skip("the cluster subcommand is not there yet")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["latest_valid_step"] == 20

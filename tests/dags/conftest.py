@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-from operators.pipeline_params import VARIABLE_ALLOWED_ROOTS
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.pipeline_params import VARIABLE_ALLOWED_ROOTS
 from tests.support.airflow_dags import dag_from_source
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"

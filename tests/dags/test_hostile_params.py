@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.dags.conftest import jobset_names, repo_dag
 from tests.support.airflow_dags import states, xcom
 

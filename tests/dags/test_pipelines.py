@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from local.cluster import LocalCluster
-from operators.pipeline_report import PHASES
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.pipeline_report import PHASES
 from tests.support.airflow_dags import states, xcom
 
 from .conftest import repo_dag

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from operators.pipeline_params import DagRunIdentity, run_directory_name
+from elastic_training.operators.pipeline_params import DagRunIdentity, run_directory_name
 from tests.dags.conftest import repo_dag
 from tests.support.airflow_dags import states, xcom
 

@@ -19,7 +19,12 @@ from typing import Any
 import jsonschema
 import pytest
 
-from operators.pipeline_params import VARIABLE_ALLOWED_ROOTS, DagRunIdentity, is_form_required, validate_params
+from elastic_training.operators.pipeline_params import (
+    VARIABLE_ALLOWED_ROOTS,
+    DagRunIdentity,
+    is_form_required,
+    validate_params,
+)
 from tests.dags.conftest import DAGS
 
 DAG_IDS = ("elastic_training_nightly", "elastic_training_fault_drill")

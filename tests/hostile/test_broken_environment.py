@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from local.cluster import LocalCluster
-from local.cluster.kubeconfig import render_kubeconfig
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kubeconfig import render_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def _validate_without_credentials(tmp_path: Path, **env: str) -> subprocess.Comp
     home.mkdir(exist_ok=True)
     clean = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO), **env}
     return subprocess.run(
-        [sys.executable, "-m", "cli", "validate", "gs://some-bucket/run/checkpoints"],
+        [sys.executable, "-m", "elastic_training.cli", "validate", "gs://some-bucket/run/checkpoints"],
         capture_output=True,
         text=True,
         timeout=180,
@@ -91,7 +91,7 @@ def _kubeconfig_for(server: str, token: str, ca_pem: bytes | None = None) -> dic
 
 
 def _elastic(conn_id: str) -> Any:
-    from operators import ElasticJobSetOperator
+    from elastic_training.operators import ElasticJobSetOperator
 
     return ElasticJobSetOperator(
         task_id="pretrain",
@@ -188,7 +188,7 @@ def no_jobset_api(cluster: LocalCluster) -> Iterator[None]:
 def test_a_cluster_without_the_jobset_api(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, no_jobset_api: None
 ) -> None:
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     conn_id = _connection(monkeypatch, "k8s_no_crd", {"kube_config_path": str(cluster.kubeconfig_path)})
     for operator in (
@@ -212,8 +212,8 @@ def test_a_cluster_without_the_jobset_api(
 
 
 def test_a_missing_namespace_is_not_a_missing_crd(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    from operators.hooks import ClusterAccessError, JobSetHook
-    from operators.manifests import JobSpec, plain_jobset
+    from elastic_training.operators.hooks import ClusterAccessError, JobSetHook
+    from elastic_training.operators.manifests import JobSpec, plain_jobset
 
     hook = JobSetHook(conn_id=_connection(monkeypatch, "k8s_ok", {"kube_config_path": str(cluster.kubeconfig_path)}))
     body = plain_jobset(
@@ -228,7 +228,7 @@ def test_a_missing_namespace_is_not_a_missing_crd(cluster: LocalCluster, monkeyp
 
 
 def test_a_verb_the_role_does_not_grant(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    from operators.hooks import ClusterAccessError, JobSetHook
+    from elastic_training.operators.hooks import ClusterAccessError, JobSetHook
 
     hook = JobSetHook(conn_id=_connection(monkeypatch, "k8s_rbac", {"kube_config_path": str(cluster.kubeconfig_path)}))
     cluster.faults.fail_requests(403, path=r"/jobsets$", method="GET")
@@ -246,7 +246,7 @@ async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
 ) -> None:
     """A token that expires while the task is deferred: the watches give up after a few refusals (not forever,
     and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
-    from operators.triggers import JobSetTrigger
+    from elastic_training.operators.triggers import JobSetTrigger
 
     conn_id = _connection(
         monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED", cluster.ca_pem)}

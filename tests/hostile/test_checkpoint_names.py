@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.checkpoints import QUARANTINE_DIR, quarantine_step, validate_checkpoints
+from elastic_training.operators.checkpoints import QUARANTINE_DIR, quarantine_step, validate_checkpoints
 from tests.hostile.strategies import HOSTILE
 
 # Names a filesystem takes (no '/' or NUL), biased towards ones that look like steps.

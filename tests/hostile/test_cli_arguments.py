@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cli.main import main
+from elastic_training.cli.main import main
 from tests.hostile.strategies import HOSTILE, nasty_text, words
 
 tokens = st.one_of(

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.manifests import (
+from elastic_training.operators.manifests import (
     JOBSET_NAME_MAX,
     JobSpec,
     elastic_jobset,
@@ -22,7 +22,7 @@ from operators.manifests import (
     lint_manifest,
     plain_jobset,
 )
-from operators.spec import ElasticRunSpec, SpecError
+from elastic_training.operators.spec import ElasticRunSpec, SpecError
 from tests.hostile.strategies import HOSTILE, anything, nasty_text, numbers_ish
 
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?\Z")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators import ElasticJobSetOperator, JobSetOperator
+from elastic_training.operators import ElasticJobSetOperator, JobSetOperator
 from tests.hostile.strategies import HOSTILE, anything, nasty_text, numbers_ish, words
 
 BASE: dict[str, Any] = {

@@ -11,18 +11,18 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from local.cluster import LocalCluster
-from operators import ElasticJobSetOperator, JobSetOperator, manifests
-from operators.constants import (
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators import ElasticJobSetOperator, JobSetOperator, manifests
+from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
 )
-from operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
-from operators.hooks import JobSetHook
-from operators.run_history import ANNOTATION_RUN_HISTORY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.hooks import JobSetHook
+from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
 
 DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
 

@@ -8,9 +8,16 @@ from typing import Any
 
 import pytest
 
-from operators.advice import AdviceError, AdviceInputs, advice_for_report, advise, goodput, inputs_from_report
-from operators.checkpoints.timing import mean_save_seconds, save_seconds
-from operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from elastic_training.operators.advice import (
+    AdviceError,
+    AdviceInputs,
+    advice_for_report,
+    advise,
+    goodput,
+    inputs_from_report,
+)
+from elastic_training.operators.checkpoints.timing import mean_save_seconds, save_seconds
+from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
 
 
 def inputs(**changes: Any) -> AdviceInputs:

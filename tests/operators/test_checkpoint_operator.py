@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from operators.checkpoint_operator import _optional_int, checkpoint_asset_uri
+from elastic_training.operators.checkpoint_operator import _optional_int, checkpoint_asset_uri
 from tests.support.airflow_dags import dag_from_source, states, xcom
 
 
@@ -110,8 +110,8 @@ def test_invalid_newest_step_fails_or_falls_back(airflow_db: None, run_copy: Cal
 def test_failure_message_lists_the_problems(run_copy: Callable[[str], Path]) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators import CheckpointValidationOperator
-    from operators.checkpoints import validate_checkpoints
+    from elastic_training.operators import CheckpointValidationOperator
+    from elastic_training.operators.checkpoints import validate_checkpoints
 
     run = run_copy("zarr")
     (run / "checkpoints" / "20" / "commit_success.txt").unlink()
@@ -159,7 +159,7 @@ def _render_and_execute(op: Any, **params: Any) -> tuple[dict[str, Any], dict[st
 
 
 def _templated_operator() -> Any:
-    from operators import CheckpointValidationOperator
+    from elastic_training.operators import CheckpointValidationOperator
 
     return CheckpointValidationOperator(
         task_id="v",
@@ -171,7 +171,7 @@ def _templated_operator() -> Any:
 
 
 def test_templated_fields() -> None:
-    from operators import CheckpointValidationOperator
+    from elastic_training.operators import CheckpointValidationOperator
 
     fields = set(CheckpointValidationOperator.template_fields)
     assert {"path", "step", "expected_min_step", "reference_step"} <= fields
@@ -219,7 +219,7 @@ def test_hostile_templated_values_fail_clearly(
 
 
 def test_bad_literal_path_is_a_dag_error() -> None:
-    from operators import CheckpointValidationOperator
+    from elastic_training.operators import CheckpointValidationOperator
 
     for bad in ("", "runs/pretrain", "/data/../etc", "gs://"):
         with pytest.raises(ValueError, match="path"):

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
 from tests.support.airflow_dags import dag_from_source, states, xcom
 from tests.support.step_faults import StepFaults, kill_worker
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 HEADER = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from operators import ElasticJobSetOperator
+from elastic_training.operators import ElasticJobSetOperator
 """
 
 

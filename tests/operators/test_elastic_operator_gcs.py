@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from local.cluster import LocalCluster
-from operators.checkpoints import ValidationOptions, validate_checkpoints
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
 from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
 from tests.support.airflow_dags import states, xcom
 from tests.support.gcs_emulator import FlakyProxy, GCSEmulator

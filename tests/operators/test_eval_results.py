@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from operators.eval_results import EvalResultError, newest_for_checkpoint, parse_result, results_directory
+from elastic_training.operators.eval_results import (
+    EvalResultError,
+    newest_for_checkpoint,
+    parse_result,
+    results_directory,
+)
 
 
 # What MaxText's harness_runner + json_reporter write for `--runner lm_eval --tasks lambada_openai`.

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.support.airflow_dags import dag_from_source, states, xcom
 
 HEADER = "from airflow.sdk import DAG\nfrom operators import JobSetOperator"
@@ -50,21 +50,21 @@ def test_a_job_that_fails_fails_with_its_reason_and_log(airflow_db: None, cluste
 
 
 def test_a_shell_string_is_refused_at_parse_time() -> None:
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     with pytest.raises(ValueError, match="not a shell string"):
         JobSetOperator(task_id="x", name="x", image="local", command="python -c 'rm -rf /'", runtime="local")
 
 
 def test_bad_runtime_is_refused() -> None:
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     with pytest.raises(ValueError, match="runtime"):
         JobSetOperator(task_id="x", name="x", image="local", command=["true"], runtime="k8s")
 
 
 def test_container_limits_go_in_container_resources_and_render_on_the_container() -> None:
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     operator = JobSetOperator(
         task_id="x",
@@ -78,7 +78,7 @@ def test_container_limits_go_in_container_resources_and_render_on_the_container(
 
 
 def test_kubernetes_limits_passed_as_airflow_resources_are_refused_with_the_right_name() -> None:
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     with pytest.raises(ValueError, match=r"got google.com/tpu; pass the container's limits as container_resources"):
         JobSetOperator(task_id="x", name="x", image="local", command=["true"], resources={"google.com/tpu": "4"})

@@ -20,13 +20,19 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from local.cluster import LocalCluster
-from operators import ElasticJobSetOperator, JobSetOperator, manifests
-from operators.constants import HEAD_MAIN_CONTAINER, HEAD_REPLICATED_JOB, JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-from operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
-from operators.lifecycle import DEFER_TIMEOUT_PADDING_SECONDS, first_event
-from operators.observations import MonitorState
-from operators.policy import JobSetPhase
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators import ElasticJobSetOperator, JobSetOperator, manifests
+from elastic_training.operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+)
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.lifecycle import DEFER_TIMEOUT_PADDING_SECONDS, first_event
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.policy import JobSetPhase
 
 DAG_ID = "lifecycle_dag"
 

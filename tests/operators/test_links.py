@@ -6,7 +6,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from operators.links import console_logs_url, console_workload_url, view_url
+from elastic_training.operators.links import console_logs_url, console_workload_url, view_url
 
 
 def test_view_url_opens_the_dag_run_tab(monkeypatch: pytest.MonkeyPatch) -> None:

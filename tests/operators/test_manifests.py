@@ -17,7 +17,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     LABEL_DAG_ID,
@@ -29,7 +29,7 @@ from operators.constants import (
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
-from operators.manifests import (
+from elastic_training.operators.manifests import (
     JOBSET_NAME_MAX,
     JobSpec,
     elastic_jobset,
@@ -41,7 +41,7 @@ from operators.manifests import (
     lint_manifest,
     plain_jobset,
 )
-from operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, SpecError, lint
+from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, SpecError, lint
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -108,7 +108,7 @@ def gke_plain() -> dict[str, Any]:
 def local_plain() -> dict[str, Any]:
     job = JobSpec(
         image="ignored",
-        command=["python", "-m", "local.workloads.evaluate", *EVAL_ARGS],
+        command=["python", "-m", "elastic_training.local.workloads.evaluate", *EVAL_ARGS],
         env={"EXTRA": "1"},
         runtime="local",
     )
@@ -413,7 +413,7 @@ def test_plain_jobset_fields() -> None:
 def test_plain_local_uses_local_image_and_command_as_given() -> None:
     (container,) = _pod(local_plain()["spec"]["replicatedJobs"][0])["containers"]
     assert container["image"] == "local"
-    assert container["command"] == ["python", "-m", "local.workloads.evaluate", *EVAL_ARGS]
+    assert container["command"] == ["python", "-m", "elastic_training.local.workloads.evaluate", *EVAL_ARGS]
     env = _env(container)
     assert env["JAX_PLATFORMS"] == "cpu" and env["EXTRA"] == "1"
 
@@ -636,7 +636,7 @@ def test_lint_job(changes: dict[str, Any], field: str) -> None:
 
 
 def test_lint_job_local_ignores_image() -> None:
-    lint_job(JobSpec(image="", command=["python", "-m", "local.workloads.evaluate"], runtime="local"))
+    lint_job(JobSpec(image="", command=["python", "-m", "elastic_training.local.workloads.evaluate"], runtime="local"))
 
 
 # -- the rendered GKE JobSet against the upstream JobSet CRD's OpenAPI schema (tests/operators/data/SOURCE.md) --

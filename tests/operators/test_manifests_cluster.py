@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -24,7 +24,7 @@ from operators.constants import (
     LABEL_JOBSET_NAME,
     WORKER_REPLICATED_JOB,
 )
-from operators.manifests import (
+from elastic_training.operators.manifests import (
     JobSpec,
     elastic_jobset,
     identity_labels,
@@ -32,7 +32,7 @@ from operators.manifests import (
     label_selector,
     plain_jobset,
 )
-from operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, lint
+from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, lint
 from tests.local.cluster.helpers import wait_for
 from tests.operators.conftest import K8s
 
@@ -132,7 +132,13 @@ def test_gke_shaped_elastic_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None
 def test_local_plain_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
     job = JobSpec(
         image="local",
-        command=["python", "-m", "local.workloads.evaluate", f"base_output_directory={tmp_path}", "run_name=x"],
+        command=[
+            "python",
+            "-m",
+            "elastic_training.local.workloads.evaluate",
+            f"base_output_directory={tmp_path}",
+            "run_name=x",
+        ],
         runtime="local",
         active_deadline_seconds=600,
     )

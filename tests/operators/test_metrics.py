@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.metrics import emit_run_metrics
+from elastic_training.operators.metrics import emit_run_metrics
 
 
 class Recorder:

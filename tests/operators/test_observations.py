@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from operators.constants import LABEL_JOB_INDEX, LABEL_REPLICATED_JOB_NAME
-from operators.observations import (
+from elastic_training.operators.constants import LABEL_JOB_INDEX, LABEL_REPLICATED_JOB_NAME
+from elastic_training.operators.observations import (
     MAX_FAILURES_KEPT,
     MAX_RESTART_TIMES_KEPT,
     STATE_VERSION,
@@ -19,7 +19,7 @@ from operators.observations import (
     jobset_phase,
     normalize_timestamp,
 )
-from operators.policy import Action, Budgets, JobSetPhase, decide
+from elastic_training.operators.policy import Action, Budgets, JobSetPhase, decide
 
 T0 = 1_796_000_000.0  # 2026-11-30T...Z; every time below is a Kubernetes time relative to it
 DAY = 86_400.0

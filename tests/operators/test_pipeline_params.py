@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from operators.pipeline_params import (
+from elastic_training.operators.pipeline_params import (
     RUN_SUFFIX_MAX,
     VARIABLE_ALLOWED_ROOTS,
     VARIABLE_EVAL_COMMAND,
@@ -29,7 +29,7 @@ from operators.pipeline_params import (
     run_suffix,
     validate_params,
 )
-from operators.spec import is_dns1123_label
+from elastic_training.operators.spec import is_dns1123_label
 
 WHEN = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 SCHEDULED = DagRunIdentity("elastic_training_nightly", f"scheduled__{WHEN.isoformat()}", "scheduled", WHEN)

@@ -11,25 +11,25 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from local.cluster.cluster_description import load_description
-from local.cluster.scheduler_filters import filter_node
-from local.workloads.maxtext_config import maxtext_keys
-from operators import manifests
-from operators.pipeline import (
+from elastic_training.local.cluster.cluster_description import load_description
+from elastic_training.local.cluster.scheduler_filters import filter_node
+from elastic_training.local.workloads.maxtext_config import maxtext_keys
+from elastic_training.operators import manifests
+from elastic_training.operators.pipeline import (
     StageJobSetOperator,
     evaluate_args,
     gate_on_eval,
     stage_host,
     synthesize_args,
 )
-from operators.pipeline_params import (
+from elastic_training.operators.pipeline_params import (
     LOCAL_EVAL_COMMAND,
     LOCAL_SYNTH_COMMAND,
     DagRunIdentity,
     ParamError,
     validate_params,
 )
-from operators.spec import LOCAL_MAXTEXT_IMAGE
+from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
 from tests.operators.test_eval_results import maxtext_result
 
 RUN = DagRunIdentity(

@@ -13,10 +13,15 @@ import pytest
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from local.cluster import LocalCluster
-from operators.constants import LABEL_STAGE
-from operators.pipeline_params import LOCAL_EVAL_COMMAND, LOCAL_SYNTH_COMMAND, DagRunIdentity, validate_params
-from operators.spec import LOCAL_MAXTEXT_IMAGE
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import LABEL_STAGE
+from elastic_training.operators.pipeline_params import (
+    LOCAL_EVAL_COMMAND,
+    LOCAL_SYNTH_COMMAND,
+    DagRunIdentity,
+    validate_params,
+)
+from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
 from tests.support.airflow_dags import NAMESPACE, dag_from_source, states, xcom
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -24,7 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 HEADER = """\
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
-from operators.pipeline import StageJobSetOperator, gate_on_eval, publish_synthetic_dataset, synthetic_alias
+from elastic_training.operators.pipeline import (
+    StageJobSetOperator, gate_on_eval, publish_synthetic_dataset, synthetic_alias,
+)
 """
 STEP = 19
 RUN = DagRunIdentity(
@@ -65,9 +72,9 @@ def stages_dag(dag_id: str, config: dict[str, Any]) -> Any:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The nightly configuration of a local run, and that run trained (default model, steps 0..19)."""
-    from local.workloads.config import TrainConfig, parse_args
-    from local.workloads.slices import StaticSliceHealth
-    from local.workloads.trainer import Trainer
+    from elastic_training.local.workloads.config import TrainConfig, parse_args
+    from elastic_training.local.workloads.slices import StaticSliceHealth
+    from elastic_training.local.workloads.trainer import Trainer
 
     root = tmp_path_factory.mktemp("stages")
     config = validate_params(

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from operators.policy import Action, Budgets, JobSetPhase, Observation, Reason, decide, slice_restarts_in_window
+from elastic_training.operators.policy import (
+    Action,
+    Budgets,
+    JobSetPhase,
+    Observation,
+    Reason,
+    decide,
+    slice_restarts_in_window,
+)
 
 BUDGETS = Budgets(
     max_slice_restarts=2, slice_restart_window_seconds=600, stall_timeout_seconds=300, max_full_restarts=1

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.rbac import main, rbac_manifests, render_yaml
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.rbac import main, rbac_manifests, render_yaml
 from tests.support.airflow_dags import operators_kubeconfig
 
 KUBECTL = shutil.which("kubectl")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from operators.recovery import CostModel, Incarnation, LogDigest, Recovery, recovery_report, run_report
+from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, Recovery, recovery_report, run_report
 
 
 def absl(text: str) -> str:

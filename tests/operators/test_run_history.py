@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.recovery import CostModel, Incarnation, LogDigest, run_report
-from operators.run_history import RUN_HISTORY_MAX_BYTES, parse_run_history, render_run_history
+from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from elastic_training.operators.run_history import RUN_HISTORY_MAX_BYTES, parse_run_history, render_run_history
 
 ESCALATION: dict[str, Any] = {
     "reason": "jobset_failed",

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.constants import (
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -41,7 +41,7 @@ SMALL_MODEL = {"base_emb_dim": 32, "base_num_decoder_layers": 1, "vocab_size": 3
 HEADER = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from operators import ElasticJobSetOperator
+from elastic_training.operators import ElasticJobSetOperator
 """
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.constants import (
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     LABEL_JOB_INDEX,
@@ -19,7 +19,7 @@ from operators.constants import (
     LABEL_RUN_NAME,
     WORKER_REPLICATED_JOB,
 )
-from operators.slice_drill import RESULT_PREFIX, drill_command, parse_result, run_drill
+from elastic_training.operators.slice_drill import RESULT_PREFIX, drill_command, parse_result, run_drill
 
 STEPS_SCRIPT = (
     "import sys, time\n"
@@ -102,7 +102,7 @@ def test_result_lines_and_command() -> None:
     assert drill_command(run_name="r", at_step=3, slice_index=1, namespace="ns", timeout=9) == [
         "python",
         "-m",
-        "operators.slice_drill",
+        "elastic_training.operators.slice_drill",
         "--run-name=r",
         "--at-step=3",
         "--slice=1",

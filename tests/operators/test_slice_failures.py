@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from operators.slice_failures import (
+from elastic_training.operators.slice_failures import (
     EVICTION_REASONS,
     FailureKind,
     PodFailure,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from operators.spec import (
+from elastic_training.operators.spec import (
     DEFAULT_CONFIG_FILE,
     OPERATOR_OWNED_KEYS,
     TPU_TYPES,

@@ -16,11 +16,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from kubernetes import client
 
-from operators import manifests
-from operators.checkpoints import storage
-from operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
-from operators.observations import MonitorState
-from operators.policy import JobSetPhase
+from elastic_training.operators import manifests
+from elastic_training.operators.checkpoints import storage
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.policy import JobSetPhase
 from tests.operators.test_lifecycle import (
     DAG_ID,
     _delete_mine,

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-from operators.observations import MonitorState
-from operators.rbac import RULES
-from operators.triggers import JobSetTrigger
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.rbac import RULES
+from elastic_training.operators.triggers import JobSetTrigger
 from tests.operators.test_lifecycle import _one_pod_jobset
 from tests.support.airflow_dags import NAMESPACE
 

@@ -11,8 +11,8 @@ import pytest
 from airflow.triggers.base import TriggerEvent
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.constants import (
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
@@ -24,8 +24,8 @@ from operators.constants import (
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
-from operators.observations import MonitorState
-from operators.triggers import JobSetTrigger
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.triggers import JobSetTrigger
 
 BUDGETS = {
     "max_slice_restarts": 1,
@@ -40,7 +40,7 @@ def test_serialize() -> None:
         name="run-abc123", namespace="ml", uid="u-1", target_step=99, budgets=BUDGETS, state={"started_at": 5.0}
     )
     assert trigger.serialize() == (
-        "operators.triggers.JobSetTrigger",
+        "elastic_training.operators.triggers.JobSetTrigger",
         {
             "name": "run-abc123",
             "namespace": "ml",

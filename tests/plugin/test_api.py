@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 
-from operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from tests.support.airflow_dags import dag_from_source, states
 from tests.support.orbax_checkpoints import write_run
 
@@ -184,8 +184,8 @@ def test_subclasses_and_mapped_tasks_are_elastic_runs_and_plain_stages_are_not(a
 
 
 def test_the_marker_is_the_key_the_operator_writes() -> None:
-    from operators.elastic_operator import STATE_KEY
-    from plugin.runs import STATE_KEY as READ_KEY
+    from elastic_training.operators.elastic_operator import STATE_KEY
+    from elastic_training.plugin.runs import STATE_KEY as READ_KEY
 
     assert READ_KEY == STATE_KEY
 

@@ -48,7 +48,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("airflow-home")
     port = _free_port()
     output = home / "launcher.out"
-    argv = [sys.executable, "-m", "cli", "airflow", "--port", str(port), "--home", str(home)]
+    argv = [sys.executable, "-m", "elastic_training.cli", "airflow", "--port", str(port), "--home", str(home)]
     argv += ["--dags-folder", str(ROOT / "dags"), "--startup-timeout", str(STARTUP_SECONDS)]
     with output.open("wb") as sink:
         process = subprocess.Popen(

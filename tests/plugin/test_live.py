@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.observations import MonitorState
-from plugin.live import HeadLog, fold, live_state
+from elastic_training.operators.observations import MonitorState
+from elastic_training.plugin.live import HeadLog, fold, live_state
 
 DATA = Path(__file__).parent / "data"
 POD_UID = "4e958d03-ffc2-4141-bb05-4b7aefd6638d"
@@ -50,7 +50,9 @@ def test_the_lines_after_the_cursor_are_folded_in_once() -> None:
 
 
 def test_a_tail_that_does_not_reach_the_cursor_says_it_is_incomplete(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("plugin.live.TAIL_LINES", 5)  # a log longer than the tail: the API returned the last 5
+    monkeypatch.setattr(
+        "elastic_training.plugin.live.TAIL_LINES", 5
+    )  # a log longer than the tail: the API returned the last 5
     lines = api_lines()
     state = persisted_at(lines, 30)
     _, info = fold(state, HeadLog("head-0", POD_UID, "\n".join(lines[-5:]), read_at=1.0))

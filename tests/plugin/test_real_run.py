@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import pytest
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.operators.test_elastic_operator import elastic_dag
 from tests.plugin.conftest import USERS
 from tests.support.airflow_dags import states, xcom

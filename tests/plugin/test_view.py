@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from operators.observations import parse_time
-from operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
-from plugin.view import budgets, run_view, timeline
+from elastic_training.operators.observations import parse_time
+from elastic_training.operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
+from elastic_training.plugin.view import budgets, run_view, timeline
 
 RECOVERY = {"detected_at": 110.0, "failed_step": 24, "restored_at": 118.0, "restored_step": 20, "first_step_at": 120.0}
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.manifests import JobSpec, elastic_jobset, lint_manifest, plain_jobset
-from operators.spec import ElasticRunSpec, SpecError, lint
+from elastic_training.operators.manifests import JobSpec, elastic_jobset, lint_manifest, plain_jobset
+from elastic_training.operators.spec import ElasticRunSpec, SpecError, lint
 from tests.hostile.strategies import HOSTILE, nasty_text
 
 SHELLS = {"sh", "bash", "dash", "zsh", "ash", "ksh", "/bin/sh", "/bin/bash", "/usr/bin/env"}
@@ -64,8 +64,8 @@ def test_elastic_containers_run_fixed_programs(base: ElasticRunSpec, values: dic
     commands = {tuple(c["command"]) for c in _containers(manifest) if "command" in c}
     assert commands <= {
         ("python3", "-m", "maxtext.trainers.pre_train.train"),
-        ("python", "-m", "local.workloads.train"),
-        ("python", "-m", "local.workloads.slice_worker"),
+        ("python", "-m", "elastic_training.local.workloads.train"),
+        ("python", "-m", "elastic_training.local.workloads.slice_worker"),
     }
     (head,) = [c for c in _containers(manifest) if c["name"] == "jax-tpu"]
     for key, value in values.items():
@@ -87,7 +87,7 @@ def test_plain_containers_run_exactly_the_given_argv(command: list[str], args: l
 
 @pytest.mark.parametrize("command", ["python -c 'import os'", b"python", ("sh", "-c", "x")])
 def test_the_jobset_operator_refuses_a_string_command(command: Any) -> None:
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     if isinstance(command, tuple):  # an argv tuple is a list of arguments: taken as given, never wrapped
         operator = JobSetOperator(task_id="t", name="x", image="local", command=command, runtime="local")
@@ -99,7 +99,7 @@ def test_the_jobset_operator_refuses_a_string_command(command: Any) -> None:
 
 def test_a_string_rendered_into_args_stays_one_argument() -> None:
     """A templated argument that renders to text with spaces and quotes is one argv item, not words."""
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     operator = JobSetOperator(
         task_id="t", name="x", image="local", command=["python", "-m", "eval"], args=["{{ params.p }}"], runtime="local"

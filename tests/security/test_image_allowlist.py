@@ -11,15 +11,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.images import (
+from elastic_training.operators.images import (
     ALLOWED_IMAGES_VARIABLE,
     check_images,
     image_allowed,
     manifest_images,
     parse_allowed_images,
 )
-from operators.manifests import PATHWAYS_PROXY_IMAGE, PATHWAYS_SERVER_IMAGE, JobSpec, elastic_jobset, plain_jobset
-from operators.spec import ElasticRunSpec, SpecError
+from elastic_training.operators.manifests import (
+    PATHWAYS_PROXY_IMAGE,
+    PATHWAYS_SERVER_IMAGE,
+    JobSpec,
+    elastic_jobset,
+    plain_jobset,
+)
+from elastic_training.operators.spec import ElasticRunSpec, SpecError
 from tests.hostile.strategies import HOSTILE
 
 ORG = "us-docker.pkg.dev/my-org/"
@@ -135,7 +141,7 @@ def _nowhere(monkeypatch: pytest.MonkeyPatch) -> str:
 def test_operators_refuse_a_disallowed_image_before_any_api_call(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators import ElasticJobSetOperator, JobSetOperator
+    from elastic_training.operators import ElasticJobSetOperator, JobSetOperator
 
     monkeypatch.setenv(f"AIRFLOW_VAR_{ALLOWED_IMAGES_VARIABLE.upper()}", json.dumps([PATHWAYS, "gcr.io/trusted/"]))
     conn_id = _nowhere(monkeypatch)
@@ -175,7 +181,7 @@ def test_operators_refuse_a_disallowed_image_before_any_api_call(which: str, mon
 def test_a_malformed_variable_refuses_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators import JobSetOperator
+    from elastic_training.operators import JobSetOperator
 
     monkeypatch.setenv(f"AIRFLOW_VAR_{ALLOWED_IMAGES_VARIABLE.upper()}", "[oops")
     operator = JobSetOperator(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-import operators.constants as constants
-from operators.rbac import RULES, rbac_manifests
+import elastic_training.operators.constants as constants
+from elastic_training.operators.rbac import RULES, rbac_manifests
 
 OPERATORS = Path(__file__).resolve().parents[2] / "operators"
 HOOKS = OPERATORS / "hooks.py"

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from local.cluster.kubeconfig import render_kubeconfig
-from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_DAG_ID
-from operators.images import ALLOWED_IMAGES_VARIABLE
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kubeconfig import render_kubeconfig
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_DAG_ID
+from elastic_training.operators.images import ALLOWED_IMAGES_VARIABLE
 from tests.support.airflow_dags import dag_from_source, states, xcom
 
 HEADER = "from airflow.sdk import DAG\nfrom operators import ElasticJobSetOperator, JobSetOperator"

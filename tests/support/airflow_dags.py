@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config, utils
 
-from local.cluster import LocalCluster
-from local.cluster.kubeconfig import write_kubeconfig
-from operators.rbac import rbac_manifests
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.operators.rbac import rbac_manifests
 
 NAMESPACE = "default"
 TOKEN_SECONDS = 6 * 3600  # outlives a module of end-to-end tests

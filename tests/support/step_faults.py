@@ -15,8 +15,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from operators.constants import (
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,

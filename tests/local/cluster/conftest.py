@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 
 
 @dataclass(frozen=True)

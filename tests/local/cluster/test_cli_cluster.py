@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config, watch
 
-from cli.main import main
+from elastic_training.cli.main import main
 from tests.local.cluster.control_plane_support import process_alive
 from tests.local.cluster.helpers import pod, wait_for
 
@@ -26,7 +26,7 @@ MARK = "ELASTIC_TRAINING_CLI_TEST_MARK"  # in the environment of every process a
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cli.main", "cluster", *args]
+    return [sys.executable, "-m", "elastic_training.cli.main", "cluster", *args]
 
 
 def _descendants(root: int) -> set[int]:
@@ -247,7 +247,7 @@ def test_fault_usage_errors_exit_2(tmp_path: Path, args: list[str], capsys: pyte
 def test_fault_without_a_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cluster", "fault", "--kubeconfig", str(tmp_path / "missing"), "show"]) == 2
     assert "cannot read the kubeconfig" in capsys.readouterr().err
-    from local.cluster.kubeconfig import write_kubeconfig
+    from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 
     stale = write_kubeconfig(tmp_path / "stale", f"http://127.0.0.1:{_free_port()}", "token")  # nothing listens
     assert main(["cluster", "fault", "--kubeconfig", str(stale), "show"]) == 2

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from local.cluster.cluster_description import (
+from elastic_training.local.cluster.cluster_description import (
     LABEL_NODEPOOL,
     SINGLE_NODE,
     TPU_TAINT,
@@ -16,10 +16,10 @@ from local.cluster.cluster_description import (
     load_description,
     parse_description,
 )
-from local.cluster.quantity import QuantityError, parse_quantity
-from local.cluster.scheduler_filters import allocatable, filter_node, pod_requests
-from operators.manifests import HEAD_NODE_POOL, elastic_jobset
-from operators.spec import ElasticRunSpec
+from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
+from elastic_training.local.cluster.scheduler_filters import allocatable, filter_node, pod_requests
+from elastic_training.operators.manifests import HEAD_NODE_POOL, elastic_jobset
+from elastic_training.operators.spec import ElasticRunSpec
 
 
 def _pool(**overrides: Any) -> dict[str, Any]:

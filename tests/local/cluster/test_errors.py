@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import jobset_body, pod
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import process_alive
 from tests.local.cluster.helpers import pod, wait_for

@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
-from operators.constants import LABEL_JOB_NAME
+from elastic_training.operators.constants import LABEL_JOB_NAME
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import (
     NS,

@@ -6,10 +6,10 @@ from typing import Any
 
 from kubernetes import client
 
-from local.cluster import LocalCluster
-from operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
-from operators.manifests import elastic_jobset
-from operators.spec import ElasticRunSpec
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
+from elastic_training.operators.manifests import elastic_jobset
+from elastic_training.operators.spec import ElasticRunSpec
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from kubernetes import client
 
-from local.cluster.images import (
+from elastic_training.local.cluster.images import (
     CATALOGUE,
     LOCAL,
     MAXTEXT,
@@ -18,8 +18,8 @@ from local.cluster.images import (
     find_image,
     repository_of,
 )
-from operators.pipeline_params import LOCAL_EVAL_COMMAND, LOCAL_SYNTH_COMMAND
-from operators.spec import LOCAL_MAXTEXT_IMAGE
+from elastic_training.operators.pipeline_params import LOCAL_EVAL_COMMAND, LOCAL_SYNTH_COMMAND
+from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 
@@ -62,20 +62,20 @@ def test_maxtext_trainer_keeps_its_arguments_and_accepts_python_or_python3() -> 
     args = ["src/maxtext/configs/base.yml", "steps=5", "run_name=r"]
     for interpreter in ("python3", "python", "/usr/bin/python3"):
         argv = MAXTEXT.local_argv([interpreter, "-m", "maxtext.trainers.pre_train.train", *args], True)
-        assert argv == ["python", "-u", "-m", "local.workloads.maxtext_train", *args]
+        assert argv == ["python", "-u", "-m", "elastic_training.local.workloads.maxtext_train", *args]
 
 
 def test_maxtext_images_run_the_eval_and_synthesis_stand_ins_with_their_arguments() -> None:
     flags = ["--runner=lm_eval", "--tasks=lambada_openai"]
     eval_image = find_image("us-docker.pkg.dev/p/r/maxtext-eval:1")
     assert eval_image.local_argv(["python3", "-m", "maxtext.eval.runner.run", *flags], True) == [
-        *["python", "-u", "-m", "local.workloads.maxtext_eval"],
+        *["python", "-u", "-m", "elastic_training.local.workloads.maxtext_eval"],
         *flags,
     ]
     args = ["--num_samples=2", "--output_directory=/o", "src/maxtext/configs/base.yml", "run_name=r"]
     synth_image = find_image("us-docker.pkg.dev/p/r/maxtext-synthesize:1")
     assert synth_image.local_argv(["python3", "-m", "maxtext_synthesize", *args], True) == [
-        *["python", "-u", "-m", "local.workloads.maxtext_synthesize"],
+        *["python", "-u", "-m", "elastic_training.local.workloads.maxtext_synthesize"],
         *args,
     ]
 
@@ -84,18 +84,18 @@ def test_the_local_pipelines_stage_commands_run_the_stand_ins() -> None:
     """The local runtime's evaluation and synthesis: MaxText's commands in the local MaxText image."""
     image = find_image(LOCAL_MAXTEXT_IMAGE)
     assert image.local_argv([*LOCAL_EVAL_COMMAND, "--runner=lm_eval"], True) == [
-        *["python", "-u", "-m", "local.workloads.maxtext_eval"],
+        *["python", "-u", "-m", "elastic_training.local.workloads.maxtext_eval"],
         "--runner=lm_eval",
     ]
     assert image.local_argv([*LOCAL_SYNTH_COMMAND, "--num_samples=1"], True) == [
-        *["python", "-u", "-m", "local.workloads.maxtext_synthesize"],
+        *["python", "-u", "-m", "elastic_training.local.workloads.maxtext_synthesize"],
         "--num_samples=1",
     ]
 
 
 def test_pathways_images_run_their_entrypoint_with_the_args() -> None:
     flags = ["--server_port=29001", "--node_type=resource_manager"]
-    stand_in = ["python", "-u", "-m", "local.workloads.pathways"]
+    stand_in = ["python", "-u", "-m", "elastic_training.local.workloads.pathways"]
     assert PATHWAYS_SERVER.local_argv(flags, False) == [*stand_in, "server", *flags]
     assert PATHWAYS_PROXY.local_argv(flags[:1], False) == [*stand_in, "proxy", *flags[:1]]
 

@@ -7,8 +7,12 @@ from typing import Any
 
 from kubernetes import client
 
-from local.cluster import LocalCluster
-from operators.constants import ANNOTATION_JOB_COMPLETION_INDEX, LABEL_JOB_COMPLETION_INDEX, LABEL_JOB_NAME
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
+    ANNOTATION_JOB_COMPLETION_INDEX,
+    LABEL_JOB_COMPLETION_INDEX,
+    LABEL_JOB_NAME,
+)
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import (
     NS,

@@ -10,9 +10,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from local.cluster import LocalCluster
-from local.cluster.pod_failure_policy import Action, match
-from operators.manifests import HEAD_POD_FAILURE_POLICY
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.pod_failure_policy import Action, match
+from elastic_training.operators.manifests import HEAD_POD_FAILURE_POLICY
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
-from operators.constants import (
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
     ANNOTATION_COORDINATOR,
     JOBSET_GROUP,
     JOBSET_PLURAL,

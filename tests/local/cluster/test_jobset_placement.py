@@ -6,9 +6,9 @@ from typing import Any
 
 from kubernetes import client
 
-from local.cluster.cluster_description import parse_description
-from local.cluster.jobset_placement import LABEL_PRIORITY
-from operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOB_KEY, LABEL_JOBSET_NAME
+from elastic_training.local.cluster.cluster_description import parse_description
+from elastic_training.local.cluster.jobset_placement import LABEL_PRIORITY
+from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOB_KEY, LABEL_JOBSET_NAME
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 

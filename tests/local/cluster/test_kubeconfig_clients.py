@@ -10,7 +10,7 @@ import kubernetes_asyncio
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import jobset_body, pod
 

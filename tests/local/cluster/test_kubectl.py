@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from local.cluster import LocalCluster
-from local.cluster.kubeconfig import write_kubeconfig
-from local.cluster.tls import generate
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.local.cluster.tls import generate
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import jobset_body, pod, wait_for
 

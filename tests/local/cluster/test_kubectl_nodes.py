@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from local.cluster import LocalCluster
-from local.cluster.cluster_description import parse_description
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.cluster_description import parse_description
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import pod, wait_for
 from tests.local.cluster.test_kubectl import KUBECTL, header, kubectl, rows

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import (
     NS,
@@ -288,8 +288,8 @@ def test_api_delete_with_grace_zero_is_forced(k8s: K8s) -> None:
 _ABRUPT_CLUSTER = """
 import sys, time
 from pathlib import Path
-from local.cluster import LocalCluster
-from local.cluster.resources import PODS
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.resources import PODS
 
 cluster = LocalCluster(workdir=Path(sys.argv[1])).start()
 pod = {"metadata": {"name": "orphan-check"}, "spec": {"restartPolicy": "Never", "containers": [

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from local.cluster.logs import complete_size, rfc3339_nano, since_offset, tail_offset
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.logs import complete_size, rfc3339_nano, since_offset, tail_offset
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import pod, wait_for
 

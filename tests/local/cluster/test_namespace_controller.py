@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import container, pod_manifest, pod_pids, unique, wait_processes_gone
 from tests.local.cluster.helpers import job_body, jobset_body, wait_for

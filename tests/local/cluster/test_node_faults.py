@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from local.cluster import LocalCluster
-from local.cluster.cluster_description import parse_description
-from operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.cluster_description import parse_description
+from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from local.cluster import openapi
-from local.cluster.openapi_schemas import JOBSET
-from local.cluster.resources import JOBSETS, PODS
-from local.cluster.server_side_apply import apply
+from elastic_training.local.cluster import openapi
+from elastic_training.local.cluster.openapi_schemas import JOBSET
+from elastic_training.local.cluster.resources import JOBSETS, PODS
+from elastic_training.local.cluster.server_side_apply import apply
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import jobset_body
 

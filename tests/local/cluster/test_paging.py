@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import job_body, pod
 

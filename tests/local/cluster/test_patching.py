@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from local.cluster.patching import JSON_PATCH, MERGE_PATCH, apply_patch, json_patch, merge_patch
-from local.cluster.resources import ApiError
+from elastic_training.local.cluster.patching import JSON_PATCH, MERGE_PATCH, apply_patch, json_patch, merge_patch
+from elastic_training.local.cluster.resources import ApiError
 
 
 @pytest.mark.parametrize(

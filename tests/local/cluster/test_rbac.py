@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
-from local.cluster.kubeconfig import write_kubeconfig
-from local.cluster.rbac import Attributes, UserInfo, rule_allows
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.local.cluster.rbac import Attributes, UserInfo, rule_allows
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import pod
 
@@ -309,8 +309,8 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def test_protobuf_bodies_decode_and_bad_ones_are_400() -> None:
-    from local.cluster.protobuf import MAGIC, decode
-    from local.cluster.resources import ApiError
+    from elastic_training.local.cluster.protobuf import MAGIC, decode
+    from elastic_training.local.cluster.resources import ApiError
 
     type_meta = _field(1, b"v1") + _field(2, b"Namespace")
     meta = _field(1, b"team-a") + _field(11, _field(1, b"tier") + _field(2, b"x"))

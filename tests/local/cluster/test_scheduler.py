@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from local.cluster.cluster_description import parse_description
-from local.cluster.scheduler import fit_error_message
-from local.cluster.scheduler_filters import Rejection
+from elastic_training.local.cluster.cluster_description import parse_description
+from elastic_training.local.cluster.scheduler import fit_error_message
+from elastic_training.local.cluster.scheduler_filters import Rejection
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
-from local.cluster.resources import JOBSETS, PODS, ApiError
-from local.cluster.selectors import parse_field_selector, parse_label_selector
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.resources import JOBSETS, PODS, ApiError
+from elastic_training.local.cluster.selectors import parse_field_selector, parse_label_selector
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import pod
 

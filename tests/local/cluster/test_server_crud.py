@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
+from elastic_training.local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import job_body, jobset_body, pod
 

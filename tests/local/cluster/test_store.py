@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import NS, unique
 from tests.local.cluster.helpers import job_body, jobset_body

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from operators.constants import LABEL_CONTROLLER_UID, LABEL_JOB_NAME
+from elastic_training.operators.constants import LABEL_CONTROLLER_UID, LABEL_JOB_NAME
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import NS, container, unique
 from tests.local.cluster.helpers import job_body

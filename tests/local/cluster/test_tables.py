@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from local.cluster.resources import JOBS, JOBSETS, PODS, ApiError
-from local.cluster.tables import TableRequest, human_duration, negotiate, to_table
+from elastic_training.local.cluster.resources import JOBS, JOBSETS, PODS, ApiError
+from elastic_training.local.cluster.tables import TableRequest, human_duration, negotiate, to_table
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import jobset_body, pod
 

@@ -16,9 +16,9 @@ import urllib3
 from cryptography import x509
 from kubernetes import client, config
 
-from local.cluster import LocalCluster
-from local.cluster.kubeconfig import read_endpoint, write_kubeconfig
-from local.cluster.tls import generate
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kubeconfig import read_endpoint, write_kubeconfig
+from elastic_training.local.cluster.tls import generate
 
 NAMESPACE_PATH = "/api/v1/namespaces/default"
 
@@ -150,7 +150,7 @@ async def test_async_kubernetes_hook_verifies_and_fails_with_another_ca(
 def test_cluster_fault_cli_verifies_the_ca(
     cluster: LocalCluster, foreign_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cli.main import main
+    from elastic_training.cli.main import main
 
     assert main(["cluster", "fault", "--kubeconfig", str(cluster.kubeconfig_path), "show"]) == 0
     capsys.readouterr()

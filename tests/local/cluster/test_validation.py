@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
-from local.cluster.resources import JOBS, JOBSETS, PODS
-from local.cluster.validation import validate, validate_update
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.resources import JOBS, JOBSETS, PODS
+from elastic_training.local.cluster.validation import validate, validate_update
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import job_body, jobset_body
 

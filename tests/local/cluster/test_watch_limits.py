@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from local.cluster import LocalCluster
-from local.cluster.resources import JOBS, NAMESPACES, PODS
-from local.cluster.store import Store, WatchEnd
-from local.cluster.watching import WatchOptions
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.resources import JOBS, NAMESPACES, PODS
+from elastic_training.local.cluster.store import Store, WatchEnd
+from elastic_training.local.cluster.watching import WatchOptions
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import pod, wait_for
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from local.cluster.workqueue import BASE_DELAY_SECONDS, MAX_DELAY_SECONDS, ItemBackoff, WorkQueue
+from elastic_training.local.cluster.workqueue import BASE_DELAY_SECONDS, MAX_DELAY_SECONDS, ItemBackoff, WorkQueue
 
 
 def test_delays_double_from_5_ms_up_to_the_cap_without_jitter() -> None:

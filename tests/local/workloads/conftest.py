@@ -77,9 +77,9 @@ def small_model() -> list[str]:
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
     """A small run trained in this process (one slice): checkpoints 0, 10, 20 and 29. Returns (base, keys)."""
-    from local.workloads.config import TrainConfig, parse_args
-    from local.workloads.slices import StaticSliceHealth
-    from local.workloads.trainer import Trainer
+    from elastic_training.local.workloads.config import TrainConfig, parse_args
+    from elastic_training.local.workloads.slices import StaticSliceHealth
+    from elastic_training.local.workloads.trainer import Trainer
 
     base = str(tmp_path_factory.mktemp("trained"))
     keys = [f"base_output_directory={base}", "run_name=trained", "base_emb_dim=32", "vocab_size=32"]

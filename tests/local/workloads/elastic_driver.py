@@ -27,9 +27,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from local.workloads.config import TrainConfig, parse_args
-from local.workloads.logs import configure_logging
-from local.workloads.train import ensure_host_devices
+from elastic_training.local.workloads.config import TrainConfig, parse_args
+from elastic_training.local.workloads.logs import configure_logging
+from elastic_training.local.workloads.train import ensure_host_devices
 
 _MONITOR_TIMEOUT_SECONDS = 60.0
 
@@ -41,8 +41,8 @@ def main() -> int:
     ensure_host_devices(config.device_count)
     import jax
 
-    from local.workloads.slices import Generation, StaticSliceHealth
-    from local.workloads.trainer import Trainer
+    from elastic_training.local.workloads.slices import Generation, StaticSliceHealth
+    from elastic_training.local.workloads.trainer import Trainer
 
     up_step = int(up_after.removeprefix("step:")) if up_after.startswith("step:") else None
     up_seconds = None if up_after == "never" or up_step is not None else float(up_after)

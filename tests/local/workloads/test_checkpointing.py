@@ -10,8 +10,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from local.workloads import checkpointing
-from operators.constants import COMMIT_SUCCESS_FILE, NO_CHECKPOINT_RE, RESTORING_STEP_RE, SAVED_CHECKPOINT_RE
+from elastic_training.local.workloads import checkpointing
+from elastic_training.operators.constants import (
+    COMMIT_SUCCESS_FILE,
+    NO_CHECKPOINT_RE,
+    RESTORING_STEP_RE,
+    SAVED_CHECKPOINT_RE,
+)
 
 STATE = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "step": jnp.int32(0)}
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from local.cluster import LocalCluster
-from local.workloads.drill import DrillObservation, DrillPlan, SliceKillDrill
-from operators.constants import COMMIT_SUCCESS_FILE, ELASTIC_ATTEMPT_RE, SUFFICIENT_SLICES_RE
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.workloads.drill import DrillObservation, DrillPlan, SliceKillDrill
+from elastic_training.operators.constants import COMMIT_SUCCESS_FILE, ELASTIC_ATTEMPT_RE, SUFFICIENT_SLICES_RE
 from tests.local.workloads.conftest import COMPILATION_CACHE_ENV
 
 pytestmark = pytest.mark.slow

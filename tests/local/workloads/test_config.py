@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from local.workloads.config import (
+from elastic_training.local.workloads.config import (
     ELASTIC_NEEDS_SINGLE_CONTROLLER,
     ConfigError,
     EvalConfig,
@@ -84,21 +84,26 @@ def test_eval_and_synthesize_keys() -> None:
 
 
 def test_bad_config_exits_2_with_the_key() -> None:
-    result = run_module("local.workloads.train", ["base_output_directory=/tmp/o", "stepz=3"], timeout=60)
+    result = run_module(
+        "elastic_training.local.workloads.train", ["base_output_directory=/tmp/o", "stepz=3"], timeout=60
+    )
     assert result.returncode == 2
     assert "stepz" in result.stderr
 
 
 def test_elastic_without_single_controller_exits_2_with_maxtexts_message() -> None:
     result = run_module(
-        "local.workloads.train", ["base_output_directory=/tmp/o", "run_name=r", "elastic_enabled=true"], timeout=60
+        "elastic_training.local.workloads.train",
+        ["base_output_directory=/tmp/o", "run_name=r", "elastic_enabled=true"],
+        timeout=60,
     )
     assert result.returncode == 2
     assert "enable_single_controller" in result.stderr
     assert ELASTIC_NEEDS_SINGLE_CONTROLLER in result.stderr
 
 
-# Every key the issue lists for `python -m local.workloads.train` (MaxText's names): a valid value as text,
+# Every key the issue lists for `python -m elastic_training.local.workloads.train` (MaxText's names): a valid value
+# as text,
 # what it parses to, and an invalid value. The table is checked against the dataclass, so a key cannot
 # silently drop out of either.
 _MAXTEXT_TRAIN_KEYS: dict[str, tuple[str, object, str | None]] = {
@@ -163,7 +168,9 @@ def test_elastic_rule_is_maxtexts_and_single_controller_turns_off_ocdbt() -> Non
     assert parse_args(TrainConfig, base).storage_format == (True, True)
 
 
-@pytest.mark.parametrize("module", ["local.workloads.evaluate", "local.workloads.synthesize"])
+@pytest.mark.parametrize(
+    "module", ["elastic_training.local.workloads.evaluate", "elastic_training.local.workloads.synthesize"]
+)
 def test_readers_exit_2_on_an_unknown_key(module: str) -> None:
     result = run_module(module, ["base_output_directory=/tmp/o", "run_name=r", "checkpoint_stepp=3"], timeout=60)
     assert result.returncode == 2

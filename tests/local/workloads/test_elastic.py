@@ -13,7 +13,7 @@ import jax
 import pytest
 from pathwaysutils.elastic import elastic as pw_elastic
 
-from local.workloads.elastic import (
+from elastic_training.local.workloads.elastic import (
     ElasticRetryLimit,
     ElasticRuntimeError,
     LocalElasticManager,
@@ -21,8 +21,8 @@ from local.workloads.elastic import (
     slice_down_error,
     use_slice_health,
 )
-from local.workloads.slices import StaticSliceHealth
-from operators.constants import ELASTIC_ATTEMPT_RE, ELASTIC_EVENT_RE, SUFFICIENT_SLICES_RE
+from elastic_training.local.workloads.slices import StaticSliceHealth
+from elastic_training.operators.constants import ELASTIC_ATTEMPT_RE, ELASTIC_EVENT_RE, SUFFICIENT_SLICES_RE
 
 
 def _manager(health: StaticSliceHealth) -> LocalElasticManager:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from local.workloads.config import EvalConfig, parse_args
-from local.workloads.evaluate import evaluate
-from local.workloads.inference import CheckpointNotFoundError
-from operators.constants import COMMIT_SUCCESS_FILE
+from elastic_training.local.workloads.config import EvalConfig, parse_args
+from elastic_training.local.workloads.evaluate import evaluate
+from elastic_training.local.workloads.inference import CheckpointNotFoundError
+from elastic_training.operators.constants import COMMIT_SUCCESS_FILE
 from tests.local.workloads.conftest import run_module
 
 
@@ -38,12 +38,14 @@ def test_a_missing_step_is_refused(trained_run: tuple[str, list[str]]) -> None:
 def test_cli_writes_the_result_file(trained_run: tuple[str, list[str]], tmp_path: Path) -> None:
     _, keys = trained_run
     out = tmp_path / "eval.json"
-    result = run_module("local.workloads.evaluate", [*keys, "checkpoint_step=10", f"eval_output_file={out}"])
+    result = run_module(
+        "elastic_training.local.workloads.evaluate", [*keys, "checkpoint_step=10", f"eval_output_file={out}"]
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(out.read_text())["step"] == 10
-    missing = run_module("local.workloads.evaluate", [*keys, "run_name=nope"])
+    missing = run_module("elastic_training.local.workloads.evaluate", [*keys, "run_name=nope"])
     assert missing.returncode == 1 and "has no committed checkpoint" in missing.stdout
-    no_step = run_module("local.workloads.evaluate", [*keys, "checkpoint_step=7"])
+    no_step = run_module("elastic_training.local.workloads.evaluate", [*keys, "checkpoint_step=7"])
     assert no_step.returncode == 1 and "has no step 7 (committed steps: [0, 10, 20, 29])" in no_step.stdout
 
 

@@ -8,16 +8,21 @@ from typing import Any
 
 import pytest
 
-from local.workloads.checkpointing import KILL_DURING_SAVE_ENV
-from local.workloads.config import EvalConfig, SynthesizeConfig, TrainConfig, parse_args
-from local.workloads.evaluate import evaluate
-from local.workloads.inference import CheckpointNotFoundError
-from local.workloads.recovery_log import RecoveryLog, RecoveryRecord
-from local.workloads.slices import StaticSliceHealth
-from local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
-from local.workloads.trainer import Trainer
-from operators.checkpoints import Problem, validate_checkpoints
-from operators.constants import ASYNC_SAVE_STARTED_RE, COMMIT_SUCCESS_FILE, COMPLETED_STEP_RE, RESTORING_STEP_RE
+from elastic_training.local.workloads.checkpointing import KILL_DURING_SAVE_ENV
+from elastic_training.local.workloads.config import EvalConfig, SynthesizeConfig, TrainConfig, parse_args
+from elastic_training.local.workloads.evaluate import evaluate
+from elastic_training.local.workloads.inference import CheckpointNotFoundError
+from elastic_training.local.workloads.recovery_log import RecoveryLog, RecoveryRecord
+from elastic_training.local.workloads.slices import StaticSliceHealth
+from elastic_training.local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
+from elastic_training.local.workloads.trainer import Trainer
+from elastic_training.operators.checkpoints import Problem, validate_checkpoints
+from elastic_training.operators.constants import (
+    ASYNC_SAVE_STARTED_RE,
+    COMMIT_SUCCESS_FILE,
+    COMPLETED_STEP_RE,
+    RESTORING_STEP_RE,
+)
 from tests.local.workloads.conftest import run_module
 from tests.support.gcs_emulator import GCSEmulator
 
@@ -30,7 +35,7 @@ def test_train_resume_and_evaluate_on_gcs(gcs_emulator: GCSEmulator, gcs_bucket:
     base = f"{gcs_bucket}/runs"
     run = [f"base_output_directory={base}", "run_name=g", *small_model]
     keys = [*run, "checkpoint_period=5", "enable_single_controller=true"]
-    first = run_module("local.workloads.train", [*keys, "steps=2"])
+    first = run_module("elastic_training.local.workloads.train", [*keys, "steps=2"])
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     bucket = gcs_emulator.client().bucket(gcs_bucket.removeprefix("gs://"))
     names = {blob.name for blob in bucket.list_blobs(prefix="runs/g/checkpoints/")}
@@ -38,7 +43,7 @@ def test_train_resume_and_evaluate_on_gcs(gcs_emulator: GCSEmulator, gcs_bucket:
         assert f"runs/g/checkpoints/{step}/{COMMIT_SUCCESS_FILE}" in names
         assert f"runs/g/checkpoints/{step}/items/{COMMIT_SUCCESS_FILE}" in names
 
-    second = run_module("local.workloads.train", [*keys, "steps=3"])
+    second = run_module("elastic_training.local.workloads.train", [*keys, "steps=3"])
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert RESTORING_STEP_RE.search(second.stdout)[1] == "1"  # type: ignore[index]
 
@@ -121,7 +126,7 @@ def test_kill_9_in_the_middle_of_a_save_on_gcs(
     base = f"{gcs_bucket}/runs"
     args = [f"base_output_directory={base}", "run_name=k", "steps=4", "checkpoint_period=2", *small_model]
     args.append("enable_single_controller=true")  # zarr2 without OCDBT (see the first test)
-    crashed = run_module("local.workloads.train", args, timeout=240, **{KILL_DURING_SAVE_ENV: "2"})
+    crashed = run_module("elastic_training.local.workloads.train", args, timeout=240, **{KILL_DURING_SAVE_ENV: "2"})
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout[-3000:] + crashed.stderr[-3000:]
     assert ASYNC_SAVE_STARTED_RE.findall(crashed.stdout) == ["0", "2"]
     assert f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process before the commit marker" in crashed.stdout
@@ -143,7 +148,7 @@ def test_kill_9_in_the_middle_of_a_save_on_gcs(
     assert {f.code for f in half.problems} == {Problem.COMMIT_MARKER_MISSING, Problem.COMMIT_TIMESTAMP_MISSING}
     assert half.items == previous.items
 
-    resumed = run_module("local.workloads.train", args, timeout=240)
+    resumed = run_module("elastic_training.local.workloads.train", args, timeout=240)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert RESTORING_STEP_RE.findall(resumed.stdout) == ["0"]
     assert [int(m[1]) for m in COMPLETED_STEP_RE.finditer(resumed.stdout)] == list(range(1, 4))

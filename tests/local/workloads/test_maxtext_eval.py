@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from local.workloads.config import run_main
-from local.workloads.maxtext_eval import main
-from operators.eval_results import parse_result
+from elastic_training.local.workloads.config import run_main
+from elastic_training.local.workloads.maxtext_eval import main
+from elastic_training.operators.eval_results import parse_result
 
 # The keys of MaxText's `config` in the result file: harness_runner's flags but log_level and hf_token,
 # plus results_path (maxtext e591f30: src/maxtext/eval/runner/harness_runner.py, common.py).

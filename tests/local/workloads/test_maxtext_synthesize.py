@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from local.workloads.config import ConfigError, SynthesizeConfig, run_main
-from local.workloads.maxtext_synthesize import build_parser, main, to_config
-from local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
+from elastic_training.local.workloads.config import ConfigError, SynthesizeConfig, run_main
+from elastic_training.local.workloads.maxtext_synthesize import build_parser, main, to_config
+from elastic_training.local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
 
 SHIPPED = Path(__file__).resolve().parents[3] / "deploy" / "images" / "maxtext-synthesize" / "maxtext_synthesize.py"
 

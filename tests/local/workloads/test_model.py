@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from local.workloads import model
-from local.workloads.config import ModelConfig
+from elastic_training.local.workloads import model
+from elastic_training.local.workloads.config import ModelConfig
 
 DIMS = model.Dims.from_config(ModelConfig())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from local.workloads.pathways import FlagError, parse_flags
+from elastic_training.local.workloads.pathways import FlagError, parse_flags
 from tests.local.workloads.conftest import run_module
 
 RM = [
@@ -58,7 +58,9 @@ def test_bad_flags_are_refused(role: str, argv: list[str], message: str) -> None
 
 
 def test_unknown_flag_exits_1_at_start() -> None:
-    done = run_module("local.workloads.pathways", ["server", *WORKER, "--xla_tpu_whatever=1"], timeout=30)
+    done = run_module(
+        "elastic_training.local.workloads.pathways", ["server", *WORKER, "--xla_tpu_whatever=1"], timeout=30
+    )
     assert done.returncode == 1
     assert "ERROR: Unknown command line flag 'xla_tpu_whatever'" in done.stderr
 
@@ -66,6 +68,8 @@ def test_unknown_flag_exits_1_at_start() -> None:
 def test_held_worker_exits_3(tmp_path: object) -> None:
     hold = f"{tmp_path}/hold"
     open(hold, "w").close()
-    done = run_module("local.workloads.pathways", ["server", *WORKER], timeout=30, LOCAL_FAULT_HOLD_FILE=hold)
+    done = run_module(
+        "elastic_training.local.workloads.pathways", ["server", *WORKER], timeout=30, LOCAL_FAULT_HOLD_FILE=hold
+    )
     assert done.returncode == 3
     assert "held down by" in done.stdout

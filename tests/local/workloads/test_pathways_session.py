@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from local.cluster import LocalCluster
-from local.workloads.pathways_session import Allocation, PathwaysSession, api_client_from_kubeconfig
-from local.workloads.slices import Generation, KubernetesSliceHealth, lost_slices
-from operators.constants import (
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.workloads.pathways_session import Allocation, PathwaysSession, api_client_from_kubeconfig
+from elastic_training.local.workloads.slices import Generation, KubernetesSliceHealth, lost_slices
+from elastic_training.operators.constants import (
     HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -29,8 +29,8 @@ from operators.constants import (
     LABEL_REPLICATED_JOB_NAME,
     WORKER_REPLICATED_JOB,
 )
-from operators.manifests import elastic_jobset
-from operators.spec import ElasticRunSpec, lint
+from elastic_training.operators.manifests import elastic_jobset
+from elastic_training.operators.spec import ElasticRunSpec, lint
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 

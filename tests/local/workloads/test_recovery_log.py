@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from local.workloads.recovery_log import RecoveryLog, RecoveryRecord
-from operators.constants import RECOVERY_RECORD_RE, RECOVERY_RECORDS_FILE
+from elastic_training.local.workloads.recovery_log import RecoveryLog, RecoveryRecord
+from elastic_training.operators.constants import RECOVERY_RECORD_RE, RECOVERY_RECORDS_FILE
 
 
 def _record(**fields: object) -> RecoveryRecord:

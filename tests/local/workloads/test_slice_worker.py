@@ -1,4 +1,4 @@
-"""`python -m local.workloads.slice_worker`: holds its slice up until stopped, exits 0 on SIGTERM."""
+"""`python -m elastic_training.local.workloads.slice_worker`: holds its slice up until stopped, exits 0 on SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from local.workloads.slice_worker import EXIT_HELD
+from elastic_training.local.workloads.slice_worker import EXIT_HELD
 from tests.local.workloads.conftest import run_module, start_module
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_stays_up_until_stopped_then_exits_0(signum: signal.Signals) -> None:
-    process = start_module("local.workloads.slice_worker", [], POD_NAME="js-worker-1-0")
+    process = start_module("elastic_training.local.workloads.slice_worker", [], POD_NAME="js-worker-1-0")
     try:
         assert process.stdout is not None
         first = process.stdout.readline()
@@ -33,10 +33,10 @@ def test_stays_up_until_stopped_then_exits_0(signum: signal.Signals) -> None:
 def test_a_hold_file_keeps_the_slice_down(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()
-    held = run_module("local.workloads.slice_worker", ["--hold-file", str(hold)], timeout=60)
+    held = run_module("elastic_training.local.workloads.slice_worker", ["--hold-file", str(hold)], timeout=60)
     assert held.returncode == EXIT_HELD and "held down by" in held.stdout
     hold.unlink()
-    process = start_module("local.workloads.slice_worker", ["--hold-file", str(hold)])
+    process = start_module("elastic_training.local.workloads.slice_worker", ["--hold-file", str(hold)])
     try:
         assert process.stdout is not None
         assert "slice up at" in process.stdout.readline()

@@ -7,14 +7,14 @@ import datetime
 import pytest
 from kubernetes import client
 
-from local.workloads.slices import (
+from elastic_training.local.workloads.slices import (
     StaticSliceHealth,
     hosts_in_use,
     lost_slices,
     pod_is_healthy,
     slice_generations_from_pods,
 )
-from operators.constants import LABEL_JOB_INDEX
+from elastic_training.operators.constants import LABEL_JOB_INDEX
 
 
 def _pod(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from local.workloads.config import SynthesizeConfig, parse_args
-from local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
+from elastic_training.local.workloads.config import SynthesizeConfig, parse_args
+from elastic_training.local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
 from tests.local.workloads.conftest import run_module
 
 
@@ -32,12 +32,12 @@ def test_samples_and_manifest_are_deterministic_for_a_seed(trained_run: tuple[st
 
 def test_cli_defaults_to_the_run_directory(trained_run: tuple[str, list[str]]) -> None:
     base, keys = trained_run
-    result = run_module("local.workloads.synthesize", [*keys, "checkpoint_step=20", "num_samples=2"])
+    result = run_module("elastic_training.local.workloads.synthesize", [*keys, "checkpoint_step=20", "num_samples=2"])
     assert result.returncode == 0, result.stdout + result.stderr
     manifest = json.loads((Path(base) / "trained" / "synthetic" / "step_20" / MANIFEST_FILE).read_text())
     assert (manifest["count"], manifest["step"]) == (2, 20)
     assert manifest["source"] == f"{base}/trained/checkpoints/20"
-    missing = run_module("local.workloads.synthesize", [*keys, "checkpoint_step=21"])
+    missing = run_module("elastic_training.local.workloads.synthesize", [*keys, "checkpoint_step=21"])
     assert missing.returncode == 1 and "has no step 21" in missing.stdout
     assert not (Path(base) / "trained" / "synthetic" / "step_21").exists()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from local.workloads.checkpointing import KILL_DURING_SAVE_ENV, KILL_DURING_SAVE_ONCE_ENV
-from operators.checkpoints import Problem, validate_checkpoints
-from operators.constants import (
+from elastic_training.local.workloads.checkpointing import KILL_DURING_SAVE_ENV, KILL_DURING_SAVE_ONCE_ENV
+from elastic_training.operators.checkpoints import Problem, validate_checkpoints
+from elastic_training.operators.constants import (
     ASYNC_SAVE_STARTED_RE,
     COMMIT_SUCCESS_FILE,
     COMPLETED_STEP_RE,
@@ -48,7 +48,7 @@ def _read_until(process: subprocess.Popen[str], step: int) -> str:
 
 def test_trains_on_two_slices_saves_like_maxtext_and_resumes(tmp_path: Path) -> None:
     args = [f"base_output_directory={tmp_path}", "run_name=demo", "steps=40", "checkpoint_period=10", "num_slices=2"]
-    first = run_module("local.workloads.train", args)
+    first = run_module("elastic_training.local.workloads.train", args)
     assert first.returncode == 0, first.stdout + first.stderr
     assert _steps(first.stdout) == list(range(40))
     losses = _losses(first.stdout)
@@ -59,7 +59,7 @@ def test_trains_on_two_slices_saves_like_maxtext_and_resumes(tmp_path: Path) -> 
     assert _committed(checkpoints) == [0, 10, 20, 30, 39]
     assert (checkpoints / "39" / "items" / COMMIT_SUCCESS_FILE).exists()
 
-    again = run_module("local.workloads.train", [*args, "steps=45"])
+    again = run_module("elastic_training.local.workloads.train", [*args, "steps=45"])
     assert again.returncode == 0, again.stdout + again.stderr
     assert RESTORING_STEP_RE.search(again.stdout)[1] == "39"  # type: ignore[index]
     assert _steps(again.stdout) == [40, 41, 42, 43, 44]
@@ -77,7 +77,7 @@ def test_resume_after_kill_9_loses_at_most_a_period_plus_the_save_in_flight(
 ) -> None:
     period = 10
     args = [f"base_output_directory={tmp_path}", "run_name=k", f"checkpoint_period={period}", *small_model]
-    process = start_module("local.workloads.train", [*args, "steps=100000"])
+    process = start_module("elastic_training.local.workloads.train", [*args, "steps=100000"])
     try:
         head = _read_until(process, 45)
         process.send_signal(signal.SIGKILL)
@@ -97,7 +97,7 @@ def test_resume_after_kill_9_loses_at_most_a_period_plus_the_save_in_flight(
     unmarked = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and int(p.name) > committed[-1])
     assert unmarked in ([], [newest_due])
 
-    resumed = run_module("local.workloads.train", [*args, "steps=60"])
+    resumed = run_module("elastic_training.local.workloads.train", [*args, "steps=60"])
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert RESTORING_STEP_RE.findall(resumed.stdout) == [str(committed[-1])]
     assert _steps(resumed.stdout) == list(range(committed[-1] + 1, 60))
@@ -106,7 +106,7 @@ def test_resume_after_kill_9_loses_at_most_a_period_plus_the_save_in_flight(
 
 def test_crash_during_async_save_leaves_that_step_unused(tmp_path: Path, small_model: list[str]) -> None:
     args = [f"base_output_directory={tmp_path}", "run_name=c", "steps=30", "checkpoint_period=10", *small_model]
-    crashed = run_module("local.workloads.train", args, LOCAL_FAULT_KILL_DURING_SAVE_STEP="20")
+    crashed = run_module("elastic_training.local.workloads.train", args, LOCAL_FAULT_KILL_DURING_SAVE_STEP="20")
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     assert ASYNC_SAVE_STARTED_RE.findall(crashed.stdout) == ["0", "10", "20"]
     assert f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process before the commit marker" in crashed.stdout
@@ -123,7 +123,7 @@ def test_crash_during_async_save_leaves_that_step_unused(tmp_path: Path, small_m
     assert {f.code for f in half.problems} == {Problem.COMMIT_MARKER_MISSING, Problem.COMMIT_TIMESTAMP_MISSING}
     assert half.items == previous.items  # the same arrays as a committed step
 
-    resumed = run_module("local.workloads.train", args)
+    resumed = run_module("elastic_training.local.workloads.train", args)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]  # never the half-written 20
     assert _steps(resumed.stdout) == list(range(11, 30))
@@ -136,7 +136,7 @@ def test_crash_during_async_save_leaves_that_step_unused(tmp_path: Path, small_m
 
 def test_sigterm_stops_training_and_exits_0(tmp_path: Path, small_model: list[str]) -> None:
     args = [f"base_output_directory={tmp_path}", "run_name=t", "steps=100000", *small_model]
-    process = start_module("local.workloads.train", args)
+    process = start_module("elastic_training.local.workloads.train", args)
     try:
         _read_until(process, 5)
         process.send_signal(signal.SIGTERM)
@@ -149,7 +149,7 @@ def test_sigterm_stops_training_and_exits_0(tmp_path: Path, small_model: list[st
 
 @pytest.mark.parametrize("keys", [["enable_checkpointing=false"]])
 def test_runs_without_checkpointing(keys: list[str], small_model: list[str]) -> None:
-    result = run_module("local.workloads.train", ["run_name=n", "steps=3", *keys, *small_model])
+    result = run_module("elastic_training.local.workloads.train", ["run_name=n", "steps=3", *keys, *small_model])
     assert result.returncode == 0, result.stdout + result.stderr
     assert _steps(result.stdout) == [0, 1, 2]
 
@@ -158,7 +158,7 @@ def test_defaults_synchronous_saves_retention_and_no_final_save(tmp_path: Path) 
     # The default (demo) model size, as `make demo` trains it.
     keys = ["checkpoint_period=5", "async_checkpointing=false", "save_checkpoint_on_completion=false"]
     args = [f"base_output_directory={tmp_path}", "run_name=s", "steps=13", "max_num_checkpoints_to_keep=2", *keys]
-    result = run_module("local.workloads.train", args)
+    result = run_module("elastic_training.local.workloads.train", args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert _steps(result.stdout) == list(range(13))
     # A step at the default size takes well under a second (median of the steps after the compiling one).
@@ -175,12 +175,12 @@ def test_defaults_synchronous_saves_retention_and_no_final_save(tmp_path: Path) 
 def test_kill_during_save_once_fires_in_the_first_run_only(tmp_path: Path, small_model: list[str]) -> None:
     args = [f"base_output_directory={tmp_path}", "run_name=o", "steps=30", "checkpoint_period=10", *small_model]
     env = {KILL_DURING_SAVE_ENV: "20", KILL_DURING_SAVE_ONCE_ENV: "1"}
-    crashed = run_module("local.workloads.train", args, **env)
+    crashed = run_module("elastic_training.local.workloads.train", args, **env)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     assert (tmp_path / "o" / "local-fault-killed-during-save-20").is_file()
 
     # A rerun with the same environment (a full restart keeps the JobSet's env) saves step 20 this time.
-    resumed = run_module("local.workloads.train", args, **env)
+    resumed = run_module("elastic_training.local.workloads.train", args, **env)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]
     assert _committed(tmp_path / "o" / "checkpoints") == [0, 10, 20, 29]
@@ -188,9 +188,9 @@ def test_kill_during_save_once_fires_in_the_first_run_only(tmp_path: Path, small
 
 def test_local_step_seconds_stretches_every_step(tmp_path: Path, small_model: list[str]) -> None:
     args = [f"base_output_directory={tmp_path}", "run_name=slow", "steps=4", "checkpoint_period=2", *small_model]
-    run = run_module("local.workloads.train", args, LOCAL_STEP_SECONDS="0.3")
+    run = run_module("elastic_training.local.workloads.train", args, LOCAL_STEP_SECONDS="0.3")
     assert run.returncode == 0, run.stdout + run.stderr
     seconds = [float(m[2]) for m in COMPLETED_STEP_RE.finditer(run.stdout)]
     assert len(seconds) == 4 and min(seconds) >= 0.3  # a floor the sleep guarantees, not a speed claim
-    refused = run_module("local.workloads.train", args, LOCAL_STEP_SECONDS="soon")
+    refused = run_module("elastic_training.local.workloads.train", args, LOCAL_STEP_SECONDS="soon")
     assert refused.returncode != 0 and "LOCAL_STEP_SECONDS must be a number of seconds" in refused.stderr

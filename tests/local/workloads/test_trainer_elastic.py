@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from operators.constants import (
+from elastic_training.operators.constants import (
     COMMIT_SUCCESS_FILE,
     COMPLETED_STEP_RE,
     ELASTIC_ATTEMPT_RE,

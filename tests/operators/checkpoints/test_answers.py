@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators.checkpoints import CheckpointReport, Finding, Problem, StepVerdict
-from operators.checkpoints.answers import Answer, answer, unknown_reason
+from elastic_training.operators.checkpoints import CheckpointReport, Finding, Problem, StepVerdict
+from elastic_training.operators.checkpoints.answers import Answer, answer, unknown_reason
 
 
 def verdict(step: int, *codes: Problem) -> StepVerdict:

@@ -8,8 +8,8 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from operators.checkpoints import DeepOptions, Problem, validate_checkpoints
-from operators.checkpoints.deep import choose_sample
+from elastic_training.operators.checkpoints import DeepOptions, Problem, validate_checkpoints
+from elastic_training.operators.checkpoints.deep import choose_sample
 from tests.support.orbax_checkpoints import make_tree, write_run
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from operators.checkpoints import (
+from elastic_training.operators.checkpoints import (
     DeepOptions,
     GCSStorage,
     IgnoredReason,
@@ -21,7 +21,7 @@ from operators.checkpoints import (
     quarantine_step,
     validate_checkpoints,
 )
-from operators.checkpoints.storage import Entry, default_retry
+from elastic_training.operators.checkpoints.storage import Entry, default_retry
 from tests.support.gcs_emulator import FlakyProxy, GCSEmulator
 from tests.support.orbax_checkpoints import write_run
 
@@ -167,7 +167,7 @@ def test_cli_on_gcs(gcs_runs: dict[str, str]) -> None:
         text=True,
         timeout=120,
     )
-    if "No module named 'cli.cluster'" in result.stderr:
+    if "No module named 'elastic_training.cli.cluster'" in result.stderr:
         pytest.skip("the cluster subcommand is not there yet")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["step"] == 20

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.validate import print_table
-from operators.checkpoints import Problem, ValidationOptions, validate_checkpoints
-from operators.checkpoints.discovery import discover
-from operators.checkpoints.storage import LocalStorage
+from elastic_training.cli.validate import print_table
+from elastic_training.operators.checkpoints import Problem, ValidationOptions, validate_checkpoints
+from elastic_training.operators.checkpoints.discovery import discover
+from elastic_training.operators.checkpoints.storage import LocalStorage
 
 HOSTILE = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.checkpoints import GCSStorage, Problem, ValidationOptions, validate_checkpoints
-from operators.checkpoints.storage import ListingTooLargeError, LocalStorage, default_retry
+from elastic_training.operators.checkpoints import GCSStorage, Problem, ValidationOptions, validate_checkpoints
+from elastic_training.operators.checkpoints.storage import ListingTooLargeError, LocalStorage, default_retry
 from tests.support.gcs_emulator import GCSEmulator, StrictProxy
 
 pytestmark = pytest.mark.usefixtures("gcs_emulator")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from operators.checkpoints import GCSStorage, quarantine_step, validate_checkpoints
-from operators.checkpoints.moving import MoveError
-from operators.checkpoints.storage import LocalStorage, StorageError, default_retry, split_gcs
+from elastic_training.operators.checkpoints import GCSStorage, quarantine_step, validate_checkpoints
+from elastic_training.operators.checkpoints.moving import MoveError
+from elastic_training.operators.checkpoints.storage import LocalStorage, StorageError, default_retry, split_gcs
 from tests.support.gcs_emulator import GCSEmulator, StrictProxy
 
 EXTRA = 45  # with pages of 20, the step spans several pages

@@ -12,8 +12,13 @@ from typing import Any
 
 import pytest
 
-from operators.checkpoints import Problem, ValidationOptions, validate_checkpoints
-from operators.checkpoints.ocdbt_index import IndexLimits, OcdbtIndexUnreadable, _Deadline, list_ocdbt_keys
+from elastic_training.operators.checkpoints import Problem, ValidationOptions, validate_checkpoints
+from elastic_training.operators.checkpoints.ocdbt_index import (
+    IndexLimits,
+    OcdbtIndexUnreadable,
+    _Deadline,
+    list_ocdbt_keys,
+)
 from tests.support.gcs_emulator import GCSEmulator
 from tests.support.orbax_checkpoints import make_tree, write_run
 
@@ -126,7 +131,7 @@ def test_array_missing_inside_the_database_on_gcs(
 
 
 def test_a_spec_tensorstore_refuses_is_a_named_problem() -> None:
-    from operators.checkpoints.ocdbt_index import check_ocdbt_index
+    from elastic_training.operators.checkpoints.ocdbt_index import check_ocdbt_index
 
     (finding,) = check_ocdbt_index("gs://b/run/checkpoints/1/items", "items", ["opt.mu"])
     assert finding.code is Problem.OCDBT_INDEX_UNREADABLE and "bucket" in finding.detail

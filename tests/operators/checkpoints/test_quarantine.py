@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.checkpoints import IgnoredReason, quarantine_step, validate_checkpoints
+from elastic_training.operators.checkpoints import IgnoredReason, quarantine_step, validate_checkpoints
 
 
 def test_quarantine_moves_aside_and_resume_picks_last_valid(run_copy: Callable[[str], Path]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from operators.checkpoints.storage import GCSStorage, make_gcs_client, storage_for
+from elastic_training.operators.checkpoints.storage import GCSStorage, make_gcs_client, storage_for
 
 
 def test_production_client_uses_application_default_credentials(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from operators.checkpoints import Problem, validate_checkpoints
+from elastic_training.operators.checkpoints import Problem, validate_checkpoints
 
 REPO = Path(__file__).resolve().parents[3]
 

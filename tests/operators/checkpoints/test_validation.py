@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from operators.checkpoints import (
+from elastic_training.operators.checkpoints import (
     IgnoredReason,
     Problem,
     ValidationOptions,
     validate_checkpoints,
 )
-from operators.checkpoints.validation import _expected_chunks
+from elastic_training.operators.checkpoints.validation import _expected_chunks
 from tests.support.orbax_checkpoints import make_tree, write_run
 
 Damage = Callable[[Path], None]
