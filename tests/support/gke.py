@@ -72,7 +72,9 @@ class _Env:
                 os.environ[key] = value
 
 
-def gke_connection(cluster: LocalCluster, workdir: Path, *, token_seconds: float = TOKEN_SECONDS) -> Iterator[GkeConnection]:
+def gke_connection(
+    cluster: LocalCluster, workdir: Path, *, token_seconds: float = TOKEN_SECONDS
+) -> Iterator[GkeConnection]:
     """Start the stand-in, trust its tokens, bind its account, and set ADC and the Airflow connection."""
     with GoogleStandIn(
         project=PROJECT,
