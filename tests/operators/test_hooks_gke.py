@@ -145,7 +145,9 @@ async def test_the_trigger_watches_through_expiring_tokens(gke: GkeConnection, k
             await await_until("a token in use expired", newest_token_expired(gke))
             issued = len(gke.google.ledger.issued)
             gke.cluster.faults.expire_watches()
-            await await_until("the watches reopened with a new token", lambda: len(gke.google.ledger.issued) > issued)
+            await await_until(
+                "the watches reopened with a new token", lambda issued=issued: len(gke.google.ledger.issued) > issued
+            )
         gke.cluster.faults.delete_pod(NAMESPACE, first[0].metadata.name)  # restart 1: within the budget
         await await_until("slice 0 replaced", lambda: running_worker(0, first[0].metadata.uid))
         await await_until("a token in use expired", newest_token_expired(gke))
