@@ -25,8 +25,8 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import hashlib
 import json
+import os
 import tempfile
 import threading
 import time
@@ -224,16 +224,23 @@ class ClusterEndpoint:
     ca_pem: bytes | None
 
     def ca_file(self) -> str | None:
-        """The CA as a file, as the Kubernetes clients take it (one per CA, content-addressed)."""
+        """The CA as a file, as the Kubernetes clients take it: one per CA and process, private to it."""
         if self.ca_pem is None:
             return None
-        digest = hashlib.sha256(self.ca_pem).hexdigest()[:16]
-        path = Path(tempfile.gettempdir()) / f"elastic-training-gke-ca-{digest}.crt"
-        if not path.exists() or path.read_bytes() != self.ca_pem:
-            staged = path.with_suffix(f".{threading.get_ident()}.tmp")
-            staged.write_bytes(self.ca_pem)
-            staged.replace(path)
-        return str(path)
+        with _CA_FILES_LOCK:
+            path = _CA_FILES.get(self.ca_pem)
+            if path is None or not Path(path).is_file():
+                # mkstemp: a new file only this user can write, never a predictable name another user of the
+                # host could have placed (a CA of theirs would let them read the cluster's traffic).
+                descriptor, path = tempfile.mkstemp(prefix="elastic-training-gke-ca-", suffix=".crt")
+                with os.fdopen(descriptor, "wb") as handle:
+                    handle.write(self.ca_pem)
+                _CA_FILES[self.ca_pem] = path
+            return path
+
+
+_CA_FILES: dict[bytes, str] = {}
+_CA_FILES_LOCK = threading.Lock()
 
 
 def lookup_endpoint(target: GkeTarget, tokens: TokenCache) -> ClusterEndpoint:

@@ -107,7 +107,14 @@ def _explained(verb: str, resource: str) -> Callable[[F], F]:
         @functools.wraps(method)
         def wrapper(self: JobSetHook, *args: Any, **kwargs: Any) -> Any:
             try:
-                return method(self, *args, **kwargs)
+                try:
+                    return method(self, *args, **kwargs)
+                except ApiException as error:
+                    if error.status != 401 or self.gke is None:
+                        raise
+                    # A GKE token refused (revoked, or it expired on the way): once more with a new one.
+                    self.gke.tokens.invalidate()
+                    return method(self, *args, **kwargs)
             except (ApiException, HTTPError, ConfigException, YAMLError) as error:
                 namespace = signature.bind(self, *args, **kwargs).arguments.get("namespace")
                 explained = self.explain(error, verb=verb, resource=resource, namespace=namespace)

@@ -104,6 +104,24 @@ def test_the_sync_hook_reaches_the_cluster_while_its_tokens_expire(gke: GkeConne
     assert gke.google.ledger.cluster_lookups == 1, "the endpoint and CA are looked up once per process"
 
 
+def test_a_token_the_cluster_refuses_is_replaced_and_the_call_retried_once(gke: GkeConnection) -> None:
+    hook = JobSetHook(conn_id=gke.conn_id)
+    assert hook.get_jobset("absent", NAMESPACE) is None
+    issued = len(gke.google.ledger.issued)
+    gke.cluster.faults.fail_requests(401, count=1, method="GET")  # as for a revoked token
+    try:
+        assert hook.get_jobset("absent", NAMESPACE) is None
+    finally:
+        gke.cluster.faults.clear()
+    assert len(gke.google.ledger.issued) > issued, "the refused token was dropped and a new one fetched"
+    gke.cluster.faults.fail_requests(401, count=2, method="GET")  # refused again with the new one: say so
+    try:
+        with pytest.raises(ClusterAccessError, match="refused its Google access token"):
+            hook.get_jobset("absent", NAMESPACE)
+    finally:
+        gke.cluster.faults.clear()
+
+
 async def test_the_trigger_watches_through_expiring_tokens(gke: GkeConnection, k8s: K8s) -> None:
     name = "gke-watch"
     created = k8s.custom.create_namespaced_custom_object(
