@@ -26,6 +26,7 @@ import json
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import cached_property
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
@@ -43,6 +44,13 @@ from urllib3.exceptions import HTTPError, SSLError
 from yaml import YAMLError
 
 from elastic_training.operators.backoff import Backoff
+from elastic_training.operators.cluster_access import (
+    ClusterAccessError,
+    GkeAccess,
+    GkeTarget,
+    config_defaults,
+    gke_access,
+)
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 
 Obj = dict[str, Any]
@@ -76,8 +84,11 @@ REFUSAL_ADVICE = {
 REFUSED_STATUSES = frozenset(REFUSAL_ADVICE)
 
 
-class ClusterAccessError(AirflowException):
-    """The cluster behind a connection cannot be used as configured; the message says what to set."""
+GKE_UNAUTHORIZED_ADVICE = (
+    "the Google access token was refused although it was refreshed: check that Airflow's Google service "
+    "account may reach the cluster (roles/container.clusterViewer) and the host's clock"
+)
+__all__ = ["AsyncJobSetHook", "ClusterAccessError", "JobSetHook"]
 
 
 def _server_of(host: object) -> str:
@@ -96,7 +107,14 @@ def _explained(verb: str, resource: str) -> Callable[[F], F]:
         @functools.wraps(method)
         def wrapper(self: JobSetHook, *args: Any, **kwargs: Any) -> Any:
             try:
-                return method(self, *args, **kwargs)
+                try:
+                    return method(self, *args, **kwargs)
+                except ApiException as error:
+                    if error.status != 401 or self.gke is None:
+                        raise
+                    # A GKE token refused (revoked, or it expired on the way): once more with a new one.
+                    self.gke.tokens.invalidate()
+                    return method(self, *args, **kwargs)
             except (ApiException, HTTPError, ConfigException, YAMLError) as error:
                 namespace = signature.bind(self, *args, **kwargs).arguments.get("namespace")
                 explained = self.explain(error, verb=verb, resource=resource, namespace=namespace)
@@ -140,6 +158,19 @@ class JobSetHook(KubernetesHook):
 
     hook_name = "Kubernetes JobSet"
 
+    @cached_property
+    def gke(self) -> GkeAccess | None:
+        """The GKE access of the connection (``gke_cluster`` in its extra), else ``None``."""
+        target = GkeTarget.from_extras(self.conn_extras, conn_id=str(self.conn_id), defaults=config_defaults())
+        return gke_access(target) if target is not None else None
+
+    def get_conn(self) -> k8s.ApiClient:
+        """The API client: the provider's, or for a GKE connection one with refreshed Google tokens."""
+        gke = self.gke
+        if gke is None:
+            return super().get_conn()
+        return k8s.ApiClient(gke.sync_configuration())
+
     def _to_dict(self, obj: Any) -> Obj:
         data: Obj = self.api_client.sanitize_for_serialization(obj)
         return data
@@ -167,6 +198,12 @@ class JobSetHook(KubernetesHook):
                 "server in the kubeconfig the connection uses, and that the cluster is running"
             )
         status = _status_of(error)
+        if status == 401 and self.gke is not None:
+            self.gke.tokens.invalidate()
+            return ClusterAccessError(
+                f"the Kubernetes API server {server} of GKE cluster {self.gke.target.name} ({conn}) refused "
+                f"its Google access token (HTTP 401 Unauthorized): {GKE_UNAUTHORIZED_ADVICE}"
+            )
         if status == 401:
             return ClusterAccessError(
                 f"the Kubernetes API server {server} refused the credentials of {conn} (HTTP 401 Unauthorized): "
@@ -347,11 +384,21 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         super().__init__(*args, **kwargs)
         self._shared: async_k8s.ApiClient | None = None
         self._shared_lock = asyncio.Lock()
+        self._gke: GkeAccess | None = None
+
+    async def _gke_access(self) -> GkeAccess | None:
+        extras = await self.get_conn_extras()
+        target = GkeTarget.from_extras(extras, conn_id=str(self.conn_id), defaults=config_defaults())
+        return gke_access(target) if target is not None else None
 
     @contextlib.asynccontextmanager
     async def api(self) -> AsyncIterator[async_k8s.ApiClient]:
-        """The hook's API client (a fresh one per call with exec-based auth)."""
+        """The hook's API client (a fresh one per call with exec-based auth; one with a refreshed
+        Google token per request for a GKE connection)."""
         async with self._shared_lock:
+            if self._shared is None and (gke := await self._gke_access()) is not None:
+                self._gke = gke
+                self._shared = _TimeoutAsyncK8sApiClient(configuration=await gke.async_configuration())
             if self._shared is None:
                 await self._load_config()  # type: ignore[no-untyped-call]
                 if not self._is_exec_auth:
@@ -485,17 +532,21 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                                     yield kind, obj
                         finally:
                             stream.release()
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, ClusterAccessError):
+                raise  # a GKE connection without credentials or cluster: retrying changes nothing
             except AsyncApiException as error:
                 if error.status == 410:
                     self.log.info("watch: resourceVersion too old (410); relisting")
                     continue
+                if error.status == 401 and self._gke is not None:
+                    self._gke.tokens.invalidate()  # the next attempt fetches a new token
                 refused = refused + 1 if error.status in REFUSED_STATUSES else 0
                 if refused >= REFUSED_ATTEMPTS:
+                    advice = GKE_UNAUTHORIZED_ADVICE if error.status == 401 and self._gke else None
                     raise ClusterAccessError(
                         f"watching through connection {self.conn_id!r}: the Kubernetes API answered HTTP "
-                        f"{error.status} {error.reason} {refused} times in a row; {REFUSAL_ADVICE[error.status]}"
+                        f"{error.status} {error.reason} {refused} times in a row; "
+                        f"{advice or REFUSAL_ADVICE[error.status]}"
                     ) from None
                 if error.status not in TRANSIENT_STATUSES:
                     self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)

@@ -96,7 +96,11 @@ def fold(state: Mapping[str, Any], log: HeadLog) -> tuple[dict[str, Any], dict[s
 
 
 def kubernetes_reader(conn_id: str | None = None) -> Reader:
-    """A reader through the cncf-kubernetes connection ``conn_id`` (``[elastic_training] view_kubernetes_conn_id``)."""
+    """A reader through the cncf-kubernetes connection ``conn_id`` (``[elastic_training] view_kubernetes_conn_id``).
+
+    A GKE connection (``gke_cluster`` in its extra) works here as in the operators: the api-server's
+    process looks the endpoint up once and shares one refreshed Google token across its reads.
+    """
 
     def read(namespace: str, jobset: str) -> HeadLog:
         now = time.time()
@@ -132,7 +136,7 @@ def _short(error: BaseException) -> str:
     status = getattr(error, "status", None)
     reason = getattr(error, "reason", None)
     text = f"HTTP {status}: {reason}" if status is not None else str(error)
-    return text[:300]
+    return text[:600]  # room for a ClusterAccessError's advice
 
 
 def _conn_id() -> str:

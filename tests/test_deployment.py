@@ -225,3 +225,130 @@ def test_compose_publishes_the_ui_on_loopback_and_requires_its_secrets() -> None
     env = compose["x-airflow-common"]["environment"]
     for name in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY"):
         assert re.fullmatch(r"\$\{[A-Z_]+:\?.+\}", env[name]), f"{name} must be required, not defaulted"
+
+
+# --- the paths for an Airflow that already exists (docs/deploy.md) -------------------------------------------
+
+EXISTING_VALUES = ROOT / "deploy" / "helm" / "values-existing-airflow.yaml"
+EXISTING_SCHEMA = ROOT / "tests" / "data" / "airflow_chart" / "values-existing-airflow.schema.subset.json"
+
+
+def _existing() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(EXISTING_VALUES.read_text())
+    return loaded
+
+
+def _existing_errors(values: dict[str, Any]) -> list[str]:
+    schema: dict[str, Any] = json.loads(EXISTING_SCHEMA.read_text())
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    return sorted(
+        f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in validator_class(schema).iter_errors(values)
+    )
+
+
+def test_the_existing_airflow_overlay_passes_the_charts_schema_and_is_cut_exactly() -> None:
+    values = _existing()
+    schema = json.loads(EXISTING_SCHEMA.read_text())
+    assert _existing_errors(values) == []
+    assert _cut_mismatches(schema, values) == []
+    # Every node it keeps is the chart's own: the same as in the values.yaml subset, or (gitSync's keys) read
+    # from the chart at the same commit (SOURCE.md).
+    base = _chart_schema()["properties"]
+    assert schema["properties"]["triggerer"]["properties"]["enabled"] == base["triggerer"]["properties"]["enabled"]
+    git_sync = schema["properties"]["dags"]["properties"]["gitSync"]
+    assert git_sync["additionalProperties"] is False
+    typo = copy.deepcopy(values)
+    typo["dags"]["gitSync"]["repository"] = "https://example.com/dags.git"
+    assert _existing_errors(typo) == [
+        "dags.gitSync: Additional properties are not allowed ('repository' was unexpected)"
+    ]
+
+
+def test_the_existing_airflow_overlay_binds_no_account_to_every_task_pod() -> None:
+    values = _existing()
+    assert "workers" not in values, "the tasks ask for their account with a pod_override (docs/deploy.md)"
+    assert values["dags"]["gitSync"]["enabled"] is True and values["dags"]["gitSync"]["repo"]
+    assert values["triggerer"]["enabled"] is True
+    assert "executor" not in values and "config" not in values  # the release keeps its own
+
+
+def test_the_add_on_dockerfile_keeps_the_teams_airflow_and_its_constraints() -> None:
+    text = (ROOT / "deploy" / "helm" / "Dockerfile.add-elastic-training").read_text()
+    assert re.search(r"^ARG BASE_IMAGE$", text, re.M) and re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
+    assert '"apache-airflow==${AIRFLOW_VERSION}"' in text
+    assert "constraints-${AIRFLOW_VERSION}/constraints-${PYTHON_VERSION}.txt" in text
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert f'"{project["name"]}[gke]==${{ELASTIC_TRAINING_VERSION}}"' in text
+    assert f"ARG ELASTIC_TRAINING_VERSION={project['version']}" in text
+    assert "gke" in project["optional-dependencies"]
+
+
+def _existing_rbac() -> list[dict[str, Any]]:
+    text = (ROOT / "deploy" / "helm" / "rbac-existing-airflow.yaml").read_text()
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def test_the_existing_airflow_rbac_grants_the_operators_role_and_a_read_only_live_view() -> None:
+    from elastic_training.operators.rbac import RULES
+
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _existing_rbac()}
+    operators = docs[("Role", "elastic-training")]
+    assert [(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["verbs"])) for r in operators["rules"]] == list(
+        RULES
+    )
+    live = docs[("Role", "elastic-training-live-view")]
+    assert live["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
+    bound = {
+        name: [(s["namespace"], s["name"]) for s in d["subjects"]]
+        for (kind, name), d in docs.items()
+        if kind == "RoleBinding"
+    }
+    assert bound == {
+        "elastic-training": [("airflow", "elastic-training"), ("airflow", "airflow-triggerer")],
+        "elastic-training-live-view": [("airflow", "airflow-api-server")],
+    }
+    account = docs[("ServiceAccount", "elastic-training")]
+    assert account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"].endswith(".iam.gserviceaccount.com")
+
+
+# Cloud Composer's API (composer.googleapis.com, v1 `SoftwareConfig`): `pypiPackages` keys are lowercase package
+# names, values their extras and version specifier; `airflowConfigOverrides` keys are `section-name`, where the
+# section has no hyphen, bracket or period and the property is snake_case without `=`, `;` or a period.
+COMPOSER = ROOT / "deploy" / "composer"
+CONFIG_OVERRIDE_KEY = re.compile(r"^(?P<section>[^-\[\].]+)-(?P<name>[a-z0-9_]+)$")
+CODE_OPTIONS = ("gke_project", "gke_location", "gke_cluster", "view_kubernetes_conn_id", "defer_settle_seconds")
+
+
+def test_the_composer_pypi_packages_are_one_valid_requirement_of_this_distribution() -> None:
+    from packaging.requirements import Requirement
+
+    lines = [
+        line.strip()
+        for line in (COMPOSER / "pypi-packages.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    [requirement] = [Requirement(line) for line in lines]
+    assert requirement.name == project["name"] == requirement.name.lower()
+    assert requirement.extras <= set(project["optional-dependencies"]) and "gke" in requirement.extras
+    assert str(requirement.specifier) == f"=={project['version']}"
+
+
+def test_the_composer_flags_file_overrides_only_options_the_code_reads() -> None:
+    flags = yaml.safe_load((COMPOSER / "environment-update.yaml").read_text())
+    assert set(flags) == {"--update-airflow-configs"}
+    source = (
+        "\n".join(p.read_text() for p in (ROOT / "operators").rglob("*.py")) + (ROOT / "plugin" / "live.py").read_text()
+    )
+    for key, value in flags["--update-airflow-configs"].items():
+        match = CONFIG_OVERRIDE_KEY.match(key)
+        assert match, f"{key}: not section-name as Composer takes it"
+        assert match["section"] == "elastic_training" and match["name"] in CODE_OPTIONS, key
+        assert f'"{match["name"]}"' in source, f"{key}: no code reads it"
+        assert isinstance(value, str) and value
+    assert flags["--update-airflow-configs"]["elastic_training-view_kubernetes_conn_id"] == "gke_tpu"

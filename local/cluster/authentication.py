@@ -10,7 +10,14 @@ Follows the API server's authenticators in the small:
   server needs to verify them;
 - ``Impersonate-User`` / ``Impersonate-Group`` / ``Impersonate-Uid`` headers (``kubectl --as``,
   ``--as-group``) switch to another identity when the requester may ``impersonate`` it (users, groups,
-  serviceaccounts in RBAC; the admin may), as ``WithImpersonation`` does.
+  serviceaccounts in RBAC; the admin may), as ``WithImpersonation`` does;
+- any other bearer token goes to the token webhooks (``--authentication-token-webhook-config-file``,
+  ``k8s.io/apiserver/plugin/pkg/authenticator/token/webhook/webhook.go``): a webhook answers a
+  TokenReview with the identity, or ``authenticated: false``. GKE authenticates Google OAuth access
+  tokens this way (as the Google account's email); a webhook here is a callable
+  (:meth:`Authenticator.add_token_webhook`) that answers for the tokens it issued and refuses them once
+  they have expired. Upstream caches a webhook's answer (``--authentication-token-webhook-cache-ttl``,
+  2 minutes); this server asks on every request, so an expired token is refused at once.
 Any other token is 401 ``Unauthorized``.
 """
 
@@ -19,6 +26,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,6 +51,11 @@ MAX_EXPIRATION_SECONDS = 48 * 3600  # kube-apiserver's --service-account-max-tok
 MAX_TOKENS = 10_000  # issued tokens kept; the oldest go first
 
 
+# A token webhook: the identity a bearer token stands for, or None when the webhook does not know it
+# (``status.authenticated: false``), it expired, or it was revoked.
+TokenWebhook = Callable[[str], UserInfo | None]
+
+
 def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized", "Unauthorized")
 
@@ -65,6 +78,11 @@ class Authenticator:
         self._store = store
         self._admin_token = admin_token
         self._tokens: dict[str, IssuedToken] = {}
+        self._webhooks: list[TokenWebhook] = []
+
+    def add_token_webhook(self, webhook: TokenWebhook) -> None:
+        """Ask ``webhook`` about bearer tokens that are neither the admin's nor a ServiceAccount's."""
+        self._webhooks.append(webhook)
 
     def issue(self, service_account: Obj, request: Any) -> dict[str, Any]:
         """Answer a ``TokenRequest`` for ``service_account``: the TokenRequest with ``status.token``."""
@@ -109,6 +127,10 @@ class Authenticator:
             return admin()
         issued = self._tokens.get(token)
         if issued is None:
+            for webhook in self._webhooks:
+                reviewed = webhook(token)
+                if reviewed is not None:
+                    return reviewed
             raise unauthorized()
         if issued.expires < time.time():
             del self._tokens[token]

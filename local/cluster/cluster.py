@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from elastic_training.local.cluster.authentication import TokenWebhook
 from elastic_training.local.cluster.cluster_description import SINGLE_NODE, ClusterDescription, load_description
 from elastic_training.local.cluster.control_plane import ControlPlane
 from elastic_training.local.cluster.faults import FailRule, FaultInjector, LatencyRule
@@ -171,6 +172,7 @@ class LocalCluster:
         self.logs: LogStore | None = None
         self.control_plane: ControlPlane | None = None
         self._injector: FaultInjector | None = None
+        self._server: ApiServer | None = None
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -247,6 +249,7 @@ class LocalCluster:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=STOP_TIMEOUT_SECONDS)
             self._loop = None
+            self._server = None
             self._thread = None
 
     def __enter__(self) -> LocalCluster:
@@ -256,6 +259,16 @@ class LocalCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
+
+    def add_token_webhook(self, webhook: TokenWebhook) -> None:
+        """Authenticate other bearer tokens through ``webhook`` (as ``--authentication-token-webhook``
+        does; GKE authenticates Google access tokens so). It runs on the cluster's loop: answer fast."""
+        self.call(lambda: self._require_server().access.authenticator.add_token_webhook(webhook))
+
+    def _require_server(self) -> ApiServer:
+        if self._server is None:
+            raise RuntimeError("the cluster is not running")
+        return self._server
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the cluster's loop and return its result (awaited when it is awaitable)."""
@@ -328,6 +341,7 @@ class LocalCluster:
             self.store, self.control_plane, self.control_plane.node_faults if self.control_plane else None
         )
         server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
+        self._server = server
         # handler_cancellation: a request whose client went away stops at once (a watch unregisters),
         # as the Go server cancels the request's context.
         self._runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)

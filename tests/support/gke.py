@@ -1,0 +1,104 @@
+"""A GKE connection to the local cluster: Google's token endpoint and GKE API stood in, tokens that expire.
+
+The connection is what a Composer environment would use (``gke_cluster`` in a ``kubernetes`` connection's
+extra, no kubeconfig); Application Default Credentials are an ``authorized_user`` file whose token URI is
+the stand-in, so ``google.auth`` itself fetches and refreshes the tokens. The local cluster accepts a live
+token as the Google account (bound to the operators' Role by a RoleBinding, least privilege) and refuses an
+expired one with 401.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config, utils
+
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.gke import GoogleStandIn
+from elastic_training.operators.rbac import ROLE_NAME, rbac_manifests
+
+PROJECT, LOCATION, CLUSTER = "tpu-project", "us-east5", "tpu-cluster"
+CONN_ID = "gke_tpu"
+NAMESPACE = "default"
+TOKEN_SECONDS = 4.0  # short enough to expire several times during one test
+
+
+@dataclass(frozen=True)
+class GkeConnection:
+    cluster: LocalCluster
+    google: GoogleStandIn
+    conn_id: str
+    credentials: Path
+
+
+def bind_google_account(cluster: LocalCluster, email: str, namespace: str = NAMESPACE) -> None:
+    """The operators' Role (deploy/rbac.yaml) in ``namespace``, bound to the Google account ``email``."""
+    admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        for manifest in rbac_manifests(namespace):
+            if manifest["kind"] == "Role":
+                utils.create_from_dict(admin, manifest, namespace=namespace)
+        client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": f"{ROLE_NAME}-google"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": email}],
+            },
+        )
+    finally:
+        admin.close()
+
+
+@dataclass
+class _Env:
+    saved: dict[str, str | None]
+
+    @classmethod
+    def set(cls, values: dict[str, str]) -> _Env:
+        saved = {key: os.environ.get(key) for key in values}
+        os.environ.update(values)
+        return cls(saved)
+
+    def restore(self) -> None:
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def gke_connection(
+    cluster: LocalCluster, workdir: Path, *, token_seconds: float = TOKEN_SECONDS
+) -> Iterator[GkeConnection]:
+    """Start the stand-in, trust its tokens, bind its account, and set ADC and the Airflow connection."""
+    with GoogleStandIn(
+        project=PROJECT,
+        location=LOCATION,
+        cluster=CLUSTER,
+        endpoint=f"127.0.0.1:{cluster.port}",
+        ca_pem=cluster.ca_pem,
+        token_seconds=token_seconds,
+    ) as google:
+        cluster.add_token_webhook(google.review)
+        bind_google_account(cluster, google.email)
+        credentials = google.write_credentials(workdir / "adc.json")
+        extra = {
+            "gke_cluster": f"projects/{PROJECT}/locations/{LOCATION}/clusters/{CLUSTER}",
+            "gke_api_url": google.url,
+            "namespace": NAMESPACE,
+        }
+        env = _Env.set(
+            {
+                "GOOGLE_APPLICATION_CREDENTIALS": str(credentials),
+                f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps({"conn_type": "kubernetes", "extra": extra}),
+            }
+        )
+        try:
+            yield GkeConnection(cluster, google, CONN_ID, credentials)
+        finally:
+            env.restore()
