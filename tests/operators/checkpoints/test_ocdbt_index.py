@@ -79,7 +79,7 @@ def test_array_missing_inside_the_database(run_copy: Callable[[str], Path], fewe
 def test_cli_names_the_missing_array(run_copy: Callable[[str], Path], fewer_arrays_step: Path) -> None:
     run = run_copy("ocdbt")
     _swap_in_database(fewer_arrays_step)(run / "checkpoints" / "20")
-    code = "from cli.main import main; raise SystemExit(main())"
+    code = "from elastic_training.cli.main import main; raise SystemExit(main())"
     proc = subprocess.run(
         [sys.executable, "-c", code, "validate", str(run)], capture_output=True, text=True, timeout=120
     )
@@ -113,7 +113,7 @@ def test_a_database_that_never_answers_times_out() -> None:
 
 
 def test_importing_the_package_does_not_import_tensorstore() -> None:
-    code = "import sys, operators.checkpoints; print('tensorstore' in sys.modules)"
+    code = "import sys, elastic_training.operators.checkpoints; print('tensorstore' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"
 
