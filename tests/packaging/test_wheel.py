@@ -1,6 +1,7 @@
 """The wheel, installed as a team with its own Airflow would: built from a clean copy of the repository, installed
 WITHOUT extras into a fresh Python 3.12 venv beside the oldest Airflow and cncf-kubernetes provider the package
-declares (``apache-airflow==3.3.1``, ``apache-airflow-providers-cncf-kubernetes==10.24.0``), sharing nothing with
+declares (``apache-airflow==3.3.1``, ``apache-airflow-providers-cncf-kubernetes==10.24.0``), every other core
+dependency at its lower bound too (``kubernetes==35.0.0``, ``google-cloud-storage==2.18.0``, …), sharing nothing with
 the dev venv (its own interpreter, site-packages, ``AIRFLOW_HOME`` on SQLite, working directory outside the
 repository).
 
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,6 +98,21 @@ class CoreInstall:
         return json.loads("\n".join(lines[start:]))
 
 
+def lower_bounds() -> list[str]:
+    """``name==X`` for each core dependency declared ``name>=X``: the oldest versions the package says it runs on."""
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = []
+    for requirement in dependencies:
+        match = re.match(r"^([A-Za-z0-9_.-]+)>=([^,;\s]+)", requirement)
+        assert match, f"{requirement}: a core dependency needs a lower bound"
+        pins.append(f"{match[1]}=={match[2]}")
+    return pins
+
+
+def test_the_lower_bounds_are_the_ones_the_issue_names() -> None:
+    assert {AIRFLOW, PROVIDER} <= set(lower_bounds())
+
+
 def _clean_copy(dst: Path) -> Path:
     """The files a fresh clone would have (tracked, plus new files not ignored), symlinks kept as symlinks."""
     listed = subprocess.run(
@@ -138,7 +156,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> CoreInstall:
     venv = base / "venv"
     _ok([_uv(), "venv", "--quiet", "--python", str(PYTHON_312), str(venv)], uv_env, base)
     _ok(
-        [_uv(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel), AIRFLOW, PROVIDER],
+        [_uv(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel), *lower_bounds()],
         uv_env,
         base,
     )
@@ -193,6 +211,13 @@ def test_the_core_install_beside_the_oldest_airflow_and_provider(core: CoreInsta
         )
     )
     assert versions == {"python": [3, 12], "airflow": "3.3.1", "provider": "10.24.0", "absent": []}
+    installed = json.loads(
+        core.python(
+            "import json, importlib.metadata as m\n"
+            f"print(json.dumps({{p: m.version(p.split('==')[0]) for p in {lower_bounds()!r}}}))"
+        )
+    )
+    assert installed == {pin: pin.split("==")[1] for pin in lower_bounds()}
 
     # Airflow puts $AIRFLOW_HOME/plugins on sys.path when it starts; a team package named `operators` there
     # imports, since the wheel adds no such top-level name.
