@@ -260,3 +260,36 @@ def test_the_core_install_does_not_call_a_checkpoint_with_a_deleted_ocdbt_data_f
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "ocdbt_index_unreadable (items)" in proc.stdout
     assert proc.stdout.rstrip().endswith("step 20: INVALID; latest valid step: 10")
+
+
+def test_the_hooks_reach_the_cluster_with_the_oldest_clients(core: CoreInstall, cluster_connection: object) -> None:
+    """The hooks on cncf-kubernetes 10.24.0, kubernetes 35 and kubernetes_asyncio 32, over HTTP to the local
+    cluster (run by the dev venv), through the same ``kubernetes_default`` connection the operators use."""
+    code = (
+        "import asyncio, json\n"
+        "from elastic_training.operators.api_client import TimeoutApiClient\n"
+        "from elastic_training.operators.hooks import AsyncJobSetHook, JobSetHook\n"
+        "sync = JobSetHook(conn_id='kubernetes_default')\n"
+        "out = {'get': sync.get_jobset('absent-abcdef', 'default'),\n"
+        "       'list': sync.list_jobsets('default', 'app=absent'), 'pods': sync.list_pods('default', 'app=absent')}\n"
+        "async def main():\n"
+        "    hook = AsyncJobSetHook(conn_id='kubernetes_default')\n"
+        "    try:\n"
+        "        async with hook.api() as api:\n"
+        "            out['client'] = isinstance(api, TimeoutApiClient)\n"
+        "        out['async_get'] = await hook.get_jobset('absent-abcdef', 'default')\n"
+        "    finally:\n"
+        "        await hook.close()\n"
+        "asyncio.run(main())\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {**core.env, "AIRFLOW_CONN_KUBERNETES_DEFAULT": os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"]}
+    proc = _run([core.bin("python"), "-c", code], env, core.home, 300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {
+        "get": None,
+        "list": [],
+        "pods": [],
+        "client": True,
+        "async_get": None,
+    }
