@@ -3,7 +3,9 @@
 #
 # Built on the slim image (core Airflow, no providers) so the image holds exactly requirements.lock's
 # versions plus what a multi-user deployment adds: the FAB auth manager (users, roles, login form) and the
-# PostgreSQL driver for the metadata database.
+# PostgreSQL driver for the metadata database. The package is installed without extras: the operators,
+# trigger, plugin and checkpoint validation, not the training libraries (the lock only constrains, it adds
+# nothing); add `[deep]` to the install line if a DAG validates with deep=True or a reference step.
 ARG AIRFLOW_VERSION=3.3.2
 FROM apache/airflow:slim-${AIRFLOW_VERSION}-python3.11
 

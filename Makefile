@@ -14,11 +14,14 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(UV) || $(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
 	$(UV) pip install --quiet --python $(BIN)/python -r requirements.lock
-	$(UV) pip install --quiet --python $(BIN)/python --no-deps -e .
+	$(UV) pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[deep,local,gke,dev]'
 	touch $@
 
-lock:
-	$(UV) pip compile --quiet --python-version 3.11 --extra dev pyproject.toml -o requirements.lock
+# Every extra, so `make` and CI run with the training libraries; uv keeps the versions already in the lock
+# (pass --upgrade-package NAME to move one).
+lock: setup
+	$(UV) pip compile --quiet --python-version 3.11 --extra deep --extra local --extra gke --extra dev pyproject.toml \
+		-o requirements.lock
 
 # Test files run on TEST_WORKERS processes (pytest-xdist), each file whole on one of them: a module's
 # fixtures (a cluster, an Airflow stack) are built once, and each process has its own Airflow home and DB.

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     """Validate and print; return the exit status."""
     from elastic_training.operators.checkpoints import (
         DeepOptions,
+        MissingLibraryError,
         StorageError,
         ValidationOptions,
         validate_checkpoints,
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             deep=deep,
             reference_step=args.reference_step,
         )
-    except CredentialsError as exc:  # the environment, not the checkpoint: say what to set
+    except (CredentialsError, MissingLibraryError) as exc:  # the environment, not the checkpoint: say what to set
         return _usage(str(exc))
     except StorageError as exc:
         print(f"elastic-training validate: error: {_safe(str(exc))}", file=sys.stderr)
@@ -168,7 +169,11 @@ def print_table(report: CheckpointReport, out: TextIO) -> None:
         out.write(f"step {target.step} problems:\n")
         for p in target.problems:
             out.write(f"  - {_safe(str(p))}\n")
+    from elastic_training.operators.checkpoints.answers import Answer, answer
+
     verdict = "VALID" if report.valid else "INVALID"
+    if target is not None and not report.valid and answer(target) is Answer.UNKNOWN:
+        verdict = "UNKNOWN"  # could not look (storage, or a check's missing library): not evidence either way
     out.write(
         f"step {report.target_step if report.target_step is not None else '-'}: {verdict}; "
         f"latest valid step: {report.latest_valid_step if report.latest_valid_step is not None else '-'}\n"

@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from elastic_training.operators.checkpoints import (
     CheckpointReport,
     DeepOptions,
+    MissingLibraryError,
     StepVerdict,
     ValidationOptions,
     validate_checkpoints,
@@ -168,6 +169,8 @@ class CheckpointValidationOperator(BaseOperator):
             )
         except CredentialsError as exc:  # the worker's environment, not the checkpoint
             raise AirflowException(str(exc)) from None
+        except MissingLibraryError as exc:  # a retry on the same worker image cannot install it
+            raise AirflowFailException(str(exc)) from None
         context["ti"].xcom_push(key="report", value=report.to_json())
         chosen = self._choose(report)
         if chosen is not report.target:

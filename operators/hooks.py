@@ -1,8 +1,9 @@
 """`JobSetHook` and `AsyncJobSetHook`: JobSet and pod access on the cncf-kubernetes provider's hooks.
 
 The provider's hooks own connection handling (the ``kubernetes_default`` connection, ``kube_config_path``
-or ``kube_config`` in its extra, in-cluster config, exec-auth token refresh in the async hook) and
-request timeouts; they have no custom-object list, watch or foreground delete, so those are here.
+or ``kube_config`` in its extra, in-cluster config, exec-auth token refresh in the async hook) and the
+sync client's request timeouts (the async hook's shared client is `TimeoutApiClient`); they have no
+custom-object list, watch or foreground delete, so those are here.
 Objects come back as plain JSON dicts (the API's camelCase), whatever the client's model classes.
 
 Errors that are the environment's, not the run's, become one `ClusterAccessError` line that names the
@@ -31,7 +32,6 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
-from airflow.providers.cncf.kubernetes.kube_client import _TimeoutAsyncK8sApiClient
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
 from airflow.sdk.exceptions import AirflowException
 from kubernetes import client as k8s
@@ -43,6 +43,7 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from urllib3.exceptions import HTTPError, SSLError
 from yaml import YAMLError
 
+from elastic_training.operators.api_client import REQUEST_TIMEOUT_SECONDS, TimeoutApiClient
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.cluster_access import (
     ClusterAccessError,
@@ -380,6 +381,8 @@ class AsyncJobSetHook(AsyncKubernetesHook):
     classes, and no ``Watch`` helper (which builds yet another client).
     """
 
+    request_timeout = REQUEST_TIMEOUT_SECONDS  # for a call that sets none (`TimeoutApiClient`)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._shared: async_k8s.ApiClient | None = None
@@ -402,7 +405,9 @@ class AsyncJobSetHook(AsyncKubernetesHook):
             if self._shared is None:
                 await self._load_config()  # type: ignore[no-untyped-call]
                 if not self._is_exec_auth:
-                    self._shared = _TimeoutAsyncK8sApiClient(configuration=self.client_configuration)
+                    self._shared = TimeoutApiClient(
+                        configuration=self.client_configuration, default_timeout=self.request_timeout
+                    )
         if self._shared is not None:
             yield self._shared
             return

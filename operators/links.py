@@ -18,9 +18,11 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
+from elastic_training.operators import config
+
 VIEW_URL_ROUTE = "elastic-training"
 CONSOLE = "https://console.cloud.google.com"
-CONFIG_SECTION = "elastic_training"
+CONFIG_SECTION = config.SECTION
 
 
 def _base_url() -> str:
@@ -29,10 +31,8 @@ def _base_url() -> str:
     return str(conf.get("api", "base_url", fallback="") or "").rstrip("/")
 
 
-def _gke(key: str) -> str:
-    from airflow.configuration import conf
-
-    return str(conf.get(CONFIG_SECTION, key, fallback="") or "")
+def _gke(option: config.Option) -> str:
+    return config.get_option(option)
 
 
 def view_url(dag_id: str, run_id: str) -> str:
@@ -92,9 +92,9 @@ class GkeWorkloadLink(BaseOperatorLink):
         return console_workload_url(
             name,
             str(operator.namespace),
-            project=_gke("gke_project"),
-            location=_gke("gke_location"),
-            cluster=_gke("gke_cluster"),
+            project=_gke(config.GKE_PROJECT),
+            location=_gke(config.GKE_LOCATION),
+            cluster=_gke(config.GKE_CLUSTER),
         )
 
 
@@ -110,7 +110,7 @@ class GkeLogsLink(BaseOperatorLink):
         return console_logs_url(
             name,
             str(operator.namespace),
-            project=_gke("gke_project"),
-            location=_gke("gke_location"),
-            cluster=_gke("gke_cluster"),
+            project=_gke(config.GKE_PROJECT),
+            location=_gke(config.GKE_LOCATION),
+            cluster=_gke(config.GKE_CLUSTER),
         )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from elastic_training.operators import config
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_JOBSET_UID
 from elastic_training.operators.observations import MonitorState, parse_time
@@ -44,9 +45,9 @@ LOG_UNREADABLE_SECONDS = 300.0
 # Airflow 3.3 fails a deferred task whose trigger fires so soon that the resumed attempt is already running
 # when the scheduler drains the executor's "success" for the deferring attempt (apache/airflow#71580,
 # #72716; seen here 5-7 s after deferral). A trigger therefore decides nothing final in its first seconds.
-DEFAULT_DEFER_SETTLE_SECONDS = 20.0
+DEFAULT_DEFER_SETTLE_SECONDS = float(config.DEFER_SETTLE_SECONDS.default)
 MAX_DEFER_SETTLE_SECONDS = 300.0
-SETTLE_CONFIG = ("elastic_training", "defer_settle_seconds")
+SETTLE_CONFIG = (config.SECTION, config.DEFER_SETTLE_SECONDS.name)
 
 
 def defer_settle_seconds() -> float:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from elastic_training.operators import config
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
@@ -42,8 +43,8 @@ LIMIT_BYTES = 512 * 1024
 TIMEOUT_SECONDS = 5.0
 CACHE_SECONDS = 5.0
 CACHE_ENTRIES = 64
-CONN_ID_CONFIG = ("elastic_training", "view_kubernetes_conn_id")
-DEFAULT_CONN_ID = "kubernetes_default"
+CONN_ID_CONFIG = (config.SECTION, config.VIEW_KUBERNETES_CONN_ID.name)
+DEFAULT_CONN_ID = config.VIEW_KUBERNETES_CONN_ID.default
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,7 @@ def _short(error: BaseException) -> str:
 
 
 def _conn_id() -> str:
-    from airflow.configuration import conf
-
-    return str(conf.get(*CONN_ID_CONFIG, fallback=DEFAULT_CONN_ID))
+    return config.get_option(config.VIEW_KUBERNETES_CONN_ID)
 
 
 class _Cache:

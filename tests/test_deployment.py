@@ -40,8 +40,8 @@ def _rbac() -> dict[str, dict[str, Any]]:
 
 
 def _airflow_pin() -> str:
-    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    [pin] = [d.split("==")[1] for d in dependencies if d.startswith("apache-airflow==")]
+    """The Airflow version the image runs: requirements.lock's (pyproject.toml holds only a range)."""
+    [pin] = re.findall(r"^apache-airflow==(\S+)$", (ROOT / "requirements.lock").read_text(), re.M)
     return str(pin)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from elastic_training.operators.checkpoints.discovery import QUARANTINE_DIR, Discovery, Ignored, IgnoredReason, discover
+from elastic_training.operators.checkpoints.libraries import MissingLibraryError
 from elastic_training.operators.checkpoints.moving import MoveError
 from elastic_training.operators.checkpoints.problems import Finding, Problem
 from elastic_training.operators.checkpoints.quarantine import quarantine_step
@@ -28,6 +29,7 @@ __all__ = [
     "Ignored",
     "IgnoredReason",
     "LocalStorage",
+    "MissingLibraryError",
     "MoveError",
     "Problem",
     "StepVerdict",

@@ -1,10 +1,11 @@
 """Three answers about a checkpoint step: valid, invalid, or unknown (storage could not be read). Pure.
 
 A finding that says "could not look" (a storage error, a directory that cannot be listed, a listing cut
-at its cap, an OCDBT index whose read timed out or met an unavailable backend) is not evidence against the
-step: Orbax's own restore (google/orbax ``checkpoint/orbax/checkpoint/checkpoint_manager.py`` reads
-``commit_success.txt`` and step metadata through the same storage) would fail the same way and succeed once
-storage is back. Only an "invalid" step may be moved aside; an "unknown" one is read again later.
+at its cap, an OCDBT index whose read timed out or met an unavailable backend, or that was not read for want
+of tensorstore) is not evidence against the step, nor for it: Orbax's own restore (google/orbax
+``checkpoint/orbax/checkpoint/checkpoint_manager.py`` reads ``commit_success.txt`` and step metadata through
+the same storage) would fail the same way and succeed once storage is back. Only an "invalid" step may be
+moved aside; an "unknown" one is read again later.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from elastic_training.operators.checkpoints.validation import StepVerdict
 
 # The findings that mean "could not look", not "looked and found it broken".
 COULD_NOT_LOOK = frozenset(
-    {Problem.STORAGE_ERROR, Problem.DIRECTORY_UNREADABLE, Problem.LISTING_TRUNCATED, Problem.OCDBT_INDEX_NOT_READ}
+    {
+        Problem.STORAGE_ERROR,
+        Problem.DIRECTORY_UNREADABLE,
+        Problem.LISTING_TRUNCATED,
+        Problem.OCDBT_INDEX_NOT_READ,
+        Problem.OCDBT_INDEX_NOT_CHECKED,
+    }
 )
 
 

@@ -1,7 +1,8 @@
 """Deep validation: restore arrays with Orbax on CPU and check that every value is finite.
 
 Within a byte budget every array is restored; beyond it a deterministic sample of arrays is,
-so the cost stays bounded however large the checkpoint. Orbax and JAX are imported lazily.
+so the cost stays bounded however large the checkpoint. Orbax and JAX are imported lazily; they come
+with the ``[deep]`` extra, and without them `deep_check` raises `MissingLibraryError` naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from elastic_training.operators.checkpoints.libraries import require_restore_libraries
 from elastic_training.operators.checkpoints.problems import Finding, Problem
 
 DEFAULT_BUDGET_BYTES = 1 << 30
@@ -104,7 +106,11 @@ def _restore_sequences(sub: Any, like: Any) -> Any:
 
 
 def deep_check(item_path: str, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, seed: int = 0) -> DeepResult:
-    """Restore the arrays of one PyTree item (``<step>/items``) and check they are finite."""
+    """Restore the arrays of one PyTree item (``<step>/items``) and check they are finite.
+
+    `MissingLibraryError` when Orbax or JAX is not installed (the ``[deep]`` extra).
+    """
+    require_restore_libraries("deep validation (restoring arrays)")
     import numpy as np
     import orbax.checkpoint as ocp
     from etils import epath

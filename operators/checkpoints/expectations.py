@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from elastic_training.operators.checkpoints.libraries import require_restore_libraries
 from elastic_training.operators.checkpoints.problems import Finding, Problem
 from elastic_training.operators.checkpoints.validation import StepVerdict
 
@@ -9,7 +10,11 @@ Signature = dict[str, tuple[tuple[int, ...], str]]
 
 
 def array_signature(item_path: str) -> Signature:
-    """``{array name: (shape, dtype)}`` of a PyTree item, read with Orbax (no array data)."""
+    """``{array name: (shape, dtype)}`` of a PyTree item, read with Orbax (no array data).
+
+    `MissingLibraryError` when Orbax or JAX is not installed (the ``[deep]`` extra).
+    """
+    require_restore_libraries("comparing shapes and dtypes with a reference step")
     import orbax.checkpoint as ocp
     from etils import epath
 

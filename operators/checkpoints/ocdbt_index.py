@@ -9,7 +9,9 @@ keys; ``KvStore.list`` would load every key first. No value is read beyond what 
 inline. Every array must have its zarr metadata key and at least one chunk key. Which chunks an
 array needs is not checked: that takes reading each array's zarr metadata value, and on the GCS
 emulator (no object generations) tensorstore refuses to re-read a manifest it has read once.
-Tensorstore is imported here, on first use, so importing the package stays light.
+Tensorstore is imported here, on first use, so importing the package stays light. Without it (a core
+dependency, so only an install that skipped it) the check answers ``ocdbt_index_not_checked``: unknown,
+never valid.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from elastic_training.operators.checkpoints.storage import is_gcs, split_gcs
 ZARRAY_KEY = ".zarray"
 ZARR3_KEY = "zarr.json"
 _META_KEYS = frozenset({ZARRAY_KEY, ZARR3_KEY, ".zattrs", ".zgroup"})
+TENSORSTORE_MISSING = (
+    "tensorstore is not installed, so the OCDBT database was not checked: "
+    "pip install elastic-training (tensorstore is a core dependency)"
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,8 @@ def check_ocdbt_index(
     """Findings for arrays absent from the item's OCDBT database (or present without any chunk).
 
     Never raises for anything found in storage: a timeout, an error, or more keys than
-    ``limits.max_keys`` give one ``ocdbt_index_unreadable`` finding.
+    ``limits.max_keys`` give one ``ocdbt_index_unreadable`` finding; no tensorstore, one
+    ``ocdbt_index_not_checked``.
     """
     lim = limits or IndexLimits()
     arrays = tuple(arrays)
@@ -71,8 +78,8 @@ def check_ocdbt_index(
         return []
     try:
         import tensorstore  # noqa: F401
-    except ImportError:  # pragma: no cover - orbax-checkpoint depends on tensorstore
-        return []
+    except ImportError as exc:  # a core dependency, but an image may have been built without it
+        return [Finding(Problem.OCDBT_INDEX_NOT_CHECKED, name, f"{TENSORSTORE_MISSING} ({exc})"[:300])]
     try:
         keys = list_ocdbt_keys(item_path, lim).keys
     except OcdbtIndexNotRead as exc:

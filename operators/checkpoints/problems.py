@@ -30,6 +30,7 @@ class Problem(StrEnum):
     OCDBT_ARRAY_MISSING = "ocdbt_array_missing"
     OCDBT_INDEX_UNREADABLE = "ocdbt_index_unreadable"
     OCDBT_INDEX_NOT_READ = "ocdbt_index_not_read"  # timed out or storage unavailable: unknown, not damaged
+    OCDBT_INDEX_NOT_CHECKED = "ocdbt_index_not_checked"  # tensorstore is not installed: unknown, not valid
     ARRAY_METADATA_MISSING = "array_metadata_missing"
     ARRAY_METADATA_UNREADABLE = "array_metadata_unreadable"
     CHUNK_MISSING = "chunk_missing"

@@ -16,6 +16,7 @@ from elastic_training.operators.checkpoints.discovery import (
     resolve_root,
     split_step_path,
 )
+from elastic_training.operators.checkpoints.libraries import MissingLibraryError, require_restore_libraries
 from elastic_training.operators.checkpoints.problems import Finding, Problem
 from elastic_training.operators.checkpoints.storage import CredentialsError, Storage, StorageError, is_gcs, storage_for
 from elastic_training.operators.checkpoints.validation import StepVerdict, ValidationOptions, validate_step
@@ -92,8 +93,14 @@ def validate_checkpoints(
     ``commit_success.txt`` is required on ``gs://`` whatever `options` say. All steps get the
     metadata checks, in parallel. Deep checks (when asked) run on the target
     step and, going down from the newest, until one valid step is found. Raises `CredentialsError`
-    when gs:// has no usable credentials; any other storage error is the report's ``error``.
+    when gs:// has no usable credentials; any other storage error is the report's ``error``. Raises
+    `MissingLibraryError` before reading anything when `deep` or `reference_step` asks for a check whose
+    libraries (the ``[deep]`` extra) are not installed.
     """
+    if deep is not None:
+        require_restore_libraries("deep validation (restoring arrays)")
+    if reference_step is not None:
+        require_restore_libraries("comparing shapes and dtypes with a reference step")
     store = storage or storage_for(path)
     opts = options or ValidationOptions()
     if is_gcs(path) and not opts.require_commit_marker:
@@ -169,6 +176,8 @@ def _apply_reference(verdicts: dict[int, StepVerdict], reference_step: int, targ
             try:
                 actual = array_signature(f"{current.path}/{item.name}")
                 expected = array_signature(f"{ref.path}/{item.name}")
+            except MissingLibraryError:
+                raise  # not the checkpoint's fault, and no answer about it
             except Exception as exc:  # Orbax raises many types for damaged data.
                 problems.append(Finding(Problem.RESTORE_FAILED, item.name, f"metadata: {exc}"[:300]))
                 continue

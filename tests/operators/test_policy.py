@@ -186,7 +186,8 @@ def test_policy_imports_no_airflow() -> None:
     import sys
 
     code = (
-        "import sys, operators.policy, operators.recovery, operators.observations;"
+        "import sys, elastic_training.operators.policy, elastic_training.operators.recovery,"
+        " elastic_training.operators.observations;"
         "assert not any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules), 'airflow imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -22,6 +22,7 @@ def verdict(step: int, *codes: Problem) -> StepVerdict:
         ((Problem.DIRECTORY_UNREADABLE,), Answer.UNKNOWN),
         ((Problem.LISTING_TRUNCATED,), Answer.UNKNOWN),
         ((Problem.OCDBT_INDEX_NOT_READ,), Answer.UNKNOWN),  # a timeout, an unavailable backend
+        ((Problem.OCDBT_INDEX_NOT_CHECKED,), Answer.UNKNOWN),  # no tensorstore: never valid
         # What was "missing" may be the outage's doing: never moved.
         ((Problem.ITEM_MISSING, Problem.LISTING_TRUNCATED), Answer.UNKNOWN),
     ],

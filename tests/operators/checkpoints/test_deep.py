@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from elastic_training.operators.checkpoints import DeepOptions, Problem, validate_checkpoints
 from elastic_training.operators.checkpoints.deep import choose_sample
@@ -69,3 +72,49 @@ def test_choose_sample_is_bounded_and_deterministic() -> None:
     assert len(chosen) == 4 and chosen == choose_sample(sizes, 450, seed=1)
     assert choose_sample(sizes, 10, seed=1) and len(choose_sample(sizes, 10, seed=1)) == 1
     assert len(choose_sample(sizes, 10_000, seed=1)) == 20
+
+
+RESTORE_LIBRARIES = ("orbax", "orbax.checkpoint", "jax")
+
+
+@pytest.mark.parametrize(
+    ("flags", "check"),
+    [
+        (("--deep",), "deep validation (restoring arrays)"),
+        (("--reference-step", "10"), "comparing shapes and dtypes with a reference step"),
+    ],
+)
+def test_without_orbax_a_restore_check_names_the_extra(
+    orbax_runs: dict[str, Path], flags: tuple[str, ...], check: str
+) -> None:
+    """No answer at all (exit 2, the environment's fault), never a valid one, and the message says what to install."""
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({RESTORE_LIBRARIES!r}))\n"
+        "from elastic_training.cli.main import main; raise SystemExit(main())"
+    )
+    run = str(orbax_runs["ocdbt"])
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "validate", *flags, run], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(f"elastic-training validate: error: {check} needs orbax-checkpoint and jax")
+    assert proc.stderr.rstrip().endswith("pip install 'elastic-training[deep]'")
+
+
+def test_without_orbax_the_operator_fails_for_good(orbax_runs: dict[str, Path]) -> None:
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({RESTORE_LIBRARIES!r}))\n"
+        "from airflow.sdk.exceptions import AirflowFailException\n"
+        "from elastic_training.operators import CheckpointValidationOperator\n"
+        "op = CheckpointValidationOperator(task_id='v', path=sys.argv[1], deep=True)\n"
+        "try:\n"
+        "    op.execute({})\n"
+        "except AirflowFailException as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(orbax_runs["ocdbt"])], capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'elastic-training[deep]'" in proc.stdout

@@ -3,6 +3,7 @@ by listing the database's keys, without reading array data."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def test_array_missing_inside_the_database(run_copy: Callable[[str], Path], fewe
 def test_cli_names_the_missing_array(run_copy: Callable[[str], Path], fewer_arrays_step: Path) -> None:
     run = run_copy("ocdbt")
     _swap_in_database(fewer_arrays_step)(run / "checkpoints" / "20")
-    code = "from cli.main import main; raise SystemExit(main())"
+    code = "from elastic_training.cli.main import main; raise SystemExit(main())"
     proc = subprocess.run(
         [sys.executable, "-c", code, "validate", str(run)], capture_output=True, text=True, timeout=120
     )
@@ -112,7 +113,7 @@ def test_a_database_that_never_answers_times_out() -> None:
 
 
 def test_importing_the_package_does_not_import_tensorstore() -> None:
-    code = "import sys, operators.checkpoints; print('tensorstore' in sys.modules)"
+    code = "import sys, elastic_training.operators.checkpoints; print('tensorstore' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"
 
@@ -176,3 +177,35 @@ def test_key_cap_stops_the_walk(deep_database: tuple[Path, list[str]], monkeypat
         list_ocdbt_keys(str(path), IndexLimits(max_keys=20))
     # The manifest and the nodes down to the 21st key, not the whole tree.
     assert 1 < len(read) < full // 4
+
+
+def _validate_without(modules: tuple[str, ...], *args: str) -> subprocess.CompletedProcess[str]:
+    """``elastic-training validate ARGS`` in a process where importing any of `modules` fails."""
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({modules!r}))\n"
+        "from elastic_training.cli.main import main; raise SystemExit(main())"
+    )
+    return subprocess.run([sys.executable, "-c", code, "validate", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_without_tensorstore_the_index_check_answers_unknown(
+    run_copy: Callable[[str], Path], fewer_arrays_step: Path
+) -> None:
+    """The damage only the index check sees: without tensorstore the step is not valid, and the reason is said."""
+    run = run_copy("ocdbt")
+    _swap_in_database(fewer_arrays_step)(run / "checkpoints" / "20")
+    proc = _validate_without(("tensorstore",), "--json", str(run))
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    step = next(s for s in report["steps"] if s["step"] == 20)
+    assert step["valid"] is False
+    assert [p["code"] for p in step["problems"]] == ["ocdbt_index_not_checked"]
+    assert "tensorstore is not installed, so the OCDBT database was not checked" in step["problems"][0]["detail"]
+    assert report["latest_valid_step"] is None  # no step was checked whole: none is called valid
+
+
+def test_without_tensorstore_the_cli_says_unknown(orbax_runs: dict[str, Path]) -> None:
+    proc = _validate_without(("tensorstore",), str(orbax_runs["ocdbt"]))
+    assert proc.returncode == 1, proc.stderr
+    assert "ocdbt_index_not_checked (items): tensorstore is not installed" in proc.stdout
+    assert proc.stdout.rstrip().endswith("step 20: UNKNOWN; latest valid step: -")

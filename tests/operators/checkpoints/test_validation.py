@@ -312,7 +312,7 @@ def test_expected_chunks_bounded_and_zarr3() -> None:
 def test_library_does_not_import_airflow_or_jax() -> None:
     """Every module of the validator, and a whole validation run, load no Airflow (nor JAX/Orbax)."""
     code = (
-        "import importlib, pkgutil, sys, tempfile, operators.checkpoints as c\n"
+        "import importlib, pkgutil, sys, tempfile, elastic_training.operators.checkpoints as c\n"
         "mods = [importlib.import_module(m.name) for m in pkgutil.iter_modules(c.__path__, c.__name__ + '.')]\n"
         "assert len(mods) >= 8, mods\n"
         "c.validate_checkpoints(sys.argv[1])\n"
