@@ -401,7 +401,9 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         async with self._shared_lock:
             if self._shared is None and (gke := await self._gke_access()) is not None:
                 self._gke = gke
-                self._shared = _TimeoutAsyncK8sApiClient(configuration=await gke.async_configuration())
+                self._shared = TimeoutApiClient(
+                    configuration=await gke.async_configuration(), default_timeout=self.request_timeout
+                )
             if self._shared is None:
                 await self._load_config()  # type: ignore[no-untyped-call]
                 if not self._is_exec_auth:

@@ -47,7 +47,7 @@ def test_relative_links_in_the_readme_and_docs_resolve() -> None:
     assert broken == []
 
 
-OLD_IMPORT = re.compile(r"^\s*(from|import)\s+(operators|plugin|cli|local)(\.|\s|$)", re.M)
+OLD_IMPORT = re.compile(r"""(^\s*|["'])(from|import)\s+(operators|plugin|cli|local)(\.|\s|$)""", re.M)
 OLD_MODULE_STRING = re.compile(
     r"""["'](operators|plugin|cli|local)\.[a-z_]+"""  # a dotted module path in a string
     r"""|["']-m["'],\s*["'](operators|plugin|cli|local)\b"""  # an argv's "-m", "cli"
