@@ -53,6 +53,7 @@ from elastic_training.operators.cluster_access import (
     gke_access,
 )
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.kube_config import static_configuration
 
 Obj = dict[str, Any]
 
@@ -405,11 +406,14 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                     configuration=await gke.async_configuration(), default_timeout=self.request_timeout
                 )
             if self._shared is None:
-                await self._load_config()  # type: ignore[no-untyped-call]
-                if not self._is_exec_auth:
-                    self._shared = TimeoutApiClient(
-                        configuration=self.client_configuration, default_timeout=self.request_timeout
-                    )
+                configuration = await static_configuration(
+                    await self.get_conn_extras(),
+                    in_cluster=self.in_cluster,
+                    cluster_context=self.cluster_context,
+                    config_dict=self.config_dict,
+                )
+                if configuration is not None:
+                    self._shared = TimeoutApiClient(configuration=configuration, default_timeout=self.request_timeout)
         if self._shared is not None:
             yield self._shared
             return
