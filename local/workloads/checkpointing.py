@@ -223,4 +223,3 @@ def refuse_completed_run(manager: ocp.CheckpointManager, steps: int) -> None:
         f"{completed} (you should set steps > {completed}) or to not load the checkpoint (use "
         "enable_checkpointing=False?)"
     )
-

@@ -43,9 +43,7 @@ RUN_TIMEOUT_S: Final = 900
 DRIVER: Final = Path(__file__).with_name("real_maxtext_driver.py")
 
 
-def model_args(
-    base_output_directory: Path | str, *, run_name: str = RUN_NAME, steps: int = STEPS
-) -> list[str]:
+def model_args(base_output_directory: Path | str, *, run_name: str = RUN_NAME, steps: int = STEPS) -> list[str]:
     """The tiny model's ``key=value`` arguments (docs/local-cluster.md): what both trainers are given."""
     return [
         f"run_name={run_name}",
@@ -138,22 +136,25 @@ def _plan(directory: Path, config: Path) -> list[dict[str, Any]]:
         ("bad_value", [str(config), *model_args(directory / "refused"), "=".join(BAD_VALUE)], None),
     ]
     return [
-        {"name": name, "argv": argv, "log": str(directory / f"{name}.log"), "copy": copy}
-        for name, argv, copy in runs
+        {"name": name, "argv": argv, "log": str(directory / f"{name}.log"), "copy": copy} for name, argv, copy in runs
     ]
 
 
 def _run_once(directory: Path) -> dict[str, Any]:
     python = _maxtext_python()
-    config = Path(
-        subprocess.run(
-            [str(python), "-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=RUN_TIMEOUT_S,
-        ).stdout.strip()
-    ) / "configs" / "base.yml"
+    config = (
+        Path(
+            subprocess.run(
+                [str(python), "-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=RUN_TIMEOUT_S,
+            ).stdout.strip()
+        )
+        / "configs"
+        / "base.yml"
+    )
     plan = _plan(directory, config)
     (directory / "plan.json").write_text(json.dumps({"module": MODULE, "runs": plan}))
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}

@@ -15,6 +15,7 @@ Kept free of the project's imports: the project is not installed in MaxText's ve
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -49,10 +50,8 @@ def _child(module: str, argv: list[str], log: str) -> None:
             code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         os._exit(code)
 
 
