@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -105,21 +106,27 @@ class RealMaxText:
         return self.run_directory / "checkpoints"
 
 
-def _maxtext_python() -> Path:
+def maxtext_python() -> Path:
+    """Real MaxText's interpreter; ``make maxtext`` builds it first when there is none."""
     python = maxtext_env.maxtext_python()
     if python is not None:
         return python
     if os.environ.get(maxtext_env.PYTHON_ENV) is not None:
         pytest.skip(f"{maxtext_env.PYTHON_ENV} is empty: real MaxText is turned off")
-    done = subprocess.run(
-        ["make", "maxtext"],
-        cwd=maxtext_env.REPOSITORY_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        check=False,
-    )
-    python = maxtext_env.maxtext_python()
+    # One build at a time: each xdist worker that needs it waits for the first one's.
+    with _locked(Path(tempfile.gettempdir()) / "elastic-training-make-maxtext.lock"):
+        python = maxtext_env.maxtext_python()
+        if python is not None:
+            return python
+        done = subprocess.run(
+            ["make", "maxtext"],
+            cwd=maxtext_env.REPOSITORY_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+        python = maxtext_env.maxtext_python()
     if done.returncode != 0 or python is None:
         raise RuntimeError(f"make maxtext failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return python
@@ -141,7 +148,7 @@ def _plan(directory: Path, config: Path) -> list[dict[str, Any]]:
 
 
 def _run_once(directory: Path) -> dict[str, Any]:
-    python = _maxtext_python()
+    python = maxtext_python()
     config = (
         Path(
             subprocess.run(
