@@ -25,6 +25,7 @@ import yaml
 
 from elastic_training.local.workloads.maxtext_config import MAXTEXT_EXIT_CONFIG_ERROR, MODELLED
 from elastic_training.operators.constants import (
+    ALREADY_AT_TARGET_RE,
     ASYNC_SAVE_STARTED_RE,
     COMPLETED_STEP_RE,
     NO_CHECKPOINT_RE,
@@ -196,6 +197,9 @@ def test_a_finished_run_rerun_exits_1(real_maxtext: RealMaxText, stand_in: dict[
     real, local = real_maxtext.runs["rerun"], _run(stand_in, "rerun")
     assert real.exit_code == local.exit_code == 1
     assert ALREADY_DONE in real.log and ALREADY_DONE in local.log
+    for log in (real.log, local.log):
+        match = ALREADY_AT_TARGET_RE.search(log)
+        assert match and (int(match[1]), int(match[2])) == (STEPS, STEPS - 1)
     assert not RESTORING_STEP_RE.search(real.log) and not RESTORING_STEP_RE.search(local.log)
 
 
