@@ -75,7 +75,9 @@ def _stand_in(args: list[str], cwd: Path) -> StandInRun:
     return StandInRun(done.returncode, done.stdout + done.stderr)
 
 
-@pytest.fixture(scope="module")
+# Session-scoped, and named before `real_maxtext` by each test, so that pytest sets it up first: the stand-in
+# runs while another xdist worker runs real MaxText, instead of after it.
+@pytest.fixture(scope="session")
 def stand_in(tmp_path_factory: pytest.TempPathFactory) -> dict[str, StandInRun | Path]:
     """The stand-in's runs, in the order of real MaxText's plan (tests/support/real_maxtext.py)."""
     base = tmp_path_factory.mktemp("stand-in")
@@ -108,7 +110,7 @@ def _parsed(log: str) -> dict[str, object]:
     }
 
 
-def test_the_same_lines_the_operator_parses(real_maxtext: RealMaxText, stand_in: dict[str, StandInRun | Path]) -> None:
+def test_the_same_lines_the_operator_parses(stand_in: dict[str, StandInRun | Path], real_maxtext: RealMaxText) -> None:
     for name in ("train", "resume"):
         real, local = real_maxtext.runs[name], _run(stand_in, name)
         assert real.exit_code == local.exit_code == 0, (name, local.log[-2000:])
@@ -136,7 +138,7 @@ def _tree_top(step: Path) -> dict[str, int | None]:
     return top
 
 
-def test_the_same_checkpoint_tree(real_maxtext: RealMaxText, stand_in: dict[str, StandInRun | Path]) -> None:
+def test_the_same_checkpoint_tree(stand_in: dict[str, StandInRun | Path], real_maxtext: RealMaxText) -> None:
     directory = stand_in["directory"]
     assert isinstance(directory, Path)
     local_root = directory / "out" / "t1" / "checkpoints"
@@ -166,7 +168,7 @@ def _config_error(log: str) -> str:
     return match[1]
 
 
-def test_an_unknown_key_is_refused_alike(real_maxtext: RealMaxText, stand_in: dict[str, StandInRun | Path]) -> None:
+def test_an_unknown_key_is_refused_alike(stand_in: dict[str, StandInRun | Path], real_maxtext: RealMaxText) -> None:
     real, local = real_maxtext.runs["unknown_key"], _run(stand_in, "unknown_key")
     warning = f"Ignoring invalid/unsupported field from YAML/CLI: '{UNKNOWN_KEY}'"
     assert warning in real.log and warning in local.log
@@ -175,7 +177,7 @@ def test_an_unknown_key_is_refused_alike(real_maxtext: RealMaxText, stand_in: di
     _assert_refusal_exit_codes(real, local)
 
 
-def test_a_bad_value_is_refused_alike(real_maxtext: RealMaxText, stand_in: dict[str, StandInRun | Path]) -> None:
+def test_a_bad_value_is_refused_alike(stand_in: dict[str, StandInRun | Path], real_maxtext: RealMaxText) -> None:
     real, local = real_maxtext.runs["bad_value"], _run(stand_in, "bad_value")
     assert _config_error(real.log) and _config_error(local.log)
     key, value = BAD_VALUE
@@ -193,7 +195,7 @@ def _assert_refusal_exit_codes(real: RealRun, local: StandInRun) -> None:
     assert local.exit_code == MAXTEXT_EXIT_CONFIG_ERROR
 
 
-def test_a_finished_run_rerun_exits_1(real_maxtext: RealMaxText, stand_in: dict[str, StandInRun | Path]) -> None:
+def test_a_finished_run_rerun_exits_1(stand_in: dict[str, StandInRun | Path], real_maxtext: RealMaxText) -> None:
     real, local = real_maxtext.runs["rerun"], _run(stand_in, "rerun")
     assert real.exit_code == local.exit_code == 1
     assert ALREADY_DONE in real.log and ALREADY_DONE in local.log
