@@ -6,7 +6,7 @@ UV := $(BIN)/uv
 export UV_CACHE_DIR ?= $(CURDIR)/.uv-cache
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: setup test test-fast test-slow lint typecheck demo airflow bench chaos lock clean
+.PHONY: setup maxtext maxtext-lock test test-fast test-slow lint typecheck demo airflow bench chaos lock clean
 
 setup: $(VENV)/.installed
 
@@ -23,18 +23,47 @@ lock: setup
 	$(UV) pip compile --quiet --python-version 3.11 --extra deep --extra local --extra gke --extra dev pyproject.toml \
 		-o requirements.lock
 
+# Real MaxText in a venv of its own (.venv-maxtext, Python 3.12): its fastapi floor clashes with Airflow's, and it
+# needs Python >= 3.12. The lock pins the requirement list MaxText's wheel ships for TPUs, less libtpu (CPU runs
+# here); the tests and the local cluster run `.venv-maxtext/bin/python -m maxtext...` (docs/local-cluster.md).
+# uv cannot download a Python here: PYTHON312 is an interpreter's own path (a pyenv shim works only when selected).
+MAXTEXT_VERSION := 0.2.5
+MAXTEXT_VENV := .venv-maxtext
+PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null \
+	|| python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null)
+
+maxtext: $(MAXTEXT_VENV)/.installed
+
+$(MAXTEXT_VENV)/.installed: requirements-maxtext.lock | setup
+	@test -n "$(PYTHON312)" || { echo "make maxtext: no Python 3.12 found; set PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	test -x $(MAXTEXT_VENV)/bin/python || $(UV) venv --quiet --python $(PYTHON312) $(MAXTEXT_VENV)
+	$(UV) pip install --quiet --python $(MAXTEXT_VENV)/bin/python -r requirements-maxtext.lock
+	touch $@
+
+# Regenerates requirements-maxtext.in from the wheel of MAXTEXT_VERSION (its generated tpu-requirements.txt less
+# libtpu, plus maxtext itself), then the lock from it.
+maxtext-lock: setup
+	rm -rf .maxtext-wheel
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+		maxtext==$(MAXTEXT_VERSION) -d .maxtext-wheel
+	$(BIN)/python -m elastic_training.local.maxtext_env .maxtext-wheel/maxtext-$(MAXTEXT_VERSION)-*.whl \
+		> requirements-maxtext.in
+	rm -rf .maxtext-wheel
+	$(UV) pip compile --quiet --python-version 3.12 requirements-maxtext.in -o requirements-maxtext.lock
+
 # Test files run on TEST_WORKERS processes (pytest-xdist), each file whole on one of them: a module's
 # fixtures (a cluster, an Airflow stack) are built once, and each process has its own Airflow home and DB.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test: setup
+# The whole suite runs real MaxText once (tests/support/real_maxtext.py), so it needs .venv-maxtext.
+test: setup maxtext
 	$(PYTEST)
 
 test-fast: setup
 	$(PYTEST) -m "not slow"
 
-test-slow: setup
+test-slow: setup maxtext
 	$(PYTEST) -m slow
 
 SOURCES := $(wildcard elastic_training/*.py operators plugin local cli dags tests benchmarks)
@@ -81,4 +110,4 @@ chaos: setup
 		--run-timeout $(RUN_TIMEOUT) --out $(CHAOS_OUT) $(if $(filter 1,$(GCS)),--gcs,)
 
 clean:
-	rm -rf $(VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MAXTEXT_VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache

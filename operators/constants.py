@@ -70,6 +70,11 @@ NO_CHECKPOINT_RE: Final = re.compile(r"No existing checkpoints found, not restor
 ASYNC_SAVE_STARTED_RE: Final = re.compile(r"Started an asynchronous checkpoint save for step (\d+)")
 SAVED_CHECKPOINT_RE: Final = re.compile(r"Saved a checkpoint at step (\d+)\.")
 TRAINING_STOPPED_RE: Final = re.compile(r"Training stopped: (.*)")
+# MaxText's refusal to train a run already at its target (maxtext 0.2.5 utils/train_utils.py
+# validate_completed_steps): an uncaught RuntimeError, exit 1. Groups: the requested steps, the newest step.
+ALREADY_AT_TARGET_RE: Final = re.compile(
+    r"Requested training up to step (\d+), but a checkpoint already exists at step (\d+)"
+)
 
 # Orbax / MaxText checkpoint layout.
 CHECKPOINTS_DIR: Final = "checkpoints"

@@ -18,8 +18,13 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# Shared fixtures: a GCS emulator the tests start themselves, and real Orbax checkpoints.
-pytest_plugins = ["tests.support.gcs_emulator", "tests.support.orbax_checkpoints", "tests.support.airflow_dags"]
+# Shared fixtures: a GCS emulator the tests start themselves, real Orbax checkpoints, real MaxText's runs.
+pytest_plugins = [
+    "tests.support.gcs_emulator",
+    "tests.support.orbax_checkpoints",
+    "tests.support.airflow_dags",
+    "tests.support.real_maxtext",
+]
 
 
 # pytest-xdist's `--dist loadfile` hands whole files to its processes in collection order. The browser journey

@@ -9,7 +9,8 @@ as the real program would.
 
 - image ``local``: any command, run as written (the tests' own pods);
 - a MaxText image (``…/maxtext…``): ``python3 -m maxtext.trainers.pre_train.train …`` →
-  ``python -m elastic_training.local.workloads.maxtext_train …``; ``python3 -m maxtext.eval.runner.run …`` →
+  ``python -m elastic_training.local.workloads.maxtext_train …``, or real MaxText from ``.venv-maxtext`` for a
+  non-elastic run when it exists (`real_maxtext_train`); ``python3 -m maxtext.eval.runner.run …`` →
   ``python -m elastic_training.local.workloads.maxtext_eval …``; ``python3 -m maxtext_synthesize …`` (the project's
   program
   in the ``maxtext-synthesize`` image) → ``python -m elastic_training.local.workloads.maxtext_synthesize …``;
@@ -32,9 +33,11 @@ image, append an `ImageEntry` to `CATALOGUE`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from elastic_training.local import maxtext_env
 
 LOCAL_IMAGE: Final = "local"
 # What the local catalogue runs its programs with: the cluster's interpreter (first on the container PATH).
@@ -73,6 +76,8 @@ class Program:
 
     command: tuple[str, ...]
     local: tuple[str, ...]
+    # The real program instead, for the arguments after `command`, when this machine can run it (else None).
+    real: Callable[[Sequence[str]], list[str] | None] | None = None
 
     def matches(self, argv: Sequence[str], has_command: bool) -> bool:
         """Whether `argv` (command + args, expanded) runs this program."""
@@ -105,7 +110,8 @@ class ImageEntry:
         for program in self.programs:
             if program.matches(argv, has_command):
                 skip = len(program.command)
-                return [*program.local, *argv[skip:]]
+                real = program.real(argv[skip:]) if program.real is not None else None
+                return real if real is not None else [*program.local, *argv[skip:]]
         shown = " ".join(argv) if has_command else f"<entrypoint> {' '.join(argv)}".strip()
         known = "; ".join(" ".join(p.command) or "<entrypoint>" for p in self.programs)
         raise ProgramNotFound(
@@ -132,13 +138,34 @@ MAXTEXT_TRAIN_COMMAND: Final = ("python3", "-m", "maxtext.trainers.pre_train.tra
 MAXTEXT_EVAL_COMMAND: Final = ("python3", "-m", "maxtext.eval.runner.run")
 MAXTEXT_SYNTHESIZE_COMMAND: Final = ("python3", "-m", "maxtext_synthesize")
 
+# Appended to real MaxText's arguments here: this machine's CPU in place of the TPU slice the image runs on.
+REAL_MAXTEXT_CPU_ARGS: Final = ("hardware=cpu", "skip_jax_distributed_system=true")
+_ELASTIC_ON = re.compile(r"elastic_enabled=(?i:true|1|yes)\Z")
+
+
+def real_maxtext_train(args: Sequence[str]) -> list[str] | None:
+    """Real MaxText's trainer for a non-elastic run when ``.venv-maxtext`` exists (local/maxtext_env.py).
+
+    Its arguments are the manifest's; MaxText resolves the image's ``src/maxtext/configs/…`` path against its
+    installed configs itself. JAX runs on CPU (`REAL_MAXTEXT_CPU_ARGS`, ``JAX_PLATFORMS=cpu``). An elastic run
+    (``elastic_enabled=true``) needs the Pathways proxy, which only GKE has: None, the stand-in runs it.
+    """
+    python = maxtext_env.maxtext_python()
+    if python is None or any(_ELASTIC_ON.match(arg) for arg in args):
+        return None
+    module = MAXTEXT_TRAIN_COMMAND[2]
+    return ["env", "JAX_PLATFORMS=cpu", str(python), "-u", "-m", module, *args, *REAL_MAXTEXT_CPU_ARGS]
+
+
 MAXTEXT = ImageEntry(
     name="maxtext",
     # Any registry path whose last segment starts with "maxtext" (maxtext, maxtext_jax_stable, maxtext-runner).
     repository=re.compile(r"(?:[^/]+/)*maxtext[a-z0-9._-]*"),
     example="<registry>/…/maxtext[_…]:<tag>",
     programs=(
-        Program(MAXTEXT_TRAIN_COMMAND, _module("elastic_training.local.workloads.maxtext_train")),
+        Program(
+            MAXTEXT_TRAIN_COMMAND, _module("elastic_training.local.workloads.maxtext_train"), real=real_maxtext_train
+        ),
         Program(MAXTEXT_EVAL_COMMAND, _module("elastic_training.local.workloads.maxtext_eval")),
         Program(MAXTEXT_SYNTHESIZE_COMMAND, _module("elastic_training.local.workloads.maxtext_synthesize")),
     ),

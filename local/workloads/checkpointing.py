@@ -204,3 +204,22 @@ def clean_up_incomplete_checkpoint(directory: str) -> str | None:
 def abstract_like(state: Any) -> Any:
     """`jax.ShapeDtypeStruct`s (with shardings) for a concrete or abstract state."""
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+
+
+def refuse_completed_run(manager: ocp.CheckpointManager, steps: int) -> None:
+    """MaxText's refusal to train a run whose newest checkpoint already covers `steps`: RuntimeError, exit 1.
+
+    MaxText 0.2.5 (``maxtext/utils/train_utils.py`` ``validate_completed_steps``, called with the newest step
+    + 1 before anything is restored) raises it uncaught; tests/local/workloads/test_maxtext_contract.py holds
+    the text and the exit code to real MaxText's.
+    """
+    latest = manager.latest_step()
+    if latest is None or latest + 1 < steps:
+        return
+    completed = latest + 1
+    raise RuntimeError(
+        f"Requested training up to step {steps}, but a checkpoint already exists at step {completed - 1} "
+        f"(which means {completed} steps have been completed). Did you mean to continue training past step "
+        f"{completed} (you should set steps > {completed}) or to not load the checkpoint (use "
+        "enable_checkpointing=False?)"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -44,9 +45,17 @@ def _config_error(error: MaxTextConfigError) -> int:
     return MAXTEXT_EXIT_CONFIG_ERROR
 
 
+def _why_the_stand_in(argv: Sequence[str]) -> str:
+    elastic = any(re.fullmatch(r"elastic_enabled=(?i:true|1|yes)", arg) for arg in argv)
+    if elastic:
+        return "an elastic run needs the Pathways proxy, which only GKE has"
+    return "no real MaxText on this machine (make maxtext builds .venv-maxtext; local/cluster/images.py)"
+
+
 def main(argv: Sequence[str]) -> int:
     """Read MaxText's command line, learn the allocation from the cluster, train."""
     configure_logging()
+    _logger.info("Local stand-in of MaxText's trainer (local/workloads/maxtext_train.py): %s", _why_the_stand_in(argv))
     try:
         command = parse_command_line(argv)
     except MaxTextConfigError as error:

@@ -147,6 +147,8 @@ class Trainer:
     def _restore_or_init(self, manager: ocp.CheckpointManager | None, abstract: Any, replicated: NamedSharding) -> Any:
         if self._pending is not None:
             self._pending.restore_started_at = time.time()
+        if manager is not None:
+            checkpointing.refuse_completed_run(manager, self.config.steps)
         loaded = checkpointing.load_state_if_possible(manager, abstract) if manager is not None else None
         if loaded is not None:
             state, restored_step = loaded

@@ -45,15 +45,17 @@ class DeepResult:
         }
 
 
-def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from _leaves(value, (*prefix, str(key)))
-    elif isinstance(tree, list | tuple):
-        for i, value in enumerate(tree):
-            yield from _leaves(value, (*prefix, str(i)))
-    else:
-        yield prefix, tree
+def _key_parts(path: Iterable[Any]) -> tuple[str, ...]:
+    """A JAX key path as plain names: dict keys, sequence indices, attribute names."""
+    parts = []
+    for entry in path:
+        for attribute in ("key", "idx", "name"):
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
+        else:
+            parts.append(str(entry))
+    return tuple(parts)
 
 
 def _nbytes(meta: Any) -> int:
@@ -85,32 +87,13 @@ def choose_sample(sizes: dict[tuple[str, ...], int], budget: int, seed: int) -> 
     return sorted(chosen)
 
 
-def _nest(paths: Iterable[tuple[tuple[str, ...], Any]], like: Any) -> Any:
-    """Rebuild a sub-tree of `like` (dicts and lists) holding only the given leaves."""
-    out: dict[str, Any] = {}
-    for path, value in paths:
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return _restore_sequences(out, like)
-
-
-def _restore_sequences(sub: Any, like: Any) -> Any:
-    if isinstance(like, dict) and isinstance(sub, dict):
-        return {k: _restore_sequences(v, like[k]) for k, v in sub.items()}
-    if isinstance(like, list | tuple) and isinstance(sub, dict):
-        # Orbax partial restore needs a sequence back; missing positions are dropped later.
-        return {k: _restore_sequences(v, like[int(k)]) for k, v in sub.items()}
-    return sub
-
-
 def deep_check(item_path: str, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, seed: int = 0) -> DeepResult:
     """Restore the arrays of one PyTree item (``<step>/items``) and check they are finite.
 
     `MissingLibraryError` when Orbax or JAX is not installed (the ``[deep]`` extra).
     """
     require_restore_libraries("deep validation (restoring arrays)")
+    import jax
     import numpy as np
     import orbax.checkpoint as ocp
     from etils import epath
@@ -121,20 +104,23 @@ def deep_check(item_path: str, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, seed
         tree = handler.metadata(path).tree
     except Exception as exc:  # Orbax raises many types for damaged data.
         return DeepResult((_restore_failed(exc, "metadata"),), 0, 0, 0, 0)
-    leaves = {k: v for k, v in _leaves(tree) if hasattr(v, "shape")}
+    # The restore target is the checkpoint's own metadata tree, containers and all (MaxText's `opt_state` is a
+    # list holding None), with Orbax's PLACEHOLDER on every leaf left out of the sample: no assumed shape.
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    leaves = {_key_parts(k): v for k, v in flat if hasattr(v, "shape")}
     sizes = {k: _nbytes(v) for k, v in leaves.items()}
-    chosen = choose_sample(sizes, budget_bytes, seed) if sizes else []
-    restore_args = _nest(((k, ocp.RestoreArgs(restore_type=np.ndarray)) for k in chosen), tree)
-    item = _nest(((k, 0) for k in chosen), tree)
+    chosen = set(choose_sample(sizes, budget_bytes, seed) if sizes else [])
+    item = jax.tree_util.tree_map_with_path(lambda k, _: 0 if _key_parts(k) in chosen else ocp.PLACEHOLDER, tree)
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     problems: list[Finding] = []
     try:
-        restored = handler.restore(
-            path,
-            args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True),
-        )
+        restored = handler.restore(path, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args))
     except Exception as exc:  # Orbax/tensorstore raise many types for damaged data.
         return DeepResult((_restore_failed(exc, "restore"),), len(leaves), 0, sum(sizes.values()), 0)
-    for key, value in _leaves(restored):
+    for key_path, value in jax.tree_util.tree_flatten_with_path(restored)[0]:
+        key = _key_parts(key_path)
+        if key not in chosen:
+            continue
         arr = np.asarray(value)
         if arr.dtype.kind in "fc" or arr.dtype.name == "bfloat16":
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))

@@ -35,7 +35,9 @@ ZARR3_FILE = "zarr.json"
 ARRAY_VALUE_TYPES = frozenset({"np.ndarray", "jax.Array", "scalar"})
 # Item names taken for PyTree items when the step metadata does not name their handler.
 PYTREE_ITEM_NAMES = frozenset({"items", "default", "state"})
-_PYTREE_HANDLERS = ("PyTreeCheckpointHandler", "StandardCheckpointHandler")
+# Orbax's handler names as `_CHECKPOINT_METADATA` records them; MaxText 0.2.5 (Orbax 0.12.8) saves through the
+# v1 API, which records `orbax.checkpoint.experimental.v1._src.handlers.pytree_handler.PyTreeHandler`.
+_PYTREE_HANDLERS = ("PyTreeCheckpointHandler", "StandardCheckpointHandler", "PyTreeHandler")
 # Files in an array directory that are not chunks.
 _ZARR_NON_CHUNKS = frozenset({ZARRAY_FILE, ".zattrs", ".zgroup", ZARR3_FILE})
 # Above this many expected chunks, compare counts instead of naming each missing chunk.

@@ -7,12 +7,14 @@ import re
 import pytest
 from kubernetes import client
 
+from elastic_training.local import maxtext_env
 from elastic_training.local.cluster.images import (
     CATALOGUE,
     LOCAL,
     MAXTEXT,
     PATHWAYS_PROXY,
     PATHWAYS_SERVER,
+    REAL_MAXTEXT_CPU_ARGS,
     ImagePullError,
     ProgramNotFound,
     find_image,
@@ -58,11 +60,27 @@ def test_unknown_image_is_a_pull_error_naming_it(image: str) -> None:
         find_image(image)
 
 
-def test_maxtext_trainer_keeps_its_arguments_and_accepts_python_or_python3() -> None:
+def test_maxtext_trainer_keeps_its_arguments_and_accepts_python_or_python3(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(maxtext_env.PYTHON_ENV, "")  # no real MaxText: the stand-in
     args = ["src/maxtext/configs/base.yml", "steps=5", "run_name=r"]
     for interpreter in ("python3", "python", "/usr/bin/python3"):
         argv = MAXTEXT.local_argv([interpreter, "-m", "maxtext.trainers.pre_train.train", *args], True)
         assert argv == ["python", "-u", "-m", "elastic_training.local.workloads.maxtext_train", *args]
+
+
+def test_real_maxtext_runs_non_elastic_training_when_it_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(maxtext_env.PYTHON_ENV, "/opt/mt/bin/python")
+    args = ["src/maxtext/configs/base.yml", "steps=5", "run_name=r"]
+    assert MAXTEXT.local_argv(["python3", "-m", "maxtext.trainers.pre_train.train", *args], True) == [
+        *["env", "JAX_PLATFORMS=cpu", "/opt/mt/bin/python", "-u", "-m", "maxtext.trainers.pre_train.train"],
+        *args,
+        *REAL_MAXTEXT_CPU_ARGS,
+    ]
+    for elastic in ("elastic_enabled=true", "elastic_enabled=True", "elastic_enabled=1"):
+        argv = MAXTEXT.local_argv(["python3", "-m", "maxtext.trainers.pre_train.train", *args, elastic], True)
+        assert argv == ["python", "-u", "-m", "elastic_training.local.workloads.maxtext_train", *args, elastic]
+    eval_argv = MAXTEXT.local_argv(["python3", "-m", "maxtext.eval.runner.run", "--runner=lm_eval"], True)
+    assert eval_argv[3] == "elastic_training.local.workloads.maxtext_eval"  # only the trainer is real
 
 
 def test_maxtext_images_run_the_eval_and_synthesis_stand_ins_with_their_arguments() -> None:
