@@ -22,6 +22,7 @@ from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.namespace_controller import NamespaceController
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.nodes import register_nodes
+from elastic_training.local.cluster.queue_description import register_queues
 from elastic_training.local.cluster.scheduler import Scheduler
 from elastic_training.local.cluster.store import Store
 
@@ -57,6 +58,7 @@ class ControlPlane:
         if self._tasks:
             return
         register_nodes(self.store, self.description)
+        register_queues(self.store, self.description.queue_objects)
         self.store.add_admission(self.pod_webhook.admit)
         self.store.add_admission(suspend_on_create)
         for controller in (self.jobsets, self.jobs, self.kueue, self.gc, self.namespaces):

@@ -109,12 +109,19 @@ def priority_class(k8s: K8s, value: int) -> str:
 
 
 def queued_jobset(
-    name: str, queue: str, script: str, *, cpu: str = "1", replicas: int = 1, pods: int = 1, **labels: str
+    name: str,
+    queue: str,
+    script: str,
+    *,
+    cpu: str = "1",
+    replicas: int = 1,
+    pods: int = 1,
+    labels: dict[str, str] | None = None,
 ) -> Obj:
     rjob = job_template(script, replicas=replicas, completions=pods, grace=5)
     rjob["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
     manifest = jobset_manifest(name, {"workers": rjob})
-    manifest["metadata"]["labels"] = {LABEL_KUEUE_QUEUE_NAME: queue, **labels}
+    manifest["metadata"]["labels"] = {LABEL_KUEUE_QUEUE_NAME: queue, **(labels or {})}
     return manifest
 
 
@@ -153,6 +160,16 @@ def workload_when(k8s: K8s, jobset: str, kind: str, status: str = "True", timeou
 def reserved(k8s: K8s, jobset: str) -> bool:
     found = cond(workload_of(k8s, jobset), "QuotaReserved")
     return found is not None and found["status"] == "True"
+
+
+def running_pods(k8s: K8s, jobset: str, count: int, timeout: float = 90.0) -> list[client.V1Pod]:
+    """Once ``count`` pods of ``jobset`` are Running, those pods."""
+
+    def probe() -> list[client.V1Pod] | None:
+        pods = [p for p in pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={jobset}") if p.status.phase == "Running"]
+        return pods if len(pods) >= count else None
+
+    return wait_for(probe, timeout)
 
 
 def events_of(k8s: K8s, name: str) -> list[client.CoreV1Event]:
@@ -220,12 +237,12 @@ def test_admission_reserves_quota_injects_the_flavor_and_unsuspends(k8s: K8s) ->
             {"name": "workers", "flavors": {"cpu": flavor}, "resourceUsage": {"cpu": "2"}, "count": 2}
         ],
     }
-    js = wait_for(lambda: (j := jobsets.get(name)) and not j["spec"]["suspend"] and j, 30)
+    wait_for(lambda: not jobsets.get(name)["spec"]["suspend"], 30)
+    js = jobsets.get(name)
     pod_spec = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod_spec["nodeSelector"] == {LABEL_HOSTNAME: "local-node"}
     assert toleration in pod_spec["tolerations"]
-    running = wait_for(lambda: (p := pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name}")) and len(p) == 2 and p, 60)
-    for pod in running:
+    for pod in running_pods(k8s, name, 2):
         assert pod.spec.node_selector == {LABEL_HOSTNAME: "local-node"}
     reasons = {e.reason for e in events_of(k8s, wl["metadata"]["name"])}
     assert {"QuotaReserved", "Admitted"} <= reasons
@@ -299,7 +316,7 @@ def test_queue_order_priority_first_and_fifo_strategy(k8s: K8s, strategy: str) -
     workload_when(k8s, holder, "Admitted")
     jobsets.create(queued_jobset(low, lq, HOLD, cpu="2"))
     workload_when(k8s, low, "QuotaReserved", "False")
-    jobsets.create(queued_jobset(urgent, lq, HOLD, cpu="2", **{LABEL_KUEUE_PRIORITY_CLASS: high}))
+    jobsets.create(queued_jobset(urgent, lq, HOLD, cpu="2", labels={LABEL_KUEUE_PRIORITY_CLASS: high}))
     urgent_wl = workload_when(k8s, urgent, "QuotaReserved", "False")
     assert urgent_wl["spec"]["priority"] == 1000
     assert urgent_wl["spec"]["priorityClassRef"] == {"group": KUEUE, "kind": "WorkloadPriorityClass", "name": high}
@@ -343,7 +360,7 @@ def test_preemption_evicts_by_suspension_then_requeues_and_readmits(k8s: K8s, tm
             lq,
             f"while [ ! -e {release} ]; do sleep 0.05; done",
             cpu="2",
-            **{LABEL_KUEUE_PRIORITY_CLASS: high},
+            labels={LABEL_KUEUE_PRIORITY_CLASS: high},
         )
     )
     preemptor_wl = workload_of(k8s, preemptor)
