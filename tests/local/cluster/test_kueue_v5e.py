@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -21,6 +23,7 @@ from elastic_training.operators.constants import (
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import NS, JobSets, job_template, jobset_manifest, unique
 from tests.local.cluster.helpers import wait_for
+from tests.local.cluster.test_kubectl import header, kubectl, rows
 from tests.local.cluster.test_kueue import KUEUE, V, cond, running_pods, workload_of, workload_when
 
 CLUSTER_DESCRIPTION = "v5e-small"
@@ -134,3 +137,34 @@ def test_a_jobset_without_the_queue_label_runs_at_once_as_before(k8s: K8s) -> No
         for wl in k8s.custom.list_namespaced_custom_object(KUEUE, V, NS, "workloads")["items"]
         for r in wl["metadata"].get("ownerReferences") or []
     )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (no `kubectl` on PATH)")
+def test_kubectl_prints_kueues_tables_and_knows_the_short_names(k8s: K8s, cluster: LocalCluster) -> None:
+    jobsets = JobSets(k8s.custom)
+    name = unique("table")
+    jobsets.create(pathways_like(name, 1))
+    wl = workload_when(k8s, name, "Admitted")
+    kubeconfig = cluster.kubeconfig_path
+    cq = kubectl(kubeconfig, "get", "cq").stdout
+    assert header(cq) == ["NAME", "COHORT", "PENDING WORKLOADS"]
+    assert rows(cq)["cluster-queue"] == ["cluster-queue", "0"]  # no cohort: the column is empty
+    wide = kubectl(kubeconfig, "get", "clusterqueues", "-o", "wide").stdout
+    assert header(wide) == ["NAME", "COHORT", "STRATEGY", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
+    assert rows(wide)["cluster-queue"] == ["cluster-queue", "BestEffortFIFO", "0", "1"]
+    lq = kubectl(kubeconfig, "get", "lq").stdout
+    assert header(lq) == ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
+    assert rows(lq)["multislice-queue"] == ["multislice-queue", "cluster-queue", "0", "1"]
+    workloads = kubectl(kubeconfig, "get", "kwl").stdout
+    assert header(workloads) == ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
+    row = rows(workloads)[wl["metadata"]["name"]]
+    assert row[:4] == [wl["metadata"]["name"], "multislice-queue", "cluster-queue", "True"]
+    together = kubectl(kubeconfig, "get", "workloads,clusterqueues,localqueues").stdout
+    assert f"workload.kueue.x-k8s.io/{wl['metadata']['name']}" in together
+    assert "clusterqueue.kueue.x-k8s.io/cluster-queue" in together
+    assert "localqueue.kueue.x-k8s.io/multislice-queue" in together
+    flavors = kubectl(kubeconfig, "get", "rf").stdout
+    assert header(flavors) == ["NAME", "AGE"] and "4xv5litepod-16" in rows(flavors)
+    classes = kubectl(kubeconfig, "get", "pc").stdout
+    assert header(classes) == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    assert rows(classes)["high"][:3] == ["high", "750", "false"]
