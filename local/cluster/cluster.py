@@ -325,7 +325,10 @@ class LocalCluster:
             }
             self.control_plane = ControlPlane(self.store, self.logs, self.workdir, pod_env, self.description)
         self._injector = FaultInjector(
-            self.store, self.control_plane, self.control_plane.node_faults if self.control_plane else None
+            self.store,
+            self.control_plane,
+            self.control_plane.node_faults if self.control_plane else None,
+            self.control_plane.provisioner if self.control_plane else None,
         )
         server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
         # handler_cancellation: a request whose client went away stops at once (a watch unregisters),

@@ -13,6 +13,9 @@ A description is YAML (``local/cluster/descriptions/*.yaml``)::
         memory: 192Gi
         pods: 110                   # optional, default 110 (the kubelet's maxPods)
         taints: [...]               # optional; a TPU pool defaults to GKE's google.com/tpu=present:NoSchedule
+        provisioning: {onDemand: true, delaySeconds: 30}  # optional: no nodes until a pending pod asks,
+                                    # then all of them 30 s later (local/cluster/provisioning.py)
+        repairSeconds: 120          # optional: how long a lost host keeps the pool NotReady (default 0)
 
 Nodes carry the labels GKE sets (verified against GKE's documentation of node labels and TPU node
 pools: https://cloud.google.com/kubernetes-engine/docs/concepts/tpus and
@@ -105,6 +108,11 @@ class NodePool:
     tpu: TpuSlice | None = None
     taints: tuple[Mapping[str, str], ...] = ()
     node_names: tuple[str, ...] = ()  # explicit names (the single-node default); else generated
+    # Provisioned on demand (GKE queued provisioning / node auto-provisioning): the nodes exist only once a
+    # pending pod asks for them, `provisioning_seconds` later (local/cluster/provisioning.py).
+    on_demand: bool = False
+    provisioning_seconds: float = 0.0
+    repair_seconds: float = 0.0  # how long a lost host keeps its pool NotReady unless the fault says
 
 
 @dataclass(frozen=True)
@@ -122,9 +130,18 @@ class ClusterDescription:
             return list(pool.node_names)
         return [f"gke-{self.cluster}-{pool.name}-{i}" for i in range(pool.node_count)]
 
-    def nodes(self) -> list[dict[str, Any]]:
-        """Every Node object, as GKE registers them (status Ready)."""
-        return [node_object(self, pool, name) for pool in self.pools for name in self.node_names(pool)]
+    def nodes(self, *, on_demand: bool = True) -> list[dict[str, Any]]:
+        """Every Node object, as GKE registers them (status Ready); ``on_demand=False`` leaves out the pools
+        provisioned on demand (their nodes appear later)."""
+        return [
+            node_object(self, pool, name)
+            for pool in self.pools
+            if on_demand or not pool.on_demand
+            for name in self.node_names(pool)
+        ]
+
+    def pool(self, name: str) -> NodePool | None:
+        return next((p for p in self.pools if p.name == name), None)
 
 
 SINGLE_NODE = ClusterDescription(
@@ -246,7 +263,11 @@ def parse_description(raw: Any) -> ClusterDescription:
 def _pool(raw: Any, where: str) -> NodePool:
     if not isinstance(raw, Mapping):
         raise DescriptionError(f"{where}: must be a mapping")
-    _unknown(raw, ("name", "machineType", "nodeCount", "cpu", "memory", "pods", "tpu", "taints"), where)
+    _unknown(
+        raw,
+        ("name", "machineType", "nodeCount", "cpu", "memory", "pods", "tpu", "taints", "provisioning", "repairSeconds"),
+        where,
+    )
     name = _dns_label(raw.get("name"), f"{where}.name")
     machine = raw.get("machineType")
     if not isinstance(machine, str) or not machine:
@@ -266,7 +287,39 @@ def _pool(raw: Any, where: str) -> NodePool:
             f"host(s), so its node pool has {tpu.hosts} node(s), got {count}"
         )
     taints = _taints(raw["taints"], f"{where}.taints") if "taints" in raw else ((TPU_TAINT,) if tpu else ())
-    return NodePool(name, machine, count, cpu, memory, pods, tpu, taints)
+    on_demand, provisioning = _provisioning(raw.get("provisioning"), f"{where}.provisioning")
+    repair = _seconds(raw.get("repairSeconds", 0), f"{where}.repairSeconds")
+    return NodePool(
+        name,
+        machine,
+        count,
+        cpu,
+        memory,
+        pods,
+        tpu,
+        taints,
+        on_demand=on_demand,
+        provisioning_seconds=provisioning,
+        repair_seconds=repair,
+    )
+
+
+def _seconds(raw: Any, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= 86_400:
+        raise DescriptionError(f"{where}: must be a number of seconds between 0 and 86400, got {raw!r}")
+    return float(raw)
+
+
+def _provisioning(raw: Any, where: str) -> tuple[bool, float]:
+    if raw is None:
+        return False, 0.0
+    if not isinstance(raw, Mapping):
+        raise DescriptionError(f"{where}: must be a mapping {{onDemand: true, delaySeconds: N}}")
+    _unknown(raw, ("onDemand", "delaySeconds"), where)
+    on_demand = raw.get("onDemand", True)
+    if not isinstance(on_demand, bool):
+        raise DescriptionError(f"{where}.onDemand: must be true or false, got {on_demand!r}")
+    return on_demand, _seconds(raw.get("delaySeconds", 0), f"{where}.delaySeconds")
 
 
 def _tpu(raw: Any, where: str) -> TpuSlice:

@@ -22,6 +22,7 @@ from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.namespace_controller import NamespaceController
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.nodes import register_nodes
+from elastic_training.local.cluster.provisioning import NodeProvisioner
 from elastic_training.local.cluster.queue_description import register_queues
 from elastic_training.local.cluster.scheduler import Scheduler
 from elastic_training.local.cluster.store import Store
@@ -50,7 +51,8 @@ class ControlPlane:
         self.gc = GarbageCollector(store)
         self.namespaces = NamespaceController(store)
         self.kubelet = Kubelet(store, logs, workdir, pod_env)
-        self.node_faults = NodeFaults(store, self.kubelet)
+        self.node_faults = NodeFaults(store, self.kubelet, description)
+        self.provisioner = NodeProvisioner(store, description)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -65,6 +67,7 @@ class ControlPlane:
             controller.start()
             self._tasks.append(asyncio.create_task(controller.queue.run(), name=controller.queue.name))
         self.scheduler.start()
+        self.provisioner.start()
         self.kubelet.start()
 
     async def stop(self) -> None:
@@ -75,6 +78,7 @@ class ControlPlane:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         self.node_faults.cancel()
+        self.provisioner.cancel()
         await self.kubelet.stop(SHUTDOWN_GRACE_CAP_SECONDS)
 
     async def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> None:

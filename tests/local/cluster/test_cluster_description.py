@@ -139,6 +139,10 @@ def test_tpu_pool_gets_gke_taint_by_default() -> None:
         ({"nodePools": [_pool(tpu={"accelerator": "x", "topology": "4by4"})]}, "nodePools[0].tpu.topology"),
         ({"nodePools": [_pool(taints=[{"key": "k", "effect": "Never"}])]}, "nodePools[0].taints[0].effect"),
         ({"nodePools": []}, "nodePools: must be a non-empty list"),
+        ({"nodePools": [_pool(provisioning={"onDemand": "yes"})]}, "nodePools[0].provisioning.onDemand: must be"),
+        ({"nodePools": [_pool(provisioning={"delay": 3})]}, "nodePools[0].provisioning.delay: unknown field"),
+        ({"nodePools": [_pool(provisioning={"delaySeconds": -1})]}, "nodePools[0].provisioning.delaySeconds"),
+        ({"nodePools": [_pool(repairSeconds="soon")]}, "nodePools[0].repairSeconds: must be a number of seconds"),
         ([], "must be a mapping"),
     ],
 )
@@ -205,6 +209,17 @@ def test_v5e_small_declares_xpks_kueue_objects() -> None:
     assert (lq["metadata"]["namespace"], lq["spec"]["clusterQueue"]) == ("default", "cluster-queue")
     assert objects[("PriorityClass", "very-high")]["value"] == 1000
     assert SINGLE_NODE.queue_objects == ()
+
+
+def test_an_on_demand_pool_registers_no_node_at_start() -> None:
+    description = parse_description(
+        {"nodePools": [_pool(), _pool(name="flex", provisioning={"delaySeconds": 30}, repairSeconds=90)]}
+    )
+    flex = description.pool("flex")
+    assert flex is not None
+    assert (flex.on_demand, flex.provisioning_seconds, flex.repair_seconds) == (True, 30.0, 90.0)
+    assert {n["metadata"]["labels"][LABEL_NODEPOOL] for n in description.nodes(on_demand=False)} == {"tpu-a"}
+    assert len(description.nodes()) == 4
 
 
 def test_a_description_without_kueue_has_no_queue_objects() -> None:
