@@ -7,6 +7,7 @@ local node has plenty of), so the tests share the cluster but no quota.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ def queues(
     preemption: str = "Never",
     node_labels: dict[str, str] | None = None,
     tolerations: list[Obj] | None = None,
+    all_namespaces: bool = True,
 ) -> tuple[str, str, str]:
     """A flavor, a ClusterQueue with ``cpu`` of it (every namespace), and a LocalQueue in ``default``."""
     flavor, cq, lq = unique("flavor"), unique("cq"), unique("lq")
@@ -84,7 +86,7 @@ def queues(
         {
             "metadata": {"name": cq},
             "spec": {
-                "namespaceSelector": {},
+                **({"namespaceSelector": {}} if all_namespaces else {}),
                 "queueingStrategy": strategy,
                 "preemption": {"withinClusterQueue": preemption},
                 "resourceGroups": [
@@ -170,6 +172,10 @@ def running_pods(k8s: K8s, jobset: str, count: int, timeout: float = 90.0) -> li
         return pods if len(pods) >= count else None
 
     return wait_for(probe, timeout)
+
+
+def _message(err: client.ApiException) -> str:
+    return str(json.loads(err.body)["message"])
 
 
 def events_of(k8s: K8s, name: str) -> list[client.CoreV1Event]:
@@ -396,3 +402,46 @@ def test_preemption_evicts_by_suspension_then_requeues_and_readmits(k8s: K8s, tm
     assert (evicted_again["status"], evicted_again["reason"]) == ("False", "QuotaReserved")
     assert evicted_again["message"] == f"Previously: {expected}"
     wait_for(lambda: not jobsets.get(victim)["spec"]["suspend"], 30)
+
+
+def test_kueue_objects_get_the_crds_defaults_and_bad_ones_are_refused(k8s: K8s) -> None:
+    name = unique("cq")
+    created = create_cluster_scoped(k8s, "clusterqueues", {"metadata": {"name": name}, "spec": {}})
+    assert created["spec"]["queueingStrategy"] == "BestEffortFIFO"
+    assert created["spec"]["preemption"] == {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never"}
+    assert "namespaceSelector" not in created["spec"]  # null: selects no namespace
+    with pytest.raises(client.ApiException) as caught:
+        create_cluster_scoped(
+            k8s, "clusterqueues", {"metadata": {"name": unique("cq")}, "spec": {"queueingStrategy": "Random"}}
+        )
+    assert caught.value.status == 422
+    assert 'spec.queueingStrategy: Unsupported value: "Random"' in _message(caught.value)
+    with pytest.raises(client.ApiException) as caught:
+        k8s.custom.create_namespaced_custom_object(
+            KUEUE, V, NS, "localqueues", {"metadata": {"name": "lq"}, "spec": {}}
+        )
+    assert caught.value.status == 422 and "spec.clusterQueue: Required value" in _message(caught.value)
+    lq = unique("lq")
+    k8s.custom.create_namespaced_custom_object(
+        KUEUE, V, NS, "localqueues", {"metadata": {"name": lq}, "spec": {"clusterQueue": name}}
+    )
+    with pytest.raises(client.ApiException) as caught:
+        k8s.custom.patch_namespaced_custom_object(KUEUE, V, NS, "localqueues", lq, {"spec": {"clusterQueue": "x"}})
+    assert caught.value.status == 422 and "field is immutable" in _message(caught.value)
+    with pytest.raises(client.ApiException) as caught:
+        create_cluster_scoped(k8s, "workloadpriorityclasses", {"metadata": {"name": unique("wpc")}})
+    assert caught.value.status == 422 and "value: Required value" in _message(caught.value)
+
+
+def test_a_null_namespace_selector_admits_nothing(k8s: K8s) -> None:
+    _, cq, lq = queues(k8s, "4", all_namespaces=False)
+    name = unique("unselected")
+    JobSets(k8s.custom).create(queued_jobset(name, lq, HOLD))
+    pending = cond(workload_when(k8s, name, "QuotaReserved", "False"), "QuotaReserved")
+    assert pending is not None
+    assert (pending["reason"], pending["message"]) == (
+        "Pending",
+        "Workload namespace doesn't match ClusterQueue selector",
+    )
+    k8s.custom.patch_cluster_custom_object(KUEUE, V, "clusterqueues", cq, {"spec": {"namespaceSelector": {}}})
+    workload_when(k8s, name, "Admitted")
