@@ -505,7 +505,7 @@ class KueueScheduler:
                     == name
                 )
             ]
-            status = _queue_status(cq, mine, "Can admit new workloads")
+            status = _queue_status(cq, mine, "Can admit new workloads", cq)
             self._write_status(CLUSTER_QUEUES, "", name, status)
         for (namespace, lq_name), lq in local_queues.items():
             mine = [
@@ -514,7 +514,7 @@ class KueueScheduler:
                 if wl["metadata"]["namespace"] == namespace and (wl.get("spec") or {}).get("queueName") == lq_name
             ]
             backing = queues.get(lq_target[(namespace, lq_name)])
-            status = _queue_status(backing or {}, mine, "Can submit new workloads to localQueue")
+            status = _queue_status(backing or {}, mine, "Can submit new workloads to localQueue", lq)
             if backing is None:
                 holder: Obj = {"status": status, "metadata": lq["metadata"]}
                 kw.set_status_condition(
@@ -538,39 +538,40 @@ class KueueScheduler:
         self._store.mutate(rtype, namespace, name, lambda o: o.__setitem__("status", merged), subresource="status")
 
 
-def _queue_status(cq: Obj, workloads: list[Obj], ready_message: str) -> Obj:
+def _queue_status(cq: Obj, workloads: list[Obj], ready_message: str, queue: Obj) -> Obj:
+    """A ClusterQueue's (``queue`` is ``cq``) or a LocalQueue's (``queue``, backed by ``cq``) status."""
     reserving = [wl for wl in workloads if kw.is_true(wl, kw.QUOTA_RESERVED)]
     admitted = [wl for wl in reserving if kw.is_true(wl, kw.ADMITTED)]
     pending = [wl for wl in workloads if not kw.is_true(wl, kw.QUOTA_RESERVED)]
     _, nominal, group_flavors = quotas(cq) if cq else ({}, {}, [])
-    holder: Obj = {"metadata": {"generation": (cq.get("metadata") or {}).get("generation", 1)}, "status": {}}
+    holder: Obj = {"metadata": {"generation": (queue.get("metadata") or {}).get("generation", 1)}, "status": {}}
+    borrowed = queue.get("kind") == "ClusterQueue"  # a LocalQueue's usage has no `borrowed` (LocalQueueResourceUsage)
     kw.set_status_condition(holder, "Active", True, "Ready", ready_message)
     status: Obj = holder["status"]
     status.update(
         pendingWorkloads=len(pending),
         reservingWorkloads=len(reserving),
         admittedWorkloads=len(admitted),
-        flavorsReservation=_flavors_usage(_usage_of(reserving), nominal, group_flavors),
-        flavorsUsage=_flavors_usage(_usage_of(admitted), nominal, group_flavors),
+        flavorsReservation=_flavors_usage(_usage_of(reserving), nominal, group_flavors, borrowed),
+        flavorsUsage=_flavors_usage(_usage_of(admitted), nominal, group_flavors, borrowed),
     )
     return status
 
 
 def _flavors_usage(
-    usage: Usage, nominal: Mapping[FlavorResource, Fraction], group_flavors: list[list[str]]
+    usage: Usage, nominal: Mapping[FlavorResource, Fraction], group_flavors: list[list[str]], borrowed: bool
 ) -> list[Obj]:
     out = []
     for names in group_flavors:
         for flavor in names:
-            resources = [
-                {
-                    "name": resource,
-                    "total": kw.quantity_string(usage.get((flavor, resource), Fraction(0))),
-                    "borrowed": "0",
-                }
-                for (f, resource) in nominal
-                if f == flavor
-            ]
+            resources = []
+            for f, resource in nominal:
+                if f != flavor:
+                    continue
+                entry = {"name": resource, "total": kw.quantity_string(usage.get((flavor, resource), Fraction(0)))}
+                if borrowed:
+                    entry["borrowed"] = "0"  # no cohorts here: nothing is ever borrowed
+                resources.append(entry)
             out.append({"name": flavor, "resources": resources})
     return out
 

@@ -265,6 +265,7 @@ def test_admission_reserves_quota_injects_the_flavor_and_unsuspends(k8s: K8s) ->
     ]
     lq_status = k8s.custom.get_namespaced_custom_object(KUEUE, V, NS, "localqueues", lq)["status"]
     assert (lq_status["admittedWorkloads"], lq_status["pendingWorkloads"]) == (1, 0)
+    assert lq_status["flavorsUsage"] == [{"name": flavor, "resources": [{"name": "cpu", "total": "2"}]}]
 
 
 def test_a_workload_that_does_not_fit_is_pending_with_upstreams_message(k8s: K8s) -> None:
