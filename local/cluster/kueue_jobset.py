@@ -144,12 +144,13 @@ class KueueController:
     # -- ReconcileGenericJob -----------------------------------------------------------------
 
     def _workload_of(self, jobset: Obj) -> Obj | None:
-        uid = jobset["metadata"]["uid"]
-        for wl in self._store.list(WORKLOADS, jobset["metadata"]["namespace"])[0]:
-            ref = controller_ref(wl)
-            if ref is not None and ref.get("uid") == uid:
-                return wl
-        return None
+        """The JobSet's Workload: the one its name derives to, if the JobSet owns it (an O(1) lookup, as
+        upstream's owner index is)."""
+        wl = self._store.find(WORKLOADS, jobset["metadata"]["namespace"], kw.workload_name(jobset))
+        if wl is None:
+            return None
+        ref = controller_ref(wl)
+        return wl if ref is not None and ref.get("uid") == jobset["metadata"]["uid"] else None
 
     def _reconcile_jobset(self, jobset: Obj) -> None:
         wl = self._workload_of(jobset)

@@ -275,7 +275,7 @@ class KueueScheduler:
         }
         namespaces = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self._store.list(NAMESPACES)[0]}
         by_queue: dict[str, list[Obj]] = {name: [] for name in queues}
-        for wl in self._store.list(WORKLOADS)[0]:
+        for wl in self._store.view(WORKLOADS)[0]:  # the stored objects: read here, never changed in place
             self._arrival(wl)
             if kw.is_true(wl, kw.FINISHED) or wl["metadata"].get("deletionTimestamp"):
                 continue
@@ -322,10 +322,11 @@ class KueueScheduler:
                 continue
             assignment = assign_flavors(wl, cq, flavors, usage)
             if assignment.mode == FIT:
-                self._admit(wl, name, assignment)
+                admitted = self._admit(wl, name, assignment)
                 for key, value in assignment.usage().items():
                     usage[key] = usage.get(key, Fraction(0)) + value
-                reserving.append(wl)
+                if admitted is not None:
+                    reserving.append(admitted)
                 continue
             message = assignment.message()
             if assignment.mode == PREEMPT and policy != "Never":
@@ -413,7 +414,6 @@ class KueueScheduler:
 
         meta = target["metadata"]
         updated = self._store.mutate(WORKLOADS, meta["namespace"], meta["name"], change, subresource="status")
-        target.update(updated)
         own, theirs = kw.priority(preemptor), kw.priority(target)
         record_event(
             self._store,
@@ -437,13 +437,13 @@ class KueueScheduler:
 
     # -- writing Workloads -------------------------------------------------------------------
 
-    def _admit(self, wl: Obj, cq_name: str, assignment: Assignment) -> None:
+    def _admit(self, wl: Obj, cq_name: str, assignment: Assignment) -> Obj | None:
+        """Reserve the quota; the Workload as written (None when it is gone)."""
         waited = (datetime.now(UTC) - kw.queued_since(wl)).total_seconds()
         admission = assignment.admission(cq_name)
         updated = self._write(wl, lambda o: kw.set_quota_reservation(o, admission))
         if updated is None:
-            return
-        wl.update(updated)
+            return None
         record_event(
             self._store,
             updated,
@@ -460,6 +460,7 @@ class KueueScheduler:
             f"Admitted by ClusterQueue {cq_name}, wait time since reservation was 0s",
             COMPONENT,
         )
+        return updated
 
     def _pending(self, wl: Obj, reason: str, message: str, *, event: bool = True) -> None:
         before = kw.find(wl, kw.QUOTA_RESERVED)
@@ -487,7 +488,7 @@ class KueueScheduler:
     def _write_queue_statuses(self, queues: Mapping[str, Obj], local_queues: Mapping[tuple[str, str], Obj]) -> None:
         workloads = [
             wl
-            for wl in self._store.list(WORKLOADS)[0]
+            for wl in self._store.view(WORKLOADS)[0]
             if not kw.is_true(wl, kw.FINISHED) and not wl["metadata"].get("deletionTimestamp")
         ]
         lq_target = {key: str((lq.get("spec") or {}).get("clusterQueue") or "") for key, lq in local_queues.items()}
