@@ -22,6 +22,7 @@ from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.namespace_controller import NamespaceController
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.nodes import register_nodes
+from elastic_training.local.cluster.pod_priority import PodPriority
 from elastic_training.local.cluster.provisioning import NodeProvisioner
 from elastic_training.local.cluster.queue_description import register_queues
 from elastic_training.local.cluster.scheduler import Scheduler
@@ -44,6 +45,7 @@ class ControlPlane:
         self.store = store
         self.description = description
         self.scheduler = Scheduler(store)
+        self.pod_priority = PodPriority(store)
         self.pod_webhook = JobSetPodWebhook(store)
         self.jobsets = JobSetController(store)
         self.jobs = JobController(store)
@@ -61,6 +63,7 @@ class ControlPlane:
             return
         register_nodes(self.store, self.description)
         register_queues(self.store, self.description.queue_objects)
+        self.store.add_admission(self.pod_priority.admit)  # built-in admission runs before webhooks
         self.store.add_admission(self.pod_webhook.admit)
         self.store.add_admission(suspend_on_create)
         for controller in (self.jobsets, self.jobs, self.kueue, self.gc, self.namespaces):

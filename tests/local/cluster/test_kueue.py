@@ -403,6 +403,9 @@ def test_preemption_evicts_by_suspension_then_requeues_and_readmits(k8s: K8s, tm
     assert (evicted_again["status"], evicted_again["reason"]) == ("False", "QuotaReserved")
     assert evicted_again["message"] == f"Previously: {expected}"
     wait_for(lambda: not jobsets.get(victim)["spec"]["suspend"], 30)
+    # Its pod exited 0 on SIGTERM, yet a pod terminated by a suspension is no completion: the Job runs again.
+    running_pods(k8s, victim, 1)
+    assert jobsets.status(victim).get("terminalState") is None
 
 
 def test_kueue_objects_get_the_crds_defaults_and_bad_ones_are_refused(k8s: K8s) -> None:

@@ -17,11 +17,22 @@ from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,
     LABEL_GKE_TPU_TOPOLOGY,
+    LABEL_JOBSET_NAME,
     LABEL_KUEUE_QUEUE_NAME,
     TPU_RESOURCE,
 )
+from elastic_training.operators.manifests import elastic_jobset
+from elastic_training.operators.spec import ElasticRunSpec
 from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import NS, JobSets, job_template, jobset_manifest, unique
+from tests.local.cluster.control_plane_support import (
+    NS,
+    JobSets,
+    condition,
+    job_template,
+    jobset_manifest,
+    pods_of,
+    unique,
+)
 from tests.local.cluster.helpers import wait_for
 from tests.local.cluster.test_kubectl import header, kubectl, rows
 from tests.local.cluster.test_kueue import KUEUE, V, cond, running_pods, workload_of, workload_when
@@ -168,3 +179,45 @@ def test_kubectl_prints_kueues_tables_and_knows_the_short_names(k8s: K8s, cluste
     classes = kubectl(kubeconfig, "get", "pc").stdout
     assert header(classes) == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
     assert rows(classes)["high"][:3] == ["high", "750", "false"]
+
+
+def _rendered(name: str, priority_class: str) -> Obj:
+    """The JobSet the operator renders for GKE (3 slices of v5e 4x4, exclusive per node pool), in the queue."""
+    spec = ElasticRunSpec(
+        run_name=name,
+        base_output_directory="gs://bucket/runs",
+        steps=100,
+        checkpoint_period=10,
+        num_slices=3,
+        image="us-docker.pkg.dev/p/maxtext:1",
+        tpu_type="v5e",
+        tpu_topology="4x4",
+        priority_class=priority_class,
+    )
+    jobset = elastic_jobset(spec, name=name, namespace=NS, labels={LABEL_KUEUE_QUEUE_NAME: "multislice-queue"})
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+            if container.get("command"):  # the trainer: something that stays up (`sleep` needs the `local` image)
+                container["image"], container["command"], container["args"] = "local", ["sleep", "300"], []
+    return jobset
+
+
+def test_a_higher_priority_run_preempts_a_running_one_which_resumes_after_it(k8s: K8s) -> None:
+    jobsets = JobSets(k8s.custom)
+    low, high = unique("low"), unique("high")
+    jobsets.create(_rendered(low, "low"))
+    workload_when(k8s, low, "Admitted")
+    running_pods(k8s, low, 13)
+    jobsets.create(_rendered(high, "very-high"))
+    evicted = cond(workload_when(k8s, low, "Evicted"), "Preempted")
+    assert evicted is not None and evicted["reason"] == "InClusterQueue"
+    wait_for(lambda: condition(jobsets.status(low).get("conditions"), "Suspended"), 60)
+    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={low}"), 90)  # stopped, gracefully
+    workload_when(k8s, low, "Requeued")
+    admitted = workload_when(k8s, high, "Admitted", timeout=90)
+    assert admitted["spec"]["priority"] == 1000
+    running_pods(k8s, high, 13)
+    jobsets.delete(high)
+    workload_when(k8s, low, "QuotaReserved", timeout=120)
+    assert not jobsets.get(low)["spec"].get("suspend") or wait_for(lambda: not jobsets.get(low)["spec"]["suspend"], 30)
+    running_pods(k8s, low, 13, timeout=120)  # the same JobSet resumed: no new one was made
