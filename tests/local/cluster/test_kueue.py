@@ -449,3 +449,29 @@ def test_a_null_namespace_selector_admits_nothing(k8s: K8s) -> None:
     )
     k8s.custom.patch_cluster_custom_object(KUEUE, V, "clusterqueues", cq, {"spec": {"namespaceSelector": {}}})
     workload_when(k8s, name, "Admitted")
+
+
+def test_the_priority_admission_plugin_resolves_a_pods_class(k8s: K8s) -> None:
+    with pytest.raises(client.ApiException) as caught:
+        k8s.core.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": "no-class"},
+                "spec": {"priorityClassName": "nope", "containers": [{"name": "m", "image": "local"}]},
+            },
+        )
+    assert caught.value.status == 403
+    assert _message(caught.value) == 'pods "no-class" is forbidden: no PriorityClass with name nope was found'
+    name = unique("pc")
+    client.SchedulingV1Api(k8s.api_client).create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=321, preemption_policy="Never")
+    )
+    pod = k8s.core.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": unique("with-class")},
+            "spec": {"priorityClassName": name, "containers": [{"name": "m", "image": "local"}]},
+        },
+    )
+    assert (pod.spec.priority, pod.spec.preemption_policy) == (321, "Never")
+    k8s.core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0)
