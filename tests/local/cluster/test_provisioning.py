@@ -11,6 +11,7 @@ from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
+from elastic_training.local.cluster.resources import ApiError
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.helpers import wait_for
 from tests.local.cluster.test_node_faults import _control
@@ -127,3 +128,11 @@ def test_a_lost_host_is_repaired_after_its_pools_repair_time(cluster: LocalClust
     assert time.monotonic() - before >= 1.5  # repaired no sooner than its repair time allows
     quick = _control(cluster, "lose-host", {"node": "gke-p-slow-repair-0", "repairSeconds": 0})
     assert quick["repairSeconds"] == 0
+
+
+def test_the_python_facade_reaches_both_faults(cluster: LocalCluster) -> None:
+    with pytest.raises(ApiError) as caught:
+        cluster.faults.provision_on_demand("no-such-pool", 1)
+    assert caught.value.code == 404 and 'node pool "no-such-pool" not found' in caught.value.message
+    lost = cluster.faults.lose_host("gke-p-always-0")
+    assert (lost["nodePool"], lost["repairSeconds"]) == ("always", 0.0)  # no repairSeconds declared: at once
