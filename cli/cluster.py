@@ -5,6 +5,7 @@ elastic-training cluster up --kubeconfig ./kubeconfig [--port N] [--workdir DIR]
 elastic-training cluster fault --kubeconfig ./kubeconfig delete-pod default trainer-worker-0-0-abcde
 elastic-training cluster fault --kubeconfig ./kubeconfig fail-requests --code 429 --count 3 --path jobsets
 elastic-training cluster fault --kubeconfig ./kubeconfig lose-host gke-local-tpu-v5e-16-0-2 --repair-seconds 60
+elastic-training cluster fault --kubeconfig ./kubeconfig provision-on-demand tpu-v5e-16-3 --seconds 20
 """
 
 from __future__ import annotations
@@ -119,11 +120,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lose = kinds.add_parser("lose-host", help="a TPU host is lost: every pod of its node pool (slice) fails")
     lose.add_argument("node")
     lose.add_argument(
-        "--repair-seconds", type=_repair_seconds, default=0.0, help="how long the pool stays NotReady (default 0)"
+        "--repair-seconds",
+        type=_repair_seconds,
+        default=None,
+        help="how long the pool stays NotReady (default: the pool's repairSeconds in the cluster description, else 0)",
     )
     repair = kinds.add_parser("repair-node-pool", help="GKE auto-repair: drain a node pool, NotReady for a while")
     repair.add_argument("node_pool")
     repair.add_argument("--seconds", type=_repair_seconds, required=True, help="how long the pool stays NotReady")
+    provision = kinds.add_parser(
+        "provision-on-demand",
+        help="take an idle node pool's nodes away; they come back --seconds after a pending pod needs them",
+    )
+    provision.add_argument("node_pool")
+    provision.add_argument(
+        "--seconds", type=_repair_seconds, required=True, help="provisioning time once a pod asks for the pool"
+    )
     evict = kinds.add_parser("evict-pod", help="DisruptionTarget with a reason, then terminate the pod")
     evict.add_argument("namespace")
     evict.add_argument("name")
@@ -236,7 +248,10 @@ def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
     if args.fault == "expire-watches":
         return "POST", f"{FAULTS_PATH}/expire-watches", {"compact": args.compact}
     if args.fault == "lose-host":
-        return "POST", f"{FAULTS_PATH}/lose-host", {"node": args.node, "repairSeconds": args.repair_seconds}
+        return "POST", f"{FAULTS_PATH}/lose-host", present(node=args.node, repairSeconds=args.repair_seconds)
+    if args.fault == "provision-on-demand":
+        body = {"nodePool": args.node_pool, "seconds": args.seconds}
+        return "POST", f"{FAULTS_PATH}/provision-on-demand", body
     if args.fault == "repair-node-pool":
         return "POST", f"{FAULTS_PATH}/repair-node-pool", {"nodePool": args.node_pool, "seconds": args.seconds}
     if args.fault == "evict-pod":

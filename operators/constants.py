@@ -28,6 +28,14 @@ ANNOTATION_COORDINATOR: Final = f"{JOBSET_PREFIX}/coordinator"
 # ReplicatedJob's Job template, its value a node label; each child Job then owns one domain of that label.
 ANNOTATION_EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
+# Kueue (kubernetes-sigs/kueue pkg/controller/constants/constants.go): the LocalQueue a job is submitted to,
+# its WorkloadPriorityClass, and the label Kueue puts on a Workload naming its job's uid.
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+LABEL_KUEUE_QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
+LABEL_KUEUE_JOB_UID: Final = "kueue.x-k8s.io/job-uid"
+
 # GKE node labels, taint and extended resource of TPU node pools (cloud.google.com/kubernetes-engine/docs/
 # concepts/tpus; xpk core/system_characteristics.py), and the node label of a host.
 LABEL_GKE_NODEPOOL: Final = "cloud.google.com/gke-nodepool"

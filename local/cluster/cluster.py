@@ -70,9 +70,15 @@ class Faults:
         """Send ``sig`` to a pod's container processes (every container when ``container`` is None)."""
         self._cluster.run(lambda: self._injector().signal_pod(namespace, name, sig, container))
 
-    def lose_host(self, node: str, repair_seconds: float = 0.0) -> dict[str, Any]:
-        """A TPU host is lost: every pod of its node pool fails (PodGC), the pool is NotReady for a while."""
+    def lose_host(self, node: str, repair_seconds: float | None = None) -> dict[str, Any]:
+        """A TPU host is lost: every pod of its node pool fails (PodGC), the pool is NotReady for
+        ``repair_seconds`` (None: the pool's ``repairSeconds`` from the cluster description, else 0)."""
         result: dict[str, Any] = self._cluster.run(lambda: self._injector().lose_host(node, repair_seconds))
+        return result
+
+    def provision_on_demand(self, pool: str, seconds: float) -> dict[str, Any]:
+        """An idle node pool loses its nodes; they register ``seconds`` after a pending pod needs them."""
+        result: dict[str, Any] = self._cluster.call(lambda: self._injector().provision_on_demand(pool, seconds))
         return result
 
     def repair_node_pool(self, pool: str, seconds: float) -> dict[str, Any]:
@@ -338,7 +344,10 @@ class LocalCluster:
             }
             self.control_plane = ControlPlane(self.store, self.logs, self.workdir, pod_env, self.description)
         self._injector = FaultInjector(
-            self.store, self.control_plane, self.control_plane.node_faults if self.control_plane else None
+            self.store,
+            self.control_plane,
+            self.control_plane.node_faults if self.control_plane else None,
+            self.control_plane.provisioner if self.control_plane else None,
         )
         server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
         self._server = server

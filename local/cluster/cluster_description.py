@@ -13,6 +13,9 @@ A description is YAML (``local/cluster/descriptions/*.yaml``)::
         memory: 192Gi
         pods: 110                   # optional, default 110 (the kubelet's maxPods)
         taints: [...]               # optional; a TPU pool defaults to GKE's google.com/tpu=present:NoSchedule
+        provisioning: {onDemand: true, delaySeconds: 30}  # optional: no nodes until a pending pod asks,
+                                    # then all of them 30 s later (local/cluster/provisioning.py)
+        repairSeconds: 120          # optional: how long a lost host keeps the pool NotReady (default 0)
 
 Nodes carry the labels GKE sets (verified against GKE's documentation of node labels and TPU node
 pools: https://cloud.google.com/kubernetes-engine/docs/concepts/tpus and
@@ -23,6 +26,9 @@ pools ``cloud.google.com/gke-tpu-accelerator``, ``cloud.google.com/gke-tpu-topol
 ``google.com/tpu`` capacity; GKE taints TPU nodes ``google.com/tpu=present:NoSchedule``. A multi-host
 slice is one node pool whose node count is the slice's host count (GKE creates a multi-host TPU slice
 node pool atomically with exactly that many nodes), which is why ``nodeCount`` is checked.
+
+A description may also declare Kueue's ResourceFlavors, ClusterQueues (quotas), LocalQueues and priority
+classes under ``kueue:`` (:mod:`local.cluster.queue_description`); they are created when the cluster starts.
 
 Without a description the cluster has :data:`SINGLE_NODE`: one untainted node ``local-node`` with
 room for any plain pod (the behaviour before node pools existed).
@@ -40,6 +46,7 @@ from typing import Any
 import yaml
 
 from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
+from elastic_training.local.cluster.queue_description import QueueDescriptionError, QueueObject, parse_queues
 from elastic_training.local.cluster.store import now_rfc3339
 from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
@@ -101,6 +108,11 @@ class NodePool:
     tpu: TpuSlice | None = None
     taints: tuple[Mapping[str, str], ...] = ()
     node_names: tuple[str, ...] = ()  # explicit names (the single-node default); else generated
+    # Provisioned on demand (GKE queued provisioning / node auto-provisioning): the nodes exist only once a
+    # pending pod asks for them, `provisioning_seconds` later (local/cluster/provisioning.py).
+    on_demand: bool = False
+    provisioning_seconds: float = 0.0
+    repair_seconds: float = 0.0  # how long a lost host keeps its pool NotReady unless the fault says
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,7 @@ class ClusterDescription:
     cluster: str
     zone: str
     pools: tuple[NodePool, ...] = field(default_factory=tuple)
+    queue_objects: tuple[QueueObject, ...] = ()  # Kueue's flavors, queues and priority classes (`kueue:`)
 
     def node_names(self, pool: NodePool) -> list[str]:
         """The names of ``pool``'s nodes, ``gke-<cluster>-<pool>-<index>`` unless given."""
@@ -117,9 +130,18 @@ class ClusterDescription:
             return list(pool.node_names)
         return [f"gke-{self.cluster}-{pool.name}-{i}" for i in range(pool.node_count)]
 
-    def nodes(self) -> list[dict[str, Any]]:
-        """Every Node object, as GKE registers them (status Ready)."""
-        return [node_object(self, pool, name) for pool in self.pools for name in self.node_names(pool)]
+    def nodes(self, *, on_demand: bool = True) -> list[dict[str, Any]]:
+        """Every Node object, as GKE registers them (status Ready); ``on_demand=False`` leaves out the pools
+        provisioned on demand (their nodes appear later)."""
+        return [
+            node_object(self, pool, name)
+            for pool in self.pools
+            if on_demand or not pool.on_demand
+            for name in self.node_names(pool)
+        ]
+
+    def pool(self, name: str) -> NodePool | None:
+        return next((p for p in self.pools if p.name == name), None)
 
 
 SINGLE_NODE = ClusterDescription(
@@ -217,7 +239,7 @@ def parse_description(raw: Any) -> ClusterDescription:
     """Check a description's fields and build it; ``DescriptionError`` names the first bad field."""
     if not isinstance(raw, Mapping):
         raise DescriptionError("a cluster description must be a mapping with `nodePools`")
-    _unknown(raw, ("cluster", "zone", "nodePools"), "")
+    _unknown(raw, ("cluster", "zone", "nodePools", "kueue"), "")
     cluster = _dns_label(raw.get("cluster", "local"), "cluster")
     zone = raw.get("zone", "us-west4-a")
     if not isinstance(zone, str) or not _DNS_LABEL.match(zone):
@@ -231,13 +253,21 @@ def parse_description(raw: Any) -> ClusterDescription:
         if pool.name in seen:
             raise DescriptionError(f"nodePools[{i}].name: duplicate node pool {pool.name!r}")
         seen.add(pool.name)
-    return ClusterDescription(cluster=cluster, zone=zone, pools=pools)
+    try:
+        queue_objects = parse_queues(raw.get("kueue"))
+    except QueueDescriptionError as exc:
+        raise DescriptionError(str(exc)) from exc
+    return ClusterDescription(cluster=cluster, zone=zone, pools=pools, queue_objects=queue_objects)
 
 
 def _pool(raw: Any, where: str) -> NodePool:
     if not isinstance(raw, Mapping):
         raise DescriptionError(f"{where}: must be a mapping")
-    _unknown(raw, ("name", "machineType", "nodeCount", "cpu", "memory", "pods", "tpu", "taints"), where)
+    _unknown(
+        raw,
+        ("name", "machineType", "nodeCount", "cpu", "memory", "pods", "tpu", "taints", "provisioning", "repairSeconds"),
+        where,
+    )
     name = _dns_label(raw.get("name"), f"{where}.name")
     machine = raw.get("machineType")
     if not isinstance(machine, str) or not machine:
@@ -257,7 +287,39 @@ def _pool(raw: Any, where: str) -> NodePool:
             f"host(s), so its node pool has {tpu.hosts} node(s), got {count}"
         )
     taints = _taints(raw["taints"], f"{where}.taints") if "taints" in raw else ((TPU_TAINT,) if tpu else ())
-    return NodePool(name, machine, count, cpu, memory, pods, tpu, taints)
+    on_demand, provisioning = _provisioning(raw.get("provisioning"), f"{where}.provisioning")
+    repair = _seconds(raw.get("repairSeconds", 0), f"{where}.repairSeconds")
+    return NodePool(
+        name,
+        machine,
+        count,
+        cpu,
+        memory,
+        pods,
+        tpu,
+        taints,
+        on_demand=on_demand,
+        provisioning_seconds=provisioning,
+        repair_seconds=repair,
+    )
+
+
+def _seconds(raw: Any, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= 86_400:
+        raise DescriptionError(f"{where}: must be a number of seconds between 0 and 86400, got {raw!r}")
+    return float(raw)
+
+
+def _provisioning(raw: Any, where: str) -> tuple[bool, float]:
+    if raw is None:
+        return False, 0.0
+    if not isinstance(raw, Mapping):
+        raise DescriptionError(f"{where}: must be a mapping {{onDemand: true, delaySeconds: N}}")
+    _unknown(raw, ("onDemand", "delaySeconds"), where)
+    on_demand = raw.get("onDemand", True)
+    if not isinstance(on_demand, bool):
+        raise DescriptionError(f"{where}.onDemand: must be true or false, got {on_demand!r}")
+    return on_demand, _seconds(raw.get("delaySeconds", 0), f"{where}.delaySeconds")
 
 
 def _tpu(raw: Any, where: str) -> TpuSlice:

@@ -12,9 +12,10 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 - ``POST   /_local/faults/expire-watches``  ``{"compact"?: bool}``
 - ``POST   /_local/faults/delete-pod``      ``{"namespace", "name"}``
 - ``POST   /_local/faults/signal-pod``      ``{"namespace", "name", "signal", "container"?}``
-- ``POST   /_local/faults/lose-host``       ``{"node", "repairSeconds"?}``  (:mod:`local.cluster.node_faults`)
+- ``POST   /_local/faults/lose-host``       ``{"node", "repairSeconds"?}`` (:mod:`local.cluster.node_faults`)
 - ``POST   /_local/faults/repair-node-pool`` ``{"nodePool", "seconds"}``
 - ``POST   /_local/faults/evict-pod``       ``{"namespace", "name", "reason"?}`` (default ``EvictionByEvictionAPI``)
+- ``POST   /_local/faults/provision-on-demand`` ``{"nodePool", "seconds"}`` (:mod:`local.cluster.provisioning`)
 
 All state lives on the cluster's event loop; nothing here is thread-safe by itself.
 """
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from elastic_training.local.cluster.node_faults import DisruptionReason, NodeFaults
+from elastic_training.local.cluster.provisioning import NodeProvisioner
 from elastic_training.local.cluster.resources import PODS, ApiError, bad_request
 from elastic_training.local.cluster.store import Obj, Store
 
@@ -196,20 +198,34 @@ def _check_regex(pattern: str | None) -> None:
 class FaultInjector:
     """API faults plus pod faults, on the cluster's event loop."""
 
-    def __init__(self, store: Store, pods: PodControl | None, nodes: NodeFaults | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        pods: PodControl | None,
+        nodes: NodeFaults | None = None,
+        provisioner: NodeProvisioner | None = None,
+    ) -> None:
         self.store = store
         self.api = ApiFaults()
         self._pods = pods
         self._nodes = nodes
+        self._provisioner = provisioner
 
     def node_faults(self) -> NodeFaults:
         if self._nodes is None:
             raise ApiError(501, "NotImplemented", "this cluster runs no kubelet (API only)")
         return self._nodes
 
-    async def lose_host(self, node: str, repair_seconds: float = 0.0) -> Obj:
-        """A TPU host is lost: its node pool's pods fail (PodGC) and the pool is NotReady for ``repair_seconds``."""
+    async def lose_host(self, node: str, repair_seconds: float | None = None) -> Obj:
+        """A TPU host is lost: its node pool's pods fail (PodGC) and the pool is NotReady for ``repair_seconds``
+        (None: the pool's ``repairSeconds`` from the cluster description)."""
         return await self.node_faults().lose_host(node, repair_seconds)
+
+    def provision_on_demand(self, pool: str, seconds: float) -> Obj:
+        """Remove an idle pool's nodes; they register ``seconds`` after a pending pod needs them."""
+        if self._provisioner is None:
+            raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
+        return self._provisioner.provision_on_demand(pool, seconds)
 
     async def repair_node_pool(self, pool: str, seconds: float) -> Obj:
         """GKE auto-repair of ``pool``: its pods evicted, its nodes cordoned and NotReady for ``seconds``."""
@@ -256,6 +272,7 @@ class FaultInjector:
         app.router.add_post(f"{FAULTS_PATH}/lose-host", self._lose_host)
         app.router.add_post(f"{FAULTS_PATH}/repair-node-pool", self._repair_node_pool)
         app.router.add_post(f"{FAULTS_PATH}/evict-pod", self._evict_pod)
+        app.router.add_post(f"{FAULTS_PATH}/provision-on-demand", self._provision_on_demand)
 
     async def _get(self, request: web.Request) -> web.Response:
         return web.json_response(self.api.describe())
@@ -306,7 +323,15 @@ class FaultInjector:
     async def _lose_host(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
         seconds = _optional(body, "repairSeconds", float)
-        return web.json_response(await self.lose_host(_required(body, "node"), 0.0 if seconds is None else seconds))
+        return web.json_response(await self.lose_host(_required(body, "node"), seconds))
+
+    async def _provision_on_demand(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        if "seconds" not in body:
+            raise bad_request("seconds is required")
+        return web.json_response(
+            self.provision_on_demand(_required(body, "nodePool"), _optional(body, "seconds", float))
+        )
 
     async def _repair_node_pool(self, request: web.Request) -> web.Response:
         body = await _json_body(request)

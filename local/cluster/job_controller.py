@@ -5,7 +5,9 @@ label, ``JOB_COMPLETION_INDEX`` env, hostname ``<job>-<index>``, pod names
 ``<job>-<index>-<5 random>``), ``backoffLimit`` counting failed pods *and*, for
 ``restartPolicy: OnFailure``, container restarts of running pods (as upstream), a pod deleted
 before it finished counts as failed and is replaced at once (upstream's default
-``podReplacementPolicy`` without a ``podFailurePolicy``), ``suspend``, ``activeDeadlineSeconds``.
+``podReplacementPolicy`` without a ``podFailurePolicy``), ``suspend`` (the active pods are deleted
+gracefully; those terminated this way count neither toward ``backoffLimit`` nor toward the completions,
+however they exit: Kubernetes' "Suspending a Job" documentation and KEP-2232), ``activeDeadlineSeconds``.
 Terminal pods are counted as the store reports them (listener), standing in for upstream's
 pod-tracking finalizers. Unlike Kubernetes >= 1.31 the ``Failed`` condition is set at once
 (no ``FailureTarget`` phase) and the running pods are then deleted.
@@ -57,10 +59,10 @@ class _Ledger:
         if uid in self.failed or uid in self.succeeded or uid in self.disregarded:
             return
         phase = pod.get("status", {}).get("phase")
+        if uid in self.ignored:
+            return  # terminated by a suspension: neither a failure nor a completion, however it exited
         if phase == "Succeeded":
             self.succeeded[uid] = completion_index(pod)
-        elif uid in self.ignored:
-            return
         elif policy is not None:
             # With a podFailurePolicy a pod counts once it is terminal (upstream's isPodFailed), by its rules.
             if phase == "Failed" or removed:

@@ -14,8 +14,10 @@ What each does, and whose behaviour it follows:
   ``markFailedAndDeletePodWithCondition``): its processes are killed, it gets phase ``Failed`` and the
   ``DisruptionTarget`` condition (reason ``DeletionByPodGC``, "PodGC: node no longer exists"), and it is
   deleted. Its container statuses are left as the lost kubelet last wrote them. After
-  ``repairSeconds`` (default 0) the pool's nodes are ``Ready`` and untainted again (recreated under
-  the same names). Upstream PodGC waits a 40 s quarantine first; here it is at once.
+  ``repairSeconds`` (default: the pool's ``repairSeconds`` in the cluster description, else 0) the
+  pool's nodes are ``Ready`` and untainted again (recreated under the same names): a slow repair is a
+  pool whose ``repairSeconds`` is long, or a fault asking for one. Upstream PodGC waits a 40 s
+  quarantine first; here it is at once.
 - **repair-node-pool** (GKE node auto-repair, which starts after about 10 minutes ``NotReady`` and
   drains and re-creates the node under its name,
   https://cloud.google.com/kubernetes-engine/docs/how-to/node-auto-repair). Here: the pool's nodes
@@ -42,7 +44,7 @@ from __future__ import annotations
 import asyncio
 from enum import StrEnum
 
-from elastic_training.local.cluster.cluster_description import LABEL_NODEPOOL, ready_condition
+from elastic_training.local.cluster.cluster_description import LABEL_NODEPOOL, ClusterDescription, ready_condition
 from elastic_training.local.cluster.kubelet import Kubelet
 from elastic_training.local.cluster.resources import NODES, PODS, ApiError, bad_request, not_found
 from elastic_training.local.cluster.store import Obj, Store, now_rfc3339
@@ -87,16 +89,21 @@ def set_pod_condition(pod: Obj, condition: Obj) -> None:
 class NodeFaults:
     """Node- and pod-level faults, on the cluster's event loop."""
 
-    def __init__(self, store: Store, kubelet: Kubelet) -> None:
+    def __init__(self, store: Store, kubelet: Kubelet, description: ClusterDescription | None = None) -> None:
         self._store = store
         self._kubelet = kubelet
+        self._description = description
         self._repairs: dict[str, asyncio.TimerHandle] = {}
 
     # -- the faults ------------------------------------------------------------------------------
 
-    async def lose_host(self, node: str, repair_seconds: float = 0.0) -> Obj:
-        """A TPU host is lost: its whole node pool (the slice) is interrupted and repaired."""
+    async def lose_host(self, node: str, repair_seconds: float | None = None) -> Obj:
+        """A TPU host is lost: its whole node pool (the slice) is interrupted and repaired after
+        ``repair_seconds`` (default: the pool's ``repairSeconds`` in the cluster description, else 0)."""
         pool, nodes = self._pool_of(node)
+        if repair_seconds is None:
+            described = self._description.pool(pool) if self._description is not None else None
+            repair_seconds = described.repair_seconds if described is not None else 0.0
         _check_seconds(repair_seconds, "repairSeconds")
         for name in nodes:
             self._set_node(name, ready=False, taints=True)

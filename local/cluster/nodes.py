@@ -22,9 +22,15 @@ def node_is_ready(node: Obj | None) -> bool:
 
 
 def register_nodes(store: Store, description: ClusterDescription) -> list[str]:
-    """Create every node of ``description`` that does not exist yet; returns the names created."""
+    """Create every node of ``description`` that does not exist yet, but those of pools provisioned on demand;
+    returns the names created."""
+    return create_nodes(store, description.nodes(on_demand=False))
+
+
+def create_nodes(store: Store, nodes: list[Obj]) -> list[str]:
+    """Create each of ``nodes`` that does not exist yet; returns the names created."""
     created = []
-    for node in description.nodes():
+    for node in nodes:
         try:
             store.create(NODES, node)
         except ApiError as err:

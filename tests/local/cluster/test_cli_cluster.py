@@ -213,6 +213,9 @@ def test_fault_commands_reach_a_running_cluster(
     assert (code, lost["nodePool"], lost["failedPods"]) == (0, "tpu-v5e-16-1", [])
     code, repaired = fault("repair-node-pool", "tpu-v5e-16-2", "--seconds", "0")
     assert (code, len(repaired["nodes"])) == (0, 4)
+    code, on_demand = fault("provision-on-demand", "tpu-v5e-16-3", "--seconds", "0")
+    assert (code, on_demand["nodePool"], len(on_demand["nodes"]), on_demand["seconds"]) == (0, "tpu-v5e-16-3", 4, 0)
+    assert fault("provision-on-demand", "no-such-pool", "--seconds", "1")[0] == 1
     assert fault("evict-pod", "default", "missing", "--reason", "PreemptionByScheduler")[0] == 1
 
 
@@ -232,6 +235,8 @@ def test_fault_commands_reach_a_running_cluster(
         ["lose-host", "n", "--repair-seconds", "-1"],
         ["repair-node-pool", "pool"],
         ["repair-node-pool", "pool", "--seconds", "86401"],
+        ["provision-on-demand", "pool"],
+        ["provision-on-demand", "pool", "--seconds", "-1"],
         ["evict-pod", "default", "p", "--reason", "Because"],
         ["explode"],
     ],

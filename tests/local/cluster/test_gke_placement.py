@@ -65,6 +65,14 @@ def test_three_four_host_slices_and_the_head_land_as_on_gke(k8s: K8s) -> None:
         "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
     )
     wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
+    # The next test reuses the name: wait until the foreground deletion has removed the JobSet itself.
+    wait_for(
+        lambda: (
+            not k8s.custom.list_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", field_selector="metadata.name=placed"
+            )["items"]
+        )
+    )
 
 
 def _jobset_status(k8s: K8s) -> dict[str, Any]:
@@ -103,3 +111,11 @@ def test_a_lost_host_spends_slice_budget_and_a_head_eviction_restarts_off_budget
         "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
     )
     wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
+    # The next test reuses the name: wait until the foreground deletion has removed the JobSet itself.
+    wait_for(
+        lambda: (
+            not k8s.custom.list_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", field_selector="metadata.name=placed"
+            )["items"]
+        )
+    )

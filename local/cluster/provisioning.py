@@ -1,0 +1,135 @@
+"""Node pools provisioned on demand: no nodes until a pending pod asks for them, then the whole pool later.
+
+What GKE does with a node pool created for queued provisioning or node auto-provisioning (flex-start,
+https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest and the cluster autoscaler,
+kubernetes/autoscaler ``cluster-autoscaler/core/scaleup``): a pod the scheduler left ``Unschedulable`` that
+a node of the pool could take triggers a scale-up, recorded on the pod as the Event ``TriggeredScaleUp``
+"pod triggered scale-up: [{<pool> 0->N (max: N)}]" (``cluster-autoscaler/processors/status
+/eventing_scale_up_processor.go``); a multi-host TPU slice's pool is created atomically, all its nodes at
+once, so here all the pool's nodes register together, ``delaySeconds`` after the first pod asked (the
+time GKE takes to obtain and boot the VMs). The scheduler binds the waiting pods when the nodes appear.
+
+Declared in the cluster description (``provisioning: {onDemand: true, delaySeconds: N}`` on a node pool)
+or at run time with ``elastic-training cluster fault provision-on-demand <pool> --seconds N`` (the pool's
+nodes, which must run no pod, are removed and come back on demand). Simplified: nodes are never scaled
+down again; a pod whose affinity fits no pool triggers nothing (it stays unschedulable, as upstream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from elastic_training.local.cluster.cluster_description import ClusterDescription, NodePool, node_object
+from elastic_training.local.cluster.events import NORMAL, record_event
+from elastic_training.local.cluster.nodes import create_nodes
+from elastic_training.local.cluster.resources import NODES, PODS, ApiError, bad_request
+from elastic_training.local.cluster.scheduler import needs_scheduling, occupies_node
+from elastic_training.local.cluster.scheduler_filters import filter_node
+from elastic_training.local.cluster.store import Obj, Store, WatchEvent
+
+COMPONENT = "cluster-autoscaler"
+
+
+@dataclass
+class _Pending:
+    """A pool waiting for demand (``handle`` None) or being provisioned."""
+
+    pool: NodePool
+    seconds: float
+    handle: asyncio.TimerHandle | None = None
+
+
+def _unschedulable(pod: Obj) -> bool:
+    """The scheduler found no node for it (``PodScheduled=False``, ``Unschedulable``): what the autoscaler acts on."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+class NodeProvisioner:
+    """Provisions the on-demand pools of a description when pending pods need them."""
+
+    def __init__(self, store: Store, description: ClusterDescription) -> None:
+        self._store = store
+        self._description = description
+        self._waiting: dict[str, _Pending] = {
+            p.name: _Pending(p, p.provisioning_seconds) for p in description.pools if p.on_demand
+        }
+
+    def start(self) -> None:
+        """Watch pods (call on the loop, after the nodes are registered); pods already pending count."""
+        self._store.add_listener(self._on_event)
+        for pod in self._store.list(PODS)[0]:
+            self._consider(pod)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.rtype == PODS and event.type != "DELETED":
+            self._consider(event.object)
+
+    def _consider(self, pod: Obj) -> None:
+        if not self._waiting or not needs_scheduling(pod) or not _unschedulable(pod):
+            return
+        for pending in list(self._waiting.values()):
+            if pending.handle is not None:
+                continue
+            if self._fits(pod, pending.pool):
+                self._trigger(pod, pending)
+                return
+
+    def _fits(self, pod: Obj, pool: NodePool) -> bool:
+        template = node_object(self._description, pool, self._description.node_names(pool)[0])
+        template["metadata"]["name"] = "template"
+        return filter_node(pod, template, [], []) is None
+
+    def _trigger(self, pod: Obj, pending: _Pending) -> None:
+        pool, count = pending.pool, pending.pool.node_count
+        record_event(
+            self._store,
+            pod,
+            NORMAL,
+            "TriggeredScaleUp",
+            f"pod triggered scale-up: [{{{pool.name} 0->{count} (max: {count})}}]",
+            COMPONENT,
+        )
+        pending.handle = asyncio.get_running_loop().call_later(pending.seconds, self._provision, pool.name)
+
+    def _provision(self, name: str) -> None:
+        pending = self._waiting.pop(name, None)
+        if pending is None:
+            return
+        nodes = [node_object(self._description, pending.pool, n) for n in self._description.node_names(pending.pool)]
+        create_nodes(self._store, nodes)
+
+    def provision_on_demand(self, pool_name: str, seconds: float) -> Obj:
+        """Take a pool's nodes away; they come back ``seconds`` after a pending pod asks for them (a fault)."""
+        pool = self._description.pool(pool_name)
+        if pool is None:
+            raise ApiError(404, "NotFound", f'node pool "{pool_name}" not found')
+        if not 0 <= seconds <= 86_400:
+            raise bad_request(f"seconds must be between 0 and 86400 seconds, got {seconds}")
+        names = self._description.node_names(pool)
+        busy = self._store.view(PODS, None, lambda p: occupies_node(p) and p["spec"]["nodeName"] in names)[0]
+        if busy:
+            shown = ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in busy[:3])
+            raise bad_request(
+                f"node pool {pool_name} runs {len(busy)} pod(s) ({shown}): only an idle pool can be deprovisioned"
+            )
+        previous = self._waiting.pop(pool_name, None)
+        if previous is not None and previous.handle is not None:
+            previous.handle.cancel()
+        for name in names:
+            if self._store.find(NODES, "", name) is not None:
+                self._store.delete(NODES, "", name)
+        self._waiting[pool_name] = _Pending(pool, seconds)
+        for pod in self._store.list(PODS)[0]:
+            self._consider(pod)
+        return {"nodePool": pool_name, "nodes": names, "seconds": seconds}
+
+    def cancel(self) -> None:
+        """Forget pending provisioning (cluster shutdown)."""
+        for pending in self._waiting.values():
+            if pending.handle is not None:
+                pending.handle.cancel()
+        self._waiting.clear()
