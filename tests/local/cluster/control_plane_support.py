@@ -45,9 +45,7 @@ def wait_armed(core: client.CoreV1Api, name: str, *containers: str, namespace: s
 
     def printed(container_name: str) -> bool:
         try:
-            response = core.read_namespaced_pod_log(
-                name, namespace, container=container_name, _preload_content=False
-            )
+            response = core.read_namespaced_pod_log(name, namespace, container=container_name, _preload_content=False)
         except client.ApiException:
             return False  # not started yet
         return ARMED in response.data.decode()
