@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from typing import Any
@@ -51,7 +52,7 @@ def wait_armed(core: client.CoreV1Api, name: str, *containers: str, namespace: s
         return ARMED in response.data.decode()
 
     for container_name in containers or ("main",):
-        wait_for(lambda container_name=container_name: printed(container_name), 60)
+        wait_for(functools.partial(printed, container_name), 60)
 
 
 def pod_manifest(name: str, *containers: Obj, restart_policy: str = "Never", **spec: Any) -> Obj:
