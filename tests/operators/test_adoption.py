@@ -23,6 +23,7 @@ from elastic_training.operators.constants import (
 from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
 from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
+from tests.local.cluster.control_plane_support import armed, wait_armed
 
 DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
 
@@ -46,7 +47,11 @@ def _slow_to_die(name: str, labels: dict[str, str], stop_seconds: int = 4) -> di
             {
                 "name": HEAD_MAIN_CONTAINER,
                 "image": "local",
-                "command": ["sh", "-c", f"trap 'sleep {stop_seconds}; exit 0' TERM; sleep 3600 & wait; sleep 4"],
+                "command": [
+                    "sh",
+                    "-c",
+                    armed(f"trap 'sleep {stop_seconds}; exit 0' TERM", "sleep 3600 & wait; sleep 4"),
+                ],
             }
         ],
     }
@@ -64,6 +69,8 @@ def _wait_running(core: client.CoreV1Api, name: str) -> None:
     while time.monotonic() < deadline:
         pods = core.list_namespaced_pod("default", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
         if pods and all(p.status.phase == "Running" for p in pods):
+            for pod in pods:  # running is not enough: a SIGTERM before the trap stops the pod at once
+                wait_armed(core, pod.metadata.name, HEAD_MAIN_CONTAINER)
             return
         time.sleep(0.2)
     raise AssertionError(f"the pods of {name} never ran")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from typing import Any
@@ -14,6 +15,8 @@ from tests.local.cluster.helpers import wait_for
 Obj = dict[str, Any]
 NS = "default"
 IMAGE = "local"
+LOOP = "while :; do sleep 0.05; done"
+ARMED = "trap-set"
 
 
 def unique(prefix: str) -> str:
@@ -27,6 +30,29 @@ def container(name: str, script: str | None = None, **extra: Any) -> Obj:
     if script is not None:
         spec["command"] = ["sh", "-c", script]
     return spec
+
+
+def armed(trap: str, then: str = LOOP) -> str:
+    """A shell script that sets ``trap`` (``trap '...' TERM``), prints :data:`ARMED`, then runs ``then``.
+
+    A test that signals the shell waits for that line first (:func:`wait_armed`): a process reported running
+    may not have set its trap yet, and a SIGTERM before it kills the shell outright (likely on a loaded machine).
+    """
+    return f"{trap}; echo {ARMED}; {then}"
+
+
+def wait_armed(core: client.CoreV1Api, name: str, *containers: str, namespace: str = NS) -> None:
+    """Wait until each container (``main`` by default) of pod ``name`` has printed :data:`ARMED`."""
+
+    def printed(container_name: str) -> bool:
+        try:
+            response = core.read_namespaced_pod_log(name, namespace, container=container_name, _preload_content=False)
+        except client.ApiException:
+            return False  # not started yet
+        return ARMED in response.data.decode()
+
+    for container_name in containers or ("main",):
+        wait_for(functools.partial(printed, container_name), 60)
 
 
 def pod_manifest(name: str, *containers: Obj, restart_policy: str = "Never", **spec: Any) -> Obj:

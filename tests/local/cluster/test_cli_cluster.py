@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client, config, watch
 
 from elastic_training.cli.main import main
-from tests.local.cluster.control_plane_support import process_alive
+from tests.local.cluster.control_plane_support import armed, process_alive, wait_armed
 from tests.local.cluster.helpers import pod, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -191,9 +191,9 @@ def test_fault_commands_reach_a_running_cluster(
     code, latency = fault("latency", "--seconds", "0.01", "--path", "jobs", "--method", "GET")
     assert (code, latency["seconds"], latency["method"]) == (0, 0.01, "GET")
     assert fault("clear") == (0, {"failures": [], "latencies": [], "injected": 1})
-    script = "trap 'exit 7' TERM; echo up; while :; do sleep 0.05; done"
+    script = armed("trap 'exit 7' TERM")
     core.create_namespaced_pod("default", pod("cli-signal", command=["sh", "-c", script], restart_policy="Never"))
-    wait_for(lambda: core.read_namespaced_pod("cli-signal", "default").status.phase == "Running")
+    wait_armed(core, "cli-signal")  # running is not enough: a SIGTERM before the trap kills the shell outright
     assert fault("signal-pod", "default", "cli-signal", "--signal", "TERM", "--container", "main")[0] == 0
     done = wait_for(lambda: (p := core.read_namespaced_pod("cli-signal", "default")).status.phase == "Failed" and p)
     assert done.status.container_statuses[0].state.terminated.exit_code == 7  # its TERM trap ran

@@ -11,11 +11,13 @@ from elastic_training.operators.constants import LABEL_JOB_NAME
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import (
     NS,
+    armed,
     container,
     pod_manifest,
     pod_pids,
     pods_of,
     unique,
+    wait_armed,
     wait_processes_gone,
 )
 from tests.local.cluster.helpers import wait_for
@@ -34,7 +36,7 @@ def _job(name: str, parallelism: int = 2, grace: int = 5, on_term: str = "sleep 
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": grace,
-                    "containers": [container("main", f"trap '{on_term}; exit 0' TERM; while :; do sleep 0.05; done")],
+                    "containers": [container("main", armed(f"trap '{on_term}; exit 0' TERM"))],
                 }
             },
         },
@@ -46,7 +48,10 @@ def _running(k8s: K8s, job: str, count: int) -> list[client.V1Pod]:
         pods = [p for p in pods_of(k8s.core, f"{LABEL_JOB_NAME}={job}") if p.status and p.status.phase == "Running"]
         return pods if len(pods) == count and all(pod_pids(p) for p in pods) else None
 
-    return wait_for(probe, 30)
+    pods = wait_for(probe, 30)
+    for pod in pods:  # a SIGTERM before the trap would stop a pod at once, not after its handler
+        wait_armed(k8s.core, pod.metadata.name)
+    return pods
 
 
 def _job_exists(k8s: K8s, name: str) -> client.V1Job | None:

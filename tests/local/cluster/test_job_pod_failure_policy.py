@@ -14,6 +14,7 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.pod_failure_policy import Action, match
 from elastic_training.operators.manifests import HEAD_POD_FAILURE_POLICY
 from tests.local.cluster.conftest import K8s
+from tests.local.cluster.control_plane_support import armed, wait_armed
 from tests.local.cluster.helpers import wait_for
 
 
@@ -201,10 +202,11 @@ def test_an_evicted_pod_is_matched_once_failed_and_not_replaced_while_it_termina
     cluster: LocalCluster, k8s: K8s
 ) -> None:
     # The container ignores SIGTERM: it is killed after its 2 s grace period, and only then is it Failed.
-    trap = ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]
+    trap = ["sh", "-c", armed("trap '' TERM")]
     rules = [{"action": "Ignore", "onPodConditions": DISRUPTED}]
     k8s.batch.create_namespaced_job("default", _job("drained", rules, trap, backoff=0, terminationGracePeriodSeconds=2))
     (first,) = wait_for(lambda: [p for p in _pods(k8s, "drained") if p.status.phase == "Running"])
+    wait_armed(k8s.core, first.metadata.name)  # a SIGTERM before the trap would fail it at once
 
     _control(cluster, "evict-pod", {"namespace": "default", "name": first.metadata.name})
 

@@ -236,8 +236,8 @@ def test_logs_follow_streams_until_the_container_ends(k8s: K8s, kubeconfig: Path
         k8s.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
 
 
-def test_get_watch_prints_each_change_as_a_table_row(k8s: K8s, kubeconfig: Path) -> None:
-    name = "kubectl-watched"
+def test_get_watch_prints_each_change_as_a_table_row(k8s: K8s, kubeconfig: Path, tmp_path: Path) -> None:
+    name, gate = "kubectl-watched", tmp_path / "may-complete"
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECACHEDIR": str(kubeconfig.parent / "kube-cache")}
     assert KUBECTL is not None
     watcher = subprocess.Popen(
@@ -251,11 +251,14 @@ def test_get_watch_prints_each_change_as_a_table_row(k8s: K8s, kubeconfig: Path)
     reader = threading.Thread(target=lambda: lines.extend(iter(watcher.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()
     try:
-        time.sleep(1.0)  # the watch is open before the pod exists (the rows still arrive if it is not)
-        command = ["sh", "-c", "sleep 2"]
+        # The pod completes only once the watch has shown it running: kubectl may open its watch (list, then
+        # watch) after the pod exists, and a pod that had completed by then would show Completed first.
+        command = ["sh", "-c", f"until [ -e {gate} ]; do sleep 0.05; done"]
         k8s.core.create_namespaced_pod(
             "default", pod(name, labels={"suite": "watched"}, command=command, restart_policy="Never")
         )
+        wait_for(lambda: any(line.startswith(name) and " Running " in line for line in lines), timeout=60)
+        gate.touch()
         wait_for(lambda: any("Completed" in line for line in lines), timeout=60)
     finally:
         watcher.kill()

@@ -13,11 +13,13 @@ from elastic_training.local.cluster import LocalCluster
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import (
     NS,
+    armed,
     container,
     pod_manifest,
     pod_pids,
     process_alive,
     unique,
+    wait_armed,
     wait_processes_gone,
 )
 from tests.local.cluster.helpers import wait_for
@@ -64,7 +66,8 @@ def test_plain_init_then_sidecar_then_main_and_sidecar_stops_after_main(k8s: K8s
     order = tmp_path / "order"
     env = [{"name": "ORDER", "value": str(order)}]
     sidecar = (
-        "echo sidecar-start >> $ORDER; trap 'echo sidecar-stop >> $ORDER; exit 0' TERM; while :; do sleep 0.05; done"
+        # The trap first: main starts once it reads sidecar-start, and may stop (and SIGTERM the sidecar) at once.
+        "trap 'echo sidecar-stop >> $ORDER; exit 0' TERM; echo sidecar-start >> $ORDER; while :; do sleep 0.05; done"
     )
     main = (
         "until grep -q sidecar-start $ORDER; do sleep 0.01; done; "
@@ -250,7 +253,8 @@ def test_processes_a_container_forked_die_with_each_run(k8s: K8s, tmp_path: Path
 
 def test_graceful_deletion_ends_what_the_container_forked_when_its_main_process_exits(k8s: K8s, tmp_path: Path) -> None:
     name = unique("forkdel")
-    script = "n=1; " + _FORKS.format(dir=tmp_path) + "trap 'exit 0' TERM; while :; do sleep 0.05; done"
+    # The trap before the forks: the test signals once it has read what they wrote.
+    script = "n=1; trap 'exit 0' TERM; " + _FORKS.format(dir=tmp_path) + "while :; do sleep 0.05; done"
     manifest = pod_manifest(name, container("main", script), terminationGracePeriodSeconds=60)
     k8s.core.create_namespaced_pod(NS, manifest)
     pod = _running(k8s, name)
@@ -265,9 +269,11 @@ def test_graceful_deletion_ends_what_the_container_forked_when_its_main_process_
 
 def test_forced_deletion_kills_at_once(k8s: K8s, cluster: LocalCluster) -> None:
     name = unique("forced")
-    script = "trap '' TERM; while :; do sleep 0.05; done"
-    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", script), terminationGracePeriodSeconds=30))
+    k8s.core.create_namespaced_pod(
+        NS, pod_manifest(name, container("main", armed("trap '' TERM")), terminationGracePeriodSeconds=30)
+    )
     pids = pod_pids(_running(k8s, name))
+    wait_armed(k8s.core, name)  # else a SIGTERM would end it as soon as the SIGKILL this test is about
     assert all(process_alive(pid) for pid in pids)
     started = time.monotonic()
     cluster.faults.delete_pod(NS, name)
@@ -278,8 +284,9 @@ def test_forced_deletion_kills_at_once(k8s: K8s, cluster: LocalCluster) -> None:
 
 def test_api_delete_with_grace_zero_is_forced(k8s: K8s) -> None:
     name = unique("grace0")
-    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", "trap '' TERM; sleep 30")))
+    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", armed("trap '' TERM", "sleep 30"))))
     pids = pod_pids(_running(k8s, name))
+    wait_armed(k8s.core, name)
     k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
     assert _gone(k8s, name)
     wait_processes_gone(pids, timeout=20)  # SIGTERM is ignored: only a SIGKILL ends it before the 30 s grace period

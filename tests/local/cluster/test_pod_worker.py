@@ -11,17 +11,18 @@ from kubernetes import client
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import (
     NS,
+    armed,
     container,
     pod_manifest,
     pod_pids,
     process_alive,
     unique,
+    wait_armed,
     wait_processes_gone,
 )
 from tests.local.cluster.helpers import wait_for
 
 HOLD = "test.local/hold"
-LOOP = "while :; do sleep 0.05; done"
 
 
 def _read(k8s: K8s, name: str) -> client.V1Pod | None:
@@ -41,7 +42,9 @@ def _all_running(k8s: K8s, name: str, count: int) -> client.V1Pod:
         running = [s for s in statuses if s.state.running]
         return pod if len(running) == count and len(pod_pids(pod)) == count else None
 
-    return wait_for(probe)
+    pod = wait_for(probe)
+    wait_armed(k8s.core, name, *(s.name for s in pod.status.container_statuses))  # signalled only once trapped
+    return pod
 
 
 def _state(pod: client.V1Pod, container_name: str) -> client.V1ContainerState:
@@ -62,8 +65,8 @@ def test_a_slow_sigterm_handler_finishes_after_the_other_container_stopped(k8s: 
         NS,
         pod_manifest(
             name,
-            container("fast", f"trap 'exit 0' TERM; {LOOP}"),
-            container("slow", f"trap 'sleep 2; echo done > {marker}; exit 0' TERM; {LOOP}"),
+            container("fast", armed("trap 'exit 0' TERM")),
+            container("slow", armed(f"trap 'sleep 2; echo done > {marker}; exit 0' TERM")),
             terminationGracePeriodSeconds=20,
         ),
     )
@@ -82,8 +85,8 @@ def test_a_terminating_pod_takes_label_and_status_writes_until_its_containers_st
         NS,
         pod_manifest(
             name,
-            container("fast", f"trap 'exit 0' TERM; {LOOP}"),
-            container("gated", f"trap 'until [ -e {gate} ]; do sleep 0.05; done; exit 0' TERM; {LOOP}"),
+            container("fast", armed("trap 'exit 0' TERM")),
+            container("gated", armed(f"trap 'until [ -e {gate} ]; do sleep 0.05; done; exit 0' TERM")),
             terminationGracePeriodSeconds=60,
         ),
     )
@@ -115,7 +118,7 @@ def test_a_finalizer_keeps_the_stopped_pod_with_its_exit_codes(k8s: K8s, tmp_pat
     name = unique("finalized")
     manifest = pod_manifest(
         name,
-        container("main", f"trap 'sleep 1; echo done > {marker}; exit 0' TERM; {LOOP}"),
+        container("main", armed(f"trap 'sleep 1; echo done > {marker}; exit 0' TERM")),
         terminationGracePeriodSeconds=30,
     )
     manifest["metadata"]["finalizers"] = [HOLD]
@@ -140,7 +143,7 @@ def test_a_finalizer_keeps_the_stopped_pod_with_its_exit_codes(k8s: K8s, tmp_pat
 
 def test_grace_zero_with_a_finalizer_kills_at_once_and_keeps_the_pod(k8s: K8s) -> None:
     name = unique("forced-held")
-    manifest = pod_manifest(name, container("main", f"trap '' TERM; {LOOP}"), terminationGracePeriodSeconds=60)
+    manifest = pod_manifest(name, container("main", armed("trap '' TERM")), terminationGracePeriodSeconds=60)
     manifest["metadata"]["finalizers"] = [HOLD]
     k8s.core.create_namespaced_pod(NS, manifest)
     pids = pod_pids(_all_running(k8s, name, 1))
@@ -160,7 +163,7 @@ def test_a_later_delete_may_only_shorten_the_grace_period(k8s: K8s, tmp_path: Pa
         NS,
         pod_manifest(
             name,
-            container("main", f"trap 'until [ -e {gate} ]; do sleep 0.05; done; exit 0' TERM; {LOOP}"),
+            container("main", armed(f"trap 'until [ -e {gate} ]; do sleep 0.05; done; exit 0' TERM")),
             terminationGracePeriodSeconds=300,
         ),
     )
@@ -182,7 +185,7 @@ def test_a_later_delete_may_only_shorten_the_grace_period(k8s: K8s, tmp_path: Pa
 def test_a_negative_grace_period_means_one_second(k8s: K8s) -> None:
     name = unique("negative")
     k8s.core.create_namespaced_pod(
-        NS, pod_manifest(name, container("main", f"trap '' TERM; {LOOP}"), terminationGracePeriodSeconds=60)
+        NS, pod_manifest(name, container("main", armed("trap '' TERM")), terminationGracePeriodSeconds=60)
     )
     pids = pod_pids(_all_running(k8s, name, 1))
     response = k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=-5, _preload_content=False)
