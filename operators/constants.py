@@ -28,6 +28,14 @@ ANNOTATION_COORDINATOR: Final = f"{JOBSET_PREFIX}/coordinator"
 # ReplicatedJob's Job template, its value a node label; each child Job then owns one domain of that label.
 ANNOTATION_EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
+# Kueue (kubernetes-sigs/kueue pkg/controller/constants/constants.go): the LocalQueue a job is submitted to,
+# its WorkloadPriorityClass, and the label Kueue puts on a Workload naming its job's uid.
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+LABEL_KUEUE_QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
+LABEL_KUEUE_JOB_UID: Final = "kueue.x-k8s.io/job-uid"
+
 # GKE node labels, taint and extended resource of TPU node pools (cloud.google.com/kubernetes-engine/docs/
 # concepts/tpus; xpk core/system_characteristics.py), and the node label of a host.
 LABEL_GKE_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
@@ -82,6 +90,15 @@ RECOVERY_RECORDS_FILE: Final = "recoveries.jsonl"
 LABEL_GROUP_NAME: Final = f"{JOBSET_PREFIX}/group-name"
 LABEL_GROUP_REPLICAS: Final = f"{JOBSET_PREFIX}/group-replicas"
 LABEL_JOB_GROUP_INDEX: Final = f"{JOBSET_PREFIX}/job-group-index"
+
+# The Workloads the operators read (apis/kueue/v1beta2/workload_types.go).
+WORKLOAD_PLURAL: Final = "workloads"
+
+# pathwaysutils' wait for slices (pathwaysutils/elastic/elastic.py `wait_for_slices`, logged at every attempt's
+# start and every poll) and its scale-up (pathwaysutils/elastic/manager.py `handle_scale_up_error`).
+SLICE_WAIT_RE: Final = re.compile(r"Waiting for (\d+) slices")
+SLICES_WANTED_RE: Final = re.compile(r"(\d+) slices active\. Wanting at least (\d+)")
+SCALE_UP_RE: Final = re.compile(r"Scale up requested\.")
 
 # The local trainer logs each in-process recovery as one JSON object (local/workloads/recovery_log.py).
 RECOVERY_RECORD_RE: Final = re.compile(r"Recovery record: (\{.*\})")

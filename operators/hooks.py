@@ -43,7 +43,14 @@ from urllib3.exceptions import HTTPError, SSLError
 from yaml import YAMLError
 
 from elastic_training.operators.backoff import Backoff
-from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    WORKLOAD_PLURAL,
+)
 
 Obj = dict[str, Any]
 
@@ -444,8 +451,29 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         async for kind, obj in self._list_watch(lister, label_selector=label_selector):
             yield kind, obj
 
+    async def watch_workloads(self, namespace: str, label_selector: str) -> AsyncIterator[tuple[str, Obj]]:
+        """Kueue Workloads (``kueue.x-k8s.io/v1beta2``): ``("SYNC", {"items": [...]})``, then ``(type, workload)``."""
+
+        def lister(api: async_k8s.ApiClient) -> Callable[..., Any]:
+            custom = async_k8s.CustomObjectsApi(api)
+
+            def list_workloads(**kwargs: Any) -> Any:
+                return custom.list_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, **kwargs
+                )
+
+            return list_workloads
+
+        # A cluster without Kueue serves no Workloads (404): nothing to read, and nothing suspends the JobSet.
+        async for kind, obj in self._list_watch(lister, missing_ends=True, label_selector=label_selector):
+            yield kind, obj
+
     async def _list_watch(
-        self, lister: Callable[[async_k8s.ApiClient], Callable[..., Any]], **selectors: str
+        self,
+        lister: Callable[[async_k8s.ApiClient], Callable[..., Any]],
+        *,
+        missing_ends: bool = False,
+        **selectors: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
         backoff = Backoff()
         refused = 0
@@ -491,6 +519,9 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                 if error.status == 410:
                     self.log.info("watch: resourceVersion too old (410); relisting")
                     continue
+                if error.status == 404 and missing_ends:
+                    self.log.info("watch: the resource is not served (404); not watching it")
+                    return
                 refused = refused + 1 if error.status in REFUSED_STATUSES else 0
                 if refused >= REFUSED_ATTEMPTS:
                     raise ClusterAccessError(
