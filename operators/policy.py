@@ -222,12 +222,12 @@ def _waiting(obs: Observation, budgets: Budgets) -> Decision:
         reason = Reason.NOT_QUEUED
         what = (
             "suspended and pending in no Kueue queue (no Workload, or one neither pending nor admitted: "
-            "kubernetes-sigs/kueue #14811); it will not be admitted unless someone requeues it"
+            "kubernetes-sigs/kueue #14811), so nothing will admit it unless it is requeued"
         )
     elif wait.preempted:
-        reason, what = Reason.PREEMPTED, "preempted by Kueue; waiting to be admitted again (no budget spent)"
+        reason, what = Reason.PREEMPTED, "preempted by Kueue and waiting to be admitted again"
     else:
-        reason, what = Reason.QUEUED, "queued by Kueue; waiting for admission (no budget spent)"
+        reason, what = Reason.QUEUED, "queued by Kueue and waiting for admission"
     timeout = budgets.queue_timeout_seconds
     if timeout is not None and waited >= timeout:
         return Decision(
@@ -238,7 +238,7 @@ def _waiting(obs: Observation, budgets: Budgets) -> Decision:
     return Decision(
         Action.CONTINUE,
         reason,
-        f"{what}, for {_duration(waited)}{said}",
+        f"{what} for {_duration(waited)} (no budget spent){said}",
         recheck_at=None if timeout is None else wait.since + timeout,
     )
 
