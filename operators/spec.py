@@ -227,6 +227,9 @@ TPU_TYPES: Final[Mapping[str, TpuType]] = {
 }
 
 
+DEFAULT_ELASTIC_TIMEOUT_SECONDS: Final = 300  # MaxText's own default
+
+
 @dataclass(frozen=True)
 class ElasticRunSpec:
     """Everything that decides the elastic MaxText JobSet of one run.
@@ -248,7 +251,7 @@ class ElasticRunSpec:
     max_slice_restarts: int = 3
     jobset_max_restarts: int = 0
     elastic_max_retries: int | None = None
-    elastic_timeout_seconds: int = 300
+    elastic_timeout_seconds: int = DEFAULT_ELASTIC_TIMEOUT_SECONDS
     elastic_min_slice_count: int = -1
     config_file: str = DEFAULT_CONFIG_FILE
     pathways_server_image: str = PATHWAYS_SERVER_IMAGE
