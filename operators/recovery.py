@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -446,9 +446,9 @@ def run_report(
     recovery_chip_seconds += sum(p["chip_seconds_lost"] or 0.0 for p in preemptions)
     escalation_chip_seconds = costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
     current = incarnations[-1] if incarnations else None
-    capacity = _capacity(incarnations, ended_at)
+    times = capacity(incarnations, ended_at)
     # Queue time is no training badput (ml-goodput-measurement keeps its badput kinds apart): the run held no chips.
-    holding = max(0.0, wall_seconds - capacity["queued_seconds"])
+    holding = max(0.0, wall_seconds - times["queued_seconds"])
     report: dict[str, Any] = {
         "jobset_name": current.jobset_name if current else None,
         "namespace": namespace,
@@ -473,7 +473,7 @@ def run_report(
         "mean_step_seconds": None if mean_all is None else round(mean_all, 6),
         "goodput": round(min(1.0, productive / holding), 4) if goodput_known and holding > 0 else None,
         "goodput_with_queue": round(min(1.0, productive / wall_seconds), 4) if goodput_known else None,
-        **capacity,
+        **times,
         "steps_executed": executed,
         "startup_step_seconds": round(sum(i.digest.startup_step_seconds for i in incarnations), 3),
         "resumed_from_step": resumed,
@@ -488,7 +488,7 @@ def run_report(
     return report
 
 
-def _capacity(incarnations: list[Incarnation], ended_at: float | None) -> dict[str, Any]:
+def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> dict[str, Any]:
     """Where the run's time went around its steps: queued, admission to first step, training, the tail after."""
     digests = [i.digest for i in incarnations]
     known = [t for d in digests for t in (d.latest_step_at, *(s for span in d.queue_spans for s in span)) if t]
