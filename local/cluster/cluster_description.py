@@ -24,6 +24,9 @@ pools ``cloud.google.com/gke-tpu-accelerator``, ``cloud.google.com/gke-tpu-topol
 slice is one node pool whose node count is the slice's host count (GKE creates a multi-host TPU slice
 node pool atomically with exactly that many nodes), which is why ``nodeCount`` is checked.
 
+A description may also declare Kueue's ResourceFlavors, ClusterQueues (quotas), LocalQueues and priority
+classes under ``kueue:`` (:mod:`local.cluster.queue_description`); they are created when the cluster starts.
+
 Without a description the cluster has :data:`SINGLE_NODE`: one untainted node ``local-node`` with
 room for any plain pod (the behaviour before node pools existed).
 """
@@ -40,6 +43,7 @@ from typing import Any
 import yaml
 
 from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
+from elastic_training.local.cluster.queue_description import QueueDescriptionError, QueueObject, parse_queues
 from elastic_training.local.cluster.store import now_rfc3339
 from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
@@ -110,6 +114,7 @@ class ClusterDescription:
     cluster: str
     zone: str
     pools: tuple[NodePool, ...] = field(default_factory=tuple)
+    queue_objects: tuple[QueueObject, ...] = ()  # Kueue's flavors, queues and priority classes (`kueue:`)
 
     def node_names(self, pool: NodePool) -> list[str]:
         """The names of ``pool``'s nodes, ``gke-<cluster>-<pool>-<index>`` unless given."""
@@ -217,7 +222,7 @@ def parse_description(raw: Any) -> ClusterDescription:
     """Check a description's fields and build it; ``DescriptionError`` names the first bad field."""
     if not isinstance(raw, Mapping):
         raise DescriptionError("a cluster description must be a mapping with `nodePools`")
-    _unknown(raw, ("cluster", "zone", "nodePools"), "")
+    _unknown(raw, ("cluster", "zone", "nodePools", "kueue"), "")
     cluster = _dns_label(raw.get("cluster", "local"), "cluster")
     zone = raw.get("zone", "us-west4-a")
     if not isinstance(zone, str) or not _DNS_LABEL.match(zone):
@@ -231,7 +236,11 @@ def parse_description(raw: Any) -> ClusterDescription:
         if pool.name in seen:
             raise DescriptionError(f"nodePools[{i}].name: duplicate node pool {pool.name!r}")
         seen.add(pool.name)
-    return ClusterDescription(cluster=cluster, zone=zone, pools=pools)
+    try:
+        queue_objects = parse_queues(raw.get("kueue"))
+    except QueueDescriptionError as exc:
+        raise DescriptionError(str(exc)) from exc
+    return ClusterDescription(cluster=cluster, zone=zone, pools=pools, queue_objects=queue_objects)
 
 
 def _pool(raw: Any, where: str) -> NodePool:

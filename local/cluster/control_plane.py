@@ -1,4 +1,4 @@
-"""The local cluster's control plane: nodes, scheduler, JobSet/Job/namespace controllers, GC, kubelet.
+"""The local cluster's control plane: nodes, scheduler, JobSet/Job/namespace controllers, Kueue, GC, kubelet.
 
 All of them run on the event loop that owns the :class:`~local.cluster.store.Store`; the
 controllers are level-triggered reconcile loops woken by store events, never by polling.
@@ -17,10 +17,12 @@ from elastic_training.local.cluster.job_controller import JobController
 from elastic_training.local.cluster.jobset_controller import JobSetController
 from elastic_training.local.cluster.jobset_placement import JobSetPodWebhook
 from elastic_training.local.cluster.kubelet import Kubelet
+from elastic_training.local.cluster.kueue_jobset import KueueController, suspend_on_create
 from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.namespace_controller import NamespaceController
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.nodes import register_nodes
+from elastic_training.local.cluster.queue_description import register_queues
 from elastic_training.local.cluster.scheduler import Scheduler
 from elastic_training.local.cluster.store import Store
 
@@ -44,6 +46,7 @@ class ControlPlane:
         self.pod_webhook = JobSetPodWebhook(store)
         self.jobsets = JobSetController(store)
         self.jobs = JobController(store)
+        self.kueue = KueueController(store)
         self.gc = GarbageCollector(store)
         self.namespaces = NamespaceController(store)
         self.kubelet = Kubelet(store, logs, workdir, pod_env)
@@ -55,8 +58,10 @@ class ControlPlane:
         if self._tasks:
             return
         register_nodes(self.store, self.description)
+        register_queues(self.store, self.description.queue_objects)
         self.store.add_admission(self.pod_webhook.admit)
-        for controller in (self.jobsets, self.jobs, self.gc, self.namespaces):
+        self.store.add_admission(suspend_on_create)
+        for controller in (self.jobsets, self.jobs, self.kueue, self.gc, self.namespaces):
             controller.start()
             self._tasks.append(asyncio.create_task(controller.queue.run(), name=controller.queue.name))
         self.scheduler.start()

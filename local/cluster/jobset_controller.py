@@ -231,8 +231,10 @@ class JobSetController:
             step.condition(SUSPENDED, True, SUSPENDED_JOBS)
             step.condition(RESTARTING, False, ("JobSetSuspended", SUSPENDED_JOBS[1]))
         else:
+            templates = {r["name"]: r.get("template") or {} for r in js.get("spec", {}).get("replicatedJobs") or []}
             for job in jobs.active:
-                self._set_job_suspend(job, False)
+                parent = (job["metadata"].get("labels") or {}).get(LABEL_REPLICATED_JOB_NAME, "")
+                self._set_job_suspend(job, False, templates.get(parent))
             step.condition(SUSPENDED, False, RESUMED_JOBS)
 
     def _child_jobs(self, js: Obj, restarts: int) -> ChildJobs:
@@ -318,11 +320,17 @@ class JobSetController:
             step.condition(STARTUP_IN_PROGRESS, False, STARTUP_IN_PROGRESS_REASON)
             step.condition(STARTUP_COMPLETED, True, STARTUP_COMPLETED_REASON)
 
-    def _set_job_suspend(self, job: Obj, suspend: bool) -> None:
+    def _set_job_suspend(self, job: Obj, suspend: bool, template: Obj | None = None) -> None:
         if bool(job.get("spec", {}).get("suspend")) == suspend or job["metadata"].get("deletionTimestamp"):
             return
         meta = job["metadata"]
-        self._store.mutate(JOBS, meta["namespace"], meta["name"], lambda o: o["spec"].__setitem__("suspend", suspend))
+
+        def change(obj: Obj) -> None:
+            obj["spec"]["suspend"] = suspend
+            if not suspend and template is not None:
+                merge_suspended_mutable_fields(obj, template)
+
+        self._store.mutate(JOBS, meta["namespace"], meta["name"], change)
 
     def _expire_if_due(self, js: Obj, conditions: list[Obj]) -> None:
         ttl = js.get("spec", {}).get("ttlSecondsAfterFinished")
@@ -396,6 +404,29 @@ def success_policy_met(js: Obj, successful: list[Obj]) -> bool:
         int(r.get("replicas", 1)) for r in js.get("spec", {}).get("replicatedJobs") or [] if targeted(r["name"])
     )
     return matching >= expected
+
+
+def merge_suspended_mutable_fields(job: Obj, rjob_template: Obj) -> None:
+    """Upstream ``resumeJob``: the pod template fields Kueue may change while the JobSet is suspended (labels,
+    annotations, node selector, tolerations, scheduling gates) are merged into the child Job on resume."""
+    source = ((rjob_template.get("spec") or {}).get("template")) or {}
+    target = job.setdefault("spec", {}).setdefault("template", {})
+    source_meta, target_meta = source.get("metadata") or {}, target.setdefault("metadata", {})
+    for key in ("labels", "annotations"):
+        merged = {**(target_meta.get(key) or {}), **(source_meta.get(key) or {})}
+        if merged:
+            target_meta[key] = merged
+    source_spec, target_spec = source.get("spec") or {}, target.setdefault("spec", {})
+    selector = {**(target_spec.get("nodeSelector") or {}), **(source_spec.get("nodeSelector") or {})}
+    if selector:
+        target_spec["nodeSelector"] = selector
+    for key in ("tolerations", "schedulingGates"):
+        merged_list = list(target_spec.get(key) or [])
+        for item in source_spec.get(key) or []:
+            if item not in merged_list:
+                merged_list.append(copy.deepcopy(item))
+        if merged_list:
+            target_spec[key] = merged_list
 
 
 def subdomain(js: Obj) -> str:

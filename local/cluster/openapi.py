@@ -18,7 +18,9 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from elastic_training.local.cluster.openapi_schemas import KIND_SCHEMAS, SHARED_SCHEMAS, Schema
+from elastic_training.local.cluster.kueue_schemas import KUEUE_KIND_SCHEMAS
+from elastic_training.local.cluster.openapi_schemas import KIND_SCHEMAS as _BUILT_IN_SCHEMAS
+from elastic_training.local.cluster.openapi_schemas import SHARED_SCHEMAS, Schema
 from elastic_training.local.cluster.resources import (
     CUSTOM_RESOURCE_TYPES,
     RESOURCE_TYPES,
@@ -28,6 +30,7 @@ from elastic_training.local.cluster.resources import (
 )
 
 PREFIX = "/openapi/v3"
+KIND_SCHEMAS: dict[tuple[str, str, str], tuple[str, Schema]] = {**_BUILT_IN_SCHEMAS, **KUEUE_KIND_SCHEMAS}
 _PATCH_TYPES = (
     "application/json-patch+json",
     "application/merge-patch+json",

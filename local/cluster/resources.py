@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_KIND, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_KIND,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+)
 
 
 @dataclass(frozen=True)
@@ -98,9 +105,83 @@ ACCESS_TYPES: tuple[ResourceType, ...] = (
 )
 REVIEW_TYPES = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_REVIEWS)
 
-RESOURCE_TYPES: tuple[ResourceType, ...] = (PODS, EVENTS, NAMESPACES, NODES, JOBS, JOBSETS, *ACCESS_TYPES)
+# Kueue (kubernetes-sigs/kueue apis/kueue/v1beta2/*_types.go, v0.17.1 as xpk pins it): scope, short names and
+# the status subresource as each type's kubebuilder markers declare them; and the built-in PriorityClass.
+RESOURCE_FLAVORS = ResourceType(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "resourceflavors",
+    "ResourceFlavor",
+    namespaced=False,
+    has_status=False,
+    singular="resourceflavor",
+    short_names=("flavor", "flavors", "rf"),
+)
+CLUSTER_QUEUES = ResourceType(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "clusterqueues",
+    "ClusterQueue",
+    namespaced=False,
+    singular="clusterqueue",
+    short_names=("cq",),
+)
+LOCAL_QUEUES = ResourceType(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "localqueues",
+    "LocalQueue",
+    singular="localqueue",
+    short_names=("queue", "queues", "lq"),
+)
+WORKLOADS = ResourceType(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "workloads",
+    "Workload",
+    singular="workload",
+    short_names=("kwl", "kueueworkload", "kueueworkloads"),
+)
+WORKLOAD_PRIORITY_CLASSES = ResourceType(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "workloadpriorityclasses",
+    "WorkloadPriorityClass",
+    namespaced=False,
+    has_status=False,
+    singular="workloadpriorityclass",
+)
+PRIORITY_CLASSES = ResourceType(
+    "scheduling.k8s.io",
+    "v1",
+    "priorityclasses",
+    "PriorityClass",
+    namespaced=False,
+    has_status=False,
+    singular="priorityclass",
+    short_names=("pc",),
+)
+KUEUE_TYPES: tuple[ResourceType, ...] = (
+    RESOURCE_FLAVORS,
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    WORKLOADS,
+    WORKLOAD_PRIORITY_CLASSES,
+)
+
+RESOURCE_TYPES: tuple[ResourceType, ...] = (
+    PODS,
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    JOBS,
+    JOBSETS,
+    *ACCESS_TYPES,
+    PRIORITY_CLASSES,
+    *KUEUE_TYPES,
+)
 # Served as a CustomResourceDefinition would be (no strategic merge patch, for one).
-CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS,)
+CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS, *KUEUE_TYPES)
 
 
 def resource_type(group: str, version: str, plural: str) -> ResourceType | None:

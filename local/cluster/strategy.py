@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from elastic_training.local.cluster import kueue_api
 from elastic_training.local.cluster.resources import JOBS, NAMESPACES, NODES, PODS, ResourceType
 from elastic_training.operators.constants import LABEL_CONTROLLER_UID, LABEL_JOB_NAME
 
@@ -53,6 +54,7 @@ def prepare_for_create(rtype: ResourceType, obj: Obj) -> None:
     elif rtype == NODES:
         pass  # pkg/registry/core/node/strategy.go keeps the status a kubelet registers with
     elif rtype.has_status:
+        kueue_api.apply_defaults(rtype, obj)
         obj.pop("status", None)
 
 

@@ -8,7 +8,10 @@ and the container states; RESTARTS with the time of the last restart; job STATUS
 conditions; ages as ``duration.HumanDuration`` writes them. JobSets follow the CRD table
 convertor (``apiextensions-apiserver/pkg/registry/customresource/tableconvertor``) with the
 upstream CRD's ``additionalPrinterColumns``: string columns printed from a JSONPath, ``date``
-columns as an age, a missing value as ``null``.
+columns as an age, a missing value as ``null``; so do Kueue's Workloads, ClusterQueues, LocalQueues and
+WorkloadPriorityClasses (kubernetes-sigs/kueue ``apis/kueue/v1beta2/*_types.go`` ``+kubebuilder:printcolumn``
+markers; integer columns as JSON numbers) and ResourceFlavors (no printer columns: Name and Age).
+PriorityClasses follow ``printPriorityClass``.
 """
 
 from __future__ import annotations
@@ -19,17 +22,22 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from elastic_training.local.cluster.resources import (
+    CLUSTER_QUEUES,
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     EVENTS,
     JOBS,
     JOBSETS,
+    LOCAL_QUEUES,
     NAMESPACES,
     NODES,
     PODS,
+    PRIORITY_CLASSES,
     ROLE_BINDINGS,
     ROLES,
     SERVICE_ACCOUNTS,
+    WORKLOAD_PRIORITY_CLASSES,
+    WORKLOADS,
     ResourceType,
     bad_request,
 )
@@ -438,6 +446,43 @@ def _jobset_suspended(jobset: Obj, now: datetime) -> str | None:
     return None if value is None else _json_string(value)
 
 
+# -- Kueue (the CRDs' additionalPrinterColumns, kueue apis/kueue/v1beta2/*_types.go) and PriorityClass ----
+
+
+def _path(*path: str) -> Callable[[Obj, datetime], Any]:
+    """A CRD column's JSONPath cell: the value (integers as numbers, others as kubectl prints them), or null."""
+
+    def cell(obj: Obj, now: datetime) -> Any:
+        value: Any = obj
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return value
+        return _json_string(value)
+
+    return cell
+
+
+def _condition_status(kind: str) -> Callable[[Obj, datetime], str | None]:
+    """``.status.conditions[?(@.type=='<kind>')].status``."""
+
+    def cell(obj: Obj, now: datetime) -> str | None:
+        for condition in (obj.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == kind:
+                return _json_string(condition.get("status"))
+        return None
+
+    return cell
+
+
+def _priority_class_default(obj: Obj, now: datetime) -> bool:
+    return bool(obj.get("globalDefault"))
+
+
+def _priority_class_policy(obj: Obj, now: datetime) -> str:
+    return str(obj.get("preemptionPolicy") or "PreemptLowerPriority")
+
+
 # -- access control (printServiceAccount, printRole, printRoleBinding) ---------------------------
 
 
@@ -561,6 +606,70 @@ COLUMNS: dict[ResourceType, tuple[Column, ...]] = {
     CLUSTER_ROLES: (_NAME, Column("Created At", "date", _AGE_DOC, _created_at)),
     ROLE_BINDINGS: _BINDING_COLUMNS,
     CLUSTER_ROLE_BINDINGS: _BINDING_COLUMNS,
+    WORKLOADS: (
+        _NAME,
+        Column("Queue", "string", "Name of the queue this workload was submitted to", _path("spec", "queueName")),
+        Column(
+            "Reserved in",
+            "string",
+            "Name of the ClusterQueue where the workload is reserving quota",
+            _path("status", "admission", "clusterQueue"),
+        ),
+        Column("Admitted", "string", "Admission status", _condition_status("Admitted")),
+        Column("Finished", "string", "Workload finished", _condition_status("Finished")),
+        Column("Age", "date", "Time this workload was created", _age),
+    ),
+    CLUSTER_QUEUES: (
+        _NAME,
+        Column("Cohort", "string", "Cohort that this ClusterQueue belongs to", _path("spec", "cohortName")),
+        Column(
+            "Strategy",
+            "string",
+            "The queueing strategy used to prioritize workloads",
+            _path("spec", "queueingStrategy"),
+            priority=1,
+        ),
+        Column("Pending Workloads", "integer", "Number of pending workloads", _path("status", "pendingWorkloads")),
+        Column(
+            "Admitted Workloads",
+            "integer",
+            "Number of admitted workloads that haven't finished yet",
+            _path("status", "admittedWorkloads"),
+            priority=1,
+        ),
+    ),
+    LOCAL_QUEUES: (
+        _NAME,
+        Column("ClusterQueue", "string", "Backing ClusterQueue", _path("spec", "clusterQueue")),
+        Column("Pending Workloads", "integer", "Number of pending workloads", _path("status", "pendingWorkloads")),
+        Column(
+            "Admitted Workloads",
+            "integer",
+            "Number of admitted workloads that haven't finished yet.",
+            _path("status", "admittedWorkloads"),
+        ),
+    ),
+    WORKLOAD_PRIORITY_CLASSES: (
+        _NAME,
+        Column("Value", "integer", "Value of workloadPriorityClass's Priority", _path("value")),
+    ),
+    PRIORITY_CLASSES: (
+        _NAME,
+        Column("Value", "integer", "Value is the integer value of this priority class.", _path("value")),
+        Column(
+            "Global-Default",
+            "boolean",
+            "GlobalDefault specifies whether this PriorityClass should be considered as the default priority.",
+            _priority_class_default,
+        ),
+        _AGE,
+        Column(
+            "PreemptionPolicy",
+            "string",
+            "PreemptionPolicy is the Policy for preempting pods with lower priority.",
+            _priority_class_policy,
+        ),
+    ),
     JOBSETS: (
         _NAME,
         Column("TerminalState", "string", "Final state of JobSet", _jobset_terminal_state),

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from elastic_training.local.cluster import pod_failure_policy, rbac_validation
+from elastic_training.local.cluster import kueue_api, pod_failure_policy, rbac_validation
 from elastic_training.local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, NODES, PODS, Cause, ResourceType
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -382,6 +382,7 @@ _VALIDATORS: dict[ResourceType, Callable[[Mapping[str, Any]], list[Cause]]] = {
     NAMESPACES: validate_namespace,
     EVENTS: validate_event,
     **rbac_validation.VALIDATORS,
+    **kueue_api.VALIDATORS,
 }
 
 
@@ -426,7 +427,7 @@ def _without_suspended_mutable(rjobs: Any) -> Any:
 
 def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
     """Immutable-field checks on update (all: finalizers while deleting; JobSet: policies; bindings: roleRef)."""
-    causes = _validate_finalizers_update(old, new)
+    causes = _validate_finalizers_update(old, new) + kueue_api.validate_update(rtype, old, new)
     if rtype in rbac_validation.BINDING_TYPES:
         return causes + rbac_validation.validate_binding_update(old, new)
     if rtype != JOBSETS:

@@ -171,3 +171,65 @@ def test_quantities(text: str, value: Fraction) -> None:
 def test_bad_quantity() -> None:
     with pytest.raises(QuantityError):
         parse_quantity("12 apples")
+
+
+def _queues(**overrides: Any) -> dict[str, Any]:
+    kueue: dict[str, Any] = {
+        "resourceFlavors": [{"name": "v5e"}],
+        "clusterQueues": [
+            {
+                "name": "cq",
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["google.com/tpu"],
+                        "flavors": [{"name": "v5e", "resources": [{"name": "google.com/tpu", "nominalQuota": 8}]}],
+                    }
+                ],
+            }
+        ],
+        "localQueues": [{"name": "lq", "clusterQueue": "cq"}],
+    }
+    kueue.update(overrides)
+    return {"nodePools": [_pool()], "kueue": kueue}
+
+
+def test_v5e_small_declares_xpks_kueue_objects() -> None:
+    objects = {(o.rtype.kind, o.name): o.body for o in load_description("v5e-small").queue_objects}
+    cq = objects[("ClusterQueue", "cluster-queue")]["spec"]
+    assert cq["queueingStrategy"] == "BestEffortFIFO"  # the CRD's default, applied at parse time
+    assert cq["preemption"]["withinClusterQueue"] == "LowerPriority"
+    tpu = cq["resourceGroups"][0]["flavors"][0]
+    assert tpu == {"name": "4xv5litepod-16", "resources": [{"name": "google.com/tpu", "nominalQuota": 64}]}
+    lq = objects[("LocalQueue", "multislice-queue")]
+    assert (lq["metadata"]["namespace"], lq["spec"]["clusterQueue"]) == ("default", "cluster-queue")
+    assert objects[("PriorityClass", "very-high")]["value"] == 1000
+    assert SINGLE_NODE.queue_objects == ()
+
+
+def test_a_description_without_kueue_has_no_queue_objects() -> None:
+    assert parse_description({"nodePools": [_pool()]}).queue_objects == ()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"localQueues": [{"name": "lq", "clusterQueue": "nope"}]}, "clusterQueue 'nope' is not one of"),
+        ({"resourceFlavors": [{"name": "other"}]}, "flavor 'v5e' is not one of kueue.resourceFlavors"),
+        ({"colour": []}, "kueue.colour: unknown field"),
+        ({"localQueues": [{"name": "lq", "queue": "cq"}]}, "kueue.localQueues[0].queue: unknown field"),
+        (
+            {"clusterQueues": [{"name": "cq", "queueingStrategy": "Random"}]},
+            'kueue.clusterQueues[0].queueingStrategy: Unsupported value: "Random"',
+        ),
+        (
+            {"clusterQueues": [{"name": "cq", "preemption": {"withinClusterQueue": "Always"}}]},
+            "kueue.clusterQueues[0].preemption.withinClusterQueue: Unsupported value",
+        ),
+        ({"workloadPriorityClasses": [{"name": "w"}]}, "kueue.workloadPriorityClasses[0].value: Required value"),
+    ],
+)
+def test_bad_kueue_sections_name_the_field(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(DescriptionError) as caught:
+        parse_description(_queues(**overrides))
+    assert message in str(caught.value)

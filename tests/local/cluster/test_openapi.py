@@ -31,7 +31,9 @@ def test_index_lists_each_group_version_at_a_hashed_url(k8s: K8s) -> None:
         "apis/authorization.k8s.io/v1",
         "apis/batch/v1",
         "apis/jobset.x-k8s.io/v1alpha2",
+        "apis/kueue.x-k8s.io/v1beta2",
         "apis/rbac.authorization.k8s.io/v1",
+        "apis/scheduling.k8s.io/v1",
     ]
     url = index["paths"]["apis/jobset.x-k8s.io/v1alpha2"]["serverRelativeURL"]
     assert url.startswith("/openapi/v3/apis/jobset.x-k8s.io/v1alpha2?hash=")

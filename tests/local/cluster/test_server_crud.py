@@ -35,6 +35,8 @@ def test_version_and_discovery(k8s: K8s) -> None:
         "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",
         "authorization.k8s.io": "authorization.k8s.io/v1",
         "authentication.k8s.io": "authentication.k8s.io/v1",
+        "scheduling.k8s.io": "scheduling.k8s.io/v1",
+        "kueue.x-k8s.io": "kueue.x-k8s.io/v1beta2",
     }
     core = {r.name for r in k8s.core.get_api_resources().resources}
     assert {"pods", "pods/log", "pods/status", "events", "namespaces"} <= core

@@ -1,0 +1,167 @@
+"""The Kueue part of a cluster description: flavors, queues, quotas and priority classes, created at start.
+
+A description may carry (each entry is the upstream object's ``spec`` fields next to its ``name``)::
+
+    kueue:
+      resourceFlavors:
+        - {name: 4xv5litepod-16, nodeLabels: {cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice}}
+      clusterQueues:
+        - name: cluster-queue
+          namespaceSelector: {}               # null (absent) selects no namespace, {} all, as upstream
+          queueingStrategy: BestEffortFIFO    # or StrictFIFO
+          preemption: {withinClusterQueue: LowerPriority}
+          resourceGroups:
+            - coveredResources: [google.com/tpu]
+              flavors: [{name: 4xv5litepod-16, resources: [{name: google.com/tpu, nominalQuota: 64}]}]
+      localQueues:
+        - {name: multislice-queue, namespace: default, clusterQueue: cluster-queue}
+      workloadPriorityClasses:
+        - {name: urgent, value: 1000}
+      priorityClasses:                       # scheduling.k8s.io/v1 PriorityClass
+        - {name: high, value: 750, description: High}
+
+Each object goes through the same defaults and checks as one created through the API (:mod:`local.cluster.
+kueue_api`), and a ClusterQueue naming an undeclared flavor or a LocalQueue naming an undeclared
+ClusterQueue is refused here (upstream would accept and leave the queue inactive: in a description it is a typo).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from elastic_training.local.cluster import kueue_api
+from elastic_training.local.cluster.resources import (
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    PRIORITY_CLASSES,
+    RESOURCE_FLAVORS,
+    WORKLOAD_PRIORITY_CLASSES,
+    ApiError,
+    ResourceType,
+)
+from elastic_training.local.cluster.store import Store
+
+_SECTIONS: dict[str, tuple[ResourceType, tuple[str, ...], bool]] = {
+    # section: (type, fields beside `name`, fields in `spec`?)
+    "resourceFlavors": (RESOURCE_FLAVORS, ("nodeLabels", "nodeTaints", "tolerations", "topologyName"), True),
+    "clusterQueues": (
+        CLUSTER_QUEUES,
+        (
+            "resourceGroups",
+            "cohortName",
+            "queueingStrategy",
+            "namespaceSelector",
+            "preemption",
+            "flavorFungibility",
+            "stopPolicy",
+        ),
+        True,
+    ),
+    "localQueues": (LOCAL_QUEUES, ("namespace", "clusterQueue", "stopPolicy"), True),
+    "workloadPriorityClasses": (WORKLOAD_PRIORITY_CLASSES, ("value", "description"), False),
+    "priorityClasses": (PRIORITY_CLASSES, ("value", "globalDefault", "description", "preemptionPolicy"), False),
+}
+
+
+class QueueDescriptionError(ValueError):
+    """A bad ``kueue`` section; the message names the field."""
+
+
+@dataclass(frozen=True)
+class QueueObject:
+    """One object to create at start: its type and its body."""
+
+    rtype: ResourceType
+    body: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+
+def parse_queues(raw: Any, where: str = "kueue") -> tuple[QueueObject, ...]:
+    """The objects of a description's ``kueue`` section, checked (``QueueDescriptionError`` names the bad field)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise QueueDescriptionError(f"{where}: must be a mapping with {', '.join(_SECTIONS)}")
+    for key in raw:
+        if key not in _SECTIONS:
+            raise QueueDescriptionError(f"{where}.{key}: unknown field (known: {', '.join(_SECTIONS)})")
+    objects: list[QueueObject] = []
+    for section, (rtype, fields, in_spec) in _SECTIONS.items():
+        entries = raw.get(section) or []
+        if not isinstance(entries, list):
+            raise QueueDescriptionError(f"{where}.{section}: must be a list")
+        seen: set[tuple[str, str]] = set()
+        for index, entry in enumerate(entries):
+            here = f"{where}.{section}[{index}]"
+            body = _object(entry, rtype, fields, in_spec, here)
+            key = (str(body["metadata"].get("namespace", "")), str(body["metadata"]["name"]))
+            if key in seen:
+                raise QueueDescriptionError(f"{here}.name: duplicate {rtype.kind} {key[1]!r}")
+            seen.add(key)
+            objects.append(QueueObject(rtype, body))
+    _check_references(objects, where)
+    return tuple(objects)
+
+
+def _object(entry: Any, rtype: ResourceType, fields: tuple[str, ...], in_spec: bool, here: str) -> dict[str, Any]:
+    if not isinstance(entry, Mapping):
+        raise QueueDescriptionError(f"{here}: must be a mapping with name and {', '.join(fields)}")
+    for key in entry:
+        if key != "name" and key not in fields:
+            raise QueueDescriptionError(f"{here}.{key}: unknown field (known: name, {', '.join(fields)})")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise QueueDescriptionError(f"{here}.name: required")
+    metadata: dict[str, Any] = {"name": name}
+    values = {k: copy.deepcopy(v) for k, v in entry.items() if k not in ("name", "namespace")}
+    if rtype.namespaced:
+        metadata["namespace"] = str(entry.get("namespace") or "default")
+    body: dict[str, Any] = {"metadata": metadata, **({"spec": values} if in_spec else values)}
+    kueue_api.apply_defaults(rtype, body)
+    validator = kueue_api.VALIDATORS.get(rtype)
+    causes = validator(body) if validator else []
+    if causes:
+        cause = causes[0]
+        field = cause.field.removeprefix("spec.")
+        raise QueueDescriptionError(f"{here}.{field}: {cause.message}")
+    return body
+
+
+def _check_references(objects: list[QueueObject], where: str) -> None:
+    flavors = {o.name for o in objects if o.rtype == RESOURCE_FLAVORS}
+    queues = {o.name for o in objects if o.rtype == CLUSTER_QUEUES}
+    for obj in objects:
+        spec = obj.body.get("spec") or {}
+        if obj.rtype == CLUSTER_QUEUES:
+            for group in spec.get("resourceGroups") or []:
+                for flavor in group.get("flavors") or []:
+                    if flavor.get("name") not in flavors:
+                        raise QueueDescriptionError(
+                            f"{where}.clusterQueues[{obj.name}]: flavor {flavor.get('name')!r} is not one of "
+                            f"{where}.resourceFlavors ({', '.join(sorted(flavors)) or 'none'})"
+                        )
+        elif obj.rtype == LOCAL_QUEUES and spec.get("clusterQueue") not in queues:
+            raise QueueDescriptionError(
+                f"{where}.localQueues[{obj.name}]: clusterQueue {spec.get('clusterQueue')!r} is not one of "
+                f"{where}.clusterQueues ({', '.join(sorted(queues)) or 'none'})"
+            )
+
+
+def register_queues(store: Store, objects: tuple[QueueObject, ...]) -> list[str]:
+    """Create every described object that does not exist yet (flavors and classes before queues); the names."""
+    created = []
+    for obj in objects:
+        try:
+            store.create(obj.rtype, copy.deepcopy(dict(obj.body)))
+        except ApiError as err:
+            if err.code != 409:
+                raise
+            continue
+        created.append(obj.name)
+    return created
