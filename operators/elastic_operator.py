@@ -50,7 +50,7 @@ from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.policy import Action, Budgets, JobSetPhase, decide
+from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reason, decide
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
 from elastic_training.operators.spec import (
@@ -513,6 +513,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 "latest_step": run.monitor.digest.latest_step,
             }
         )
+        if reason == Reason.PREEMPTED_COMPLETED.value:
+            run.escalations[-1]["preemption"] = True
+            run.budget_base += 1  # part of the preemption: the next incarnation's name, no full restart spent
         run.escalating = True
         run.save(context)
         self._finish_escalation(context, spec, run)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +54,7 @@ from elastic_training.operators.constants import (
 )
 from elastic_training.operators.policy import JobSetPhase, Observation, QueueWait, RunPhase
 from elastic_training.operators.queueing import QueueState, is_queued_jobset, jobset_suspension, workload_status
-from elastic_training.operators.recovery import LogDigest
+from elastic_training.operators.recovery import PREEMPTION, LogDigest
 from elastic_training.operators.slice_failures import (
     FailureKind,
     PodFailure,
@@ -250,7 +251,9 @@ class MonitorState:
         digest = self.digest
         if suspended and not digest.suspended:
             first = digest.first_admitted_at is None
-            start = since or (created if first else None) or now or self.started_at
+            # Seen now, it happened a moment before; Kubernetes stamps whole seconds: the span opens a second earlier.
+            seen = math.floor(now) - 1.0 if now is not None else None
+            start = since or (created if first else None) or seen or self.started_at
             evicted = self.queue_state == QueueState.EVICTED.value
             digest.queued(start, preempted=not first, reason=self.queue_reason if evicted else "")
             self.trainer_up_since = None
@@ -525,6 +528,7 @@ class MonitorState:
             full_restarts_used=full_restarts_used,
             progress_at=progress,
             waiting=waiting,
+            preempted=any(r.kind == PREEMPTION and r.restored_at is None for r in digest.all_recoveries),
             slice_restart_times=tuple(self.slice_restart_times),
             latest_step=self.digest.latest_step,
             failure_detail=self.failure_detail,

@@ -79,6 +79,7 @@ class Reason(StrEnum):
     PREEMPTED = "preempted"
     NOT_QUEUED = "not_queued"
     QUEUE_TIMEOUT = "queue_timeout"
+    PREEMPTED_COMPLETED = "preempted_then_completed"
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ class Observation:
     failure_detail: str = ""
     permanent: bool = False
     waiting: QueueWait | None = None
+    # Preempted and not restored since: a completion now is the trainer's exit 0 on the preemption's SIGTERM.
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,16 @@ def _completed(obs: Observation, budgets: Budgets) -> Decision:
             f"the JobSet completed with committed step {obs.committed_step} (target {obs.target_step})",
         )
     reached = "no committed step" if obs.committed_step < 0 else f"newest committed step {obs.committed_step}"
+    if obs.preempted:
+        # Kueue's suspension sent the trainer SIGTERM; MaxText exits 0 on it, and a Job counts a pod that succeeded
+        # while suspended, so the head Job completed: the preemption ended this JobSet. Recreating it is part of the
+        # preemption, no full restart: it spends no budget.
+        return Decision(
+            Action.ESCALATE,
+            Reason.PREEMPTED_COMPLETED,
+            f"the JobSet completed after a Kueue preemption ({reached}, target step {obs.target_step}): its trainer "
+            "exited 0 on the preemption's SIGTERM; recreating it to resume from its checkpoint (no budget spent)",
+        )
     # MaxText exits 0 after SIGTERM (a preemption, a node drain) or a failed save: the run was stopped, not
     # finished, and resuming from the last committed step mends it like any other restartable failure.
     return _escalate(

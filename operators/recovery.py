@@ -377,6 +377,7 @@ def preemption_report(recovery: Recovery, *, mean_step_seconds: float | None, co
         "steps_lost": lost,
         "chip_seconds_lost": redo if lost is not None else None,
         "complete": recovery.complete,
+        "recreated": False,  # the preemption ended its JobSet and a new one resumed the run
     }
 
 
@@ -424,12 +425,25 @@ def run_report(
     recoveries: list[dict[str, Any]] = []
     preemptions: list[dict[str, Any]] = []
     productive = 0.0
+    # A preemption that ended its JobSet (the trainer's exit 0 on SIGTERM) was resumed by a new one: its restore
+    # and steps lost are that recreation's.
+    recreated = {str(e.get("jobset_name")): e for e in escalations if e.get("preemption")}
     for incarnation in incarnations:
         digest = incarnation.digest
         mean = digest.mean_step_seconds
         for r in digest.all_recoveries:
             if r.kind == PREEMPTION:
-                preemptions.append(preemption_report(r, mean_step_seconds=mean, costs=costs))
+                entry = preemption_report(r, mean_step_seconds=mean, costs=costs)
+                again = recreated.get(incarnation.jobset_name) if r.restored_at is None else None
+                if again is not None:
+                    lost = int(again.get("steps_lost") or 0)
+                    entry.update(
+                        restored_step=again.get("resumed_from_step"),
+                        steps_lost=lost,
+                        chip_seconds_lost=round(costs.chips * lost * (mean or 0.0), 3),
+                        recreated=True,
+                    )
+                preemptions.append(entry)
             else:
                 recoveries.append(recovery_report(r, mean_step_seconds=mean, costs=costs))
         lost = sum(r.steps_lost or 0 for r in digest.all_recoveries)
@@ -443,7 +457,7 @@ def run_report(
     # No step read and no restore either: the log was not read; an unknown goodput is not a zero one.
     goodput_known = wall_seconds > 0 and (executed > 0 or trained_nothing)
     recovery_chip_seconds = sum(r["chip_seconds_lost"] or 0.0 for r in recoveries)
-    recovery_chip_seconds += sum(p["chip_seconds_lost"] or 0.0 for p in preemptions)
+    recovery_chip_seconds += sum(p["chip_seconds_lost"] or 0.0 for p in preemptions if not p.get("recreated"))
     escalation_chip_seconds = costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
     current = incarnations[-1] if incarnations else None
     times = capacity(incarnations, ended_at)
@@ -461,11 +475,14 @@ def run_report(
         "scale_up_recoveries": sum(1 for r in recoveries if r["kind"] == SCALE_UP),
         "preemptions": preemptions,
         "preemption_count": len(preemptions),
-        "full_restarts": len(escalations),
+        "full_restarts": sum(1 for e in escalations if not e.get("preemption")),
+        "preemption_recreations": sum(1 for e in escalations if e.get("preemption")),
         "jobset_restarts": sum(i.jobset_restarts for i in incarnations),
         "escalations": escalations,
         "recoveries": recoveries,
-        "steps_lost": sum(r["steps_lost"] or 0 for r in [*recoveries, *preemptions]) + escalation_steps_lost,
+        "steps_lost": sum(r["steps_lost"] or 0 for r in recoveries)
+        + sum(p["steps_lost"] or 0 for p in preemptions if not p.get("recreated"))
+        + escalation_steps_lost,
         "chips": costs.chips,
         "price_per_chip_hour": costs.price_per_chip_hour,
         "chip_seconds_lost": round(recovery_chip_seconds + escalation_chip_seconds, 3),
