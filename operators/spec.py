@@ -444,9 +444,10 @@ def stall_timeout_error(stall_timeout_seconds: float, elastic_timeout_seconds: i
     if stall_timeout_seconds > elastic_timeout_seconds:
         return None
     short = elastic_timeout_seconds - stall_timeout_seconds
+    by = "it equals that wait" if short == 0 else f"it is {short:g} s short of that wait"
     return (
         f"{stall_timeout_seconds:g} s does not exceed elastic_timeout_seconds={elastic_timeout_seconds} "
-        f"(it is {short:g} s short of it, and the restore and compilation come after that wait): raise it above "
+        f"({by}, and the restore and compilation come after it): raise it above "
         f"{elastic_timeout_seconds} s, or lower elastic_timeout_seconds"
     )
 

@@ -273,7 +273,7 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
         StepFaults(cluster_connection, run_name).at(25, preempt) as faults,
     ):
         dag_run = queued_dag(
-            "kueue_preempted", tmp_path, stall_timeout="timedelta(minutes=5)", elastic_timeout_seconds=300
+            "kueue_preempted", tmp_path, stall_timeout="timedelta(minutes=6)", elastic_timeout_seconds=300
         ).test()
     assert faults.fired == [25]
     assert states(dag_run) == {"pretrain": "success"}

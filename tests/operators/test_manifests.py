@@ -371,7 +371,9 @@ def test_lint_refuses_elastic_slices_stall_timeout_and_priority_out_of_range(
 
 
 def test_stall_timeout_lint_says_by_how_much() -> None:
-    with pytest.raises(SpecError, match=r"120 s does not exceed elastic_timeout_seconds=300 \(it is 180 s short"):
+    with pytest.raises(
+        SpecError, match=r"120 s does not exceed elastic_timeout_seconds=300 \(it is 180 s short of that wait"
+    ):
         lint(dataclasses.replace(GKE_SPEC, stall_timeout_seconds=120.0))
     lint(dataclasses.replace(GKE_SPEC, stall_timeout_seconds=301.0))
 

@@ -64,7 +64,7 @@ def test_the_form_defaults_stay_valid_with_the_queue_fields(tmp_path: Path) -> N
 
 
 def test_a_stall_timeout_under_the_wait_for_slices_says_by_how_much(tmp_path: Path) -> None:
-    with pytest.raises(ParamError, match=r"300 s does not exceed elastic_timeout_seconds=300 \(it is 0 s short"):
+    with pytest.raises(ParamError, match=r"300 s does not exceed elastic_timeout_seconds=300 \(it equals that wait"):
         check(tmp_path, stall_timeout_minutes=5)
 
 
