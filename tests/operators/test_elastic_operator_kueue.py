@@ -306,3 +306,56 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
     assert recreated in (0, 1) and preemption["recreated"] is (recreated == 1)
     assert len(jobsets_of(cluster_connection, run_name)) == 1 + recreated
     assert all(e["preemption"] for e in report["escalations"])
+
+
+def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    """An evaluation stage (JobSetOperator) asking for 8 chips joins the queue (more than the 4 of the single-host
+    flavor, and the v5e-16 flavor's 64 are held): it waits, never fails for it, and its queue_timeout deletes its
+    JobSet and fails it."""
+    from tests.operators.test_jobset_operator import one_job_dag
+
+    admin.create(blocker("blocker-stage", slices=4))
+    wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-stage"))
+    dag = one_job_dag(
+        "kueue_stage",
+        ["python", "-c", "print('evaluated')"],
+        container_resources={TPU_RESOURCE: "8"},
+        queue_name=QUEUE,
+        queue_timeout=15.0,
+    )
+    seen: dict[str, Any] = {}
+
+    def watch(stop: threading.Event) -> None:
+        def found() -> Obj | None:
+            items = admin.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]
+            mine = [j for j in items if j["metadata"]["name"].startswith("kueue-stage-")]
+            return mine[0] if mine else None
+
+        jobset = wait_for("the stage's JobSet", found, timeout=120)
+        seen["labels"] = jobset["metadata"].get("labels") or {}
+        seen["suspended"] = jobset["spec"].get("suspend")
+        workload = wait_for("its Workload", lambda: admin.workload_of(jobset), timeout=60)
+        seen["quota"] = wait_for(
+            "Kueue's answer", lambda: condition(admin.workload_of(jobset) or workload, "QuotaReserved")
+        )
+
+    with Background(watch):
+        dag_run = dag.test()
+    assert states(dag_run) == {"job": "failed"}
+    assert seen["labels"][LABEL_KUEUE_QUEUE_NAME] == QUEUE and seen["suspended"] is True
+    assert (seen["quota"]["status"], seen["quota"]["reason"]) == ("False", "Pending")
+    wait_for(
+        "the stage's JobSet deleted",
+        lambda: (
+            not [
+                j
+                for j in admin.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)[
+                    "items"
+                ]
+                if j["metadata"]["name"].startswith("kueue-stage-")
+            ]
+        ),
+        timeout=120,
+    )
