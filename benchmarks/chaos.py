@@ -111,6 +111,7 @@ with DAG({dag_id!r}, schedule=None) as dag:
         max_slice_restarts={max_slice_restarts},
         max_full_restarts={max_full_restarts},
         stall_timeout=timedelta(seconds={stall}),
+        elastic_timeout_seconds={elastic_timeout},
         deferrable=True,
         poll_interval=1.0,
         local_env={local_env!r},
@@ -137,6 +138,8 @@ def dag_source(plan: Schedule, base: str, storage_env: dict[str, str] | None = N
         max_slice_restarts=plan.max_slice_restarts,
         max_full_restarts=plan.max_full_restarts,
         stall=plan.stall_timeout_seconds,
+        # The stall timeout must exceed MaxText's wait for slices (the spec lint): half of it waits for slices.
+        elastic_timeout=max(1, plan.stall_timeout_seconds // 2),
         local_env=local_env,
     )
 

@@ -96,5 +96,14 @@ LABEL_GROUP_NAME: Final = f"{JOBSET_PREFIX}/group-name"
 LABEL_GROUP_REPLICAS: Final = f"{JOBSET_PREFIX}/group-replicas"
 LABEL_JOB_GROUP_INDEX: Final = f"{JOBSET_PREFIX}/job-group-index"
 
+# The Workloads the operators read (apis/kueue/v1beta2/workload_types.go).
+WORKLOAD_PLURAL: Final = "workloads"
+
+# pathwaysutils' wait for slices (pathwaysutils/elastic/elastic.py `wait_for_slices`, logged at every attempt's
+# start and every poll) and its scale-up (pathwaysutils/elastic/manager.py `handle_scale_up_error`).
+SLICE_WAIT_RE: Final = re.compile(r"Waiting for (\d+) slices")
+SLICES_WANTED_RE: Final = re.compile(r"(\d+) slices active\. Wanting at least (\d+)")
+SCALE_UP_RE: Final = re.compile(r"Scale up requested\.")
+
 # The local trainer logs each in-process recovery as one JSON object (local/workloads/recovery_log.py).
 RECOVERY_RECORD_RE: Final = re.compile(r"Recovery record: (\{.*\})")

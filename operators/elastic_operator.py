@@ -17,6 +17,7 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -49,7 +50,7 @@ from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.policy import Action, Budgets, JobSetPhase, decide
+from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reason, decide
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
 from elastic_training.operators.spec import (
@@ -112,6 +113,10 @@ def _number(field: str, value: Any, *, positive: bool) -> float:
     return number
 
 
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _seconds(field: str, value: timedelta | float | int) -> float:
     return _number(field, value, positive=True)
 
@@ -133,7 +138,17 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param max_slice_restarts: slice restarts allowed within ``slice_restart_window`` before a full
         restart; also sets the worker Job's ``backoffLimit``.
     :param slice_restart_window: the sliding window of that budget.
-    :param stall_timeout: no completed step for this long while the JobSet is active → full restart.
+    :param stall_timeout: no training progress for this long while the stall clock runs → full restart. The clock
+        runs only while the JobSet is admitted and its trainer is up (not while Kueue holds it, nor while its pods
+        are scheduled, nodes provisioned, images pulled); it must exceed ``elastic_timeout_seconds``.
+    :param queue_timeout: how long one wait for Kueue's admission may last (queued before the start, or preempted
+        and waiting to be admitted again); then the JobSet is deleted and the task fails, saying how long it waited
+        and what Kueue said. ``None`` (the default): as long as it takes (``execution_timeout`` still applies).
+    :param queue_name: the Kueue LocalQueue: the JobSet gets the ``kueue.x-k8s.io/queue-name`` label (``None``: no
+        label, Kueue leaves it alone). ``kueue_queue`` is its former name, still accepted.
+    :param workload_priority_class: a Kueue WorkloadPriorityClass: the ``kueue.x-k8s.io/priority-class`` label.
+    :param elastic_slices: the slices the run may lose (the proxy's ``--num_elastic_slices``, xpk's
+        ``--elastic-slices``); default 1, or ``num_slices - elastic_min_slice_count`` when that is set.
     :param max_full_restarts: full restarts (delete and recreate the JobSet) allowed before failing.
     :param jobset_max_restarts: the JobSet's own ``failurePolicy.maxRestarts`` (set explicitly).
     :param elastic_min_slice_count: MaxText's ``elastic_min_slice_count`` (-1: wait for every slice).
@@ -147,7 +162,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param local_env: more trainer env (``jax-tpu``), merged over ``trainer_env``: the same manifest on both
         runtimes; the tests put the local stand-ins' fault knobs here.
     :param pathways_server_image: :param pathways_proxy_image: :param head_node_pool: :param service_account:
-        :param priority_class: :param kueue_queue: :param image_pull_policy: :param trainer_env:
+        :param priority_class: :param image_pull_policy: :param trainer_env:
         :param worker_env: the GKE JobSet's knobs, as the ``ElasticRunSpec`` fields of the same names
         (docs/operators.md, "GKE knobs").
     :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
@@ -205,14 +220,21 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         head_node_pool: str = DEFAULT_HEAD_NODE_POOL,
         service_account: str | None = None,
         priority_class: str | None = None,
-        kueue_queue: str | None = None,
+        queue_name: str | None = None,
         image_pull_policy: str | None = None,
         trainer_env: Mapping[str, str] | None = None,
         worker_env: Mapping[str, str] | None = None,
         storage_retry_timeout: timedelta | float = timedelta(minutes=5),
+        queue_timeout: timedelta | float | None = None,
+        workload_priority_class: str | None = None,
+        elastic_slices: int | None = None,
+        kueue_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if kueue_queue is not None and queue_name is not None and kueue_queue != queue_name:
+            raise ValueError(f"queue_name={queue_name!r} and kueue_queue={kueue_queue!r} (its former name) disagree")
+        queue_name = queue_name if queue_name is not None else kueue_queue
         if runtime not in ("gke", "local"):
             raise ValueError(f"runtime must be 'gke' or 'local', got {shown(runtime)}")
         _count("max_full_restarts", max_full_restarts, manifests.MAX_ATTEMPT)
@@ -234,6 +256,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             slice_restart_window_seconds=_seconds("slice_restart_window", slice_restart_window),
             stall_timeout_seconds=_seconds("stall_timeout", stall_timeout),
             max_full_restarts=max_full_restarts,
+            queue_timeout_seconds=None if queue_timeout is None else _seconds("queue_timeout", queue_timeout),
+            elastic_timeout_seconds=(
+                float(elastic_timeout_seconds) if _is_positive_int(elastic_timeout_seconds) else None
+            ),
         )
         self.jobset_max_restarts = jobset_max_restarts
         self.elastic_min_slice_count = elastic_min_slice_count
@@ -250,7 +276,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             "head_node_pool": head_node_pool,
             "service_account": service_account,
             "priority_class": priority_class,
-            "kueue_queue": kueue_queue,
+            "queue_name": queue_name,
+            "workload_priority_class": workload_priority_class,
+            "elastic_slices": elastic_slices,
             "image_pull_policy": image_pull_policy,
             # Copied when a mapping; anything else reaches the lint, which names the field.
             "trainer_env": (
@@ -288,6 +316,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             elastic_timeout_seconds=self.elastic_timeout_seconds,
             elastic_min_slice_count=self.elastic_min_slice_count,
             elastic_max_retries=self.elastic_max_retries,
+            stall_timeout_seconds=self.budgets.stall_timeout_seconds,
             **self.gke_knobs,
         )
         lint(spec)
@@ -332,7 +361,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         if status == EventStatus.DEADLINE:
             self._fail(context, spec, run, self._timed_out_message(context, self._active), retryable=True)
         observation = run.monitor.observation(
-            now=time.time(), target_step=spec.target_step, full_restarts_used=run.budget_used
+            now=time.time(),
+            target_step=spec.target_step,
+            full_restarts_used=run.budget_used,
+            elastic_timeout_seconds=self.budgets.elastic_timeout_seconds,
         )
         committed = self._committed_step(spec) if run.monitor.phase is JobSetPhase.COMPLETED else None
         decision = decide(_with_committed(observation, committed), self.budgets)
@@ -427,15 +459,14 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             context,
             Handle(run.jobset_name, run.jobset_uid),
             target_step=spec.target_step,
-            budgets={
-                "max_slice_restarts": self.budgets.max_slice_restarts,
-                "slice_restart_window_seconds": self.budgets.slice_restart_window_seconds,
-                "stall_timeout_seconds": self.budgets.stall_timeout_seconds,
-                "max_full_restarts": self.budgets.max_full_restarts,
-            },
+            budgets=self._budget_fields(),
             state=run.monitor.to_json(),
             full_restarts_used=run.budget_used,
         )
+
+    def _budget_fields(self) -> dict[str, Any]:
+        """The budgets as the trigger's kwargs and the report carry them."""
+        return dataclasses.asdict(self.budgets)
 
     def _look(self, spec: ElasticRunSpec) -> CheckpointReport:
         """The run's checkpoints, read again with backoff while the answer is "unknown" (storage could not be read).
@@ -482,6 +513,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 "latest_step": run.monitor.digest.latest_step,
             }
         )
+        if reason == Reason.PREEMPTED_COMPLETED.value:
+            run.escalations[-1]["preemption"] = True
+            run.budget_base += 1  # part of the preemption: the next incarnation's name, no full restart spent
         run.escalating = True
         run.save(context)
         self._finish_escalation(context, spec, run)
@@ -543,11 +577,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             wall_seconds=time.time() - run.started_at,
             costs=CostModel(chips=spec.total_chips, price_per_chip_hour=self.price_per_chip_hour),
             full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
+            ended_at=time.time(),
             budgets={
-                "max_slice_restarts": self.budgets.max_slice_restarts,
-                "slice_restart_window_seconds": self.budgets.slice_restart_window_seconds,
-                "stall_timeout_seconds": self.budgets.stall_timeout_seconds,
-                "max_full_restarts": self.budgets.max_full_restarts,
+                **self._budget_fields(),
                 "jobset_max_restarts": self.jobset_max_restarts,
                 "elastic_max_retries": spec.effective_elastic_max_retries,
             },
@@ -582,7 +614,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         context["ti"].xcom_push(key="report", value=report)
         self._emit_metrics(context, report)
         cluster = self._cluster(context)
-        if run.monitor.phase is JobSetPhase.ACTIVE and not self.keep_jobset_on_kill and self._active is not None:
+        alive = run.monitor.phase in (JobSetPhase.ACTIVE, JobSetPhase.SUSPENDED)
+        if alive and not self.keep_jobset_on_kill and self._active is not None:
             self.log.warning("deleting the still-active JobSet %s: the task is failing", run.jobset_name)
             cluster.delete(self._active)
         selector = f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}={HEAD_REPLICATED_JOB}"

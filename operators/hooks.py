@@ -52,7 +52,14 @@ from elastic_training.operators.cluster_access import (
     config_defaults,
     gke_access,
 )
-from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    WORKLOAD_PLURAL,
+)
 from elastic_training.operators.kube_config import static_configuration
 
 Obj = dict[str, Any]
@@ -502,8 +509,29 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         async for kind, obj in self._list_watch(lister, label_selector=label_selector):
             yield kind, obj
 
+    async def watch_workloads(self, namespace: str, label_selector: str) -> AsyncIterator[tuple[str, Obj]]:
+        """Kueue Workloads (``kueue.x-k8s.io/v1beta2``): ``("SYNC", {"items": [...]})``, then ``(type, workload)``."""
+
+        def lister(api: async_k8s.ApiClient) -> Callable[..., Any]:
+            custom = async_k8s.CustomObjectsApi(api)
+
+            def list_workloads(**kwargs: Any) -> Any:
+                return custom.list_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, **kwargs
+                )
+
+            return list_workloads
+
+        # A cluster without Kueue serves no Workloads (404): nothing to read, and nothing suspends the JobSet.
+        async for kind, obj in self._list_watch(lister, missing_ends=True, label_selector=label_selector):
+            yield kind, obj
+
     async def _list_watch(
-        self, lister: Callable[[async_k8s.ApiClient], Callable[..., Any]], **selectors: str
+        self,
+        lister: Callable[[async_k8s.ApiClient], Callable[..., Any]],
+        *,
+        missing_ends: bool = False,
+        **selectors: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
         backoff = Backoff()
         refused = 0
@@ -551,6 +579,9 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                     continue
                 if error.status == 401 and self._gke is not None:
                     self._gke.tokens.invalidate()  # the next attempt fetches a new token
+                if error.status == 404 and missing_ends:
+                    self.log.info("watch: the resource is not served (404); not watching it")
+                    return
                 refused = refused + 1 if error.status in REFUSED_STATUSES else 0
                 if refused >= REFUSED_ATTEMPTS:
                     advice = GKE_UNAUTHORIZED_ADVICE if error.status == 401 and self._gke else None

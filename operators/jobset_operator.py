@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -20,7 +21,7 @@ from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
 from elastic_training.operators.manifests import JobSpec, lint_job
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.policy import JobSetPhase, Reason
 from elastic_training.operators.spec import SpecError, shown
 from elastic_training.operators.triggers import EventStatus
 
@@ -73,6 +74,11 @@ class JobSetOperator(JobSetTaskOperator):
     :param keep_jobset_on_kill: leave the JobSet when the task is killed.
     :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks.
+    :param queue_name: the Kueue LocalQueue (the ``kueue.x-k8s.io/queue-name`` label on the JobSet; ``None``: none).
+    :param workload_priority_class: a Kueue WorkloadPriorityClass (the ``kueue.x-k8s.io/priority-class`` label).
+    :param queue_timeout: how long one wait for Kueue's admission may last (queued, or preempted and requeued):
+        then the JobSet is deleted and the task fails, saying how long it waited and why. ``None``: no bound.
+        A preemption suspends the JobSet (its pod stops) and the stage runs again once admitted: it is waited out.
 
     Returns ``{"jobset_name", "namespace", "stage", "seconds"}``.
     """
@@ -99,6 +105,9 @@ class JobSetOperator(JobSetTaskOperator):
         keep_jobset_on_kill: bool = False,
         deferrable: bool = True,
         poll_interval: float = 10.0,
+        queue_name: str | None = None,
+        workload_priority_class: str | None = None,
+        queue_timeout: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         _refuse_kubernetes_resources(kwargs.get("resources"))
@@ -124,6 +133,13 @@ class JobSetOperator(JobSetTaskOperator):
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self.queue_name = queue_name
+        self.workload_priority_class = workload_priority_class
+        if isinstance(queue_timeout, timedelta):
+            queue_timeout = queue_timeout.total_seconds()
+        if queue_timeout is not None and (isinstance(queue_timeout, bool) or not queue_timeout > 0):
+            raise ValueError(f"queue_timeout must be a positive duration or None, got {shown(queue_timeout)}")
+        self.queue_timeout = None if queue_timeout is None else float(queue_timeout)
         self._active: Handle | None = None
 
     def build_job(self) -> JobSpec:
@@ -148,6 +164,8 @@ class JobSetOperator(JobSetTaskOperator):
             active_deadline_seconds=self.active_deadline_seconds,
             resources=self.container_resources,
             service_account=self.service_account,
+            queue_name=self.queue_name,
+            workload_priority_class=self.workload_priority_class,
         )
         lint_job(job)
         return job
@@ -190,7 +208,8 @@ class JobSetOperator(JobSetTaskOperator):
         context["ti"].xcom_push(key="jobset_name", value=name)
         context["ti"].xcom_push(key="namespace", value=self.namespace)
         state = MonitorState(jobset_uid=uid, started_at=time.time()).to_json()
-        return self._watch(context, self._active, target_step=0, budgets=dict(_NO_BUDGETS), state=state)
+        budgets = {**_NO_BUDGETS, "queue_timeout_seconds": self.queue_timeout}
+        return self._watch(context, self._active, target_step=0, budgets=budgets, state=state)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Succeed when the JobSet completed; fail with its reason and log tail otherwise."""
@@ -207,6 +226,11 @@ class JobSetOperator(JobSetTaskOperator):
             return {"jobset_name": name, "namespace": self.namespace, "stage": self.stage, "seconds": seconds}
         if state.phase is JobSetPhase.MISSING:
             raise AirflowFailException(f"JobSet {name} was deleted outside this task")
+        if event.get("reason") == Reason.QUEUE_TIMEOUT and state.phase is JobSetPhase.SUSPENDED:
+            deleted = self._cluster(context).delete(self._active)
+            self._active = None
+            verb = "deleted" if deleted else "already gone"
+            raise AirflowFailException(f"JobSet {name} {verb}: {event.get('message')}")
         if state.phase is JobSetPhase.ACTIVE:
             raise AirflowException(f"JobSet {name}: {event.get('message')}")
         tail = self._cluster(context).log_tail(f"{LABEL_JOBSET_NAME}={name}")

@@ -58,6 +58,8 @@ from elastic_training.operators.constants import (
     LABEL_HOSTNAME,
     LABEL_JOB_INDEX,
     LABEL_JOBSET_NAME,
+    LABEL_KUEUE_PRIORITY_CLASS,
+    LABEL_KUEUE_QUEUE_NAME,
     LABEL_MAP_INDEX,
     LABEL_REPLICATED_JOB_NAME,
     LABEL_REPLICATED_JOB_REPLICAS,
@@ -125,7 +127,7 @@ WORKER_DEFAULT_ENV: Final[Mapping[str, str]] = {
     "TF_CPP_MIN_LOG_LEVEL": "0",
     "MEGASCALE_GRPC_ENABLE_XOR_TRACER": "false",
 }
-LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_QUEUE: Final = LABEL_KUEUE_QUEUE_NAME
 
 # The GKE JobSet's failure policy, written out (docs/architecture.md §3, "Failure policy"). The head Job turns a
 # disruption of its pod (condition DisruptionTarget: a drain for maintenance or an upgrade, a preemption, a
@@ -365,9 +367,7 @@ def elastic_jobset(
         "rules": gke_failure_rules(),
     }
     jobset_labels = dict(all_labels)
-    if spec.kueue_queue:
-        # On the JobSet only: Kueue admits the JobSet as one workload (its jobset integration reads this label).
-        jobset_labels[LABEL_KUEUE_QUEUE] = spec.kueue_queue
+    jobset_labels.update(kueue_labels(spec.queue_name, spec.workload_priority_class))
     manifest = _jobset(
         name,
         namespace,
@@ -455,7 +455,7 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
             f"--server_port={PATHWAYS_PROXY_PORT}",
             rm_address,
             f"--gcs_scratch_location={scratch}",
-            f"--num_elastic_slices={spec.num_slices}",
+            f"--num_elastic_slices={spec.effective_elastic_slices}",
         ],
         "env": [pathways_head],
         "ports": [{"containerPort": PATHWAYS_PROXY_PORT, "protocol": "TCP"}],
@@ -583,6 +583,9 @@ class JobSpec:
     # Where the pod may run on GKE (a TPU node pool: its labels, and the TPU taint tolerated).
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, str]] = ()
+    # Kueue: the LocalQueue (kueue.x-k8s.io/queue-name) and WorkloadPriorityClass of the JobSet, or None.
+    queue_name: str | None = None
+    workload_priority_class: str | None = None
 
 
 def lint_job(job: JobSpec) -> None:
@@ -626,6 +629,7 @@ def lint_job(job: JobSpec) -> None:
     if not isinstance(job.node_selector, Mapping):
         raise SpecError("node_selector", f"must be a mapping of node labels to values, got {shown(job.node_selector)}")
     _check_labels(job.node_selector, "node_selector")
+    _check_kueue_labels(job.queue_name, job.workload_priority_class)
     if isinstance(job.tolerations, str) or not isinstance(job.tolerations, Sequence):
         raise SpecError("tolerations", f"must be a list of tolerations, got {shown(job.tolerations)}")
     for index, toleration in enumerate(job.tolerations):
@@ -633,6 +637,31 @@ def lint_job(job: JobSpec) -> None:
             isinstance(k, str) and isinstance(v, str) for k, v in toleration.items()
         ):
             raise SpecError(f"tolerations[{index}]", f"must map toleration fields to strings, got {shown(toleration)}")
+
+
+def kueue_labels(queue_name: str | None, workload_priority_class: str | None) -> dict[str, str]:
+    """The JobSet labels Kueue's JobSet integration reads: its LocalQueue, and its WorkloadPriorityClass.
+
+    On the JobSet only (kubernetes-sigs/kueue ``pkg/controller/jobs/jobset``): Kueue admits the whole JobSet as one
+    Workload, suspending it until then.
+    """
+    labels = {}
+    if queue_name:
+        labels[LABEL_KUEUE_QUEUE] = queue_name
+    if workload_priority_class:
+        labels[LABEL_KUEUE_PRIORITY_CLASS] = workload_priority_class
+    return labels
+
+
+def _check_kueue_labels(queue_name: object, priority_class: object) -> None:
+    for field_name, value, what in (
+        ("queue_name", queue_name, "a Kueue LocalQueue name"),
+        ("workload_priority_class", priority_class, "a Kueue WorkloadPriorityClass name"),
+    ):
+        if value is not None and (not isinstance(value, str) or not is_dns1123_label(value)):
+            raise SpecError(
+                field_name, f"{shown(value)} is not {what} usable as a label value (a DNS-1123 label), or None"
+            )
 
 
 def _is_int_in(value: object, low: int, high: int) -> bool:
@@ -654,6 +683,7 @@ def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str
     check_namespace(namespace)
     _check_labels(labels)
     all_labels = _job_labels(labels, None, stage)
+    jobset_labels = {**all_labels, **kueue_labels(job.queue_name, job.workload_priority_class)}
     container: dict[str, Any] = {
         "name": PLAIN_CONTAINER,
         "image": LOCAL_IMAGE if job.runtime == "local" else job.image,
@@ -679,7 +709,7 @@ def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str
     manifest = _jobset(
         name,
         namespace,
-        all_labels,
+        jobset_labels,
         {
             "failurePolicy": {"restartStrategy": "Recreate", "maxRestarts": 0},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [PLAIN_REPLICATED_JOB]},

@@ -5,7 +5,12 @@ The cluster is the source of truth; this module turns its objects into the facts
 
 - the JobSet's phase from ``status.terminalState`` and its ``Completed``/``Failed`` conditions
   (kubernetes-sigs/jobset sets both; the reason of ``Failed`` is ``FailedJobs``,
-  ``ReachedMaxRestarts`` or ``FailJobSetFailurePolicyAction``), and ``status.restarts``;
+  ``ReachedMaxRestarts`` or ``FailJobSetFailurePolicyAction``), its suspension (``spec.suspend`` and the
+  ``Suspended`` condition: Kueue holds it, :mod:`operators.queueing`), and ``status.restarts``;
+- the Kueue Workload of a JobSet with a queue label: pending (and Kueue's reason), admitted, evicted, or in no queue.
+  A suspension before any admission is queue time; one after an admission is a preemption. Neither is a failure:
+  the pods Kueue's suspension deletes (they terminate normally) are no slice failures, nor are the failures a
+  suspended worker Job counts;
 - slice restarts by ``job-index``, counted in slices, not pods, and dated by Kubernetes' own clock
   (:mod:`operators.slice_failures` says how): every worker pod failure is one record, keyed by what it
   is (the pod's uid and its ``restartCount`` for an in-place restart under ``restartPolicy: OnFailure``;
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,8 +52,9 @@ from elastic_training.operators.constants import (
     LABEL_REPLICATED_JOB_NAME,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.policy import JobSetPhase, Observation
-from elastic_training.operators.recovery import LogDigest
+from elastic_training.operators.policy import JobSetPhase, Observation, QueueWait, RunPhase
+from elastic_training.operators.queueing import QueueState, is_queued_jobset, jobset_suspension, workload_status
+from elastic_training.operators.recovery import PREEMPTION, LogDigest
 from elastic_training.operators.slice_failures import (
     FailureKind,
     PodFailure,
@@ -70,6 +77,9 @@ PERMANENT_EXIT_CODES = frozenset({2})
 STATE_VERSION = 2
 MAX_RESTART_TIMES_KEPT = 1000
 MAX_FAILURES_KEPT = 512  # pod failure records; older episodes fold into totals past this
+# A suspended JobSet whose Workload is missing (or neither pending nor admitted) this long is in no queue: Kueue
+# creates the Workload within moments of the JobSet, so a shorter absence is the watches' order, not kueue #14811.
+NOT_QUEUED_GRACE_SECONDS = 30.0
 
 
 def normalize_timestamp(value: str) -> str | None:
@@ -97,7 +107,10 @@ def _status(obj: Obj) -> Obj:
 
 
 def jobset_phase(jobset: Obj | None) -> tuple[JobSetPhase, str]:
-    """The JobSet's phase and, when it ended, the reason and message of its terminal condition."""
+    """The JobSet's phase and, when it ended, the reason and message of its terminal condition.
+
+    Not ended and suspended (``spec.suspend``, or its ``Suspended`` condition true): ``SUSPENDED``.
+    """
     if jobset is None:
         return JobSetPhase.MISSING, ""
     status = _status(jobset)
@@ -109,6 +122,8 @@ def jobset_phase(jobset: Obj | None) -> tuple[JobSetPhase, str]:
             condition = true.get(kind, {})
             detail = ": ".join(str(p) for p in (condition.get("reason"), condition.get("message")) if p)
             return phase, detail
+    if jobset_suspension(jobset)[0]:
+        return JobSetPhase.SUSPENDED, ""
     return JobSetPhase.ACTIVE, ""
 
 
@@ -158,6 +173,7 @@ class WorkerJob:
     deleting_at: float | None = None
     gone: bool = False  # missing from a relist
     failed_at: float | None = None  # its FailureTarget or Failed condition's lastTransitionTime
+    suspended_failed: int = 0  # of `failed`, those counted while it (or its JobSet) was suspended: no failures
 
 
 @dataclass
@@ -206,20 +222,80 @@ class MonitorState:
     log_cursor: str | None = None  # RFC 3339 time of the last head-pod log line folded
     log_cursor_pod_uid: str | None = None
     digest: LogDigest = field(default_factory=LogDigest)
+    queue_managed: bool = False  # the JobSet carries the kueue.x-k8s.io/queue-name label
+    queue_state: str = QueueState.NONE.value
+    queue_state_since: float | None = None
+    queue_reason: str = ""  # Kueue's words on the Workload (QuotaReserved=False, Evicted, ...)
+    trainer_up_since: float | None = None  # the head's trainer container runs since (Kubernetes' time)
 
     # -- folding cluster objects -------------------------------------------------------------
 
-    def on_jobset(self, jobset: Obj | None) -> None:
-        """Fold the JobSet as last seen (``None``: it is gone)."""
+    def on_jobset(self, jobset: Obj | None, *, now: float | None = None) -> None:
+        """Fold the JobSet as last seen (``None``: it is gone); ``now`` dates a suspension with no time of its own."""
         if jobset is not None:
             uid = _meta(jobset).get("uid")
             if uid and self.jobset_uid is None:
                 self.jobset_uid = str(uid)
             self.jobset_restarts = int(_status(jobset).get("restarts") or 0)
+            self.queue_managed = is_queued_jobset(jobset)
         phase, detail = jobset_phase(jobset)
         self.phase = phase
         if detail:
             self.failure_detail = detail[:1000]
+        if jobset is not None and phase in (JobSetPhase.ACTIVE, JobSetPhase.SUSPENDED):
+            self._on_suspension(jobset, now)
+
+    def _on_suspension(self, jobset: Obj, now: float | None) -> None:
+        suspended, since = jobset_suspension(jobset)
+        created = parse_time(_meta(jobset).get("creationTimestamp"))
+        digest = self.digest
+        if suspended and not digest.suspended:
+            first = digest.first_admitted_at is None
+            # Seen now, it happened a moment before; Kubernetes stamps whole seconds: the span opens a second earlier.
+            seen = math.floor(now) - 1.0 if now is not None else None
+            start = since or (created if first else None) or seen or self.started_at
+            evicted = self.queue_state == QueueState.EVICTED.value
+            digest.queued(start, preempted=not first, reason=self.queue_reason if evicted else "")
+            self.trainer_up_since = None
+        elif not suspended and (digest.suspended or digest.first_admitted_at is None):
+            resumed = since if digest.queue_spans else (created or since)
+            digest.admitted(resumed or now or self.started_at)
+
+    def on_workload(self, workload: Obj | None, *, now: float) -> None:
+        """Fold the JobSet's Kueue Workload as last seen (``None``: there is none)."""
+        status = workload_status(workload)
+        if status.state.value != self.queue_state:
+            self.queue_state, self.queue_state_since = status.state.value, now
+        self.queue_reason = status.reason
+        if status.evicted_reason:
+            said = ": ".join(p for p in (status.evicted_reason, status.evicted_message) if p)
+            self.digest.note_preemption_reason(said)
+
+    def run_phase(self, now: float) -> RunPhase:
+        """Where the run stands: queued, starting, training, recovering, preempted, in no queue, or ended."""
+        if self.phase is JobSetPhase.SUSPENDED:
+            if self._not_queued(now):
+                return RunPhase.NOT_QUEUED
+            return RunPhase.QUEUED if self.digest.first_admitted_at is None else RunPhase.PREEMPTED
+        if self.phase is not JobSetPhase.ACTIVE:
+            return RunPhase.ENDED
+        digest = self.digest
+        if self.trainer_up_since is None or (digest.latest_step is None and digest.open_recovery is None):
+            return RunPhase.STARTING
+        opened = digest.open_recovery
+        if digest.waiting_for_slices or (opened is not None and opened.first_step_at is None):
+            return RunPhase.RECOVERING
+        return RunPhase.TRAINING
+
+    def _not_queued(self, now: float) -> bool:
+        if not self.queue_managed:
+            return True  # suspended, and no queue label: nothing admits it
+        if self.queue_state != QueueState.NOT_QUEUED.value:
+            return False
+        return now - (self.queue_state_since or now) >= NOT_QUEUED_GRACE_SECONDS
+
+    def _in_queue_span(self, at: float) -> bool:
+        return any(float(start or 0.0) <= at and (end is None or at <= end) for start, end in self.digest.queue_spans)
 
     def on_job(self, job: Obj, *, deleted: bool, now: float) -> list[int]:
         """Fold one child Job; returns the slices whose newly counted restarts it reveals.
@@ -242,7 +318,10 @@ class MonitorState:
         spec = spec if isinstance(spec, Mapping) else {}
         record.size = max(1, int(spec.get("completions") or spec.get("parallelism") or record.size))
         if record.deleting_at is None:
-            record.failed = max(record.failed, int(_status(job).get("failed") or 0))
+            failed = int(_status(job).get("failed") or 0)
+            if failed > record.failed and (bool(spec.get("suspend")) or self.phase is JobSetPhase.SUSPENDED):
+                record.suspended_failed += failed - record.failed  # Kueue's suspension deleted its pods
+            record.failed = max(record.failed, failed)
             record.failed_at = record.failed_at or _failed_at(job)
             deleting = parse_time(meta.get("deletionTimestamp"))
             if deleting is not None or deleted:
@@ -307,6 +386,8 @@ class MonitorState:
         gone_per_job: dict[str, int] = {}
         deleting: dict[str, list[PodFailure]] = {}
         for failure in self.failures.values():
+            if self._in_queue_span(failure.at):
+                continue  # Kueue suspended the JobSet (queued, preempted): its pods went, none of them failed
             job = self.jobs.get(failure.job)
             if job is not None and job.deleting_at is not None:
                 if failure.at > job.deleting_at:
@@ -321,12 +402,12 @@ class MonitorState:
             # In the second its deletion began (times are whole seconds): the pod that failed the Job, or the
             # teardown of a pod the Job never counted. The Job's failed counter, frozen then, says how many failed.
             job = self.jobs[uid]
-            allowed = max(0, job.failed - job.counted_before - job.folded)
+            allowed = max(0, job.failed - job.counted_before - job.folded - job.suspended_failed)
             kept = sorted(items, key=lambda f: f.at)[:allowed]
             gone_per_job[uid] = gone_per_job.get(uid, 0) + len(kept)
             counted.extend(kept)
         for uid, job in self.jobs.items():
-            unseen = job.failed - job.counted_before - job.folded - gone_per_job.get(uid, 0)
+            unseen = job.failed - job.counted_before - job.folded - job.suspended_failed - gone_per_job.get(uid, 0)
             if unseen <= 0:
                 continue
             # Pods that went while no trigger watched (or whose deletion the pod watch has yet to bring): the
@@ -392,9 +473,12 @@ class MonitorState:
         if deleted:
             if uid == self.head_pod_uid:
                 self.head_pod, self.head_pod_uid = None, None
+                self.trainer_up_since = None
             return
         if meta.get("deletionTimestamp") is None and uid != self.head_pod_uid:
             self.head_pod, self.head_pod_uid = str(meta.get("name")), uid
+        if uid == self.head_pod_uid:
+            self.trainer_up_since = None if meta.get("deletionTimestamp") else _running_at(pod, HEAD_MAIN_CONTAINER)
         code = _exit_code(pod, HEAD_MAIN_CONTAINER)
         if code in PERMANENT_EXIT_CODES:
             self.permanent = True
@@ -414,14 +498,37 @@ class MonitorState:
 
     # -- what the policy sees ----------------------------------------------------------------
 
-    def observation(self, *, now: float, target_step: int, full_restarts_used: int) -> Observation:
-        progress = max(self.started_at, self.digest.progress_at or 0.0)
+    def observation(
+        self, *, now: float, target_step: int, full_restarts_used: int, elastic_timeout_seconds: float | None = None
+    ) -> Observation:
+        """What the policy judges. The stall clock runs only while the JobSet is admitted and its trainer is up:
+        from the trainer's start or its last progress (pathwaysutils' wait for slices counts, for at most
+        ``elastic_timeout_seconds`` from its start)."""
+        digest = self.digest
+        progress: float | None = None
+        if self.phase is not JobSetPhase.SUSPENDED and self.trainer_up_since is not None:
+            waited = digest.slice_wait_progress(elastic_timeout_seconds)
+            progress = max(self.trainer_up_since, digest.progress_at or 0.0, waited or 0.0)
+        waiting = None
+        if self.phase is JobSetPhase.SUSPENDED:
+            open_span = digest.queue_spans[-1] if digest.suspended else None
+            reason = self.queue_reason
+            if not self.queue_managed:
+                reason = "the JobSet carries no kueue.x-k8s.io/queue-name label: nothing will admit it"
+            waiting = QueueWait(
+                since=float(open_span[0] or now) if open_span else now,
+                preempted=digest.first_admitted_at is not None,
+                not_queued=self._not_queued(now),
+                reason=reason,
+            )
         return Observation(
             now=now,
             phase=self.phase,
             target_step=target_step,
             full_restarts_used=full_restarts_used,
             progress_at=progress,
+            waiting=waiting,
+            preempted=any(r.kind == PREEMPTION and r.restored_at is None for r in digest.all_recoveries),
             slice_restart_times=tuple(self.slice_restart_times),
             latest_step=self.digest.latest_step,
             failure_detail=self.failure_detail,
@@ -458,6 +565,16 @@ class MonitorState:
         state = cls(**values)
         state._recount()
         return state
+
+
+def _running_at(pod: Obj, container: str) -> float | None:
+    """Since when ``container`` of ``pod`` runs (its ``state.running.startedAt``); ``None`` when it does not."""
+    for status in _status(pod).get("containerStatuses") or []:
+        if isinstance(status, Mapping) and status.get("name") == container:
+            running = (status.get("state") or {}).get("running")
+            if isinstance(running, Mapping):
+                return parse_time(running.get("startedAt"))
+    return None
 
 
 def _failed_at(job: Obj) -> float | None:

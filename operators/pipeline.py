@@ -288,7 +288,10 @@ class PretrainOperator(ElasticJobSetOperator):
             slice_restart_window_seconds=60.0 * config["slice_restart_window_minutes"],
             stall_timeout_seconds=60.0 * config["stall_timeout_minutes"],
             max_full_restarts=config["max_full_restarts"],
+            queue_timeout_seconds=_queue_timeout(config),
+            elastic_timeout_seconds=float(self.elastic_timeout_seconds),
         )
+        self.gke_knobs["queue_name"] = config.get("queue_name")
 
 
 class StageJobSetOperator(JobSetOperator):
@@ -322,6 +325,9 @@ class StageJobSetOperator(JobSetOperator):
         self.command = list(job["command"])
         self.args = evaluate_args(config, step) if self.stage == "evaluate" else synthesize_args(config, step)
         self.host = stage_host(config)
+        # The same queue as the pretraining, and the same waiting: queued and preempted are never failures.
+        self.queue_name = config.get("queue_name")
+        self.queue_timeout = _queue_timeout(config)
 
     def build_job(self) -> JobSpec:
         """The job on one TPU host of the run's type, rendered as for GKE whichever the runtime."""
@@ -342,6 +348,12 @@ class StageJobSetOperator(JobSetOperator):
         )
         manifests.lint_job(staged)
         return staged
+
+
+def _queue_timeout(config: Mapping[str, Any]) -> float | None:
+    """The form's ``queue_timeout_minutes`` in seconds (``None``: no bound; a configuration from before it: none)."""
+    minutes = config.get("queue_timeout_minutes")
+    return None if minutes is None else 60.0 * float(minutes)
 
 
 def _read_json(path: str) -> Any:

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from elastic_training.operators.spec import (
+    DEFAULT_ELASTIC_TIMEOUT_SECONDS,
     DNS1123_LABEL_MAX,
     LOCAL_MAXTEXT_IMAGE,
     LOCAL_TPU_TOPOLOGY,
@@ -40,6 +41,7 @@ from elastic_training.operators.spec import (
     TPU_TYPES,
     image_reference_error,
     is_dns1123_label,
+    stall_timeout_error,
 )
 
 # Airflow Variables the pipelines read (documented in docs/pipeline.md).
@@ -66,6 +68,11 @@ RUN_NAME_MAX: Final = 40
 RUN_SUFFIX_MAX: Final = DNS1123_LABEL_MAX - RUN_NAME_MAX - 1
 # Run types whose directory is named by the logical date (airflow.utils.types.DagRunType values).
 DATED_RUN_TYPES: Final = frozenset({"scheduled", "backfill"})
+# The LocalQueue every stage's JobSet joins (the kueue.x-k8s.io/queue-name label): xpk's name, the one the local
+# cluster's v5e-small description declares in namespace default.
+DEFAULT_QUEUE_NAME: Final = "multislice-queue"
+# The shortest stall timeout the form offers: over MaxText's default wait for slices (the spec lint's rule).
+STALL_TIMEOUT_MIN_MINUTES: Final = DEFAULT_ELASTIC_TIMEOUT_SECONDS // 60 + 1
 SECTION_MODEL: Final = "Model and data"
 SECTION_SCALE: Final = "Scale"
 SECTION_BUDGETS: Final = "Resilience budgets"
@@ -370,11 +377,38 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             10,
             integer(
                 "Stall timeout (minutes)",
-                "No training progress for this long while running: a full restart.",
+                "No training progress for this long while admitted and training: a full restart. It must exceed "
+                "MaxText's wait for lost slices (elastic_timeout_seconds, 5 min); queue time never counts.",
                 SECTION_BUDGETS,
-                1,
+                STALL_TIMEOUT_MIN_MINUTES,
                 1_440,
             ),
+        ),
+        ParamDef(
+            "queue_timeout_minutes",
+            None,
+            {
+                "type": ["null", "integer"],
+                "title": "Queue timeout (minutes)",
+                "description": "How long a stage may wait for Kueue to admit it (queued, or preempted and waiting "
+                "to be admitted again) before its JobSet is deleted and the run fails, saying why. Empty: no limit. "
+                "Queue time never counts as a stall.",
+                "section": SECTION_BUDGETS,
+                "minimum": 1,
+                "maximum": 10_080,
+            },
+        ),
+        ParamDef(
+            "queue_name",
+            DEFAULT_QUEUE_NAME,
+            {
+                "type": ["null", "string"],
+                "title": "Kueue LocalQueue",
+                "description": "Every stage's JobSet joins this queue (label kueue.x-k8s.io/queue-name), as xpk "
+                "submits workloads. Empty: no label, and Kueue leaves the JobSets alone.",
+                "section": SECTION_SCALE,
+                "maxLength": DNS1123_LABEL_MAX,
+            },
         ),
         ParamDef(
             "max_eval_loss",
@@ -688,6 +722,18 @@ def validate_params(
     window = _integer(params, "slice_restart_window_minutes", 1, 10_080)
     max_full_restarts = _integer(params, "max_full_restarts", 0, 99)
     stall = _integer(params, "stall_timeout_minutes", 1, 1_440)
+    # The spec's rule, asked of the spec: the pretrain stage runs MaxText's default wait for slices.
+    if (stall_error := stall_timeout_error(60.0 * stall, DEFAULT_ELASTIC_TIMEOUT_SECONDS)) is not None:
+        raise ParamError("stall_timeout_minutes", stall_error)
+    queue_timeout = None
+    if params.get("queue_timeout_minutes") is not None:
+        queue_timeout = _integer(params, "queue_timeout_minutes", 1, 10_080)
+    queue_name = _optional_string(params, "queue_name")
+    if queue_name is not None and not is_dns1123_label(queue_name):
+        raise ParamError(
+            "queue_name",
+            f"{queue_name!r} is not a Kueue LocalQueue name (a DNS-1123 label: lowercase letters, digits, '-')",
+        )
     max_loss = params.get("max_eval_loss")
     if isinstance(max_loss, bool) or not isinstance(max_loss, int | float) or not 0 < max_loss <= 1_000:
         raise ParamError("max_eval_loss", f"must be a number in (0, 1000], got {max_loss!r}")
@@ -736,6 +782,8 @@ def validate_params(
         "slice_restart_window_minutes": window,
         "max_full_restarts": max_full_restarts,
         "stall_timeout_minutes": stall,
+        "queue_timeout_minutes": queue_timeout,
+        "queue_name": queue_name,
         "max_eval_loss": float(max_loss),
         "num_samples": samples,
         "inject_slice_failure": drill,

@@ -7,13 +7,20 @@ resumes from the last committed step). :func:`decide` says when the fourth layer
 
 - the slice-restart budget is spent: more than ``max_slice_restarts`` slice restarts within the
   sliding ``slice_restart_window`` (in-process recovery keeps being undone by failing slices);
-- training stalled: no progress (a completed step, a checkpoint save started or finished, or an elastic
-  recovery line) for ``stall_timeout`` while the JobSet is active;
+- training stalled: no progress (a completed step, a checkpoint save started or finished, an elastic
+  recovery line, pathwaysutils' wait for slices within ``elastic_timeout_seconds``) for ``stall_timeout`` while the
+  stall clock runs: only while the JobSet is admitted (not suspended) and its trainer is up;
 - the JobSet failed for a reason a restart can mend (its ``failurePolicy`` gave up).
 
 Success needs the JobSet ``Completed`` **and** a committed step at the final step: MaxText exits 0
 after SIGTERM, so completion alone proves nothing. A JobSet completed short of its final step (a preemption's
 SIGTERM) is restartable: a full restart resumes it while the full-restart budget lasts.
+
+Waiting is not stalling. A JobSet suspended by Kueue (queued before its admission, or preempted after it) spends
+no budget and is never escalated: it is waited out, bounded only by ``queue_timeout`` (then the task fails, saying
+how long it waited and what Kueue said), and one suspended in no queue at all (kubernetes-sigs/kueue #14811) is
+reported as such under the same bound. Admitted but with its trainer not up yet (pods scheduling, nodes being
+provisioned, images pulling) the stall clock does not run either.
 """
 
 from __future__ import annotations
@@ -30,6 +37,19 @@ class JobSetPhase(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     MISSING = "missing"  # deleted by someone else
+    SUSPENDED = "suspended"  # spec.suspend (Kueue holds it: queued, or preempted)
+
+
+class RunPhase(StrEnum):
+    """Where the run stands, as the log and the view name it."""
+
+    QUEUED = "queued"  # suspended, never admitted yet
+    STARTING = "starting"  # admitted; pods scheduling, nodes provisioning, images pulling
+    TRAINING = "training"
+    RECOVERING = "recovering"  # in process: pathwaysutils' wait for slices, the restore, the first step after
+    PREEMPTED = "preempted"  # suspended after an admission
+    NOT_QUEUED = "not_queued"  # suspended, and pending in no queue (kubernetes-sigs/kueue #14811)
+    ENDED = "ended"  # completed, failed or gone
 
 
 class Action(StrEnum):
@@ -54,28 +74,56 @@ class Reason(StrEnum):
     FULL_RESTART_BUDGET = "full_restart_budget_spent"
     PERMANENT_FAILURE = "permanent_failure"
     JOBSET_MISSING = "jobset_missing"
+    STARTING = "starting"
+    QUEUED = "queued"
+    PREEMPTED = "preempted"
+    NOT_QUEUED = "not_queued"
+    QUEUE_TIMEOUT = "queue_timeout"
+    PREEMPTED_COMPLETED = "preempted_then_completed"
 
 
 @dataclass(frozen=True)
 class Budgets:
-    """The operator's own budgets (seconds for durations)."""
+    """The operator's own budgets (seconds for durations).
+
+    ``queue_timeout_seconds``: how long one wait for Kueue's admission may last (``None``: as long as it takes);
+    ``elastic_timeout_seconds``: MaxText's per-attempt wait for slices, the bound of that wait as progress.
+    """
 
     max_slice_restarts: int
     slice_restart_window_seconds: float
     stall_timeout_seconds: float
     max_full_restarts: int
+    queue_timeout_seconds: float | None = None
+    elastic_timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_slice_restarts < 0 or self.max_full_restarts < 0:
             raise ValueError("restart budgets must be >= 0")
         if self.slice_restart_window_seconds <= 0 or self.stall_timeout_seconds <= 0:
             raise ValueError("the slice-restart window and the stall timeout must be positive")
+        for name in ("queue_timeout_seconds", "elastic_timeout_seconds"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, or None")
+
+
+@dataclass(frozen=True)
+class QueueWait:
+    """The JobSet is suspended: since when this wait began, whether it follows an admission, what Kueue says."""
+
+    since: float
+    preempted: bool = False
+    not_queued: bool = False  # suspended, but pending in no queue (no Workload, or one neither pending nor admitted)
+    reason: str = ""  # Kueue's words: the Workload's QuotaReserved=False or Evicted condition
 
 
 @dataclass(frozen=True)
 class Observation:
     """What is known about the current JobSet incarnation at time ``now`` (Unix seconds).
 
+    ``waiting`` is set while the JobSet is suspended (queued or preempted); ``progress_at`` is ``None`` while the
+    stall clock does not run (suspended, or admitted with its trainer not up yet).
     ``slice_restart_times`` holds when each slice restart of this incarnation began, by Kubernetes' clock
     (one per slice failure, however many of its pods failed; evictions are not restarts, see
     :mod:`operators.slice_failures`); ``progress_at`` the last
@@ -89,12 +137,15 @@ class Observation:
     phase: JobSetPhase
     target_step: int
     full_restarts_used: int
-    progress_at: float
+    progress_at: float | None
     slice_restart_times: Sequence[float] = ()
     committed_step: int | None = None
     latest_step: int | None = None
     failure_detail: str = ""
     permanent: bool = False
+    waiting: QueueWait | None = None
+    # Preempted and not restored since: a completion now is the trainer's exit 0 on the preemption's SIGTERM.
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,7 +155,7 @@ class Decision:
     action: Action
     reason: Reason
     message: str
-    # ACTIVE and continuing: the moment the stall rule would fire if nothing changes.
+    # Continuing: the moment the stall rule (or queue_timeout) would fire if nothing changes.
     recheck_at: float | None = None
 
 
@@ -133,6 +184,8 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
             Reason.PERMANENT_FAILURE,
             f"the JobSet failed and a restart cannot help: {obs.failure_detail}",
         )
+    if obs.phase is JobSetPhase.SUSPENDED or obs.waiting is not None:
+        return _waiting(obs, budgets)
     in_window = slice_restarts_in_window(obs.slice_restart_times, obs.now, budgets.slice_restart_window_seconds)
     if in_window > budgets.max_slice_restarts:
         # Checked before a JobSet failure: the worker Job's backoffLimit is this same budget, so a JobSet
@@ -148,6 +201,8 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
         )
     if obs.phase is JobSetPhase.FAILED:
         return _escalate(obs, budgets, Reason.JOBSET_FAILED, f"the JobSet failed: {obs.failure_detail or 'no reason'}")
+    if obs.progress_at is None:
+        return Decision(Action.CONTINUE, Reason.STARTING, "admitted; waiting for the trainer to start (no stall clock)")
     stall_at = obs.progress_at + budgets.stall_timeout_seconds
     if obs.now >= stall_at:
         step = "no step yet" if obs.latest_step is None else f"last completed step {obs.latest_step}"
@@ -159,6 +214,36 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
             f"(stall_timeout={_duration(budgets.stall_timeout_seconds)}; {step})",
         )
     return Decision(Action.CONTINUE, Reason.RUNNING, "training", recheck_at=stall_at)
+
+
+def _waiting(obs: Observation, budgets: Budgets) -> Decision:
+    """Suspended by Kueue: wait, spending nothing, until admitted again or ``queue_timeout`` has passed."""
+    wait = obs.waiting or QueueWait(since=obs.now)
+    waited = max(0.0, obs.now - wait.since)
+    said = f"; Kueue: {wait.reason}" if wait.reason else ""
+    if wait.not_queued:
+        reason = Reason.NOT_QUEUED
+        what = (
+            "suspended and pending in no Kueue queue (no Workload, or one neither pending nor admitted: "
+            "kubernetes-sigs/kueue #14811), so nothing will admit it unless it is requeued"
+        )
+    elif wait.preempted:
+        reason, what = Reason.PREEMPTED, "preempted by Kueue and waiting to be admitted again"
+    else:
+        reason, what = Reason.QUEUED, "queued by Kueue and waiting for admission"
+    timeout = budgets.queue_timeout_seconds
+    if timeout is not None and waited >= timeout:
+        return Decision(
+            Action.FAIL,
+            Reason.QUEUE_TIMEOUT,
+            f"not admitted after waiting {_duration(waited)} (queue_timeout={_duration(timeout)}): {what}{said}",
+        )
+    return Decision(
+        Action.CONTINUE,
+        reason,
+        f"{what} for {_duration(waited)} (no budget spent){said}",
+        recheck_at=None if timeout is None else wait.since + timeout,
+    )
 
 
 def _completed(obs: Observation, budgets: Budgets) -> Decision:
@@ -175,6 +260,16 @@ def _completed(obs: Observation, budgets: Budgets) -> Decision:
             f"the JobSet completed with committed step {obs.committed_step} (target {obs.target_step})",
         )
     reached = "no committed step" if obs.committed_step < 0 else f"newest committed step {obs.committed_step}"
+    if obs.preempted:
+        # Kueue's suspension sent the trainer SIGTERM; MaxText exits 0 on it, and a Job counts a pod that succeeded
+        # while suspended, so the head Job completed: the preemption ended this JobSet. Recreating it is part of the
+        # preemption, no full restart: it spends no budget.
+        return Decision(
+            Action.ESCALATE,
+            Reason.PREEMPTED_COMPLETED,
+            f"the JobSet completed after a Kueue preemption ({reached}, target step {obs.target_step}): its trainer "
+            "exited 0 on the preemption's SIGTERM; recreating it to resume from its checkpoint (no budget spent)",
+        )
     # MaxText exits 0 after SIGTERM (a preemption, a node drain) or a failed save: the run was stopped, not
     # finished, and resuming from the last committed step mends it like any other restartable failure.
     return _escalate(

@@ -4,7 +4,8 @@ Least privilege for exactly the calls the hooks make (Kubernetes RBAC, rbac.auth
 JobSets are created, read, listed, watched and deleted (foreground deletion needs no extra verb: the API
 server adds the `foregroundDeletion` finalizer itself); worker Jobs are listed and watched (their failed
 counters); worker and head pods are listed and watched; head-pod logs are read through the `pods/log`
-subresource. Nothing patches or updates anything, and no secret is readable. The end-to-end tests run
+subresource; Kueue's Workloads (kueue.x-k8s.io/v1beta2) are listed and watched, read-only, for the admission of a
+JobSet with a queue label. Nothing patches or updates anything, and no secret is readable. The end-to-end tests run
 as this account on the local cluster, which enforces RBAC (docs/rbac.md).
 
 `deploy/rbac.yaml` is `render_yaml(rbac_manifests("default"))`; regenerate it with
@@ -19,7 +20,7 @@ from typing import Any, Final
 
 import yaml
 
-from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, KUEUE_GROUP, WORKLOAD_PLURAL
 
 DEFAULT_SERVICE_ACCOUNT: Final = "elastic-training"
 ROLE_NAME: Final = "elastic-training"
@@ -32,6 +33,8 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     (("batch",), ("jobs",), ("list", "watch")),  # the worker Jobs' failed counters (slice restarts)
     (("",), ("pods",), ("list", "watch")),
     (("",), ("pods/log",), ("get",)),
+    # Kueue's Workloads, read-only: the queue's reason for a JobSet it holds (queued, preempted, in no queue).
+    ((KUEUE_GROUP,), (WORKLOAD_PLURAL,), ("list", "watch")),
 )
 
 

@@ -3,7 +3,15 @@
 MaxText on Pathways logs each in-process recovery (shared markers in :mod:`operators.constants`):
 ``Elastic event detected`` (the controller caught the slice failure), ``Sufficient slices active:
 A >= K`` (pathwaysutils' wait for slices returned), ``restoring from this run's directory step N``
-(the restore of the newest committed step), then ``completed step: N+1`` (the first step after).
+(the restore of the newest committed step), then ``completed step: N+1`` (the first step after). A scale-up
+(pathwaysutils' ``Scale up requested.``, when slices came back while ``elastic_min_slice_count`` let the run go on
+without them) is a recovery of its own kind, with the same phases. pathwaysutils' wait for slices (``Waiting for
+K slices``, then ``A slices active. Wanting at least K`` every poll) is progress, bounded by MaxText's
+``elastic_timeout_seconds`` (:meth:`LogDigest.slice_wait_progress`).
+
+The digest also holds the run's time in Kueue's hands, told by the JobSet rather than the log (:meth:`queued`,
+:meth:`admitted`): the spans it waited for admission, and each preemption (suspended after an admission) as a
+recovery of kind ``preemption``, whose restore and first step come from the log when the run is admitted again.
 :class:`LogDigest` folds timestamped lines into those phases without keeping the lines, so it can
 travel in a trigger's kwargs and the task state store: its size grows with recoveries, not steps.
 
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,17 +46,27 @@ from elastic_training.operators.constants import (
     NO_CHECKPOINT_RE,
     RESTORING_STEP_RE,
     SAVED_CHECKPOINT_RE,
+    SCALE_UP_RE,
+    SLICE_WAIT_RE,
+    SLICES_WANTED_RE,
     SUFFICIENT_SLICES_RE,
     TRAINING_STOPPED_RE,
 )
 
 MAX_RECOVERIES_KEPT = 200  # a hostile or broken trainer must not grow a trigger's kwargs without bound
 MAX_STEP_POINTS = 240  # the step series is thinned (every 2nd, 4th, ... step) to stay this small
+MAX_QUEUE_SPANS = 200
+SLICE_DOWN, SCALE_UP, PREEMPTION = "slice_down", "scale_up", "preemption"
 
 
 @dataclass
 class Recovery:
-    """One in-process recovery: its phases (Unix seconds) and what it cost in steps."""
+    """One recovery: its phases (Unix seconds) and what it cost in steps.
+
+    ``kind``: ``slice_down`` (pathwaysutils' ``Elastic event detected``), ``scale_up`` (``Scale up requested.``) or
+    ``preemption`` (Kueue suspended the admitted JobSet: ``detected_at`` is the suspension, ``slices_ready_at`` the
+    admission again).
+    """
 
     detected_at: float
     failed_step: int | None
@@ -57,6 +75,8 @@ class Recovery:
     restored_step: int | None = None
     restored_at: float | None = None
     first_step_at: float | None = None
+    kind: str = SLICE_DOWN
+    reason: str = ""  # a preemption: what Kueue said (its Workload's Evicted condition)
 
     @property
     def complete(self) -> bool:
@@ -106,6 +126,11 @@ class LogDigest:
     resumed_from_step: int | None = None  # the step restored before any step ran (-1: trained from scratch)
     step_points: list[list[float]] = field(default_factory=list)  # [at, step, n-th step executed]
     step_point_stride: int = 1
+    slice_wait_since: float | None = None  # pathwaysutils' current wait for slices: its first line, its last
+    slice_wait_last_at: float | None = None
+    queue_spans: list[list[float | None]] = field(default_factory=list)  # [suspended at, admitted at or None]
+    preempted_spans: int = 0  # of queue_spans, those after an admission (preemptions)
+    first_admitted_at: float | None = None
 
     def feed(self, at: float, line: str) -> None:
         """Fold one log line logged at ``at`` (Unix seconds)."""
@@ -119,12 +144,22 @@ class LogDigest:
             self._close_open()
             self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step)
             self.progress_at = at
+        elif SCALE_UP_RE.search(line):
+            self._close_open()
+            self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step, kind=SCALE_UP)
+            self.progress_at = at
         elif (match := SUFFICIENT_SLICES_RE.search(line)) is not None:
             recovery = self.open_recovery
-            if recovery is not None and recovery.slices_ready_at is None:
+            if recovery is not None and recovery.slices_ready_at is None and recovery.kind != PREEMPTION:
                 recovery.slices_ready_at = at
                 recovery.slices = int(match.group(1))
             self.progress_at = at
+            self.slice_wait_since = self.slice_wait_last_at = None
+        elif SLICE_WAIT_RE.search(line) or SLICES_WANTED_RE.search(line):
+            # Progress only as long as MaxText itself waits (elastic_timeout_seconds): see slice_wait_progress.
+            if self.slice_wait_since is None:
+                self.slice_wait_since = at
+            self.slice_wait_last_at = at
         elif (match := RESTORING_STEP_RE.search(line)) is not None:
             self._restored(at, int(match.group(1)))
         elif NO_CHECKPOINT_RE.search(line):
@@ -143,7 +178,60 @@ class LogDigest:
             self.feed(at, line)
         return self
 
+    def slice_wait_progress(self, bound_seconds: float | None) -> float | None:
+        """The last line of the current wait for slices as progress, no later than its start + ``bound_seconds``."""
+        if self.slice_wait_since is None or self.slice_wait_last_at is None:
+            return None
+        if bound_seconds is None:
+            return self.slice_wait_last_at
+        return min(self.slice_wait_last_at, self.slice_wait_since + bound_seconds)
+
+    @property
+    def waiting_for_slices(self) -> bool:
+        return self.slice_wait_since is not None
+
+    # -- Kueue: told by the JobSet, not the log ---------------------------------------------------
+
+    def queued(self, at: float, *, preempted: bool, reason: str = "") -> None:
+        """The JobSet is suspended from ``at``: waiting for its (first, or next) admission."""
+        if self.queue_spans and self.queue_spans[-1][1] is None:
+            return
+        self.queue_spans.append([at, None])
+        del self.queue_spans[:-MAX_QUEUE_SPANS]
+        self.slice_wait_since = self.slice_wait_last_at = None
+        if preempted:
+            self.preempted_spans += 1
+            self._close_open()
+            self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step, kind=PREEMPTION, reason=reason)
+
+    def admitted(self, at: float) -> None:
+        """The JobSet runs (again) from ``at``."""
+        if self.first_admitted_at is None:
+            self.first_admitted_at = at
+        if self.queue_spans and self.queue_spans[-1][1] is None:
+            self.queue_spans[-1][1] = max(at, float(self.queue_spans[-1][0] or 0.0))
+        recovery = self.open_recovery
+        if recovery is not None and recovery.kind == PREEMPTION and recovery.slices_ready_at is None:
+            recovery.slices_ready_at = at
+
+    def note_preemption_reason(self, reason: str) -> None:
+        recovery = self.open_recovery
+        if recovery is not None and recovery.kind == PREEMPTION and reason and not recovery.reason:
+            recovery.reason = reason[:500]
+
+    def queued_seconds(self, now: float) -> float:
+        """Seconds spent suspended (queued or preempted), an open wait counted until ``now``."""
+        return sum(max(0.0, (end if end is not None else now) - float(start or 0.0)) for start, end in self.queue_spans)
+
+    @property
+    def suspended(self) -> bool:
+        return bool(self.queue_spans) and self.queue_spans[-1][1] is None
+
     def _completed_step(self, at: float, step: int, seconds: float, line: str) -> None:
+        self.slice_wait_since = self.slice_wait_last_at = None
+        opened = self.open_recovery
+        if opened is not None and opened.kind == PREEMPTION and opened.restored_at is None:
+            opened.failed_step = step  # the old trainer's last steps, logged as its pods went
         self.latest_step = step
         self.latest_step_at = at
         self.progress_at = at
@@ -224,6 +312,7 @@ class LogDigest:
         values["recoveries"] = [Recovery(**r) for r in values.get("recoveries") or []]
         opened = values.get("open_recovery")
         values["open_recovery"] = Recovery(**opened) if opened else None
+        values["queue_spans"] = [list(span) for span in values.get("queue_spans") or []]
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
@@ -262,6 +351,33 @@ def recovery_report(recovery: Recovery, *, mean_step_seconds: float | None, cost
         "chip_seconds_lost": chip_seconds,
         "cost": None if chip_seconds is None else costs.cost(chip_seconds),
         "complete": recovery.complete,
+        "kind": recovery.kind,
+    }
+
+
+def preemption_report(recovery: Recovery, *, mean_step_seconds: float | None, costs: CostModel) -> dict[str, Any]:
+    """One preemption as the run report shows it: when, how long it waited to be admitted again, steps lost.
+
+    Its queue time spends no chip time (the slices went to another workload); the steps run again do.
+    """
+    lost = recovery.steps_lost
+    redo = round(costs.chips * (lost or 0) * (mean_step_seconds or 0.0), 3)
+    queued = None
+    if recovery.slices_ready_at is not None:
+        queued = round(max(0.0, recovery.slices_ready_at - recovery.detected_at), 3)
+    return {
+        "at": recovery.detected_at,
+        "reason": recovery.reason,
+        "step": recovery.failed_step,
+        "readmitted_at": recovery.slices_ready_at,
+        "queued_seconds": queued,
+        "restored_step": recovery.restored_step,
+        "restored_at": recovery.restored_at,
+        "first_step_at": recovery.first_step_at,
+        "steps_lost": lost,
+        "chip_seconds_lost": redo if lost is not None else None,
+        "complete": recovery.complete,
+        "recreated": False,  # the preemption ended its JobSet and a new one resumed the run
     }
 
 
@@ -293,6 +409,7 @@ def run_report(
     budgets: Mapping[str, Any] | None = None,
     checkpoint_period: int | None = None,
     checkpoint_save_seconds: float | None = None,
+    ended_at: float | None = None,
 ) -> dict[str, Any]:
     """The run report (the operator's XCom ``return_value``): counts, recoveries with cost, goodput.
 
@@ -301,13 +418,34 @@ def run_report(
     ``budgets`` (the operator's allowances) travel with the report so a view of it can show each
     budget used against allowed; ``checkpoint_period`` and ``checkpoint_save_seconds`` feed the
     checkpoint-period ``advice`` (:mod:`operators.advice`; ``None`` when they were not measured).
+    ``ended_at`` (Unix time the report is made; default: the newest time the digests know) closes an open queue
+    wait and measures the tail after the last step. ``goodput`` is productive step time over the time the run
+    held capacity (queue time apart); ``goodput_with_queue`` over the whole wall time.
     """
     recoveries: list[dict[str, Any]] = []
+    preemptions: list[dict[str, Any]] = []
     productive = 0.0
+    # A preemption that ended its JobSet (the trainer's exit 0 on SIGTERM) was resumed by a new one: its restore
+    # and steps lost are that recreation's.
+    recreated = {str(e.get("jobset_name")): e for e in escalations if e.get("preemption")}
     for incarnation in incarnations:
         digest = incarnation.digest
         mean = digest.mean_step_seconds
-        recoveries.extend(recovery_report(r, mean_step_seconds=mean, costs=costs) for r in digest.all_recoveries)
+        for r in digest.all_recoveries:
+            if r.kind == PREEMPTION:
+                entry = preemption_report(r, mean_step_seconds=mean, costs=costs)
+                again = recreated.get(incarnation.jobset_name) if r.restored_at is None else None
+                if again is not None:
+                    lost = int(again.get("steps_lost") or 0)
+                    entry.update(
+                        restored_step=again.get("resumed_from_step"),
+                        steps_lost=lost,
+                        chip_seconds_lost=round(costs.chips * lost * (mean or 0.0), 3),
+                        recreated=True,
+                    )
+                preemptions.append(entry)
+            else:
+                recoveries.append(recovery_report(r, mean_step_seconds=mean, costs=costs))
         lost = sum(r.steps_lost or 0 for r in digest.all_recoveries)
         productive += (mean or 0.0) * max(0, digest.steps_executed - lost)
     escalation_steps_lost = sum(int(e.get("steps_lost") or 0) for e in escalations)
@@ -319,8 +457,12 @@ def run_report(
     # No step read and no restore either: the log was not read; an unknown goodput is not a zero one.
     goodput_known = wall_seconds > 0 and (executed > 0 or trained_nothing)
     recovery_chip_seconds = sum(r["chip_seconds_lost"] or 0.0 for r in recoveries)
+    recovery_chip_seconds += sum(p["chip_seconds_lost"] or 0.0 for p in preemptions if not p.get("recreated"))
     escalation_chip_seconds = costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
     current = incarnations[-1] if incarnations else None
+    times = capacity(incarnations, ended_at)
+    # Queue time is no training badput (ml-goodput-measurement keeps its badput kinds apart): the run held no chips.
+    holding = max(0.0, wall_seconds - times["queued_seconds"])
     report: dict[str, Any] = {
         "jobset_name": current.jobset_name if current else None,
         "namespace": namespace,
@@ -330,17 +472,25 @@ def run_report(
         "slice_restarts": sum(i.slice_restarts for i in incarnations),
         "slice_evictions": sum(i.slice_evictions for i in incarnations),
         "in_process_recoveries": len(recoveries),
-        "full_restarts": len(escalations),
+        "scale_up_recoveries": sum(1 for r in recoveries if r["kind"] == SCALE_UP),
+        "preemptions": preemptions,
+        "preemption_count": len(preemptions),
+        "full_restarts": sum(1 for e in escalations if not e.get("preemption")),
+        "preemption_recreations": sum(1 for e in escalations if e.get("preemption")),
         "jobset_restarts": sum(i.jobset_restarts for i in incarnations),
         "escalations": escalations,
         "recoveries": recoveries,
-        "steps_lost": sum(r["steps_lost"] or 0 for r in recoveries) + escalation_steps_lost,
+        "steps_lost": sum(r["steps_lost"] or 0 for r in recoveries)
+        + sum(p["steps_lost"] or 0 for p in preemptions if not p.get("recreated"))
+        + escalation_steps_lost,
         "chips": costs.chips,
         "price_per_chip_hour": costs.price_per_chip_hour,
         "chip_seconds_lost": round(recovery_chip_seconds + escalation_chip_seconds, 3),
         "cost_lost": costs.cost(recovery_chip_seconds + escalation_chip_seconds),
         "mean_step_seconds": None if mean_all is None else round(mean_all, 6),
-        "goodput": round(min(1.0, productive / wall_seconds), 4) if goodput_known else None,
+        "goodput": round(min(1.0, productive / holding), 4) if goodput_known and holding > 0 else None,
+        "goodput_with_queue": round(min(1.0, productive / wall_seconds), 4) if goodput_known else None,
+        **times,
         "steps_executed": executed,
         "startup_step_seconds": round(sum(i.digest.startup_step_seconds for i in incarnations), 3),
         "resumed_from_step": resumed,
@@ -353,6 +503,42 @@ def run_report(
     }
     report["advice"] = advice_for_report(report)
     return report
+
+
+def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> dict[str, Any]:
+    """Where the run's time went around its steps: queued, admission to first step, training, the tail after."""
+    digests = [i.digest for i in incarnations]
+    known = [t for d in digests for t in (d.latest_step_at, *(s for span in d.queue_spans for s in span)) if t]
+    end = ended_at if ended_at is not None else max(known, default=0.0)
+    queued = sum(d.queued_seconds(end) for d in digests)
+    first = next((d for d in digests if d.first_step_at is not None), None)
+    to_first_step = None
+    if first is not None and first.first_admitted_at is not None and first.first_step_at is not None:
+        # Admission to the first step, the first incarnation's queue spans (preemptions before it) set apart.
+        waits = sum(
+            max(0.0, min(float(e if e is not None else end), first.first_step_at) - float(s or 0.0))
+            for s, e in first.queue_spans
+            if float(s or 0.0) >= first.first_admitted_at
+        )
+        to_first_step = round(max(0.0, first.first_step_at - first.first_admitted_at - waits), 3)
+    training = 0.0
+    for d in digests:
+        if d.first_step_at is None or d.latest_step_at is None:
+            continue
+        inside = sum(
+            max(0.0, min(float(e if e is not None else end), d.latest_step_at) - max(float(s or 0.0), d.first_step_at))
+            for s, e in d.queue_spans
+        )
+        training += max(0.0, d.latest_step_at - d.first_step_at - inside)
+    last = digests[-1].latest_step_at if digests else None
+    return {
+        "queued_seconds": round(queued, 3),
+        "admission_to_first_step_seconds": to_first_step,
+        "training_seconds": round(training, 3),
+        "tail_seconds": None if last is None or ended_at is None else round(max(0.0, ended_at - last), 3),
+        "last_step_at": last,
+        "queue_spans": [list(span) for d in digests for span in d.queue_spans],
+    }
 
 
 def _mean_step_seconds(incarnations: list[Incarnation]) -> float | None:

@@ -227,6 +227,9 @@ TPU_TYPES: Final[Mapping[str, TpuType]] = {
 }
 
 
+DEFAULT_ELASTIC_TIMEOUT_SECONDS: Final = 300  # MaxText's own default
+
+
 @dataclass(frozen=True)
 class ElasticRunSpec:
     """Everything that decides the elastic MaxText JobSet of one run.
@@ -248,7 +251,7 @@ class ElasticRunSpec:
     max_slice_restarts: int = 3
     jobset_max_restarts: int = 0
     elastic_max_retries: int | None = None
-    elastic_timeout_seconds: int = 300
+    elastic_timeout_seconds: int = DEFAULT_ELASTIC_TIMEOUT_SECONDS
     elastic_min_slice_count: int = -1
     config_file: str = DEFAULT_CONFIG_FILE
     pathways_server_image: str = PATHWAYS_SERVER_IMAGE
@@ -256,7 +259,10 @@ class ElasticRunSpec:
     head_node_pool: str = DEFAULT_HEAD_NODE_POOL
     service_account: str | None = None
     priority_class: str | None = None
-    kueue_queue: str | None = None
+    queue_name: str | None = None
+    workload_priority_class: str | None = None
+    elastic_slices: int | None = None
+    stall_timeout_seconds: float | None = None
     image_pull_policy: ImagePullPolicy | None = None
     trainer_env: Mapping[str, str] = field(default_factory=dict)
     worker_env: Mapping[str, str] = field(default_factory=dict)
@@ -275,6 +281,20 @@ class ElasticRunSpec:
     def target_step(self) -> int:
         """The last step: MaxText counts from 0 and saves step `steps - 1` on completion."""
         return self.steps - 1
+
+    @property
+    def effective_elastic_slices(self) -> int:
+        """``elastic_slices`` (the proxy's ``--num_elastic_slices``: the slices the run may lose), or its default.
+
+        xpk leaves ``--elastic-slices`` to the user (default 0: not elastic); its elastic recipes and MaxText's guide
+        use 1 (pause-resume: wait for the lost slice), and ml-auto-solutions' replica-resize runs the slices the run
+        may continue without, ``num_slices - elastic_min_slice_count``.
+        """
+        if self.elastic_slices is not None:
+            return self.elastic_slices
+        if self.elastic_min_slice_count != -1 and _is_int(self.num_slices) and _is_int(self.elastic_min_slice_count):
+            return max(1, self.num_slices - self.elastic_min_slice_count)
+        return 1
 
     @property
     def effective_elastic_max_retries(self) -> int:
@@ -414,6 +434,48 @@ def _require_int(name: str, value: object, minimum: int, maximum: int = INT32_MA
     return value
 
 
+def stall_timeout_error(stall_timeout_seconds: float, elastic_timeout_seconds: int) -> str | None:
+    """Why ``stall_timeout`` is too short for MaxText's wait for slices, or ``None`` when it exceeds it.
+
+    pathwaysutils' wait for slices is progress only up to ``elastic_timeout_seconds``; after it the restore and the
+    step function's compilation come before the next step, so a stall timeout at or under that wait would cut short
+    an in-process recovery that MaxText is still allowed to finish.
+    """
+    if stall_timeout_seconds > elastic_timeout_seconds:
+        return None
+    short = elastic_timeout_seconds - stall_timeout_seconds
+    by = "it equals that wait" if short == 0 else f"it is {short:g} s short of that wait"
+    return (
+        f"{stall_timeout_seconds:g} s does not exceed elastic_timeout_seconds={elastic_timeout_seconds} "
+        f"({by}, and the restore and compilation come after it): raise it above "
+        f"{elastic_timeout_seconds} s, or lower elastic_timeout_seconds"
+    )
+
+
+def _lint_stall_timeout(stall: object, elastic_timeout: int) -> None:
+    if stall is None:
+        return
+    if isinstance(stall, bool) or not isinstance(stall, int | float) or not stall > 0 or stall != stall:
+        raise SpecError("stall_timeout", f"must be a positive number of seconds, got {shown(stall)}")
+    error = stall_timeout_error(float(stall), elastic_timeout)
+    if error is not None:
+        raise SpecError("stall_timeout", error)
+
+
+def _lint_elastic_slices(spec: ElasticRunSpec) -> None:
+    if spec.elastic_slices is None:
+        return
+    slices = spec.num_slices
+    lost = _require_int("elastic_slices", spec.elastic_slices, 1, slices)
+    minimum = spec.elastic_min_slice_count
+    if minimum != -1 and lost < slices - minimum:
+        raise SpecError(
+            "elastic_slices",
+            f"{lost} is fewer than the slices elastic_min_slice_count={minimum} lets the run go on without "
+            f"({slices} - {minimum} = {slices - minimum}): the proxy would end the run before MaxText's minimum",
+        )
+
+
 def _lint_runtime(spec: ElasticRunSpec) -> None:
     if spec.runtime not in RUNTIMES:
         raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {shown(spec.runtime)}")
@@ -510,6 +572,8 @@ def _lint_budgets(spec: ElasticRunSpec) -> None:
             f"registration with the resource manager): use at least {ELASTIC_TIMEOUT_MIN_GKE_SECONDS} "
             f"(MaxText's default is 300; a lost host takes {ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS} s or more to repair)",
         )
+    _lint_stall_timeout(spec.stall_timeout_seconds, timeout)
+    _lint_elastic_slices(spec)
     if spec.elastic_max_retries is None:
         return
     retries = _require_int("elastic_max_retries", spec.elastic_max_retries, 1)
@@ -602,14 +666,18 @@ def _lint_gke_placement(spec: ElasticRunSpec) -> None:
             "head_node_pool",
             f"{shown(pool)} is not a GKE node pool name (lowercase letters, digits and '-', at most 63 characters)",
         )
-    for name, kind in (("service_account", "ServiceAccount"), ("priority_class", "PriorityClass")):
+    for name, kind in (
+        ("service_account", "ServiceAccount"),
+        ("priority_class", "PriorityClass"),
+        ("workload_priority_class", "Kueue WorkloadPriorityClass"),
+    ):
         value = getattr(spec, name)
         if value is not None and not is_dns1123_subdomain(value):
             raise SpecError(name, f"{shown(value)} is not a {kind} name (a DNS-1123 subdomain), or None")
-    queue = spec.kueue_queue
+    queue = spec.queue_name
     if queue is not None and (not isinstance(queue, str) or not is_dns1123_label(queue)):
         raise SpecError(
-            "kueue_queue",
+            "queue_name",
             f"{shown(queue)} is not a Kueue LocalQueue name usable as the kueue.x-k8s.io/queue-name label value "
             "(a DNS-1123 label), or None",
         )

@@ -1,8 +1,9 @@
 """`JobSetTrigger`: watch one JobSet incarnation without holding a worker slot.
 
-It watches the JobSet (by name), its child Jobs and pods (by the ``jobset-name`` label) and follows
-the head pod's trainer log, folding all of it into a :class:`~operators.observations.MonitorState`. After every
-change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
+It watches the JobSet (by name), its child Jobs and pods (by the ``jobset-name`` label), the Kueue Workload of a
+JobSet that carries a queue label (by Kueue's ``kueue.x-k8s.io/job-uid`` label; read-only, for the queue's reason),
+and follows the head pod's trainer log, folding all of it into a :class:`~operators.observations.MonitorState`.
+After every change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
 the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
 deadline passed. It is side-effect free: it never creates, deletes or patches anything, so running
 it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; transient API
@@ -28,9 +29,14 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from elastic_training.operators import config
 from elastic_training.operators.backoff import Backoff
-from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_NAME, LABEL_JOBSET_UID
+from elastic_training.operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    LABEL_JOBSET_NAME,
+    LABEL_JOBSET_UID,
+    LABEL_KUEUE_JOB_UID,
+)
 from elastic_training.operators.observations import MonitorState, parse_time
-from elastic_training.operators.policy import Action, Budgets, decide
+from elastic_training.operators.policy import Action, Budgets, RunPhase, decide
 
 if TYPE_CHECKING:
     from elastic_training.operators.hooks import AsyncJobSetHook
@@ -182,6 +188,8 @@ class _Monitor:
         self.hook = hook
         self.budgets = Budgets(**trigger.budgets)
         self.changed = asyncio.Event()
+        self.queue_managed = asyncio.Event()  # the JobSet carries a queue label: its Workload is watched
+        self.run_phase: RunPhase | None = None
         self.log = trigger.log
 
     def event(self, status: EventStatus, reason: str, message: str) -> dict[str, Any]:
@@ -200,6 +208,7 @@ class _Monitor:
             asyncio.create_task(self._watch_pods(), name="pods"),
             asyncio.create_task(self._watch_jobs(), name="jobs"),
             asyncio.create_task(self._follow_log(), name="log"),
+            asyncio.create_task(self._watch_workloads(), name="workloads"),
         ]
         for task in tasks:
             task.add_done_callback(lambda _: self.changed.set())
@@ -225,9 +234,13 @@ class _Monitor:
             if trigger.deadline is not None and now >= trigger.deadline:
                 return self.event(EventStatus.DEADLINE, "deadline", "the trigger's deadline passed")
             observation = self.state.observation(
-                now=now, target_step=trigger.target_step, full_restarts_used=trigger.full_restarts_used
+                now=now,
+                target_step=trigger.target_step,
+                full_restarts_used=trigger.full_restarts_used,
+                elastic_timeout_seconds=self.budgets.elastic_timeout_seconds,
             )
             decision = decide(observation, self.budgets)
+            self._note_phase(now, decision.message)
             settling = self.settled_at - time.monotonic()
             if decision.action is not Action.CONTINUE and settling <= 0:
                 await self._catch_up_log()
@@ -243,6 +256,12 @@ class _Monitor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=max(0.05, min(wake) - now))
 
+    def _note_phase(self, now: float, message: str) -> None:
+        phase = self.state.run_phase(now)
+        if phase is not self.run_phase:
+            self.run_phase = phase
+            self.log.info("JobSet %s: %s (%s)", self.trigger.name, phase.value, message)
+
     async def _watch_jobset(self) -> None:
         async for kind, obj in self.hook.watch_jobset(self.trigger.name, self.trigger.namespace):
             if kind == "DELETED" or obj is None:
@@ -250,7 +269,25 @@ class _Monitor:
             elif self.trigger.uid and obj.get("metadata", {}).get("uid") != self.trigger.uid:
                 self.state.on_jobset(None)  # same name, another incarnation: ours is gone
             else:
-                self.state.on_jobset(obj)
+                self.state.on_jobset(obj, now=time.time())
+                if self.state.queue_managed:
+                    self.queue_managed.set()
+            self.changed.set()
+
+    async def _watch_workloads(self) -> None:
+        """The JobSet's Kueue Workload, once the JobSet shows a queue label (others have none to read)."""
+        await self.queue_managed.wait()
+        uid = self.state.jobset_uid or self.trigger.uid
+        if not uid:
+            return
+        async for kind, obj in self.hook.watch_workloads(self.trigger.namespace, f"{LABEL_KUEUE_JOB_UID}={uid}"):
+            now = time.time()
+            if kind == "SYNC":
+                items = [w for w in obj.get("items") or [] if isinstance(w, dict)]
+                newest = max(items, key=_created, default=None)
+                self.state.on_workload(newest, now=now)
+            else:
+                self.state.on_workload(None if kind == "DELETED" else obj, now=now)
             self.changed.set()
 
     async def _watch_pods(self) -> None:
@@ -336,6 +373,10 @@ class _Monitor:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._read_log(pod, uid, follow=False), timeout=FINAL_LOG_WAIT_SECONDS)
+
+
+def _created(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
 
 class _LogFailures:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -239,6 +240,7 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
         checkpoints=checkpoints_of(run_directory) if storage else None,
         recovery_records=recovery_records_of(run_directory) if storage else [],
         rendered=rendered,
+        now=None if ti.end_date is not None else time.time(),
     )
     view["live"] = now
     return view

@@ -15,6 +15,12 @@ says which). ``training`` says what kind of run it was (clean, in-process recove
 trained nothing, or unknown when the log was not read) in words the page shows as they are, and
 ``startup`` splits the time before the first step into waiting for the trainer and its first
 (compiling) step, so the page labels that span for what it is.
+
+``capacity`` is the run's time in Kueue's hands and around its steps: where it stands now (queued, starting,
+training, recovering, preempted, in no queue), Kueue's reason, the time queued, from admission to the first step,
+training, and after the last step; the preemptions with when and the steps they cost. The timeline's ``spans``
+draw the queue waits, the preemptions and the tail after the last step (final save, shutdown, completion seen)
+as spans of their own, so an idle stretch is never read as training badput.
 """
 
 from __future__ import annotations
@@ -23,7 +29,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from elastic_training.operators.advice import advice_for_report
-from elastic_training.operators.recovery import CostModel, LogDigest, recovery_report
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.recovery import (
+    PREEMPTION,
+    SCALE_UP,
+    CostModel,
+    Incarnation,
+    LogDigest,
+    capacity,
+    preemption_report,
+    recovery_report,
+)
 
 JsonObj = dict[str, Any]
 
@@ -55,6 +71,7 @@ def live_recoveries(state: Mapping[str, Any]) -> list[JsonObj]:
         recoveries.extend(
             recovery_report(r, mean_step_seconds=digest.mean_step_seconds, costs=CostModel(chips=0))
             for r in digest.all_recoveries
+            if r.kind != PREEMPTION
         )
     for recovery in recoveries:
         recovery["cost"] = recovery["chip_seconds_lost"] = None
@@ -109,6 +126,52 @@ def budgets(report: Mapping[str, Any] | None, state: Mapping[str, Any]) -> list[
     ]
 
 
+def capacity_view(report: Mapping[str, Any] | None, state: Mapping[str, Any], now: float | None) -> JsonObj:
+    """The run's time around its steps and in Kueue's hands: from the report, else folded from the state store."""
+    monitor = state.get("monitor") if isinstance(state.get("monitor"), Mapping) else None
+    seen = digests(state)
+    times = capacity([Incarnation(name, 0, 0, d) for name, d, _ in seen], now)
+    preemptions = [
+        preemption_report(r, mean_step_seconds=d.mean_step_seconds, costs=CostModel(chips=0))
+        for _, d, _ in seen
+        for r in d.all_recoveries
+        if r.kind == PREEMPTION
+    ]
+    if report is not None and "queued_seconds" in report:
+        keys = ("queued_seconds", "admission_to_first_step_seconds", "training_seconds", "tail_seconds")
+        times = {**times, **{k: report.get(k) for k in (*keys, "last_step_at", "queue_spans")}}
+        preemptions = [dict(p) for p in report.get("preemptions") or [] if isinstance(p, Mapping)]
+    phase, reason = None, ""
+    if monitor is not None:
+        folded = MonitorState.from_json(monitor)
+        phase = folded.run_phase(now if now is not None else folded.started_at).value
+        reason = folded.queue_reason
+    return {
+        "phase": "ended" if report is not None else phase,
+        "queue_reason": reason or None,
+        **times,
+        "preemptions": preemptions,
+    }
+
+
+def _spans(cap: Mapping[str, Any], ended_at: float | None) -> list[JsonObj]:
+    """The timeline's spans: each wait for Kueue (queued, or preempted) and the tail after the last step."""
+    preempted_at = {_num(p.get("at")) for p in cap.get("preemptions") or []}
+    found: list[JsonObj] = []
+    for span in cap.get("queue_spans") or []:
+        if not isinstance(span, Sequence) or len(span) != 2:
+            continue
+        start, end = _num(span[0]), _num(span[1]) if span[1] is not None else ended_at
+        if start is None or end is None:
+            continue
+        kind = "preempted" if start in preempted_at else "queued"
+        found.append({"kind": kind, "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)})
+    last = _num(cap.get("last_step_at"))
+    if last is not None and ended_at is not None and ended_at > last:
+        found.append({"kind": "tail", "from": last, "to": ended_at, "seconds": round(ended_at - last, 3)})
+    return found
+
+
 def _peak_in_window(times: Sequence[float], window: float) -> int:
     peak, start = 0, 0
     for end, t in enumerate(times):
@@ -127,6 +190,8 @@ def timeline(
     escalations: Sequence[Mapping[str, Any]],
     checkpoints: Sequence[Mapping[str, Any]],
     steps: Sequence[tuple[float, int]] = (),
+    preemptions: Sequence[Mapping[str, Any]] = (),
+    spans: Sequence[Mapping[str, Any]] = (),
 ) -> JsonObj:
     """Steps over time: points ``[t, step]``, failure markers and rewinds (from ``failed_step`` to the restored one).
 
@@ -150,7 +215,8 @@ def timeline(
         restored_at, restored = _num(r.get("restored_at")), _int(r.get("restored_step"))
         first_at = _num(r.get("first_step_at"))
         if detected is not None:
-            failures.append({"t": detected, "step": failed, "kind": "slice failure"})
+            kind = "scale up" if r.get("kind") == SCALE_UP else "slice failure"
+            failures.append({"t": detected, "step": failed, "kind": kind})
             if failed is not None:
                 points.append((detected, 1, failed))
         if restored_at is not None:
@@ -161,6 +227,19 @@ def timeline(
             rewinds.append({"t": restored_at, "from_step": failed, "to_step": back})
             if first_at is not None:
                 points.append((first_at, 1, back + 1))
+    for p in preemptions:
+        at, step = _num(p.get("at")), _int(p.get("step"))
+        restored_at, restored = _num(p.get("restored_at")), _int(p.get("restored_step"))
+        if at is None:
+            continue
+        failures.append({"t": at, "step": step, "kind": "preemption"})
+        if step is not None:
+            points.append((at, 1, step))
+        if restored_at is not None and restored is not None:
+            if step is not None:
+                points.append((restored_at, 0, step))
+            points.append((restored_at, 2, restored))
+            rewinds.append({"t": restored_at, "from_step": step, "to_step": restored})
     for e in escalations:
         at, latest, resumed = _num(e.get("at")), _int(e.get("latest_step")), _int(e.get("resumed_from_step"))
         if at is None:
@@ -179,6 +258,7 @@ def timeline(
         "points": [[round(t, 3), s] for t, _, s in points],
         "failures": failures,
         "rewinds": rewinds,
+        "spans": [dict(span) for span in spans],
         "source": "trainer log" if steps else "checkpoints" if len(points) > 1 else None,
     }
 
@@ -223,13 +303,19 @@ def training(
 
 
 def startup(started_at: float | None, first: LogDigest | None) -> JsonObj | None:
-    """The time before the first step: the trainer starting (pods, image, runtime), then its first step (compile)."""
+    """The time before the first step: the trainer starting (pods, image, runtime), then its first step (compile).
+
+    It counts from the admission: a wait in Kueue's queue before it is queue time (``capacity``), not start-up.
+    """
     if started_at is None or first is None or first.first_step_at is None:
         return None
+    if first.first_admitted_at is not None and first.queue_spans:
+        started_at = max(started_at, first.first_admitted_at)
     step_seconds = first.first_step_seconds or 0.0
     total = max(0.0, first.first_step_at - started_at)
     return {
         "seconds": round(total, 3),
+        "from": round(started_at, 3),
         "first_step_seconds": round(step_seconds, 3),
         "before_first_step_seconds": round(max(0.0, total - step_seconds), 3),
     }
@@ -243,8 +329,12 @@ def run_view(
     checkpoints: Mapping[str, Any] | None,
     recovery_records: Sequence[Mapping[str, Any]] = (),
     rendered: Mapping[str, Any] | None = None,
+    now: float | None = None,
 ) -> JsonObj:
-    """Everything the view shows of one elastic task; every part may be missing, none raises."""
+    """Everything the view shows of one elastic task; every part may be missing, none raises.
+
+    ``now`` (Unix time) says where a run still going stands and closes an open queue wait; default: its end.
+    """
     state = state or {}
     rendered = rendered or {}
     monitor = state.get("monitor") if isinstance(state.get("monitor"), Mapping) else {}
@@ -278,6 +368,7 @@ def run_view(
     mean_step = _num((report or {}).get("mean_step_seconds"))
     if mean_step is None:
         mean_step = _mean_of(every)
+    cap = capacity_view(report, state, now if now is not None else ended)
     return {
         **dict(task),
         "jobset": {
@@ -306,7 +397,9 @@ def run_view(
             "recoveries": len(recoveries),
             "full_restarts": _first_int((report or {}).get("full_restarts"), state.get("full_restarts")),
             "steps_lost": _int((report or {}).get("steps_lost")),
+            "preemptions": len(cap["preemptions"]),
         },
+        "capacity": cap,
         "budgets": budgets(report, state),
         "recoveries": recoveries,
         "recovery_records": list(recovery_records),
@@ -314,6 +407,8 @@ def run_view(
         "checkpoints": checkpoints,
         "goodput": {
             "goodput": _num((report or {}).get("goodput")),
+            "goodput_with_queue": _num((report or {}).get("goodput_with_queue")),
+            "queued_seconds": _num(cap.get("queued_seconds")),
             "wall_seconds": _num((report or {}).get("wall_seconds")),
             "mean_step_seconds": mean_step,
             "steps_executed": kind["steps_executed"],
@@ -326,7 +421,7 @@ def run_view(
         "advice": advice,
         "training": kind,
         "startup": startup(started, every[0] if every else None),
-        "timeline": {"points": [], "failures": [], "rewinds": [], "source": None}
+        "timeline": {"points": [], "failures": [], "rewinds": [], "spans": [], "source": None}
         if kind["kind"] == "nothing"  # no step ran: a line from the start to the end would draw training
         else timeline(
             started_at=started,
@@ -336,6 +431,8 @@ def run_view(
             escalations=escalations,
             checkpoints=steps,
             steps=steps_seen,
+            preemptions=cap["preemptions"],
+            spans=_spans(cap, ended if ended is not None else now),
         ),
     }
 
@@ -377,6 +474,9 @@ def summary(view: Mapping[str, Any]) -> JsonObj:
         "full_restarts": view["counts"]["full_restarts"],
         "recoveries": view["counts"]["recoveries"],
         "goodput": view["goodput"]["goodput"],
+        "queued_seconds": view["capacity"].get("queued_seconds"),
+        "preemptions": view["counts"]["preemptions"],
+        "phase": view["capacity"].get("phase"),
         "jobset": view["jobset"]["name"],
         "training": view["training"]["kind"],
     }

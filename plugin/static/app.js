@@ -171,6 +171,7 @@ function kpi(label, value, id) {
 
 function taskView(t) {
   const g = t.goodput || {};
+  const c = t.capacity || {};
   const p = t.progress || {};
   const head = el("div", { class: "head" },
     el("div", {}, el("h1", {}, `${t.task_id} `, badge(t.state)),
@@ -181,8 +182,10 @@ function taskView(t) {
         t.slices.live !== null && t.slices.live !== undefined ? ` (${t.slices.live} live)` : "")),
     kpi("step / target", `${fmt.num(p.current_step)} / ${fmt.num(p.target_step)}`, "kpi-step"),
     kpi("goodput", fmt.pct(g.goodput), "kpi-goodput"),
+    kpi("queued", fmt.secs(c.queued_seconds), "kpi-queued"),
     kpi("mean step time", fmt.secs(g.mean_step_seconds), "kpi-step-time"),
     kpi("recoveries", fmt.num(t.counts.recoveries), "kpi-recoveries"),
+    kpi("preemptions", fmt.num(t.counts.preemptions), "kpi-preemptions"),
     kpi("full restarts", fmt.num(t.counts.full_restarts), "kpi-full"),
     kpi("steps lost", fmt.num(t.counts.steps_lost), "kpi-lost"),
     kpi("chip time lost", fmt.secs(g.chip_seconds_lost), "kpi-chip"),
@@ -191,6 +194,8 @@ function taskView(t) {
   if (t.training && t.training.note) {
     parts.push(el("p", { id: "training-note", class: `training ${t.training.kind}` }, t.training.note));
   }
+  const phase = capacityNote(c);
+  if (phase) parts.push(phase);
   if (t.live) parts.push(livePanel(t.live));
   if (t.failure) parts.push(el("div", { class: "failure" }, t.failure));
   if (!t.report_available) {
@@ -204,6 +209,26 @@ function taskView(t) {
     el("section", { class: "panel span5", id: "advice" }, el("h2", {}, "Goodput, cost and checkpoint period"), advicePanel(t)),
     t.escalations.length ? el("section", { class: "panel span12", id: "escalations" }, el("h2", {}, "Full restarts"), escalationTable(t.escalations)) : null));
   return el("div", {}, parts);
+}
+
+// Where the run stands and where its time went around its steps: the queue is not training badput.
+function capacityNote(c) {
+  const words = { queued: "Queued by Kueue, waiting for admission", starting: "Admitted; pods starting (scheduling, nodes, images)",
+    training: "Training", recovering: "Recovering in process (waiting for slices, restoring)",
+    preempted: "Preempted by Kueue; waiting to be admitted again", not_queued: "Suspended and in no Kueue queue: nothing will admit it" };
+  const bits = [];
+  if (c.phase && words[c.phase]) bits.push(el("b", { id: "run-phase", class: `phase ${c.phase}` }, words[c.phase]));
+  if (c.queue_reason && ["queued", "preempted", "not_queued"].includes(c.phase)) bits.push(` (Kueue: ${c.queue_reason})`);
+  const times = [];
+  if (c.queued_seconds) times.push(`queued ${fmt.secs(c.queued_seconds)}`);
+  if (c.admission_to_first_step_seconds !== null && c.admission_to_first_step_seconds !== undefined) times.push(`admission to first step ${fmt.secs(c.admission_to_first_step_seconds)}`);
+  if (c.training_seconds) times.push(`training ${fmt.secs(c.training_seconds)}`);
+  if (c.tail_seconds) times.push(`after the last step ${fmt.secs(c.tail_seconds)}`);
+  const pre = c.preemptions || [];
+  if (pre.length) times.push(`${pre.length} preemption${pre.length === 1 ? "" : "s"} (${pre.map((p) => `at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
+  if (!bits.length && !times.length) return null;
+  if (times.length) bits.push(`${bits.length ? " · " : ""}${times.join(" · ")}`);
+  return el("p", { id: "capacity", class: "capacity" }, ...bits);
 }
 
 function livePanel(live) {
@@ -257,6 +282,16 @@ function timelineChart(t) {
       svg("text", { x: (x(t0) + x(end)) / 2, y: y(0) - 8, "text-anchor": "middle", class: "startup-label" },
         `pods and trainer ${fmt.secs(su.before_first_step_seconds)}, first step (compile) ${fmt.secs(su.first_step_seconds)}`));
   }
+  // Queue waits, preemptions and the tail after the last step: spans of their own, not training.
+  const spanStyle = { queued: ["#fefcbf", "queued"], preempted: ["#feebc8", "preempted"], tail: ["#e2e8f0", "after the last step"] };
+  for (const sp of tl.spans || []) {
+    const [fill, label] = spanStyle[sp.kind] || ["#edf2f7", sp.kind];
+    const a = x(Math.max(sp.from, t0)), b = x(Math.min(sp.to, t1));
+    if (b <= a) continue;
+    chart.append(svg("rect", { x: a, y: T, width: b - a, height: H - T - B, fill, "fill-opacity": 0.8, class: `span span-${sp.kind}` },
+      svg("title", {}, `${label} ${fmt.secs(sp.seconds)}${sp.kind === "tail" ? " (final save, shutdown, completion seen)" : ""}`)));
+    if (b - a > 40) chart.append(svg("text", { x: (a + b) / 2, y: T + 14, "text-anchor": "middle", class: "span-label" }, `${label} ${fmt.secs(sp.seconds)}`));
+  }
   chart.append(svg("polyline", { points: pts.map((q) => `${x(q[0])},${y(q[1])}`).join(" "), fill: "none", stroke: "#2b6cb0", "stroke-width": 2 }));
   for (const c of (t.checkpoints && t.checkpoints.steps) || []) {
     if (c.committed_at && c.committed_at >= t0 && c.committed_at <= t1) {
@@ -277,7 +312,8 @@ function timelineChart(t) {
   const legend = el("div", { class: "legend" },
     el("span", {}, el("i", { style: "background:#2b6cb0" }), tl.source === "checkpoints" ? "step at each checkpoint commit (no step was read from the trainer's log)" : "step, from the trainer's log"),
     el("span", {}, el("i", { style: "background:var(--bad)" }), "failure ▼ and rewind ┆"),
-    el("span", {}, el("i", { style: "background:var(--ok)" }), "committed checkpoint"));
+    el("span", {}, el("i", { style: "background:var(--ok)" }), "committed checkpoint"),
+    (tl.spans || []).length ? el("span", {}, el("i", { style: "background:#fefcbf" }), "queued / ", el("i", { style: "background:#feebc8" }), "preempted / ", el("i", { style: "background:#e2e8f0" }), "after the last step") : null);
   return el("div", {}, chart, legend);
 }
 

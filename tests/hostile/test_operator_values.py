@@ -55,7 +55,7 @@ CONSTRUCTOR = [
     "head_node_pool",
     "service_account",
     "priority_class",
-    "kueue_queue",
+    "queue_name",
     "image_pull_policy",
     "trainer_env",
     "worker_env",
@@ -117,9 +117,9 @@ def test_integers_rendered_as_text(value: Any) -> None:
 
 
 def test_gke_knobs_reach_the_spec_and_bad_ones_are_named() -> None:
-    knobs = {"service_account": "ksa", "kueue_queue": "q", "trainer_env": {"ENABLE_PATHWAYS_PERSISTENCE": "1"}}
+    knobs = {"service_account": "ksa", "queue_name": "q", "trainer_env": {"ENABLE_PATHWAYS_PERSISTENCE": "1"}}
     spec = _elastic(**knobs).build_spec()
-    assert (spec.service_account, spec.kueue_queue, dict(spec.trainer_env)) == tuple(knobs.values())
+    assert (spec.service_account, spec.queue_name, dict(spec.trainer_env)) == tuple(knobs.values())
     assert _build(_elastic(pathways_server_image="r.io/p/server:latest")) == "pathways_server_image"
     assert _build(_elastic(worker_env=["TPU_MIN_LOG_LEVEL=1"])) == "worker_env"
 

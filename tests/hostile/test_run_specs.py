@@ -105,7 +105,7 @@ def test_integer_fields(base: ElasticRunSpec, name: str, value: Any) -> None:
             "head_node_pool",
             "service_account",
             "priority_class",
-            "kueue_queue",
+            "queue_name",
         ]
     ),
     value=st.one_of(nasty_text, words, st.text(max_size=300)),
@@ -183,7 +183,7 @@ def test_env_fields(name: str, env: dict[Any, Any]) -> None:
         ({"pathways_server_image": "r.io/pathways/server:jax-0.10.2\n"}, "pathways_server_image"),
         ({"pathways_proxy_image": ["r.io/p/proxy:1"]}, "pathways_proxy_image"),
         ({"head_node_pool": "cpu-np\n"}, "head_node_pool"),
-        ({"kueue_queue": {"q": 1}}, "kueue_queue"),  # unhashable
+        ({"queue_name": {"q": 1}}, "queue_name"),  # unhashable
         ({"image_pull_policy": ["Always"]}, "image_pull_policy"),  # unhashable: `in` a tuple still compares
         ({"service_account": "a" * 254}, "service_account"),
         ({"trainer_env": {"X\n": "1"}}, "trainer_env"),

@@ -177,7 +177,8 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
     # 60 s: generous for a first step (JAX start and compile) on a loaded 2-core box, so only the freeze stalls.
-    dag = elastic_dag("elastic_stall", tmp_path, stall_timeout="timedelta(seconds=60)")
+    # elastic_timeout_seconds under it: the lint refuses a stall timeout that MaxText's wait for slices outlasts.
+    dag = elastic_dag("elastic_stall", tmp_path, stall_timeout="timedelta(seconds=60)", elastic_timeout_seconds=30)
     checkpoints = tmp_path / "elastic-stall" / "checkpoints"
     rotted: dict[str, int] = {}
 
@@ -331,3 +332,30 @@ def test_api_throttling_through_a_full_restart_never_fails_the_task(
     report = xcom(dag_run, "pretrain")
     assert report["full_restarts"] == 1 and report["final_step"] == 59
     assert len(jobsets_of(cluster_connection, "elastic-throttled")) == 1
+
+
+def test_a_scale_up_after_a_replica_resize_is_a_recovery_in_the_report(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    """elastic_min_slice_count=1: a lost slice lets the run go on with one; its worker comes back, and at the next
+    checkpoint pathwaysutils' `Scale up requested.` then MaxText's restore grow it again: a recovery of its own."""
+    dag = elastic_dag("elastic_scale_up", tmp_path, elastic_min_slice_count=1, stall_timeout="timedelta(minutes=6)")
+    with StepFaults(cluster_connection, "elastic-scale-up").at(15, kill_worker(1)) as faults:
+        dag_run = dag.test()
+    assert faults.fired == [15]
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 59 and report["full_restarts"] == 0
+    kinds = [r["kind"] for r in report["recoveries"]]
+    assert kinds[0] == "slice_down" and "scale_up" in kinds
+    assert report["scale_up_recoveries"] == kinds.count("scale_up") >= 1
+    assert report["in_process_recoveries"] == len(kinds)
+    up = report["recoveries"][kinds.index("scale_up")]
+    # Requested right after a checkpoint, so it restores that very step: nothing is run again.
+    assert up["steps_lost"] == 0 and up["slices"] == 2 and up["complete"]
+    assert up["detected_at"] <= up["slices_ready_at"] <= up["restored_at"] <= up["first_step_at"]
+    # The proxy may lose the one slice the run may continue without (xpk's --elastic-slices).
+    [jobset] = jobsets_of(cluster_connection, "elastic-scale-up")
+    head = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    proxy = next(c for c in head["initContainers"] if c["name"] == "pathways-proxy")
+    assert "--num_elastic_slices=1" in proxy["args"]

@@ -190,7 +190,8 @@ def test_design_gke_head_sidecars_and_trainer() -> None:
     proxy = _container(pod, "pathways-proxy", init=True)
     rm = _container(pod, "pathways-rm", init=True)
     assert proxy["restartPolicy"] == rm["restartPolicy"] == "Always"  # native sidecars
-    assert f"--num_elastic_slices={GKE_SPEC.num_slices}" in proxy["args"]
+    # The slices the run may lose (xpk's --elastic-slices): 4 slices, elastic_min_slice_count=2, so 2.
+    assert "--num_elastic_slices=2" in proxy["args"]
     assert f"--instance_count={GKE_SPEC.num_slices}" in rm["args"]
     assert "--instance_type=tpuv5:2x2x4" in rm["args"]
     trainer = _container(pod, "jax-tpu")
@@ -281,7 +282,7 @@ KNOBS = dataclasses.replace(
     head_node_pool="head-pool",
     service_account="maxtext-gcs",
     priority_class="high",
-    kueue_queue="multislice-queue",
+    queue_name="multislice-queue",
     image_pull_policy="Always",
     trainer_env={"ENABLE_PATHWAYS_PERSISTENCE": "1"},
     worker_env={"TPU_MIN_LOG_LEVEL": "2", "EXTRA_FLAG": "x"},
@@ -330,6 +331,71 @@ def test_gke_knobs_render_where_xpk_puts_them() -> None:
     lint_manifest(manifest)
 
 
+@pytest.mark.parametrize(
+    ("fields", "rendered"),
+    [
+        ({"elastic_min_slice_count": -1}, 1),  # pause-resume: MaxText's guide and xpk's recipes, 1 of 3
+        ({"elastic_min_slice_count": 1}, 3),  # replica-resize down to one slice: the other three may go
+        ({"elastic_min_slice_count": 2}, 2),
+        ({"elastic_min_slice_count": -1, "elastic_slices": 3}, 3),  # set: rendered as it is
+    ],
+)
+def test_num_elastic_slices_is_the_slices_the_run_may_lose(fields: dict[str, Any], rendered: int) -> None:
+    spec = dataclasses.replace(GKE_SPEC, **fields)
+    lint(spec)
+    proxy = _container(
+        _pod(_rjob(elastic_jobset(spec, name="e", namespace="d", labels={}), HEAD_REPLICATED_JOB)),
+        "pathways-proxy",
+        init=True,
+    )
+    assert [a for a in proxy["args"] if a.startswith("--num_elastic_slices=")] == [f"--num_elastic_slices={rendered}"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"elastic_slices": 0}, "elastic_slices"),  # 0 is xpk's "not elastic": the operator always runs elastic
+        ({"elastic_slices": 5}, "elastic_slices"),  # more than the run has
+        ({"elastic_slices": 1, "elastic_min_slice_count": 2}, "elastic_slices"),  # the proxy would end it first
+        ({"stall_timeout_seconds": 300.0}, "stall_timeout"),  # equal to elastic_timeout_seconds: does not exceed it
+        ({"stall_timeout_seconds": 120.0}, "stall_timeout"),
+        ({"workload_priority_class": "Not A Label"}, "workload_priority_class"),
+    ],
+)
+def test_lint_refuses_elastic_slices_stall_timeout_and_priority_out_of_range(
+    fields: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(SpecError) as raised:
+        lint(dataclasses.replace(GKE_SPEC, **fields))
+    assert raised.value.field == field
+
+
+def test_stall_timeout_lint_says_by_how_much() -> None:
+    with pytest.raises(
+        SpecError, match=r"120 s does not exceed elastic_timeout_seconds=300 \(it is 180 s short of that wait"
+    ):
+        lint(dataclasses.replace(GKE_SPEC, stall_timeout_seconds=120.0))
+    lint(dataclasses.replace(GKE_SPEC, stall_timeout_seconds=301.0))
+
+
+def test_kueue_labels_go_on_the_jobset_only() -> None:
+    spec = dataclasses.replace(KNOBS, workload_priority_class="high-priority")
+    manifest = elastic_jobset(spec, name="q-abcdef", namespace="training", labels=LABELS)
+    labels = manifest["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "multislice-queue"
+    assert labels["kueue.x-k8s.io/priority-class"] == "high-priority"
+    for rjob in manifest["spec"]["replicatedJobs"]:
+        pod_labels = rjob["template"]["spec"]["template"]["metadata"]["labels"]
+        assert not any(k.startswith("kueue.x-k8s.io/") for k in pod_labels)
+    job = JobSpec(image="img", command=["eval"], queue_name="multislice-queue", workload_priority_class="low")
+    plain = plain_jobset(job, name="eval-abcdef", namespace="training", labels=LABELS, stage="evaluate")
+    assert plain["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "multislice-queue"
+    assert plain["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "low"
+    with pytest.raises(SpecError) as raised:
+        lint_job(dataclasses.replace(job, queue_name="Bad_Queue"))
+    assert raised.value.field == "queue_name"
+
+
 def test_gke_knobs_left_unset_render_nothing() -> None:
     manifest = gke_elastic()
     assert "kueue.x-k8s.io/queue-name" not in manifest["metadata"]["labels"]
@@ -340,7 +406,7 @@ def test_gke_knobs_left_unset_render_nothing() -> None:
 
 def test_local_runtime_renders_the_gke_knobs_too() -> None:
     """The same manifest on both runtimes: the GKE knobs render on local exactly as on gke."""
-    knobs = {f: getattr(KNOBS, f) for f in ("head_node_pool", "service_account", "priority_class", "kueue_queue")}
+    knobs = {f: getattr(KNOBS, f) for f in ("head_node_pool", "service_account", "priority_class", "queue_name")}
     local = dataclasses.replace(LOCAL_SPEC, **knobs, trainer_env={"A": "1"}, image_pull_policy="Never")
     as_gke = dataclasses.replace(local, runtime="gke", image=LOCAL_MAXTEXT_IMAGE, tpu_type="v5e", tpu_topology="4x4")
     assert elastic_jobset(local, name="a", namespace="d", labels={}) == elastic_jobset(

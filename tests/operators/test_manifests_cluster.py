@@ -116,7 +116,7 @@ def test_gke_shaped_elastic_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None
         # Every GKE knob, so the API takes the failure rules, podFailurePolicy, hostPath volumes and pull policy.
         service_account="maxtext-gcs",
         priority_class="high",
-        kueue_queue="multislice-queue",
+        queue_name="multislice-queue",
         image_pull_policy="IfNotPresent",
         trainer_env={"ENABLE_PATHWAYS_PERSISTENCE": "1"},
         worker_env={"TPU_MIN_LOG_LEVEL": "1"},
@@ -161,7 +161,7 @@ def test_local_and_gke_render_the_same_bytes(tmp_path: Path) -> None:
         tpu_topology="4x4",
         max_slice_restarts=2,
         trainer_env={"ENABLE_PATHWAYS_PERSISTENCE": "1"},
-        kueue_queue="team-a",
+        queue_name="team-a",
     )
     name = jobset_name(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1, attempt=0, prefix=base.run_name)
     labels = identity_labels(dag_id=DAG, task_id="pretrain", run_id=RUN, map_index=-1)

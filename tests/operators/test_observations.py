@@ -441,3 +441,199 @@ def test_state_round_trip() -> None:
     state.on_job(job("j", 0, failed=1), deleted=False, now=1.0)
     state.on_log_line("2026-11-30T12:00:05.123456789Z", "Elastic event detected", "h")
     assert MonitorState.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+# -- Kueue: queued, admitted, preempted; waiting is not stalling ------------------------------------------------
+
+QUEUE_LABELS = {"kueue.x-k8s.io/queue-name": "multislice-queue"}
+PENDING = {
+    "spec": {"active": True},
+    "status": {
+        "conditions": [
+            {
+                "type": "QuotaReserved",
+                "status": "False",
+                "reason": "Pending",
+                "message": "couldn't assign flavors to pod set worker: insufficient unused quota for google.com/tpu",
+            }
+        ]
+    },
+}
+ADMITTED = {
+    "spec": {"active": True},
+    "status": {
+        "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
+            {"type": "Admitted", "status": "True", "reason": "Admitted"},
+        ]
+    },
+}
+EVICTED = {
+    "spec": {"active": True},
+    "status": {
+        "conditions": [
+            *ADMITTED["status"]["conditions"],
+            {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate w2"},
+            {"type": "Preempted", "status": "True", "reason": "InClusterQueue", "message": "Preempted to accommodate"},
+        ]
+    },
+}
+
+
+def queued_jobset(*, suspended: bool, at: float) -> dict[str, Any]:
+    """A JobSet with a queue label, suspended (Kueue holds it) or resumed, as of ``at``."""
+    condition = {
+        "type": "Suspended",
+        "status": "True" if suspended else "False",
+        "reason": "SuspendedJobs" if suspended else "ResumeJobs",
+        "lastTransitionTime": stamp(at),
+    }
+    return {
+        "metadata": {"uid": "js", "creationTimestamp": stamp(T0), "labels": dict(QUEUE_LABELS)},
+        "spec": {"suspend": suspended},
+        "status": {"conditions": [condition]},
+    }
+
+
+def head(uid: str, *, started: float | None, deleting: float | None = None) -> dict[str, Any]:
+    found = pod(uid, 0, rjob="pathways-head", created=started or T0, deleting=deleting)
+    container = {"name": "jax-tpu", "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}
+    if started is not None:
+        container["state"] = {"running": {"startedAt": stamp(started)}}
+    found["status"]["containerStatuses"] = [container]
+    return found
+
+
+def test_jobset_phase_reads_the_suspension() -> None:
+    assert jobset_phase({"spec": {"suspend": True}, "status": {}}) == (JobSetPhase.SUSPENDED, "")
+    suspended = {"type": "Suspended", "status": "True", "reason": "SuspendedJobs"}
+    assert jobset_phase({"spec": {}, "status": {"conditions": [suspended]}}) == (JobSetPhase.SUSPENDED, "")
+    # Ended beats suspended: a finished JobSet is finished.
+    ended = {"spec": {"suspend": True}, "status": {"terminalState": "Completed"}}
+    assert jobset_phase(ended)[0] is JobSetPhase.COMPLETED
+
+
+def test_a_queued_run_waits_then_starts_then_trains_on_a_clock_that_begins_with_its_trainer() -> None:
+    budgets = Budgets(
+        max_slice_restarts=1, slice_restart_window_seconds=600, stall_timeout_seconds=300, max_full_restarts=0
+    )
+    state = MonitorState(started_at=T0)
+    state.on_jobset(queued_jobset(suspended=True, at=T0), now=T0 + 1)
+    state.on_workload(PENDING, now=T0 + 1)
+    now = T0 + 3600  # an hour in the queue: ten stall timeouts
+    observation = state.observation(now=now, target_step=99, full_restarts_used=0)
+    assert state.run_phase(now).value == "queued" and observation.progress_at is None
+    assert observation.waiting is not None and observation.waiting.since == T0 and not observation.waiting.preempted
+    assert "insufficient unused quota" in observation.waiting.reason
+    assert decide(observation, budgets).action is Action.CONTINUE  # the full-restart budget is 0: nothing is spent
+    # Admitted; its pods scheduling and images pulling for longer than the stall timeout: still no stall clock.
+    state.on_jobset(queued_jobset(suspended=False, at=T0 + 3600), now=T0 + 3601)
+    state.on_workload(ADMITTED, now=T0 + 3601)
+    state.on_pod(head("h", started=None), deleted=False, now=T0 + 3601)
+    assert state.run_phase(T0 + 4500).value == "starting"
+    assert decide(state.observation(now=T0 + 4500, target_step=99, full_restarts_used=0), budgets).reason.value == (
+        "starting"
+    )
+    # The trainer is up at T0 + 4600: the clock starts there, and a trainer that never steps stalls 300 s later.
+    state.on_pod(head("h", started=T0 + 4600), deleted=False, now=T0 + 4601)
+    assert state.observation(now=T0 + 4899, target_step=99, full_restarts_used=0).progress_at == T0 + 4600
+    stalled = decide(state.observation(now=T0 + 4900, target_step=99, full_restarts_used=0), budgets)
+    assert "no training progress for 5.0 min" in stalled.message
+    assert state.digest.queued_seconds(T0 + 4900) == 3600
+
+
+def test_a_preemption_deletes_pods_that_are_no_slice_failures() -> None:
+    state = running()
+    state.on_jobset(queued_jobset(suspended=False, at=T0), now=T0)
+    state.on_pod(head("h", started=T0 + 5), deleted=False, now=T0 + 5)
+    state.on_log_line(stamp(T0 + 50), "completed step: 27, seconds: 0.1", "h")
+    state.on_workload(EVICTED, now=T0 + 100)
+    state.on_jobset(queued_jobset(suspended=True, at=T0 + 100), now=T0 + 100)
+    # The JobSet controller suspends the worker Jobs; the Job controller deletes their pods, which terminate
+    # normally (whatever order the watches bring that in), and a Job's counter may count them.
+    for index in range(3):
+        suspended_job = job(f"j{index}", index, failed=4)
+        suspended_job["spec"]["suspend"] = True
+        state.on_job(suspended_job, deleted=False, now=T0 + 103)
+        for p in slice_pods(index, deleting=T0 + 101):
+            state.on_pod(p, deleted=True, now=T0 + 104)
+    state.on_pod(head("h", started=T0 + 5, deleting=T0 + 101), deleted=True, now=T0 + 104)
+    assert state.slice_restarts == 0 and state.slice_evictions == 0
+    now = T0 + 2000
+    observation = state.observation(now=now, target_step=99, full_restarts_used=0)
+    assert state.run_phase(now).value == "preempted"
+    assert observation.waiting is not None and observation.waiting.preempted
+    assert observation.waiting.since == T0 + 100
+    [preemption] = state.digest.all_recoveries
+    assert (preemption.kind, preemption.failed_step) == ("preemption", 27)
+    assert preemption.reason.startswith("Preempted: Preempted to accommodate")
+    # Admitted again: the same JobSet resumes from its checkpoint (the trainer logs the restore, then steps).
+    state.on_jobset(queued_jobset(suspended=False, at=T0 + 2000), now=T0 + 2000)
+    state.on_pod(head("h2", started=T0 + 2010), deleted=False, now=T0 + 2010)
+    state.on_log_line(stamp(T0 + 2020), "restoring from this run's directory step 20", "h2")
+    state.on_log_line(stamp(T0 + 2025), "completed step: 21, seconds: 0.1", "h2")
+    assert (preemption.slices_ready_at, preemption.restored_step, preemption.steps_lost) == (T0 + 2000, 20, 7)
+    assert preemption.complete and state.run_phase(T0 + 2026).value == "training"
+    assert state.digest.queued_seconds(T0 + 2026) == 1900
+
+
+def test_the_same_deletions_unsuspended_are_slice_failures() -> None:
+    state = running()
+    state.on_jobset(queued_jobset(suspended=False, at=T0), now=T0)
+    host_lost(state, 1, T0 + 101)
+    assert state.slice_restarts == 1
+
+
+def test_suspended_in_no_queue_is_told_after_a_grace() -> None:
+    state = MonitorState(started_at=T0)
+    state.on_jobset(queued_jobset(suspended=True, at=T0), now=T0)
+    state.on_workload(None, now=T0 + 1)
+    assert state.run_phase(T0 + 10).value == "queued"  # Kueue makes the Workload within moments
+    observation = state.observation(now=T0 + 40, target_step=9, full_restarts_used=0)
+    assert state.run_phase(T0 + 40).value == "not_queued"
+    assert observation.waiting is not None and observation.waiting.not_queued
+    unlabelled = MonitorState(started_at=T0)
+    jobset = queued_jobset(suspended=True, at=T0)
+    jobset["metadata"]["labels"] = {}
+    unlabelled.on_jobset(jobset, now=T0)
+    waiting = unlabelled.observation(now=T0 + 1, target_step=9, full_restarts_used=0).waiting
+    assert waiting is not None and waiting.not_queued and "no kueue.x-k8s.io/queue-name label" in waiting.reason
+
+
+@pytest.mark.parametrize(
+    ("lines", "now", "progress"),
+    [
+        # pathwaysutils' wait for slices is progress...
+        ([(10, "Waiting for 3 slices. Poll interval: 10"), (70, "2 slices active. Wanting at least 3.")], 80, 70),
+        # ... only as long as MaxText waits (elastic_timeout_seconds=120 here), then the clock runs on.
+        (
+            [
+                (10, "Waiting for 3 slices."),
+                *((10 + 20 * i, "2 slices active. Wanting at least 3.") for i in range(12)),
+            ],
+            250,
+            130,
+        ),
+        # The wait ends: the last line of it is the progress.
+        ([(10, "Waiting for 3 slices."), (40, "Sufficient slices active: 3 >= 3. Active indices: [0, 1, 2]")], 50, 40),
+    ],
+)
+def test_the_wait_for_slices_is_progress_bounded_by_elastic_timeout(
+    lines: list[tuple[float, str]], now: float, progress: float
+) -> None:
+    state = running()
+    state.on_jobset({"metadata": {"uid": "js", "creationTimestamp": stamp(T0)}, "spec": {}, "status": {}}, now=T0)
+    state.on_pod(head("h", started=T0 + 1), deleted=False, now=T0 + 1)
+    for at, text in lines:
+        state.on_log_line(stamp(T0 + at), text, "h")
+    observation = state.observation(now=T0 + now, target_step=9, full_restarts_used=0, elastic_timeout_seconds=120)
+    assert observation.progress_at == T0 + progress
+
+
+def test_queue_fields_round_trip() -> None:
+    state = MonitorState(started_at=T0)
+    state.on_jobset(queued_jobset(suspended=True, at=T0), now=T0)
+    state.on_workload(PENDING, now=T0)
+    rebuilt = MonitorState.from_json(json.loads(json.dumps(state.to_json())))
+    assert rebuilt.to_json() == state.to_json()
+    assert rebuilt.digest.suspended and rebuilt.queue_managed and "Pending" in rebuilt.queue_reason

@@ -54,6 +54,20 @@ def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
     assert config["maxtext_args"] == {"per_device_batch_size": 8}
 
 
+def test_the_form_defaults_stay_valid_with_the_queue_fields(tmp_path: Path) -> None:
+    """The defaults join xpk's LocalQueue with no queue timeout; a queue timeout set is carried in minutes."""
+    config = check(tmp_path)
+    assert (config["queue_name"], config["queue_timeout_minutes"]) == ("multislice-queue", None)
+    assert check(tmp_path, queue_timeout_minutes=30)["queue_timeout_minutes"] == 30
+    assert check(tmp_path, queue_name=None)["queue_name"] is None  # emptied: no label
+    assert check(tmp_path, stall_timeout_minutes=6)["stall_timeout_minutes"] == 6
+
+
+def test_a_stall_timeout_under_the_wait_for_slices_says_by_how_much(tmp_path: Path) -> None:
+    with pytest.raises(ParamError, match=r"300 s does not exceed elastic_timeout_seconds=300 \(it equals that wait"):
+        check(tmp_path, stall_timeout_minutes=5)
+
+
 def test_the_local_runtime_resolves_what_a_gke_run_is_given(tmp_path: Path) -> None:
     """The local MaxText image, MaxText's stage commands, v5e 4x4, the local model's length and tokenizer."""
     config = check(tmp_path)
@@ -103,6 +117,10 @@ HOSTILE: list[tuple[str, dict[str, Any]]] = [
     ("max_slice_restarts", {"max_slice_restarts": -1}),
     ("max_full_restarts", {"max_full_restarts": 100}),
     ("stall_timeout_minutes", {"stall_timeout_minutes": 0}),
+    ("stall_timeout_minutes", {"stall_timeout_minutes": 5}),  # does not exceed MaxText's 300 s wait for slices
+    ("queue_timeout_minutes", {"queue_timeout_minutes": 0}),
+    ("queue_timeout_minutes", {"queue_timeout_minutes": "10"}),
+    ("queue_name", {"queue_name": "Multislice_Queue"}),
     ("slice_restart_window_minutes", {"slice_restart_window_minutes": 0}),
     ("max_eval_loss", {"max_eval_loss": 0}),
     ("max_eval_loss", {"max_eval_loss": float("nan")}),

@@ -9,6 +9,7 @@ from elastic_training.operators.policy import (
     Budgets,
     JobSetPhase,
     Observation,
+    QueueWait,
     Reason,
     decide,
     slice_restarts_in_window,
@@ -133,6 +134,122 @@ def test_decide(observation: Observation, action: Action, reason: Reason) -> Non
     assert decision.message
 
 
+QUEUED = Budgets(
+    max_slice_restarts=2,
+    slice_restart_window_seconds=600,
+    stall_timeout_seconds=300,
+    max_full_restarts=1,
+    queue_timeout_seconds=1800,
+)
+SUSPENDED = JobSetPhase.SUSPENDED
+WAITING_CASES = [
+    # (id, observation, budgets, action, reason): waiting is not stalling, and spends no budget.
+    (
+        "queued past the stall timeout, no queue_timeout",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 7200)),
+        BUDGETS,
+        Action.CONTINUE,
+        Reason.QUEUED,
+    ),
+    (
+        "queued, the full-restart budget spent: still waits",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 7200), full_restarts_used=1),
+        BUDGETS,
+        Action.CONTINUE,
+        Reason.QUEUED,
+    ),
+    (
+        "queued within queue_timeout",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 1799)),
+        QUEUED,
+        Action.CONTINUE,
+        Reason.QUEUED,
+    ),
+    (
+        "queued to queue_timeout",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 1800, reason="Pending: no quota")),
+        QUEUED,
+        Action.FAIL,
+        Reason.QUEUE_TIMEOUT,
+    ),
+    (
+        "preempted, slice restarts over budget before it: waits, no escalation",
+        obs(
+            phase=SUSPENDED,
+            progress_at=None,
+            waiting=QueueWait(since=NOW - 60, preempted=True),
+            slice_restart_times=(NOW - 50, NOW - 5, NOW - 1),
+        ),
+        QUEUED,
+        Action.CONTINUE,
+        Reason.PREEMPTED,
+    ),
+    (
+        "preempted past queue_timeout",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 3600, preempted=True)),
+        QUEUED,
+        Action.FAIL,
+        Reason.QUEUE_TIMEOUT,
+    ),
+    (
+        "suspended in no queue (kueue #14811)",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 60, not_queued=True)),
+        QUEUED,
+        Action.CONTINUE,
+        Reason.NOT_QUEUED,
+    ),
+    (
+        "suspended in no queue, bounded by queue_timeout",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 1800, not_queued=True)),
+        QUEUED,
+        Action.FAIL,
+        Reason.QUEUE_TIMEOUT,
+    ),
+    (
+        "admitted, trainer not up (pods scheduling, images pulling): no stall clock",
+        obs(progress_at=None),
+        BUDGETS,
+        Action.CONTINUE,
+        Reason.STARTING,
+    ),
+    (
+        "admitted, trainer not up, slices over budget: the budget still holds",
+        obs(progress_at=None, slice_restart_times=(NOW - 3, NOW - 2, NOW - 1)),
+        BUDGETS,
+        Action.ESCALATE,
+        Reason.SLICE_RESTART_BUDGET,
+    ),
+    (
+        "trainer up, no step yet, past the stall timeout: a stall",
+        obs(progress_at=NOW - 301),
+        BUDGETS,
+        Action.ESCALATE,
+        Reason.STALLED,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("observation", "budgets", "action", "reason"), [c[1:] for c in WAITING_CASES], ids=[c[0] for c in WAITING_CASES]
+)
+def test_decide_while_waiting(observation: Observation, budgets: Budgets, action: Action, reason: Reason) -> None:
+    decision = decide(observation, budgets)
+    assert (decision.action, decision.reason) == (action, reason)
+
+
+def test_queue_timeout_says_how_long_and_why() -> None:
+    waiting = QueueWait(since=NOW - 1900, reason="Pending: insufficient unused quota for google.com/tpu")
+    message = decide(obs(phase=SUSPENDED, progress_at=None, waiting=waiting), QUEUED).message
+    assert "not admitted after waiting 31.7 min (queue_timeout=30.0 min)" in message
+    assert "Kueue: Pending: insufficient unused quota for google.com/tpu" in message
+
+
+def test_a_wait_rechecks_at_its_queue_timeout() -> None:
+    waiting = QueueWait(since=NOW - 100)
+    assert decide(obs(phase=SUSPENDED, progress_at=None, waiting=waiting), QUEUED).recheck_at == NOW + 1700
+    assert decide(obs(phase=SUSPENDED, progress_at=None, waiting=waiting), BUDGETS).recheck_at is None
+
+
 def test_full_restart_failure_names_the_budget_and_the_cause() -> None:
     decision = decide(obs(slice_restart_times=(NOW - 3, NOW - 2, NOW - 1), full_restarts_used=1), BUDGETS)
     assert "max_full_restarts=1" in decision.message
@@ -167,6 +284,8 @@ def test_window_count() -> None:
         {"max_full_restarts": -1},
         {"slice_restart_window_seconds": 0},
         {"stall_timeout_seconds": -5},
+        {"queue_timeout_seconds": 0},
+        {"elastic_timeout_seconds": -1},
     ],
 )
 def test_budgets_reject_nonsense(kwargs: dict[str, float]) -> None:

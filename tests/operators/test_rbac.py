@@ -44,6 +44,8 @@ def test_exact_grants() -> None:
         ("", "pods", "list"),
         ("", "pods", "watch"),
         ("", "pods/log", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),  # read-only: the queue's reason, never an admission changed
+        ("kueue.x-k8s.io", "workloads", "watch"),
     }
     assert not any("*" in str(rule) for rule in role["rules"])
 
@@ -87,6 +89,10 @@ _RESOURCES = (
     ("", "serviceaccounts", "token"),
     ("rbac.authorization.k8s.io", "roles", ""),
     ("rbac.authorization.k8s.io", "rolebindings", ""),
+    ("kueue.x-k8s.io", "workloads", ""),
+    ("kueue.x-k8s.io", "workloads", "status"),
+    ("kueue.x-k8s.io", "localqueues", ""),
+    ("kueue.x-k8s.io", "clusterqueues", ""),
 )
 _FORBIDDEN_DELETE = (
     'pods "any-pod" is forbidden: User "system:serviceaccount:default:elastic-training" cannot delete '
@@ -131,6 +137,11 @@ def test_a_request_outside_the_role_is_403_through_the_official_client(cluster_c
     with pytest.raises(client.ApiException) as caught:
         client.CustomObjectsApi(api).patch_namespaced_custom_object(
             "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "any-jobset", {"spec": {"suspend": True}}
+        )
+    assert caught.value.status == 403
+    with pytest.raises(client.ApiException) as caught:  # Kueue's Workloads are read, never changed
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", "default", "workloads", "any-workload", {"spec": {"active": False}}
         )
     assert caught.value.status == 403
     api.close()

@@ -149,3 +149,98 @@ def test_run_report_with_an_escalation() -> None:
     for key in ("escalations", "recoveries", "wall_seconds", "jobset_restarts", "namespace", "run_directory"):
         assert key in report
     json.dumps(report)
+
+
+def test_a_scale_up_is_a_recovery_in_the_report() -> None:
+    # elastic_min_slice_count let the run go on with 2 of 3 slices; the third came back after the save at step 40.
+    log = [
+        (0.0, absl("No existing checkpoints found, not restoring checkpoint.")),
+        *steps(0, 41, 1.0),  # steps 0..40 at t=1..41
+        (42.0, absl("Scale up requested.")),
+        (42.5, absl("Elastic attempt 3")),
+        (43.0, absl("Waiting for 3 slices. Poll interval: 10, Timeout: 300")),
+        (44.0, absl("Sufficient slices active: 3 >= 3. Active indices: [0, 1, 2]")),
+        (45.0, absl("restoring from this run's directory step 40")),
+        *steps(41, 60, 47.0),
+    ]
+    digest = LogDigest().feed_all(log)
+    [recovery] = digest.recoveries
+    assert (recovery.kind, recovery.failed_step, recovery.restored_step, recovery.steps_lost) == ("scale_up", 40, 40, 0)
+    assert (recovery.slices, recovery.slices_ready_at, recovery.first_step_at) == (3, 44.0, 47.0)
+    report = run_report(
+        incarnations=[Incarnation("run", 0, 0, digest)],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=59,
+        final_step=59,
+        wall_seconds=70.0,
+        costs=CostModel(chips=8),
+    )
+    assert report["in_process_recoveries"] == 1 and report["scale_up_recoveries"] == 1
+    assert report["recoveries"][0]["kind"] == "scale_up" and report["recoveries"][0]["chip_seconds_lost"] == 40.0
+
+
+def queued_then_preempted() -> LogDigest:
+    """Queued 100 s, trained steps 0..29, preempted at 140 for 200 s, restored step 20, trained to 59."""
+    digest = LogDigest()
+    digest.queued(0.0, preempted=False)
+    digest.admitted(100.0)
+    digest.feed_all([(105.0, absl("No existing checkpoints found, not restoring checkpoint.")), *steps(0, 30, 110.0)])
+    digest.queued(140.0, preempted=True, reason="Preempted: Preempted to accommodate a workload")
+    digest.admitted(340.0)
+    digest.feed_all([(350.0, absl("restoring from this run's directory step 20")), *steps(21, 60, 360.0)])
+    return digest
+
+
+def test_a_preemption_is_counted_apart_with_its_steps_lost_and_queue_time_apart_from_badput() -> None:
+    digest = queued_then_preempted()
+    report = run_report(
+        incarnations=[Incarnation("run", 0, 0, digest)],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=59,
+        final_step=59,
+        wall_seconds=420.0,
+        costs=CostModel(chips=8),
+        ended_at=420.0,
+    )
+    assert report["in_process_recoveries"] == 0 and report["full_restarts"] == 0
+    [preemption] = report["preemptions"]
+    assert report["preemption_count"] == 1
+    assert preemption["at"] == 140.0 and preemption["readmitted_at"] == 340.0 and preemption["queued_seconds"] == 200
+    assert (preemption["step"], preemption["restored_step"], preemption["steps_lost"]) == (29, 20, 9)
+    assert preemption["reason"].startswith("Preempted:")
+    assert report["steps_lost"] == 9
+    assert report["queued_seconds"] == 300.0  # 100 s before the start, 200 s preempted
+    assert report["admission_to_first_step_seconds"] == 10.0  # admitted at 100, first step at 110
+    # Steps 110..139 and 360..398: the preemption's 200 s inside the span is not training time.
+    assert report["training_seconds"] == pytest.approx(398.0 - 110.0 - 200.0)
+    assert report["tail_seconds"] == pytest.approx(420.0 - 398.0)
+    assert report["queue_spans"] == [[0.0, 100.0], [140.0, 340.0]]
+    # 60 productive steps of 1 s (69 run, 9 lost): over the 120 s the run held its chips, apart from the queue.
+    assert report["goodput"] == pytest.approx(60 / 120, abs=1e-4)
+    assert report["goodput_with_queue"] == pytest.approx(60 / 420, abs=1e-4)
+
+
+def test_a_report_without_kueue_keeps_its_old_keys_and_meaning() -> None:
+    digest = LogDigest().feed_all(one_recovery_log())
+    report = run_report(
+        incarnations=[Incarnation("run", 1, 0, digest)],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=99,
+        final_step=99,
+        wall_seconds=200.0,
+        costs=CostModel(chips=8),
+    )
+    assert report["queued_seconds"] == 0.0 and report["preemptions"] == []
+    assert report["goodput"] == report["goodput_with_queue"]
+    assert report["in_process_recoveries"] == 1 and report["recoveries"][0]["kind"] == "slice_down"
+
+
+def test_queue_spans_round_trip() -> None:
+    digest = queued_then_preempted()
+    assert LogDigest.from_json(json.loads(json.dumps(digest.to_json()))) == digest

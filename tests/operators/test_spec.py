@@ -213,9 +213,9 @@ CASES: list[tuple[str, ElasticRunSpec, dict[str, Any], str | None]] = [
     ("service-account-empty", GKE, {"service_account": ""}, "service_account"),
     ("priority-class-valid", GKE, {"priority_class": "medium"}, None),
     ("priority-class-bad", GKE, {"priority_class": "High Priority"}, "priority_class"),
-    ("kueue-queue-valid", GKE, {"kueue_queue": "multislice-queue"}, None),
-    ("kueue-queue-bad", GKE, {"kueue_queue": "team/queue"}, "kueue_queue"),
-    ("kueue-queue-long", GKE, {"kueue_queue": "q" * 64}, "kueue_queue"),
+    ("kueue-queue-valid", GKE, {"queue_name": "multislice-queue"}, None),
+    ("kueue-queue-bad", GKE, {"queue_name": "team/queue"}, "queue_name"),
+    ("kueue-queue-long", GKE, {"queue_name": "q" * 64}, "queue_name"),
     ("pull-policy-valid", GKE, {"image_pull_policy": "IfNotPresent"}, None),
     ("pull-policy-bad", GKE, {"image_pull_policy": "always"}, "image_pull_policy"),
     # trainer and worker env: names, string values, the Pathways wiring kept
@@ -365,7 +365,7 @@ def test_defaults() -> None:
     assert GKE.pathways_server_image == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2"
     assert GKE.pathways_proxy_image == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.2"
     assert GKE.head_node_pool == "cpu-np"
-    assert (GKE.service_account, GKE.priority_class, GKE.kueue_queue, GKE.image_pull_policy) == (None,) * 4
+    assert (GKE.service_account, GKE.priority_class, GKE.queue_name, GKE.image_pull_policy) == (None,) * 4
     assert dict(GKE.trainer_env) == dict(GKE.worker_env) == {}
 
 

@@ -250,3 +250,72 @@ def test_the_step_series_stays_bounded_on_a_long_run() -> None:
     assert len(digest.step_points) <= MAX_STEP_POINTS
     assert digest.points[-1] == (digest.latest_step_at, 100_000)
     assert len(json.dumps(digest.to_json())) < 20_000
+
+
+def _queued_preempted_digest() -> LogDigest:
+    """Queued 100 s, steps 0..29, preempted at 140 for 200 s, restored step 20, steps 21..59 to t=398."""
+    digest = LogDigest()
+    digest.queued(0.0, preempted=False)
+    digest.admitted(100.0)
+    digest.feed(105.0, "No existing checkpoints found, not restoring checkpoint.")
+    for i, step in enumerate(range(30)):
+        digest.feed(110.0 + i, f"completed step: {step}, seconds: 1.000")
+    digest.queued(140.0, preempted=True, reason="Preempted: to accommodate a higher-priority workload")
+    digest.admitted(340.0)
+    digest.feed(350.0, "restoring from this run's directory step 20")
+    for i, step in enumerate(range(21, 60)):
+        digest.feed(360.0 + i, f"completed step: {step}, seconds: 1.000")
+    return digest
+
+
+def test_the_view_shows_queue_time_preemptions_and_the_tail_as_spans_of_their_own() -> None:
+    digest = _queued_preempted_digest()
+    report = run_report(
+        incarnations=[Incarnation("js", 0, 0, digest)],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=59,
+        final_step=59,
+        wall_seconds=430.0,
+        costs=CostModel(chips=8),
+        ended_at=430.0,
+    )
+    task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": 430.0}
+    state = {"jobset_name": "js", "monitor": {"phase": "completed", "digest": digest.to_json()}}
+    view = run_view(task=task, report=report, state=state, checkpoints=None)
+    capacity = view["capacity"]
+    assert capacity["queued_seconds"] == 300.0 and capacity["admission_to_first_step_seconds"] == 10.0
+    assert capacity["tail_seconds"] == 32.0 and capacity["phase"] == "ended"
+    assert view["counts"]["preemptions"] == 1 and view["counts"]["recoveries"] == 0
+    spans = [(s["kind"], s["from"], s["to"]) for s in view["timeline"]["spans"]]
+    assert spans == [("queued", 0.0, 100.0), ("preempted", 140.0, 340.0), ("tail", 398.0, 430.0)]
+    assert [f["kind"] for f in view["timeline"]["failures"]] == ["preemption"]
+    assert {"t": 350.0, "from_step": 29, "to_step": 20} in view["timeline"]["rewinds"]
+    assert view["goodput"]["queued_seconds"] == 300.0
+    assert view["goodput"]["goodput"] > view["goodput"]["goodput_with_queue"]
+    assert view["startup"]["from"] == 100.0  # start-up counts from the admission, not the queue
+
+
+def test_a_queued_run_still_waiting_says_so_with_kueue_s_reason() -> None:
+    digest = LogDigest()
+    digest.queued(1000.0, preempted=False)
+    monitor = {
+        "phase": "suspended",
+        "started_at": 1000.0,
+        "queue_managed": True,
+        "queue_state": "pending",
+        "queue_reason": "Pending: insufficient unused quota for google.com/tpu",
+        "digest": digest.to_json(),
+    }
+    view = run_view(
+        task={"task_id": "pretrain", "start_ts": 1000.0},
+        report=None,
+        state={"jobset_name": "js", "monitor": monitor},
+        checkpoints=None,
+        now=1600.0,
+    )
+    assert view["capacity"]["phase"] == "queued"
+    assert view["capacity"]["queue_reason"].startswith("Pending: insufficient unused quota")
+    assert view["capacity"]["queued_seconds"] == 600.0
+    assert view["timeline"]["spans"] == [{"kind": "queued", "from": 1000.0, "to": 1600.0, "seconds": 600.0}]

