@@ -336,6 +336,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             self._finish_escalation(context, spec, run)
             return self._wait(context, spec, run)
         jobset = self._adopt(cluster, run)
+        if jobset is None and (done := self._done_before_launch(context, spec, run)) is not None:
+            return done
         if jobset is None:
             self._create(cluster, spec, run)
         else:
@@ -492,6 +494,35 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 )
             self.log.warning("checkpoints under %s not checked (%s); reading again", spec.checkpoint_directory, why)
             time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
+
+    def _done_before_launch(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> dict[str, Any] | None:
+        """The report of a run whose newest valid committed step already reaches its target (a cleared task, a
+        re-run, a continued run that finished), or ``None`` to launch.
+
+        MaxText refuses such a run (``Requested training up to step N, but a checkpoint already exists at step
+        …``, exit 1), which would otherwise read as a trainer failure and spend the full-restart budget. One read,
+        no retries: when storage cannot say, the run is launched and MaxText decides.
+        """
+        try:
+            report = validate_checkpoints(
+                spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
+            )
+        except StorageError:
+            return None
+        latest = report.latest_valid_step
+        if unknown_reason(report) is not None or latest is None or latest < spec.target_step:
+            return None
+        self.log.info(
+            "step %s under %s is committed and valid, at or past the target step %s: nothing to train, "
+            "no JobSet launched",
+            latest,
+            spec.checkpoint_directory,
+            spec.target_step,
+        )
+        done = {**self._report(spec, run, latest), "already_at_target": True}
+        run.save(context)
+        self._emit_metrics(context, done)
+        return done
 
     def _committed_step(self, spec: ElasticRunSpec) -> int:
         """The newest valid committed step of the run (-1: none); `AirflowException` while storage cannot say."""

@@ -62,7 +62,7 @@ def _valid_path(dag_id: str, run_id: str) -> None:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("plugin").joinpath("static", name).read_bytes()
+    return resources.files("elastic_training.plugin").joinpath("static", name).read_bytes()
 
 
 def create_app() -> FastAPI:

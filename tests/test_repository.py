@@ -52,6 +52,7 @@ OLD_MODULE_STRING = re.compile(
     r"""["'](operators|plugin|cli|local)\.[a-z_]+"""  # a dotted module path in a string
     r"""|["']-m["'],\s*["'](operators|plugin|cli|local)\b"""  # an argv's "-m", "cli"
     r"""|-m (operators|plugin|cli|local)\b"""  # `python -m operators.rbac` in a message or docstring
+    r"""|(files|import_module|find_spec)\(["'](operators|plugin|cli|local)\b"""  # a package named by a string
 )
 
 

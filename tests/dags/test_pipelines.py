@@ -101,6 +101,10 @@ def test_a_failed_gate_stops_the_pipeline_with_the_metrics(
     assert xcom(dag_run, "validate_params")["run_directory"] == plain["run_directory"]
     task_states = states(dag_run)
     assert task_states["pretrain"] == "success" and task_states["evaluate"] == "success"
+    # MaxText refuses a run already at its target (exit 1): the operator sees it first and launches nothing.
+    report = xcom(dag_run, "pretrain")
+    assert report["already_at_target"] is True and report["final_step"] == 79 and report["full_restarts"] == 0
+    assert xcom(dag_run, "pretrain", "jobset_name") is None
     assert task_states["gate_on_eval"] == "failed"
     assert task_states["synthesize"] == task_states["publish_synthetic_dataset"] == "upstream_failed"
     metrics = xcom(dag_run, "gate_on_eval", "metrics")
