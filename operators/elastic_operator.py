@@ -257,8 +257,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             stall_timeout_seconds=_seconds("stall_timeout", stall_timeout),
             max_full_restarts=max_full_restarts,
             queue_timeout_seconds=None if queue_timeout is None else _seconds("queue_timeout", queue_timeout),
+            # Out of range here is None; the spec's lint then refuses the value with its reason.
             elastic_timeout_seconds=(
-                float(elastic_timeout_seconds) if _is_positive_int(elastic_timeout_seconds) else None
+                float(elastic_timeout_seconds)
+                if _is_positive_int(elastic_timeout_seconds) and elastic_timeout_seconds < 2**53
+                else None
             ),
         )
         self.jobset_max_restarts = jobset_max_restarts

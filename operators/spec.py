@@ -443,7 +443,8 @@ def stall_timeout_error(stall_timeout_seconds: float, elastic_timeout_seconds: i
     """
     if stall_timeout_seconds > elastic_timeout_seconds:
         return None
-    short = elastic_timeout_seconds - stall_timeout_seconds
+    # An elastic timeout past float's range (the lint refuses it elsewhere too) must not raise OverflowError here.
+    short = elastic_timeout_seconds - stall_timeout_seconds if elastic_timeout_seconds < 2**53 else math.inf
     by = "it equals that wait" if short == 0 else f"it is {short:g} s short of that wait"
     return (
         f"{stall_timeout_seconds:g} s does not exceed elastic_timeout_seconds={elastic_timeout_seconds} "

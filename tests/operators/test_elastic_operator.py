@@ -69,7 +69,7 @@ def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
 def test_slice_killed_mid_run_recovers_in_process(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
-    dag = elastic_dag("elastic_inproc", tmp_path, stall_timeout="timedelta(minutes=5)")
+    dag = elastic_dag("elastic_inproc", tmp_path, stall_timeout="timedelta(minutes=6)")
     with StepFaults(cluster_connection, "elastic-inproc").at(25, kill_worker(1)) as faults:
         dag_run = dag.test()
     assert faults.fired == [25]
@@ -106,7 +106,7 @@ def test_one_host_of_a_four_host_slice_killed_is_one_slice_restart(
         num_slices=3,
         tpu_type="v5e",
         tpu_topology="4x4",
-        stall_timeout="timedelta(minutes=5)",
+        stall_timeout="timedelta(minutes=6)",
     )
     with StepFaults(cluster_connection, "elastic-multihost").at(25, kill_worker(1)) as faults:
         dag_run = dag.test()
@@ -143,7 +143,7 @@ def head_log(cluster: LocalCluster, jobset: str) -> str:
 def test_slice_dying_past_its_budget_gets_exactly_one_full_restart(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
-    dag = elastic_dag("elastic_budget", tmp_path, max_slice_restarts=2, stall_timeout="timedelta(minutes=5)")
+    dag = elastic_dag("elastic_budget", tmp_path, max_slice_restarts=2, stall_timeout="timedelta(minutes=6)")
     with StepFaults(cluster_connection, "elastic-budget") as faults:
         for step in (12, 16, 22):
             faults.at(step, kill_worker(0))
@@ -210,7 +210,7 @@ def test_full_restart_budget_spent_fails_naming_it(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
     dag = elastic_dag(
-        "elastic_spent", tmp_path, max_slice_restarts=0, max_full_restarts=0, stall_timeout="timedelta(minutes=5)"
+        "elastic_spent", tmp_path, max_slice_restarts=0, max_full_restarts=0, stall_timeout="timedelta(minutes=6)"
     )
     with StepFaults(cluster_connection, "elastic-spent").at(15, kill_worker(1)):
         dag_run = dag.test()
@@ -230,7 +230,7 @@ def test_a_preemption_exit_short_of_the_target_is_a_full_restart(
 ) -> None:
     """MaxText exits 0 on SIGTERM (a preemption): the JobSet completes short of its target, and budget is left."""
     # Blocking mode (no deferral) on purpose: the same trigger and policy run inside the worker.
-    dag = elastic_dag("elastic_short", tmp_path, stall_timeout="timedelta(minutes=5)", deferrable=False)
+    dag = elastic_dag("elastic_short", tmp_path, stall_timeout="timedelta(minutes=6)", deferrable=False)
     with StepFaults(cluster_connection, "elastic-short").at(15, lambda f: f.signal_trainer(signal.SIGTERM)) as faults:
         dag_run = dag.test()
     assert faults.fired == [15]
@@ -248,7 +248,7 @@ def test_a_preemption_exit_short_of_the_target_is_a_full_restart(
 def test_api_errors_and_expiring_watches_never_fail_the_task(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
-    dag = elastic_dag("elastic_flaky", tmp_path, stall_timeout="timedelta(minutes=5)")
+    dag = elastic_dag("elastic_flaky", tmp_path, stall_timeout="timedelta(minutes=6)")
     faults_api = cluster_connection.faults
     faults_api.fail_requests(500, probability=0.3, path="jobsets")
     faults_api.add_latency(0.05, path="jobsets")
@@ -279,7 +279,7 @@ def test_task_killed_mid_watch_and_run_again_adopts_its_jobset(
 
     from airflow.configuration import conf
 
-    dag = elastic_dag("elastic_adopt", tmp_path, steps=150, stall_timeout="timedelta(minutes=5)")
+    dag = elastic_dag("elastic_adopt", tmp_path, steps=150, stall_timeout="timedelta(minutes=6)")
     logical_date = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
     dag_file = Path(conf.get("core", "dags_folder")) / "elastic_adopt.py"
     script = (
@@ -319,7 +319,7 @@ def test_api_throttling_through_a_full_restart_never_fails_the_task(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
     """Found by the chaos harness: a 429 burst longer than the hook's retries used to fail the task mid-restart."""
-    dag = elastic_dag("elastic_throttled", tmp_path, max_slice_restarts=0, stall_timeout="timedelta(minutes=5)")
+    dag = elastic_dag("elastic_throttled", tmp_path, max_slice_restarts=0, stall_timeout="timedelta(minutes=6)")
     # Only the escalation deletes JobSets: 15 throttled DELETEs outlast the provider's 5 attempts three times.
     cluster_connection.faults.fail_requests(429, count=15, path="jobsets", method="DELETE")
     try:

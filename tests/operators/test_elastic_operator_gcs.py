@@ -42,7 +42,7 @@ def test_a_gcs_run_rides_out_503_bursts_and_a_killed_slice(
     dag = elastic_dag(
         "elastic_gcs",
         base,  # type: ignore[arg-type]
-        stall_timeout="timedelta(minutes=5)",
+        stall_timeout="timedelta(minutes=6)",
         local_env=through_proxy,
     )
 

@@ -68,7 +68,7 @@ def seed_dag(dag_id: str, base: Path, *, max_slice_restarts: int) -> Any:
             max_slice_restarts={max_slice_restarts},
             elastic_max_retries=4,
             max_full_restarts=1,
-            stall_timeout=timedelta(minutes=5),
+            stall_timeout=timedelta(minutes=6),
             deferrable=True,
             poll_interval=1.0,
             local_env={{"LOCAL_STEP_SECONDS": "0.2"}},

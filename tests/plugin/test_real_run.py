@@ -47,7 +47,7 @@ def finished_run(
     dag = elastic_dag(
         "elastic_ui",
         tmp_path_factory.mktemp("ui-run"),
-        stall_timeout="timedelta(minutes=5)",
+        stall_timeout="timedelta(minutes=6)",
         price_per_chip_hour=2.5,
     )
     with StepFaults(cluster_connection, "elastic-ui").at(25, kill_worker(1)) as faults:
