@@ -473,6 +473,16 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         """The budgets as the trigger's kwargs and the report carry them."""
         return dataclasses.asdict(self.budgets)
 
+    def _read_checkpoints(self, spec: ElasticRunSpec) -> tuple[CheckpointReport | None, str | None]:
+        """One read of the run's checkpoints, and why its answer is unknown (``None``: known)."""
+        try:
+            report = validate_checkpoints(
+                spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
+            )
+        except StorageError as error:  # no credentials: the worker's environment, retried by the task
+            return None, str(error)
+        return report, unknown_reason(report)
+
     def _look(self, spec: ElasticRunSpec) -> CheckpointReport:
         """The run's checkpoints, read again with backoff while the answer is "unknown" (storage could not be read).
 
@@ -481,14 +491,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         deadline = time.monotonic() + self.storage_retry_timeout
         backoff = Backoff(base=2.0, cap=30.0)
         while True:
-            try:
-                report = validate_checkpoints(
-                    spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
-                )
-                why = unknown_reason(report)
-            except StorageError as error:  # no credentials: the worker's environment, retried by the task
-                why = str(error)
-            if why is None:
+            report, why = self._read_checkpoints(spec)
+            if report is not None and why is None:
                 return report
             if time.monotonic() >= deadline:
                 raise AirflowException(
@@ -506,14 +510,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         …``, exit 1), which would otherwise read as a trainer failure and spend the full-restart budget. One read,
         no retries: when storage cannot say, the run is launched and MaxText decides.
         """
-        try:
-            report = validate_checkpoints(
-                spec.checkpoint_directory, options=ValidationOptions(require_commit_marker=True)
-            )
-        except StorageError:
-            return None
-        latest = report.latest_valid_step
-        if unknown_reason(report) is not None or latest is None or latest < spec.target_step:
+        report, why = self._read_checkpoints(spec)
+        latest = report.latest_valid_step if report is not None and why is None else None
+        if latest is None or latest < spec.target_step:
             return None
         self.log.info(
             "step %s under %s is committed and valid, at or past the target step %s: nothing to train, "

@@ -126,6 +126,17 @@ class JobSets:
     def patch(self, name: str, body: Obj) -> Obj:
         return self._call("patch_namespaced_custom_object", name=name, body=body)
 
+    def delete_all(self) -> None:
+        """Delete every JobSet of the namespace not already being deleted (a test's cleanup)."""
+        listed = self._custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)
+        for jobset in listed["items"]:
+            if not jobset["metadata"].get("deletionTimestamp"):
+                try:
+                    self.delete(jobset["metadata"]["name"])
+                except client.ApiException as err:
+                    if err.status != 404:
+                        raise
+
     def exists(self, name: str) -> bool:
         try:
             self.get(name)

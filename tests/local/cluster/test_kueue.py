@@ -16,9 +16,6 @@ import pytest
 from kubernetes import client
 
 from elastic_training.operators.constants import (
-    JOBSET_GROUP,
-    JOBSET_PLURAL,
-    JOBSET_VERSION,
     LABEL_HOSTNAME,
     LABEL_JOBSET_NAME,
     LABEL_KUEUE_JOB_UID,
@@ -45,13 +42,7 @@ HOLD = "sleep 300"  # holds its quota for as long as any test needs
 @pytest.fixture(autouse=True)
 def _no_jobset_left_running(k8s: K8s) -> Iterator[None]:
     yield
-    for jobset in k8s.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]:
-        if not jobset["metadata"].get("deletionTimestamp"):
-            try:
-                JobSets(k8s.custom).delete(jobset["metadata"]["name"])
-            except client.ApiException as err:
-                if err.status != 404:
-                    raise
+    JobSets(k8s.custom).delete_all()
 
 
 # -- helpers ------------------------------------------------------------------------------------

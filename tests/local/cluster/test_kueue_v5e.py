@@ -11,9 +11,6 @@ from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import (
-    JOBSET_GROUP,
-    JOBSET_PLURAL,
-    JOBSET_VERSION,
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,
     LABEL_GKE_TPU_TOPOLOGY,
@@ -45,13 +42,7 @@ Obj = dict[str, Any]
 @pytest.fixture(autouse=True)
 def _no_jobset_left_running(k8s: K8s) -> Iterator[None]:
     yield
-    for jobset in k8s.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]:
-        if not jobset["metadata"].get("deletionTimestamp"):
-            try:
-                JobSets(k8s.custom).delete(jobset["metadata"]["name"])
-            except client.ApiException as err:
-                if err.status != 404:
-                    raise
+    JobSets(k8s.custom).delete_all()
 
 
 def pathways_like(name: str, slices: int, *, queue: str | None = "multislice-queue", priority: str = "") -> Obj:
