@@ -84,6 +84,12 @@ ALREADY_AT_TARGET_RE: Final = re.compile(
     r"Requested training up to step (\d+), but a checkpoint already exists at step (\d+)"
 )
 
+# MaxText's refusal of its configuration (maxtext 0.2.5 configs/pyconfig.py _handle_config_exception): an unknown
+# key, a bad value or one of its own rules, logged between two rules of `=`. Its exit code is no sign: 2 only
+# outside a test framework, and the trainer's imports load unittest (via etils.epath), so on every machine the
+# error is re-raised, exit 1. Group: the message's first line.
+CONFIG_ERROR_RE: Final = re.compile(r"MAXTEXT CONFIG ERROR: (.*)")
+
 # Orbax / MaxText checkpoint layout.
 CHECKPOINTS_DIR: Final = "checkpoints"
 COMMIT_SUCCESS_FILE: Final = "commit_success.txt"

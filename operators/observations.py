@@ -25,7 +25,8 @@ The cluster is the source of truth; this module turns its objects into the facts
   only as many as that counter holds count. Slice restarts stay
   invisible at JobSet level while they are within the ``backoffLimit``;
 - the head pod (``pathways-head``), whose log the trigger follows, and whether its trainer refused
-  its configuration (exit code 2: a restart cannot help);
+  its configuration (exit code 2, or MaxText's ``MAXTEXT CONFIG ERROR:`` line in its log, since real MaxText
+  exits 1 on it: a restart cannot help);
 - the trainer's log, folded by :class:`operators.recovery.LogDigest`.
 
 Records are keyed, and the counts are recomputed from them after every change, so a trigger rebuilt from
@@ -71,8 +72,9 @@ Obj = Mapping[str, Any]
 
 __all__ = ["MonitorState", "jobset_phase", "normalize_timestamp", "parse_time"]
 
-# Trainer exit codes a restart cannot mend: 2 is an invalid configuration (MaxText's argument
-# errors and the local trainer's `Invalid config`).
+# Trainer exit codes a restart cannot mend: 2 is an invalid configuration (the local trainer's `Invalid config`,
+# and MaxText's only when no test framework is loaded; MaxText 0.2.5's trainer always loads unittest and exits 1,
+# so its refusal is read from its log: LogDigest.config_error).
 PERMANENT_EXIT_CODES = frozenset({2})
 STATE_VERSION = 2
 MAX_RESTART_TIMES_KEPT = 1000
@@ -531,9 +533,16 @@ class MonitorState:
             preempted=any(r.kind == PREEMPTION and r.restored_at is None for r in digest.all_recoveries),
             slice_restart_times=tuple(self.slice_restart_times),
             latest_step=self.digest.latest_step,
-            failure_detail=self.failure_detail,
-            permanent=self.permanent and self.phase is JobSetPhase.FAILED,
+            failure_detail=self._failure_detail(),
+            permanent=(self.permanent or digest.config_error is not None) and self.phase is JobSetPhase.FAILED,
         )
+
+    def _failure_detail(self) -> str:
+        refused = self.digest.config_error
+        if refused is None or self.permanent:
+            return self.failure_detail
+        said = f"the trainer refused its configuration: MAXTEXT CONFIG ERROR: {refused}"
+        return f"{said} ({self.failure_detail})" if self.failure_detail else said
 
     # -- serialisation -----------------------------------------------------------------------
 

@@ -9,6 +9,9 @@ without them) is a recovery of its own kind, with the same phases. pathwaysutils
 K slices``, then ``A slices active. Wanting at least K`` every poll) is progress, bounded by MaxText's
 ``elastic_timeout_seconds`` (:meth:`LogDigest.slice_wait_progress`).
 
+The digest also keeps MaxText's refusal of its configuration (``MAXTEXT CONFIG ERROR: …``, a plain exit 1): a
+restart cannot help.
+
 The digest also holds the run's time in Kueue's hands, told by the JobSet rather than the log (:meth:`queued`,
 :meth:`admitted`): the spans it waited for admission, and each preemption (suspended after an admission) as a
 recovery of kind ``preemption``, whose restore and first step come from the log when the run is admitted again.
@@ -40,6 +43,7 @@ from elastic_training.operators.advice import advice_for_report
 from elastic_training.operators.constants import (
     ASYNC_SAVE_STARTED_RE,
     COMPLETED_STEP_RE,
+    CONFIG_ERROR_RE,
     ELASTIC_ATTEMPTS_SPENT_RE,
     ELASTIC_EVENT_RE,
     LIVE_SLICE_COUNT_RE,
@@ -118,6 +122,7 @@ class LogDigest:
     open_recovery: Recovery | None = None
     attempts_spent: bool = False
     stopped: str | None = None
+    config_error: str | None = None  # MaxText refused its configuration: ``MAXTEXT CONFIG ERROR: <this>``
     startup_steps: int = 0  # first steps after a start or restore: they include compilation
     startup_step_seconds: float = 0.0
     awaiting_first_step: bool = False
@@ -172,6 +177,8 @@ class LogDigest:
             self.attempts_spent = True
         elif (match := TRAINING_STOPPED_RE.search(line)) is not None:
             self.stopped = match.group(1).strip()[:500]
+        elif (match := CONFIG_ERROR_RE.search(line)) is not None:
+            self.config_error = match.group(1).strip()[:500]
 
     def feed_all(self, lines: Iterable[tuple[float, str]]) -> LogDigest:
         for at, line in lines:

@@ -6,8 +6,10 @@ Follows AI-Hypercomputer/maxtext `src/maxtext/configs/pyconfig.py` at e591f30 (2
 - a key outside MaxText's config is refused (`_prepare_for_pydantic`): it logs
   `Ignoring invalid/unsupported field from YAML/CLI: '<key>'`, then raises
   `ValueError("'<key>' not in '<k1>', '<k2>', ….")`, which `_handle_config_exception` logs between two lines
-  of 80 `=` as `MAXTEXT CONFIG ERROR: <message>` and turns into exit code 2. An invalid value (pydantic's
-  validation) and MaxText's own rules (`Elastic training is only supported with Pathways
+  of 80 `=` as `MAXTEXT CONFIG ERROR: <message>` and re-raises (exit code 1 with a traceback: it exits 2 only
+  when neither `pytest` nor `unittest` is imported, and the trainer's imports load `unittest` through JAX's
+  `etils.epath`; measured with MaxText 0.2.5, tests/local/workloads/test_maxtext_contract.py). An invalid value
+  (pydantic's validation) and MaxText's own rules (`Elastic training is only supported with Pathways
   (enable_single_controller=True).`) take the same path.
 
 MaxText's keys are data: `data/maxtext_keys.txt`, every key of `src/maxtext/configs/base.yml` at that commit
@@ -35,7 +37,8 @@ import yaml
 
 from elastic_training.local.workloads.config import ConfigError, TrainConfig, parse_args
 
-MAXTEXT_EXIT_CONFIG_ERROR: Final = 2
+# What MaxText's trainer exits with on a refused configuration: an uncaught ValueError (see the module's docstring).
+MAXTEXT_EXIT_CONFIG_ERROR: Final = 1
 MAXTEXT_IMAGE_CONFIG_PREFIXES: Final = ("src/maxtext/configs/", "maxtext/configs/", "/deps/src/maxtext/configs/")
 
 # MaxText key -> TrainConfig field, for the keys the local trainer models.
@@ -81,7 +84,7 @@ NUM_SLICES_KEY: Final = "num_slices"
 
 
 class MaxTextConfigError(ValueError):
-    """What MaxText's pyconfig raises for a bad configuration: exit 2 with `MAXTEXT CONFIG ERROR: …`."""
+    """What MaxText's pyconfig raises for a bad configuration: `MAXTEXT CONFIG ERROR: …`, then exit 1."""
 
     def __init__(self, message: str, unknown_key: str | None = None) -> None:
         super().__init__(message)

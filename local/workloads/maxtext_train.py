@@ -2,7 +2,7 @@
 
 The image catalogue (local/cluster/images.py) maps that command here with its arguments unchanged. The
 command line is read as MaxText reads it (local/workloads/maxtext_config.py: every MaxText key accepted,
-unknown keys refused with MaxText's message and exit code 2); the slice count and hosts per slice come from
+unknown keys refused with MaxText's message, a traceback and exit code 1); the slice count and hosts per slice come from
 Pathways' view of the allocation, read from the JobSet the trainer runs in (local/workloads/
 pathways_session.py), never from a local key. Then the local trainer (local/workloads/train.py) runs.
 
@@ -17,12 +17,11 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from elastic_training.local.workloads.config import TrainConfig
 from elastic_training.local.workloads.logs import configure_logging
 from elastic_training.local.workloads.maxtext_config import (
-    MAXTEXT_EXIT_CONFIG_ERROR,
     MaxTextConfigError,
     parse_command_line,
     train_config,
@@ -35,14 +34,16 @@ if TYPE_CHECKING:
 _logger = logging.getLogger("maxtext.trainers.pre_train.train")
 
 
-def _config_error(error: MaxTextConfigError) -> int:
-    """MaxText's `_handle_config_exception`: the message between two rules of `=`, exit 2."""
+def _config_error(error: MaxTextConfigError) -> NoReturn:
+    """MaxText's `_handle_config_exception`: the message between two rules of `=`, then the error re-raised (a
+    traceback and exit `MAXTEXT_EXIT_CONFIG_ERROR`, 1: the trainer's imports load `unittest`, which turns
+    MaxText's `sys.exit(2)` off). Not written to /dev/termination-log, as MaxText tries: that is this machine's."""
     if error.unknown_key is not None:
         _logger.warning("Ignoring invalid/unsupported field from YAML/CLI: %r", error.unknown_key)
     _logger.error("=" * 80)
     _logger.error("MAXTEXT CONFIG ERROR: %s", error)
     _logger.error("=" * 80)
-    return MAXTEXT_EXIT_CONFIG_ERROR
+    raise ValueError(str(error)) from None
 
 
 def _why_the_stand_in(argv: Sequence[str]) -> str:
@@ -59,7 +60,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         command = parse_command_line(argv)
     except MaxTextConfigError as error:
-        return _config_error(error)
+        _config_error(error)
 
     from elastic_training.local.workloads.pathways_session import PathwaysSession, exit_backend_lost
 
@@ -78,7 +79,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         config = train_config(command, os.environ, num_slices)
     except MaxTextConfigError as error:
-        return _config_error(error)
+        _config_error(error)
     for key, value in command.ignored().items():
         _logger.info("MaxText key %s=%s accepted; the local trainer does not model it", key, value)
     os.environ["JAX_PLATFORMS"] = "cpu"

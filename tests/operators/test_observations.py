@@ -637,3 +637,26 @@ def test_queue_fields_round_trip() -> None:
     rebuilt = MonitorState.from_json(json.loads(json.dumps(state.to_json())))
     assert rebuilt.to_json() == state.to_json()
     assert rebuilt.digest.suspended and rebuilt.queue_managed and "Pending" in rebuilt.queue_reason
+
+
+def test_maxtexts_config_error_line_is_permanent_whatever_its_exit_code() -> None:
+    """Real MaxText refuses its configuration with exit 1 (tests/local/workloads/test_maxtext_contract.py): the line
+    says it, and the JobSet's failure is then permanent, with the refusal as its detail."""
+    state = MonitorState()
+    head = pod("h", 0, rjob="pathways-head")
+    state.on_pod(head, deleted=False, now=1.0)
+    refusal = "E1201 12:00:00.000 1 pyconfig.py:393] MAXTEXT CONFIG ERROR: 'stepz' not in 'run_name', 'model_name'."
+    assert state.on_log_line("2026-12-01T12:00:00.5Z", refusal, "h")
+    head["status"]["containerStatuses"] = [
+        {"name": "jax-tpu", "restartCount": 0, "state": {"terminated": {"exitCode": 1}}}
+    ]
+    state.on_pod(head, deleted=False, now=2.0)
+    running = state.observation(now=3.0, target_step=9, full_restarts_used=0)
+    assert not running.permanent, "acted on once the JobSet failed, as an exit code is"
+    state.on_jobset({"metadata": {"uid": "j"}, "status": {"terminalState": "Failed"}})
+    failed = state.observation(now=3.0, target_step=9, full_restarts_used=0)
+    assert failed.permanent
+    said = "the trainer refused its configuration: MAXTEXT CONFIG ERROR: 'stepz' not in"
+    assert failed.failure_detail.startswith(said)
+    again = MonitorState.from_json(state.to_json()).observation(now=4.0, target_step=9, full_restarts_used=0)
+    assert again.permanent and again.failure_detail == failed.failure_detail

@@ -9,6 +9,7 @@ import yaml
 
 from elastic_training.local.workloads.maxtext_config import (
     LOCAL_ENV,
+    MAXTEXT_EXIT_CONFIG_ERROR,
     MODELLED,
     MaxTextConfigError,
     maxtext_commit,
@@ -78,9 +79,10 @@ def test_invalid_values_and_maxtexts_elastic_rule_are_config_errors() -> None:
         train_config(command, {}, 1)
 
 
-def test_the_entry_point_exits_2_with_maxtexts_banner() -> None:
+def test_the_entry_point_exits_1_with_maxtexts_banner_and_its_traceback() -> None:
     done = run_module("elastic_training.local.workloads.maxtext_train", [BASE, "steps=2", "num_devices=8"], timeout=60)
-    assert done.returncode == 2
+    assert done.returncode == 1 == MAXTEXT_EXIT_CONFIG_ERROR
+    assert "Traceback" in done.stderr and "ValueError: 'num_devices' not in 'run_name'," in done.stderr
     lines = done.stdout.splitlines()
     assert any(line.endswith("Ignoring invalid/unsupported field from YAML/CLI: 'num_devices'") for line in lines)
     error = next(i for i, line in enumerate(lines) if "MAXTEXT CONFIG ERROR: 'num_devices' not in 'run_name'," in line)

@@ -28,9 +28,11 @@ from elastic_training.operators.constants import (
     ALREADY_AT_TARGET_RE,
     ASYNC_SAVE_STARTED_RE,
     COMPLETED_STEP_RE,
+    CONFIG_ERROR_RE,
     NO_CHECKPOINT_RE,
     RESTORING_STEP_RE,
 )
+from elastic_training.operators.recovery import LogDigest
 from tests.support.real_maxtext import (
     BAD_VALUE,
     RESUME_STEPS,
@@ -163,7 +165,7 @@ def test_the_same_checkpoint_tree(stand_in: dict[str, StandInRun | Path], real_m
 
 
 def _config_error(log: str) -> str:
-    match = re.search(r"MAXTEXT CONFIG ERROR: (.*)", log)
+    match = CONFIG_ERROR_RE.search(log)
     assert match, log[-2000:]
     return match[1]
 
@@ -187,12 +189,15 @@ def test_a_bad_value_is_refused_alike(stand_in: dict[str, StandInRun | Path], re
 
 
 def _assert_refusal_exit_codes(real: RealRun, local: StandInRun) -> None:
-    # Listed difference (docs/workloads.md): MaxText exits 2 only when neither pytest nor unittest is imported
-    # (pyconfig.py _handle_config_exception); its trainer imports JAX, whose path module imports etils.epath,
-    # which imports unittest, so the ValueError is re-raised: a traceback and exit 1. The stand-in keeps 2,
-    # which the operator reads as a permanent failure (operators/observations.py PERMANENT_EXIT_CODES).
-    assert real.exit_code == 1 and "Traceback" in real.log
-    assert local.exit_code == MAXTEXT_EXIT_CONFIG_ERROR
+    # MaxText exits 2 only when neither pytest nor unittest is imported (pyconfig.py _handle_config_exception); its
+    # trainer imports JAX, whose path module imports etils.epath, which imports unittest, so the ValueError is
+    # re-raised: a traceback and exit 1, as a trainer crash exits. The stand-in does the same; the operator knows
+    # the refusal by its line (operators/constants.py CONFIG_ERROR_RE), not by its exit code.
+    assert real.exit_code == local.exit_code == MAXTEXT_EXIT_CONFIG_ERROR == 1
+    assert "Traceback" in real.log and "Traceback" in local.log
+    for log in (real.log, local.log):
+        digest = LogDigest().feed_all((0.0, line) for line in log.splitlines())
+        assert digest.config_error == _config_error(log).strip()
 
 
 def test_a_finished_run_rerun_exits_1(stand_in: dict[str, StandInRun | Path], real_maxtext: RealMaxText) -> None:
