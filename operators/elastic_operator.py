@@ -371,11 +371,16 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             full_restarts_used=run.budget_used,
             elastic_timeout_seconds=self.budgets.elastic_timeout_seconds,
         )
-        committed = self._committed_step(spec) if run.monitor.phase is JobSetPhase.COMPLETED else None
+        # A JobSet failed by MaxText's "checkpoint already exists" refusal may be done: its storage says.
+        refused_done = run.monitor.phase is JobSetPhase.FAILED and observation.already_at_target
+        read = run.monitor.phase is JobSetPhase.COMPLETED or refused_done
+        committed = self._committed_step(spec) if read else None
         decision = decide(_with_committed(observation, committed), self.budgets)
         self.log.info("JobSet %s: %s (%s): %s", run.jobset_name, decision.action, decision.reason, decision.message)
         if decision.action is Action.SUCCEED:
             report = self._report(spec, run, committed)
+            if decision.reason is Reason.ALREADY_AT_TARGET:
+                report["already_at_target"] = True
             run.save(context)
             self.log.info("run report: %s", report)
             self._emit_metrics(context, report)

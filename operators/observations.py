@@ -535,6 +535,7 @@ class MonitorState:
             latest_step=self.digest.latest_step,
             failure_detail=self._failure_detail(),
             permanent=(self.permanent or digest.config_error is not None) and self.phase is JobSetPhase.FAILED,
+            already_at_target=digest.already_at_target is not None,
         )
 
     def _failure_detail(self) -> str:

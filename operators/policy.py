@@ -80,6 +80,7 @@ class Reason(StrEnum):
     NOT_QUEUED = "not_queued"
     QUEUE_TIMEOUT = "queue_timeout"
     PREEMPTED_COMPLETED = "preempted_then_completed"
+    ALREADY_AT_TARGET = "already_at_target"
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,9 @@ class Observation:
     waiting: QueueWait | None = None
     # Preempted and not restored since: a completion now is the trainer's exit 0 on the preemption's SIGTERM.
     preempted: bool = False
+    # The trainer refused to train because its run already reached its target (MaxText's "checkpoint already
+    # exists" RuntimeError, exit 1): done, once the committed step says so.
+    already_at_target: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,8 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
             Reason.JOBSET_MISSING,
             "the JobSet was deleted outside this task; not recreating it (the run directory is untouched)",
         )
+    if obs.phase is JobSetPhase.FAILED and obs.already_at_target and (done := _already_at_target(obs)) is not None:
+        return done
     if obs.phase is JobSetPhase.FAILED and obs.permanent:
         return Decision(
             Action.FAIL,
@@ -278,6 +284,26 @@ def _completed(obs: Observation, budgets: Budgets) -> Decision:
         Reason.COMPLETED_SHORT,
         f"the JobSet completed but training did not reach its final step: {reached}, target step "
         f"{obs.target_step} (MaxText exits 0 after SIGTERM or a failed save; completion alone is not success)",
+    )
+
+
+def _already_at_target(obs: Observation) -> Decision | None:
+    """The trainer found its run finished: success when the committed step agrees; ``None`` when it does not (the
+    newest step MaxText saw may be invalid: the usual rules restart it, quarantining that step first)."""
+    if obs.committed_step is None:
+        return Decision(
+            Action.FAIL,
+            Reason.COMPLETED_UNCHECKED,
+            "the trainer refused to train a run already at its target, but its checkpoints were not read; "
+            "success needs a committed final step",
+        )
+    if obs.committed_step < obs.target_step:
+        return None
+    return Decision(
+        Action.SUCCEED,
+        Reason.ALREADY_AT_TARGET,
+        f"the run was already at its target: the trainer found a checkpoint at its final step and refused to train "
+        f"again (MaxText's exit 1), and the committed step is {obs.committed_step} (target {obs.target_step})",
     )
 
 

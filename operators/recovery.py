@@ -9,8 +9,9 @@ without them) is a recovery of its own kind, with the same phases. pathwaysutils
 K slices``, then ``A slices active. Wanting at least K`` every poll) is progress, bounded by MaxText's
 ``elastic_timeout_seconds`` (:meth:`LogDigest.slice_wait_progress`).
 
-The digest also keeps MaxText's refusal of its configuration (``MAXTEXT CONFIG ERROR: …``, a plain exit 1): a
-restart cannot help.
+The digest also keeps MaxText's two refusals to train, each a plain exit 1: ``MAXTEXT CONFIG ERROR: …`` (its
+configuration was refused: a restart cannot help) and ``Requested training up to step N, but a checkpoint
+already exists at step M`` (the run had already reached its target).
 
 The digest also holds the run's time in Kueue's hands, told by the JobSet rather than the log (:meth:`queued`,
 :meth:`admitted`): the spans it waited for admission, and each preemption (suspended after an admission) as a
@@ -41,6 +42,7 @@ from typing import Any
 
 from elastic_training.operators.advice import advice_for_report
 from elastic_training.operators.constants import (
+    ALREADY_AT_TARGET_RE,
     ASYNC_SAVE_STARTED_RE,
     COMPLETED_STEP_RE,
     CONFIG_ERROR_RE,
@@ -123,6 +125,7 @@ class LogDigest:
     attempts_spent: bool = False
     stopped: str | None = None
     config_error: str | None = None  # MaxText refused its configuration: ``MAXTEXT CONFIG ERROR: <this>``
+    already_at_target: list[int] | None = None  # MaxText refused to train a finished run: [steps asked, newest step]
     startup_steps: int = 0  # first steps after a start or restore: they include compilation
     startup_step_seconds: float = 0.0
     awaiting_first_step: bool = False
@@ -179,6 +182,8 @@ class LogDigest:
             self.stopped = match.group(1).strip()[:500]
         elif (match := CONFIG_ERROR_RE.search(line)) is not None:
             self.config_error = match.group(1).strip()[:500]
+        elif (match := ALREADY_AT_TARGET_RE.search(line)) is not None:
+            self.already_at_target = [int(match.group(1)), int(match.group(2))]
 
     def feed_all(self, lines: Iterable[tuple[float, str]]) -> LogDigest:
         for at, line in lines:

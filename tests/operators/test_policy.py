@@ -124,6 +124,42 @@ CASES = [
         Action.SUCCEED,
         Reason.COMPLETED,
     ),
+    # MaxText's "checkpoint already exists" refusal (exit 1): done when storage agrees, a failure as usual when not.
+    (
+        "refused as already at target, committed at target",
+        obs(phase=JobSetPhase.FAILED, already_at_target=True, committed_step=99, full_restarts_used=1),
+        Action.SUCCEED,
+        Reason.ALREADY_AT_TARGET,
+    ),
+    (
+        "refused as already at target, slices past their budget",
+        obs(
+            phase=JobSetPhase.FAILED,
+            already_at_target=True,
+            committed_step=120,
+            slice_restart_times=(NOW - 3, NOW - 2, NOW - 1),
+        ),
+        Action.SUCCEED,
+        Reason.ALREADY_AT_TARGET,
+    ),
+    (
+        "refused as already at target, storage not read",
+        obs(phase=JobSetPhase.FAILED, already_at_target=True),
+        Action.FAIL,
+        Reason.COMPLETED_UNCHECKED,
+    ),
+    (
+        "refused as already at target, the committed step short of it",
+        obs(phase=JobSetPhase.FAILED, already_at_target=True, committed_step=60),
+        Action.ESCALATE,
+        Reason.JOBSET_FAILED,
+    ),
+    (
+        "refused as already at target while the JobSet still runs",
+        obs(already_at_target=True, committed_step=99),
+        Action.CONTINUE,
+        Reason.RUNNING,
+    ),
 ]
 
 

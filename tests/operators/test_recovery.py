@@ -244,3 +244,23 @@ def test_a_report_without_kueue_keeps_its_old_keys_and_meaning() -> None:
 def test_queue_spans_round_trip() -> None:
     digest = queued_then_preempted()
     assert LogDigest.from_json(json.loads(json.dumps(digest.to_json()))) == digest
+
+
+def test_maxtexts_two_refusals_to_train_are_kept() -> None:
+    """MaxText 0.2.5's lines, word for word (tests/local/workloads/test_maxtext_contract.py holds them to it)."""
+    done = LogDigest().feed_all(
+        [
+            (1.0, "Traceback (most recent call last):"),
+            (
+                2.0,
+                "RuntimeError: Requested training up to step 30, but a checkpoint already exists at step 29 "
+                "(which means 30 steps have been completed). Did you mean to continue training past step 30 …",
+            ),
+        ]
+    )
+    assert done.already_at_target == [30, 29] and done.config_error is None
+    refused = LogDigest().feed_all(
+        [(1.0, "E1201 10:00:00.1 7 pyconfig.py:393] MAXTEXT CONFIG ERROR: 'stepz' not in 'run_name', 'model_name'.")]
+    )
+    assert refused.config_error == "'stepz' not in 'run_name', 'model_name'." and refused.already_at_target is None
+    assert LogDigest.from_json(done.to_json()).already_at_target == [30, 29]

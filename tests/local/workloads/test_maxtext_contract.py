@@ -207,6 +207,9 @@ def test_a_finished_run_rerun_exits_1(stand_in: dict[str, StandInRun | Path], re
     for log in (real.log, local.log):
         match = ALREADY_AT_TARGET_RE.search(log)
         assert match and (int(match[1]), int(match[2])) == (STEPS, STEPS - 1)
+        # What the operator folds from it: the run is done once its committed step says so (operators/policy.py).
+        digest = LogDigest().feed_all((0.0, line) for line in log.splitlines())
+        assert digest.already_at_target == [STEPS, STEPS - 1] and digest.config_error is None
     assert not RESTORING_STEP_RE.search(real.log) and not RESTORING_STEP_RE.search(local.log)
 
 
