@@ -197,7 +197,7 @@ def _assert_refusal_exit_codes(real: RealRun, local: StandInRun) -> None:
     assert "Traceback" in real.log and "Traceback" in local.log
     for log in (real.log, local.log):
         digest = LogDigest().feed_all((0.0, line) for line in log.splitlines())
-        assert digest.config_error == _config_error(log).strip()
+        assert digest.config_error == _config_error(log).strip()[:500]  # kept bounded, as the digest travels
 
 
 def test_a_finished_run_rerun_exits_1(stand_in: dict[str, StandInRun | Path], real_maxtext: RealMaxText) -> None:
