@@ -52,6 +52,12 @@ class Console:
             self.stream.flush()
 
 
+def _pod_log(core: Any, name: str, **bounds: Any) -> str:
+    """A pod's log as text: kubernetes 36's preloaded log is the repr of its bytes (kubernetes-client/python #2596)."""
+    response = core.read_namespaced_pod_log(name, "default", _preload_content=False, **bounds)
+    return str(response.data.decode("utf-8", errors="replace"))
+
+
 def _redirect_output(log_path: str) -> Console:
     console = Console(os.fdopen(os.dup(1), "w", buffering=1))
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -117,7 +123,7 @@ class Progress(threading.Thread):
             if not self.drill_shown:
                 for pod in core.list_namespaced_pod("default", label_selector=f"{LABEL_STAGE}=drill").items:
                     if pod.status and pod.status.phase in ("Succeeded", "Failed"):
-                        result = parse_result(core.read_namespaced_pod_log(pod.metadata.name, "default")) or {}
+                        result = parse_result(_pod_log(core, pod.metadata.name)) or {}
                         self.drill_shown = True
                         if result.get("fired"):
                             self.console.say(
@@ -128,9 +134,7 @@ class Progress(threading.Thread):
             running = [p for p in pods.items if p.status and p.status.phase == "Running"]
             if not running:
                 return
-            text = core.read_namespaced_pod_log(
-                running[-1].metadata.name, "default", container=HEAD_MAIN_CONTAINER, tail_lines=20
-            )
+            text = _pod_log(core, running[-1].metadata.name, container=HEAD_MAIN_CONTAINER, tail_lines=20)
         finally:
             api.close()
         steps = [int(m[1]) for m in COMPLETED_STEP_RE.finditer(text)]
