@@ -17,7 +17,6 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
@@ -464,14 +463,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             context,
             Handle(run.jobset_name, run.jobset_uid),
             target_step=spec.target_step,
-            budgets=self._budget_fields(),
+            budgets=self.budgets,
             state=run.monitor.to_json(),
             full_restarts_used=run.budget_used,
         )
-
-    def _budget_fields(self) -> dict[str, Any]:
-        """The budgets as the trigger's kwargs and the report carry them."""
-        return dataclasses.asdict(self.budgets)
 
     def _read_checkpoints(self, spec: ElasticRunSpec) -> tuple[CheckpointReport | None, str | None]:
         """One read of the run's checkpoints, and why its answer is unknown (``None``: known)."""
@@ -612,7 +607,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
             ended_at=time.time(),
             budgets={
-                **self._budget_fields(),
+                **self.budgets.to_json(),
                 "jobset_max_restarts": self.jobset_max_restarts,
                 "elastic_max_retries": spec.effective_elastic_max_retries,
             },

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
 from elastic_training.operators.manifests import JobSpec, lint_job
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.policy import JobSetPhase, Reason
+from elastic_training.operators.policy import Budgets, JobSetPhase, Reason
 from elastic_training.operators.spec import SpecError, shown
 from elastic_training.operators.triggers import EventStatus
 
@@ -29,12 +30,12 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 # A plain JobSet has no slices and no stall rule: only its terminal state wakes the operator.
-_NO_BUDGETS = {
-    "max_slice_restarts": 1_000_000,
-    "slice_restart_window_seconds": 1.0,
-    "stall_timeout_seconds": 10.0 * 365 * 24 * 3600,
-    "max_full_restarts": 0,
-}
+_NO_BUDGETS = Budgets(
+    max_slice_restarts=1_000_000,
+    slice_restart_window_seconds=1.0,
+    stall_timeout_seconds=10.0 * 365 * 24 * 3600,
+    max_full_restarts=0,
+)
 
 
 def _argv_item(value: Any) -> Any:
@@ -208,7 +209,7 @@ class JobSetOperator(JobSetTaskOperator):
         context["ti"].xcom_push(key="jobset_name", value=name)
         context["ti"].xcom_push(key="namespace", value=self.namespace)
         state = MonitorState(jobset_uid=uid, started_at=time.time()).to_json()
-        budgets = {**_NO_BUDGETS, "queue_timeout_seconds": self.queue_timeout}
+        budgets = replace(_NO_BUDGETS, queue_timeout_seconds=self.queue_timeout)
         return self._watch(context, self._active, target_step=0, budgets=budgets, state=state)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

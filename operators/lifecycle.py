@@ -39,7 +39,7 @@ from kubernetes.client.rest import ApiException
 from elastic_training.operators import manifests
 from elastic_training.operators.hooks import JobSetHook, ride_out_transient
 from elastic_training.operators.observations import jobset_phase
-from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.policy import Budgets, JobSetPhase
 from elastic_training.operators.spec import SpecError
 
 if TYPE_CHECKING:
@@ -263,7 +263,7 @@ class JobSetTaskOperator(BaseOperator):
         handle: Handle,
         *,
         target_step: int,
-        budgets: dict[str, Any],
+        budgets: Budgets,
         state: dict[str, Any],
         full_restarts_used: int = 0,
     ) -> Any:
