@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
@@ -50,8 +50,9 @@ from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLin
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reason, decide
-from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
-from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
+from elastic_training.operators.recovery import CostModel, run_report
+from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
+from elastic_training.operators.run_state import RunState
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
-STATE_KEY = "elastic_run"
 MAX_QUARANTINES_PER_ESCALATION = 3
 
 
@@ -331,7 +331,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         # Placeholder name: the images depend on the spec alone, and nothing may be created before this check.
         enforce_allowed_images(manifests.elastic_jobset(spec, name="image-check", namespace=self.namespace, labels={}))
         cluster = self._cluster(context)
-        run = _RunState.load(context)
+        run = RunState.load(context)
         if run.started_at == 0.0:
             run.started_at = time.time()
         if run.escalating:  # a worker died in the middle of a full restart: finish it
@@ -352,7 +352,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger fired: decide, then succeed, fail, escalate or wait again."""
         spec = self.build_spec()
-        run = _RunState.load(context)
+        run = RunState.load(context)
         if event.get("name") != run.jobset_name:
             raise AirflowException(f"trigger event for {event.get('name')!r}, expected {run.jobset_name!r}")
         self._active = Handle(run.jobset_name, run.jobset_uid)  # a kill from here on deletes it
@@ -389,10 +389,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     # -- helpers -----------------------------------------------------------------------------
 
     def _current(self, context: Context) -> Handle | None:
-        run = _RunState.load(context)
+        run = RunState.load(context)
         return Handle(run.jobset_name, run.jobset_uid) if run.jobset_name else None
 
-    def _adopt(self, cluster: JobSetLifecycle, run: _RunState) -> JobSet | None:
+    def _adopt(self, cluster: JobSetLifecycle, run: RunState) -> JobSet | None:
         """The JobSet of this task's current incarnation when a new try may adopt it; never a foreign one."""
         if run.jobset_name:
             found = cluster.get(run.jobset_name)
@@ -410,7 +410,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             run.restore_history(cast(dict[str, Any], newest), self.log.warning)
         return self._adopted(cluster, run, newest, stored=False)
 
-    def _adopted(self, cluster: JobSetLifecycle, run: _RunState, found: JobSet, *, stored: bool) -> JobSet | None:
+    def _adopted(self, cluster: JobSetLifecycle, run: RunState, found: JobSet, *, stored: bool) -> JobSet | None:
         dying = bool(found["metadata"].get("deletionTimestamp"))
         if cluster.adoptable(found) is None:
             if not dying:
@@ -428,7 +428,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._active = Handle(run.jobset_name, run.jobset_uid)
         return found
 
-    def _next_name(self, spec: ElasticRunSpec, run: _RunState, attempt: int) -> str:
+    def _next_name(self, spec: ElasticRunSpec, run: RunState, attempt: int) -> str:
         return manifests.jobset_name(
             dag_id=run.dag_id,
             task_id=run.task_id,
@@ -438,7 +438,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             prefix=spec.run_name,
         )
 
-    def _create(self, cluster: JobSetLifecycle, spec: ElasticRunSpec, run: _RunState) -> JobSet:
+    def _create(self, cluster: JobSetLifecycle, spec: ElasticRunSpec, run: RunState) -> JobSet:
         name = self._next_name(spec, run, run.full_restarts)
         labels = {**cluster.identity, LABEL_FULL_RESTART: str(run.full_restarts)}
         body = manifests.elastic_jobset(spec, name=name, namespace=self.namespace, labels=labels)
@@ -448,7 +448,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._started(run, created)
         return created
 
-    def _started(self, run: _RunState, jobset: JobSet) -> None:
+    def _started(self, run: RunState, jobset: JobSet) -> None:
         """``jobset`` is the incarnation watched from now on."""
         run.jobset_name = str(jobset["metadata"]["name"])
         run.jobset_uid = str(jobset["metadata"].get("uid"))
@@ -456,7 +456,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run.monitor = MonitorState(jobset_uid=run.jobset_uid, started_at=time.time())
         self._active = Handle(run.jobset_name, run.jobset_uid)
 
-    def _wait(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> Any:
+    def _wait(self, context: Context, spec: ElasticRunSpec, run: RunState) -> Any:
         if not run.monitor.started_at:
             run.monitor.started_at = time.time()
         return self._watch(
@@ -497,7 +497,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             self.log.warning("checkpoints under %s not checked (%s); reading again", spec.checkpoint_directory, why)
             time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
 
-    def _done_before_launch(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> dict[str, Any] | None:
+    def _done_before_launch(self, context: Context, spec: ElasticRunSpec, run: RunState) -> dict[str, Any] | None:
         """The report of a run whose newest valid committed step already reaches its target (a cleared task, a
         re-run, a continued run that finished), or ``None`` to launch.
 
@@ -529,7 +529,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._newest_valid_steps = [v.path for v in valid]
         return -1 if latest is None else latest
 
-    def _escalate(self, context: Context, spec: ElasticRunSpec, run: _RunState, reason: str, message: str) -> None:
+    def _escalate(self, context: Context, spec: ElasticRunSpec, run: RunState, reason: str, message: str) -> None:
         """Record the escalation durably, then carry it out (a crash in between resumes it)."""
         self.log.warning("escalating to a full restart of %s: %s", run.jobset_name, message)
         run.escalations.append(
@@ -548,7 +548,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run.save(context)
         self._finish_escalation(context, spec, run)
 
-    def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> None:
+    def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
         """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
         cluster = self._cluster(context)
         record: dict[str, Any] = run.escalations[-1] if run.escalations else {"at": time.time()}
@@ -593,7 +593,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             moved.append(destination)
         return moved
 
-    def _report(self, spec: ElasticRunSpec, run: _RunState, final_step: int | None) -> dict[str, Any]:
+    def _report(self, spec: ElasticRunSpec, run: RunState, final_step: int | None) -> dict[str, Any]:
         incarnations = [*run.incarnations(), run.current_incarnation()]
         return run_report(
             incarnations=incarnations,
@@ -626,7 +626,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self,
         context: Context,
         spec: ElasticRunSpec,
-        run: _RunState,
+        run: RunState,
         message: str,
         *,
         committed: int | None = None,
@@ -655,114 +655,3 @@ def _with_committed(observation: Any, committed: int | None) -> Any:
     from dataclasses import replace
 
     return replace(observation, committed_step=committed)
-
-
-class _RunState:
-    """What must survive a worker crash, in the Airflow task state store (key ``elastic_run``)."""
-
-    def __init__(self, data: Mapping[str, Any], *, dag_id: str, task_id: str, run_id: str, map_index: int) -> None:
-        self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
-        self.jobset_name: str = str(data.get("jobset_name") or "")
-        self.jobset_uid: str | None = data.get("jobset_uid")
-        self.full_restarts: int = int(data.get("full_restarts") or 0)
-        # Full restarts before this try's budget began (a new try after the JobSet ended starts a fresh one).
-        self.budget_base: int = int(data.get("budget_base") or 0)
-        self.escalating: bool = bool(data.get("escalating"))
-        self.started_at: float = float(data.get("started_at") or 0.0)
-        self.escalations: list[dict[str, Any]] = list(data.get("escalations") or [])
-        self.history: list[dict[str, Any]] = list(data.get("history") or [])
-        self.monitor = MonitorState.from_json(data.get("monitor"))
-
-    @classmethod
-    def load(cls, context: Context) -> _RunState:
-        ti = context["ti"]
-        store = context.get("task_state_store")
-        data = store.get(STATE_KEY) if store is not None else None
-        map_index = getattr(ti, "map_index", -1)
-        return cls(
-            data if isinstance(data, Mapping) else {},
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=-1 if map_index is None else int(map_index),
-        )
-
-    def save(self, context: Context) -> None:
-        store = context.get("task_state_store")
-        if store is None:
-            return
-        store.set(
-            STATE_KEY,
-            cast(
-                Any,
-                {
-                    "jobset_name": self.jobset_name,
-                    "jobset_uid": self.jobset_uid,
-                    "full_restarts": self.full_restarts,
-                    "budget_base": self.budget_base,
-                    "escalating": self.escalating,
-                    "started_at": self.started_at,
-                    "escalations": self.escalations,
-                    "history": self.history,
-                    "monitor": self.monitor.to_json(),
-                },
-            ),
-        )
-
-    @property
-    def budget_used(self) -> int:
-        """Full restarts counted against ``max_full_restarts`` in this try."""
-        return max(0, self.full_restarts - self.budget_base)
-
-    def current_incarnation(self) -> Incarnation:
-        return Incarnation(
-            jobset_name=self.jobset_name,
-            slice_restarts=self.monitor.slice_restarts,
-            jobset_restarts=self.monitor.jobset_restarts,
-            digest=self.monitor.digest,
-            slice_evictions=self.monitor.slice_evictions,
-        )
-
-    def incarnations(self) -> list[Incarnation]:
-        return [
-            Incarnation(
-                jobset_name=str(h["jobset_name"]),
-                slice_restarts=int(h["slice_restarts"]),
-                jobset_restarts=int(h["jobset_restarts"]),
-                digest=LogDigest.from_json(h.get("digest")),
-            )
-            for h in self.history
-        ]
-
-    def history_annotation(self) -> str:
-        """The escalations and closed incarnations as the run-history annotation's JSON."""
-        return render_run_history(self.escalations, self.history)
-
-    def restore_history(self, jobset: Mapping[str, Any], warn: Callable[..., None]) -> None:
-        """Take the escalations and closed incarnations from a JobSet's run-history annotation, if sound."""
-        metadata = jobset["metadata"]
-        text = (metadata.get("annotations") or {}).get(ANNOTATION_RUN_HISTORY)
-        if not text:
-            return
-        try:
-            escalations, history = parse_run_history(str(text))
-        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as error:
-            warn("ignoring the %s annotation of %s: %s", ANNOTATION_RUN_HISTORY, metadata.get("name"), error)
-            return
-        # It describes the incarnations before this JobSet: an entry under its own name is not one of them.
-        self.history = [h for h in history if h["jobset_name"] != metadata.get("name")]
-        self.escalations = escalations
-
-    def close_incarnation(self) -> None:
-        current = self.current_incarnation()
-        if self.history and self.history[-1].get("jobset_name") == current.jobset_name:
-            return  # already closed before a crash
-        self.history.append(
-            {
-                "jobset_name": current.jobset_name,
-                "slice_restarts": current.slice_restarts,
-                "jobset_restarts": current.jobset_restarts,
-                "digest": current.digest.to_json(),
-            }
-        )
-        self.monitor = MonitorState()

@@ -34,6 +34,7 @@ from elastic_training.operators.checkpoints import ValidationOptions, validate_c
 from elastic_training.operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
 from elastic_training.operators.checkpoints.timing import save_seconds
 from elastic_training.operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
+from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.plugin import live
 from elastic_training.plugin.view import run_view
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 ELASTIC_OPERATORS = ("ElasticJobSetOperator",)
-STATE_KEY = "elastic_run"  # operators.elastic_operator.STATE_KEY, not imported: that module imports the SDK
 MAX_RECORDS_BYTES = 1 << 20
 MAX_RECORDS = 1000
 LIVE_STATES = frozenset({"running", "deferred"})

@@ -29,10 +29,11 @@ from elastic_training.operators.constants import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
 )
-from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import DEFER_TIMEOUT_PADDING_SECONDS, first_event
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.run_state import STATE_KEY
 
 DAG_ID = "lifecycle_dag"
 

@@ -18,9 +18,10 @@ from kubernetes import client
 
 from elastic_training.operators import manifests
 from elastic_training.operators.checkpoints import storage
-from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.run_state import STATE_KEY
 from tests.operators.test_lifecycle import (
     DAG_ID,
     _delete_mine,
