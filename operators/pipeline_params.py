@@ -32,15 +32,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from elastic_training.operators import run_layout
 from elastic_training.operators.spec import (
     DEFAULT_ELASTIC_TIMEOUT_SECONDS,
     DNS1123_LABEL_MAX,
     LOCAL_MAXTEXT_IMAGE,
     LOCAL_TPU_TOPOLOGY,
     LOCAL_TPU_TYPE,
+    SHELL_META,
     TPU_TYPES,
+    SpecError,
+    check_runtime,
     image_reference_error,
     is_dns1123_label,
+    is_gcs_bucket,
     stall_timeout_error,
 )
 
@@ -93,10 +98,8 @@ MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
 
 MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
 
-_SHELL_META: Final = frozenset(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
 _MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _ARGV_ITEM = re.compile(r"^[A-Za-z0-9_./:=@+,%-]{1,512}$")
-_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
 class ParamError(ValueError):
@@ -601,7 +604,7 @@ def _hf_path(value: str) -> str:
 
 
 def _no_shell(name: str, value: str) -> None:
-    bad = sorted({c for c in value if c in _SHELL_META})
+    bad = sorted({c for c in value if c in SHELL_META})
     if bad:
         raise ParamError(name, f"must not contain whitespace or shell metacharacters {''.join(bad)!r}: {value!r}")
 
@@ -614,7 +617,7 @@ def check_base_directory(value: str, roots: Sequence[str]) -> str:
     _no_shell(name, value)
     if value.startswith("gs://"):
         bucket, _, rest = value[len("gs://") :].partition("/")
-        if not _GCS_BUCKET.match(bucket) or ".." in bucket:
+        if not is_gcs_bucket(bucket):
             raise ParamError(name, f"{bucket!r} is not a GCS bucket name")
         if ".." in rest.split("/") or "." in rest.split("/"):
             raise ParamError(name, f"must not contain '.' or '..' segments: {value!r}")
@@ -695,9 +698,10 @@ def validate_params(
     variables = variables or {}
     # A DAG may show only some fields (the drill DAG has no evaluation stage): the rest keep their defaults.
     params = {**{d.name: d.default for d in param_definitions(data_directory="/")}, **params}
-    runtime = _string(params, "runtime")
-    if runtime not in ("local", "gke"):
-        raise ParamError("runtime", f"must be 'local' or 'gke', got {runtime!r}")
+    try:
+        runtime = check_runtime(_string(params, "runtime"))
+    except SpecError as error:
+        raise ParamError("runtime", error.message) from None
     run_name = _string(params, "run_name")
     if len(run_name) > RUN_NAME_MAX:
         raise ParamError("run_name", f"must be at most {RUN_NAME_MAX} characters, got {len(run_name)}")
@@ -763,15 +767,16 @@ def validate_params(
                 f"{continued!r} is not a run directory name (a DNS-1123 label of at most {DNS1123_LABEL_MAX} "
                 "characters: lowercase letters, digits and '-')",
             )
-        if directory_exists is not None and not directory_exists(f"{base.rstrip('/')}/{continued}"):
-            raise ParamError("continue_run_name", f"there is no run directory {base.rstrip('/')}/{continued}")
+        continued_directory = run_layout.run_directory(base, continued)
+        if directory_exists is not None and not directory_exists(continued_directory):
+            raise ParamError("continue_run_name", f"there is no run directory {continued_directory}")
         effective_name = continued
     config: dict[str, Any] = {
         "runtime": runtime,
         "run_name": effective_name,
         "continued": continued is not None,
         "base_output_directory": base,
-        "run_directory": f"{base.rstrip('/')}/{effective_name}",
+        "run_directory": run_layout.run_directory(base, effective_name),
         "model_name": model_name,
         "per_device_batch_size": batch,
         "steps": steps,

@@ -28,7 +28,9 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Final, Literal, cast, get_args
+
+from elastic_training.operators import run_layout
 
 Runtime = Literal["gke", "local"]
 RUNTIMES: Final[tuple[str, ...]] = get_args(Runtime)
@@ -55,7 +57,7 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # gs:// bucket names (cloud.google.com/storage/docs/buckets#naming), dotted names up to 222 chars.
 _GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\Z")
 # Characters a shell or a YAML reader would treat specially; never part of a valid image reference.
-_SHELL_META = set(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
+SHELL_META: Final = frozenset(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
 
 # Docker image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest].
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -270,7 +272,7 @@ class ElasticRunSpec:
     @property
     def run_directory(self) -> str:
         """`<base_output_directory>/<run_name>`: where MaxText writes everything of this run."""
-        return f"{self.base_output_directory.rstrip('/')}/{self.run_name}"
+        return run_layout.run_directory(self.base_output_directory, self.run_name)
 
     @property
     def checkpoint_directory(self) -> str:
@@ -477,9 +479,15 @@ def _lint_elastic_slices(spec: ElasticRunSpec) -> None:
         )
 
 
+def check_runtime(value: object) -> Runtime:
+    """``value`` as a `Runtime`, or `SpecError` naming ``runtime``: the one check of that value."""
+    if not isinstance(value, str) or value not in RUNTIMES:
+        raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {shown(value)}")
+    return cast(Runtime, value)
+
+
 def _lint_runtime(spec: ElasticRunSpec) -> None:
-    if spec.runtime not in RUNTIMES:
-        raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {shown(spec.runtime)}")
+    check_runtime(spec.runtime)
 
 
 def is_dns1123_label(value: str) -> bool:
@@ -513,6 +521,11 @@ def _has_unsafe_chars(value: str) -> bool:
     return any(c.isspace() or not c.isprintable() for c in value)
 
 
+def is_gcs_bucket(name: str) -> bool:
+    """Whether ``name`` is a GCS bucket name (cloud.google.com/storage/docs/buckets#naming)."""
+    return bool(_GCS_BUCKET.match(name)) and ".." not in name
+
+
 def _lint_output_directory(path: object) -> None:
     name = "base_output_directory"
     if path is not None and not isinstance(path, str):
@@ -523,7 +536,7 @@ def _lint_output_directory(path: object) -> None:
         raise SpecError(name, f"must not contain whitespace or control characters: {shown(path)}")
     if path.startswith("gs://"):
         bucket, _, rest = path[len("gs://") :].partition("/")
-        if not _GCS_BUCKET.match(bucket) or ".." in bucket:
+        if not is_gcs_bucket(bucket):
             raise SpecError(name, f"{shown(bucket)} is not a valid GCS bucket name in {shown(path)}")
         segments = rest.split("/")
     elif path.startswith("/"):
@@ -633,7 +646,7 @@ def image_reference_error(image: object) -> str | None:
         return "must be a non-empty image reference such as us-docker.pkg.dev/project/repo/maxtext:tag"
     if len(image) > _IMAGE_REFERENCE_MAX:
         return f"is {len(image)} characters long; an image reference is at most {_IMAGE_REFERENCE_MAX}"
-    bad = sorted({c for c in image if c in _SHELL_META or not c.isprintable()})
+    bad = sorted({c for c in image if c in SHELL_META or not c.isprintable()})
     if bad:
         return f"{shown(image)} contains characters not allowed in an image reference: {''.join(bad)!r}"
     match = _IMAGE_REFERENCE.match(image)

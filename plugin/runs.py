@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select
 
+from elastic_training.operators import run_layout
 from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
 from elastic_training.operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
 from elastic_training.operators.checkpoints.timing import save_seconds
@@ -232,7 +233,7 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
     }
     run_directory = (report or {}).get("run_directory")
     if not run_directory and rendered.get("base_output_directory") and rendered.get("run_name"):
-        run_directory = f"{str(rendered['base_output_directory']).rstrip('/')}/{rendered['run_name']}"
+        run_directory = run_layout.run_directory(str(rendered["base_output_directory"]), str(rendered["run_name"]))
     view = run_view(
         task=task,
         report=report,
