@@ -60,6 +60,7 @@ from elastic_training.operators.spec import (
     PATHWAYS_SERVER_IMAGE,
     ElasticRunSpec,
     SpecError,
+    check_runtime,
     lint,
     lint_warnings,
     shown,
@@ -234,8 +235,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         if kueue_queue is not None and queue_name is not None and kueue_queue != queue_name:
             raise ValueError(f"queue_name={queue_name!r} and kueue_queue={kueue_queue!r} (its former name) disagree")
         queue_name = queue_name if queue_name is not None else kueue_queue
-        if runtime not in ("gke", "local"):
-            raise ValueError(f"runtime must be 'gke' or 'local', got {shown(runtime)}")
+        check_runtime(runtime)
         _count("max_full_restarts", max_full_restarts, manifests.MAX_ATTEMPT)
         _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
         self.run_name = run_name

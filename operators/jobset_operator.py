@@ -23,7 +23,7 @@ from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
 from elastic_training.operators.manifests import JobSpec, lint_job
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import Budgets, JobSetPhase, Reason
-from elastic_training.operators.spec import SpecError, shown
+from elastic_training.operators.spec import SpecError, check_runtime, shown
 from elastic_training.operators.triggers import EventStatus
 
 if TYPE_CHECKING:
@@ -113,8 +113,7 @@ class JobSetOperator(JobSetTaskOperator):
     ) -> None:
         _refuse_kubernetes_resources(kwargs.get("resources"))
         super().__init__(**kwargs)
-        if runtime not in ("gke", "local"):
-            raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
+        check_runtime(runtime)
         for argv in (command, args):
             if isinstance(argv, str | bytes) or not isinstance(argv, Sequence):
                 raise ValueError("command and args must be lists of arguments, not a shell string")

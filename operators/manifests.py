@@ -78,6 +78,7 @@ from elastic_training.operators.spec import (
     ElasticRunSpec,
     Runtime,
     SpecError,
+    check_runtime,
     image_reference_error,
     is_dns1123_label,
     shown,
@@ -590,8 +591,7 @@ class JobSpec:
 
 def lint_job(job: JobSpec) -> None:
     """Raise `SpecError` for the first problem of `job`."""
-    if job.runtime not in ("gke", "local"):
-        raise SpecError("runtime", f"must be gke or local, got {shown(job.runtime)}")
+    check_runtime(job.runtime)
     if job.runtime == "gke":
         image_error = image_reference_error(job.image)
         if image_error:
