@@ -171,16 +171,7 @@ class JobSetOperator(JobSetTaskOperator):
         return job
 
     def _name(self, context: Context) -> str:
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return manifests.jobset_name(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=-1 if map_index is None else int(map_index),
-            attempt=0,
-            prefix=str(self.name),
-        )
+        return manifests.TaskIdentity.of(context["ti"]).jobset_name(attempt=0, prefix=str(self.name))
 
     def _current(self, context: Context) -> Handle | None:
         found = self._cluster(context).get(self._name(context))

@@ -214,11 +214,7 @@ async def first_event(trigger: JobSetTrigger) -> dict[str, Any]:
 
 def task_identity(context: Context) -> dict[str, str]:
     """The task instance's identity labels."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    return manifests.identity_labels(
-        dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=-1 if map_index is None else int(map_index)
-    )
+    return manifests.TaskIdentity.of(context["ti"]).labels()
 
 
 class JobSetTaskOperator(BaseOperator):

@@ -156,7 +156,9 @@ _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?\Z")
 # A label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
 _LABEL_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
-# Kubernetes accepts any printable name without '='; a C identifier is what shells and Python read reliably.
+# An env var name as Kubernetes validates it without the RelaxedEnvironmentVariableValidation gate (apimachinery
+# validation.IsEnvVarName: letters, digits, '-', '.', '_', not starting with a digit); the relaxed rule (any
+# printable but '=') is not on every cluster, so the strict one is held.
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 
 
@@ -216,6 +218,37 @@ def identity_labels(*, dag_id: str, task_id: str, run_id: str, map_index: int) -
         LABEL_RUN_ID: label_value(run_id),
         LABEL_MAP_INDEX: str(map_index) if map_index >= 0 else "none",
     }
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """One Airflow task instance, as its JobSets are named and labelled (``map_index`` -1: not mapped)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+
+    @classmethod
+    def of(cls, ti: Any) -> TaskIdentity:
+        """The identity of a task instance (its ``map_index`` ``None`` or missing counts as not mapped)."""
+        map_index = getattr(ti, "map_index", -1)
+        return cls(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else int(map_index))
+
+    def labels(self) -> dict[str, str]:
+        """See `identity_labels`."""
+        return identity_labels(dag_id=self.dag_id, task_id=self.task_id, run_id=self.run_id, map_index=self.map_index)
+
+    def jobset_name(self, *, attempt: int, prefix: str | None = None) -> str:
+        """See `jobset_name`."""
+        return jobset_name(
+            dag_id=self.dag_id,
+            task_id=self.task_id,
+            run_id=self.run_id,
+            map_index=self.map_index,
+            attempt=attempt,
+            prefix=prefix,
+        )
 
 
 def label_selector(labels: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from elastic_training.operators.manifests import TaskIdentity
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.recovery import Incarnation, LogDigest
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
@@ -39,16 +40,15 @@ class RunState:
 
     @classmethod
     def load(cls, context: Context) -> RunState:
-        ti = context["ti"]
+        task = TaskIdentity.of(context["ti"])
         store = context.get("task_state_store")
         data = store.get(STATE_KEY) if store is not None else None
-        map_index = getattr(ti, "map_index", -1)
         return cls(
             data if isinstance(data, Mapping) else {},
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=-1 if map_index is None else int(map_index),
+            dag_id=task.dag_id,
+            task_id=task.task_id,
+            run_id=task.run_id,
+            map_index=task.map_index,
         )
 
     def save(self, context: Context) -> None:
