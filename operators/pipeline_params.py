@@ -43,6 +43,7 @@ from elastic_training.operators.spec import (
     TPU_TYPES,
     SpecError,
     check_runtime,
+    checkpoint_period_error,
     image_reference_error,
     is_dns1123_label,
     is_gcs_bucket,
@@ -719,8 +720,8 @@ def validate_params(
     batch = _integer(params, "per_device_batch_size", 1, 1024)
     steps = _integer(params, "steps", 2, 10_000_000)
     period = _integer(params, "checkpoint_period", 1, 1_000_000)
-    if period * 2 > steps:
-        raise ParamError("checkpoint_period", f"must be at most half of steps ({steps}), got {period}")
+    if (period_error := checkpoint_period_error(period, steps)) is not None:
+        raise ParamError("checkpoint_period", period_error)
     slices = _integer(params, "num_slices", 1, 256)
     max_slice_restarts = _integer(params, "max_slice_restarts", 0, 100)
     window = _integer(params, "slice_restart_window_minutes", 1, 10_080)

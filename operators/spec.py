@@ -436,6 +436,16 @@ def _require_int(name: str, value: object, minimum: int, maximum: int = INT32_MA
     return value
 
 
+def checkpoint_period_error(checkpoint_period: int, steps: int) -> str | None:
+    """Why ``checkpoint_period`` is not well under ``steps`` (more than half of them), or ``None`` when it is."""
+    if checkpoint_period * 2 <= steps:
+        return None
+    return (
+        f"{checkpoint_period} is not well under steps ({steps}): it must be at most steps/2 ({steps // 2}), so at "
+        "least one checkpoint is committed before the final save and a failure loses at most one period of work"
+    )
+
+
 def stall_timeout_error(stall_timeout_seconds: float, elastic_timeout_seconds: int) -> str | None:
     """Why ``stall_timeout`` is too short for MaxText's wait for slices, or ``None`` when it exceeds it.
 
@@ -550,12 +560,8 @@ def _lint_output_directory(path: object) -> None:
 def _lint_steps(spec: ElasticRunSpec) -> None:
     steps = _require_int("steps", spec.steps, 2)
     period = _require_int("checkpoint_period", spec.checkpoint_period, 1)
-    if period * 2 > steps:
-        raise SpecError(
-            "checkpoint_period",
-            f"{period} is not well under steps ({steps}): it must be at most steps/2 ({steps // 2}), so at least "
-            "one checkpoint is committed before the final save and a failure loses at most one period of work",
-        )
+    if (period_error := checkpoint_period_error(period, steps)) is not None:
+        raise SpecError("checkpoint_period", period_error)
 
 
 def _lint_slices(spec: ElasticRunSpec) -> None:
