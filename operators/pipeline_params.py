@@ -23,6 +23,7 @@ logical date: the run directory is named from them (:func:`run_directory_name`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -568,7 +569,17 @@ def parse_allowed_roots(value: Any, environ: Mapping[str, str] | None = None) ->
     return roots
 
 
-def _integer(params: Mapping[str, Any], name: str, minimum: int, maximum: int) -> int:
+@functools.cache
+def _form_schemas() -> dict[str, Mapping[str, Any]]:
+    return {d.name: d.schema for d in param_definitions(data_directory="/")}
+
+
+def _integer(params: Mapping[str, Any], name: str, minimum: int | None = None) -> int:
+    """``params[name]`` within its form field's bounds (``minimum``: a lower bound, for a rule that explains more)."""
+    schema = _form_schemas()[name]
+    maximum: int = schema["maximum"]
+    if minimum is None:
+        minimum = int(schema["minimum"])
     value = params.get(name)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParamError(name, f"must be an integer, got {value!r}")
@@ -717,22 +728,22 @@ def validate_params(
     model_name = _optional_string(params, "model_name") or MAXTEXT_DEFAULT_MODEL
     if not _MODEL_NAME.match(model_name):
         raise ParamError("model_name", f"{model_name!r} is not a model name (lowercase letters, digits, . _ -)")
-    batch = _integer(params, "per_device_batch_size", 1, 1024)
-    steps = _integer(params, "steps", 2, 10_000_000)
-    period = _integer(params, "checkpoint_period", 1, 1_000_000)
+    batch = _integer(params, "per_device_batch_size")
+    steps = _integer(params, "steps")
+    period = _integer(params, "checkpoint_period")
     if (period_error := checkpoint_period_error(period, steps)) is not None:
         raise ParamError("checkpoint_period", period_error)
-    slices = _integer(params, "num_slices", 1, 256)
-    max_slice_restarts = _integer(params, "max_slice_restarts", 0, 100)
-    window = _integer(params, "slice_restart_window_minutes", 1, 10_080)
-    max_full_restarts = _integer(params, "max_full_restarts", 0, 99)
-    stall = _integer(params, "stall_timeout_minutes", 1, 1_440)
-    # The spec's rule, asked of the spec: the pretrain stage runs MaxText's default wait for slices.
+    slices = _integer(params, "num_slices")
+    max_slice_restarts = _integer(params, "max_slice_restarts")
+    window = _integer(params, "slice_restart_window_minutes")
+    max_full_restarts = _integer(params, "max_full_restarts")
+    # Under the form's minimum, the spec's rule says why: the pretrain stage runs MaxText's default wait for slices.
+    stall = _integer(params, "stall_timeout_minutes", minimum=1)
     if (stall_error := stall_timeout_error(60.0 * stall, DEFAULT_ELASTIC_TIMEOUT_SECONDS)) is not None:
         raise ParamError("stall_timeout_minutes", stall_error)
     queue_timeout = None
     if params.get("queue_timeout_minutes") is not None:
-        queue_timeout = _integer(params, "queue_timeout_minutes", 1, 10_080)
+        queue_timeout = _integer(params, "queue_timeout_minutes")
     queue_name = _optional_string(params, "queue_name")
     if queue_name is not None and not is_dns1123_label(queue_name):
         raise ParamError(
@@ -742,12 +753,12 @@ def validate_params(
     max_loss = params.get("max_eval_loss")
     if isinstance(max_loss, bool) or not isinstance(max_loss, int | float) or not 0 < max_loss <= 1_000:
         raise ParamError("max_eval_loss", f"must be a number in (0, 1000], got {max_loss!r}")
-    samples = _integer(params, "num_samples", 1, 100_000)
+    samples = _integer(params, "num_samples")
     drill = params.get("inject_slice_failure")
     if not isinstance(drill, bool):
         raise ParamError("inject_slice_failure", f"must be true or false, got {drill!r}")
-    failure_step = _integer(params, "failure_at_step", 1, 10_000_000)
-    failure_slice = _integer(params, "failure_slice", 0, 255)
+    failure_step = _integer(params, "failure_at_step")
+    failure_slice = _integer(params, "failure_slice")
     if drill:
         if runtime != "local":
             raise ParamError("inject_slice_failure", "the fault drill runs on the local runtime only")
