@@ -53,6 +53,7 @@ from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reas
 from elastic_training.operators.recovery import CostModel, run_report
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
 from elastic_training.operators.run_state import RunState
+from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
@@ -63,7 +64,6 @@ from elastic_training.operators.spec import (
     check_runtime,
     lint,
     lint_warnings,
-    shown,
 )
 from elastic_training.operators.triggers import EventStatus
 

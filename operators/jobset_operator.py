@@ -23,7 +23,8 @@ from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
 from elastic_training.operators.manifests import JobSpec, lint_job
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import Budgets, JobSetPhase, Reason
-from elastic_training.operators.spec import SpecError, check_runtime, shown
+from elastic_training.operators.shown import shown
+from elastic_training.operators.spec import SpecError, check_runtime
 from elastic_training.operators.triggers import EventStatus
 
 if TYPE_CHECKING:

@@ -71,6 +71,8 @@ from elastic_training.operators.constants import (
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
+from elastic_training.operators.image_reference import image_reference_error
+from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
@@ -79,9 +81,7 @@ from elastic_training.operators.spec import (
     Runtime,
     SpecError,
     check_runtime,
-    image_reference_error,
     is_dns1123_label,
-    shown,
 )
 from elastic_training.operators.spec import (
     PATHWAYS_PROXY_IMAGE as PATHWAYS_PROXY_IMAGE,

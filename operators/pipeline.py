@@ -57,7 +57,8 @@ from elastic_training.operators.pipeline_params import (
 from elastic_training.operators.policy import Budgets
 from elastic_training.operators.slice_drill import drill_command
 from elastic_training.operators.slice_drill import parse_result as parse_drill_result
-from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, TPU_TYPES, render_value
+from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, render_value
+from elastic_training.operators.tpu_types import TPU_TYPES
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

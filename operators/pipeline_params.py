@@ -34,22 +34,21 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from elastic_training.operators import run_layout
+from elastic_training.operators.image_reference import SHELL_META, image_reference_error
 from elastic_training.operators.spec import (
     DEFAULT_ELASTIC_TIMEOUT_SECONDS,
     DNS1123_LABEL_MAX,
     LOCAL_MAXTEXT_IMAGE,
     LOCAL_TPU_TOPOLOGY,
     LOCAL_TPU_TYPE,
-    SHELL_META,
-    TPU_TYPES,
     SpecError,
     check_runtime,
     checkpoint_period_error,
-    image_reference_error,
     is_dns1123_label,
     is_gcs_bucket,
     stall_timeout_error,
 )
+from elastic_training.operators.tpu_types import TPU_TYPES
 
 # Airflow Variables the pipelines read (documented in docs/pipeline.md).
 VARIABLE_ALLOWED_ROOTS: Final = "elastic_training_allowed_roots"
