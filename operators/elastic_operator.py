@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.checkpoints import (
     CheckpointReport,
@@ -236,7 +236,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             raise ValueError(f"queue_name={queue_name!r} and kueue_queue={kueue_queue!r} (its former name) disagree")
         queue_name = queue_name if queue_name is not None else kueue_queue
         check_runtime(runtime)
-        _count("max_full_restarts", max_full_restarts, manifests.MAX_ATTEMPT)
+        _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
         _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
         self.run_name = run_name
         self.base_output_directory = base_output_directory
@@ -418,7 +418,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 # with its new spec and a fresh full-restart budget, in a new incarnation.
                 run.jobset_name, run.jobset_uid = found["metadata"]["name"], found["metadata"].get("uid")
                 run.close_incarnation()
-                run.full_restarts = min(run.full_restarts + 1, manifests.MAX_ATTEMPT)
+                run.full_restarts = min(run.full_restarts + 1, kube_names.MAX_ATTEMPT)
                 run.budget_base = run.full_restarts
             elif stored:
                 run.close_incarnation()  # its slice restarts and recoveries stay in the report
@@ -429,7 +429,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         return found
 
     def _next_name(self, spec: ElasticRunSpec, run: RunState, attempt: int) -> str:
-        return manifests.jobset_name(
+        return kube_names.jobset_name(
             dag_id=run.dag_id,
             task_id=run.task_id,
             run_id=run.run_id,

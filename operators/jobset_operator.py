@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.constants import LABEL_JOBSET_NAME
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
@@ -172,7 +172,7 @@ class JobSetOperator(JobSetTaskOperator):
         return job
 
     def _name(self, context: Context) -> str:
-        return manifests.TaskIdentity.of(context["ti"]).jobset_name(attempt=0, prefix=str(self.name))
+        return kube_names.TaskIdentity.of(context["ti"]).jobset_name(attempt=0, prefix=str(self.name))
 
     def _current(self, context: Context) -> Handle | None:
         found = self._cluster(context).get(self._name(context))

@@ -36,7 +36,6 @@ runtime only defaults the image, TPU type and topology when the spec leaves them
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -51,7 +50,6 @@ from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_KIND,
     JOBSET_VERSION,
-    LABEL_DAG_ID,
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,
     LABEL_GKE_TPU_TOPOLOGY,
@@ -60,18 +58,24 @@ from elastic_training.operators.constants import (
     LABEL_JOBSET_NAME,
     LABEL_KUEUE_PRIORITY_CLASS,
     LABEL_KUEUE_QUEUE_NAME,
-    LABEL_MAP_INDEX,
     LABEL_REPLICATED_JOB_NAME,
     LABEL_REPLICATED_JOB_REPLICAS,
-    LABEL_RUN_ID,
     LABEL_RUN_NAME,
     LABEL_STAGE,
-    LABEL_TASK_ID,
     TPU_RESOURCE,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
 from elastic_training.operators.image_reference import image_reference_error
+from elastic_training.operators.kube_names import (
+    DNS1035_LABEL,
+    NAME_MAX,
+    POD_NAME_RANDOM_SUFFIX,
+    check_jobset_name,
+    check_labels,
+    check_namespace,
+    label_value,
+)
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
@@ -92,19 +96,6 @@ from elastic_training.operators.spec import (
 
 API_VERSION: Final = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
 
-# Upstream webhook: the longest pod name is the deterministic part plus "-" and 5 random characters.
-POD_NAME_RANDOM_SUFFIX: Final = "-abcde"
-NAME_MAX: Final = 63
-# Upstream JobSet labels and annotates every Job and pod with the coordinator's stable endpoint,
-# `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<jobset>`; as a label value it must fit 63 characters,
-# or the child Jobs are invalid and never created. With `pathways-head` as coordinator that leaves 22.
-COORDINATOR_SUFFIX: Final = f"-{HEAD_REPLICATED_JOB}-0-0."
-JOBSET_NAME_MAX: Final = (NAME_MAX - len(COORDINATOR_SUFFIX)) // 2  # 22
-NAME_HASH_LENGTH: Final = 6
-# The readable part of a JobSet name, kept the same length on every attempt so names sort and read alike.
-NAME_PREFIX_MAX: Final = 11
-MAX_ATTEMPT: Final = 99
-LABEL_HASH_LENGTH: Final = 8
 
 PLAIN_REPLICATED_JOB: Final = "main"
 PLAIN_CONTAINER: Final = "main"
@@ -151,109 +142,10 @@ WORKER_TERMINATION_GRACE_SECONDS: Final = 30
 LOCAL_IMAGE: Final = "local"
 LOCAL_TERMINATION_GRACE_SECONDS: Final = 5
 
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
-_LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?\Z")
-# A label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
-_LABEL_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 # An env var name as Kubernetes validates it without the RelaxedEnvironmentVariableValidation gate (apimachinery
 # validation.IsEnvVarName: letters, digits, '-', '.', '_', not starting with a digit); the relaxed rule (any
 # printable but '=') is not on every cluster, so the strict one is held.
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
-
-
-def _short_hash(*parts: object, length: int) -> str:
-    digest = hashlib.sha256(json.dumps(list(parts), separators=(",", ":")).encode()).hexdigest()
-    return digest[:length]
-
-
-def _slug(text: str) -> str:
-    """Lowercase letters, digits and single dashes, starting with a letter (a DNS-1035 label's alphabet)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    # A run name may start with a digit (a date); a DNS-1035 label may not.
-    return f"run-{slug}" if slug[:1].isdigit() else slug
-
-
-def jobset_name(
-    *, dag_id: str, task_id: str, run_id: str, map_index: int, attempt: int, prefix: str | None = None
-) -> str:
-    """The JobSet name of one task instance's full-restart `attempt`: same inputs, same name.
-
-    `<slug of prefix or dag-task>-<6 hex of sha256(dag, task, run, map_index)>[-r<attempt>]`, a DNS-1035
-    label of at most `JOBSET_NAME_MAX` (22) characters so that every child Job and pod name, and the
-    coordinator endpoint label upstream JobSet puts on them, fit 63.
-    """
-    if attempt < 0 or attempt > MAX_ATTEMPT:
-        raise ValueError(f"attempt must be 0..{MAX_ATTEMPT}, got {attempt}")
-    digest = _short_hash(dag_id, task_id, run_id, map_index, length=NAME_HASH_LENGTH)
-    suffix = f"-{digest}" + (f"-r{attempt}" if attempt else "")
-    slug = _slug(prefix if prefix else f"{dag_id}-{task_id}")
-    slug = slug[: min(NAME_PREFIX_MAX, JOBSET_NAME_MAX - len(suffix))].rstrip("-") or "run"
-    return slug + suffix
-
-
-def label_value(value: str) -> str:
-    """`value` as a label value: itself when valid, else a safe prefix plus a hash of the whole value.
-
-    Valid label values are at most 63 characters of `[A-Za-z0-9._-]` with alphanumeric ends; two different
-    inputs never share a rewritten value (the hash covers the original).
-    """
-    if len(value) <= NAME_MAX and _LABEL_VALUE.match(value):
-        return value
-    digest = _short_hash(value, length=LABEL_HASH_LENGTH)
-    safe = _LABEL_VALUE_UNSAFE.sub("_", value)
-    safe = re.sub(r"^[^A-Za-z0-9]+", "", safe)[: NAME_MAX - LABEL_HASH_LENGTH - 1]
-    safe = re.sub(r"[^A-Za-z0-9]+$", "", safe)
-    return f"{safe}-{digest}" if safe else digest
-
-
-def identity_labels(*, dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, str]:
-    """The Airflow identity of a task instance as labels a selector can find (values made label-safe).
-
-    An unmapped task (`map_index` -1) is labelled `none`, since "-1" is not a label value.
-    """
-    return {
-        LABEL_DAG_ID: label_value(dag_id),
-        LABEL_TASK_ID: label_value(task_id),
-        LABEL_RUN_ID: label_value(run_id),
-        LABEL_MAP_INDEX: str(map_index) if map_index >= 0 else "none",
-    }
-
-
-@dataclass(frozen=True)
-class TaskIdentity:
-    """One Airflow task instance, as its JobSets are named and labelled (``map_index`` -1: not mapped)."""
-
-    dag_id: str
-    task_id: str
-    run_id: str
-    map_index: int
-
-    @classmethod
-    def of(cls, ti: Any) -> TaskIdentity:
-        """The identity of a task instance (its ``map_index`` ``None`` or missing counts as not mapped)."""
-        map_index = getattr(ti, "map_index", -1)
-        return cls(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else int(map_index))
-
-    def labels(self) -> dict[str, str]:
-        """See `identity_labels`."""
-        return identity_labels(dag_id=self.dag_id, task_id=self.task_id, run_id=self.run_id, map_index=self.map_index)
-
-    def jobset_name(self, *, attempt: int, prefix: str | None = None) -> str:
-        """See `jobset_name`."""
-        return jobset_name(
-            dag_id=self.dag_id,
-            task_id=self.task_id,
-            run_id=self.run_id,
-            map_index=self.map_index,
-            attempt=attempt,
-            prefix=prefix,
-        )
-
-
-def label_selector(labels: Mapping[str, str]) -> str:
-    """An equality label selector matching every one of `labels` (`k=v,k=v`, keys sorted)."""
-    return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -330,47 +222,6 @@ def _jobset(name: str, namespace: str, labels: Mapping[str, str], spec: dict[str
     return manifest
 
 
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or len(name) > JOBSET_NAME_MAX or not _DNS1035_LABEL.match(name):
-        raise SpecError(
-            "name",
-            f"{shown(name)} must be a DNS-1035 label of at most {JOBSET_NAME_MAX} characters (use jobset_name())",
-        )
-
-
-def check_namespace(namespace: object) -> None:
-    """`SpecError("namespace", ...)` unless `namespace` is a DNS-1123 label (what a namespace name is)."""
-    if not isinstance(namespace, str) or not is_dns1123_label(namespace):
-        raise SpecError(
-            "namespace",
-            f"{shown(namespace)} is not a namespace name: lowercase letters, digits and '-', at most 63 characters",
-        )
-
-
-def is_label_key(key: object) -> bool:
-    """Whether `key` is a label key: ``[prefix/]name``, a DNS-1123 subdomain prefix and a 63-character name."""
-    if not isinstance(key, str):
-        return False
-    prefix, _, name = key.rpartition("/")
-    if prefix and not (len(prefix) <= 253 and all(is_dns1123_label(part) for part in prefix.split("."))):
-        return False
-    return len(name) <= NAME_MAX and bool(_LABEL_KEY_NAME.match(name))
-
-
-def _is_label_value(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= NAME_MAX and bool(_LABEL_VALUE.match(value))
-
-
-def _check_labels(labels: Mapping[str, str], where: str = "labels") -> None:
-    if not isinstance(labels, Mapping):
-        raise SpecError(where, f"must be a mapping of label keys to values, got {type(labels).__name__}")
-    for key, value in labels.items():
-        if not is_label_key(key):
-            raise SpecError(where, f"{shown(key)} is not a label key")
-        if not _is_label_value(value):
-            raise SpecError(f"{where}.{key}", f"{shown(value)} is not a label value (use identity_labels())")
-
-
 def elastic_jobset(
     spec: ElasticRunSpec,
     *,
@@ -385,9 +236,9 @@ def elastic_jobset(
     every pod template. `runtime` chooses the cluster, not the shape: both runtimes get the same bytes for the
     same spec (the local runtime defaults an unset image and TPU shape). The spec must have passed `lint`.
     """
-    _check_name(name)
+    check_jobset_name(name)
     check_namespace(namespace)
-    _check_labels(labels)
+    check_labels(labels)
     all_labels = _job_labels(labels, spec.run_name, stage)
     vms = spec.vms_per_slice
     head_spec, worker_spec = _gke_pod_specs(spec)
@@ -661,7 +512,7 @@ def lint_job(job: JobSpec) -> None:
         raise SpecError("service_account", f"{shown(job.service_account)} is not a service account name")
     if not isinstance(job.node_selector, Mapping):
         raise SpecError("node_selector", f"must be a mapping of node labels to values, got {shown(job.node_selector)}")
-    _check_labels(job.node_selector, "node_selector")
+    check_labels(job.node_selector, "node_selector")
     _check_kueue_labels(job.queue_name, job.workload_priority_class)
     if isinstance(job.tolerations, str) or not isinstance(job.tolerations, Sequence):
         raise SpecError("tolerations", f"must be a list of tolerations, got {shown(job.tolerations)}")
@@ -712,9 +563,9 @@ def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str
     `JOBSET_NAME`, `POD_NAMESPACE`, `POD_NAME`, CPU JAX, unbuffered output) before `job.env`.
     """
     lint_job(job)
-    _check_name(name)
+    check_jobset_name(name)
     check_namespace(namespace)
-    _check_labels(labels)
+    check_labels(labels)
     all_labels = _job_labels(labels, None, stage)
     jobset_labels = {**all_labels, **kueue_labels(job.queue_name, job.workload_priority_class)}
     container: dict[str, Any] = {
@@ -781,9 +632,9 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
     if not isinstance(metadata, Mapping):
         raise SpecError("metadata", "must be a mapping")
     name = metadata.get("name")
-    if name is not None and (not isinstance(name, str) or not _DNS1035_LABEL.match(name) or len(name) > NAME_MAX):
+    if name is not None and (not isinstance(name, str) or not DNS1035_LABEL.match(name) or len(name) > NAME_MAX):
         raise SpecError("metadata.name", f"{shown(name)} must be a DNS-1035 label (lowercase, starting with a letter)")
-    _check_labels(metadata.get("labels") or {}, "metadata.labels")
+    check_labels(metadata.get("labels") or {}, "metadata.labels")
     spec = manifest.get("spec")
     if not isinstance(spec, Mapping):
         raise SpecError("spec", "is required")
@@ -864,7 +715,7 @@ def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | No
     if not isinstance(rjob, Mapping):
         raise SpecError(where, "must be a mapping")
     rname = rjob.get("name")
-    if not isinstance(rname, str) or not _DNS1035_LABEL.match(rname) or len(rname) > NAME_MAX:
+    if not isinstance(rname, str) or not DNS1035_LABEL.match(rname) or len(rname) > NAME_MAX:
         raise SpecError(f"{where}.name", f"{shown(rname)} must be a DNS-1035 label")
     if rname in seen:
         raise SpecError(f"{where}.name", f"{rname!r} is used twice")
@@ -885,7 +736,7 @@ def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | No
         raise SpecError(f"{where}.template.spec.template.spec", "is required (a PodSpec)")
     pod_metadata = pod_template.get("metadata") if isinstance(pod_template, Mapping) else None
     if isinstance(pod_metadata, Mapping):
-        _check_labels(pod_metadata.get("labels") or {}, f"{where}.template.spec.template.metadata.labels")
+        check_labels(pod_metadata.get("labels") or {}, f"{where}.template.spec.template.metadata.labels")
     elif pod_metadata is not None:
         raise SpecError(f"{where}.template.spec.template.metadata", "must be a mapping")
     if "podFailurePolicy" in job_spec and pod_spec.get("restartPolicy") != "Never":

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.checkpoint_operator import checkpoint_asset_uri
 from elastic_training.operators.checkpoints.storage import EntryKind, StorageError, storage_for
 from elastic_training.operators.constants import (
@@ -485,7 +485,7 @@ class SliceFailureDrillOperator(BaseOperator):
         config = pipeline_config(context)
         if not config.get("inject_slice_failure"):
             return {"armed": False}
-        task = manifests.TaskIdentity.of(context["ti"])
+        task = kube_names.TaskIdentity.of(context["ti"])
         identity = task.labels()
         name = task.jobset_name(attempt=0, prefix="drill")
         cluster = JobSetLifecycle(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from elastic_training.operators.manifests import TaskIdentity
+from elastic_training.operators.kube_names import TaskIdentity
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.recovery import Incarnation, LogDigest
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
