@@ -36,7 +36,8 @@ from elastic_training.operators.kube_names import (
     label_selector,
     label_value,
 )
-from elastic_training.operators.manifests import JobSpec, elastic_jobset, lint_job, lint_manifest, plain_jobset
+from elastic_training.operators.manifest_lint import lint_manifest
+from elastic_training.operators.manifests import JobSpec, elastic_jobset, lint_job, plain_jobset
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, SpecError, lint
 
 GOLDEN = Path(__file__).parent / "golden"
