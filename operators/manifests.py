@@ -301,32 +301,51 @@ def gke_failure_rules() -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True)
+class _PathwaysShared:
+    """What the head's and the workers' containers share: scratch, pull policy, the head's address env."""
+
+    scratch: str
+    pull: Mapping[str, Any]
+    pathways_head: Mapping[str, Any]
+    replicated_job_name: Mapping[str, Any]
+    jobset_name_env: Mapping[str, Any]
+    rm_address: str
+
+
 def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
-    tpu = spec.tpu
-    topology = spec.topology
     scratch = (
         f"{spec.run_directory}/pathways-scratch"
         if spec.base_output_directory.startswith("gs://")
         else PATHWAYS_DEFAULT_SCRATCH
     )
-    pull = {"imagePullPolicy": spec.image_pull_policy} if spec.image_pull_policy else {}
-    pathways_head = _field_env("PATHWAYS_HEAD", f"metadata.labels['{ANNOTATION_COORDINATOR}']")
-    replicated_job_name = _field_env("REPLICATED_JOB_NAME", f"metadata.annotations['{LABEL_REPLICATED_JOB_NAME}']")
-    jobset_name_env = _field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']")
-    rm_address = f"--resource_manager_address=$(PATHWAYS_HEAD):{PATHWAYS_RM_PORT}"
+    shared = _PathwaysShared(
+        scratch=scratch,
+        pull={"imagePullPolicy": spec.image_pull_policy} if spec.image_pull_policy else {},
+        pathways_head=_field_env("PATHWAYS_HEAD", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
+        replicated_job_name=_field_env("REPLICATED_JOB_NAME", f"metadata.annotations['{LABEL_REPLICATED_JOB_NAME}']"),
+        jobset_name_env=_field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']"),
+        rm_address=f"--resource_manager_address=$(PATHWAYS_HEAD):{PATHWAYS_RM_PORT}",
+    )
+    return _head_pod_spec(spec, shared), _worker_pod_spec(spec, shared)
+
+
+def _head_sidecars(spec: ElasticRunSpec, shared: _PathwaysShared) -> list[dict[str, Any]]:
+    tpu = spec.tpu
+    topology = spec.topology
     # Native sidecars (initContainers with restartPolicy Always), as current xpk renders them: they start
     # before the trainer and stop after it, so the head pod completes when jax-tpu exits.
     proxy = {
         "name": "pathways-proxy",
         "image": spec.pathways_proxy_image,
-        **pull,
+        **shared.pull,
         "args": [
             f"--server_port={PATHWAYS_PROXY_PORT}",
-            rm_address,
-            f"--gcs_scratch_location={scratch}",
+            shared.rm_address,
+            f"--gcs_scratch_location={shared.scratch}",
             f"--num_elastic_slices={spec.effective_elastic_slices}",
         ],
-        "env": [pathways_head],
+        "env": [shared.pathways_head],
         "ports": [{"containerPort": PATHWAYS_PROXY_PORT, "protocol": "TCP"}],
         "resources": {"limits": {"cpu": "16", "memory": "100G"}},
         "restartPolicy": "Always",
@@ -334,17 +353,17 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
     resource_manager = {
         "name": "pathways-rm",
         "image": spec.pathways_server_image,
-        **pull,
+        **shared.pull,
         "args": [
             f"--server_port={PATHWAYS_RM_PORT}",
-            f"--gcs_scratch_location={scratch}",
+            f"--gcs_scratch_location={shared.scratch}",
             "--node_type=resource_manager",
             f"--instance_count={spec.num_slices}",
             f"--instance_type={tpu.pathways_instance_type}:{topology}",
         ],
         "env": [
-            replicated_job_name,
-            jobset_name_env,
+            shared.replicated_job_name,
+            shared.jobset_name_env,
             _field_env("HOST_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
             {"name": "TPU_SKIP_MDS_QUERY", "value": "true"},
         ],
@@ -355,14 +374,18 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
         "resources": {"limits": {"cpu": "8", "memory": "32G"}},
         "restartPolicy": "Always",
     }
+    return [proxy, resource_manager]
+
+
+def _head_pod_spec(spec: ElasticRunSpec, shared: _PathwaysShared) -> dict[str, Any]:
     trainer = {
         "name": HEAD_MAIN_CONTAINER,
         "image": spec.trainer_image,
-        **pull,
+        **shared.pull,
         "command": ["python3", "-m", MAXTEXT_TRAIN_MODULE],
         "args": [spec.config_file, *spec.maxtext_keys()],
         "env": [
-            pathways_head,
+            shared.pathways_head,
             {"name": "JAX_PLATFORMS", "value": "proxy"},
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://$(PATHWAYS_HEAD):{PATHWAYS_PROXY_PORT}"},
@@ -377,20 +400,26 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": {LABEL_GKE_NODEPOOL: spec.head_node_pool},
-        "initContainers": [proxy, resource_manager],
+        "initContainers": _head_sidecars(spec, shared),
         "containers": [trainer],
         "volumes": [SHARED_TMP_VOLUME],
     }
+    return head
+
+
+def _worker_pod_spec(spec: ElasticRunSpec, shared: _PathwaysShared) -> dict[str, Any]:
+    tpu = spec.tpu
+    topology = spec.topology
     # xpk's defaults, each replaceable through worker_env (which keeps their place); the rest of worker_env follows.
     worker_defaults = {**WORKER_DEFAULT_ENV, **{k: v for k, v in spec.worker_env.items() if k in WORKER_DEFAULT_ENV}}
     worker_container = {
         "name": WORKER_CONTAINER,
         "image": spec.pathways_server_image,
-        **pull,
+        **shared.pull,
         "args": [
             f"--server_port={PATHWAYS_WORKER_PORT}",
-            rm_address,
-            f"--gcs_scratch_location={scratch}",
+            shared.rm_address,
+            f"--gcs_scratch_location={shared.scratch}",
         ],
         "env": [
             {"name": "TPU_MIN_LOG_LEVEL", "value": worker_defaults["TPU_MIN_LOG_LEVEL"]},
@@ -398,10 +427,10 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "value": worker_defaults["MEGASCALE_GRPC_ENABLE_XOR_TRACER"]},
             _field_env("MEGASCALE_NUM_SLICES", f"metadata.labels['{LABEL_REPLICATED_JOB_REPLICAS}']"),
-            jobset_name_env,
-            replicated_job_name,
+            shared.jobset_name_env,
+            shared.replicated_job_name,
             _field_env("MEGASCALE_SLICE_ID", f"metadata.labels['{LABEL_JOB_INDEX}']"),
-            pathways_head,
+            shared.pathways_head,
             _field_env("MEGASCALE_COORDINATOR_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
             *_value_env({k: v for k, v in spec.worker_env.items() if k not in WORKER_DEFAULT_ENV}),
         ],
@@ -423,7 +452,7 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
         "containers": [worker_container],
         "volumes": [SHARED_TMP_VOLUME],
     }
-    return head, worker
+    return worker
 
 
 def _identity_and_priority(spec: ElasticRunSpec) -> dict[str, str]:
