@@ -61,6 +61,14 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
     seen: set[str] = set()
     for index, rjob in enumerate(rjobs):
         _lint_replicated_job(rjob, f"spec.replicatedJobs[{index}]", seen, name)
+    _lint_policy_targets(spec, seen)
+    _lint_failure_rules(spec.get("failurePolicy") or {}, seen)
+    coordinator = spec.get("coordinator")
+    if coordinator is not None:
+        _lint_coordinator(coordinator, seen, name)
+
+
+def _lint_policy_targets(spec: Mapping[str, Any], seen: set[str]) -> None:
     for policy_field in ("successPolicy", "failurePolicy"):
         policy = spec.get(policy_field) or {}
         if not isinstance(policy, Mapping):
@@ -75,10 +83,9 @@ def lint_manifest(manifest: Mapping[str, Any]) -> None:
             raise SpecError(
                 f"spec.{policy_field}.maxRestarts", f"must be an int32 >= 0, got {shown(policy['maxRestarts'])}"
             )
-    _lint_failure_rules(spec.get("failurePolicy") or {}, seen)
-    coordinator = spec.get("coordinator")
-    if coordinator is None:
-        return
+
+
+def _lint_coordinator(coordinator: object, seen: set[str], name: object) -> None:
     if not isinstance(coordinator, Mapping):
         raise SpecError("spec.coordinator", "must be a mapping")
     coordinator_job = coordinator.get("replicatedJob")

@@ -224,12 +224,7 @@ def elastic_jobset(
     check_namespace(namespace)
     check_labels(labels)
     all_labels = _job_labels(labels, spec.run_name, stage)
-    vms = spec.vms_per_slice
-    head_spec, worker_spec = _gke_pod_specs(spec)
-    head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_HOSTNAME}
-    # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
-    # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
-    worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
+    replicated_jobs = _elastic_replicated_jobs(spec, all_labels)
     failure_policy: dict[str, Any] = {
         "restartStrategy": "Recreate",
         "maxRestarts": spec.jobset_max_restarts,
@@ -249,31 +244,42 @@ def elastic_jobset(
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             "failurePolicy": failure_policy,
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "replicatedJobs": [
-                _replicated_job(
-                    HEAD_REPLICATED_JOB,
-                    replicas=1,
-                    pods=1,
-                    backoff_limit=0,
-                    labels=all_labels,
-                    pod_spec=head_spec,
-                    job_annotations=head_annotations,
-                    pod_failure_policy=HEAD_POD_FAILURE_POLICY,
-                ),
-                _replicated_job(
-                    WORKER_REPLICATED_JOB,
-                    replicas=spec.num_slices,
-                    pods=vms,
-                    backoff_limit=spec.max_slice_restarts * vms,
-                    labels=all_labels,
-                    pod_spec=worker_spec,
-                    job_annotations=worker_annotations,
-                ),
-            ],
+            "replicatedJobs": replicated_jobs,
         },
     )
     lint_manifest(manifest)
     return manifest
+
+
+def _elastic_replicated_jobs(spec: ElasticRunSpec, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The head (one pod: the Pathways proxy, resource manager and trainer) and the workers (a Job per slice)."""
+    vms = spec.vms_per_slice
+    head_spec, worker_spec = _gke_pod_specs(spec)
+    head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_HOSTNAME}
+    # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
+    # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
+    worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
+    return [
+        _replicated_job(
+            HEAD_REPLICATED_JOB,
+            replicas=1,
+            pods=1,
+            backoff_limit=0,
+            labels=labels,
+            pod_spec=head_spec,
+            job_annotations=head_annotations,
+            pod_failure_policy=HEAD_POD_FAILURE_POLICY,
+        ),
+        _replicated_job(
+            WORKER_REPLICATED_JOB,
+            replicas=spec.num_slices,
+            pods=vms,
+            backoff_limit=spec.max_slice_restarts * vms,
+            labels=labels,
+            pod_spec=worker_spec,
+            job_annotations=worker_annotations,
+        ),
+    ]
 
 
 def gke_failure_rules() -> list[dict[str, Any]]:
