@@ -17,17 +17,16 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.checkpoints import (
     CheckpointReport,
@@ -51,8 +50,10 @@ from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLin
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reason, decide
-from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
-from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
+from elastic_training.operators.recovery import CostModel, run_report
+from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
+from elastic_training.operators.run_state import RunState
+from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
@@ -60,9 +61,9 @@ from elastic_training.operators.spec import (
     PATHWAYS_SERVER_IMAGE,
     ElasticRunSpec,
     SpecError,
+    check_runtime,
     lint,
     lint_warnings,
-    shown,
 )
 from elastic_training.operators.triggers import EventStatus
 
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
-STATE_KEY = "elastic_run"
 MAX_QUARANTINES_PER_ESCALATION = 3
 
 
@@ -235,9 +235,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         if kueue_queue is not None and queue_name is not None and kueue_queue != queue_name:
             raise ValueError(f"queue_name={queue_name!r} and kueue_queue={kueue_queue!r} (its former name) disagree")
         queue_name = queue_name if queue_name is not None else kueue_queue
-        if runtime not in ("gke", "local"):
-            raise ValueError(f"runtime must be 'gke' or 'local', got {shown(runtime)}")
-        _count("max_full_restarts", max_full_restarts, manifests.MAX_ATTEMPT)
+        check_runtime(runtime)
+        _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
         _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
         self.run_name = run_name
         self.base_output_directory = base_output_directory
@@ -332,7 +331,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         # Placeholder name: the images depend on the spec alone, and nothing may be created before this check.
         enforce_allowed_images(manifests.elastic_jobset(spec, name="image-check", namespace=self.namespace, labels={}))
         cluster = self._cluster(context)
-        run = _RunState.load(context)
+        run = RunState.load(context)
         if run.started_at == 0.0:
             run.started_at = time.time()
         if run.escalating:  # a worker died in the middle of a full restart: finish it
@@ -353,7 +352,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger fired: decide, then succeed, fail, escalate or wait again."""
         spec = self.build_spec()
-        run = _RunState.load(context)
+        run = RunState.load(context)
         if event.get("name") != run.jobset_name:
             raise AirflowException(f"trigger event for {event.get('name')!r}, expected {run.jobset_name!r}")
         self._active = Handle(run.jobset_name, run.jobset_uid)  # a kill from here on deletes it
@@ -395,10 +394,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     # -- helpers -----------------------------------------------------------------------------
 
     def _current(self, context: Context) -> Handle | None:
-        run = _RunState.load(context)
+        run = RunState.load(context)
         return Handle(run.jobset_name, run.jobset_uid) if run.jobset_name else None
 
-    def _adopt(self, cluster: JobSetLifecycle, run: _RunState) -> JobSet | None:
+    def _adopt(self, cluster: JobSetLifecycle, run: RunState) -> JobSet | None:
         """The JobSet of this task's current incarnation when a new try may adopt it; never a foreign one."""
         if run.jobset_name:
             found = cluster.get(run.jobset_name)
@@ -416,7 +415,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             run.restore_history(cast(dict[str, Any], newest), self.log.warning)
         return self._adopted(cluster, run, newest, stored=False)
 
-    def _adopted(self, cluster: JobSetLifecycle, run: _RunState, found: JobSet, *, stored: bool) -> JobSet | None:
+    def _adopted(self, cluster: JobSetLifecycle, run: RunState, found: JobSet, *, stored: bool) -> JobSet | None:
         dying = bool(found["metadata"].get("deletionTimestamp"))
         if cluster.adoptable(found) is None:
             if not dying:
@@ -424,7 +423,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 # with its new spec and a fresh full-restart budget, in a new incarnation.
                 run.jobset_name, run.jobset_uid = found["metadata"]["name"], found["metadata"].get("uid")
                 run.close_incarnation()
-                run.full_restarts = min(run.full_restarts + 1, manifests.MAX_ATTEMPT)
+                run.full_restarts = min(run.full_restarts + 1, kube_names.MAX_ATTEMPT)
                 run.budget_base = run.full_restarts
             elif stored:
                 run.close_incarnation()  # its slice restarts and recoveries stay in the report
@@ -434,8 +433,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._active = Handle(run.jobset_name, run.jobset_uid)
         return found
 
-    def _next_name(self, spec: ElasticRunSpec, run: _RunState, attempt: int) -> str:
-        return manifests.jobset_name(
+    def _next_name(self, spec: ElasticRunSpec, run: RunState, attempt: int) -> str:
+        return kube_names.jobset_name(
             dag_id=run.dag_id,
             task_id=run.task_id,
             run_id=run.run_id,
@@ -444,7 +443,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             prefix=spec.run_name,
         )
 
-    def _create(self, cluster: JobSetLifecycle, spec: ElasticRunSpec, run: _RunState) -> JobSet:
+    def _create(self, cluster: JobSetLifecycle, spec: ElasticRunSpec, run: RunState) -> JobSet:
         name = self._next_name(spec, run, run.full_restarts)
         labels = {**cluster.identity, LABEL_FULL_RESTART: str(run.full_restarts)}
         body = manifests.elastic_jobset(spec, name=name, namespace=self.namespace, labels=labels)
@@ -454,7 +453,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._started(run, created)
         return created
 
-    def _started(self, run: _RunState, jobset: JobSet) -> None:
+    def _started(self, run: RunState, jobset: JobSet) -> None:
         """``jobset`` is the incarnation watched from now on."""
         run.jobset_name = str(jobset["metadata"]["name"])
         run.jobset_uid = str(jobset["metadata"].get("uid"))
@@ -462,21 +461,17 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run.monitor = MonitorState(jobset_uid=run.jobset_uid, started_at=time.time())
         self._active = Handle(run.jobset_name, run.jobset_uid)
 
-    def _wait(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> Any:
+    def _wait(self, context: Context, spec: ElasticRunSpec, run: RunState) -> Any:
         if not run.monitor.started_at:
             run.monitor.started_at = time.time()
         return self._watch(
             context,
             Handle(run.jobset_name, run.jobset_uid),
             target_step=spec.target_step,
-            budgets=self._budget_fields(),
+            budgets=self.budgets,
             state=run.monitor.to_json(),
             full_restarts_used=run.budget_used,
         )
-
-    def _budget_fields(self) -> dict[str, Any]:
-        """The budgets as the trigger's kwargs and the report carry them."""
-        return dataclasses.asdict(self.budgets)
 
     def _read_checkpoints(self, spec: ElasticRunSpec) -> tuple[CheckpointReport | None, str | None]:
         """One read of the run's checkpoints, and why its answer is unknown (``None``: known)."""
@@ -507,7 +502,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             self.log.warning("checkpoints under %s not checked (%s); reading again", spec.checkpoint_directory, why)
             time.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
 
-    def _done_before_launch(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> dict[str, Any] | None:
+    def _done_before_launch(self, context: Context, spec: ElasticRunSpec, run: RunState) -> dict[str, Any] | None:
         """The report of a run whose newest valid committed step already reaches its target (a cleared task, a
         re-run, a continued run that finished), or ``None`` to launch.
 
@@ -539,7 +534,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._newest_valid_steps = [v.path for v in valid]
         return -1 if latest is None else latest
 
-    def _escalate(self, context: Context, spec: ElasticRunSpec, run: _RunState, reason: str, message: str) -> None:
+    def _escalate(self, context: Context, spec: ElasticRunSpec, run: RunState, reason: str, message: str) -> None:
         """Record the escalation durably, then carry it out (a crash in between resumes it)."""
         self.log.warning("escalating to a full restart of %s: %s", run.jobset_name, message)
         run.escalations.append(
@@ -558,7 +553,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run.save(context)
         self._finish_escalation(context, spec, run)
 
-    def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: _RunState) -> None:
+    def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
         """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
         cluster = self._cluster(context)
         record: dict[str, Any] = run.escalations[-1] if run.escalations else {"at": time.time()}
@@ -603,7 +598,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             moved.append(destination)
         return moved
 
-    def _report(self, spec: ElasticRunSpec, run: _RunState, final_step: int | None) -> dict[str, Any]:
+    def _report(self, spec: ElasticRunSpec, run: RunState, final_step: int | None) -> dict[str, Any]:
         incarnations = [*run.incarnations(), run.current_incarnation()]
         return run_report(
             incarnations=incarnations,
@@ -617,7 +612,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
             ended_at=time.time(),
             budgets={
-                **self._budget_fields(),
+                **self.budgets.to_json(),
                 "jobset_max_restarts": self.jobset_max_restarts,
                 "elastic_max_retries": spec.effective_elastic_max_retries,
             },
@@ -636,7 +631,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self,
         context: Context,
         spec: ElasticRunSpec,
-        run: _RunState,
+        run: RunState,
         message: str,
         *,
         committed: int | None = None,
@@ -665,114 +660,3 @@ def _with_committed(observation: Any, committed: int | None) -> Any:
     from dataclasses import replace
 
     return replace(observation, committed_step=committed)
-
-
-class _RunState:
-    """What must survive a worker crash, in the Airflow task state store (key ``elastic_run``)."""
-
-    def __init__(self, data: Mapping[str, Any], *, dag_id: str, task_id: str, run_id: str, map_index: int) -> None:
-        self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
-        self.jobset_name: str = str(data.get("jobset_name") or "")
-        self.jobset_uid: str | None = data.get("jobset_uid")
-        self.full_restarts: int = int(data.get("full_restarts") or 0)
-        # Full restarts before this try's budget began (a new try after the JobSet ended starts a fresh one).
-        self.budget_base: int = int(data.get("budget_base") or 0)
-        self.escalating: bool = bool(data.get("escalating"))
-        self.started_at: float = float(data.get("started_at") or 0.0)
-        self.escalations: list[dict[str, Any]] = list(data.get("escalations") or [])
-        self.history: list[dict[str, Any]] = list(data.get("history") or [])
-        self.monitor = MonitorState.from_json(data.get("monitor"))
-
-    @classmethod
-    def load(cls, context: Context) -> _RunState:
-        ti = context["ti"]
-        store = context.get("task_state_store")
-        data = store.get(STATE_KEY) if store is not None else None
-        map_index = getattr(ti, "map_index", -1)
-        return cls(
-            data if isinstance(data, Mapping) else {},
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=-1 if map_index is None else int(map_index),
-        )
-
-    def save(self, context: Context) -> None:
-        store = context.get("task_state_store")
-        if store is None:
-            return
-        store.set(
-            STATE_KEY,
-            cast(
-                Any,
-                {
-                    "jobset_name": self.jobset_name,
-                    "jobset_uid": self.jobset_uid,
-                    "full_restarts": self.full_restarts,
-                    "budget_base": self.budget_base,
-                    "escalating": self.escalating,
-                    "started_at": self.started_at,
-                    "escalations": self.escalations,
-                    "history": self.history,
-                    "monitor": self.monitor.to_json(),
-                },
-            ),
-        )
-
-    @property
-    def budget_used(self) -> int:
-        """Full restarts counted against ``max_full_restarts`` in this try."""
-        return max(0, self.full_restarts - self.budget_base)
-
-    def current_incarnation(self) -> Incarnation:
-        return Incarnation(
-            jobset_name=self.jobset_name,
-            slice_restarts=self.monitor.slice_restarts,
-            jobset_restarts=self.monitor.jobset_restarts,
-            digest=self.monitor.digest,
-            slice_evictions=self.monitor.slice_evictions,
-        )
-
-    def incarnations(self) -> list[Incarnation]:
-        return [
-            Incarnation(
-                jobset_name=str(h["jobset_name"]),
-                slice_restarts=int(h["slice_restarts"]),
-                jobset_restarts=int(h["jobset_restarts"]),
-                digest=LogDigest.from_json(h.get("digest")),
-            )
-            for h in self.history
-        ]
-
-    def history_annotation(self) -> str:
-        """The escalations and closed incarnations as the run-history annotation's JSON."""
-        return render_run_history(self.escalations, self.history)
-
-    def restore_history(self, jobset: Mapping[str, Any], warn: Callable[..., None]) -> None:
-        """Take the escalations and closed incarnations from a JobSet's run-history annotation, if sound."""
-        metadata = jobset["metadata"]
-        text = (metadata.get("annotations") or {}).get(ANNOTATION_RUN_HISTORY)
-        if not text:
-            return
-        try:
-            escalations, history = parse_run_history(str(text))
-        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as error:
-            warn("ignoring the %s annotation of %s: %s", ANNOTATION_RUN_HISTORY, metadata.get("name"), error)
-            return
-        # It describes the incarnations before this JobSet: an entry under its own name is not one of them.
-        self.history = [h for h in history if h["jobset_name"] != metadata.get("name")]
-        self.escalations = escalations
-
-    def close_incarnation(self) -> None:
-        current = self.current_incarnation()
-        if self.history and self.history[-1].get("jobset_name") == current.jobset_name:
-            return  # already closed before a crash
-        self.history.append(
-            {
-                "jobset_name": current.jobset_name,
-                "slice_restarts": current.slice_restarts,
-                "jobset_restarts": current.jobset_restarts,
-                "digest": current.digest.to_json(),
-            }
-        )
-        self.monitor = MonitorState()

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from elastic_training.operators import run_layout
+
 EVAL_RESULTS_DIRECTORY: Final = "eval_results"
 EVAL_RUNNER: Final = "lm_eval"
 EVAL_TASK: Final = "lambada_openai"
@@ -55,7 +57,7 @@ class EvalResult:
 
 def results_directory(base_output_directory: str, run_name: str) -> str:
     """Where `maxtext.eval.runner.run` writes for these flags (MaxText's `results_path`)."""
-    return f"{base_output_directory.rstrip('/')}/{run_name}/{EVAL_RESULTS_DIRECTORY}"
+    return f"{run_layout.run_directory(base_output_directory, run_name)}/{EVAL_RESULTS_DIRECTORY}"
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:

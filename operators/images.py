@@ -21,7 +21,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from elastic_training.operators.spec import SpecError, shown
+from elastic_training.operators.shown import shown
+from elastic_training.operators.spec import SpecError
 
 ALLOWED_IMAGES_VARIABLE: Final = "elastic_training_allowed_images"
 _SEPARATORS: Final = ("/", ":", "@")

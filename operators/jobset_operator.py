@@ -10,31 +10,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.constants import LABEL_JOBSET_NAME
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
 from elastic_training.operators.manifests import JobSpec, lint_job
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.policy import JobSetPhase, Reason
-from elastic_training.operators.spec import SpecError, shown
+from elastic_training.operators.policy import Budgets, JobSetPhase, Reason
+from elastic_training.operators.shown import shown
+from elastic_training.operators.spec import SpecError, check_runtime
 from elastic_training.operators.triggers import EventStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 # A plain JobSet has no slices and no stall rule: only its terminal state wakes the operator.
-_NO_BUDGETS = {
-    "max_slice_restarts": 1_000_000,
-    "slice_restart_window_seconds": 1.0,
-    "stall_timeout_seconds": 10.0 * 365 * 24 * 3600,
-    "max_full_restarts": 0,
-}
+_NO_BUDGETS = Budgets(
+    max_slice_restarts=1_000_000,
+    slice_restart_window_seconds=1.0,
+    stall_timeout_seconds=10.0 * 365 * 24 * 3600,
+    max_full_restarts=0,
+)
 
 
 def _argv_item(value: Any) -> Any:
@@ -112,8 +114,7 @@ class JobSetOperator(JobSetTaskOperator):
     ) -> None:
         _refuse_kubernetes_resources(kwargs.get("resources"))
         super().__init__(**kwargs)
-        if runtime not in ("gke", "local"):
-            raise ValueError(f"runtime must be 'gke' or 'local', got {runtime!r}")
+        check_runtime(runtime)
         for argv in (command, args):
             if isinstance(argv, str | bytes) or not isinstance(argv, Sequence):
                 raise ValueError("command and args must be lists of arguments, not a shell string")
@@ -171,16 +172,7 @@ class JobSetOperator(JobSetTaskOperator):
         return job
 
     def _name(self, context: Context) -> str:
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return manifests.jobset_name(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=-1 if map_index is None else int(map_index),
-            attempt=0,
-            prefix=str(self.name),
-        )
+        return kube_names.TaskIdentity.of(context["ti"]).jobset_name(attempt=0, prefix=str(self.name))
 
     def _current(self, context: Context) -> Handle | None:
         found = self._cluster(context).get(self._name(context))
@@ -208,7 +200,7 @@ class JobSetOperator(JobSetTaskOperator):
         context["ti"].xcom_push(key="jobset_name", value=name)
         context["ti"].xcom_push(key="namespace", value=self.namespace)
         state = MonitorState(jobset_uid=uid, started_at=time.time()).to_json()
-        budgets = {**_NO_BUDGETS, "queue_timeout_seconds": self.queue_timeout}
+        budgets = replace(_NO_BUDGETS, queue_timeout_seconds=self.queue_timeout)
         return self._watch(context, self._active, target_step=0, budgets=budgets, state=state)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

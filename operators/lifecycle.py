@@ -36,10 +36,10 @@ from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client.rest import ApiException
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names
 from elastic_training.operators.hooks import JobSetHook, ride_out_transient
 from elastic_training.operators.observations import jobset_phase
-from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.policy import Budgets, JobSetPhase
 from elastic_training.operators.spec import SpecError
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class JobSetLifecycle:
 
     def mine(self) -> list[JobSet]:
         """This task's JobSets, by its identity labels."""
-        selector = manifests.label_selector(self.identity)
+        selector = kube_names.label_selector(self.identity)
         listed = self.transient("finding this task's JobSet", lambda: self.hook.list_jobsets(self.namespace, selector))
         return [as_jobset(js) for js in listed]
 
@@ -214,11 +214,7 @@ async def first_event(trigger: JobSetTrigger) -> dict[str, Any]:
 
 def task_identity(context: Context) -> dict[str, str]:
     """The task instance's identity labels."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    return manifests.identity_labels(
-        dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=-1 if map_index is None else int(map_index)
-    )
+    return kube_names.TaskIdentity.of(context["ti"]).labels()
 
 
 class JobSetTaskOperator(BaseOperator):
@@ -250,7 +246,7 @@ class JobSetTaskOperator(BaseOperator):
         """``build()`` (which lints), with the namespace checked; `AirflowFailException` naming the field."""
         try:
             built = build()
-            manifests.check_namespace(self.namespace)
+            kube_names.check_namespace(self.namespace)
         except SpecError as error:
             raise AirflowFailException(f"invalid {what}: {error}") from None
         return built
@@ -263,7 +259,7 @@ class JobSetTaskOperator(BaseOperator):
         handle: Handle,
         *,
         target_step: int,
-        budgets: dict[str, Any],
+        budgets: Budgets,
         state: dict[str, Any],
         full_restarts_used: int = 0,
     ) -> Any:

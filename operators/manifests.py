@@ -1,4 +1,4 @@
-"""JobSet manifests, deterministic names and Airflow identity labels.
+"""JobSet manifests: the elastic Pathways JobSet and the plain one-job JobSet, rendered and then linted.
 
 The elastic JobSet follows xpk's Pathways template (`xpk: src/xpk/templates/pathways_workload_create.yaml.j2`,
 `commands/workload.py:_generate_pathways_workload_yaml`) with the fixes of docs/architecture.md §3:
@@ -22,11 +22,6 @@ unless `restartPolicy` is `Never` (kubernetes `pkg/apis/batch/validation/validat
 restart `OnFailure`. The GKE knobs (Pathways images, `/tmp` mount, xpk's worker env, node pool, service account,
 priority class, Kueue queue, pull policy, extra env) are compared with xpk field by field in architecture §3.1.
 
-Names are checked the way the upstream JobSet webhook checks them (`jobset: pkg/webhooks/jobset_webhook.go`):
-every child Job `<jobset>-<replicatedJob>-<jobIndex>` and every pod `<jobset>-<replicatedJob>-<jobIndex>-
-<podIndex>-<5 random>` must be a DNS-1035 label of at most 63 characters. With `pathways-head` that leaves
-63 - len("-pathways-head-0-0-abcde") = 39 characters for the JobSet name, the limit `jobset_name` keeps.
-
 The `local` runtime renders the very same JobSet (the same bytes for the same spec): `runtime` chooses the
 cluster and what its images mean, not the shape. The local cluster's kubelet runs the MaxText image's
 trainer command and the Pathways images through its image catalogue (local/cluster/images.py); the local
@@ -36,7 +31,6 @@ runtime only defaults the image, TPU type and topology when the spec leaves them
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -48,10 +42,7 @@ from elastic_training.operators.constants import (
     ANNOTATION_EXCLUSIVE_TOPOLOGY,
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
-    JOBSET_GROUP,
     JOBSET_KIND,
-    JOBSET_VERSION,
-    LABEL_DAG_ID,
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,
     LABEL_GKE_TPU_TOPOLOGY,
@@ -60,17 +51,23 @@ from elastic_training.operators.constants import (
     LABEL_JOBSET_NAME,
     LABEL_KUEUE_PRIORITY_CLASS,
     LABEL_KUEUE_QUEUE_NAME,
-    LABEL_MAP_INDEX,
     LABEL_REPLICATED_JOB_NAME,
     LABEL_REPLICATED_JOB_REPLICAS,
-    LABEL_RUN_ID,
     LABEL_RUN_NAME,
     LABEL_STAGE,
-    LABEL_TASK_ID,
     TPU_RESOURCE,
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
+from elastic_training.operators.image_reference import image_reference_error
+from elastic_training.operators.kube_names import (
+    check_jobset_name,
+    check_labels,
+    check_namespace,
+    label_value,
+)
+from elastic_training.operators.manifest_lint import API_VERSION, is_int_in, lint_manifest
+from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
     INT32_MAX,
@@ -78,9 +75,8 @@ from elastic_training.operators.spec import (
     ElasticRunSpec,
     Runtime,
     SpecError,
-    image_reference_error,
+    check_runtime,
     is_dns1123_label,
-    shown,
 )
 from elastic_training.operators.spec import (
     PATHWAYS_PROXY_IMAGE as PATHWAYS_PROXY_IMAGE,
@@ -88,22 +84,6 @@ from elastic_training.operators.spec import (
 from elastic_training.operators.spec import (
     PATHWAYS_SERVER_IMAGE as PATHWAYS_SERVER_IMAGE,
 )
-
-API_VERSION: Final = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
-
-# Upstream webhook: the longest pod name is the deterministic part plus "-" and 5 random characters.
-POD_NAME_RANDOM_SUFFIX: Final = "-abcde"
-NAME_MAX: Final = 63
-# Upstream JobSet labels and annotates every Job and pod with the coordinator's stable endpoint,
-# `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<jobset>`; as a label value it must fit 63 characters,
-# or the child Jobs are invalid and never created. With `pathways-head` as coordinator that leaves 22.
-COORDINATOR_SUFFIX: Final = f"-{HEAD_REPLICATED_JOB}-0-0."
-JOBSET_NAME_MAX: Final = (NAME_MAX - len(COORDINATOR_SUFFIX)) // 2  # 22
-NAME_HASH_LENGTH: Final = 6
-# The readable part of a JobSet name, kept the same length on every attempt so names sort and read alike.
-NAME_PREFIX_MAX: Final = 11
-MAX_ATTEMPT: Final = 99
-LABEL_HASH_LENGTH: Final = 8
 
 PLAIN_REPLICATED_JOB: Final = "main"
 PLAIN_CONTAINER: Final = "main"
@@ -137,10 +117,6 @@ POD_FAILURE_REASON: Final = "PodFailurePolicy"
 RULE_HEAD_DISRUPTED: Final = "headDisrupted"
 RULE_SLICE_RESTARTS_SPENT: Final = "sliceRestartsSpent"
 RULE_HEAD_FAILED: Final = "headFailed"
-FAILURE_POLICY_ACTIONS: Final = frozenset(
-    {"FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts", "RestartJob", "RestartJobAndIgnoreMaxRestarts"}
-)
-_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?\Z")
 HEAD_POD_FAILURE_POLICY: Final[Mapping[str, Any]] = {
     "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
 }
@@ -150,76 +126,10 @@ WORKER_TERMINATION_GRACE_SECONDS: Final = 30
 LOCAL_IMAGE: Final = "local"
 LOCAL_TERMINATION_GRACE_SECONDS: Final = 5
 
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
-_LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?\Z")
-# A label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
-_LABEL_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
-# Kubernetes accepts any printable name without '='; a C identifier is what shells and Python read reliably.
+# An env var name as Kubernetes validates it without the RelaxedEnvironmentVariableValidation gate (apimachinery
+# validation.IsEnvVarName: letters, digits, '-', '.', '_', not starting with a digit); the relaxed rule (any
+# printable but '=') is not on every cluster, so the strict one is held.
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
-
-
-def _short_hash(*parts: object, length: int) -> str:
-    digest = hashlib.sha256(json.dumps(list(parts), separators=(",", ":")).encode()).hexdigest()
-    return digest[:length]
-
-
-def _slug(text: str) -> str:
-    """Lowercase letters, digits and single dashes, starting with a letter (a DNS-1035 label's alphabet)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    # A run name may start with a digit (a date); a DNS-1035 label may not.
-    return f"run-{slug}" if slug[:1].isdigit() else slug
-
-
-def jobset_name(
-    *, dag_id: str, task_id: str, run_id: str, map_index: int, attempt: int, prefix: str | None = None
-) -> str:
-    """The JobSet name of one task instance's full-restart `attempt`: same inputs, same name.
-
-    `<slug of prefix or dag-task>-<6 hex of sha256(dag, task, run, map_index)>[-r<attempt>]`, a DNS-1035
-    label of at most `JOBSET_NAME_MAX` (22) characters so that every child Job and pod name, and the
-    coordinator endpoint label upstream JobSet puts on them, fit 63.
-    """
-    if attempt < 0 or attempt > MAX_ATTEMPT:
-        raise ValueError(f"attempt must be 0..{MAX_ATTEMPT}, got {attempt}")
-    digest = _short_hash(dag_id, task_id, run_id, map_index, length=NAME_HASH_LENGTH)
-    suffix = f"-{digest}" + (f"-r{attempt}" if attempt else "")
-    slug = _slug(prefix if prefix else f"{dag_id}-{task_id}")
-    slug = slug[: min(NAME_PREFIX_MAX, JOBSET_NAME_MAX - len(suffix))].rstrip("-") or "run"
-    return slug + suffix
-
-
-def label_value(value: str) -> str:
-    """`value` as a label value: itself when valid, else a safe prefix plus a hash of the whole value.
-
-    Valid label values are at most 63 characters of `[A-Za-z0-9._-]` with alphanumeric ends; two different
-    inputs never share a rewritten value (the hash covers the original).
-    """
-    if len(value) <= NAME_MAX and _LABEL_VALUE.match(value):
-        return value
-    digest = _short_hash(value, length=LABEL_HASH_LENGTH)
-    safe = _LABEL_VALUE_UNSAFE.sub("_", value)
-    safe = re.sub(r"^[^A-Za-z0-9]+", "", safe)[: NAME_MAX - LABEL_HASH_LENGTH - 1]
-    safe = re.sub(r"[^A-Za-z0-9]+$", "", safe)
-    return f"{safe}-{digest}" if safe else digest
-
-
-def identity_labels(*, dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, str]:
-    """The Airflow identity of a task instance as labels a selector can find (values made label-safe).
-
-    An unmapped task (`map_index` -1) is labelled `none`, since "-1" is not a label value.
-    """
-    return {
-        LABEL_DAG_ID: label_value(dag_id),
-        LABEL_TASK_ID: label_value(task_id),
-        LABEL_RUN_ID: label_value(run_id),
-        LABEL_MAP_INDEX: str(map_index) if map_index >= 0 else "none",
-    }
-
-
-def label_selector(labels: Mapping[str, str]) -> str:
-    """An equality label selector matching every one of `labels` (`k=v,k=v`, keys sorted)."""
-    return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -296,47 +206,6 @@ def _jobset(name: str, namespace: str, labels: Mapping[str, str], spec: dict[str
     return manifest
 
 
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or len(name) > JOBSET_NAME_MAX or not _DNS1035_LABEL.match(name):
-        raise SpecError(
-            "name",
-            f"{shown(name)} must be a DNS-1035 label of at most {JOBSET_NAME_MAX} characters (use jobset_name())",
-        )
-
-
-def check_namespace(namespace: object) -> None:
-    """`SpecError("namespace", ...)` unless `namespace` is a DNS-1123 label (what a namespace name is)."""
-    if not isinstance(namespace, str) or not is_dns1123_label(namespace):
-        raise SpecError(
-            "namespace",
-            f"{shown(namespace)} is not a namespace name: lowercase letters, digits and '-', at most 63 characters",
-        )
-
-
-def is_label_key(key: object) -> bool:
-    """Whether `key` is a label key: ``[prefix/]name``, a DNS-1123 subdomain prefix and a 63-character name."""
-    if not isinstance(key, str):
-        return False
-    prefix, _, name = key.rpartition("/")
-    if prefix and not (len(prefix) <= 253 and all(is_dns1123_label(part) for part in prefix.split("."))):
-        return False
-    return len(name) <= NAME_MAX and bool(_LABEL_KEY_NAME.match(name))
-
-
-def _is_label_value(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= NAME_MAX and bool(_LABEL_VALUE.match(value))
-
-
-def _check_labels(labels: Mapping[str, str], where: str = "labels") -> None:
-    if not isinstance(labels, Mapping):
-        raise SpecError(where, f"must be a mapping of label keys to values, got {type(labels).__name__}")
-    for key, value in labels.items():
-        if not is_label_key(key):
-            raise SpecError(where, f"{shown(key)} is not a label key")
-        if not _is_label_value(value):
-            raise SpecError(f"{where}.{key}", f"{shown(value)} is not a label value (use identity_labels())")
-
-
 def elastic_jobset(
     spec: ElasticRunSpec,
     *,
@@ -351,16 +220,11 @@ def elastic_jobset(
     every pod template. `runtime` chooses the cluster, not the shape: both runtimes get the same bytes for the
     same spec (the local runtime defaults an unset image and TPU shape). The spec must have passed `lint`.
     """
-    _check_name(name)
+    check_jobset_name(name)
     check_namespace(namespace)
-    _check_labels(labels)
+    check_labels(labels)
     all_labels = _job_labels(labels, spec.run_name, stage)
-    vms = spec.vms_per_slice
-    head_spec, worker_spec = _gke_pod_specs(spec)
-    head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_HOSTNAME}
-    # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
-    # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
-    worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
+    replicated_jobs = _elastic_replicated_jobs(spec, all_labels)
     failure_policy: dict[str, Any] = {
         "restartStrategy": "Recreate",
         "maxRestarts": spec.jobset_max_restarts,
@@ -380,31 +244,42 @@ def elastic_jobset(
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             "failurePolicy": failure_policy,
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "replicatedJobs": [
-                _replicated_job(
-                    HEAD_REPLICATED_JOB,
-                    replicas=1,
-                    pods=1,
-                    backoff_limit=0,
-                    labels=all_labels,
-                    pod_spec=head_spec,
-                    job_annotations=head_annotations,
-                    pod_failure_policy=HEAD_POD_FAILURE_POLICY,
-                ),
-                _replicated_job(
-                    WORKER_REPLICATED_JOB,
-                    replicas=spec.num_slices,
-                    pods=vms,
-                    backoff_limit=spec.max_slice_restarts * vms,
-                    labels=all_labels,
-                    pod_spec=worker_spec,
-                    job_annotations=worker_annotations,
-                ),
-            ],
+            "replicatedJobs": replicated_jobs,
         },
     )
     lint_manifest(manifest)
     return manifest
+
+
+def _elastic_replicated_jobs(spec: ElasticRunSpec, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The head (one pod: the Pathways proxy, resource manager and trainer) and the workers (a Job per slice)."""
+    vms = spec.vms_per_slice
+    head_spec, worker_spec = _gke_pod_specs(spec)
+    head_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_HOSTNAME}
+    # One slice (one child Job) per node pool: without it a multi-host slice can straddle two pools and
+    # never form. On the ReplicatedJob's Job template, where JobSet reads it (xpk's place).
+    worker_annotations = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
+    return [
+        _replicated_job(
+            HEAD_REPLICATED_JOB,
+            replicas=1,
+            pods=1,
+            backoff_limit=0,
+            labels=labels,
+            pod_spec=head_spec,
+            job_annotations=head_annotations,
+            pod_failure_policy=HEAD_POD_FAILURE_POLICY,
+        ),
+        _replicated_job(
+            WORKER_REPLICATED_JOB,
+            replicas=spec.num_slices,
+            pods=vms,
+            backoff_limit=spec.max_slice_restarts * vms,
+            labels=labels,
+            pod_spec=worker_spec,
+            job_annotations=worker_annotations,
+        ),
+    ]
 
 
 def gke_failure_rules() -> list[dict[str, Any]]:
@@ -432,32 +307,51 @@ def gke_failure_rules() -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True)
+class _PathwaysShared:
+    """What the head's and the workers' containers share: scratch, pull policy, the head's address env."""
+
+    scratch: str
+    pull: Mapping[str, Any]
+    pathways_head: Mapping[str, Any]
+    replicated_job_name: Mapping[str, Any]
+    jobset_name_env: Mapping[str, Any]
+    rm_address: str
+
+
 def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
-    tpu = spec.tpu
-    topology = spec.topology
     scratch = (
         f"{spec.run_directory}/pathways-scratch"
         if spec.base_output_directory.startswith("gs://")
         else PATHWAYS_DEFAULT_SCRATCH
     )
-    pull = {"imagePullPolicy": spec.image_pull_policy} if spec.image_pull_policy else {}
-    pathways_head = _field_env("PATHWAYS_HEAD", f"metadata.labels['{ANNOTATION_COORDINATOR}']")
-    replicated_job_name = _field_env("REPLICATED_JOB_NAME", f"metadata.annotations['{LABEL_REPLICATED_JOB_NAME}']")
-    jobset_name_env = _field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']")
-    rm_address = f"--resource_manager_address=$(PATHWAYS_HEAD):{PATHWAYS_RM_PORT}"
+    shared = _PathwaysShared(
+        scratch=scratch,
+        pull={"imagePullPolicy": spec.image_pull_policy} if spec.image_pull_policy else {},
+        pathways_head=_field_env("PATHWAYS_HEAD", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
+        replicated_job_name=_field_env("REPLICATED_JOB_NAME", f"metadata.annotations['{LABEL_REPLICATED_JOB_NAME}']"),
+        jobset_name_env=_field_env("JOBSET_NAME", f"metadata.annotations['{LABEL_JOBSET_NAME}']"),
+        rm_address=f"--resource_manager_address=$(PATHWAYS_HEAD):{PATHWAYS_RM_PORT}",
+    )
+    return _head_pod_spec(spec, shared), _worker_pod_spec(spec, shared)
+
+
+def _head_sidecars(spec: ElasticRunSpec, shared: _PathwaysShared) -> list[dict[str, Any]]:
+    tpu = spec.tpu
+    topology = spec.topology
     # Native sidecars (initContainers with restartPolicy Always), as current xpk renders them: they start
     # before the trainer and stop after it, so the head pod completes when jax-tpu exits.
     proxy = {
         "name": "pathways-proxy",
         "image": spec.pathways_proxy_image,
-        **pull,
+        **shared.pull,
         "args": [
             f"--server_port={PATHWAYS_PROXY_PORT}",
-            rm_address,
-            f"--gcs_scratch_location={scratch}",
+            shared.rm_address,
+            f"--gcs_scratch_location={shared.scratch}",
             f"--num_elastic_slices={spec.effective_elastic_slices}",
         ],
-        "env": [pathways_head],
+        "env": [shared.pathways_head],
         "ports": [{"containerPort": PATHWAYS_PROXY_PORT, "protocol": "TCP"}],
         "resources": {"limits": {"cpu": "16", "memory": "100G"}},
         "restartPolicy": "Always",
@@ -465,17 +359,17 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
     resource_manager = {
         "name": "pathways-rm",
         "image": spec.pathways_server_image,
-        **pull,
+        **shared.pull,
         "args": [
             f"--server_port={PATHWAYS_RM_PORT}",
-            f"--gcs_scratch_location={scratch}",
+            f"--gcs_scratch_location={shared.scratch}",
             "--node_type=resource_manager",
             f"--instance_count={spec.num_slices}",
             f"--instance_type={tpu.pathways_instance_type}:{topology}",
         ],
         "env": [
-            replicated_job_name,
-            jobset_name_env,
+            shared.replicated_job_name,
+            shared.jobset_name_env,
             _field_env("HOST_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
             {"name": "TPU_SKIP_MDS_QUERY", "value": "true"},
         ],
@@ -486,14 +380,18 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
         "resources": {"limits": {"cpu": "8", "memory": "32G"}},
         "restartPolicy": "Always",
     }
+    return [proxy, resource_manager]
+
+
+def _head_pod_spec(spec: ElasticRunSpec, shared: _PathwaysShared) -> dict[str, Any]:
     trainer = {
         "name": HEAD_MAIN_CONTAINER,
         "image": spec.trainer_image,
-        **pull,
+        **shared.pull,
         "command": ["python3", "-m", MAXTEXT_TRAIN_MODULE],
         "args": [spec.config_file, *spec.maxtext_keys()],
         "env": [
-            pathways_head,
+            shared.pathways_head,
             {"name": "JAX_PLATFORMS", "value": "proxy"},
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://$(PATHWAYS_HEAD):{PATHWAYS_PROXY_PORT}"},
@@ -508,20 +406,26 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": {LABEL_GKE_NODEPOOL: spec.head_node_pool},
-        "initContainers": [proxy, resource_manager],
+        "initContainers": _head_sidecars(spec, shared),
         "containers": [trainer],
         "volumes": [SHARED_TMP_VOLUME],
     }
+    return head
+
+
+def _worker_pod_spec(spec: ElasticRunSpec, shared: _PathwaysShared) -> dict[str, Any]:
+    tpu = spec.tpu
+    topology = spec.topology
     # xpk's defaults, each replaceable through worker_env (which keeps their place); the rest of worker_env follows.
     worker_defaults = {**WORKER_DEFAULT_ENV, **{k: v for k, v in spec.worker_env.items() if k in WORKER_DEFAULT_ENV}}
     worker_container = {
         "name": WORKER_CONTAINER,
         "image": spec.pathways_server_image,
-        **pull,
+        **shared.pull,
         "args": [
             f"--server_port={PATHWAYS_WORKER_PORT}",
-            rm_address,
-            f"--gcs_scratch_location={scratch}",
+            shared.rm_address,
+            f"--gcs_scratch_location={shared.scratch}",
         ],
         "env": [
             {"name": "TPU_MIN_LOG_LEVEL", "value": worker_defaults["TPU_MIN_LOG_LEVEL"]},
@@ -529,10 +433,10 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "value": worker_defaults["MEGASCALE_GRPC_ENABLE_XOR_TRACER"]},
             _field_env("MEGASCALE_NUM_SLICES", f"metadata.labels['{LABEL_REPLICATED_JOB_REPLICAS}']"),
-            jobset_name_env,
-            replicated_job_name,
+            shared.jobset_name_env,
+            shared.replicated_job_name,
             _field_env("MEGASCALE_SLICE_ID", f"metadata.labels['{LABEL_JOB_INDEX}']"),
-            pathways_head,
+            shared.pathways_head,
             _field_env("MEGASCALE_COORDINATOR_ADDRESS", f"metadata.labels['{ANNOTATION_COORDINATOR}']"),
             *_value_env({k: v for k, v in spec.worker_env.items() if k not in WORKER_DEFAULT_ENV}),
         ],
@@ -554,7 +458,7 @@ def _gke_pod_specs(spec: ElasticRunSpec) -> tuple[dict[str, Any], ...]:
         "containers": [worker_container],
         "volumes": [SHARED_TMP_VOLUME],
     }
-    return head, worker
+    return worker
 
 
 def _identity_and_priority(spec: ElasticRunSpec) -> dict[str, str]:
@@ -590,8 +494,7 @@ class JobSpec:
 
 def lint_job(job: JobSpec) -> None:
     """Raise `SpecError` for the first problem of `job`."""
-    if job.runtime not in ("gke", "local"):
-        raise SpecError("runtime", f"must be gke or local, got {shown(job.runtime)}")
+    check_runtime(job.runtime)
     if job.runtime == "gke":
         image_error = image_reference_error(job.image)
         if image_error:
@@ -611,10 +514,10 @@ def lint_job(job: JobSpec) -> None:
             raise SpecError("env", f"{shown(key)} is not an environment variable name (letters, digits, '_', '-', '.')")
         if not isinstance(value, str):
             raise SpecError(f"env.{key}", f"must be a string, got {type(value).__name__}")
-    if not _is_int_in(job.backoff_limit, 0, INT32_MAX):
+    if not is_int_in(job.backoff_limit, 0, INT32_MAX):
         raise SpecError("backoff_limit", f"must be an integer from 0 to {INT32_MAX}, got {shown(job.backoff_limit)}")
     deadline = job.active_deadline_seconds
-    if deadline is not None and not _is_int_in(deadline, 1, 2**63 - 1):
+    if deadline is not None and not is_int_in(deadline, 1, 2**63 - 1):
         raise SpecError("active_deadline_seconds", f"must be a positive integer or None, got {shown(deadline)}")
     resources = job.resources or {}
     if not isinstance(resources, Mapping):
@@ -628,7 +531,7 @@ def lint_job(job: JobSpec) -> None:
         raise SpecError("service_account", f"{shown(job.service_account)} is not a service account name")
     if not isinstance(job.node_selector, Mapping):
         raise SpecError("node_selector", f"must be a mapping of node labels to values, got {shown(job.node_selector)}")
-    _check_labels(job.node_selector, "node_selector")
+    check_labels(job.node_selector, "node_selector")
     _check_kueue_labels(job.queue_name, job.workload_priority_class)
     if isinstance(job.tolerations, str) or not isinstance(job.tolerations, Sequence):
         raise SpecError("tolerations", f"must be a list of tolerations, got {shown(job.tolerations)}")
@@ -664,10 +567,6 @@ def _check_kueue_labels(queue_name: object, priority_class: object) -> None:
             )
 
 
-def _is_int_in(value: object, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
 def _is_subdomain(value: object) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 253 and all(is_dns1123_label(part) for part in value.split("."))
 
@@ -679,9 +578,9 @@ def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str
     `JOBSET_NAME`, `POD_NAMESPACE`, `POD_NAME`, CPU JAX, unbuffered output) before `job.env`.
     """
     lint_job(job)
-    _check_name(name)
+    check_jobset_name(name)
     check_namespace(namespace)
-    _check_labels(labels)
+    check_labels(labels)
     all_labels = _job_labels(labels, None, stage)
     jobset_labels = {**all_labels, **kueue_labels(job.queue_name, job.workload_priority_class)}
     container: dict[str, Any] = {
@@ -728,177 +627,3 @@ def plain_jobset(job: JobSpec, *, name: str, namespace: str, labels: Mapping[str
     )
     lint_manifest(manifest)
     return manifest
-
-
-def lint_manifest(manifest: Mapping[str, Any]) -> None:
-    """Raise `SpecError` for a malformed JobSet manifest (e.g. one a user passes instead of a spec).
-
-    Checks what the API server and the JobSet webhook would refuse, with field paths: apiVersion and kind,
-    label keys and values, replicated job names (DNS-1035, unique), int32 counts, a pod template with named
-    containers, policy targets and the coordinator naming replicated jobs, and, when the manifest is named,
-    that every child Job and pod name fits 63 characters. Any document gives `SpecError` or passes.
-    """
-    if not isinstance(manifest, Mapping):
-        raise SpecError("manifest", f"must be a mapping, got {type(manifest).__name__}")
-    if manifest.get("apiVersion") != API_VERSION:
-        raise SpecError("apiVersion", f"must be {API_VERSION}, got {shown(manifest.get('apiVersion'))}")
-    if manifest.get("kind") != JOBSET_KIND:
-        raise SpecError("kind", f"must be {JOBSET_KIND}, got {shown(manifest.get('kind'))}")
-    metadata = manifest.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise SpecError("metadata", "must be a mapping")
-    name = metadata.get("name")
-    if name is not None and (not isinstance(name, str) or not _DNS1035_LABEL.match(name) or len(name) > NAME_MAX):
-        raise SpecError("metadata.name", f"{shown(name)} must be a DNS-1035 label (lowercase, starting with a letter)")
-    _check_labels(metadata.get("labels") or {}, "metadata.labels")
-    spec = manifest.get("spec")
-    if not isinstance(spec, Mapping):
-        raise SpecError("spec", "is required")
-    rjobs = spec.get("replicatedJobs")
-    if not isinstance(rjobs, list) or not rjobs:
-        raise SpecError("spec.replicatedJobs", "must be a non-empty list")
-    seen: set[str] = set()
-    for index, rjob in enumerate(rjobs):
-        _lint_replicated_job(rjob, f"spec.replicatedJobs[{index}]", seen, name)
-    for policy_field in ("successPolicy", "failurePolicy"):
-        policy = spec.get(policy_field) or {}
-        if not isinstance(policy, Mapping):
-            raise SpecError(f"spec.{policy_field}", "must be a mapping")
-        targets = policy.get("targetReplicatedJobs") or []
-        if not isinstance(targets, list):
-            raise SpecError(f"spec.{policy_field}.targetReplicatedJobs", "must be a list of replicated job names")
-        for target in targets:
-            if not isinstance(target, str) or target not in seen:
-                raise SpecError(f"spec.{policy_field}.targetReplicatedJobs", f"{shown(target)} is not a replicated job")
-        if "maxRestarts" in policy and not _is_int_in(policy["maxRestarts"], 0, INT32_MAX):
-            raise SpecError(
-                f"spec.{policy_field}.maxRestarts", f"must be an int32 >= 0, got {shown(policy['maxRestarts'])}"
-            )
-    _lint_failure_rules(spec.get("failurePolicy") or {}, seen)
-    coordinator = spec.get("coordinator")
-    if coordinator is None:
-        return
-    if not isinstance(coordinator, Mapping):
-        raise SpecError("spec.coordinator", "must be a mapping")
-    coordinator_job = coordinator.get("replicatedJob")
-    if not isinstance(coordinator_job, str) or coordinator_job not in seen:
-        raise SpecError("spec.coordinator.replicatedJob", f"{shown(coordinator_job)} is not a replicated job")
-    for index_field in ("jobIndex", "podIndex"):
-        if not _is_int_in(coordinator.get(index_field, 0), 0, INT32_MAX):
-            raise SpecError(
-                f"spec.coordinator.{index_field}", f"must be an int32 >= 0, got {shown(coordinator[index_field])}"
-            )
-    if isinstance(name, str):
-        endpoint = f"{name}-{coordinator_job}-{coordinator.get('jobIndex', 0)}-{coordinator.get('podIndex', 0)}.{name}"
-        if len(endpoint) > NAME_MAX:
-            raise SpecError(
-                "metadata.name",
-                f"{name!r} is too long for a coordinator: JobSet labels every Job and pod with the endpoint "
-                f"{endpoint!r} ({len(endpoint)} characters, at most {NAME_MAX})",
-            )
-
-
-def _lint_failure_rules(policy: Mapping[str, Any], replicated_jobs: set[str]) -> None:
-    """JobSet's `FailurePolicyRule` schema and webhook: a named rule, a known action, targets that exist."""
-    rules = policy.get("rules") or []
-    if not isinstance(rules, list):
-        raise SpecError("spec.failurePolicy.rules", "must be a list of rules")
-    names: set[str] = set()
-    for index, rule in enumerate(rules):
-        where = f"spec.failurePolicy.rules[{index}]"
-        if not isinstance(rule, Mapping):
-            raise SpecError(where, "must be a mapping")
-        name = rule.get("name")
-        if not isinstance(name, str) or len(name) > 128 or not _RULE_NAME.match(name) or name in names:
-            raise SpecError(f"{where}.name", f"{shown(name)} must be a unique rule name such as {RULE_HEAD_FAILED!r}")
-        names.add(name)
-        action = rule.get("action")
-        if not isinstance(action, str) or action not in FAILURE_POLICY_ACTIONS:
-            raise SpecError(
-                f"{where}.action",
-                f"{shown(rule.get('action'))} is not one of {', '.join(sorted(FAILURE_POLICY_ACTIONS))}",
-            )
-        for list_field in ("onJobFailureReasons", "onJobFailureMessagePatterns", "targetReplicatedJobs"):
-            values = rule.get(list_field) or []
-            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-                raise SpecError(f"{where}.{list_field}", "must be a list of strings")
-        for target in rule.get("targetReplicatedJobs") or []:
-            if target not in replicated_jobs:
-                raise SpecError(f"{where}.targetReplicatedJobs", f"{shown(target)} is not a replicated job")
-
-
-def _lint_replicated_job(rjob: Any, where: str, seen: set[str], jobset: str | None) -> None:
-    if not isinstance(rjob, Mapping):
-        raise SpecError(where, "must be a mapping")
-    rname = rjob.get("name")
-    if not isinstance(rname, str) or not _DNS1035_LABEL.match(rname) or len(rname) > NAME_MAX:
-        raise SpecError(f"{where}.name", f"{shown(rname)} must be a DNS-1035 label")
-    if rname in seen:
-        raise SpecError(f"{where}.name", f"{rname!r} is used twice")
-    seen.add(rname)
-    replicas = rjob.get("replicas", 1)
-    if not _is_int_in(replicas, 1, INT32_MAX):
-        raise SpecError(f"{where}.replicas", f"must be an integer from 1 to {INT32_MAX}, got {shown(replicas)}")
-    template = rjob.get("template")
-    job_spec = template.get("spec") if isinstance(template, Mapping) else None
-    if not isinstance(job_spec, Mapping):
-        raise SpecError(f"{where}.template.spec", "is required (a batch/v1 JobSpec)")
-    for count in ("completions", "parallelism", "backoffLimit"):
-        if count in job_spec and not _is_int_in(job_spec[count], 0, INT32_MAX):
-            raise SpecError(f"{where}.template.spec.{count}", f"must be an int32 >= 0, got {shown(job_spec[count])}")
-    pod_template = job_spec.get("template")
-    pod_spec = pod_template.get("spec") if isinstance(pod_template, Mapping) else None
-    if not isinstance(pod_spec, Mapping):
-        raise SpecError(f"{where}.template.spec.template.spec", "is required (a PodSpec)")
-    pod_metadata = pod_template.get("metadata") if isinstance(pod_template, Mapping) else None
-    if isinstance(pod_metadata, Mapping):
-        _check_labels(pod_metadata.get("labels") or {}, f"{where}.template.spec.template.metadata.labels")
-    elif pod_metadata is not None:
-        raise SpecError(f"{where}.template.spec.template.metadata", "must be a mapping")
-    if "podFailurePolicy" in job_spec and pod_spec.get("restartPolicy") != "Never":
-        # The API server refuses it only when the JobSet controller creates the Job: the JobSet would exist,
-        # its child Jobs never.
-        raise SpecError(
-            f"{where}.template.spec.podFailurePolicy",
-            'needs the pod\'s restartPolicy "Never" (Kubernetes refuses it with any other restartPolicy)',
-        )
-    containers = pod_spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise SpecError(f"{where}.template.spec.template.spec.containers", "must be a non-empty list")
-    init_containers = pod_spec.get("initContainers") or []
-    if not isinstance(init_containers, list):
-        raise SpecError(f"{where}.template.spec.template.spec.initContainers", "must be a list")
-    for kind, listed in (("containers", containers), ("initContainers", init_containers)):
-        for cindex, container in enumerate(listed):
-            _lint_container(container, f"{where}.template.spec.template.spec.{kind}[{cindex}]")
-    if jobset:
-        _check_child_names(jobset, rname, replicas, job_spec, where)
-
-
-def _lint_container(container: Any, where: str) -> None:
-    if not isinstance(container, Mapping) or not isinstance(container.get("name"), str) or not container["name"]:
-        raise SpecError(f"{where}.name", "is required")
-    if not isinstance(container.get("image"), str) or not container["image"]:
-        raise SpecError(f"{where}.image", "is required")
-    for argv_field in ("command", "args"):
-        argv = container.get(argv_field, [])
-        if not isinstance(argv, list) or not all(isinstance(item, str) for item in argv):
-            raise SpecError(f"{where}.{argv_field}", "must be a list of strings (an argv, never a shell string)")
-
-
-def _check_child_names(jobset: str, rname: str, replicas: int, job_spec: Mapping[str, Any], where: str) -> None:
-    """The upstream webhook's rule: the longest child Job and pod names are DNS-1035 labels <= 63."""
-    longest_job = f"{jobset}-{rname}-{replicas - 1}"
-    if len(longest_job) > NAME_MAX:
-        raise SpecError(
-            "metadata.name",
-            f"{jobset!r} is too long: the child Job name {longest_job!r} of {where} exceeds {NAME_MAX} characters",
-        )
-    completions = job_spec.get("completions")
-    if job_spec.get("completionMode") == "Indexed" and isinstance(completions, int) and completions >= 1:
-        longest_pod = f"{longest_job}-{completions - 1}{POD_NAME_RANDOM_SUFFIX}"
-        if len(longest_pod) > NAME_MAX:
-            raise SpecError(
-                "metadata.name",
-                f"{jobset!r} is too long: pod names of {where} such as {longest_pod!r} exceed {NAME_MAX} characters",
-            )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.checkpoint_operator import checkpoint_asset_uri
 from elastic_training.operators.checkpoints.storage import EntryKind, StorageError, storage_for
 from elastic_training.operators.constants import (
@@ -45,6 +45,7 @@ from elastic_training.operators.eval_results import (
 )
 from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.jobset_operator import JobSetOperator
+from elastic_training.operators.lifecycle import JobSetLifecycle
 from elastic_training.operators.manifests import JobSpec
 from elastic_training.operators.pipeline_params import (
     MAXTEXT_MAX_TARGET_LENGTH,
@@ -56,7 +57,8 @@ from elastic_training.operators.pipeline_params import (
 from elastic_training.operators.policy import Budgets
 from elastic_training.operators.slice_drill import drill_command
 from elastic_training.operators.slice_drill import parse_result as parse_drill_result
-from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, TPU_TYPES, render_value
+from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, render_value
+from elastic_training.operators.tpu_types import TPU_TYPES
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -483,21 +485,15 @@ class SliceFailureDrillOperator(BaseOperator):
         config = pipeline_config(context)
         if not config.get("inject_slice_failure"):
             return {"armed": False}
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        map_index = -1 if map_index is None else int(map_index)
-        identity = manifests.identity_labels(
-            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=map_index
+        task = kube_names.TaskIdentity.of(context["ti"])
+        identity = task.labels()
+        name = task.jobset_name(attempt=0, prefix="drill")
+        cluster = JobSetLifecycle(
+            JobSetHook(conn_id=self.kubernetes_conn_id), namespace=self.namespace, identity=identity, log=self.log
         )
-        name = manifests.jobset_name(
-            dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=map_index, attempt=0, prefix="drill"
-        )
-        hook = JobSetHook(conn_id=self.kubernetes_conn_id)
-        existing = hook.get_jobset(name, self.namespace)
+        existing = cluster.get(name)
         if existing is not None:
-            theirs = existing["metadata"].get("labels") or {}
-            if any(theirs.get(k) != v for k, v in identity.items()):
-                raise AirflowFailException(f"a JobSet named {name} exists and was not made by this task")
+            cluster.refuse_foreign(existing)
             self.log.info("the drill JobSet %s already exists: adopting it", name)
         else:
             job = JobSpec(
@@ -513,7 +509,7 @@ class SliceFailureDrillOperator(BaseOperator):
                 active_deadline_seconds=DRILL_TIMEOUT_SECONDS + 60,
             )
             body = manifests.plain_jobset(job, name=name, namespace=self.namespace, labels=identity, stage="drill")
-            hook.create_jobset(body, self.namespace)
+            cluster.create(body)
             self.log.info(
                 "drill armed: JobSet %s deletes a worker pod of slice %s after step %s of %s",
                 name,

@@ -23,6 +23,7 @@ logical date: the run directory is named from them (:func:`run_directory_name`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,17 +33,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from elastic_training.operators import run_layout
+from elastic_training.operators.image_reference import SHELL_META, image_reference_error
 from elastic_training.operators.spec import (
     DEFAULT_ELASTIC_TIMEOUT_SECONDS,
     DNS1123_LABEL_MAX,
     LOCAL_MAXTEXT_IMAGE,
     LOCAL_TPU_TOPOLOGY,
     LOCAL_TPU_TYPE,
-    TPU_TYPES,
-    image_reference_error,
+    SpecError,
+    check_runtime,
+    checkpoint_period_error,
     is_dns1123_label,
+    is_gcs_bucket,
     stall_timeout_error,
 )
+from elastic_training.operators.tpu_types import TPU_TYPES
 
 # Airflow Variables the pipelines read (documented in docs/pipeline.md).
 VARIABLE_ALLOWED_ROOTS: Final = "elastic_training_allowed_roots"
@@ -93,10 +99,8 @@ MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
 
 MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
 
-_SHELL_META: Final = frozenset(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
 _MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _ARGV_ITEM = re.compile(r"^[A-Za-z0-9_./:=@+,%-]{1,512}$")
-_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
 class ParamError(ValueError):
@@ -564,7 +568,17 @@ def parse_allowed_roots(value: Any, environ: Mapping[str, str] | None = None) ->
     return roots
 
 
-def _integer(params: Mapping[str, Any], name: str, minimum: int, maximum: int) -> int:
+@functools.cache
+def _form_schemas() -> dict[str, Mapping[str, Any]]:
+    return {d.name: d.schema for d in param_definitions(data_directory="/")}
+
+
+def _integer(params: Mapping[str, Any], name: str, minimum: int | None = None) -> int:
+    """``params[name]`` within its form field's bounds (``minimum``: a lower bound, for a rule that explains more)."""
+    schema = _form_schemas()[name]
+    maximum: int = schema["maximum"]
+    if minimum is None:
+        minimum = int(schema["minimum"])
     value = params.get(name)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParamError(name, f"must be an integer, got {value!r}")
@@ -601,7 +615,7 @@ def _hf_path(value: str) -> str:
 
 
 def _no_shell(name: str, value: str) -> None:
-    bad = sorted({c for c in value if c in _SHELL_META})
+    bad = sorted({c for c in value if c in SHELL_META})
     if bad:
         raise ParamError(name, f"must not contain whitespace or shell metacharacters {''.join(bad)!r}: {value!r}")
 
@@ -614,7 +628,7 @@ def check_base_directory(value: str, roots: Sequence[str]) -> str:
     _no_shell(name, value)
     if value.startswith("gs://"):
         bucket, _, rest = value[len("gs://") :].partition("/")
-        if not _GCS_BUCKET.match(bucket) or ".." in bucket:
+        if not is_gcs_bucket(bucket):
             raise ParamError(name, f"{bucket!r} is not a GCS bucket name")
         if ".." in rest.split("/") or "." in rest.split("/"):
             raise ParamError(name, f"must not contain '.' or '..' segments: {value!r}")
@@ -695,9 +709,10 @@ def validate_params(
     variables = variables or {}
     # A DAG may show only some fields (the drill DAG has no evaluation stage): the rest keep their defaults.
     params = {**{d.name: d.default for d in param_definitions(data_directory="/")}, **params}
-    runtime = _string(params, "runtime")
-    if runtime not in ("local", "gke"):
-        raise ParamError("runtime", f"must be 'local' or 'gke', got {runtime!r}")
+    try:
+        runtime = check_runtime(_string(params, "runtime"))
+    except SpecError as error:
+        raise ParamError("runtime", error.message) from None
     run_name = _string(params, "run_name")
     if len(run_name) > RUN_NAME_MAX:
         raise ParamError("run_name", f"must be at most {RUN_NAME_MAX} characters, got {len(run_name)}")
@@ -712,22 +727,22 @@ def validate_params(
     model_name = _optional_string(params, "model_name") or MAXTEXT_DEFAULT_MODEL
     if not _MODEL_NAME.match(model_name):
         raise ParamError("model_name", f"{model_name!r} is not a model name (lowercase letters, digits, . _ -)")
-    batch = _integer(params, "per_device_batch_size", 1, 1024)
-    steps = _integer(params, "steps", 2, 10_000_000)
-    period = _integer(params, "checkpoint_period", 1, 1_000_000)
-    if period * 2 > steps:
-        raise ParamError("checkpoint_period", f"must be at most half of steps ({steps}), got {period}")
-    slices = _integer(params, "num_slices", 1, 256)
-    max_slice_restarts = _integer(params, "max_slice_restarts", 0, 100)
-    window = _integer(params, "slice_restart_window_minutes", 1, 10_080)
-    max_full_restarts = _integer(params, "max_full_restarts", 0, 99)
-    stall = _integer(params, "stall_timeout_minutes", 1, 1_440)
-    # The spec's rule, asked of the spec: the pretrain stage runs MaxText's default wait for slices.
+    batch = _integer(params, "per_device_batch_size")
+    steps = _integer(params, "steps")
+    period = _integer(params, "checkpoint_period")
+    if (period_error := checkpoint_period_error(period, steps)) is not None:
+        raise ParamError("checkpoint_period", period_error)
+    slices = _integer(params, "num_slices")
+    max_slice_restarts = _integer(params, "max_slice_restarts")
+    window = _integer(params, "slice_restart_window_minutes")
+    max_full_restarts = _integer(params, "max_full_restarts")
+    # Under the form's minimum, the spec's rule says why: the pretrain stage runs MaxText's default wait for slices.
+    stall = _integer(params, "stall_timeout_minutes", minimum=1)
     if (stall_error := stall_timeout_error(60.0 * stall, DEFAULT_ELASTIC_TIMEOUT_SECONDS)) is not None:
         raise ParamError("stall_timeout_minutes", stall_error)
     queue_timeout = None
     if params.get("queue_timeout_minutes") is not None:
-        queue_timeout = _integer(params, "queue_timeout_minutes", 1, 10_080)
+        queue_timeout = _integer(params, "queue_timeout_minutes")
     queue_name = _optional_string(params, "queue_name")
     if queue_name is not None and not is_dns1123_label(queue_name):
         raise ParamError(
@@ -737,12 +752,12 @@ def validate_params(
     max_loss = params.get("max_eval_loss")
     if isinstance(max_loss, bool) or not isinstance(max_loss, int | float) or not 0 < max_loss <= 1_000:
         raise ParamError("max_eval_loss", f"must be a number in (0, 1000], got {max_loss!r}")
-    samples = _integer(params, "num_samples", 1, 100_000)
+    samples = _integer(params, "num_samples")
     drill = params.get("inject_slice_failure")
     if not isinstance(drill, bool):
         raise ParamError("inject_slice_failure", f"must be true or false, got {drill!r}")
-    failure_step = _integer(params, "failure_at_step", 1, 10_000_000)
-    failure_slice = _integer(params, "failure_slice", 0, 255)
+    failure_step = _integer(params, "failure_at_step")
+    failure_slice = _integer(params, "failure_slice")
     if drill:
         if runtime != "local":
             raise ParamError("inject_slice_failure", "the fault drill runs on the local runtime only")
@@ -763,15 +778,16 @@ def validate_params(
                 f"{continued!r} is not a run directory name (a DNS-1123 label of at most {DNS1123_LABEL_MAX} "
                 "characters: lowercase letters, digits and '-')",
             )
-        if directory_exists is not None and not directory_exists(f"{base.rstrip('/')}/{continued}"):
-            raise ParamError("continue_run_name", f"there is no run directory {base.rstrip('/')}/{continued}")
+        continued_directory = run_layout.run_directory(base, continued)
+        if directory_exists is not None and not directory_exists(continued_directory):
+            raise ParamError("continue_run_name", f"there is no run directory {continued_directory}")
         effective_name = continued
     config: dict[str, Any] = {
         "runtime": runtime,
         "run_name": effective_name,
         "continued": continued is not None,
         "base_output_directory": base,
-        "run_directory": f"{base.rstrip('/')}/{effective_name}",
+        "run_directory": run_layout.run_directory(base, effective_name),
         "model_name": model_name,
         "per_device_batch_size": batch,
         "steps": steps,

@@ -25,9 +25,10 @@ provisioned, images pulling) the stall clock does not run either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class JobSetPhase(StrEnum):
@@ -107,6 +108,15 @@ class Budgets:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive, or None")
+
+    def to_json(self) -> dict[str, Any]:
+        """The budgets as JSON (a trigger's kwargs, the run report); an unset optional bound is left out."""
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Budgets:
+        """The budgets :meth:`to_json` wrote (the optional bounds may also be present as ``None``)."""
+        return cls(**data)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Final, Literal, cast, get_args
+
+from elastic_training.operators import run_layout
+from elastic_training.operators.image_reference import image_reference_error
+from elastic_training.operators.shown import shown
+from elastic_training.operators.tpu_types import TPU_TYPES, TpuType
 
 Runtime = Literal["gke", "local"]
 RUNTIMES: Final[tuple[str, ...]] = get_args(Runtime)
@@ -49,24 +54,11 @@ DNS1123_LABEL_MAX: Final = 63
 # Replicas, backoffLimit, maxRestarts and completions are int32 in the JobSet and batch/v1 APIs; every integer
 # of a spec is held to that range so a huge templated value is a lint error, not a rejected create.
 INT32_MAX: Final = 2**31 - 1
-_SHOWN_MAX: Final = 80
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # gs:// bucket names (cloud.google.com/storage/docs/buckets#naming), dotted names up to 222 chars.
 _GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\Z")
-# Characters a shell or a YAML reader would treat specially; never part of a valid image reference.
-_SHELL_META = set(" \t\n\r;&|$`\\\"'<>(){}[]*?!#~")
 
-# Docker image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest].
-_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-_TAG = r"[\w][\w.-]{0,127}"
-_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_IMAGE_REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?\Z")
-_IMAGE_NAME_MAX = 255
-_IMAGE_REFERENCE_MAX = _IMAGE_NAME_MAX + 1 + 128 + 1 + 200  # name, tag, digest
 
 # The Pathways images (resource manager and worker share the server image; the proxy is the IFRT proxy), tagged
 # with the JAX release they serve: keep them equal to the JAX in the MaxText image (docs/operators.md).
@@ -139,94 +131,6 @@ class SpecError(ValueError):
         self.message = message
 
 
-@dataclass(frozen=True)
-class TpuType:
-    """One TPU generation as GKE and Pathways name it.
-
-    `chips_per_vm` is the chips of one host of a multi-host slice; a 1x1 slice has a single chip
-    (xpk `compute_chips_per_vm`). `topologies` lists the allowed shapes of a 2-D type; a 3-D type allows
-    2x2x1, 2x2x2, 2x2x4, 2x4x4 and shapes whose dimensions are multiples of 4 (at most `max_cubes`
-    4x4x4 cubes, nondecreasing when `nondecreasing`).
-    """
-
-    name: str
-    gke_accelerator: str
-    chips_per_vm: int
-    topology_dims: int
-    pathways_instance_type: str
-    topologies: frozenset[str] = frozenset()
-    max_cubes: int = 0
-    nondecreasing: bool = False
-
-    def topology_error(self, topology: str) -> str | None:
-        """Why `topology` is not a slice shape of this type, or None when it is."""
-        parts = topology.split("x")
-        # ASCII digits, a few of them: `int()` also takes other scripts' digits and refuses > 4300 digits.
-        if not all(p.isascii() and p.isdecimal() and len(p) <= 6 and p == str(int(p)) and int(p) >= 1 for p in parts):
-            return f"{shown(topology)} is not a topology: expected {self.topology_dims} positive integers joined by 'x'"
-        if len(parts) != self.topology_dims:
-            return (
-                f"{self.name} topologies have {self.topology_dims} dimensions (e.g. {self._example()}), "
-                f"got {shown(topology)}"
-            )
-        dims = [int(p) for p in parts]
-        if self.topology_dims == 2:
-            if topology in self.topologies:
-                return None
-            known = ", ".join(_sorted_shapes(self.topologies))
-            return f"{shown(topology)} is not a {self.name} slice shape; known: {known}"
-        if topology in _SMALL_3D:
-            return None
-        if any(d % 4 for d in dims):
-            return (
-                f"{shown(topology)} is not a {self.name} slice shape: larger than 2x4x4, every dimension must be a "
-                "multiple of 4 (e.g. 4x4x4, 4x4x8)"
-            )
-        if self.nondecreasing and dims != sorted(dims):
-            return f"{shown(topology)} is not a {self.name} slice shape: write the dimensions in nondecreasing order"
-        cubes = math.prod(d // 4 for d in dims)
-        if cubes > self.max_cubes:
-            return f"{shown(topology)} has {cubes} 4x4x4 cubes; a {self.name} slice has at most {self.max_cubes}"
-        return None
-
-    def chips(self, topology: str) -> int:
-        """Chips in one slice of `topology`."""
-        return math.prod(int(p) for p in topology.split("x"))
-
-    def chips_per_vm_for(self, topology: str) -> int:
-        """Chips attached to each VM of a slice of `topology` (the pod's `google.com/tpu` limit)."""
-        return 1 if self.chips(topology) == 1 else self.chips_per_vm
-
-    def vms_per_slice(self, topology: str) -> int:
-        """VMs (and so worker pods) in one slice of `topology`."""
-        return self.chips(topology) // self.chips_per_vm_for(topology)
-
-    def _example(self) -> str:
-        return "2x2" if self.topology_dims == 2 else "2x2x1"
-
-
-_SMALL_3D: Final = frozenset({"2x2x1", "2x2x2", "2x2x4", "2x4x4"})
-_2D_SHAPES: Final = frozenset({"1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"})
-
-
-def _sorted_shapes(shapes: frozenset[str]) -> list[str]:
-    return sorted(shapes, key=lambda s: tuple(int(p) for p in s.split("x")))
-
-
-_V4 = TpuType("v4", "tpu-v4-podslice", 4, 3, "tpuv4", max_cubes=64)
-_V5E = TpuType("v5e", "tpu-v5-lite-podslice", 4, 2, "tpuv5e", topologies=_2D_SHAPES)
-_V5P = TpuType("v5p", "tpu-v5p-slice", 4, 3, "tpuv5", max_cubes=140, nondecreasing=True)
-_V6E = TpuType("v6e", "tpu-v6e-slice", 4, 2, "tpuv6e", topologies=_2D_SHAPES)
-
-TPU_TYPES: Final[Mapping[str, TpuType]] = {
-    "v4": _V4,
-    "v5e": _V5E,
-    "v5litepod": _V5E,  # xpk's and Cloud TPU's name for v5e
-    "v5p": _V5P,
-    "v6e": _V6E,
-}
-
-
 DEFAULT_ELASTIC_TIMEOUT_SECONDS: Final = 300  # MaxText's own default
 
 
@@ -270,7 +174,7 @@ class ElasticRunSpec:
     @property
     def run_directory(self) -> str:
         """`<base_output_directory>/<run_name>`: where MaxText writes everything of this run."""
-        return f"{self.base_output_directory.rstrip('/')}/{self.run_name}"
+        return run_layout.run_directory(self.base_output_directory, self.run_name)
 
     @property
     def checkpoint_directory(self) -> str:
@@ -415,15 +319,6 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def shown(value: object) -> str:
-    """`repr(value)` for an error message, bounded (a templated value can be huge, or too long to `repr`)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int of more digits than Python converts to text
-        return "an integer too large to print"
-    return text if len(text) <= _SHOWN_MAX else f"{text[: _SHOWN_MAX - 3]}..."
-
-
 def _require_int(name: str, value: object, minimum: int, maximum: int = INT32_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(name, f"must be an integer, got {shown(value)}")
@@ -432,6 +327,16 @@ def _require_int(name: str, value: object, minimum: int, maximum: int = INT32_MA
     if value > maximum:
         raise SpecError(name, f"must be at most {maximum}, got {shown(value)}")
     return value
+
+
+def checkpoint_period_error(checkpoint_period: int, steps: int) -> str | None:
+    """Why ``checkpoint_period`` is not well under ``steps`` (more than half of them), or ``None`` when it is."""
+    if checkpoint_period * 2 <= steps:
+        return None
+    return (
+        f"{checkpoint_period} is not well under steps ({steps}): it must be at most steps/2 ({steps // 2}), so at "
+        "least one checkpoint is committed before the final save and a failure loses at most one period of work"
+    )
 
 
 def stall_timeout_error(stall_timeout_seconds: float, elastic_timeout_seconds: int) -> str | None:
@@ -477,9 +382,15 @@ def _lint_elastic_slices(spec: ElasticRunSpec) -> None:
         )
 
 
+def check_runtime(value: object) -> Runtime:
+    """``value`` as a `Runtime`, or `SpecError` naming ``runtime``: the one check of that value."""
+    if not isinstance(value, str) or value not in RUNTIMES:
+        raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {shown(value)}")
+    return cast(Runtime, value)
+
+
 def _lint_runtime(spec: ElasticRunSpec) -> None:
-    if spec.runtime not in RUNTIMES:
-        raise SpecError("runtime", f"must be one of {', '.join(RUNTIMES)}, got {shown(spec.runtime)}")
+    check_runtime(spec.runtime)
 
 
 def is_dns1123_label(value: str) -> bool:
@@ -513,6 +424,11 @@ def _has_unsafe_chars(value: str) -> bool:
     return any(c.isspace() or not c.isprintable() for c in value)
 
 
+def is_gcs_bucket(name: str) -> bool:
+    """Whether ``name`` is a GCS bucket name (cloud.google.com/storage/docs/buckets#naming)."""
+    return bool(_GCS_BUCKET.match(name)) and ".." not in name
+
+
 def _lint_output_directory(path: object) -> None:
     name = "base_output_directory"
     if path is not None and not isinstance(path, str):
@@ -523,7 +439,7 @@ def _lint_output_directory(path: object) -> None:
         raise SpecError(name, f"must not contain whitespace or control characters: {shown(path)}")
     if path.startswith("gs://"):
         bucket, _, rest = path[len("gs://") :].partition("/")
-        if not _GCS_BUCKET.match(bucket) or ".." in bucket:
+        if not is_gcs_bucket(bucket):
             raise SpecError(name, f"{shown(bucket)} is not a valid GCS bucket name in {shown(path)}")
         segments = rest.split("/")
     elif path.startswith("/"):
@@ -537,12 +453,8 @@ def _lint_output_directory(path: object) -> None:
 def _lint_steps(spec: ElasticRunSpec) -> None:
     steps = _require_int("steps", spec.steps, 2)
     period = _require_int("checkpoint_period", spec.checkpoint_period, 1)
-    if period * 2 > steps:
-        raise SpecError(
-            "checkpoint_period",
-            f"{period} is not well under steps ({steps}): it must be at most steps/2 ({steps // 2}), so at least "
-            "one checkpoint is committed before the final save and a failure loses at most one period of work",
-        )
+    if (period_error := checkpoint_period_error(period, steps)) is not None:
+        raise SpecError("checkpoint_period", period_error)
 
 
 def _lint_slices(spec: ElasticRunSpec) -> None:
@@ -625,26 +537,6 @@ def _lint_worker_backoff(spec: ElasticRunSpec) -> None:
             f"{spec.max_slice_restarts} x {vms} VMs per slice is the worker Job's backoffLimit, which must be at most "
             f"{INT32_MAX}",
         )
-
-
-def image_reference_error(image: object) -> str | None:
-    """Why `image` is not a container image reference (`[registry/]path[:tag][@digest]`), or None."""
-    if not isinstance(image, str) or not image:
-        return "must be a non-empty image reference such as us-docker.pkg.dev/project/repo/maxtext:tag"
-    if len(image) > _IMAGE_REFERENCE_MAX:
-        return f"is {len(image)} characters long; an image reference is at most {_IMAGE_REFERENCE_MAX}"
-    bad = sorted({c for c in image if c in _SHELL_META or not c.isprintable()})
-    if bad:
-        return f"{shown(image)} contains characters not allowed in an image reference: {''.join(bad)!r}"
-    match = _IMAGE_REFERENCE.match(image)
-    if match is None:
-        return (
-            f"{shown(image)} is not an image reference: expected [registry[:port]/]path[:tag][@sha256:digest] with a "
-            "lowercase path"
-        )
-    if len(match["name"]) > _IMAGE_NAME_MAX:
-        return f"the image name is longer than {_IMAGE_NAME_MAX} characters"
-    return None
 
 
 def _lint_pathways_images(spec: ElasticRunSpec) -> None:

@@ -21,7 +21,7 @@ import contextlib
 import importlib
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +83,8 @@ class JobSetTrigger(BaseTrigger):
     :param name: JobSet name. :param namespace: its namespace.
     :param uid: the incarnation's uid; a JobSet of the same name with another uid counts as gone.
     :param target_step: the final step (``steps - 1``).
-    :param budgets: :class:`~operators.policy.Budgets` fields.
+    :param budgets: the :class:`~operators.policy.Budgets` (or their :meth:`~operators.policy.Budgets.to_json`,
+        as Airflow rebuilds a trigger from its serialized kwargs).
     :param full_restarts_used: full restarts before this incarnation.
     :param state: the last persisted :class:`~operators.observations.MonitorState` (JSON).
     :param kubernetes_conn_id: the cncf-kubernetes connection.
@@ -101,7 +102,7 @@ class JobSetTrigger(BaseTrigger):
         namespace: str,
         uid: str | None,
         target_step: int,
-        budgets: dict[str, Any],
+        budgets: Budgets | Mapping[str, Any],
         full_restarts_used: int = 0,
         state: dict[str, Any] | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
@@ -115,7 +116,7 @@ class JobSetTrigger(BaseTrigger):
         self.namespace = namespace
         self.uid = uid
         self.target_step = target_step
-        self.budgets = dict(budgets)
+        self.budgets = budgets if isinstance(budgets, Budgets) else Budgets.from_json(budgets)
         self.full_restarts_used = full_restarts_used
         self.state = dict(state or {})
         self.kubernetes_conn_id = kubernetes_conn_id
@@ -132,7 +133,7 @@ class JobSetTrigger(BaseTrigger):
                 "namespace": self.namespace,
                 "uid": self.uid,
                 "target_step": self.target_step,
-                "budgets": self.budgets,
+                "budgets": self.budgets.to_json(),
                 "full_restarts_used": self.full_restarts_used,
                 "state": self.state,
                 "kubernetes_conn_id": self.kubernetes_conn_id,
@@ -186,7 +187,7 @@ class _Monitor:
         if not state.started_at:  # no persisted state: the incarnation is watched from now on
             state.started_at = time.time()
         self.hook = hook
-        self.budgets = Budgets(**trigger.budgets)
+        self.budgets = trigger.budgets
         self.changed = asyncio.Event()
         self.queue_managed = asyncio.Event()  # the JobSet carries a queue label: its Workload is watched
         self.run_phase: RunPhase | None = None

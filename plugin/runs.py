@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select
 
+from elastic_training.operators import run_layout
 from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
 from elastic_training.operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
 from elastic_training.operators.checkpoints.timing import save_seconds
 from elastic_training.operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
+from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.plugin import live
 from elastic_training.plugin.view import run_view
 
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 ELASTIC_OPERATORS = ("ElasticJobSetOperator",)
-STATE_KEY = "elastic_run"  # operators.elastic_operator.STATE_KEY, not imported: that module imports the SDK
 MAX_RECORDS_BYTES = 1 << 20
 MAX_RECORDS = 1000
 LIVE_STATES = frozenset({"running", "deferred"})
@@ -232,7 +233,7 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
     }
     run_directory = (report or {}).get("run_directory")
     if not run_directory and rendered.get("base_output_directory") and rendered.get("run_name"):
-        run_directory = f"{str(rendered['base_output_directory']).rstrip('/')}/{rendered['run_name']}"
+        run_directory = run_layout.run_directory(str(rendered["base_output_directory"]), str(rendered["run_name"]))
     view = run_view(
         task=task,
         report=report,

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from elastic_training.operators import run_layout
 from elastic_training.operators.advice import advice_for_report
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.recovery import (
@@ -459,7 +460,7 @@ def _first_int(*values: Any) -> int | None:
 def _run_directory(rendered: Mapping[str, Any]) -> str | None:
     base, name = rendered.get("base_output_directory"), rendered.get("run_name")
     if isinstance(base, str) and isinstance(name, str) and base and name:
-        return f"{base.rstrip('/')}/{name}"
+        return run_layout.run_directory(base, name)
     return None
 
 

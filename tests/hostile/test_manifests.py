@@ -12,16 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_training.operators.manifests import (
-    JOBSET_NAME_MAX,
-    JobSpec,
-    elastic_jobset,
-    identity_labels,
-    jobset_name,
-    lint_job,
-    lint_manifest,
-    plain_jobset,
-)
+from elastic_training.operators.kube_names import JOBSET_NAME_MAX, identity_labels, jobset_name
+from elastic_training.operators.manifest_lint import lint_manifest
+from elastic_training.operators.manifests import JobSpec, elastic_jobset, lint_job, plain_jobset
 from elastic_training.operators.spec import ElasticRunSpec, SpecError
 from tests.hostile.strategies import HOSTILE, anything, nasty_text, numbers_ish
 

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_training.operators.manifests import elastic_jobset, identity_labels, lint_manifest
+from elastic_training.operators.kube_names import identity_labels
+from elastic_training.operators.manifest_lint import lint_manifest
+from elastic_training.operators.manifests import elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec, SpecError, lint
 from tests.hostile.strategies import HOSTILE, anything, nasty_text, numbers_ish, words
 

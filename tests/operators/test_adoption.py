@@ -12,7 +12,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.operators import ElasticJobSetOperator, JobSetOperator, manifests
+from elastic_training.operators import ElasticJobSetOperator, JobSetOperator, kube_names
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
@@ -20,9 +20,10 @@ from elastic_training.operators.constants import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
 )
-from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
+from elastic_training.operators.run_state import STATE_KEY
 from tests.local.cluster.control_plane_support import armed, wait_armed
 
 DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
@@ -96,7 +97,7 @@ def _assert_created_again(
 ) -> None:
     """One JobSet of the task now: the same name, a new uid, alive."""
     [created] = custom.list_namespaced_custom_object(
-        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=kube_names.label_selector(identity)
     )["items"]
     assert created["metadata"]["name"] == name
     assert created["metadata"]["uid"] != dying["metadata"]["uid"]
@@ -116,8 +117,10 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
     cluster_connection: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task cleared while its JobSet is being deleted (no state store): one JobSet at a time, a fresh uid."""
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=RUN_ID, map_index=-1)
-    name = manifests.jobset_name(dag_id=DAG_ID, task_id=TASK_ID, run_id=RUN_ID, map_index=-1, attempt=0, prefix="dying")
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=RUN_ID, map_index=-1)
+    name = kube_names.jobset_name(
+        dag_id=DAG_ID, task_id=TASK_ID, run_id=RUN_ID, map_index=-1, attempt=0, prefix="dying"
+    )
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
@@ -139,7 +142,7 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
         assert deferred.value.trigger.settle_seconds == 7.0  # the Airflow 3.3 race workaround reaches the trigger
         assert ti.xcom["jobset_name"] == name
         [created] = custom.list_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=kube_names.label_selector(identity)
         )["items"]
         assert created["metadata"]["uid"] != dying["metadata"]["uid"]
         assert not created["metadata"].get("deletionTimestamp")
@@ -156,8 +159,10 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
 def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(cluster_connection: LocalCluster) -> None:
     """`JobSetOperator`: a stage cleared while its killed JobSet still stops runs again, not 'deleted outside'."""
     run_id = "manual__plain-dying"
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=run_id, map_index=-1)
-    name = manifests.jobset_name(dag_id=DAG_ID, task_id="evaluate", run_id=run_id, map_index=-1, attempt=0, prefix="ev")
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=run_id, map_index=-1)
+    name = kube_names.jobset_name(
+        dag_id=DAG_ID, task_id="evaluate", run_id=run_id, map_index=-1, attempt=0, prefix="ev"
+    )
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
@@ -169,7 +174,7 @@ def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(cluster_c
             operator.execute({"ti": ti})  # type: ignore[arg-type]
         _assert_created_again(custom, identity, name, dying)
     finally:
-        _delete_all(custom, manifests.label_selector(identity))
+        _delete_all(custom, kube_names.label_selector(identity))
         api.close()
 
 
@@ -189,7 +194,9 @@ def test_a_name_taken_by_a_foreign_jobset_fails_and_leaves_it_alone(
     cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
     run_id = "manual__foreign"
-    name = manifests.jobset_name(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1, attempt=0, prefix="taken")
+    name = kube_names.jobset_name(
+        dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1, attempt=0, prefix="taken"
+    )
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
@@ -213,8 +220,8 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
 ) -> None:
     """The race: the adoption's list ran before this task's JobSet of that name appeared, then it was deleted."""
     run_id = "manual__race"
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
-    name = manifests.jobset_name(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1, attempt=0, prefix="race")
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
+    name = kube_names.jobset_name(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1, attempt=0, prefix="race")
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
@@ -245,7 +252,7 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
         assert refused == [409], "the first create must have met the dying JobSet"
         _assert_created_again(custom, identity, name, dying)
     finally:
-        _delete_all(custom, manifests.label_selector(identity))
+        _delete_all(custom, kube_names.label_selector(identity))
         api.close()
 
 
@@ -275,7 +282,7 @@ def test_a_rerun_with_an_empty_task_state_gets_the_run_history_from_its_jobset(
 ) -> None:
     """A cleared task (or a recreated DAG run) adopts by labels and still reports the earlier incarnations."""
     run_id = "manual__history"
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
@@ -285,7 +292,7 @@ def test_a_rerun_with_an_empty_task_state_gets_the_run_history_from_its_jobset(
         with pytest.raises(TaskDeferred):
             _elastic(tmp_path, "hist").execute({"ti": ti, "task_state_store": before})  # type: ignore[arg-type]
         [created] = custom.list_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=kube_names.label_selector(identity)
         )["items"]
         assert created["metadata"]["name"].endswith("-r1")
 
@@ -311,14 +318,14 @@ def test_a_rerun_with_an_empty_task_state_gets_the_run_history_from_its_jobset(
             _elastic(tmp_path, "hist").execute({"ti": ti, "task_state_store": hostile})  # type: ignore[arg-type]
         assert hostile[STATE_KEY]["escalations"] == [] and hostile[STATE_KEY]["full_restarts"] == 1
     finally:
-        _delete_all(custom, manifests.label_selector(identity))
+        _delete_all(custom, kube_names.label_selector(identity))
         api.close()
 
 
 def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: LocalCluster, tmp_path: Path) -> None:
     """Found by the chaos harness: a rerun met the rest of a 429 burst while it listed its JobSets and failed."""
     run_id = "manual__throttled"
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     # More than the hook's five attempts at the label search, each of which urllib3 already tries four times
@@ -330,10 +337,10 @@ def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: Loc
         with pytest.raises(TaskDeferred):
             _elastic(tmp_path, "throttled").execute({"ti": ti})  # type: ignore[arg-type]
         [created] = custom.list_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=kube_names.label_selector(identity)
         )["items"]
         assert created["metadata"]["name"] == ti.xcom["jobset_name"]
     finally:
         cluster_connection.faults.clear()
-        _delete_all(custom, manifests.label_selector(identity))
+        _delete_all(custom, kube_names.label_selector(identity))
         api.close()

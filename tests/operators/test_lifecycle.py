@@ -21,7 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.operators import ElasticJobSetOperator, JobSetOperator, manifests
+from elastic_training.operators import ElasticJobSetOperator, JobSetOperator, kube_names
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
@@ -29,10 +29,11 @@ from elastic_training.operators.constants import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
 )
-from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import DEFER_TIMEOUT_PADDING_SECONDS, first_event
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.run_state import STATE_KEY
 
 DAG_ID = "lifecycle_dag"
 
@@ -83,7 +84,7 @@ def _gone_or_going(custom: client.CustomObjectsApi, name: str) -> bool:
 
 def _delete_mine(custom: client.CustomObjectsApi, identity: dict[str, str]) -> None:
     for found in custom.list_namespaced_custom_object(
-        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=manifests.label_selector(identity)
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=kube_names.label_selector(identity)
     )["items"]:
         with contextlib.suppress(ApiException):  # gone meanwhile
             custom.delete_namespaced_custom_object(
@@ -141,7 +142,7 @@ def test_execution_timeout_deletes_the_jobset_and_says_so(custom: client.CustomO
     """Airflow 3.3 does not time a deferred task out: the trigger's deadline does, and the JobSet goes with it."""
     ti = _TaskInstance("evaluate", "manual__timeout")
     operator = _sleeper("evaluate", ti.run_id, execution_timeout=timedelta(seconds=3), poll_interval=0.5)
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=ti.run_id, map_index=-1)
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=ti.run_id, map_index=-1)
     try:
         with pytest.raises(TaskDeferred) as deferred:
             operator.execute({"ti": ti})  # type: ignore[arg-type]
@@ -165,7 +166,7 @@ def test_airflow_failing_the_deferral_deletes_the_jobset(custom: client.CustomOb
     """A trigger timeout (``__fail__``) skips ``execute_complete`` and ``on_kill``: the JobSet must not be orphaned."""
     ti = _TaskInstance("evaluate", "manual__fail")
     operator = _sleeper("evaluate", ti.run_id, execution_timeout=timedelta(minutes=5))
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=ti.run_id, map_index=-1)
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=ti.run_id, map_index=-1)
     try:
         with pytest.raises(TaskDeferred):
             operator.execute({"ti": ti})  # type: ignore[arg-type]
@@ -186,7 +187,7 @@ def test_an_error_event_keeps_the_jobset_for_a_retry_and_deletes_it_on_the_last_
     custom: client.CustomObjectsApi,
 ) -> None:
     ti = _TaskInstance("evaluate", "manual__error", try_number=1, max_tries=1)
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=ti.run_id, map_index=-1)
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=ti.run_id, map_index=-1)
     try:
         with pytest.raises(TaskDeferred) as deferred:
             _sleeper("evaluate", ti.run_id).execute({"ti": ti})  # type: ignore[arg-type]
@@ -213,7 +214,7 @@ def test_a_kill_during_the_completion_scan_deletes_the_jobset(
 ) -> None:
     """`execute_complete` knows its JobSet before it reads storage: a kill then must not leave it running."""
     ti = _TaskInstance("pretrain", "manual__kill-scan")
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
     name = "kill-scan"
     created = custom.create_namespaced_custom_object(
         JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _one_pod_jobset(name, identity, ["sleep", "3600"])
@@ -252,8 +253,8 @@ def test_a_cleared_task_after_a_failed_jobset_runs_a_new_incarnation_with_its_ne
 ) -> None:
     """The trainer refused its config (exit 2) once the full-restart budget was spent; the user fixed it, cleared."""
     ti = _TaskInstance("pretrain", "manual__cleared")
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
-    old_name = manifests.jobset_name(
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    old_name = kube_names.jobset_name(
         dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1, attempt=1, prefix="cleared"
     )
     failed = custom.create_namespaced_custom_object(
@@ -289,8 +290,8 @@ def test_an_escalation_finished_after_a_crash_never_quarantines_the_new_incarnat
 ) -> None:
     """The worker died after creating the next JobSet and before saving that it had: that JobSet is saving now."""
     ti = _TaskInstance("pretrain", "manual__crash-create")
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
-    name = lambda attempt: manifests.jobset_name(  # noqa: E731
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    name = lambda attempt: kube_names.jobset_name(  # noqa: E731
         dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1, attempt=attempt, prefix="crashed"
     )
     following = custom.create_namespaced_custom_object(
@@ -320,7 +321,7 @@ def test_an_escalation_finished_after_a_crash_never_quarantines_the_new_incarnat
                     JOBSET_VERSION,
                     "default",
                     JOBSET_PLURAL,
-                    label_selector=manifests.label_selector(identity),
+                    label_selector=kube_names.label_selector(identity),
                 )["items"]
             )
             == 1

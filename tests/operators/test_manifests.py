@@ -29,18 +29,15 @@ from elastic_training.operators.constants import (
     WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.manifests import (
+from elastic_training.operators.kube_names import (
     JOBSET_NAME_MAX,
-    JobSpec,
-    elastic_jobset,
     identity_labels,
     jobset_name,
     label_selector,
     label_value,
-    lint_job,
-    lint_manifest,
-    plain_jobset,
 )
+from elastic_training.operators.manifest_lint import lint_manifest
+from elastic_training.operators.manifests import JobSpec, elastic_jobset, lint_job, plain_jobset
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, SpecError, lint
 
 GOLDEN = Path(__file__).parent / "golden"

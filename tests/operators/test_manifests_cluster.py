@@ -24,14 +24,8 @@ from elastic_training.operators.constants import (
     LABEL_JOBSET_NAME,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.manifests import (
-    JobSpec,
-    elastic_jobset,
-    identity_labels,
-    jobset_name,
-    label_selector,
-    plain_jobset,
-)
+from elastic_training.operators.kube_names import identity_labels, jobset_name, label_selector
+from elastic_training.operators.manifests import JobSpec, elastic_jobset, plain_jobset
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, lint
 from tests.local.cluster.helpers import wait_for
 from tests.operators.conftest import K8s

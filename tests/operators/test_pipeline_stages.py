@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from elastic_training.local.cluster.cluster_description import load_description
 from elastic_training.local.cluster.scheduler_filters import filter_node
 from elastic_training.local.workloads.maxtext_config import maxtext_keys
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.pipeline import (
     StageJobSetOperator,
     evaluate_args,
@@ -148,10 +148,10 @@ def stage_bytes(stage: str, config: dict[str, Any], step: int = 79) -> bytes:
     """The stage's JobSet as the operator creates it (the same name and labels whichever the runtime)."""
     operator = StageJobSetOperator(task_id=stage, stage=stage)
     operator.configure(config, step)
-    name = manifests.jobset_name(
+    name = kube_names.jobset_name(
         dag_id=RUN.dag_id, task_id=stage, run_id=RUN.run_id, map_index=-1, attempt=0, prefix=stage
     )
-    labels = manifests.identity_labels(dag_id=RUN.dag_id, task_id=stage, run_id=RUN.run_id, map_index=-1)
+    labels = kube_names.identity_labels(dag_id=RUN.dag_id, task_id=stage, run_id=RUN.run_id, map_index=-1)
     body = manifests.plain_jobset(operator.build_job(), name=name, namespace="default", labels=labels, stage=stage)
     return json.dumps(body, sort_keys=False).encode()
 

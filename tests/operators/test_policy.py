@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from elastic_training.operators.policy import (
@@ -346,3 +348,18 @@ def test_policy_imports_no_airflow() -> None:
         "assert not any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules), 'airflow imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_budgets_round_trip_through_json() -> None:
+    unset = Budgets(
+        max_slice_restarts=2, slice_restart_window_seconds=60.0, stall_timeout_seconds=90.0, max_full_restarts=1
+    )
+    assert unset.to_json() == {
+        "max_slice_restarts": 2,
+        "slice_restart_window_seconds": 60.0,
+        "stall_timeout_seconds": 90.0,
+        "max_full_restarts": 1,
+    }
+    full = replace(unset, queue_timeout_seconds=600.0, elastic_timeout_seconds=300.0)
+    assert Budgets.from_json(full.to_json()) == full
+    assert Budgets.from_json({**unset.to_json(), "queue_timeout_seconds": None}) == unset

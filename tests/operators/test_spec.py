@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
+from elastic_training.operators.image_reference import image_reference_error
 from elastic_training.operators.spec import (
     DEFAULT_CONFIG_FILE,
     OPERATOR_OWNED_KEYS,
-    TPU_TYPES,
     ElasticRunSpec,
     SpecError,
-    image_reference_error,
     lint,
     lint_warnings,
 )
+from elastic_training.operators.tpu_types import TPU_TYPES
 
 GKE = ElasticRunSpec(
     run_name="llama3-nightly",

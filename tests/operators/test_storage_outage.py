@@ -16,11 +16,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from kubernetes import client
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names
 from elastic_training.operators.checkpoints import storage
-from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import JobSetPhase
+from elastic_training.operators.run_state import STATE_KEY
 from tests.operators.test_lifecycle import (
     DAG_ID,
     _delete_mine,
@@ -86,8 +87,8 @@ def test_an_outage_during_an_escalation_quarantines_nothing_and_the_retry_finish
     run_base: str, flaky_gcs: FlakyProxy, gcs_emulator: GCSEmulator, custom: client.CustomObjectsApi
 ) -> None:
     ti = _TaskInstance("pretrain", "manual__outage-escalation")
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
-    name = manifests.jobset_name(
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    name = kube_names.jobset_name(
         dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1, attempt=0, prefix=RUN
     )
     created = custom.create_namespaced_custom_object(

@@ -184,7 +184,7 @@ def test_subclasses_and_mapped_tasks_are_elastic_runs_and_plain_stages_are_not(a
 
 
 def test_the_marker_is_the_key_the_operator_writes() -> None:
-    from elastic_training.operators.elastic_operator import STATE_KEY
+    from elastic_training.operators.run_state import STATE_KEY
     from elastic_training.plugin.runs import STATE_KEY as READ_KEY
 
     assert READ_KEY == STATE_KEY

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_training.operators.manifests import JobSpec, elastic_jobset, lint_manifest, plain_jobset
+from elastic_training.operators.manifest_lint import lint_manifest
+from elastic_training.operators.manifests import JobSpec, elastic_jobset, plain_jobset
 from elastic_training.operators.spec import ElasticRunSpec, SpecError, lint
 from tests.hostile.strategies import HOSTILE, nasty_text
 

@@ -1,0 +1,132 @@
+"""What an elastic run keeps across worker crashes and retries, in the Airflow task state store.
+
+The entry ``elastic_run`` holds the incarnation watched now (JobSet name and uid, its persisted
+:class:`~operators.observations.MonitorState`), the full restarts used and this try's share of them, whether an
+escalation is half done, and the escalations and closed incarnations the run report is built from. Pure: no
+Airflow import at run time, so the plugin reads the same key and shape without the Task SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from elastic_training.operators.kube_names import TaskIdentity
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.recovery import Incarnation, LogDigest
+from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+STATE_KEY = "elastic_run"
+
+
+class RunState:
+    """What must survive a worker crash, in the Airflow task state store (key ``elastic_run``)."""
+
+    def __init__(self, data: Mapping[str, Any], *, dag_id: str, task_id: str, run_id: str, map_index: int) -> None:
+        self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
+        self.jobset_name: str = str(data.get("jobset_name") or "")
+        self.jobset_uid: str | None = data.get("jobset_uid")
+        self.full_restarts: int = int(data.get("full_restarts") or 0)
+        # Full restarts before this try's budget began (a new try after the JobSet ended starts a fresh one).
+        self.budget_base: int = int(data.get("budget_base") or 0)
+        self.escalating: bool = bool(data.get("escalating"))
+        self.started_at: float = float(data.get("started_at") or 0.0)
+        self.escalations: list[dict[str, Any]] = list(data.get("escalations") or [])
+        self.history: list[dict[str, Any]] = list(data.get("history") or [])
+        self.monitor = MonitorState.from_json(data.get("monitor"))
+
+    @classmethod
+    def load(cls, context: Context) -> RunState:
+        task = TaskIdentity.of(context["ti"])
+        store = context.get("task_state_store")
+        data = store.get(STATE_KEY) if store is not None else None
+        return cls(
+            data if isinstance(data, Mapping) else {},
+            dag_id=task.dag_id,
+            task_id=task.task_id,
+            run_id=task.run_id,
+            map_index=task.map_index,
+        )
+
+    def save(self, context: Context) -> None:
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        store.set(
+            STATE_KEY,
+            cast(
+                Any,
+                {
+                    "jobset_name": self.jobset_name,
+                    "jobset_uid": self.jobset_uid,
+                    "full_restarts": self.full_restarts,
+                    "budget_base": self.budget_base,
+                    "escalating": self.escalating,
+                    "started_at": self.started_at,
+                    "escalations": self.escalations,
+                    "history": self.history,
+                    "monitor": self.monitor.to_json(),
+                },
+            ),
+        )
+
+    @property
+    def budget_used(self) -> int:
+        """Full restarts counted against ``max_full_restarts`` in this try."""
+        return max(0, self.full_restarts - self.budget_base)
+
+    def current_incarnation(self) -> Incarnation:
+        return Incarnation(
+            jobset_name=self.jobset_name,
+            slice_restarts=self.monitor.slice_restarts,
+            jobset_restarts=self.monitor.jobset_restarts,
+            digest=self.monitor.digest,
+            slice_evictions=self.monitor.slice_evictions,
+        )
+
+    def incarnations(self) -> list[Incarnation]:
+        return [
+            Incarnation(
+                jobset_name=str(h["jobset_name"]),
+                slice_restarts=int(h["slice_restarts"]),
+                jobset_restarts=int(h["jobset_restarts"]),
+                digest=LogDigest.from_json(h.get("digest")),
+            )
+            for h in self.history
+        ]
+
+    def history_annotation(self) -> str:
+        """The escalations and closed incarnations as the run-history annotation's JSON."""
+        return render_run_history(self.escalations, self.history)
+
+    def restore_history(self, jobset: Mapping[str, Any], warn: Callable[..., None]) -> None:
+        """Take the escalations and closed incarnations from a JobSet's run-history annotation, if sound."""
+        metadata = jobset["metadata"]
+        text = (metadata.get("annotations") or {}).get(ANNOTATION_RUN_HISTORY)
+        if not text:
+            return
+        try:
+            escalations, history = parse_run_history(str(text))
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as error:
+            warn("ignoring the %s annotation of %s: %s", ANNOTATION_RUN_HISTORY, metadata.get("name"), error)
+            return
+        # It describes the incarnations before this JobSet: an entry under its own name is not one of them.
+        self.history = [h for h in history if h["jobset_name"] != metadata.get("name")]
+        self.escalations = escalations
+
+    def close_incarnation(self) -> None:
+        current = self.current_incarnation()
+        if self.history and self.history[-1].get("jobset_name") == current.jobset_name:
+            return  # already closed before a crash
+        self.history.append(
+            {
+                "jobset_name": current.jobset_name,
+                "slice_restarts": current.slice_restarts,
+                "jobset_restarts": current.jobset_restarts,
+                "digest": current.digest.to_json(),
+            }
+        )
+        self.monitor = MonitorState()
