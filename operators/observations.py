@@ -48,10 +48,13 @@ from typing import Any
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
+    LABEL_GKE_NODEPOOL,
     LABEL_JOB_INDEX,
     LABEL_REPLICATED_JOB_NAME,
     WORKER_REPLICATED_JOB,
 )
+from elastic_training.operators.failure_history import DELETED, SliceFailure, kind_of
+from elastic_training.operators.failure_history import FailureKind as HistoryKind
 from elastic_training.operators.policy import JobSetPhase, Observation, QueueWait, RunPhase
 from elastic_training.operators.queueing import QueueState, is_queued_jobset, jobset_suspension, workload_status
 from elastic_training.operators.recovery import PREEMPTION, LogDigest
@@ -59,6 +62,7 @@ from elastic_training.operators.slice_failures import (
     FailureKind,
     PodFailure,
     SliceEpisode,
+    disruption,
     gone_time,
     group_episodes,
     is_eviction,
@@ -227,6 +231,9 @@ class MonitorState:
     queue_state_since: float | None = None
     queue_reason: str = ""  # Kueue's words on the Workload (QuotaReserved=False, Evicted, ...)
     trainer_up_since: float | None = None  # the head's trainer container runs since (Kubernetes' time)
+    # worker Job uid -> the GKE node pool its pods run on: a follower pod's nodeSelector, which JobSet's exclusive
+    # placement sets to the leader's pool (so a slice whose pods are all gone still knows where it ran)
+    job_pools: dict[str, str] = field(default_factory=dict)
 
     # -- folding cluster objects -------------------------------------------------------------
 
@@ -345,17 +352,28 @@ class MonitorState:
         record = self.pods.setdefault(uid, WorkerPod(slice=index, job=_owner_uid(meta)))
         record.created = record.created or parse_time(meta.get("creationTimestamp"))
         kind = FailureKind.EVICTION if is_eviction(pod) else FailureKind.FAILURE
+        spec = pod.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        host = str(spec.get("nodeName") or "")
+        selector = spec.get("nodeSelector")
+        pool = selector.get(LABEL_GKE_NODEPOOL) if isinstance(selector, Mapping) else None
+        if isinstance(pool, str) and pool and record.job:
+            self.job_pools[record.job] = pool
         restarts = _restart_count(pod)
         if restarts > record.restarts:
             # The kubelet keeps only the newest termination: restarts no trigger saw merge with it.
             at = restart_time(pod) or now
             for n in range(record.restarts + 1, restarts + 1):
-                self.failures[f"{uid}/restart/{n}"] = PodFailure(index, at, FailureKind.FAILURE, record.job)
+                self.failures[f"{uid}/restart/{n}"] = PodFailure(index, at, FailureKind.FAILURE, record.job, host=host)
             record.restarts = restarts
         phase = _status(pod).get("phase")
         gone = phase == "Failed" or (phase != "Succeeded" and (deleted or meta.get("deletionTimestamp") is not None))
         if gone and f"{uid}/gone" not in self.failures:
-            self.failures[f"{uid}/gone"] = PodFailure(index, gone_time(pod) or now, kind, record.job, gone=True)
+            disrupted = disruption(pod)
+            reason = disrupted[0] if disrupted is not None else ("" if phase == "Failed" else DELETED)
+            self.failures[f"{uid}/gone"] = PodFailure(
+                index, gone_time(pod) or now, kind, record.job, gone=True, host=host, reason=reason
+            )
         record.running_since = None if gone else running_since(pod)
         if deleted:
             self.pods.pop(uid, None)
@@ -380,6 +398,35 @@ class MonitorState:
     def episodes(self) -> list[SliceEpisode]:
         """The slice failures the records make (pod failures grouped by slice; evictions included)."""
         return group_episodes(self._counted_failures())
+
+    def slice_failures(self, jobset: str = "") -> list[SliceFailure]:
+        """The slice failures of this incarnation for the failure history: each episode with its pool, hosts, kind,
+        and each Kueue preemption of the whole JobSet (no pool), oldest first."""
+        counted = self._counted_failures()
+        found: list[SliceFailure] = []
+        for episode in group_episodes(counted):
+            members = [f for f in counted if f.slice == episode.slice and episode.start <= f.at <= episode.end]
+            pools = {self.job_pools[f.job] for f in members if f.job in self.job_pools}
+            found.append(
+                SliceFailure(
+                    at=episode.start,
+                    kind=kind_of(f.reason for f in members),
+                    pool=min(pools) if pools else "",
+                    hosts=tuple(sorted({f.host for f in members if f.host})),
+                    slice=episode.slice,
+                    jobset=jobset,
+                )
+            )
+        found += [
+            SliceFailure(at=r.detected_at, kind=HistoryKind.PREEMPTION, jobset=jobset)
+            for r in self.digest.all_recoveries
+            if r.kind == PREEMPTION
+        ]
+        return sorted(found, key=lambda f: (f.at, f.slice))
+
+    def node_pools(self) -> list[str]:
+        """The GKE node pools this incarnation's slices ran on (as far as its pods said)."""
+        return sorted(set(self.job_pools.values()))
 
     def _counted_failures(self) -> list[PodFailure]:
         counted: list[PodFailure] = []
