@@ -273,6 +273,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.node_pool_failure_threshold = node_pool_failure_threshold
         self.failure_history_runs = failure_history_runs
         self.failure_history_key = failure_history_key
+        self.auto_fallback_period: int | None = None  # "auto" with no history: this period (default 10)
         _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
         self.run_name = run_name
         self.base_output_directory = base_output_directory
@@ -380,7 +381,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             history = load_history(self._history_key(context), self.log.warning)
             runs = history.last(self.failure_history_runs)
         if self.auto_period:
-            choice = auto_period(runs, steps=spec.steps, fallback=_fallback_period(spec.steps))
+            choice = auto_period(
+                runs, steps=spec.steps, fallback=_fallback_period(spec.steps, self.auto_fallback_period)
+            )
             self.log.info("checkpoint_period=auto: %s (%s)", choice.period, choice.reason)
             plan["checkpoint_period_choice"] = choice.to_json()
         avoidance = disabled()
@@ -416,7 +419,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         choice = plan.get("checkpoint_period_choice")
         period = spec.checkpoint_period
         if self.auto_period:
-            period = int(choice["period"]) if isinstance(choice, Mapping) else _fallback_period(spec.steps)
+            period = (
+                int(choice["period"])
+                if isinstance(choice, Mapping)
+                else _fallback_period(spec.steps, self.auto_fallback_period)
+            )
         if not avoided and period == spec.checkpoint_period:
             return spec
         planned = dataclasses.replace(spec, avoid_node_pools=avoided, checkpoint_period=period)
@@ -776,8 +783,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         raise (AirflowException if retryable else AirflowFailException)(f"{message}{head}")
 
 
-def _fallback_period(steps: int) -> int:
-    return max(1, min(AUTO_FALLBACK_PERIOD, steps // 2))
+def _fallback_period(steps: int, preferred: int | None) -> int:
+    return max(1, min(preferred or AUTO_FALLBACK_PERIOD, steps // 2))
 
 
 def _linted_spec(spec: ElasticRunSpec) -> ElasticRunSpec:

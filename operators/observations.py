@@ -81,6 +81,7 @@ PERMANENT_EXIT_CODES = frozenset({2})
 STATE_VERSION = 2
 MAX_RESTART_TIMES_KEPT = 1000
 MAX_FAILURES_KEPT = 512  # pod failure records; older episodes fold into totals past this
+MAX_POOLS_SEEN = 256
 # A suspended JobSet whose Workload is missing (or neither pending nor admitted) this long is in no queue: Kueue
 # creates the Workload within moments of the JobSet, so a shorter absence is the watches' order, not kueue #14811.
 NOT_QUEUED_GRACE_SECONDS = 30.0
@@ -231,9 +232,10 @@ class MonitorState:
     queue_state_since: float | None = None
     queue_reason: str = ""  # Kueue's words on the Workload (QuotaReserved=False, Evicted, ...)
     trainer_up_since: float | None = None  # the head's trainer container runs since (Kubernetes' time)
-    # worker Job uid -> the GKE node pool its pods run on: a follower pod's nodeSelector, which JobSet's exclusive
-    # placement sets to the leader's pool (so a slice whose pods are all gone still knows where it ran)
+    # worker Job uid -> the GKE node pool its pods run on now: a follower pod's nodeSelector, which JobSet's
+    # exclusive placement sets to the leader's pool (a Job's pods may move to another pool after a failure)
     job_pools: dict[str, str] = field(default_factory=dict)
+    pools_seen: list[str] = field(default_factory=list)  # every pool this incarnation's slices ran on
 
     # -- folding cluster objects -------------------------------------------------------------
 
@@ -357,14 +359,19 @@ class MonitorState:
         host = str(spec.get("nodeName") or "")
         selector = spec.get("nodeSelector")
         pool = selector.get(LABEL_GKE_NODEPOOL) if isinstance(selector, Mapping) else None
-        if isinstance(pool, str) and pool and record.job:
+        pool = pool if isinstance(pool, str) else ""
+        if pool and record.job:
             self.job_pools[record.job] = pool
+        if pool and pool not in self.pools_seen and len(self.pools_seen) < MAX_POOLS_SEEN:
+            self.pools_seen.append(pool)
         restarts = _restart_count(pod)
         if restarts > record.restarts:
             # The kubelet keeps only the newest termination: restarts no trigger saw merge with it.
             at = restart_time(pod) or now
             for n in range(record.restarts + 1, restarts + 1):
-                self.failures[f"{uid}/restart/{n}"] = PodFailure(index, at, FailureKind.FAILURE, record.job, host=host)
+                self.failures[f"{uid}/restart/{n}"] = PodFailure(
+                    index, at, FailureKind.FAILURE, record.job, host=host, pool=pool
+                )
             record.restarts = restarts
         phase = _status(pod).get("phase")
         gone = phase == "Failed" or (phase != "Succeeded" and (deleted or meta.get("deletionTimestamp") is not None))
@@ -372,7 +379,7 @@ class MonitorState:
             disrupted = disruption(pod)
             reason = disrupted[0] if disrupted is not None else ("" if phase == "Failed" else DELETED)
             self.failures[f"{uid}/gone"] = PodFailure(
-                index, gone_time(pod) or now, kind, record.job, gone=True, host=host, reason=reason
+                index, gone_time(pod) or now, kind, record.job, gone=True, host=host, reason=reason, pool=pool
             )
         record.running_since = None if gone else running_since(pod)
         if deleted:
@@ -406,12 +413,16 @@ class MonitorState:
         found: list[SliceFailure] = []
         for episode in group_episodes(counted):
             members = [f for f in counted if f.slice == episode.slice and episode.start <= f.at <= episode.end]
-            pools = {self.job_pools[f.job] for f in members if f.job in self.job_pools}
+            # The pool its followers named when they failed; a leader failing alone: where its Job ran last.
+            named = sorted(f.pool for f in members if f.pool)
+            pool = max(named, key=named.count) if named else ""
+            if not pool:
+                pool = next((self.job_pools[f.job] for f in members if f.job in self.job_pools), "")
             found.append(
                 SliceFailure(
                     at=episode.start,
                     kind=kind_of(f.reason for f in members),
-                    pool=min(pools) if pools else "",
+                    pool=pool,
                     hosts=tuple(sorted({f.host for f in members if f.host})),
                     slice=episode.slice,
                     jobset=jobset,
@@ -426,7 +437,7 @@ class MonitorState:
 
     def node_pools(self) -> list[str]:
         """The GKE node pools this incarnation's slices ran on (as far as its pods said)."""
-        return sorted(set(self.job_pools.values()))
+        return sorted(set(self.pools_seen) | set(self.job_pools.values()))
 
     def _counted_failures(self) -> list[PodFailure]:
         counted: list[PodFailure] = []

@@ -127,7 +127,8 @@ def test_a_run_report_becomes_a_history_entry() -> None:
 def placed(uid: str, slice_index: int, pool: str, node: str, **kwargs: Any) -> dict[str, Any]:
     """A worker pod bound to ``node``; followers carry JobSet's nodeSelector for their slice's pool."""
     body = pod(uid, slice_index, **kwargs)
-    body["spec"] = {"nodeName": node, "nodeSelector": {LABEL_GKE_NODEPOOL: pool} if not uid.endswith("p0") else {}}
+    leader = uid.split("-")[0].endswith("p0")
+    body["spec"] = {"nodeName": node, "nodeSelector": {} if leader else {LABEL_GKE_NODEPOOL: pool}}
     return body
 
 
@@ -139,17 +140,18 @@ def test_a_slice_failure_names_its_pool_its_hosts_and_its_kind() -> None:
             state.on_pod(placed(f"s{index}p{i}", index, pool, f"{pool}-{i}"), deleted=False, now=T0)
     # A host of pool-b is lost: PodGC fails and deletes every pod of the slice (the leader too, which names no pool).
     for i in range(4):
-        gone = placed(
-            f"s1p{i}", 1, "pool-b", f"pool-b-{i}", deleting=T0 + 50, disruption=("DeletionByPodGC", T0 + 50)
-        )
+        gone = placed(f"s1p{i}", 1, "pool-b", f"pool-b-{i}", deleting=T0 + 50, disruption=("DeletionByPodGC", T0 + 50))
         state.on_pod(gone, deleted=True, now=T0 + 60)
+    # The Job's replacements land on another pool: the failure stays where it happened.
+    for i in range(4):
+        state.on_pod(placed(f"s1p{i}-new", 1, "pool-c", f"pool-c-{i}", created=T0 + 52), deleted=False, now=T0 + 60)
     # A worker of pool-a crashes and restarts in place.
     state.on_pod(placed("s0p2", 0, "pool-a", "pool-a-2", restarts=1, finished=T0 + 80), deleted=False, now=T0 + 90)
     found = state.slice_failures("js-1")
     assert [(f.slice, f.kind, f.pool) for f in found] == [(1, LOST, "pool-b"), (0, TRAINER, "pool-a")]
     assert found[0].hosts == ("pool-b-0", "pool-b-1", "pool-b-2", "pool-b-3") and found[1].hosts == ("pool-a-2",)
     assert found[0].jobset == "js-1" and found[0].at == T0 + 50
-    assert state.node_pools() == ["pool-a", "pool-b"]
+    assert state.node_pools() == ["pool-a", "pool-b", "pool-c"]
     # The pools survive the trigger's serialisation.
     again = MonitorState.from_json(json.loads(json.dumps(state.to_json())))
     assert again.slice_failures("js-1") == found
