@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from elastic_training.operators.advice import AdviceInputs, advise, auto_period, period_bounds
+from elastic_training.operators.advice import PRIOR_FAILURES, AdviceInputs, advise, auto_period, period_bounds
 from elastic_training.operators.failure_history import RunRecord
 
 STEPS = 10_000
@@ -29,18 +29,22 @@ def test_frequent_failures_pick_a_shorter_period_than_none() -> None:
     calm = auto_period([past("a", failures=0), past("b", failures=0)], steps=STEPS, fallback=10)
     assert stormy.period < calm.period
     lower, upper = stormy.bounds
-    assert lower <= stormy.period <= upper and calm.period == upper == STEPS // 2
-    assert calm.clamped == "run_length" and calm.mtbf_seconds is None
-    # Young/Daly over both runs: 10 failures in 7200 s, a save of 20 s: tau* = sqrt(2 * 20 * 720) = 169.7 s.
-    assert stormy.mtbf_seconds == 720.0 and stormy.optimal_period in (169, 170) and stormy.clamped is None
+    assert lower <= stormy.period <= upper and lower <= calm.period <= upper == STEPS // 2
+    # Young/Daly over both runs: 10 failures in 7200 s, one more assumed (PRIOR_FAILURES), a save of 20 s:
+    # tau* = sqrt(2 * 20 * 7200 / 11) = 161.8 s; calm runs: sqrt(2 * 20 * 7200) = 536.7 s, not "never".
+    assert stormy.mtbf_seconds == round(7200 / 11, 6) and stormy.period in (161, 162) and stormy.clamped is None
+    assert calm.mtbf_seconds == 7200.0 and calm.period in (536, 537) and calm.clamped is None
     assert stormy.predicted_goodput is not None and 0 < stormy.predicted_goodput < 1
-    assert "one failure every 720 s" in stormy.reason
+    assert "10 failure(s) (+1 assumed): one every 655 s" in stormy.reason
+    # Only a run too short for the model's interval reaches the run-length bound.
+    short = auto_period([past("a", failures=0)], steps=400, fallback=10)
+    assert short.period == 200 and short.clamped == "run_length"
 
 
 def test_the_same_model_as_the_advice() -> None:
     choice = auto_period([past("a", failures=5)], steps=STEPS, fallback=10)
     inputs = AdviceInputs(
-        failures=5,
+        failures=5 + PRIOR_FAILURES,
         wall_seconds=3600.0,
         step_seconds=1.0,
         checkpoint_save_seconds=20.0,
