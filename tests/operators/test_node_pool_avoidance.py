@@ -19,8 +19,10 @@ from kubernetes import client, config, utils
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
     LABEL_GKE_NODEPOOL,
-    LABEL_JOBSET_NAME,
     LABEL_REPLICATED_JOB_NAME,
     LABEL_RUN_NAME,
     WORKER_REPLICATED_JOB,
@@ -111,16 +113,36 @@ def lose_host_of(pool: list[str], lost: list[dict[str, Any]]) -> Callable[[StepF
     return act
 
 
-def pools_used(cluster: LocalCluster, jobset: str) -> set[str]:
-    """The node pools the JobSet's worker pods were bound to (read from the nodes, as the scheduler placed them)."""
+def note_pools(used: set[str]) -> Callable[[StepFaults], None]:
+    """Note the node pools the run's running workers are bound to (read from their nodes: the scheduler's choice)."""
+
+    def act(faults: StepFaults) -> None:
+        used.update(_pool_of_node(faults, p.spec.node_name) for p in _running_workers(faults))
+
+    return act
+
+
+def worker_affinity(cluster: LocalCluster, jobset: str) -> Any:
+    """The worker pod template's affinity in the JobSet the operator created (``None``: none)."""
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
-        core = client.CoreV1Api(api)
-        selector = f"{LABEL_JOBSET_NAME}={jobset},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
-        nodes = {p.spec.node_name for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items}
-        return {str(core.read_node(n).metadata.labels[LABEL_GKE_NODEPOOL]) for n in nodes if n}
+        body = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, jobset
+        )
     finally:
         api.close()
+    worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
+    return worker["template"]["spec"]["template"]["spec"].get("affinity")
+
+
+def fourth_run(cluster: LocalCluster, dag: Any, run_name: str) -> tuple[Any, dict[str, Any], set[str]]:
+    used: set[str] = set()
+    with StepFaults(cluster, run_name) as faults:
+        faults.at(3, note_pools(used))
+        dag_run = dag.test()
+    assert states(dag_run) == {"pretrain": "success"} and not faults.errors, faults.errors
+    assert used, "the run's workers were never seen running"
+    return dag_run, xcom(dag_run, "pretrain"), used
 
 
 def stored_history() -> str | None:
@@ -167,32 +189,33 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
 
     # The fourth run, option on: its workers keep off the failing pool.
     restore_history(history_text)
-    dag_run = history_dag("history_run_4_on", tmp_path, avoid=True).test()
-    assert states(dag_run) == {"pretrain": "success"}
-    report = xcom(dag_run, "pretrain")
+    _, report, used = fourth_run(cluster, history_dag("history_run_4_on", tmp_path, avoid=True), "history-run-4-on")
     avoidance = report["node_pool_avoidance"]
     assert avoidance["avoided"] == [failing], avoidance
     assert avoidance["evidence"][failing]["health_failures"] == 2
     assert sorted(avoidance["evidence"][failing]["by_run"]) == sorted(r.run_id for r in history.runs[:2])
     assert len(avoidance["candidates"]) == 4 and failing in avoidance["reason"]
-    used = pools_used(cluster, report["jobset_name"])
     assert len(used) == 3 and failing not in used, used
     assert set(report["node_pools"]) == used
+    assert worker_affinity(cluster, report["jobset_name"])["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": LABEL_GKE_NODEPOOL, "operator": "NotIn", "values": [failing]}]}
+        ]
+    }
 
-    # Option off: the same history, the pool is used as before.
+    # Option off: the same history; the JobSet carries no affinity and the run goes where the scheduler puts it.
     restore_history(history_text)
-    dag_run = history_dag("history_run_4_off", tmp_path, avoid=False).test()
-    report = xcom(dag_run, "pretrain")
-    assert states(dag_run) == {"pretrain": "success"}
-    assert report["node_pool_avoidance"] == {**report["node_pool_avoidance"], "enabled": False, "avoided": []}
-    assert failing in pools_used(cluster, report["jobset_name"])
+    _, report, used = fourth_run(cluster, history_dag("history_run_4_off", tmp_path), "history-run-4-off")
+    assert report["node_pool_avoidance"]["enabled"] is False and report["node_pool_avoidance"]["avoided"] == []
+    assert len(used) == 3 and worker_affinity(cluster, report["jobset_name"]) is None
 
     # Option on, 4 slices: avoiding the pool would leave 3 pools for 4 slices; it is used, and the report says why.
     restore_history(history_text)
-    dag_run = history_dag("history_run_4_four", tmp_path, slices=4, avoid=True).test()
-    report = xcom(dag_run, "pretrain")
-    assert states(dag_run) == {"pretrain": "success"}
+    dag = history_dag("history_run_4_four", tmp_path, slices=4, avoid=True)
+    _, report, used = fourth_run(cluster, dag, "history-run-4-four")
     avoidance = report["node_pool_avoidance"]
     assert avoidance["avoided"] == [] and avoidance["failing"] == [failing]
     assert "cannot hold 4 slice(s)" in avoidance["reason"], avoidance["reason"]
-    assert failing in pools_used(cluster, report["jobset_name"])
+    assert failing in used and len(used) == 4 and worker_affinity(cluster, report["jobset_name"]) is None
