@@ -28,9 +28,11 @@ commit timestamps; an upper bound of the blocking cost when saves are asynchrono
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from elastic_training.operators.failure_history import RunRecord
 
 
 class AdviceError(ValueError):
@@ -122,32 +124,43 @@ def optimal_interval_seconds(*, save_seconds: float, mtbf_seconds: float) -> flo
     return math.inf if math.isinf(mtbf_seconds) else math.sqrt(2.0 * save_seconds * mtbf_seconds)
 
 
+def predicted_goodput(inputs: AdviceInputs, period: int) -> float:
+    """The model's goodput for a checkpoint every ``period`` steps of this run (a period past its end: its end)."""
+    return round(
+        goodput(
+            min(period, inputs.steps) * inputs.step_seconds,
+            save_seconds=inputs.checkpoint_save_seconds,
+            mtbf_seconds=inputs.mtbf_seconds,
+            recovery_seconds=inputs.recovery_seconds,
+        ),
+        6,
+    )
+
+
+def best_period(inputs: AdviceInputs) -> tuple[int, bool]:
+    """The whole period (steps) with the model's highest goodput, and whether ``tau*`` is past the run's end."""
+    s = inputs.step_seconds
+    longest = inputs.steps  # a period past the run's end saves only at the end: same as the run's length
+    tau = optimal_interval_seconds(save_seconds=inputs.checkpoint_save_seconds, mtbf_seconds=inputs.mtbf_seconds)
+    if tau >= longest * s:
+        return longest, True
+    # The goodput is concave in tau: the best whole period is one of the two around tau*.
+    low = max(1, math.floor(tau / s))
+    best = max((low, low + 1), key=lambda p: (predicted_goodput(inputs, p), -p))
+    return min(best, longest), False
+
+
 def advise(inputs: AdviceInputs) -> Advice:
     """The period (in steps) that maximises the model's goodput, beside the configured one."""
     s = inputs.step_seconds
     mtbf = inputs.mtbf_seconds
-    longest = inputs.steps  # a period past the run's end saves only at the end: same as the run's length
 
     def predicted(period: int) -> float:
-        return round(
-            goodput(
-                min(period, longest) * s,
-                save_seconds=inputs.checkpoint_save_seconds,
-                mtbf_seconds=mtbf,
-                recovery_seconds=inputs.recovery_seconds,
-            ),
-            6,
-        )
+        return predicted_goodput(inputs, period)
 
     tau = optimal_interval_seconds(save_seconds=inputs.checkpoint_save_seconds, mtbf_seconds=mtbf)
-    capped = tau >= longest * s
-    if capped:
-        best = longest
-    else:
-        # The goodput is concave in tau: the best whole period is one of the two around tau*.
-        low = max(1, math.floor(tau / s))
-        best = max((low, low + 1), key=lambda p: (predicted(p), -p))
-        best = min(best, longest)
+    best, capped = best_period(inputs)
+    longest = inputs.steps
     configured = inputs.checkpoint_period
     if predicted(min(configured, longest)) >= predicted(best):
         best = configured  # never advise a change the model does not prefer
@@ -203,3 +216,126 @@ def advice_for_report(report: Mapping[str, Any]) -> dict[str, Any] | None:
         return advise(inputs_from_report(report)).to_json()
     except AdviceError:
         return None
+
+
+# -- checkpoint_period="auto": the same model over the last runs' history -----------------------------------
+
+AUTO_PERIOD = "auto"
+# Failures counted on top of those seen, when estimating the rate from the last runs: calm nights are no proof that
+# failures never come (with none seen in T seconds, 1/T is the rate's usual one-event bound). Without it a few calm
+# runs push the period to half the run, and the first stormy night then loses up to half a run per failure
+# (benchmarks/RESULTS.md, "checkpoint_period=auto").
+PRIOR_FAILURES = 1
+
+
+@dataclass(frozen=True)
+class PeriodChoice:
+    """The period ``checkpoint_period="auto"`` chose, from what, and the goodput the model predicts for it.
+
+    ``bounds``: the periods allowed (at least the steps one save takes, so saves never queue behind each other;
+    at most half the run, the spec's lint). ``clamped``: ``"save_time"`` or ``"run_length"`` when the model's
+    optimum was outside them, else ``None``. ``runs``: how many past runs the rates came from (0: none had the
+    measurements; the period is then ``fallback``).
+    """
+
+    period: int
+    predicted_goodput: float | None
+    bounds: tuple[int, int]
+    runs: int
+    failures: int
+    wall_seconds: float
+    mtbf_seconds: float | None
+    step_seconds: float | None
+    checkpoint_save_seconds: float | None
+    recovery_seconds: float | None
+    optimal_period: int | None
+    clamped: str | None
+    reason: str
+    mode: str = AUTO_PERIOD
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["bounds"] = list(self.bounds)
+        return data
+
+
+def period_bounds(*, steps: int, step_seconds: float | None, save_seconds: float | None) -> tuple[int, int]:
+    """The periods ``auto`` may choose: from the steps one save takes (at least 1) to half the run."""
+    upper = max(1, steps // 2)
+    lower = 1
+    if step_seconds and save_seconds and step_seconds > 0:
+        lower = max(1, math.ceil(save_seconds / step_seconds))
+    return min(lower, upper), upper
+
+
+def auto_period(runs: Sequence[RunRecord], *, steps: int, fallback: int) -> PeriodChoice:
+    """The checkpoint period for a run of ``steps`` steps from the failure rate and save time of ``runs``.
+
+    Failures and wall time are summed over the runs that measured their step and save times (so the rate is
+    failures per second of all of them, counting :data:`PRIOR_FAILURES` more than were seen), step, save and
+    recovery times averaged; then the model of :func:`advise` gives the best period, clamped to
+    :func:`period_bounds`. Without such runs: ``fallback``.
+    """
+    measured = [r for r in runs if r.wall_seconds and r.mean_step_seconds and r.checkpoint_save_seconds is not None]
+    if not measured:
+        lower, upper = period_bounds(steps=steps, step_seconds=None, save_seconds=None)
+        period = min(max(fallback, lower), upper)
+        why = "no earlier run measured its step and save times" if runs else "no earlier run in the history"
+        return PeriodChoice(
+            period=period,
+            predicted_goodput=None,
+            bounds=(lower, upper),
+            runs=0,
+            failures=0,
+            wall_seconds=0.0,
+            mtbf_seconds=None,
+            step_seconds=None,
+            checkpoint_save_seconds=None,
+            recovery_seconds=None,
+            optimal_period=None,
+            clamped=None,
+            reason=f"{why}: checkpoint_period={period}, the default",
+        )
+    wall = sum(float(r.wall_seconds or 0.0) for r in measured)
+    failures = sum(r.failures_total for r in measured)
+    step = sum(float(r.mean_step_seconds or 0.0) for r in measured) / len(measured)
+    save = sum(float(r.checkpoint_save_seconds or 0.0) for r in measured) / len(measured)
+    recoveries = [float(r.recovery_seconds) for r in measured if r.recovery_seconds is not None]
+    recovery = sum(recoveries) / len(recoveries) if recoveries else 0.0
+    lower, upper = period_bounds(steps=steps, step_seconds=step, save_seconds=save)
+    inputs = AdviceInputs(
+        failures=failures + PRIOR_FAILURES,
+        wall_seconds=wall,
+        step_seconds=step,
+        checkpoint_save_seconds=save,
+        checkpoint_period=upper,
+        steps=steps,
+        recovery_seconds=recovery,
+    )
+    optimum, _ = best_period(inputs)
+    period = min(max(optimum, lower), upper)
+    clamped = "save_time" if optimum < lower else "run_length" if optimum > upper else None
+    mtbf = inputs.mtbf_seconds
+    rate = f"{failures} failure(s) (+{PRIOR_FAILURES} assumed): one every {mtbf:.0f} s"
+    bound = {
+        "save_time": f", raised to {lower} (a save takes {save:.3g} s)",
+        "run_length": f", cut to {upper} (half the run)",
+    }
+    return PeriodChoice(
+        period=period,
+        predicted_goodput=predicted_goodput(inputs, period),
+        bounds=(lower, upper),
+        runs=len(measured),
+        failures=failures,
+        wall_seconds=round(wall, 3),
+        mtbf_seconds=None if math.isinf(mtbf) else round(mtbf, 6),
+        step_seconds=round(step, 6),
+        checkpoint_save_seconds=round(save, 6),
+        recovery_seconds=round(recovery, 6),
+        optimal_period=optimum,
+        clamped=clamped,
+        reason=(
+            f"the last {len(measured)} run(s): {rate} over {wall:.0f} s, a save {save:.3g} s, a step {step:.3g} s: "
+            f"the model's best period is {optimum}{bound.get(clamped or '', '')}"
+        ),
+    )

@@ -17,6 +17,7 @@ used, the incarnations folded so far, escalations); the cluster is the source of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from elastic_training.operators import kube_names, manifests
+from elastic_training.operators.advice import AUTO_PERIOD, auto_period
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.checkpoints import (
     CheckpointReport,
@@ -43,13 +45,17 @@ from elastic_training.operators.constants import (
     LABEL_JOBSET_NAME,
     LABEL_REPLICATED_JOB_NAME,
     PROJECT_PREFIX,
+    WORKER_REPLICATED_JOB,
 )
+from elastic_training.operators.failure_history import DEFAULT_RUNS, RunRecord, record_from_report
+from elastic_training.operators.history_store import history_key, load_history, record_run
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reason, decide
+from elastic_training.operators.pool_avoidance import DEFAULT_THRESHOLD, Avoidance, choose_avoided_pools, disabled
 from elastic_training.operators.recovery import CostModel, run_report
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
 from elastic_training.operators.run_state import RunState
@@ -71,6 +77,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
+AUTO_FALLBACK_PERIOD = 10  # checkpoint_period="auto" with no history to learn from: the nightly form's default
 MAX_QUARANTINES_PER_ESCALATION = 3
 
 
@@ -128,7 +135,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         ``<base_output_directory>/<run_name>``. Templated.
     :param base_output_directory: ``gs://bucket/prefix`` or an absolute local path. Templated.
     :param steps: training steps (MaxText counts from 0: success needs a committed step ``steps - 1``).
-    :param checkpoint_period: steps between checkpoints; well under ``steps``.
+    :param checkpoint_period: steps between checkpoints; well under ``steps``. ``"auto"``: chosen before launch
+        from the last ``failure_history_runs`` runs' failure rate and save time (Young/Daly, as the advice;
+        :func:`operators.advice.auto_period`), between the steps one save takes and ``steps // 2``; the report's
+        ``checkpoint_period_choice`` says what was chosen and the goodput predicted for it.
     :param num_slices: TPU slices (worker replicas).
     :param maxtext_args: further MaxText keys, e.g. ``{"model_name": "llama2-7b"}``. Values templated.
     :param runtime: ``"gke"`` (MaxText on Pathways) or ``"local"`` (the same JobSet shape running the
@@ -165,6 +175,14 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         :param priority_class: :param image_pull_policy: :param trainer_env:
         :param worker_env: the GKE JobSet's knobs, as the ``ElasticRunSpec`` fields of the same names
         (docs/operators.md, "GKE knobs").
+    :param avoid_failing_node_pools: keep the slices off GKE node pools that had more than
+        ``node_pool_failure_threshold`` slice failures (lost hosts, trainer errors) in the last
+        ``failure_history_runs`` runs, as long as the other pools can hold every slice (else run as usual and
+        say why, in the report's ``node_pool_avoidance``). Needs ``list`` on ``nodes`` (docs/rbac.md).
+    :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
+    :param failure_history_runs: N: the runs the avoidance and ``checkpoint_period="auto"`` look at.
+    :param failure_history_key: the Airflow Variable holding the failure history (default
+        ``elastic_training_failure_history.<dag_id>.<task_id>``); tasks that name the same key share one history.
     :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
         "unknown", not "invalid") are read again before the task fails for a retry; nothing is moved meanwhile.
 
@@ -229,6 +247,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         workload_priority_class: str | None = None,
         elastic_slices: int | None = None,
         kueue_queue: str | None = None,
+        avoid_failing_node_pools: bool = False,
+        node_pool_failure_threshold: int = DEFAULT_THRESHOLD,
+        failure_history_runs: int = DEFAULT_RUNS,
+        failure_history_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -237,6 +259,21 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         queue_name = queue_name if queue_name is not None else kueue_queue
         check_runtime(runtime)
         _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
+        _count("node_pool_failure_threshold", node_pool_failure_threshold, INT32_MAX)
+        _count("failure_history_runs", failure_history_runs, 50)
+        if not isinstance(avoid_failing_node_pools, bool):
+            raise ValueError(f"avoid_failing_node_pools must be True or False, got {shown(avoid_failing_node_pools)}")
+        if failure_history_key is not None and not (
+            isinstance(failure_history_key, str) and 0 < len(failure_history_key) <= 250
+        ):
+            raise ValueError(
+                f"failure_history_key must be a Variable key of 1 to 250 characters, got {shown(failure_history_key)}"
+            )
+        self.avoid_failing_node_pools = avoid_failing_node_pools
+        self.node_pool_failure_threshold = node_pool_failure_threshold
+        self.failure_history_runs = failure_history_runs
+        self.failure_history_key = failure_history_key
+        self.auto_fallback_period: int | None = None  # "auto" with no history: this period (default 10)
         _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
         self.run_name = run_name
         self.base_output_directory = base_output_directory
@@ -306,7 +343,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             run_name=self.run_name,
             base_output_directory=self.base_output_directory,
             steps=_as_int("steps", self.steps),
-            checkpoint_period=_as_int("checkpoint_period", self.checkpoint_period),
+            # "auto": a placeholder until the run's plan replaces it (`_planned`)
+            checkpoint_period=1 if self.auto_period else _as_int("checkpoint_period", self.checkpoint_period),
             num_slices=_as_int("num_slices", self.num_slices),
             runtime=self.runtime,  # type: ignore[arg-type]
             maxtext_args=_rendered_args(self.maxtext_args),
@@ -324,6 +362,73 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         lint(spec)
         return spec
 
+    @property
+    def auto_period(self) -> bool:
+        """Whether ``checkpoint_period="auto"`` (chosen from the failure history before launch)."""
+        return isinstance(self.checkpoint_period, str) and self.checkpoint_period.strip() == AUTO_PERIOD
+
+    def _history_key(self, context: Context) -> str:
+        ti = context["ti"]
+        return self.failure_history_key or history_key(ti.dag_id, ti.task_id)
+
+    def _plan(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
+        """Once per task try, before the first launch: the pools to avoid and the checkpoint period, from history."""
+        if run.plan is not None:
+            return
+        plan: dict[str, Any] = {}
+        runs: tuple[RunRecord, ...] = ()
+        if self.avoid_failing_node_pools or self.auto_period:
+            history = load_history(self._history_key(context), self.log.warning)
+            runs = history.last(self.failure_history_runs)
+        if self.auto_period:
+            choice = auto_period(
+                runs, steps=spec.steps, fallback=_fallback_period(spec.steps, self.auto_fallback_period)
+            )
+            self.log.info("checkpoint_period=auto: %s (%s)", choice.period, choice.reason)
+            plan["checkpoint_period_choice"] = choice.to_json()
+        avoidance = disabled()
+        if self.avoid_failing_node_pools:
+            candidates, source = self._candidate_pools(context, spec)
+            avoidance = choose_avoided_pools(
+                runs,
+                candidates=candidates,
+                slices=spec.num_slices,
+                threshold=self.node_pool_failure_threshold,
+                source=source,
+            )
+            self.log.info("avoid_failing_node_pools: %s", avoidance.reason)
+        plan["node_pool_avoidance"] = avoidance.to_json()
+        run.plan = plan
+
+    def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str]:
+        """The node pools a slice of this run can land on: the nodes its workers select, by their GKE pool label."""
+        body = manifests.elastic_jobset(spec, name="pool-check", namespace=self.namespace, labels={})
+        worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
+        selector = worker["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
+        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        try:
+            return self._hook().list_node_pools(label_selector), f"nodes matching {label_selector}"
+        except Exception as error:  # no `list nodes` (RBAC) or no cluster: nothing is known, nothing avoided
+            self.log.warning("listing the node pools failed (%s): no pool will be avoided", error)
+            return [], f"the node pools could not be listed: {str(error)[:300]}"
+
+    def _planned(self, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
+        """``spec`` with the plan applied (the avoided pools, the chosen period), linted again."""
+        plan = run.plan or {}
+        avoided = tuple(Avoidance.from_json(plan.get("node_pool_avoidance")).avoided)
+        choice = plan.get("checkpoint_period_choice")
+        period = spec.checkpoint_period
+        if self.auto_period:
+            period = (
+                int(choice["period"])
+                if isinstance(choice, Mapping)
+                else _fallback_period(spec.steps, self.auto_fallback_period)
+            )
+        if not avoided and period == spec.checkpoint_period:
+            return spec
+        planned = dataclasses.replace(spec, avoid_node_pools=avoided, checkpoint_period=period)
+        return self._linted("run spec", lambda: _linted_spec(planned))
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
@@ -334,6 +439,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run = RunState.load(context)
         if run.started_at == 0.0:
             run.started_at = time.time()
+        self._plan(context, spec, run)
+        spec = self._planned(spec, run)
         if run.escalating:  # a worker died in the middle of a full restart: finish it
             self._finish_escalation(context, spec, run)
             return self._wait(context, spec, run)
@@ -351,8 +458,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger fired: decide, then succeed, fail, escalate or wait again."""
-        spec = self.build_spec()
         run = RunState.load(context)
+        spec = self._planned(self.build_spec(), run)
         if event.get("name") != run.jobset_name:
             raise AirflowException(f"trigger event for {event.get('name')!r}, expected {run.jobset_name!r}")
         self._active = Handle(run.jobset_name, run.jobset_uid)  # a kill from here on deletes it
@@ -383,6 +490,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             run.save(context)
             self.log.info("run report: %s", report)
             self._emit_metrics(context, report)
+            self._record_history(context, report, succeeded=True)
             return report
         if decision.action is Action.FAIL:
             self._fail(context, spec, run, decision.message, committed=committed)
@@ -600,7 +708,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
 
     def _report(self, spec: ElasticRunSpec, run: RunState, final_step: int | None) -> dict[str, Any]:
         incarnations = [*run.incarnations(), run.current_incarnation()]
-        return run_report(
+        report = run_report(
             incarnations=incarnations,
             escalations=run.escalations,
             namespace=self.namespace,
@@ -619,6 +727,25 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             checkpoint_period=spec.checkpoint_period,
             checkpoint_save_seconds=mean_save_seconds(self._newest_valid_steps),
         )
+        plan = run.plan or {}
+        report["num_slices"] = spec.num_slices
+        report["slice_failures"] = [f.to_json() for f in run.slice_failures()]
+        report["node_pools"] = run.node_pools()
+        report["node_pool_avoidance"] = plan.get("node_pool_avoidance") or disabled().to_json()
+        choice = plan.get("checkpoint_period_choice")
+        if isinstance(choice, Mapping):
+            report["checkpoint_period_choice"] = {**choice, "achieved_goodput": report.get("goodput")}
+        return report
+
+    def _record_history(self, context: Context, report: Mapping[str, Any], *, succeeded: bool) -> None:
+        """Add this run to the failure history (a courtesy: a failure to write it is a warning, never the run's)."""
+        ti = context["ti"]
+        try:
+            record = record_from_report(report, run_id=str(ti.run_id), ended_at=time.time(), succeeded=succeeded)
+        except (ValueError, TypeError) as error:
+            self.log.warning("the run's failure history entry could not be made: %s", error)
+            return
+        record_run(self._history_key(context), record, self.log.warning)
 
     def _emit_metrics(self, context: Context, report: Mapping[str, Any]) -> None:
         ti = context["ti"]
@@ -646,6 +773,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run.save(context)
         context["ti"].xcom_push(key="report", value=report)
         self._emit_metrics(context, report)
+        self._record_history(context, report, succeeded=False)
         cluster = self._cluster(context)
         alive = run.monitor.phase in (JobSetPhase.ACTIVE, JobSetPhase.SUSPENDED)
         if alive and not self.keep_jobset_on_kill and self._active is not None:
@@ -654,6 +782,15 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         selector = f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}={HEAD_REPLICATED_JOB}"
         head = cluster.log_tail(selector, HEAD_MAIN_CONTAINER)
         raise (AirflowException if retryable else AirflowFailException)(f"{message}{head}")
+
+
+def _fallback_period(steps: int, preferred: int | None) -> int:
+    return max(1, min(preferred or AUTO_FALLBACK_PERIOD, steps // 2))
+
+
+def _linted_spec(spec: ElasticRunSpec) -> ElasticRunSpec:
+    lint(spec)
+    return spec
 
 
 def _with_committed(observation: Any, committed: int | None) -> Any:

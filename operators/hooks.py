@@ -58,6 +58,7 @@ from elastic_training.operators.constants import (
     JOBSET_VERSION,
     KUEUE_GROUP,
     KUEUE_VERSION,
+    LABEL_GKE_NODEPOOL,
     WORKLOAD_PLURAL,
 )
 from elastic_training.operators.kube_config import static_configuration
@@ -349,6 +350,18 @@ class JobSetHook(KubernetesHook):
         """Pods in ``namespace`` matching ``label_selector``, as dicts."""
         pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=label_selector)
         return [self._to_dict(p) for p in pods.items]
+
+    @_explained("list", "nodes")
+    @api_retry
+    def list_node_pools(self, label_selector: str) -> list[str]:
+        """The GKE node pools (``cloud.google.com/gke-nodepool``) of the nodes matching ``label_selector``.
+
+        Nodes are cluster-scoped: this needs ``list`` on ``nodes`` (a ClusterRole, docs/rbac.md), which only
+        ``avoid_failing_node_pools`` asks for.
+        """
+        nodes = self.core_v1_client.list_node(label_selector=label_selector)
+        pools = {(n.metadata.labels or {}).get(LABEL_GKE_NODEPOOL) for n in nodes.items}
+        return sorted(p for p in pools if p)
 
     @_explained("get", "pods/log")
     @api_retry

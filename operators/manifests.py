@@ -458,7 +458,23 @@ def _worker_pod_spec(spec: ElasticRunSpec, shared: _PathwaysShared) -> dict[str,
         "containers": [worker_container],
         "volumes": [SHARED_TMP_VOLUME],
     }
+    if spec.avoid_node_pools:
+        worker["affinity"] = avoid_node_pools_affinity(spec.avoid_node_pools)
     return worker
+
+
+def avoid_node_pools_affinity(pools: Sequence[str]) -> dict[str, Any]:
+    """A required node affinity keeping pods off ``pools`` (GKE's ``cloud.google.com/gke-nodepool`` label):
+    ``avoid_failing_node_pools`` (:mod:`operators.pool_avoidance`)."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": LABEL_GKE_NODEPOOL, "operator": "NotIn", "values": sorted(pools)}]}
+                ]
+            }
+        }
+    }
 
 
 def _identity_and_priority(spec: ElasticRunSpec) -> dict[str, str]:

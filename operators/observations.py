@@ -49,10 +49,13 @@ from typing import Any
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
+    LABEL_GKE_NODEPOOL,
     LABEL_JOB_INDEX,
     LABEL_REPLICATED_JOB_NAME,
     WORKER_REPLICATED_JOB,
 )
+from elastic_training.operators.failure_history import DELETED, SliceFailure, kind_of
+from elastic_training.operators.failure_history import FailureKind as HistoryKind
 from elastic_training.operators.policy import JobSetPhase, Observation, QueueWait, RunPhase
 from elastic_training.operators.queueing import QueueState, is_queued_jobset, jobset_suspension, workload_status
 from elastic_training.operators.recovery import PREEMPTION, LogDigest
@@ -60,6 +63,7 @@ from elastic_training.operators.slice_failures import (
     FailureKind,
     PodFailure,
     SliceEpisode,
+    disruption,
     gone_time,
     group_episodes,
     is_eviction,
@@ -79,6 +83,7 @@ PERMANENT_EXIT_CODES = frozenset({2})
 STATE_VERSION = 2
 MAX_RESTART_TIMES_KEPT = 1000
 MAX_FAILURES_KEPT = 512  # pod failure records; older episodes fold into totals past this
+MAX_POOLS_SEEN = 256
 # A suspended JobSet whose Workload is missing (or neither pending nor admitted) this long is in no queue: Kueue
 # creates the Workload within moments of the JobSet, so a shorter absence is the watches' order, not kueue #14811.
 NOT_QUEUED_GRACE_SECONDS = 30.0
@@ -229,6 +234,10 @@ class MonitorState:
     queue_state_since: float | None = None
     queue_reason: str = ""  # Kueue's words on the Workload (QuotaReserved=False, Evicted, ...)
     trainer_up_since: float | None = None  # the head's trainer container runs since (Kubernetes' time)
+    # worker Job uid -> the GKE node pool its pods run on now: a follower pod's nodeSelector, which JobSet's
+    # exclusive placement sets to the leader's pool (a Job's pods may move to another pool after a failure)
+    job_pools: dict[str, str] = field(default_factory=dict)
+    pools_seen: list[str] = field(default_factory=list)  # every pool this incarnation's slices ran on
 
     # -- folding cluster objects -------------------------------------------------------------
 
@@ -347,17 +356,33 @@ class MonitorState:
         record = self.pods.setdefault(uid, WorkerPod(slice=index, job=_owner_uid(meta)))
         record.created = record.created or parse_time(meta.get("creationTimestamp"))
         kind = FailureKind.EVICTION if is_eviction(pod) else FailureKind.FAILURE
+        spec = pod.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        host = str(spec.get("nodeName") or "")
+        selector = spec.get("nodeSelector")
+        pool = selector.get(LABEL_GKE_NODEPOOL) if isinstance(selector, Mapping) else None
+        pool = pool if isinstance(pool, str) else ""
+        if pool and record.job:
+            self.job_pools[record.job] = pool
+        if pool and pool not in self.pools_seen and len(self.pools_seen) < MAX_POOLS_SEEN:
+            self.pools_seen.append(pool)
         restarts = _restart_count(pod)
         if restarts > record.restarts:
             # The kubelet keeps only the newest termination: restarts no trigger saw merge with it.
             at = restart_time(pod) or now
             for n in range(record.restarts + 1, restarts + 1):
-                self.failures[f"{uid}/restart/{n}"] = PodFailure(index, at, FailureKind.FAILURE, record.job)
+                self.failures[f"{uid}/restart/{n}"] = PodFailure(
+                    index, at, FailureKind.FAILURE, record.job, host=host, pool=pool
+                )
             record.restarts = restarts
         phase = _status(pod).get("phase")
         gone = phase == "Failed" or (phase != "Succeeded" and (deleted or meta.get("deletionTimestamp") is not None))
         if gone and f"{uid}/gone" not in self.failures:
-            self.failures[f"{uid}/gone"] = PodFailure(index, gone_time(pod) or now, kind, record.job, gone=True)
+            disrupted = disruption(pod)
+            reason = disrupted[0] if disrupted is not None else ("" if phase == "Failed" else DELETED)
+            self.failures[f"{uid}/gone"] = PodFailure(
+                index, gone_time(pod) or now, kind, record.job, gone=True, host=host, reason=reason, pool=pool
+            )
         record.running_since = None if gone else running_since(pod)
         if deleted:
             self.pods.pop(uid, None)
@@ -382,6 +407,39 @@ class MonitorState:
     def episodes(self) -> list[SliceEpisode]:
         """The slice failures the records make (pod failures grouped by slice; evictions included)."""
         return group_episodes(self._counted_failures())
+
+    def slice_failures(self, jobset: str = "") -> list[SliceFailure]:
+        """The slice failures of this incarnation for the failure history: each episode with its pool, hosts, kind,
+        and each Kueue preemption of the whole JobSet (no pool), oldest first."""
+        counted = self._counted_failures()
+        found: list[SliceFailure] = []
+        for episode in group_episodes(counted):
+            members = [f for f in counted if f.slice == episode.slice and episode.start <= f.at <= episode.end]
+            # The pool its followers named when they failed; a leader failing alone: where its Job ran last.
+            named = sorted(f.pool for f in members if f.pool)
+            pool = max(named, key=named.count) if named else ""
+            if not pool:
+                pool = next((self.job_pools[f.job] for f in members if f.job in self.job_pools), "")
+            found.append(
+                SliceFailure(
+                    at=episode.start,
+                    kind=kind_of(f.reason for f in members),
+                    pool=pool,
+                    hosts=tuple(sorted({f.host for f in members if f.host})),
+                    slice=episode.slice,
+                    jobset=jobset,
+                )
+            )
+        found += [
+            SliceFailure(at=r.detected_at, kind=HistoryKind.PREEMPTION, jobset=jobset)
+            for r in self.digest.all_recoveries
+            if r.kind == PREEMPTION
+        ]
+        return sorted(found, key=lambda f: (f.at, f.slice))
+
+    def node_pools(self) -> list[str]:
+        """The GKE node pools this incarnation's slices ran on (as far as its pods said)."""
+        return sorted(set(self.pools_seen) | set(self.job_pools.values()))
 
     def _counted_failures(self) -> list[PodFailure]:
         counted: list[PodFailure] = []

@@ -25,6 +25,7 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from elastic_training.operators import kube_names, manifests
+from elastic_training.operators.advice import AUTO_PERIOD
 from elastic_training.operators.checkpoint_operator import checkpoint_asset_uri
 from elastic_training.operators.checkpoints.storage import EntryKind, StorageError, storage_for
 from elastic_training.operators.constants import (
@@ -278,7 +279,10 @@ class PretrainOperator(ElasticJobSetOperator):
         self.run_name = config["run_name"]
         self.base_output_directory = config["base_output_directory"]
         self.steps = config["steps"]
-        self.checkpoint_period = config["checkpoint_period"]
+        # "auto": chosen from the history, the form's period the fallback while there is none
+        self.checkpoint_period = AUTO_PERIOD if config.get("auto_checkpoint_period") else config["checkpoint_period"]
+        self.auto_fallback_period = config["checkpoint_period"]
+        self.avoid_failing_node_pools = bool(config.get("avoid_failing_node_pools"))
         self.num_slices = config["num_slices"]
         self.runtime = config["runtime"]
         self.image = config["image"]

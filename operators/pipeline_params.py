@@ -415,6 +415,30 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             },
         ),
         ParamDef(
+            "avoid_failing_node_pools",
+            False,
+            {
+                "type": "boolean",
+                "title": "Avoid failing node pools",
+                "description": "Keep pretraining's slices off GKE node pools with more than 1 slice failure (lost "
+                "host, trainer error) in the last 3 runs of this DAG, while the other pools can hold every slice "
+                "(needs list on nodes: deploy/rbac-node-pools.yaml). The run report says which and why.",
+                "section": SECTION_BUDGETS,
+            },
+        ),
+        ParamDef(
+            "auto_checkpoint_period",
+            False,
+            {
+                "type": "boolean",
+                "title": "Checkpoint period from history",
+                "description": "Pretraining's checkpoint_period=auto: the Young/Daly period from the last 3 runs' "
+                "failure rate and save time, between one save's steps and half the run (the period above "
+                "while there is no history). The report shows the period, the predicted and the achieved goodput.",
+                "section": SECTION_BUDGETS,
+            },
+        ),
+        ParamDef(
             "max_eval_loss",
             4.0,
             {
@@ -749,6 +773,9 @@ def validate_params(
             "queue_name",
             f"{queue_name!r} is not a Kueue LocalQueue name (a DNS-1123 label: lowercase letters, digits, '-')",
         )
+    for flag in ("avoid_failing_node_pools", "auto_checkpoint_period"):
+        if not isinstance(params.get(flag), bool):
+            raise ParamError(flag, f"must be true or false, got {params.get(flag)!r}")
     max_loss = params.get("max_eval_loss")
     if isinstance(max_loss, bool) or not isinstance(max_loss, int | float) or not 0 < max_loss <= 1_000:
         raise ParamError("max_eval_loss", f"must be a number in (0, 1000], got {max_loss!r}")
@@ -800,6 +827,8 @@ def validate_params(
         "stall_timeout_minutes": stall,
         "queue_timeout_minutes": queue_timeout,
         "queue_name": queue_name,
+        "avoid_failing_node_pools": params["avoid_failing_node_pools"],
+        "auto_checkpoint_period": params["auto_checkpoint_period"],
         "max_eval_loss": float(max_loss),
         "num_samples": samples,
         "inject_slice_failure": drill,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from elastic_training.operators.failure_history import SliceFailure
 from elastic_training.operators.kube_names import TaskIdentity
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.recovery import Incarnation, LogDigest
@@ -37,6 +38,9 @@ class RunState:
         self.escalations: list[dict[str, Any]] = list(data.get("escalations") or [])
         self.history: list[dict[str, Any]] = list(data.get("history") or [])
         self.monitor = MonitorState.from_json(data.get("monitor"))
+        # the pools avoided and the period chosen before the first launch (kept for every incarnation of this try)
+        plan = data.get("plan")
+        self.plan: dict[str, Any] | None = dict(plan) if isinstance(plan, Mapping) else None
 
     @classmethod
     def load(cls, context: Context) -> RunState:
@@ -69,6 +73,7 @@ class RunState:
                     "escalations": self.escalations,
                     "history": self.history,
                     "monitor": self.monitor.to_json(),
+                    "plan": self.plan,
                 },
             ),
         )
@@ -97,6 +102,16 @@ class RunState:
             )
             for h in self.history
         ]
+
+    def slice_failures(self) -> list[SliceFailure]:
+        """Every incarnation's slice failures (pool, hosts, kind), oldest first."""
+        found = [SliceFailure.from_json(f) for h in self.history for f in h.get("slice_failures") or []]
+        return sorted([*found, *self.monitor.slice_failures(self.jobset_name)], key=lambda f: f.at)
+
+    def node_pools(self) -> list[str]:
+        """The node pools every incarnation's slices ran on."""
+        pools = {str(p) for h in self.history for p in h.get("node_pools") or []}
+        return sorted(pools | set(self.monitor.node_pools()))
 
     def history_annotation(self) -> str:
         """The escalations and closed incarnations as the run-history annotation's JSON."""
@@ -127,6 +142,8 @@ class RunState:
                 "slice_restarts": current.slice_restarts,
                 "jobset_restarts": current.jobset_restarts,
                 "digest": current.digest.to_json(),
+                "slice_failures": [f.to_json() for f in self.monitor.slice_failures(current.jobset_name)],
+                "node_pools": self.monitor.node_pools(),
             }
         )
         self.monitor = MonitorState()

@@ -94,9 +94,22 @@ class PodFailure:
     job: str = ""
     gone: bool = False
     healed_at: float | None = None  # the slice was next seen whole then (Kubernetes' time)
+    host: str = ""  # the node the pod ran on (``spec.nodeName``), for the failure history
+    reason: str = ""  # its DisruptionTarget reason, "Deleted" (none, deleted early) or "" (its container failed)
+    pool: str = ""  # the node pool its nodeSelector named (JobSet sets it on a slice's followers), if any
 
     def to_json(self) -> list[Any]:
-        return [self.slice, self.at, self.kind.value, self.job, self.gone, self.healed_at]
+        return [
+            self.slice,
+            self.at,
+            self.kind.value,
+            self.job,
+            self.gone,
+            self.healed_at,
+            self.host,
+            self.reason,
+            self.pool,
+        ]
 
     @classmethod
     def from_json(cls, data: Sequence[Any]) -> PodFailure:
@@ -108,6 +121,9 @@ class PodFailure:
             str(data[3]),
             bool(data[4]),
             None if healed is None else float(healed),
+            str(data[6]) if len(data) > 6 else "",
+            str(data[7]) if len(data) > 7 else "",
+            str(data[8]) if len(data) > 8 else "",
         )
 
 

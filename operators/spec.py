@@ -170,6 +170,8 @@ class ElasticRunSpec:
     image_pull_policy: ImagePullPolicy | None = None
     trainer_env: Mapping[str, str] = field(default_factory=dict)
     worker_env: Mapping[str, str] = field(default_factory=dict)
+    # GKE node pools the workers keep off (avoid_failing_node_pools, operators/pool_avoidance.py)
+    avoid_node_pools: tuple[str, ...] = ()
 
     @property
     def run_directory(self) -> str:
@@ -574,6 +576,9 @@ def _lint_gke_placement(spec: ElasticRunSpec) -> None:
             f"{shown(queue)} is not a Kueue LocalQueue name usable as the kueue.x-k8s.io/queue-name label value "
             "(a DNS-1123 label), or None",
         )
+    avoided = spec.avoid_node_pools
+    if not isinstance(avoided, tuple) or not all(isinstance(p, str) and is_dns1123_label(p) for p in avoided):
+        raise SpecError("avoid_node_pools", f"must be a tuple of GKE node pool names, got {shown(avoided)}")
     policy = spec.image_pull_policy
     if policy is not None and (not isinstance(policy, str) or policy not in IMAGE_PULL_POLICIES):
         raise SpecError(

@@ -11,8 +11,10 @@ Routes (relative to the mount point):
 
 - ``GET /api/runs?limit=N``: recent elastic runs, newest first;
 - ``GET /api/runs/{dag_id}/{run_id}``: every elastic task of one DAG run, in full (see ``plugin.view``);
+- ``GET /api/history/{dag_id}/{task_id}?runs=N``: the task's failure history over its last N runs (per node pool);
 - ``GET /ui/`` (recent runs), ``GET /ui/run?dag_id=…&run_id=…`` (one run), ``GET /ui/static/<asset>``:
-  plain HTML, JS and CSS shipped in this package (no CDN).
+  plain HTML, JS and CSS shipped in this package (no CDN);
+- ``GET /ui/history?dag_id=…&task_id=…&runs=N``: the failure history page (server-rendered, an inline SVG chart).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from elastic_training.plugin import runs
+from elastic_training.plugin.history_view import history_json, history_page
 from elastic_training.plugin.view import summary
 
 URL_PREFIX = "/elastic-training"
@@ -54,6 +57,20 @@ def _checked_run_id(run_id: str) -> str:
     if not 0 < len(run_id) <= _MAX_RUN_ID or any(unicodedata.category(c).startswith("C") for c in run_id):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "run_id: 1 to 250 printable characters")
     return run_id
+
+
+_TASK_ID = re.compile(r"^[\w.-]{1,250}$")  # Airflow's KEY_REGEX for task ids too
+
+
+def _checked_task_id(task_id: str) -> str:
+    if not _TASK_ID.fullmatch(task_id):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "task_id: letters, digits, '_', '.', '-', at most 250")
+    return task_id
+
+
+def _valid_history(dag_id: str, task_id: str) -> None:
+    _checked_dag_id(dag_id)
+    _checked_task_id(task_id)
 
 
 def _valid_path(dag_id: str, run_id: str) -> None:
@@ -106,6 +123,46 @@ def create_app() -> FastAPI:
             "tasks": [runs.task_view(session, ti) for ti in tis],
         }
 
+    @app.get(
+        "/api/history/{dag_id}/{task_id}",
+        dependencies=[
+            Depends(_valid_history),
+            Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)),
+        ],
+    )
+    def get_history(
+        dag_id: str, task_id: str, session: SessionDep, runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10
+    ) -> dict[str, Any]:
+        """The task's failure history over its last ``runs`` runs: each run's failures, and the tally per pool."""
+        history = runs.failure_history_of(session, dag_id, task_id)
+        return {"dag_id": dag_id, "task_id": task_id, **history_json(history, runs_)}
+
+    @app.get("/ui/history", response_class=HTMLResponse)
+    async def history_ui(
+        request: Request,
+        session: SessionDep,
+        dag_id: str,
+        task_id: str,
+        runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10,
+    ) -> Response:
+        _valid_history(dag_id, task_id)
+        try:
+            user = await get_user(request, None, await bearer_scheme(request))
+        except HTTPException:
+            here = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=here), status.HTTP_303_SEE_OTHER)
+        requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)(request, user)
+        history = runs.failure_history_of(session, dag_id, task_id)
+        html = history_page(
+            history,
+            dag_id=dag_id,
+            task_id=task_id,
+            runs=runs_,
+            run_url=run_page_url,
+            stylesheet=f"{URL_PREFIX}/ui/static/style.css",
+        )
+        return HTMLResponse(html)
+
     async def page(request: Request, name: str) -> Response:
         try:
             await get_user(request, None, await bearer_scheme(request))
@@ -138,3 +195,8 @@ def create_app() -> FastAPI:
 def run_page_url(dag_id: str, run_id: str) -> str:
     """The view of one run, relative to the API server's root."""
     return f"{URL_PREFIX}/ui/run?dag_id={quote(dag_id, safe='')}&run_id={quote(run_id, safe='')}"
+
+
+def history_page_url(dag_id: str, task_id: str) -> str:
+    """The failure-history page of one task, relative to the API server's root."""
+    return f"{URL_PREFIX}/ui/history?dag_id={quote(dag_id, safe='')}&task_id={quote(task_id, safe='')}"

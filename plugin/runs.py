@@ -13,6 +13,7 @@ Where each fact lives (the same places Airflow's public API reads them from):
 - the rendered template fields (run name, base directory, steps, slices) while no report exists;
 - while the task runs or is deferred: its head pod's recent log, read through the Kubernetes hook and
   folded on top of the persisted state (bounded, cached; :mod:`plugin.live`);
+- a task's failure history across runs: its Airflow Variable (:mod:`operators.history_store`);
 - the run directory: checkpoint verdicts (:func:`operators.checkpoints.validate_checkpoints`, metadata
   level, no array reads) and the local trainer's ``recoveries.jsonl`` (bounded).
 
@@ -35,6 +36,8 @@ from elastic_training.operators.checkpoints import ValidationOptions, validate_c
 from elastic_training.operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
 from elastic_training.operators.checkpoints.timing import save_seconds
 from elastic_training.operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
+from elastic_training.operators.failure_history import FailureHistory
+from elastic_training.operators.history_store import history_key, parse_stored
 from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.plugin import live
 from elastic_training.plugin.view import run_view
@@ -245,3 +248,17 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
     )
     view["live"] = now
     return view
+
+
+def failure_history_of(session: Session, dag_id: str, task_id: str) -> FailureHistory:
+    """A task's failure history, from its Airflow Variable (``operators.history_store``); empty when unset.
+
+    A value that does not parse (edited by hand) reads as empty: the page says there is no history, never fails.
+    """
+    from airflow.models.variable import Variable
+
+    row = session.scalar(select(Variable).where(Variable.key == history_key(dag_id, task_id)))
+    try:
+        return parse_stored(None if row is None else row.val)
+    except ValueError:
+        return FailureHistory()

@@ -19,10 +19,11 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kubernetes import client
 
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import first_event
+from elastic_training.operators.run_state import STATE_KEY
 from tests.operators.test_lifecycle import (
     DAG_ID,
     _delete_mine,
@@ -54,8 +55,8 @@ def test_maxtexts_already_at_target_exit_after_a_full_restart_is_success(
     incarnation, whose trainer found step 20 and refused to train: the task succeeds, its report says so."""
     shutil.copytree(orbax_runs["ocdbt"], tmp_path / RUN)  # committed steps 0, 10, 20
     ti = _TaskInstance("pretrain", "manual__at-target")
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
-    name = manifests.jobset_name(
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    name = kube_names.jobset_name(
         dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1, attempt=0, prefix=RUN
     )
     hung = custom.create_namespaced_custom_object(

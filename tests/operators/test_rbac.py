@@ -171,3 +171,17 @@ def test_kubectl_with_the_operators_kubeconfig_is_refused_outside_the_role(
     refused = kubectl("delete", "pod", "any-pod")
     assert refused.returncode == 1
     assert refused.stderr.strip() == f"Error from server (Forbidden): {_FORBIDDEN_DELETE}"
+
+
+def test_the_node_pools_cluster_role_is_one_read_verb_and_its_file_is_rendered() -> None:
+    """avoid_failing_node_pools' grant: list nodes, nothing else, bound to the account (deploy/rbac-node-pools.yaml)."""
+    from elastic_training.operators.rbac import node_pool_reader_manifests
+
+    role, binding = node_pool_reader_manifests("ml", "airflow-worker")
+    assert role["kind"] == "ClusterRole" and role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
+    ]
+    assert binding["kind"] == "ClusterRoleBinding" and binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "airflow-worker", "namespace": "ml"}]
+    shipped = DEPLOY.parent / "rbac-node-pools.yaml"
+    assert list(yaml.safe_load_all(shipped.read_text())) == node_pool_reader_manifests("default")

@@ -25,7 +25,7 @@ from kubernetes import config as kube_config
 from elastic_training.local import maxtext_env
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.images import MAXTEXT_TRAIN_COMMAND
-from elastic_training.operators import manifests
+from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.checkpoints import validate_checkpoints
 from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
@@ -38,8 +38,9 @@ from elastic_training.operators.constants import (
     NO_CHECKPOINT_RE,
     RESTORING_STEP_RE,
 )
-from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART, STATE_KEY
+from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import first_event
+from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
 from tests.operators.test_lifecycle import DAG_ID, _delete_mine, _elastic, _get, _stored, _TaskInstance, custom
 from tests.support.airflow_dags import NAMESPACE, dag_from_source, states, xcom
@@ -101,8 +102,8 @@ def test_real_maxtexts_config_refusal_is_a_permanent_failure(
     monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "0")
     run = "refused"
     ti = _TaskInstance("pretrain", "manual__real-refused")
-    identity = manifests.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
-    name = manifests.jobset_name(
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    name = kube_names.jobset_name(
         dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1, attempt=0, prefix=run
     )
     args = [IMAGE_CONFIG, *model_args(tmp_path, run_name=run, steps=21), f"{UNKNOWN_KEY}=1"]
@@ -133,7 +134,7 @@ def test_real_maxtexts_config_refusal_is_a_permanent_failure(
         assert (
             _get(
                 custom,
-                manifests.jobset_name(
+                kube_names.jobset_name(
                     dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1, attempt=1, prefix=run
                 ),
             )

@@ -262,6 +262,16 @@ async def read_the_view(
         f"[...{doc}.querySelectorAll('#runs tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
     )
     await shot(tools, out, "07-elastic-training-runs-list.png", seen)
+    # The pretraining task's failure history (the plugin's page, opened as the run view's link opens it).
+    await tools.call(
+        "Page.navigate", url=f"{stack.url}/elastic-training/ui/history?dag_id={dag_id}&task_id=pretrain&runs=10"
+    )
+    await tools.until("!!document.querySelector('#pool-chart')", timeout=120)
+    seen["history"] = await tools.js(
+        "({runs: [...document.querySelectorAll('#history-runs tr.run')].map(r => r.dataset.runId),"
+        " bars: document.querySelectorAll('#pool-chart rect.bar').length})"
+    )
+    await shot(tools, out, "08-failure-history.png", seen)
 
 
 async def journey(devtools_http: str, stack: Stack, dag_id: str, *, log_in_first: bool) -> dict[str, Any]:
@@ -352,4 +362,5 @@ def test_fault_drill_view_shows_the_recovery_and_its_phases(drill: dict[str, Any
     assert percent(tab["goodput"]) > 0, tab
     row = listed_pretrain(drill, DRILL)
     assert row[6] == "1" and percent(row[8]) > 0, row  # recoveries, goodput
+    assert drill["history"]["runs"] == [drill["run_id"]], drill["history"]  # the run joined its failure history
     assert all(Path(p).stat().st_size > 10_000 for p in drill["screenshots"])

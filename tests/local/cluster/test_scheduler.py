@@ -234,3 +234,30 @@ def test_binding_subresource_binds_a_pod_another_scheduler_owns(k8s: K8s) -> Non
     assert caught.value.status == 409
     assert json.loads(caught.value.body)["message"] == 'pod bound-by-hand is already assigned to node "gke-t-cpu-np-1"'
     _delete(k8s, "bound-by-hand")
+
+
+def test_node_affinity_not_in_a_node_pool_keeps_the_pod_off_it(k8s: K8s) -> None:
+    """avoid_failing_node_pools' affinity (``cloud.google.com/gke-nodepool NotIn [...]``), as upstream's NodeAffinity
+    filter reads it (kubernetes pkg/scheduler/framework/plugins/nodeaffinity, k8s.io/component-helpers
+    scheduling/corev1/nodeaffinity: NotIn matches a node without the label or with another value)."""
+
+    def avoiding(*pools: str) -> dict[str, Any]:
+        term = {
+            "matchExpressions": [{"key": "cloud.google.com/gke-nodepool", "operator": "NotIn", "values": list(pools)}]
+        }
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+    for n in range(2):
+        k8s.core.create_namespaced_pod(
+            "default",
+            _pod(f"off-a-{n}", nodeSelector=TPU_SELECTOR, tolerations=[TPU_TOLERATION], affinity=avoiding("tpu-a")),
+        )
+    placed = [wait_for(lambda n=n: _scheduled(k8s, f"off-a-{n}")) for n in range(2)]
+    assert {p.spec.node_name for p in placed} <= {"gke-t-tpu-b-0", "gke-t-tpu-b-1"}
+    k8s.core.create_namespaced_pod(
+        "default",
+        _pod("off-both", nodeSelector=TPU_SELECTOR, tolerations=[TPU_TOLERATION], affinity=avoiding("tpu-a", "tpu-b")),
+    )
+    message = wait_for(lambda: _unschedulable(k8s, "off-both"))
+    assert message.startswith("0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector."), message
+    _delete(k8s, "off-a-0", "off-a-1", "off-both")

@@ -1,0 +1,389 @@
+"""Failure history across runs: which node pools and hosts the run's slices failed on, run after run. Pure.
+
+A run report (:func:`operators.recovery.run_report`) lists the run's slice failures (``slice_failures``), each
+with the GKE node pool its slice ran on (``cloud.google.com/gke-nodepool``, the label GKE sets on a pool's
+nodes), the host (node) that failed, a Kubernetes time and a kind. :class:`FailureHistory` keeps the last
+:data:`MAX_RUNS` runs of one task (newest last), each with at most :data:`MAX_FAILURES_PER_RUN` failures, and
+what the checkpoint-period model needs from it (wall time, step time, save time). The edge that stores it in
+Airflow is :mod:`operators.history_store`; the aggregation here ("what failed where over the last N runs")
+is what the pool avoidance (:mod:`operators.pool_avoidance`), ``checkpoint_period="auto"``
+(:func:`operators.advice.auto_period`) and the plugin's history page read.
+
+Kinds (:class:`FailureKind`), from the pod's ``DisruptionTarget`` condition as upstream sets it
+(``k8s.io/api/core/v1`` ``PodReason*``, see :mod:`operators.slice_failures`):
+
+- ``lost_host``: ``DeletionByPodGC`` (the node is gone), ``DeletionByTaintManager`` (the node went NotReady or
+  unreachable), or a worker pod deleted before it finished with no reason given;
+- ``eviction``: ``EvictionByEvictionAPI`` (a drain, GKE maintenance or auto-repair), ``TerminationByKubelet``
+  (node shutdown, Spot reclaim);
+- ``preemption``: ``PreemptionByScheduler``, or Kueue suspending the admitted JobSet (then no pool: the whole
+  run was preempted);
+- ``trainer_error``: a worker container that failed (restarted in place, or its pod ``Failed``) with no
+  disruption: the program, or the host under it, failed.
+
+Only ``lost_host`` and ``trainer_error`` say something about a pool's health (:data:`HEALTH_KINDS`): an eviction
+or a preemption was the platform's decision, and spends no slice budget either.
+
+Everything read back is checked (types, bounds), since anyone allowed to edit Airflow Variables can write it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+MAX_RUNS = 50
+MAX_FAILURES_PER_RUN = 100
+MAX_TEXT = 253  # a node or pool name (DNS-1123 subdomain) or a run id is shorter
+MAX_HISTORY_BYTES = 512 * 1024
+DEFAULT_RUNS = 3  # the "last N runs" the avoidance and the auto period look at, unless told
+
+
+class FailureKind(StrEnum):
+    """What ended a slice's work (see the module docstring)."""
+
+    LOST_HOST = "lost_host"
+    EVICTION = "eviction"
+    PREEMPTION = "preemption"
+    TRAINER_ERROR = "trainer_error"
+
+
+HEALTH_KINDS = frozenset({FailureKind.LOST_HOST, FailureKind.TRAINER_ERROR})
+_REASON_KINDS = {
+    "DeletionByPodGC": FailureKind.LOST_HOST,
+    "DeletionByTaintManager": FailureKind.LOST_HOST,
+    "EvictionByEvictionAPI": FailureKind.EVICTION,
+    "TerminationByKubelet": FailureKind.EVICTION,
+    "PreemptionByScheduler": FailureKind.PREEMPTION,
+}
+
+
+DELETED = "Deleted"  # what observations record for a pod deleted before it finished, with no disruption reason
+_REASON_KINDS[DELETED] = FailureKind.LOST_HOST
+
+
+def kind_of(reasons: Iterable[str]) -> FailureKind:
+    """The kind of one slice failure from its pod failures' reasons.
+
+    Each reason is the pod's ``DisruptionTarget`` reason, :data:`DELETED` for a pod deleted before it finished with
+    none, or ``""`` for a container that failed (restarted in place, or its pod ``Failed``). A preemption outranks
+    an eviction, which outranks a lost host: a slice's other pods fail *because* one was taken.
+    """
+    kinds = {_REASON_KINDS[r] for r in reasons if r in _REASON_KINDS}
+    for kind in (FailureKind.PREEMPTION, FailureKind.EVICTION, FailureKind.LOST_HOST):
+        if kind in kinds:
+            return kind
+    return FailureKind.TRAINER_ERROR
+
+
+@dataclass(frozen=True)
+class SliceFailure:
+    """One slice failure of one run: when (Unix seconds, Kubernetes' time), what, and where.
+
+    ``pool``: the slice's GKE node pool (``""``: not known, e.g. a single-host slice whose pod never named its
+    pool, or a Kueue preemption of the whole run); ``hosts``: the nodes its failed pods ran on.
+    """
+
+    at: float
+    kind: FailureKind
+    pool: str = ""
+    hosts: tuple[str, ...] = ()
+    slice: int = -1
+    jobset: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "kind": self.kind.value,
+            "pool": self.pool,
+            "hosts": list(self.hosts),
+            "slice": self.slice,
+            "jobset": self.jobset,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> SliceFailure:
+        entry = _object(data)
+        hosts = entry.get("hosts") or []
+        if not isinstance(hosts, list) or len(hosts) > 64:
+            raise ValueError("hosts must be a list of at most 64 node names")
+        return cls(
+            at=_seconds(entry, "at"),
+            kind=FailureKind(str(entry.get("kind"))),
+            pool=_text(entry, "pool"),
+            hosts=tuple(_text({"host": h}, "host") for h in hosts),
+            slice=_whole(entry, "slice", minimum=-1),
+            jobset=_text(entry, "jobset"),
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished run as the history keeps it: its failures, the pools its slices used, its timings.
+
+    ``failures_total``: every failure the checkpoint model counts (in-process recoveries and full restarts), which
+    may be more than ``failures`` lists (those are the ones placed on a slice); ``None`` where not measured.
+    """
+
+    run_id: str
+    ended_at: float
+    failures: tuple[SliceFailure, ...] = ()
+    pools: tuple[str, ...] = ()
+    slices: int = 0
+    succeeded: bool = True
+    wall_seconds: float | None = None
+    failures_total: int = 0
+    mean_step_seconds: float | None = None
+    checkpoint_save_seconds: float | None = None
+    recovery_seconds: float | None = None
+    checkpoint_period: int | None = None
+    goodput: float | None = None
+    avoided_pools: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "ended_at": self.ended_at,
+            "failures": [f.to_json() for f in self.failures],
+            "pools": list(self.pools),
+            "slices": self.slices,
+            "succeeded": self.succeeded,
+            "wall_seconds": self.wall_seconds,
+            "failures_total": self.failures_total,
+            "mean_step_seconds": self.mean_step_seconds,
+            "checkpoint_save_seconds": self.checkpoint_save_seconds,
+            "recovery_seconds": self.recovery_seconds,
+            "checkpoint_period": self.checkpoint_period,
+            "goodput": self.goodput,
+            "avoided_pools": list(self.avoided_pools),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunRecord:
+        entry = _object(data)
+        failures = entry.get("failures") or []
+        pools = entry.get("pools") or []
+        avoided = entry.get("avoided_pools") or []
+        if not isinstance(failures, list) or len(failures) > MAX_FAILURES_PER_RUN:
+            raise ValueError(f"failures must be a list of at most {MAX_FAILURES_PER_RUN}")
+        for name, names in (("pools", pools), ("avoided_pools", avoided)):
+            if not isinstance(names, list) or len(names) > 256:
+                raise ValueError(f"{name} must be a list of at most 256 pool names")
+        succeeded = entry.get("succeeded", True)
+        if not isinstance(succeeded, bool):
+            raise ValueError("succeeded must be true or false")
+        period = entry.get("checkpoint_period")
+        return cls(
+            run_id=_text(entry, "run_id", required=True),
+            ended_at=_seconds(entry, "ended_at"),
+            failures=tuple(SliceFailure.from_json(f) for f in failures),
+            pools=tuple(_text({"pool": p}, "pool") for p in pools),
+            slices=_whole(entry, "slices"),
+            succeeded=succeeded,
+            wall_seconds=_optional_seconds(entry, "wall_seconds"),
+            failures_total=_whole(entry, "failures_total"),
+            mean_step_seconds=_optional_seconds(entry, "mean_step_seconds"),
+            checkpoint_save_seconds=_optional_seconds(entry, "checkpoint_save_seconds"),
+            recovery_seconds=_optional_seconds(entry, "recovery_seconds"),
+            checkpoint_period=None if period is None else _whole(entry, "checkpoint_period", minimum=1),
+            goodput=_optional_fraction(entry, "goodput"),
+            avoided_pools=tuple(_text({"pool": p}, "pool") for p in avoided),
+        )
+
+
+@dataclass(frozen=True)
+class FailureHistory:
+    """The last runs of one task, oldest first, at most :data:`MAX_RUNS`."""
+
+    runs: tuple[RunRecord, ...] = field(default_factory=tuple)
+
+    def with_run(self, run: RunRecord) -> FailureHistory:
+        """This history with ``run`` added (replacing one of the same run id), the oldest dropped past the bound."""
+        kept = [r for r in self.runs if r.run_id != run.run_id]
+        bounded = replace(run, failures=tuple(sorted(run.failures, key=lambda f: f.at))[-MAX_FAILURES_PER_RUN:])
+        return FailureHistory(tuple([*kept, bounded][-MAX_RUNS:]))
+
+    def last(self, runs: int) -> tuple[RunRecord, ...]:
+        """The newest ``runs`` runs, oldest first."""
+        return self.runs[-runs:] if runs > 0 else ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": 1, "runs": [r.to_json() for r in self.runs]}
+
+    def render(self) -> str:
+        """Compact JSON; the oldest runs go until it fits :data:`MAX_HISTORY_BYTES`."""
+        runs = list(self.runs)
+        while True:
+            text = json.dumps({"version": 1, "runs": [r.to_json() for r in runs]}, separators=(",", ":"))
+            if len(text.encode()) <= MAX_HISTORY_BYTES or not runs:
+                return text
+            runs.pop(0)
+
+    @classmethod
+    def parse(cls, text: str | None) -> FailureHistory:
+        """A history from :meth:`render`'s JSON (``None`` or empty: no history); ``ValueError`` when unsound."""
+        if not text:
+            return cls()
+        if len(text.encode()) > MAX_HISTORY_BYTES:
+            raise ValueError(f"longer than {MAX_HISTORY_BYTES} bytes")
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            raise ValueError(f"not JSON: {error}") from None
+        return cls.from_json(data)
+
+    @classmethod
+    def from_json(cls, data: Any) -> FailureHistory:
+        entry = _object(data)
+        if entry.get("version") != 1:
+            raise ValueError(f"unknown history version {entry.get('version')!r}")
+        runs = entry.get("runs")
+        if not isinstance(runs, list) or len(runs) > MAX_RUNS:
+            raise ValueError(f"runs must be a list of at most {MAX_RUNS}")
+        try:
+            return cls(tuple(RunRecord.from_json(r) for r in runs))
+        except (TypeError, KeyError) as error:
+            raise ValueError(f"not a sound history: {error}") from None
+
+
+@dataclass(frozen=True)
+class PoolTally:
+    """One pool's failures over the runs looked at: how many of each kind, and in which runs."""
+
+    pool: str
+    health_failures: int  # lost_host + trainer_error: what the avoidance counts
+    by_kind: Mapping[str, int]
+    by_run: Mapping[str, int]  # run id -> health failures in that run (runs with none left out)
+    runs_used: int  # of the runs looked at, how many had a slice on this pool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "health_failures": self.health_failures,
+            "by_kind": dict(self.by_kind),
+            "by_run": dict(self.by_run),
+            "runs_used": self.runs_used,
+        }
+
+
+def tally_pools(runs: Sequence[RunRecord]) -> dict[str, PoolTally]:
+    """What failed where over ``runs``: per pool (a failure on no known pool is left out), by kind and by run."""
+    kinds: dict[str, dict[str, int]] = {}
+    per_run: dict[str, dict[str, int]] = {}
+    used: dict[str, int] = {}
+    for run in runs:
+        for pool in set(run.pools) | {f.pool for f in run.failures if f.pool}:
+            used[pool] = used.get(pool, 0) + 1
+        for failure in run.failures:
+            if not failure.pool:
+                continue
+            counts = kinds.setdefault(failure.pool, {})
+            counts[failure.kind.value] = counts.get(failure.kind.value, 0) + 1
+            if failure.kind in HEALTH_KINDS:
+                runs_of = per_run.setdefault(failure.pool, {})
+                runs_of[run.run_id] = runs_of.get(run.run_id, 0) + 1
+    return {
+        pool: PoolTally(
+            pool=pool,
+            health_failures=sum(per_run.get(pool, {}).values()),
+            by_kind=dict(sorted(kinds.get(pool, {}).items())),
+            by_run=dict(per_run.get(pool, {})),
+            runs_used=used[pool],
+        )
+        for pool in sorted(used)
+    }
+
+
+def history_summary(history: FailureHistory, runs: int = DEFAULT_RUNS) -> dict[str, Any]:
+    """The last ``runs`` runs and their per-pool tally, as the report and the plugin show them."""
+    looked_at = history.last(runs)
+    return {
+        "runs": [r.run_id for r in looked_at],
+        "pools": [t.to_json() for t in tally_pools(looked_at).values()],
+    }
+
+
+# -- checked reads ------------------------------------------------------------------------------------
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("an entry must be an object")
+    return value
+
+
+def _text(entry: Mapping[str, Any], key: str, *, required: bool = False) -> str:
+    value = entry.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise ValueError(f"{key} must be a string of at most {MAX_TEXT} characters")
+    return value
+
+
+def _whole(entry: Mapping[str, Any], key: str, *, minimum: int = 0) -> int:
+    value = entry.get(key, 0 if minimum <= 0 else minimum)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 2**31 - 1:
+        raise ValueError(f"{key} must be a whole number from {minimum} to {2**31 - 1}")
+    return value
+
+
+def _seconds(entry: Mapping[str, Any], key: str) -> float:
+    value = entry.get(key)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and 0 <= value < 1e12)
+    ):
+        raise ValueError(f"{key} must be a number of seconds")
+    return float(value)
+
+
+def _optional_seconds(entry: Mapping[str, Any], key: str) -> float | None:
+    return None if entry.get(key) is None else _seconds(entry, key)
+
+
+def _optional_fraction(entry: Mapping[str, Any], key: str) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{key} must be a fraction from 0 to 1")
+    return float(value)
+
+
+def record_from_report(report: Mapping[str, Any], *, run_id: str, ended_at: float, succeeded: bool) -> RunRecord:
+    """The history's entry for a finished run, from its run report (:func:`operators.recovery.run_report`)."""
+    recoveries = [r for r in report.get("recoveries") or [] if isinstance(r, Mapping)]
+    escalations = [e for e in report.get("escalations") or [] if isinstance(e, Mapping)]
+    downtimes = [float((r.get("phase_seconds") or {}).get("total") or 0.0) for r in recoveries]
+    downtimes += [float(e.get("seconds_to_recreate") or 0.0) for e in escalations]
+    failures = [SliceFailure.from_json(f) for f in report.get("slice_failures") or []]
+    avoidance = report.get("node_pool_avoidance") or {}
+    period = report.get("checkpoint_period")
+
+    def number(key: str) -> float | None:
+        value = report.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    goodput = number("goodput")
+    return RunRecord(
+        run_id=run_id[:MAX_TEXT],
+        ended_at=ended_at,
+        failures=tuple(failures),
+        pools=tuple(str(p) for p in report.get("node_pools") or []),
+        slices=int(report.get("num_slices") or 0),
+        succeeded=succeeded,
+        wall_seconds=number("wall_seconds"),
+        failures_total=len(recoveries) + len(escalations),
+        mean_step_seconds=number("mean_step_seconds"),
+        checkpoint_save_seconds=number("checkpoint_save_seconds"),
+        recovery_seconds=sum(downtimes) / len(downtimes) if downtimes else None,
+        checkpoint_period=period if isinstance(period, int) and not isinstance(period, bool) and period >= 1 else None,
+        goodput=None if goodput is None else min(1.0, max(0.0, goodput)),
+        avoided_pools=tuple(str(p) for p in avoidance.get("avoided") or []) if isinstance(avoidance, Mapping) else (),
+    )

@@ -1,0 +1,112 @@
+"""``checkpoint_period="auto"`` on the local cluster: ``ElasticJobSetOperator`` through ``dag.test()`` reads its
+failure history (an Airflow Variable), picks the period before launch, runs MaxText with it, and reports the period,
+the goodput the model predicted and the goodput the run got; the run joins the history.
+
+The histories are written as the operator writes them (``FailureHistory.render``): three runs with a failure every
+few seconds against three runs with none, with the step and save times such tiny runs measure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from elastic_training.operators.failure_history import FailureHistory, RunRecord
+from tests.support.airflow_dags import dag_from_source, states, xcom
+
+pytestmark = pytest.mark.slow
+
+STEPS = 24
+HEADER = """\
+from datetime import timedelta
+from airflow.sdk import DAG
+from elastic_training.operators import ElasticJobSetOperator
+"""
+
+
+def auto_dag(dag_id: str, base: Path, key: str) -> Any:
+    body = f"""
+    with DAG({dag_id!r}, schedule=None) as dag:
+        ElasticJobSetOperator(
+            task_id="pretrain",
+            run_name={dag_id.replace("_", "-")!r},
+            base_output_directory={str(base)!r},
+            steps={STEPS},
+            checkpoint_period="auto",
+            num_slices=2,
+            runtime="local",
+            maxtext_args={{}},
+            max_full_restarts=1,
+            stall_timeout=timedelta(minutes=6),
+            deferrable=True,
+            poll_interval=1.0,
+            local_env={{"LOCAL_STEP_SECONDS": "0.1"}},
+            failure_history_key={key!r},
+        )
+    """
+    return dag_from_source(dag_id, body, HEADER)
+
+
+def seeded(key: str, *, failures: int) -> None:
+    from airflow.models import Variable
+
+    history = FailureHistory()
+    for n in range(3):
+        history = history.with_run(
+            RunRecord(
+                run_id=f"seed-{n}",
+                ended_at=1_796_000_000.0 + n,
+                wall_seconds=60.0,
+                failures_total=failures,
+                mean_step_seconds=0.1,
+                checkpoint_save_seconds=0.2,
+                recovery_seconds=2.0,
+                checkpoint_period=10,
+            )
+        )
+    Variable.set(key, history.render())
+
+
+def trainer_args(cluster: LocalCluster, name: str) -> list[str]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        jobset = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name
+        )
+    finally:
+        api.close()
+    head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
+    container = next(c for c in head["template"]["spec"]["template"]["spec"]["containers"] if c["name"] == "jax-tpu")
+    return [*container.get("command", []), *container.get("args", [])]
+
+
+def test_auto_picks_a_shorter_period_after_frequent_failures(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    from airflow.models import Variable
+
+    chosen: dict[str, dict[str, Any]] = {}
+    for label, failures in (("stormy", 60), ("calm", 0)):
+        key = f"elastic_training_failure_history.auto-{label}"
+        seeded(key, failures=failures)
+        dag_run = auto_dag(f"auto_{label}", tmp_path, key).test()
+        assert states(dag_run) == {"pretrain": "success"}
+        report = xcom(dag_run, "pretrain")
+        choice = report["checkpoint_period_choice"]
+        lower, upper = choice["bounds"]
+        assert lower <= choice["period"] <= upper == STEPS // 2
+        assert report["checkpoint_period"] == choice["period"]  # the run trained with it
+        assert f"checkpoint_period={choice['period']}" in trainer_args(cluster_connection, report["jobset_name"])
+        assert choice["runs"] == 3 and choice["predicted_goodput"] is not None
+        assert choice["achieved_goodput"] == report["goodput"] is not None
+        # The run joined the history, with the period it trained with.
+        history = FailureHistory.parse(Variable.get(key))
+        assert len(history.runs) == 4 and history.runs[-1].checkpoint_period == choice["period"]
+        chosen[label] = choice
+    assert chosen["stormy"]["period"] < chosen["calm"]["period"] == STEPS // 2
+    assert chosen["calm"]["clamped"] == "run_length" and chosen["stormy"]["mtbf_seconds"] == round(180 / 181, 6)

@@ -1,0 +1,221 @@
+"""``avoid_failing_node_pools`` over several runs on the local cluster (issue 27): GKE's node pools (v5e-small:
+four v5e-16 pools of 4 hosts), the real JAX trainer, faults through the cluster's fault API (lose-host: the whole
+slice's pool goes NotReady and its pods are failed as PodGC fails them).
+
+Three runs of 3 slices, a host of the same pool lost in two of them; then the fourth run, three ways, each from
+that same three-run history: option on (the pool is avoided: no worker lands on it, the report says on what
+evidence), option off (the pool is used as before), option on with 4 slices (avoiding it would leave 3 pools for 4
+slices: it is used, and the report says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config, utils
+
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    LABEL_GKE_NODEPOOL,
+    LABEL_REPLICATED_JOB_NAME,
+    LABEL_RUN_NAME,
+    WORKER_REPLICATED_JOB,
+)
+from elastic_training.operators.failure_history import FailureHistory
+from elastic_training.operators.rbac import node_pool_reader_manifests
+from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.step_faults import StepFaults
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE = "default"
+HISTORY_KEY = "elastic_training_failure_history.avoidance-test"
+SMALL_MODEL = {"base_emb_dim": 32, "base_num_decoder_layers": 1, "vocab_size": 32, "max_target_length": 16}
+HEADER = """\
+from datetime import timedelta
+from airflow.sdk import DAG
+from elastic_training.operators import ElasticJobSetOperator
+"""
+
+
+def history_dag(dag_id: str, base: Path, *, slices: int = 3, avoid: bool = False) -> Any:
+    """A tiny run (16 steps, a checkpoint every 4, 0.2 s a step) sharing one failure history."""
+    body = f"""
+    with DAG({dag_id!r}, schedule=None) as dag:
+        ElasticJobSetOperator(
+            task_id="pretrain",
+            run_name={dag_id.replace("_", "-")!r},
+            base_output_directory={str(base)!r},
+            steps=16,
+            checkpoint_period=4,
+            num_slices={slices},
+            tpu_type="v5e",
+            tpu_topology="4x4",
+            runtime="local",
+            maxtext_args={SMALL_MODEL!r},
+            max_slice_restarts=2,
+            elastic_max_retries=4,
+            max_full_restarts=1,
+            stall_timeout=timedelta(minutes=6),
+            deferrable=True,
+            poll_interval=1.0,
+            local_env={{"LOCAL_STEP_SECONDS": "0.2"}},
+            avoid_failing_node_pools={avoid!r},
+            node_pool_failure_threshold=1,
+            failure_history_runs=3,
+            failure_history_key={HISTORY_KEY!r},
+        )
+    """
+    return dag_from_source(dag_id, body, HEADER)
+
+
+@pytest.fixture(scope="module")
+def node_reader(cluster_connection: LocalCluster) -> Iterator[LocalCluster]:
+    """The operators' account may also list nodes (deploy/rbac-node-pools.yaml), as the option needs."""
+    admin = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    try:
+        for manifest in node_pool_reader_manifests(NAMESPACE):
+            utils.create_from_dict(admin, manifest)
+    finally:
+        admin.close()
+    yield cluster_connection
+
+
+def _pool_of_node(faults: StepFaults, node: str) -> str:
+    return str((faults.core.read_node(node).metadata.labels or {})[LABEL_GKE_NODEPOOL])
+
+
+def _running_workers(faults: StepFaults) -> list[Any]:
+    selector = f"{LABEL_RUN_NAME}={faults.run_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
+    pods = faults.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    return [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+
+
+def lose_host_of(pool: list[str], lost: list[dict[str, Any]]) -> Callable[[StepFaults], None]:
+    """Lose a host of ``pool[0]`` (of the pool slice 0 runs on when ``pool`` is empty), repaired 2 s later."""
+
+    def act(faults: StepFaults) -> None:
+        workers = _running_workers(faults)
+        if not pool:
+            first = next(p for p in workers if p.metadata.labels.get("jobset.sigs.k8s.io/job-index") == "0")
+            pool.append(_pool_of_node(faults, first.spec.node_name))
+        victims = [p for p in workers if _pool_of_node(faults, p.spec.node_name) == pool[0]]
+        if not victims:
+            raise RuntimeError(f"no worker of this run runs on {pool[0]}")
+        lost.append(faults.cluster.faults.lose_host(victims[0].spec.node_name, repair_seconds=2.0))
+
+    return act
+
+
+def note_pools(used: set[str]) -> Callable[[StepFaults], None]:
+    """Note the node pools the run's running workers are bound to (read from their nodes: the scheduler's choice)."""
+
+    def act(faults: StepFaults) -> None:
+        used.update(_pool_of_node(faults, p.spec.node_name) for p in _running_workers(faults))
+
+    return act
+
+
+def worker_affinity(cluster: LocalCluster, jobset: str) -> Any:
+    """The worker pod template's affinity in the JobSet the operator created (``None``: none)."""
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        body = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, jobset
+        )
+    finally:
+        api.close()
+    worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
+    return worker["template"]["spec"]["template"]["spec"].get("affinity")
+
+
+def fourth_run(cluster: LocalCluster, dag: Any, run_name: str) -> tuple[Any, dict[str, Any], set[str]]:
+    used: set[str] = set()
+    with StepFaults(cluster, run_name) as faults:
+        faults.at(3, note_pools(used))
+        dag_run = dag.test()
+    assert states(dag_run) == {"pretrain": "success"} and not faults.errors, faults.errors
+    assert used, "the run's workers were never seen running"
+    return dag_run, xcom(dag_run, "pretrain"), used
+
+
+def stored_history() -> str | None:
+    from airflow.models import Variable
+
+    value = Variable.get(HISTORY_KEY, default_var=None)
+    return value if isinstance(value, str) else None
+
+
+def restore_history(text: str) -> None:
+    from airflow.models import Variable
+
+    Variable.set(HISTORY_KEY, text)
+
+
+def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
+    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+) -> None:
+    cluster = node_reader
+    pool: list[str] = []
+    lost: list[dict[str, Any]] = []
+    for n, fault in ((1, True), (2, True), (3, False)):
+        dag = history_dag(f"history_run_{n}", tmp_path)
+        with StepFaults(cluster, f"history-run-{n}") as faults:
+            if fault:
+                faults.at(5, lose_host_of(pool, lost))
+            dag_run = dag.test()
+        assert states(dag_run) == {"pretrain": "success"}, faults.errors
+        assert not faults.errors, faults.errors
+        report = xcom(dag_run, "pretrain")
+        assert report["node_pool_avoidance"]["enabled"] is False
+        if fault:
+            # The run's report names the pool and the host of its slice failure.
+            failed = [f for f in report["slice_failures"] if f["kind"] == "lost_host"]
+            assert [f["pool"] for f in failed] == [pool[0]], report["slice_failures"]
+            assert lost[-1]["node"] in failed[0]["hosts"]
+    assert len(lost) == 2
+    failing = pool[0]
+    history_text = stored_history()
+    history = FailureHistory.parse(history_text)
+    assert len(history.runs) == 3
+    assert [sum(f.pool == failing for f in r.failures) for r in history.runs] == [1, 1, 0]
+    assert history_text is not None
+
+    # The fourth run, option on: its workers keep off the failing pool.
+    restore_history(history_text)
+    _, report, used = fourth_run(cluster, history_dag("history_run_4_on", tmp_path, avoid=True), "history-run-4-on")
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["avoided"] == [failing], avoidance
+    assert avoidance["evidence"][failing]["health_failures"] == 2
+    assert sorted(avoidance["evidence"][failing]["by_run"]) == sorted(r.run_id for r in history.runs[:2])
+    assert len(avoidance["candidates"]) == 4 and failing in avoidance["reason"]
+    assert len(used) == 3 and failing not in used, used
+    assert set(report["node_pools"]) == used
+    assert worker_affinity(cluster, report["jobset_name"])["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": LABEL_GKE_NODEPOOL, "operator": "NotIn", "values": [failing]}]}
+        ]
+    }
+
+    # Option off: the same history; the JobSet carries no affinity and the run goes where the scheduler puts it.
+    restore_history(history_text)
+    _, report, used = fourth_run(cluster, history_dag("history_run_4_off", tmp_path), "history-run-4-off")
+    assert report["node_pool_avoidance"]["enabled"] is False and report["node_pool_avoidance"]["avoided"] == []
+    assert len(used) == 3 and worker_affinity(cluster, report["jobset_name"]) is None
+
+    # Option on, 4 slices: avoiding the pool would leave 3 pools for 4 slices; it is used, and the report says why.
+    restore_history(history_text)
+    dag = history_dag("history_run_4_four", tmp_path, slices=4, avoid=True)
+    _, report, used = fourth_run(cluster, dag, "history-run-4-four")
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["avoided"] == [] and avoidance["failing"] == [failing]
+    assert "cannot hold 4 slice(s)" in avoidance["reason"], avoidance["reason"]
+    assert failing in used and len(used) == 4 and worker_affinity(cluster, report["jobset_name"]) is None

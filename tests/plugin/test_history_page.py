@@ -1,0 +1,108 @@
+"""The plugin's failure-history page and API over HTTP (Airflow's API server app, login required).
+
+The history is written the way the operator writes it: by a task, through the Task SDK's ``Variable`` (a real
+``dag.test()`` run of a stand-in that calls ``operators.history_store.record_run``), and read back by the plugin
+from the metadata database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from elastic_training.operators.failure_history import FailureHistory
+from tests.plugin.test_api import auth
+from tests.support.airflow_dags import dag_from_source, states
+
+DAG_ID = "fake_history"
+HEADER = """\
+from airflow.sdk import DAG, BaseOperator
+
+from elastic_training.operators.failure_history import FailureKind, RunRecord, SliceFailure
+from elastic_training.operators.history_store import history_key, record_run
+
+
+def lost(pool, at, host):
+    return SliceFailure(at=at, kind=FailureKind.LOST_HOST, pool=pool, hosts=(host,), slice=0, jobset="js")
+
+
+class ElasticJobSetOperator(BaseOperator):
+    # Records three nights of history as the real operator records one run at its end.
+    def execute(self, context):
+        key = history_key(context["ti"].dag_id, context["ti"].task_id)
+        pools = ("tpu-a", "tpu-b", "tpu-c")
+        nights = [
+            RunRecord(run_id="night-1", ended_at=1796000000.0, failures=(lost("tpu-b", 1796000000.0, "gke-b-0"),),
+                      pools=pools, slices=3, checkpoint_period=10, goodput=0.9),
+            RunRecord(run_id="night-2", ended_at=1796086400.0, pools=pools, slices=3,
+                      failures=(lost("tpu-b", 1796086000.0, "gke-b-2"),
+                                SliceFailure(at=1796086100.0, kind=FailureKind.EVICTION, pool="tpu-a", slice=1)),
+                      checkpoint_period=10, goodput=0.8),
+            RunRecord(run_id="night-3", ended_at=1796172800.0, pools=("tpu-a", "tpu-c", "tpu-d"), slices=3,
+                      avoided_pools=("tpu-b",), checkpoint_period=7, goodput=0.95,
+                      failures=(lost("<script>x</script>", 1796172000.0, "gke-x"),)),
+        ]
+        for night in nights:
+            record_run(key, night, self.log.warning)
+"""
+
+
+@pytest.fixture(scope="module")
+def history(api: Any) -> None:
+    body = f"""
+    with DAG({DAG_ID!r}, schedule=None) as dag:
+        ElasticJobSetOperator(task_id="pretrain")
+    """
+    dag_run = dag_from_source(DAG_ID, body, HEADER).test()
+    assert states(dag_run) == {"pretrain": "success"}
+
+
+def test_the_history_api_tallies_failures_per_pool(api: Any, history: None) -> None:
+    answer = api.get(f"/elastic-training/api/history/{DAG_ID}/pretrain?runs=3", headers=auth(api.token()))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert [r["run_id"] for r in body["runs"]] == ["night-1", "night-2", "night-3"] and body["kept_runs"] == 3
+    pools = {p["pool"]: p for p in body["pools"]}
+    assert pools["tpu-b"]["health_failures"] == 2 and pools["tpu-b"]["by_run"] == {"night-1": 1, "night-2": 1}
+    assert pools["tpu-a"]["health_failures"] == 0 and pools["tpu-a"]["by_kind"] == {"eviction": 1}
+    assert pools["tpu-d"]["runs_used"] == 1
+    FailureHistory.from_json({"version": 1, "runs": body["runs"]})  # the runs as the history keeps them
+    last = api.get(f"/elastic-training/api/history/{DAG_ID}/pretrain?runs=1", headers=auth(api.token())).json()
+    assert [r["run_id"] for r in last["runs"]] == ["night-3"]
+
+
+def test_the_history_page_draws_failures_per_pool_and_links_them(api: Any, history: None) -> None:
+    page = api.get(
+        f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=pretrain&runs=3", cookies={"_token": api.token()}
+    )
+    assert page.status_code == 200, page.text
+    html = page.text
+    assert '<svg id="pool-chart"' in html
+    assert 'data-pool="tpu-b" data-kind="lost_host" data-count="2"' in html
+    assert 'data-pool="tpu-a" data-kind="eviction" data-count="1"' in html
+    # Each run's failures link to their pool's section; each run links to its run view.
+    assert '<a class="failure lost_host" href="#pool-tpu-b">tpu-b</a>' in html and 'id="pool-tpu-b"' in html
+    assert "/elastic-training/ui/run?dag_id=fake_history&amp;run_id=night-2" in html
+    assert "gke-b-2" in html and "night-3" in html
+    # What came from the Variable is escaped, never markup.
+    assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+
+
+def test_a_task_without_history_says_so(api: Any, history: None) -> None:
+    page = api.get(f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=evaluate", cookies={"_token": api.token()})
+    assert page.status_code == 200 and 'id="no-history"' in page.text
+    answer = api.get(f"/elastic-training/api/history/{DAG_ID}/evaluate", headers=auth(api.token()))
+    assert answer.json()["runs"] == [] and answer.json()["pools"] == []
+
+
+def test_the_history_is_not_served_anonymously_and_checks_its_input(api: Any, history: None) -> None:
+    api.cookies.clear()
+    assert api.get(f"/elastic-training/api/history/{DAG_ID}/pretrain").status_code == 401
+    page = api.get(f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=pretrain", follow_redirects=False)
+    assert page.status_code == 303 and page.headers["location"].startswith("/auth/login?next=")
+    token = api.token()
+    assert api.get(f"/elastic-training/api/history/{DAG_ID}/bad%20task", headers=auth(token)).status_code == 400
+    assert api.get(f"/elastic-training/api/history/{DAG_ID}/pretrain?runs=0", headers=auth(token)).status_code == 422
+    bad = api.get("/elastic-training/ui/history?dag_id=%3Cscript%3E&task_id=pretrain", cookies={"_token": token})
+    assert bad.status_code == 400
