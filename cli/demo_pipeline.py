@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from elastic_training.operators.pipeline_report import recovery_summary, stage_lines
+from elastic_training.operators.pipeline_report import recovery_summary, stage_lines, time_summary
 
 DAG_ID = "elastic_training_nightly"
 STAGES = (
@@ -286,6 +286,9 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
         lines.append(f"  escalations: {len(escalations)}" + ("" if escalations else " (no full restart was needed)"))
     else:
         lines.append("  pretraining left no report")
+    if pretrain:
+        lines += ["", "Pretraining's time and goodput:"]
+        lines += [f"  {line}" for line in time_summary(pretrain, config.get("queue_name"))]
     lines += [
         "",
         f"Validated checkpoint : step {checkpoint.get('step')} at {checkpoint.get('path')}",

@@ -104,3 +104,44 @@ def stage_lines(stages: Sequence[tuple[str, str, float | None, str]]) -> list[st
         duration = "" if seconds is None else f"{seconds:6.1f} s"
         lines.append(f"  {name:<26} {state:<15} {duration:>8}  {result}")
     return lines
+
+
+def _share(value: Any) -> str:
+    return "n/a" if not isinstance(value, int | float) else f"{value:.3f}"
+
+
+def time_summary(report: Mapping[str, Any], queue_name: str | None = None) -> list[str]:
+    """Where a pretraining run's wall time went, and what its goodput is made of (text lines).
+
+    ``goodput`` (run report) is the time of the steps kept over the time the run held capacity: the wall time
+    less the time queued behind Kueue. A short run on the local cluster is mostly not steps: admission to the
+    first step (pods scheduled and started, imports, compilation, a restore), the recoveries and checkpoint saves
+    between steps, and the tail after the last step (the final save, shutdown, the JobSet's completion seen), so
+    its goodput is low; these lines say which part took what.
+    """
+    wall = report.get("wall_seconds")
+    queued = report.get("queued_seconds")
+    goodput = report.get("goodput")
+    holding = wall - (queued or 0.0) if isinstance(wall, int | float) else None
+    kept = goodput * holding if isinstance(goodput, int | float) and holding is not None else None
+    training = report.get("training_seconds")
+    between = training - kept if isinstance(training, int | float) and kept is not None else None
+    parts = [queued, report.get("admission_to_first_step_seconds"), training, report.get("tail_seconds")]
+    known = [p for p in parts if isinstance(p, int | float)]
+    rest = max(0.0, wall - sum(known)) if isinstance(wall, int | float) and len(known) == len(parts) else None
+    behind = f"behind Kueue LocalQueue {queue_name}" if queue_name else "no Kueue queue"
+    preemptions = len(report.get("preemptions") or [])
+    lines = [
+        f"time: {_seconds(wall)} wall ({behind}; {preemptions} preemption{'' if preemptions == 1 else 's'})",
+        f"  {'queued before admission':<26}: {_seconds(queued)} (waiting for quota: no chips held, never a stall)",
+        f"  {'admission -> first step':<26}: {_seconds(report.get('admission_to_first_step_seconds'))} "
+        "(pods scheduled and started, imports, compilation, restore)",
+        f"  {'first step -> last step':<26}: {_seconds(training)} ({_seconds(kept)} of steps kept; "
+        f"{_seconds(between)} recoveries, checkpoint saves, steps run again)",
+        f"  {'after the last step (tail)':<26}: {_seconds(report.get('tail_seconds'))} "
+        "(final checkpoint save, shutdown, the JobSet's completion seen)",
+        f"  {'other':<26}: {_seconds(rest)} (the operator's checks and launch; a full restart's recreation)",
+        f"goodput {_share(goodput)} = {_seconds(kept)} of steps kept / {_seconds(holding)} holding capacity "
+        f"(queue time apart); {_share(report.get('goodput_with_queue'))} over the whole wall time",
+    ]
+    return lines

@@ -17,11 +17,16 @@ or the replicated job template's annotations by the JobSet controller, ``labelAn
   controller tries again when the leader's pod changes.
 
 So each child Job lands wholly in one node pool and no two Jobs share one. The pod label
-``jobset.sigs.k8s.io/priority`` is the pod's ``spec.priority`` (the Priority admission plugin sets it,
-0 without a class). Not modelled: the ``alpha.jobset.sigs.k8s.io/node-selector`` strategy (pods with
+``jobset.sigs.k8s.io/priority`` is the pod's ``spec.priority`` (the Priority admission plugin,
+:mod:`local.cluster.pod_priority`, sets it on every pod before this webhook runs: the class's value, 0 without a
+class). It must: a pod left without ``spec.priority`` gets no label, its leader's anti-affinity term then asks for
+``priority In [""]``, selects no pod, and two Jobs' leaders can share a pool (upstream added the label for
+kubernetes-sigs/jobset #1057, and relies on the API server always resolving ``spec.priority``).
+Not modelled: the ``alpha.jobset.sigs.k8s.io/node-selector`` strategy (pods with
 it are left alone, as upstream's webhook does, but no node labels/taints are managed) and the pod
-controller that deletes followers found in another domain (with the node selector set here at
-creation they cannot be).
+controller (``pkg/controllers/pod_controller.go``) that deletes followers whose node selector names
+another domain than their leader's (with the node selector set here at creation, that happens only
+when a leader is replaced while its followers are still unscheduled).
 """
 
 from __future__ import annotations

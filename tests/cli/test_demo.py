@@ -30,6 +30,12 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     for phase in ("fault -> detection", "detection -> slices back", "restore from checkpoint", "restore -> first step"):
         assert re.search(rf"{re.escape(phase)} +: [0-9.]+ s", out), phase
     assert "escalations: 0" in out
+    # Behind the default LocalQueue, as on an xpk cluster; where pretraining's time went, and so its goodput.
+    assert re.search(r"time: [0-9.]+ s wall \(behind Kueue LocalQueue multislice-queue; 0 preemptions\)", out)
+    for part in ("queued before admission", "admission -> first step", "first step -> last step"):
+        assert re.search(rf"{re.escape(part)} +: [0-9.]+ s \(", out), part
+    assert re.search(r"after the last step \(tail\): [0-9.]+ s \(final checkpoint save", out)
+    assert re.search(r"goodput [0-9.]+ = [0-9.]+ s of steps kept / [0-9.]+ s holding capacity", out)
     assert "Validated checkpoint : step 59 at " in out
     assert re.search(r"Evaluation metrics   : lambada_openai loss [0-9.]+, perplexity [0-9.]+, accuracy [0-9.]+%", out)
     assert "Synthetic samples    : 8 in " in out

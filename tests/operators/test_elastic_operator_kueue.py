@@ -240,17 +240,6 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
     assert report["queue_spans"][0][1] is not None and report["tail_seconds"] is not None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "the local cluster's JobSet exclusive placement (one slice per node pool) sometimes puts pods of both slices "
-        "of a JobSet Kueue has just resumed into one v5e-16 pool (slice 0 on tpu-v5e-16-1-0/1/3, slice 1 on -1-2, the "
-        "rest Unschedulable): neither slice forms, the trainer's wait for slices runs out and the head fails, a full "
-        "restart the run did not earn. Seen in each of 3 runs (pods listed every 5 s in the third), on the first "
-        "incarnation or the one recreated after the preemption; the operator's side (preempted, waited out, "
-        "recreated budget-free, resumed) held in each"
-    ),
-)
 def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jobset(
     airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,6 +244,7 @@ async def read_the_view(
         " return {"
         "goodput: text('#kpi-goodput b'), step: text('#kpi-step b'), step_time: text('#kpi-step-time b'),"
         "recoveries: text('#kpi-recoveries b'), note: text('#training-note'),"
+        "queued: text('#kpi-queued b'), capacity: text('#capacity'),"
         "points: ((d.querySelector('#timeline polyline') || {getAttribute: () => ''}).getAttribute('points') || '')"
         ".split(' ').filter(Boolean).length,"
         "startup: [...d.querySelectorAll('#timeline .startup-label')].map(e => e.textContent),"
@@ -254,6 +256,8 @@ async def read_the_view(
         "page: location.pathname }; })()"
     )
     await shot(tools, out, "06-elastic-training-tab.png", seen)
+    await tools.js(f"(() => {{ const e = {doc}.querySelector('#capacity'); if (e) e.scrollIntoView(); }})()")
+    await shot(tools, out, "06-elastic-training-tab-queue-time.png", seen)
     await tools.call("Page.navigate", url=f"{stack.url}/plugin/elastic-training-runs")
     frame = FRAME_DOC.format(title="Elastic training runs")
     doc = f"{frame}.contentDocument"
@@ -341,6 +345,10 @@ def test_nightly_view_shows_a_clean_run_with_non_zero_goodput(nightly: dict[str,
     assert tab["points"] >= 80, "the line is drawn from the trainer's steps, not between checkpoints"
     assert tab["failures"] == 0 and tab["rewinds"] == 0
     assert tab["checkpoints"] >= 2 and tab["valid"] == tab["checkpoints"]
+    # Behind the form's default LocalQueue: the time queued (none to speak of on an idle cluster, but measured) and
+    # where the rest went around the steps.
+    assert re.fullmatch(r"[0-9.]+ (s|min|h)", tab["queued"] or ""), tab
+    assert "admission to first step" in tab["capacity"] and "after the last step" in tab["capacity"], tab
     row = listed_pretrain(nightly, NIGHTLY)
     assert percent(row[8]) > 0, row  # the goodput column
 

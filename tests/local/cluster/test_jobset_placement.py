@@ -192,3 +192,73 @@ def test_with_the_annotation_a_slice_waits_rather_than_straddle(k8s: K8s) -> Non
     wait_for(lambda: sum(1 for p in _pods(k8s, "waits") if p.spec.node_name) == 2)
     assert _placement(k8s, "waits") == {"waits-worker-0": {pool}}
     _cleanup(k8s, "waits", *(f"block-{p}" for p in POOLS if p != pool[-1]))
+
+
+def _cpu_filler(k8s: K8s, name: str, node: str) -> None:
+    """A pod taking a little of ``node``'s cpu and none of its chips: LeastAllocated then scores the node lower."""
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [TPU_TOLERATION],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {"name": "f", "image": "local", "command": ["sleep", "60"], "resources": {"requests": {"cpu": "8"}}}
+            ],
+        },
+    }
+    k8s.core.create_namespaced_pod("default", body)
+    wait_for(lambda: k8s.core.read_namespaced_pod(name, "default").spec.node_name == node)
+
+
+def _set_suspend(k8s: K8s, jobset: str, suspend: bool) -> None:
+    k8s.custom.patch_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", jobset, {"spec": {"suspend": suspend}}
+    )
+
+
+def _leader_pools(k8s: K8s, jobset: str) -> dict[str, str]:
+    """Job name → the node pool of its scheduled leader (completion index 0)."""
+    return {
+        pod.metadata.labels["batch.kubernetes.io/job-name"]: _pool_of(k8s, pod.spec.node_name)
+        for pod in _pods(k8s, jobset)
+        if pod.spec.node_name
+        and not pod.metadata.deletion_timestamp
+        and pod.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "0"
+    }
+
+
+def test_slices_whose_pods_name_a_priority_class_keep_a_pool_each_when_resumed_and_resumed_again(k8s: K8s) -> None:
+    """A JobSet behind Kueue, as xpk's are: its pods name a PriorityClass, it is created suspended and resumed at
+    admission, suspended (its pods deleted) at a preemption and resumed again (new pods). A leader's anti-affinity
+    repels only other Jobs' pods at *its* priority (the ``jobset.sigs.k8s.io/priority`` label the pod webhook copies
+    from ``spec.priority``, which the API server's Priority admission plugin resolves from the class): a pod left
+    without ``spec.priority`` gets no label, its term selects no pod, and nothing keeps the second leader out of the
+    first's pool. Here pool a is the least allocated (cpu fillers on b, c, d), so that is where it would go: both
+    leaders in one two-host pool, their followers pinned there with no host left, neither slice formed (what the
+    end-to-end preemption test met after Kueue resumed its run)."""
+    scheduling = client.SchedulingV1Api(k8s.api_client)
+    scheduling.create_priority_class({"metadata": {"name": "placement-low"}, "value": 250})
+    fillers = [f"fill-{pool}-{host}" for pool in POOLS[1:] for host in (0, 1)]
+    try:
+        for name in fillers:
+            _cpu_filler(k8s, name, f"gke-x-tpu-{name[5]}-{name[7]}")
+        manifest = _slices_jobset("queued", 2, exclusive=True)
+        manifest["spec"]["suspend"] = True  # Kueue's JobSet webhook creates a queued JobSet suspended
+        worker = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        worker["priorityClassName"] = "placement-low"
+        k8s.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", manifest)
+        for admission in ("admitted", "re-admitted after a preemption"):
+            _set_suspend(k8s, "queued", False)
+            leaders = wait_for(lambda: (found := _leader_pools(k8s, "queued")) and len(found) == 2 and found)
+            assert len(set(leaders.values())) == 2, f"{admission}: both slices' leaders in one pool: {leaders}"
+            wait_for(lambda: sum(1 for p in _pods(k8s, "queued") if p.spec.node_name) == 4)
+            placement = _placement(k8s, "queued")
+            assert all(len(pools) == 1 for pools in placement.values()), placement
+            assert len(set.union(*placement.values())) == 2, placement
+            assert {p.metadata.labels[LABEL_PRIORITY] for p in _pods(k8s, "queued")} == {"250"}
+            _set_suspend(k8s, "queued", True)  # Kueue's eviction: the Jobs suspended, their pods deleted
+            wait_for(lambda: not _pods(k8s, "queued"))
+    finally:
+        _cleanup(k8s, "queued", *fillers)
+        scheduling.delete_priority_class("placement-low")

@@ -1,0 +1,40 @@
+"""The pipeline report's time summary: where a pretraining run's wall time went, and what its goodput is made of."""
+
+from __future__ import annotations
+
+from elastic_training.operators.pipeline_report import time_summary
+
+# The shape of a short local run behind Kueue: most of its wall time is not steps.
+REPORT = {
+    "wall_seconds": 40.0,
+    "queued_seconds": 5.0,
+    "admission_to_first_step_seconds": 12.0,
+    "training_seconds": 14.0,
+    "tail_seconds": 6.0,
+    "goodput": 0.1,
+    "goodput_with_queue": 0.0857,
+    "preemptions": [],
+}
+
+
+def test_the_wall_time_is_split_into_queue_startup_training_and_tail() -> None:
+    lines = time_summary(REPORT, "multislice-queue")
+    assert lines[0] == "time: 40.00 s wall (behind Kueue LocalQueue multislice-queue; 0 preemptions)"
+    text = "\n".join(lines)
+    assert "queued before admission   : 5.00 s (waiting for quota" in text
+    assert "admission -> first step   : 12.00 s (pods scheduled and started" in text
+    # 0.1 of the 35 s the run held capacity were steps kept: 3.5 s; the other 10.5 s of training were not.
+    assert "first step -> last step   : 14.00 s (3.50 s of steps kept; 10.50 s recoveries" in text
+    assert "after the last step (tail): 6.00 s (final checkpoint save" in text
+    assert "other                     : 3.00 s" in text
+    assert lines[-1] == (
+        "goodput 0.100 = 3.50 s of steps kept / 35.00 s holding capacity (queue time apart); "
+        "0.086 over the whole wall time"
+    )
+
+
+def test_what_a_report_does_not_know_reads_n_a_and_no_queue_is_said() -> None:
+    lines = time_summary({"wall_seconds": 10.0, "preemptions": [{}]})
+    assert lines[0] == "time: 10.00 s wall (no Kueue queue; 1 preemption)"
+    assert "after the last step (tail): n/a" in "\n".join(lines)
+    assert lines[-1].startswith("goodput n/a = n/a of steps kept / 10.00 s holding capacity")
