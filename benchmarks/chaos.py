@@ -1005,6 +1005,7 @@ def run_lane(
     *,
     gcs: bool = False,
     kueue: str = "",
+    stall_timeout: int | None = None,
 ) -> int:
     """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout).
 
@@ -1039,6 +1040,8 @@ def run_lane(
         lane = Lane(root, cluster, env)
         for index in indices:
             plan = schedule(seed, index, gcs=gcs, kueue=kueue)
+            if stall_timeout is not None:
+                plan = dataclasses.replace(plan, stall_timeout_seconds=stall_timeout)
             left = deadline - time.time()
             if left < MIN_SECONDS_TO_START:
                 record: dict[str, Any] = {
@@ -1106,6 +1109,7 @@ def run_matrix(
     *,
     gcs: bool = False,
     kueue: str = "",
+    stall_timeout: int | None = None,
 ) -> list[dict[str, Any]]:
     """The runs ``runs`` (indices), split over ``jobs`` lanes; the records in run order."""
     out.mkdir(parents=True, exist_ok=True)
@@ -1130,6 +1134,7 @@ def run_matrix(
                         str(run_timeout),
                         "gcs" if gcs else "local",
                         kueue or "-",
+                        str(stall_timeout or "-"),
                     ),
                     cwd=REPO,
                     start_new_session=True,
@@ -1243,7 +1248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "_resetdb":
         return reset_db()
     if args and args[0] == "_lane":
-        root, seed, lane_indices, deadline, run_timeout, storage, kueue = args[1:8]
+        root, seed, lane_indices, deadline, run_timeout, storage, kueue, stall = args[1:9]
         return run_lane(
             Path(root),
             int(seed),
@@ -1252,6 +1257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             float(run_timeout),
             gcs=storage == "gcs",
             kueue="" if kueue == "-" else kueue,
+            stall_timeout=None if stall == "-" else int(stall),
         )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1275,7 +1281,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a Kueue dimension: every run in multislice-queue, preempted mid-training by a higher-priority JobSet "
         "(preempt) or queued behind one past its stall timeout (queue-wait); no other faults",
     )
+    parser.add_argument(
+        "--stall-timeout",
+        type=int,
+        default=None,
+        help="every run's stall_timeout in seconds (default: the schedule's 60); a loaded machine may take longer "
+        "than 60 s to its first step. A queue wait is this plus its extra seconds",
+    )
     options = parser.parse_args(args)
+    if options.stall_timeout is not None and options.stall_timeout < 10:
+        parser.error(f"--stall-timeout must be at least 10 seconds, got {options.stall_timeout}")
     if options.kueue and options.gcs:
         parser.error("--kueue runs write to local disk: drop --gcs")
 
@@ -1299,6 +1314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.run_timeout,
         gcs=options.gcs,
         kueue=options.kueue,
+        stall_timeout=options.stall_timeout,
     )
     with (out / "chaos.jsonl").open("w") as handle:
         for record in records:
