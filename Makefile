@@ -98,8 +98,12 @@ bench: setup
 # The chaos matrix (benchmarks/chaos.py): RUNS seeded elastic runs through Airflow on the local cluster.
 # BUDGET bounds the whole matrix (no run starts after it), RUN_TIMEOUT each run; CHAOS_OUT keeps the records.
 # GCS=1 puts the run directories on gs:// (a GCS emulator per lane) and adds GCS 503 bursts and outages.
+# KUEUE=preempt or KUEUE=queue-wait runs a Kueue dimension instead (benchmarks/chaos_kueue.py); STALL=<seconds>
+# sets every run's stall_timeout (a loaded machine may need more than the schedule's 60 s to the first step).
 RUNS ?= 50
 GCS ?= 0
+KUEUE ?=
+STALL ?=
 SEED ?= 1
 JOBS ?= 1
 BUDGET ?= 7200
@@ -107,7 +111,8 @@ RUN_TIMEOUT ?= 480
 CHAOS_OUT ?= chaos-out
 chaos: setup
 	$(BIN)/python -m benchmarks.chaos --runs $(RUNS) --seed $(SEED) --jobs $(JOBS) --budget $(BUDGET) \
-		--run-timeout $(RUN_TIMEOUT) --out $(CHAOS_OUT) $(if $(filter 1,$(GCS)),--gcs,)
+		--run-timeout $(RUN_TIMEOUT) --out $(CHAOS_OUT) $(if $(filter 1,$(GCS)),--gcs,) \
+		$(if $(KUEUE),--kueue $(KUEUE),) $(if $(STALL),--stall-timeout $(STALL),)
 
 clean:
 	rm -rf $(VENV) $(MAXTEXT_VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache

@@ -62,6 +62,9 @@ from benchmarks.chaos_schedule import (
     FREEZE_TRAINER,
     GCS_ERRORS,
     KILL_TASK,
+    KUEUE_DIMENSIONS,
+    PREEMPT,
+    QUEUE_WAIT,
     SLICE_FAULTS,
     Fault,
     Schedule,
@@ -114,7 +117,7 @@ with DAG({dag_id!r}, schedule=None) as dag:
         elastic_timeout_seconds={elastic_timeout},
         deferrable=True,
         poll_interval=1.0,
-        local_env={local_env!r},
+        local_env={local_env!r},{kueue_args}
     )
 """
 
@@ -141,7 +144,17 @@ def dag_source(plan: Schedule, base: str, storage_env: dict[str, str] | None = N
         # The stall timeout must exceed MaxText's wait for slices (the spec lint): half of it waits for slices.
         elastic_timeout=max(1, plan.stall_timeout_seconds // 2),
         local_env=local_env,
+        kueue_args=_kueue_args(plan),
     )
+
+
+def _kueue_args(plan: Schedule) -> str:
+    """The Kueue dimensions' runs go to xpk's LocalQueue at a low priority (a blocker outranks them)."""
+    if not plan.kueue:
+        return ""
+    from benchmarks.chaos_kueue import QUEUE, RUN_PRIORITY
+
+    return f"\n        queue_name={QUEUE!r},\n        priority_class={RUN_PRIORITY!r},"
 
 
 def dag_id(plan: Schedule) -> str:
@@ -261,19 +274,22 @@ class RunWatch:
         kill_task: Callable[[], None],
         gcs_proxy: Any | None = None,
         log_path: Path | None = None,
+        kueue_actor: Any | None = None,
     ) -> None:
         self.cluster = cluster
+        self.kueue_actor = kueue_actor  # benchmarks.chaos_kueue.KueueActor: the blocker of a Kueue dimension's run
         self.log_path = log_path  # the task processes' log: an escalation logged there holds the faults
         self.plan = plan
         self.files = files
         self.kill_task = kill_task
         self.gcs_proxy = gcs_proxy
-        self.pending = list(plan.faults)
+        self.pending = [f for f in plan.faults if f.kind != QUEUE_WAIT]  # that one acts before the task starts
         self.fired: list[Fired] = []
         self.errors: list[str] = []
         self.max_alive = 0
         self.alive_samples: list[tuple[float, list[str]]] = []  # only when more than one was alive
         self.jobsets_seen: list[str] = []
+        self.last_seen: dict[str, dict[str, Any]] = {}  # each JobSet as last seen
         self.committed: list[tuple[float, int]] = []  # (time, newest committed step) on every change
         self.progress: dict[str, list[tuple[float, int]]] = {}  # JobSet → (time, newest completed step) changes
         self.head_pods: dict[str, str] = {}  # head pod uid → its JobSet
@@ -364,9 +380,11 @@ class RunWatch:
         now = time.time()
         jobsets = self._objects("jobsets")
         alive = [js["metadata"]["name"] for js in jobsets if not js["metadata"].get("deletionTimestamp")]
-        for name in (js["metadata"]["name"] for js in jobsets):
+        for js in jobsets:
+            name = js["metadata"]["name"]
             if name not in self.jobsets_seen:
                 self.jobsets_seen.append(name)
+            self.last_seen[name] = js
         self.max_alive = max(self.max_alive, len(alive))
         if len(alive) > 1:
             self.alive_samples.append((now, alive))
@@ -471,6 +489,9 @@ class RunWatch:
             fired.note = f"{faults.expire_watches(compact=True)} watches ended"
         elif fault.kind == KILL_TASK:
             self.kill_task()
+        elif fault.kind == PREEMPT and self.kueue_actor is not None:
+            self.kueue_actor.preempt()
+            fired.note = f"blocker {self.kueue_actor.blocker} created"
         elif fault.kind == GCS_ERRORS and self.gcs_proxy is not None:
             if fault.count:
                 self.gcs_proxy.fail_next(fault.count)
@@ -598,12 +619,22 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
         flush=True,
     )
     started = time.time()
-    watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy, log_path)
-    with lock:
-        start_task()
-    watch.start()
+    actor = None
+    if plan.kueue:
+        from benchmarks.chaos_kueue import KueueActor
+
+        actor = KueueActor(lane.cluster.kubeconfig_path, plan)
+    watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy, log_path, actor)
     hung = False
     try:
+        if actor is not None:
+            if plan.kueue_fault is not None and plan.kueue_fault.kind == QUEUE_WAIT:
+                actor.hold_queue()
+                watch.fired.append(Fired(plan.kueue_fault, time.time(), None, None, note=actor.blocker))
+            actor.start()
+        with lock:
+            start_task()
+        watch.start()
         while True:
             with lock:
                 current = processes[-1]
@@ -619,8 +650,10 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
             time.sleep(0.5)
     finally:
         watch.stop()  # first: a task kill it fires would start another task process
+        if actor is not None:
+            actor.stop()
         with lock:  # interrupted: the task process has its own session, so it must be stopped here
-            if processes[-1].poll() is None:
+            if processes and processes[-1].poll() is None:
                 os.killpg(processes[-1].pid, signal.SIGKILL)
                 processes[-1].wait()
         lane.cluster.faults.clear()
@@ -638,6 +671,17 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
         run_directory=files.uri,
         log_path=log_path,
     )
+    if actor is not None:
+        from benchmarks.chaos_kueue import broken_promises
+
+        xcom = (result or {}).get("xcom") or {}
+        report = xcom.get("return_value") or xcom.get("report") or {}
+        jobsets = [watch.last_seen[n] for n in watch.jobsets_seen if n in watch.last_seen]
+        record["kueue"] = {**actor.notes, "errors": actor.errors}
+        record["kueue_broken"] = broken_promises(plan, actor.notes, report, record["outcome"], jobsets)
+        record["preemptions"] = report.get("preemptions")
+        record["preemption_recreations"] = report.get("preemption_recreations")
+        record["queued_seconds"] = report.get("queued_seconds")
     if hung and cut_by_budget:
         record["outcome"], record["why"] = "cut", f"the harness's budget ended {run_timeout:.0f} s into the run"
     if record["outcome"] != "success" and "no report" in record["why"]:
@@ -953,7 +997,15 @@ def _longest_gap(history: Sequence[tuple[float, int]], until: float) -> float:
 
 
 def run_lane(
-    root: Path, seed: int, indices: Sequence[int], deadline: float, run_timeout: float, *, gcs: bool = False
+    root: Path,
+    seed: int,
+    indices: Sequence[int],
+    deadline: float,
+    run_timeout: float,
+    *,
+    gcs: bool = False,
+    kueue: str = "",
+    stall_timeout: int | None = None,
 ) -> int:
     """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout).
 
@@ -987,7 +1039,9 @@ def run_lane(
         subprocess.run(child_command("_resetdb"), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
         lane = Lane(root, cluster, env)
         for index in indices:
-            plan = schedule(seed, index, gcs=gcs)
+            plan = schedule(seed, index, gcs=gcs, kueue=kueue)
+            if stall_timeout is not None:
+                plan = dataclasses.replace(plan, stall_timeout_seconds=stall_timeout)
             left = deadline - time.time()
             if left < MIN_SECONDS_TO_START:
                 record: dict[str, Any] = {
@@ -1046,7 +1100,16 @@ def stop_lanes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 def run_matrix(
-    out: Path, seed: int, runs: Sequence[int], jobs: int, budget: float, run_timeout: float, *, gcs: bool = False
+    out: Path,
+    seed: int,
+    runs: Sequence[int],
+    jobs: int,
+    budget: float,
+    run_timeout: float,
+    *,
+    gcs: bool = False,
+    kueue: str = "",
+    stall_timeout: int | None = None,
 ) -> list[dict[str, Any]]:
     """The runs ``runs`` (indices), split over ``jobs`` lanes; the records in run order."""
     out.mkdir(parents=True, exist_ok=True)
@@ -1070,6 +1133,8 @@ def run_matrix(
                         str(deadline),
                         str(run_timeout),
                         "gcs" if gcs else "local",
+                        kueue or "-",
+                        str(stall_timeout or "-"),
                     ),
                     cwd=REPO,
                     start_new_session=True,
@@ -1092,7 +1157,7 @@ def run_matrix(
                 records[int(record["index"])] = record
     for index in runs:
         if index not in records:
-            plan = schedule(seed, index, gcs=gcs)
+            plan = schedule(seed, index, gcs=gcs, kueue=kueue)
             records[index] = {
                 "seed": seed,
                 "index": index,
@@ -1115,17 +1180,29 @@ def _escalations_cell(record: dict[str, Any]) -> str:
     return ", ".join(f"{e['reason']} ({'ok' if e['warranted'] else 'UNWARRANTED'})" for e in escalations)
 
 
+def _kueue_cell(record: dict[str, Any]) -> str:
+    preemptions = record.get("preemptions")
+    queued = record.get("queued_seconds")
+    shown = [
+        "-" if preemptions is None else str(len(preemptions)),
+        "-" if queued is None else f"{float(queued):.0f}",
+        "; ".join(record.get("kueue_broken") or []).replace("|", "/") or "none",
+    ]
+    return ", ".join(shown)
+
+
 def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
     """The chaos table: a summary, then one row per run."""
     ran = [r for r in records if r.get("outcome") not in ("not run", "lost")]
     succeeded = [r for r in ran if r["outcome"] == "success"]
+    kueue = any(r["schedule"].get("kueue") for r in records)
     lines = [
         f"Seed {seed}; command: `{command}`.",
         "",
         "| runs | succeeded | expected to fail (budget) | failed | hung | max JobSets at once | committed steps lost "
         "beyond a period | false successes | false failures | unwarranted escalations | escalations missing from "
-        "the report |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "the report |" + (" runs breaking a Kueue promise |" if kueue else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if kueue else ""),
         f"| {len(ran)} of {len(records)} | {len(succeeded)} "
         f"| {sum(1 for r in ran if not r['schedule']['expected']['survivable'])} "
         f"| {sum(1 for r in ran if r['outcome'] not in ('success', 'hung'))} "
@@ -1135,11 +1212,14 @@ def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
         f"| {sum(1 for r in ran if r.get('false_success'))} "
         f"| {sum(1 for r in ran if r.get('false_failure'))} "
         f"| {sum(r.get('unwarranted_escalations') or 0 for r in ran)} "
-        f"| {sum(r.get('escalations_missing_from_report') or 0 for r in ran)} |",
+        f"| {sum(r.get('escalations_missing_from_report') or 0 for r in ran)} |"
+        + (f" {sum(1 for r in ran if r.get('kueue_broken'))} |" if kueue else ""),
         "",
         "| # | steps / slices / budgets (slice, full) | faults (at completed step) | expected full restarts "
-        "| outcome | why | JobSets at once | steps lost | escalations | false S/F | s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| outcome | why | JobSets at once | steps lost | escalations | false S/F |"
+        + (" Kueue: preemptions, queued s, promises broken |" if kueue else "")
+        + " s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if kueue else ""),
     ]
     for r in records:
         s = r["schedule"]
@@ -1155,7 +1235,8 @@ def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
             f"| {r['index']} | {s['steps']} / {s['num_slices']} / {s['max_slice_restarts']}, {s['max_full_restarts']} "
             f"| {r['describe']} | {exp} | {r['outcome']} | {why} | {r.get('max_coexisting_jobsets', '-')} "
             f"| {r.get('steps_lost_beyond_period', '-')} | {_escalations_cell(r)} | {flags or '-'} "
-            f"| {r.get('wall_seconds', '-')} |"
+            + (f"| {_kueue_cell(r)} " if kueue else "")
+            + f"| {r.get('wall_seconds', '-')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -1167,7 +1248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "_resetdb":
         return reset_db()
     if args and args[0] == "_lane":
-        root, seed, lane_indices, deadline, run_timeout, storage = args[1:7]
+        root, seed, lane_indices, deadline, run_timeout, storage, kueue, stall = args[1:9]
         return run_lane(
             Path(root),
             int(seed),
@@ -1175,6 +1256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             float(deadline),
             float(run_timeout),
             gcs=storage == "gcs",
+            kueue="" if kueue == "-" else kueue,
+            stall_timeout=None if stall == "-" else int(stall),
         )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1191,10 +1274,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run directories on gs:// (a GCS emulator per lane) and GCS 503 bursts and outages among the faults",
     )
+    parser.add_argument(
+        "--kueue",
+        choices=KUEUE_DIMENSIONS,
+        default="",
+        help="a Kueue dimension: every run in multislice-queue, preempted mid-training by a higher-priority JobSet "
+        "(preempt) or queued behind one past its stall timeout (queue-wait); no other faults",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=int,
+        default=None,
+        help="every run's stall_timeout in seconds (default: the schedule's 60); a loaded machine may take longer "
+        "than 60 s to its first step. A queue wait is this plus its extra seconds",
+    )
     options = parser.parse_args(args)
+    if options.stall_timeout is not None and options.stall_timeout < 10:
+        parser.error(f"--stall-timeout must be at least 10 seconds, got {options.stall_timeout}")
+    if options.kueue and options.gcs:
+        parser.error("--kueue runs write to local disk: drop --gcs")
 
     if options.dry_run:
-        for plan in schedules(options.seed, options.runs, gcs=options.gcs):
+        for plan in schedules(options.seed, options.runs, gcs=options.gcs, kueue=options.kueue):
             print(json.dumps(plan.to_json()))
             print(
                 f"# run {plan.index}: {plan.describe()}; expected full restarts "
@@ -1204,7 +1305,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     out = (options.out or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()  # sqlite needs absolute paths
     indices = [int(i) for i in options.only.split(",") if i] or list(range(options.runs))
-    records = run_matrix(out, options.seed, indices, options.jobs, options.budget, options.run_timeout, gcs=options.gcs)
+    records = run_matrix(
+        out,
+        options.seed,
+        indices,
+        options.jobs,
+        options.budget,
+        options.run_timeout,
+        gcs=options.gcs,
+        kueue=options.kueue,
+        stall_timeout=options.stall_timeout,
+    )
     with (out / "chaos.jsonl").open("w") as handle:
         for record in records:
             handle.write(json.dumps(record, default=str) + "\n")
@@ -1219,6 +1330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (r.get("max_coexisting_jobsets") or 0) > 1
         or (r.get("steps_lost_beyond_period") or 0) > 0
         or r.get("false_success")
+        or r.get("kueue_broken")
     ]
     return 1 if bad else 0
 

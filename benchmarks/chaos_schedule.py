@@ -4,6 +4,12 @@ Run ``i`` of seed ``s`` draws everything from ``random.Random(s + i)``, so the s
 same schedules. Each schedule says what the run is (steps, slices, budgets) and which faults hit it at
 which completed training step, and :meth:`Schedule.expected` works out, from the schedule alone, which
 full restarts the operator should make and whether the run fits its budgets.
+
+Two Kueue dimensions (``kueue="preempt"`` or ``"queue-wait"``) run behind ``v5e-small``'s ``multislice-queue`` at a low
+priority and meet another team's higher-priority JobSet (a blocker): it arrives mid-training and Kueue preempts the
+run, or it holds the whole quota when the run is submitted and the run waits longer than its stall timeout. Their
+runs keep the seed's shape (steps, slices, budgets) and carry that one Kueue fault and no other: the promise is
+absolute (no full restart, no slice restart), which the other faults would legitimately break.
 """
 
 from __future__ import annotations
@@ -25,6 +31,15 @@ API_LATENCY = "api_latency"  # every API request delayed from then on
 EXPIRE_WATCHES = "expire_watches"  # every open watch ended and the history compacted (410 on resume)
 KILL_TASK = "kill_task"  # SIGKILL the Airflow task process mid-watch (its inline trigger with it), then rerun
 GCS_ERRORS = "gcs_errors"  # GCS (the emulator) answers 503: the next `count` requests, or all for `seconds`
+PREEMPT = "preempt"  # a higher-priority blocker of `slices` v5e-16 slices arrives; it runs `seconds`, then goes
+QUEUE_WAIT = "queue_wait"  # a blocker holds all the quota at submission, for the stall timeout plus `seconds`
+
+KUEUE_DIMENSIONS = ("preempt", "queue-wait")
+QUEUE_CHIPS = 64  # v5e-small's cluster-queue: 4 slices of v5litepod-16
+SLICE_CHIPS = 16
+# A blocker runs this long after its pods all run (preempt), or the run waits this much past its stall timeout.
+PREEMPT_HOLD_SECONDS = (5.0, 90.0)  # past the stall timeout sometimes: a preemption is waiting, not stalling
+QUEUE_WAIT_EXTRA_SECONDS = (10.0, 40.0)
 
 # A burst of at most this many 503s is ridden out: gcsfs (Orbax's file I/O) tries a request 6 times, and
 # tensorstore and google-cloud-storage retry longer. An outage outlasts gcsfs's backoff (1+2+4+8+16 s and
@@ -64,6 +79,10 @@ class Fault:
         if self.kind == GCS_ERRORS:
             what = f"{self.count}x GCS 503" if self.count else f"GCS 503 for {self.seconds:.0f}s"
             return f"@{self.step} {what}"
+        if self.kind == PREEMPT:
+            return f"@{self.step} preempted by {len(self.slices)} slices for {self.seconds:.0f}s"
+        if self.kind == QUEUE_WAIT:
+            return f"@0 queued behind {len(self.slices)} slices, stall timeout +{self.seconds:.0f}s"
         return f"@{self.step} {self.kind}"
 
 
@@ -95,10 +114,17 @@ class Schedule:
     checkpoint_period: int = CHECKPOINT_PERIOD
     stall_timeout_seconds: int = STALL_TIMEOUT_SECONDS
     gcs: bool = False  # the run directory is on gs:// (the emulator, behind a proxy that can answer 503)
+    kueue: str = ""  # "preempt" or "queue-wait": the run is in multislice-queue and meets a blocker
 
     @property
     def run_name(self) -> str:
-        return f"chaos-{'gcs-' if self.gcs else ''}s{self.seed}-r{self.index}"
+        kueue = {"preempt": "preempt-", "queue-wait": "queue-"}.get(self.kueue, "")
+        return f"chaos-{'gcs-' if self.gcs else ''}{kueue}s{self.seed}-r{self.index}"
+
+    @property
+    def kueue_fault(self) -> Fault | None:
+        """The run's preemption or queue wait, if it has one."""
+        return next((f for f in self.faults if f.kind in (PREEMPT, QUEUE_WAIT)), None)
 
     @property
     def target_step(self) -> int:
@@ -152,17 +178,20 @@ class Schedule:
         return data
 
 
-def schedule(seed: int, index: int, *, gcs: bool = False) -> Schedule:
+def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "") -> Schedule:
     """The schedule of run ``index`` under ``seed`` (drawn from ``random.Random(seed + index)``).
 
     With ``gcs`` the run writes to ``gs://`` and may also get GCS 503s, drawn after everything else: the
-    other faults of a run are the same with or without it.
+    other faults of a run are the same with or without it. With ``kueue`` (one of :data:`KUEUE_DIMENSIONS`)
+    the run has the same shape and only its Kueue fault (:func:`kueue_schedule`).
     """
     rng = random.Random(seed + index)
     steps = rng.choice((40, 50, 60))
     num_slices = rng.choice((2, 3))
     max_slice_restarts = rng.choice((2, 3))
     max_full_restarts = rng.choice((1, 2, 2))
+    if kueue:
+        return kueue_schedule(seed, index, kueue, steps, num_slices, max_slice_restarts, max_full_restarts)
     last = steps - 4  # leave the final save alone: a fault after it has nothing left to hit
     faults: list[Fault] = []
 
@@ -226,6 +255,47 @@ def schedule(seed: int, index: int, *, gcs: bool = False) -> Schedule:
     )
 
 
-def schedules(seed: int, runs: int, *, gcs: bool = False) -> list[Schedule]:
+def kueue_schedule(
+    seed: int, index: int, kueue: str, steps: int, num_slices: int, max_slice_restarts: int, max_full_restarts: int
+) -> Schedule:
+    """A run behind Kueue with one Kueue fault, drawn from its own stream (the seed's shape is kept).
+
+    ``preempt``: at a step from 3 to four before the end (before the first checkpoint sometimes), a blocker
+    arrives that needs more chips than the run leaves free (``QUEUE_CHIPS``), so Kueue must preempt the run to
+    admit it. ``queue-wait``: a blocker holds all the chips when the run is submitted.
+    """
+    if kueue not in KUEUE_DIMENSIONS:
+        raise ValueError(f"kueue must be one of {', '.join(KUEUE_DIMENSIONS)}, got {kueue!r}")
+    rng = random.Random(f"{seed}-{index}-{kueue}")
+    if kueue == "preempt":
+        free = QUEUE_CHIPS // SLICE_CHIPS - num_slices
+        blocker_slices = rng.randint(free + 1, QUEUE_CHIPS // SLICE_CHIPS)
+        fault = Fault(
+            step=rng.randint(3, steps - 4),
+            kind=PREEMPT,
+            slices=tuple(range(blocker_slices)),
+            seconds=round(rng.uniform(*PREEMPT_HOLD_SECONDS), 1),
+        )
+    else:
+        fault = Fault(
+            step=0,
+            kind=QUEUE_WAIT,
+            slices=tuple(range(QUEUE_CHIPS // SLICE_CHIPS)),
+            seconds=round(rng.uniform(*QUEUE_WAIT_EXTRA_SECONDS), 1),
+        )
+    return Schedule(
+        seed=seed,
+        index=index,
+        steps=steps,
+        num_slices=num_slices,
+        max_slice_restarts=max_slice_restarts,
+        max_full_restarts=max_full_restarts,
+        kill_during_save_step=None,
+        faults=(fault,),
+        kueue=kueue,
+    )
+
+
+def schedules(seed: int, runs: int, *, gcs: bool = False, kueue: str = "") -> list[Schedule]:
     """The schedules of runs ``0..runs-1``."""
-    return [schedule(seed, index, gcs=gcs) for index in range(runs)]
+    return [schedule(seed, index, gcs=gcs, kueue=kueue) for index in range(runs)]

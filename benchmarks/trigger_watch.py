@@ -1,6 +1,17 @@
-"""`JobSetTrigger` (watches) against a 10-second polling trigger, side by side on the local cluster.
+"""`JobSetTrigger` (watches) against a 10-second polling trigger, or against itself at a tenth of the JobSets,
+side by side on the local cluster.
 
     .venv/bin/python -m benchmarks.trigger_watch --jobsets 100 --window 300 --deletes 20
+    .venv/bin/python -m benchmarks.trigger_watch --jobsets 1000 --queued 0.9 --baseline watch --baseline-jobsets 100
+
+``--queued F`` leaves that fraction of the JobSets queued by Kueue: every JobSet then joins the benchmark's
+LocalQueue (``bench-queue``; its ClusterQueue's cpu quota holds exactly the running ones, each pod requesting
+10m), the running ones are created first and admitted, and the rest wait behind them, suspended, their Workloads
+``QuotaReserved=False`` ("insufficient unused quota"), as on a full cluster. ``--baseline watch`` replaces the
+polling triggerer by a second ``JobSetTrigger`` triggerer watching ``--baseline-jobsets`` of the same JobSets,
+the running ones first (at 1,000 with 90 % queued and 100: exactly the 100 running), so one run gives both
+figures and their ratio; each watch triggerer sends its own User-Agent (``bench-trigger-<label>``) so that the
+cluster counts its requests apart. Deletes hit running JobSets both triggerers watch.
 
 Four processes, so that each one's CPU is its own:
 
@@ -71,6 +82,11 @@ HEAD_JOB, WORKER_JOB = "pathways-head", "worker"  # operators.constants names, w
 HEAD_CONTAINER, WORKER_CONTAINER = "jax-tpu", "pathways-worker"
 LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # operators.constants.LABEL_KUEUE_QUEUE_NAME
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+BENCH_QUEUE, BENCH_FLAVOR = "bench-queue", "bench-flavor"  # the LocalQueue and ClusterQueue, the ResourceFlavor
+POD_CPU_MILLIS = 10  # each pod's cpu request when the JobSets are queued: what the quota counts
+AGENT_PREFIX = "bench-trigger-"  # a watch triggerer with a label sends User-Agent bench-trigger-<label>
 SLEEP_SECONDS = 7200
 POLL_SECONDS: list[float] = []  # in a polling triggerer: how long each poll (both requests) took
 
@@ -96,7 +112,7 @@ def kind_of(request):
         return request.method.lower()
     if flag(request, "watch"):
         return "watch"
-    return "list" if path.endswith(("/pods", "/jobs", "/jobsets")) else "get"
+    return "list" if path.endswith(("/pods", "/jobs", "/jobsets", "/workloads")) else "get"
 
 @web.middleware
 async def count_requests(request, handler):
@@ -233,10 +249,26 @@ async def _watch_monitor(
     return monitor
 
 
-def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
+def _send_user_agent(agent: str) -> None:
+    """Every API client made in this process sends ``agent`` (the cluster counts requests by it)."""
+    from kubernetes_asyncio import client as async_k8s
+
+    original = async_k8s.ApiClient.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.user_agent = agent
+
+    async_k8s.ApiClient.__init__ = init  # type: ignore[method-assign]
+
+
+def run_triggerer(kind: str, names: list[str], poll_interval: float, agent: str | None = None) -> int:
     """Run one trigger per JobSet on one loop; JSON lines out (ready, events, usage), commands in."""
     from elastic_training.operators.observations import MonitorState
     from elastic_training.operators.triggers import JobSetTrigger, _Monitor
+
+    if agent:
+        _send_user_agent(agent)
 
     lock = threading.Lock()
 
@@ -275,7 +307,11 @@ def run_triggerer(kind: str, names: list[str], poll_interval: float) -> int:
                 tasks.append(asyncio.create_task(watch()))
 
             def synced() -> bool:
-                return all(m.state.head_pod and m.state.pods and m.state.jobs for m in monitors)
+                # A JobSet Kueue has not admitted has no pods: its Workload read as pending is all there is.
+                return all(
+                    (m.state.head_pod and m.state.pods and m.state.jobs) or m.state.queue_state == "pending"
+                    for m in monitors
+                )
         else:
             polling = _polling_trigger_class()
             triggers = [polling(name=n, namespace=NS, budgets=_budgets(), poll_interval=poll_interval) for n in names]
@@ -365,23 +401,28 @@ def _say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _jobset(name: str) -> dict[str, Any]:
+def _jobset(name: str, in_queue: bool = False) -> dict[str, Any]:
+    """A JobSet of two ``sleep`` pods; ``in_queue``: it joins the benchmark's LocalQueue (Kueue suspends it at
+    create until admitted) and its pods request the cpu the ClusterQueue's quota counts."""
+
     def rjob(rname: str, container: str, backoff: int, restart: str) -> dict[str, Any]:
+        spec: dict[str, Any] = {"name": container, "image": "local", "command": ["sleep", str(SLEEP_SECONDS)]}
+        if in_queue:
+            spec["resources"] = {"requests": {"cpu": f"{POD_CPU_MILLIS}m"}}
         pod = {
             "metadata": {"labels": {BENCH_LABEL: "trigger-watch"}},
-            "spec": {
-                "restartPolicy": restart,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": container, "image": "local", "command": ["sleep", str(SLEEP_SECONDS)]}],
-            },
+            "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1, "containers": [spec]},
         }
         job = {"backoffLimit": backoff, "completionMode": "Indexed", "completions": 1, "parallelism": 1}
         return {"name": rname, "replicas": 1, "template": {"spec": {**job, "template": pod}}}
 
+    labels = {BENCH_LABEL: "trigger-watch"}
+    if in_queue:
+        labels[LABEL_QUEUE_NAME] = BENCH_QUEUE
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": name, "namespace": NS, "labels": {BENCH_LABEL: "trigger-watch"}},
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
         "spec": {
             "failurePolicy": {"restartStrategy": "Recreate", "maxRestarts": 0},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_JOB]},
@@ -391,6 +432,38 @@ def _jobset(name: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def _create_queue(custom: client.CustomObjectsApi, admitted: int) -> None:
+    """A ResourceFlavor, a ClusterQueue whose cpu quota holds exactly ``admitted`` JobSets, and its LocalQueue:
+    the JobSets created after those wait behind them ("insufficient unused quota"), as on a full cluster."""
+    api_version = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+    quota = f"{admitted * 2 * POD_CPU_MILLIS}m" if admitted else "0"
+    flavor = {"apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": BENCH_FLAVOR}, "spec": {}}
+    cluster_queue = {
+        "apiVersion": api_version,
+        "kind": "ClusterQueue",
+        "metadata": {"name": BENCH_QUEUE},
+        "spec": {
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu"],
+                    "flavors": [{"name": BENCH_FLAVOR, "resources": [{"name": "cpu", "nominalQuota": quota}]}],
+                }
+            ],
+        },
+    }
+    local_queue = {
+        "apiVersion": api_version,
+        "kind": "LocalQueue",
+        "metadata": {"name": BENCH_QUEUE, "namespace": NS},
+        "spec": {"clusterQueue": BENCH_QUEUE},
+    }
+    custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", flavor)
+    custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue)
+    custom.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, NS, "localqueues", local_queue)
 
 
 def _wait_running(core: client.CoreV1Api, pods: int, timeout: float) -> None:
@@ -405,15 +478,40 @@ def _wait_running(core: client.CoreV1Api, pods: int, timeout: float) -> None:
         time.sleep(1.0)
 
 
-def _by_client(before: dict[str, int], after: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Count differences as ``{client: {kind: n}}``; client is ``polling``, ``driver`` or ``watch``."""
-    result: dict[str, dict[str, int]] = {"watch": {}, "polling": {}, "driver": {}}
+def _wait_pending(custom: client.CustomObjectsApi, pending: int, timeout: float) -> str:
+    """Wait until ``pending`` Workloads say ``QuotaReserved=False`` reason ``Pending``; one of their messages."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, NS, "workloads")["items"]
+        said = [
+            str(c.get("message", ""))
+            for w in listed
+            for c in (w.get("status") or {}).get("conditions") or []
+            if c.get("type") == "QuotaReserved" and c.get("status") == "False" and c.get("reason") == "Pending"
+        ]
+        if len(said) >= pending:
+            return said[0] if said else ""
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(said)} of {pending} Workloads pending after {timeout:.0f} s")
+        time.sleep(1.0)
+
+
+def _by_client(
+    before: dict[str, int], after: dict[str, int], labels: tuple[str, ...] = ("watch", "polling")
+) -> dict[str, dict[str, int]]:
+    """Count differences as ``{client: {kind: n}}``: ``driver``, ``polling``, a watch triggerer's label (its
+    ``bench-trigger-<label>`` User-Agent), or ``watch`` for any other agent (the client's default)."""
+    result: dict[str, dict[str, int]] = {label: {} for label in (*labels, "driver")}
     for key, value in after.items():
         agent, _, kind = key.partition("\t")
-        who = {POLL_AGENT: "polling", DRIVER_AGENT: "driver"}.get(agent, "watch")
+        if agent.startswith(AGENT_PREFIX):
+            who = agent.removeprefix(AGENT_PREFIX)
+        else:
+            who = {POLL_AGENT: "polling", DRIVER_AGENT: "driver"}.get(agent, "watch")
         delta = value - before.get(key, 0)
         if delta:
-            result[who][kind] = result[who].get(kind, 0) + delta
+            counts = result.setdefault(who, {})
+            counts[kind] = counts.get(kind, 0) + delta
     return result
 
 
@@ -433,23 +531,70 @@ def _cpu_share(a: dict[str, float], b: dict[str, float]) -> float:
     return (b["cpu"] - a["cpu"]) / (b["wall"] - a["wall"])
 
 
+def _streams(names: list[str], running: set[str], in_queue: bool) -> tuple[int, int]:
+    """(watches, log follows) a watch triggerer holds open for ``names``: the JobSet, its pods and Jobs, and its
+    Workload when it is in a queue; the head's log only where it runs."""
+    per_jobset = 4 if in_queue else 3
+    return per_jobset * len(names), sum(1 for n in names if n in running)
+
+
+def _wait_streams(
+    cluster: Child, start: dict[str, int], expected: dict[str, tuple[int, int]], labels: tuple[str, ...], timeout: float
+) -> dict[str, int]:
+    """Wait until each watch triggerer has opened its ``expected`` (watches, log follows); the counts then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts: dict[str, int] = cluster.ask("counts", "counts")["counts"]
+        opened = _by_client(start, counts, labels)
+        short = {
+            label: opened.get(label, {})
+            for label, (watches, follows) in expected.items()
+            if opened.get(label, {}).get("watch", 0) < watches or opened.get(label, {}).get("log follow", 0) < follows
+        }
+        if not short:
+            return counts
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"watch triggers opened only {short}, expected {expected}")
+        time.sleep(0.5)
+
+
 def drive(args: argparse.Namespace) -> dict[str, Any]:
     """Run the whole benchmark; every number it measured."""
     workdir = Path(tempfile.mkdtemp(prefix="trigger-watch-bench-"))
-    names = [f"bench-tw-{i:03d}" for i in range(args.jobsets)]
+    queued_count = round(args.jobsets * args.queued)
+    names = [f"bench-tw-{i:04d}" for i in range(args.jobsets)]
+    running, queued = names[: args.jobsets - queued_count], names[args.jobsets - queued_count :]
+    in_queue = queued_count > 0
+    baseline_label = "polling" if args.baseline == "polling" else "baseline"
+    # The baseline watches the admitted JobSets first: at 1,000 with 90 % queued and 100, exactly the 100 running.
+    plan: dict[str, tuple[str, list[str]]] = {
+        "watch": ("watch", names),
+        baseline_label: (args.baseline, names[: args.baseline_jobsets]),
+    }
+    labels = tuple(plan)
     # The cluster's stderr (its shutdown with streams still open is noisy) goes to a file.
     cluster = Child([sys.executable, "-c", _CLUSTER_SCRIPT, str(workdir / "cluster")], stderr=workdir / "cluster.err")
     _say(f"work directory {workdir}")
     triggerers: dict[str, Child] = {}
+    load: dict[str, list[float]] = {"start": list(os.getloadavg())}
+    pending_message = ""
     try:
         kubeconfig = cluster.next("kubeconfig", timeout=60)["kubeconfig"]
         api_client = config.new_client_from_config(config_file=kubeconfig)
         api_client.user_agent = DRIVER_AGENT
         core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
-        for name in names:
-            custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NS, "jobsets", _jobset(name))
-        _wait_running(core, 2 * len(names), timeout=60 + 2 * len(names))
-        _say(f"{len(names)} JobSets running; starting the triggerers")
+        if in_queue:
+            _create_queue(custom, len(running))
+        for name in running:
+            custom.create_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", _jobset(name, in_queue)
+            )
+        _wait_running(core, 2 * len(running), timeout=60 + 2 * len(running))
+        for name in queued:  # after the running ones hold the whole quota: these wait behind them
+            custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NS, "jobsets", _jobset(name, True))
+        if queued:
+            pending_message = _wait_pending(custom, len(queued), timeout=60 + len(queued))
+        _say(f"{len(running)} JobSets running, {len(queued)} queued; starting the triggerers")
 
         env = dict(os.environ)
         env.update(
@@ -461,26 +606,26 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             ),
         )
         counts_start = cluster.ask("counts", "counts")["counts"]
-        for kind in ("watch", "polling"):
+        for label, (kind, watched) in plan.items():
             argv = [sys.executable, "-m", "benchmarks.trigger_watch", "--triggerer", kind]
-            argv += ["--poll-interval", str(args.poll_interval), "--names", ",".join(names)]
-            triggerers[kind] = Child(argv, env)
-        ready = {kind: child.next("ready", timeout=300 + 2 * len(names)) for kind, child in triggerers.items()}
-        # Every watch trigger has listed; wait until its three watches and its log follow are open too.
-        deadline = time.monotonic() + 300 + 2 * len(names)
-        while True:
-            counts_ready = cluster.ask("counts", "counts")["counts"]
-            opened = _by_client(counts_start, counts_ready)["watch"]
-            if opened.get("watch", 0) >= 3 * len(names) and opened.get("log follow", 0) >= len(names):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"watch triggers opened only {opened} for {len(names)} JobSets")
-            time.sleep(0.5)
+            argv += ["--poll-interval", str(args.poll_interval), "--names", ",".join(watched)]
+            if kind == "watch":
+                argv += ["--agent", AGENT_PREFIX + label]
+            triggerers[label] = Child(argv, env)
+        ready = {label: child.next("ready", timeout=300 + 2 * len(names)) for label, child in triggerers.items()}
+        # Every watch trigger has listed; wait until its watches and its log follow are open too.
+        run_set = set(running)
+        expected = {
+            label: _streams(watched, run_set, in_queue) for label, (kind, watched) in plan.items() if kind == "watch"
+        }
+        counts_ready = _wait_streams(cluster, counts_start, expected, labels, timeout=300 + 2 * len(names))
 
         _say("all triggers synced; force-deleting worker pods")
         counts_detect_start = cluster.ask("counts", "counts")["counts"]
         deletes: dict[str, float] = {}
-        for name in random.sample(names, min(args.deletes, len(names))):
+        watched_by_all = set.intersection(*(set(w) for _, w in plan.values()))
+        candidates = [n for n in running if n in watched_by_all]
+        for name in random.sample(candidates, min(args.deletes, len(candidates))):
             workers = core.list_namespaced_pod(
                 NS, label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB}={WORKER_JOB}"
             ).items
@@ -489,55 +634,58 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         deadline = time.monotonic() + 2 * args.poll_interval + 60
         while time.monotonic() < deadline and any(set(deletes) - set(c.events) for c in triggerers.values()):
             time.sleep(0.2)
-        events = {kind: dict(child.events) for kind, child in triggerers.items()}
+        events = {label: dict(child.events) for label, child in triggerers.items()}
         counts_detect_end = cluster.ask("counts", "counts")["counts"]
         # The triggers that fired were replaced by fresh ones; wait for their streams before the window.
-        deadline = time.monotonic() + 120
-        while True:
-            counts = cluster.ask("counts", "counts")["counts"]
-            opened = _by_client(counts_start, counts)["watch"]
-            armed = len(names) + len(deletes)
-            if opened.get("watch", 0) >= 3 * armed and opened.get("log follow", 0) >= armed:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"re-armed watch triggers opened only {opened}")
-            time.sleep(0.5)
+        rearmed = _streams(list(deletes), run_set, in_queue)
+        expected = {label: (w + rearmed[0], f + rearmed[1]) for label, (w, f) in expected.items()}
+        _wait_streams(cluster, counts_start, expected, labels, timeout=120 + len(names) / 5)
 
         _say(f"steady window of {args.window:.0f} s")
-        usage_start = {kind: child.ask("usage", "usage")["usage"] for kind, child in triggerers.items()}
+        load["window_start"] = list(os.getloadavg())
+        usage_start = {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()}
         cluster_start = _proc_cpu(cluster.process.pid)
         counts_window_start = cluster.ask("counts", "counts")["counts"]
         time.sleep(args.window)
         counts_window_end = cluster.ask("counts", "counts")["counts"]
-        usage_end = {kind: child.ask("usage", "usage")["usage"] for kind, child in triggerers.items()}
+        usage_end = {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()}
         cluster_end = _proc_cpu(cluster.process.pid)
+        load["window_end"] = list(os.getloadavg())
     finally:
         for child in triggerers.values():
             child.close()
         cluster.close()
 
     hours = args.window / 3600
-    startup = _by_client(counts_start, counts_ready)
-    steady = _by_client(counts_window_start, counts_window_end)
+    startup = _by_client(counts_start, counts_ready, labels)
+    steady = _by_client(counts_window_start, counts_window_end, labels)
     result: dict[str, Any] = {
         "jobsets": len(names),
+        "queued": len(queued),
+        "pending_message": pending_message,
+        "baseline": baseline_label,
         "window_seconds": args.window,
         "poll_interval_seconds": args.poll_interval,
+        "load_average": load,
         "startup_requests": startup,
         "window_requests": steady,
-        "detection_phase_requests": _by_client(counts_detect_start, counts_detect_end),
+        "detection_phase_requests": _by_client(counts_detect_start, counts_detect_end, labels),
         "cluster_cpu_share_of_one_core": _cpu_share(cluster_start, cluster_end),
         "triggerers": {},
     }
-    for kind in triggerers:
-        latencies = [events[kind][n]["at"] - t for n, t in deletes.items() if n in events[kind]]
+    for label, (kind, watched) in plan.items():
+        latencies = [events[label][n]["at"] - t for n, t in deletes.items() if n in events[label]]
         counted = [
-            events[kind][n]["counted_at"] - t for n, t in deletes.items() if events[kind].get(n, {}).get("counted_at")
+            events[label][n]["counted_at"] - t for n, t in deletes.items() if events[label].get(n, {}).get("counted_at")
         ]
-        reasons = sorted({events[kind][n]["reason"] for n in deletes if n in events[kind]})
-        start_per_jobset = sum(startup[kind].values()) / len(names)
-        steady_per_hour = sum(steady[kind].values()) / len(names) / hours
-        result["triggerers"][kind] = {
+        reasons = sorted({events[label][n]["reason"] for n in deletes if n in events[label]})
+        start_per_jobset = sum(startup[label].values()) / len(watched)
+        steady_per_hour = sum(steady[label].values()) / len(watched) / hours
+        result["triggerers"][label] = {
+            "kind": kind,
+            "jobsets": len(watched),
+            "queued": sum(1 for n in watched if n not in run_set),
+            "same_as_running": set(watched) == run_set,
             "detections": len(latencies),
             "deletes": len(deletes),
             "reasons": reasons,
@@ -546,14 +694,17 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             "counted_median": statistics.median(counted) if counted else None,
             "latency_median": statistics.median(latencies) if latencies else None,
             "latency_p95": _percentile(latencies, 0.95) if latencies else None,
+            "latency_p99": _percentile(latencies, 0.99) if latencies else None,
             "latency_max": max(latencies) if latencies else None,
             "startup_requests_per_jobset": start_per_jobset,
+            "steady_requests": sum(steady[label].values()),
             "steady_requests_per_jobset_hour": steady_per_hour,
-            "cpu_share_of_one_core": _cpu_share(usage_start[kind], usage_end[kind]),
-            "poll_seconds_median": usage_end[kind].get("poll_seconds_median"),
-            "rss_mib_before_triggers": ready[kind]["before"]["rss_kib"] / 1024,
-            "rss_mib": usage_end[kind]["rss_kib"] / 1024,
-            "max_rss_mib": usage_end[kind]["maxrss_kib"] / 1024,
+            "steady_requests_per_jobset_minute": steady_per_hour / 60,
+            "cpu_share_of_one_core": _cpu_share(usage_start[label], usage_end[label]),
+            "poll_seconds_median": usage_end[label].get("poll_seconds_median"),
+            "rss_mib_before_triggers": ready[label]["before"]["rss_kib"] / 1024,
+            "rss_mib": usage_end[label]["rss_kib"] / 1024,
+            "max_rss_mib": usage_end[label]["maxrss_kib"] / 1024,
         }
     return result
 
@@ -562,65 +713,145 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:,.0f} ms"
 
 
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.1f}x" if b > 0 else "n/a (no watch requests)"
+def _ratio(a: float, b: float, none: str = "n/a (no watch requests)") -> str:
+    return f"{a / b:.1f}x" if b > 0 else none
+
+
+def _row_label(label: str, row: dict[str, Any], poll_interval: float) -> str:
+    if row["kind"] == "polling":
+        return f"polling, {poll_interval:g} s"
+    return "`JobSetTrigger` (watch)" if label == "watch" else f"`JobSetTrigger` (watch), {label}"
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The results as the Markdown rows RESULTS.md records."""
-    watch, polling = result["triggerers"]["watch"], result["triggerers"]["polling"]
+    triggerers = result["triggerers"]
+    watch, other = triggerers["watch"], triggerers[result["baseline"]]
+    queued = f", {result['queued']} of them queued by Kueue" if result["queued"] else ""
     rows = [
-        f"{result['jobsets']} JobSets, steady window {result['window_seconds']:.0f} s, "
+        f"{result['jobsets']} JobSets{queued}, steady window {result['window_seconds']:.0f} s, "
         f"polling every {result['poll_interval_seconds']:g} s",
         "",
-        "| trigger | detected | restart counted, median | event, median | event, p95 | event, max "
-        "| req/JobSet at start | req/JobSet-h (steady) | CPU, % of one core | RSS MiB (before triggers) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| trigger | JobSets (queued) | detected | restart counted, median | event, median | event, p95 | event, p99 "
+        "| event, max | req/JobSet at start | req/JobSet-h (steady) | req/JobSet-min (steady) | CPU, % of one core "
+        "| RSS MiB (before triggers) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, row in (
-        ("`JobSetTrigger` (watch)", watch),
-        (f"polling, {result['poll_interval_seconds']:g} s", polling),
-    ):
+    for label, row in triggerers.items():
         rows.append(
-            f"| {label} | {row['detections']}/{row['deletes']} | {_ms(row['counted_median'])} "
-            f"| {_ms(row['latency_median'])} | {_ms(row['latency_p95'])} | {_ms(row['latency_max'])} "
-            f"| {row['startup_requests_per_jobset']:.1f} | {row['steady_requests_per_jobset_hour']:.1f} "
+            f"| {_row_label(label, row, result['poll_interval_seconds'])} | {row['jobsets']} ({row['queued']}) "
+            f"| {row['detections']}/{row['deletes']} | {_ms(row['counted_median'])} "
+            f"| {_ms(row['latency_median'])} | {_ms(row['latency_p95'])} | {_ms(row['latency_p99'])} "
+            f"| {_ms(row['latency_max'])} | {row['startup_requests_per_jobset']:.1f} "
+            f"| {row['steady_requests_per_jobset_hour']:.1f} | {row['steady_requests_per_jobset_minute']:.2f} "
             f"| {100 * row['cpu_share_of_one_core']:.1f} % "
             f"| {row['rss_mib']:.0f} ({row['rss_mib_before_triggers']:.0f}) |"
         )
-    polling_hour = polling["steady_requests_per_jobset_hour"]
-    steady = _ratio(polling_hour, watch["steady_requests_per_jobset_hour"])
-    first_hour = _ratio(polling_hour, watch["steady_requests_per_jobset_hour"] + watch["startup_requests_per_jobset"])
+    rows.append("")
+    if other["kind"] == "polling":
+        polling_hour = other["steady_requests_per_jobset_hour"]
+        steady = _ratio(polling_hour, watch["steady_requests_per_jobset_hour"])
+        first_hour = _ratio(
+            polling_hour, watch["steady_requests_per_jobset_hour"] + watch["startup_requests_per_jobset"]
+        )
+        rows += [
+            f"Requests per JobSet-hour, polling / watch: {steady} steady; {first_hour} when the watch trigger is "
+            "also charged its start requests within the hour (polling is not: its first poll is an ordinary poll).",
+            f"A poll (both requests, in the provider's style with a new API client each time) took "
+            f"{_ms(other['poll_seconds_median'])} (median); the polling period is the interval plus that.",
+        ]
+    else:
+        scale = watch["jobsets"] / other["jobsets"]
+        grown = {k: r["rss_mib"] - r["rss_mib_before_triggers"] for k, r in (("watch", watch), ("other", other))}
+        rows.append(
+            f"{watch['jobsets']} against {other['jobsets']} JobSets ({scale:g}x) in one run: CPU "
+            f"{_ratio(watch['cpu_share_of_one_core'], other['cpu_share_of_one_core'])}, steady requests "
+            f"{_ratio(watch['steady_requests'], other['steady_requests'], none='n/a (none in the baseline)')}, "
+            "RSS above the process's own "
+            f"{_ratio(grown['watch'], grown['other'])}; "
+            f"detection p99 {_ms(watch['latency_p99'])} against {_ms(other['latency_p99'])}."
+        )
+        if other["same_as_running"] and result["queued"]:
+            extra_cpu = watch["cpu_share_of_one_core"] - other["cpu_share_of_one_core"]
+            extra_requests = (watch["steady_requests"] - other["steady_requests"]) / (result["window_seconds"] / 60)
+            rows.append(
+                f"The baseline watches exactly the running JobSets, so the difference is the {result['queued']} "
+                f"queued ones: {100 * extra_cpu:.2f} % of one core in all, "
+                f"{extra_requests / result['queued']:.2f} requests per queued JobSet-minute."
+            )
+    load = result["load_average"]
     rows += [
-        "",
-        f"Requests per JobSet-hour, polling / watch: {steady} steady; {first_hour} when the watch trigger is also "
-        "charged its start requests within the hour (polling is not: its first poll is an ordinary poll).",
-        f"The cluster process (API, controllers, kubelet, {result['jobsets']} log follows) used "
+        f"The cluster process (API, controllers, Kueue, kubelet, the log follows) used "
         f"{100 * result['cluster_cpu_share_of_one_core']:.0f} % of one core in the window.",
-        f"Window requests by kind: watch {result['window_requests']['watch']}, "
-        f"polling {result['window_requests']['polling']}; startup: watch {result['startup_requests']['watch']}, "
-        f"polling {result['startup_requests']['polling']}.",
-        f"Event reasons: watch {watch['reasons']}, polling {polling['reasons']}.",
-        f"A poll (both requests, in the provider's style with a new API client each time) took "
-        f"{_ms(polling['poll_seconds_median'])} (median); the polling period is the interval plus that.",
+        "Window requests by kind: "
+        + "; ".join(f"{label} {result['window_requests'][label]}" for label in triggerers)
+        + "; startup: "
+        + "; ".join(f"{label} {result['startup_requests'][label]}" for label in triggerers)
+        + ".",
+        "Event reasons: " + "; ".join(f"{label} {row['reasons']}" for label, row in triggerers.items()) + ".",
+        "Load average (1, 5, 15 min) at start "
+        + ", ".join(f"{x:.1f}" for x in load["start"])
+        + (
+            f"; over the window {', '.join(f'{x:.1f}' for x in load['window_start'])} -> "
+            f"{', '.join(f'{x:.1f}' for x in load['window_end'])}."
+            if "window_end" in load
+            else "."
+        ),
     ]
+    if result["pending_message"]:
+        rows.append(f"Kueue's word on a queued JobSet's Workload: \"{result['pending_message']}\".")
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobsets", type=int, default=100, help="JobSets, each watched by both triggers")
+    parser.add_argument("--jobsets", type=int, default=100, help="JobSets the watch triggerer watches")
+    parser.add_argument(
+        "--queued",
+        type=float,
+        default=0.0,
+        help="fraction of the JobSets left queued by Kueue (suspended, not admitted) behind the running ones, "
+        "0 to 1 (not 1: nothing would run); with any, every JobSet joins the benchmark's LocalQueue",
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=["polling", "watch"],
+        default="polling",
+        help="what runs beside: the 10 s polling trigger, or a second JobSetTrigger triggerer watching fewer",
+    )
+    parser.add_argument(
+        "--baseline-jobsets",
+        type=int,
+        help="JobSets the baseline watches, running ones first (default: all for polling, 100 for watch)",
+    )
     parser.add_argument("--window", type=float, default=300.0, help="steady window in seconds")
     parser.add_argument("--deletes", type=int, default=20, help="worker pods force-deleted (distinct JobSets)")
     parser.add_argument("--poll-interval", type=float, default=10.0, help="the polling baseline's interval")
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument("--triggerer", choices=["watch", "polling"], help=argparse.SUPPRESS)
     parser.add_argument("--names", help=argparse.SUPPRESS)
+    parser.add_argument("--agent", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.triggerer:
-        return run_triggerer(args.triggerer, args.names.split(","), args.poll_interval)
+        return run_triggerer(args.triggerer, args.names.split(","), args.poll_interval, args.agent)
     if args.jobsets < 1 or args.window <= 0 or args.deletes < 0:
         parser.error("--jobsets must be at least 1, --window positive, --deletes not negative")
+    if not 0.0 <= args.queued < 1.0:
+        parser.error(f"--queued must be at least 0 and below 1 (some JobSets must run), got {args.queued:g}")
+    if args.baseline_jobsets is None:
+        args.baseline_jobsets = args.jobsets if args.baseline == "polling" else min(100, args.jobsets)
+    if not 1 <= args.baseline_jobsets <= args.jobsets:
+        parser.error(
+            f"--baseline-jobsets must be between 1 and --jobsets ({args.jobsets}), got {args.baseline_jobsets}"
+        )
+    running = args.jobsets - round(args.jobsets * args.queued)
+    if running < 1:
+        parser.error(f"--queued {args.queued:g} of {args.jobsets} JobSets leaves none running")
+    if args.deletes > min(running, args.baseline_jobsets):
+        parser.error(
+            f"--deletes {args.deletes}: only {min(running, args.baseline_jobsets)} running JobSets are watched by "
+            "both triggerers"
+        )
     result = drive(args)
     print(markdown(result))
     if args.json:

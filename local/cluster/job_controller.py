@@ -159,7 +159,7 @@ class JobController:
         spec = job.get("spec", {})
         status = copy.deepcopy(job.get("status") or {})
         conditions: list[Obj] = status.setdefault("conditions", [])
-        pods = [p for p in self._store.list(PODS, namespace)[0] if owned_by(p, uid)]
+        pods = self._store.list(PODS, namespace, lambda p: owned_by(p, uid))[0]  # copies of its own pods only
         ledger = self._ledgers.setdefault(uid, _Ledger())  # pods are only made after this
         for pod in pods:
             ledger.record(pod, policy=_policy(job))

@@ -240,9 +240,8 @@ class JobSetController:
     def _child_jobs(self, js: Obj, restarts: int) -> ChildJobs:
         uid = str(js["metadata"]["uid"])
         jobs = ChildJobs()
-        for job in self._store.list(JOBS, js["metadata"]["namespace"])[0]:
-            if not owned_by(job, uid):
-                continue
+        # Only the JobSet's own Jobs are copied (upstream lists them through a field index on the owner).
+        for job in self._store.list(JOBS, js["metadata"]["namespace"], lambda job: owned_by(job, uid))[0]:
             try:
                 attempt = int((job["metadata"].get("labels") or {}).get(LABEL_RESTART_ATTEMPT, ""))
             except ValueError:

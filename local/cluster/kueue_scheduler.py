@@ -257,6 +257,11 @@ class KueueScheduler:
         self._store = store
         self._order = itertools.count()
         self._seen: dict[str, int] = {}  # Workload uid → arrival order (creation times have 1 s resolution)
+        # Workload uid → what its last inadmissible try saw. Upstream parks an inadmissible Workload
+        # (``inadmissibleWorkloads``) until something it depends on changes; here it is tried again only when the
+        # Workload itself, its ClusterQueue, the flavors or the queue's reservations changed since: with the
+        # same inputs the flavor assigner gives the same answer, and a thousand queued Workloads cost nothing.
+        self._parked: dict[str, tuple[Any, ...]] = {}
 
     def _arrival(self, wl: Obj) -> int:
         uid = str(wl["metadata"]["uid"])
@@ -295,6 +300,8 @@ class KueueScheduler:
                 self._pending(wl, kw.REASON_INADMISSIBLE, f"ClusterQueue {cq_name} doesn't exist", event=False)
                 continue
             by_queue[cq_name].append(wl)
+        live = {str(wl["metadata"]["uid"]) for waiting in by_queue.values() for wl in waiting}
+        self._parked = {uid: seen for uid, seen in self._parked.items() if uid in live}
         for name in sorted(queues):
             self._schedule_queue(queues[name], by_queue[name], flavors, namespaces)
         self._write_queue_statuses(queues, local_queues)
@@ -309,6 +316,7 @@ class KueueScheduler:
         reserving = [wl for wl in workloads if kw.is_true(wl, kw.QUOTA_RESERVED)]
         pending = sorted((wl for wl in workloads if not kw.is_true(wl, kw.QUOTA_RESERVED)), key=self._queue_key)
         usage = _usage_of(reserving)
+        inputs = _inputs(cq, flavors, reserving)
         blocked = False
         for wl in pending:
             if (wl.get("spec") or {}).get("active") is False:
@@ -320,13 +328,19 @@ class KueueScheduler:
                 self._pending(wl, kw.REASON_PENDING, "Workload namespace doesn't match ClusterQueue selector")
                 blocked = strict
                 continue
+            uid = str(wl["metadata"]["uid"])
+            if self._parked.get(uid) == (wl["metadata"].get("resourceVersion"), inputs):
+                blocked = strict  # it did not fit last time, and nothing it depends on has changed
+                continue
             assignment = assign_flavors(wl, cq, flavors, usage)
             if assignment.mode == FIT:
+                self._parked.pop(uid, None)
                 admitted = self._admit(wl, name, assignment)
                 for key, value in assignment.usage().items():
                     usage[key] = usage.get(key, Fraction(0)) + value
                 if admitted is not None:
                     reserving.append(admitted)
+                    inputs = _inputs(cq, flavors, reserving)
                 continue
             message = assignment.message()
             if assignment.mode == PREEMPT and policy != "Never":
@@ -337,9 +351,10 @@ class KueueScheduler:
                             self._preempt(target, wl, name)
                     message += f". Pending the preemption of {len(targets)} workload(s)"
                     self._pending(wl, kw.REASON_PENDING, message)
+                    self._parked.pop(uid, None)
                     blocked = True  # it stays at the head until its targets release their quota
                     continue
-            self._pending(wl, kw.REASON_PENDING, message)
+            self._parked[uid] = (self._pending(wl, kw.REASON_PENDING, message), inputs)
             blocked = strict
 
     # -- preemption --------------------------------------------------------------------------
@@ -462,17 +477,19 @@ class KueueScheduler:
         )
         return updated
 
-    def _pending(self, wl: Obj, reason: str, message: str, *, event: bool = True) -> None:
+    def _pending(self, wl: Obj, reason: str, message: str, *, event: bool = True) -> Any:
+        """Say why ``wl`` waits (written only when that changed); its resourceVersion after."""
         before = kw.find(wl, kw.QUOTA_RESERVED)
         if before is not None and (before.get("status"), before.get("reason"), before.get("message")) == (
             "False",
             reason,
             message,
         ):
-            return
+            return wl["metadata"].get("resourceVersion")
         updated = self._write(wl, lambda o: kw.unset_quota_reservation(o, reason, message))
         if updated is not None and event:
             record_event(self._store, updated, WARNING, reason, message, COMPONENT)
+        return (updated or wl)["metadata"].get("resourceVersion")
 
     def _write(self, wl: Obj, change: Callable[[Obj], Any]) -> Obj | None:
         meta = wl["metadata"]
@@ -575,6 +592,16 @@ def _flavors_usage(
                 resources.append(entry)
             out.append({"name": flavor, "resources": resources})
     return out
+
+
+def _inputs(cq: Obj, flavors: Mapping[str, Obj], reserving: list[Obj]) -> tuple[Any, ...]:
+    """What a pending Workload's assignment and preemption targets depend on besides the Workload itself."""
+    return (
+        cq["metadata"].get("uid"),
+        cq["metadata"].get("generation"),
+        tuple(sorted((n, f["metadata"].get("resourceVersion")) for n, f in flavors.items())),
+        tuple(sorted((str(w["metadata"]["uid"]), w["metadata"].get("resourceVersion")) for w in reserving)),
+    )
 
 
 def _usage_of(workloads: list[Obj]) -> Usage:

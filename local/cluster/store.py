@@ -177,6 +177,10 @@ class Store:
             raise ValueError("watch_queue_limit must be at least 1")
         self.watch_queue_limit = watch_queue_limit
         self._objects: dict[Key, Obj] = {}
+        # Indexes kept beside _objects (only create adds a key, only remove drops one): the keys of each type, so
+        # that a list of one type does not scan the others (thousands of Events, Jobs and Workloads), and the uids.
+        self._keys_of_type: defaultdict[ResourceType, dict[Key, None]] = defaultdict(dict)
+        self._uids: set[str] = set()
         self._resource_version = 0
         self._history: deque[WatchEvent] = deque(maxlen=history_limit)
         # Watches by (type, namespace or None for all): an event reaches only those that can want it.
@@ -208,11 +212,9 @@ class Store:
     ) -> tuple[list[Obj], int]:
         """Like :meth:`list` but the stored objects themselves, not copies: read-only, and only for
         use before the next write (the API serialises them at once, with no await in between)."""
-        items = [
-            obj
-            for (kind, ns, _), obj in sorted(self._objects.items(), key=lambda kv: (kv[0][1], kv[0][2]))
-            if kind == rtype and (namespace is None or not rtype.namespaced or ns == namespace)
-        ]
+        keys = self._keys_of_type.get(rtype, {})
+        chosen = [key for key in keys if namespace is None or not rtype.namespaced or key[1] == namespace]
+        items = [self._objects[key] for key in sorted(chosen, key=lambda key: (key[1], key[2]))]
         if where is not None:
             items = [obj for obj in items if where(obj)]
         return items, self._resource_version
@@ -268,7 +270,7 @@ class Store:
                 yield rtype, copy.deepcopy(obj)
 
     def uid_exists(self, uid: str) -> bool:
-        return any(obj["metadata"].get("uid") == uid for obj in self._objects.values())
+        return uid in self._uids
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -327,6 +329,8 @@ class Store:
                 error.message = f"object is being deleted: {error.message}"
             raise error
         self._objects[key] = obj
+        self._keys_of_type[rtype][key] = None
+        self._uids.add(str(meta.get("uid")))
         return self._record("ADDED", rtype, obj)
 
     def _admit_create(self, rtype: ResourceType, namespace: str, name: str) -> None:
@@ -463,6 +467,8 @@ class Store:
         current = self._objects.pop(key, None)
         if current is None:
             raise not_found(rtype, name)
+        self._keys_of_type[rtype].pop(key, None)
+        self._uids.discard(str(current["metadata"].get("uid")))
         return self._record("DELETED", rtype, current)
 
     # -- watching ----------------------------------------------------------------------------

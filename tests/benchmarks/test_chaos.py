@@ -203,3 +203,71 @@ def test_a_failure_an_outage_explains_is_not_false() -> None:
     # The same failure without the outage on that JobSet: one restart was due, one was allowed.
     assert is_false_failure(plan, "failed", spent, killed, [], ["js", "js-r1"])
     assert not is_false_failure(plan, "success", "final step 39", killed, outage, ["js", "js-r1"])
+
+
+def test_kueue_dimensions_keep_the_seeds_shape_and_carry_one_kueue_fault() -> None:
+    from benchmarks.chaos_schedule import PREEMPT, QUEUE_CHIPS, QUEUE_WAIT, SLICE_CHIPS
+
+    plain = schedules(1, 40)
+    for kueue, kind in (("preempt", PREEMPT), ("queue-wait", QUEUE_WAIT)):
+        plans = schedules(1, 40, kueue=kueue)
+        assert plans == schedules(1, 40, kueue=kueue)  # one seed, one schedule
+        for local, plan in zip(plain, plans, strict=True):
+            assert _shape(plan)[:4] == _shape(local)[:4] and plan.kill_during_save_step is None
+            assert [f.kind for f in plan.faults] == [kind] and plan.kueue_fault == plan.faults[0]
+            assert plan.expected().escalations == () and plan.expected().survivable
+            assert plan.run_name.startswith("chaos-preempt-" if kueue == "preempt" else "chaos-queue-")
+            fault = plan.faults[0]
+            if kind == PREEMPT:
+                # The blocker never fits beside the run: Kueue must preempt it.
+                assert (len(fault.slices) + plan.num_slices) * SLICE_CHIPS > QUEUE_CHIPS
+                assert len(fault.slices) * SLICE_CHIPS <= QUEUE_CHIPS
+                assert 3 <= fault.step <= plan.steps - 4 and 5 <= fault.seconds <= 90
+            else:
+                assert len(fault.slices) * SLICE_CHIPS == QUEUE_CHIPS and 10 <= fault.seconds <= 40
+    with pytest.raises(ValueError, match="kueue must be one of"):
+        schedule(1, 0, kueue="preemption")
+
+
+def test_kueue_promises_are_judged_from_the_report_and_what_the_harness_saw() -> None:
+    from benchmarks.chaos_kueue import broken_promises
+
+    preempt = schedule(1, 0, kueue="preempt")
+    notes = {"evicted": "True/Preempted", "preempted": "True/InClusterQueue"}
+    kept = {
+        "full_restarts": 0,
+        "slice_restarts": 0,
+        "in_process_recoveries": 0,
+        "escalations": [],
+        "preemptions": [{"restored_step": 10, "steps_lost": 2}],
+        "preemption_recreations": 0,
+    }
+    assert broken_promises(preempt, notes, kept, "success", [{}]) == []
+    assert broken_promises(preempt, notes, {**kept, "full_restarts": 1}, "success", [{}]) == ["full_restarts=1"]
+    recreated = {
+        **kept,
+        "preemption_recreations": 1,
+        "escalations": [{"reason": "jobset_completed", "preemption": True}],
+    }
+    assert broken_promises(preempt, notes, recreated, "success", [{}, {}]) == []
+    lost = {**kept, "preemptions": [{"restored_step": 15, "steps_lost": 12}]}
+    assert broken_promises(preempt, notes, lost, "success", [{}]) == [
+        "restored step 15, not a checkpoint",
+        "steps lost 12",
+    ]
+
+    queued = schedule(1, 0, kueue="queue-wait")
+    jobset = {
+        "metadata": {"creationTimestamp": "2026-12-01T10:00:00Z"},
+        "status": {
+            "conditions": [{"type": "Suspended", "status": "False", "lastTransitionTime": "2026-12-01T10:01:40Z"}]
+        },
+    }
+    waited = {**kept, "preemptions": [], "queued_seconds": 100.0}
+    assert broken_promises(queued, {}, waited, "success", [jobset]) == []
+    assert broken_promises(queued, {}, {**waited, "queued_seconds": 90.0}, "success", [jobset]) == [
+        "queued_seconds 90.0 but the JobSet waited 100 s"
+    ]
+    assert "admitted while the blocker held the quota" in broken_promises(
+        queued, {"admitted_before_release": True}, waited, "success", [jobset]
+    )

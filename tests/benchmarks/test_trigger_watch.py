@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.trigger_watch import _by_client, markdown
+from benchmarks.trigger_watch import AGENT_PREFIX, _by_client, _jobset, _streams, main, markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +33,90 @@ def test_requests_are_attributed_by_user_agent() -> None:
     }
 
 
+def test_watch_triggerers_are_told_apart_by_their_label() -> None:
+    after = {f"{AGENT_PREFIX}watch\twatch": 40, f"{AGENT_PREFIX}baseline\tlog follow": 1, "bench-driver\tlist": 2}
+    assert _by_client({}, after, ("watch", "baseline")) == {
+        "watch": {"watch": 40},
+        "baseline": {"log follow": 1},
+        "driver": {"list": 2},
+    }
+
+
+def test_a_queued_jobset_joins_the_queue_and_asks_for_what_the_quota_counts() -> None:
+    queued = _jobset("q", in_queue=True)
+    assert queued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "bench-queue"
+    pods = [r["template"]["spec"]["template"]["spec"] for r in queued["spec"]["replicatedJobs"]]
+    assert [p["containers"][0]["resources"] for p in pods] == [{"requests": {"cpu": "10m"}}] * 2
+    assert "kueue.x-k8s.io/queue-name" not in _jobset("plain")["metadata"]["labels"]
+    # A queued JobSet's trigger watches its Workload too, and follows no log until its head runs.
+    assert _streams(["a", "b", "c"], running={"a"}, in_queue=True) == (12, 1)
+    assert _streams(["a", "b"], running={"a", "b"}, in_queue=False) == (6, 2)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--queued", "1"],
+        ["--queued", "-0.1"],
+        ["--jobsets", "10", "--queued", "0.99"],  # rounds to 10 queued: none would run
+        ["--jobsets", "10", "--baseline", "watch", "--baseline-jobsets", "11"],
+        ["--jobsets", "10", "--queued", "0.8", "--deletes", "3"],  # only 2 run
+    ],
+)
+def test_bad_counts_are_refused_before_anything_starts(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+def test_the_scale_form_compares_the_two_watch_triggerers() -> None:
+    def row(jobsets: int, queued: int, cpu: float, requests: int, p99: float) -> dict[str, object]:
+        return {
+            "kind": "watch",
+            "jobsets": jobsets,
+            "queued": queued,
+            "same_as_running": queued == 0,
+            "detections": 2,
+            "deletes": 2,
+            "reasons": ["slice_restart_budget_spent"],
+            "counted_median": 0.1,
+            "latency_median": 0.3,
+            "latency_p95": p99,
+            "latency_p99": p99,
+            "latency_max": p99,
+            "startup_requests_per_jobset": 8.0,
+            "steady_requests": requests,
+            "steady_requests_per_jobset_hour": requests / jobsets * 6,
+            "steady_requests_per_jobset_minute": requests / jobsets / 10,
+            "cpu_share_of_one_core": cpu,
+            "rss_mib": 300.0,
+            "rss_mib_before_triggers": 200.0,
+        }
+
+    result = {
+        "jobsets": 1000,
+        "queued": 900,
+        "pending_message": "couldn't assign flavors",
+        "baseline": "baseline",
+        "window_seconds": 600.0,
+        "poll_interval_seconds": 10.0,
+        "load_average": {"start": [1.0, 1.0, 1.0], "window_start": [2.0, 2.0, 2.0], "window_end": [3.0, 3.0, 3.0]},
+        "startup_requests": {"watch": {"list": 4000}, "baseline": {"list": 400}},
+        "window_requests": {"watch": {"watch": 4400}, "baseline": {"watch": 440}},
+        "cluster_cpu_share_of_one_core": 0.5,
+        "triggerers": {"watch": row(1000, 900, 0.02, 4400, 0.4), "baseline": row(100, 0, 0.005, 440, 0.35)},
+    }
+    text = markdown(result)
+    assert text.startswith("1000 JobSets, 900 of them queued by Kueue")
+    assert "| `JobSetTrigger` (watch) | 1000 (900) | 2/2 |" in text
+    assert "| `JobSetTrigger` (watch), baseline | 100 (0) | 2/2 |" in text
+    assert "1000 against 100 JobSets (10x) in one run: CPU 4.0x, steady requests 10.0x" in text
+    assert "detection p99 400 ms against 350 ms" in text
+    # The baseline is the running JobSets: what is left is the cost of the queued ones.
+    assert "the 900 queued ones: 1.50 % of one core in all, 0.44 requests per queued JobSet-minute" in text
+    assert "over the window 2.0, 2.0, 2.0 -> 3.0, 3.0, 3.0" in text
+
+
 @pytest.mark.slow
 def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
@@ -41,7 +125,7 @@ def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(out.read_text())
-    assert "| `JobSetTrigger` (watch) | 2/2 |" in done.stdout
+    assert "| `JobSetTrigger` (watch) | 2 (0) | 2/2 |" in done.stdout
     assert done.stdout.startswith(markdown(result).splitlines()[0])
 
     for kind in ("watch", "polling"):
@@ -62,3 +146,27 @@ def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
     polled = result["startup_requests"]["polling"]
     assert set(polled) == {"get", "list"} and polled["get"] == polled["list"] >= 2
     assert set(result["window_requests"]["polling"]) <= {"get", "list"}
+
+
+@pytest.mark.slow
+def test_tiny_queued_run_beside_a_watch_baseline(tmp_path: Path) -> None:
+    """2 of 4 JobSets queued by Kueue behind the 2 running ones, which the baseline triggerer watches alone."""
+    out = tmp_path / "result.json"
+    command = [sys.executable, "-m", "benchmarks.trigger_watch", "--jobsets", "4", "--queued", "0.5"]
+    command += ["--baseline", "watch", "--baseline-jobsets", "2", "--window", "3", "--deletes", "2", "--json", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert (result["jobsets"], result["queued"]) == (4, 2)
+    assert "insufficient unused quota for cpu in flavor bench-flavor" in result["pending_message"]
+    watch, baseline = result["triggerers"]["watch"], result["triggerers"]["baseline"]
+    assert (watch["jobsets"], watch["queued"], baseline["jobsets"], baseline["queued"]) == (4, 2, 2, 0)
+    assert baseline["same_as_running"] and not watch["same_as_running"]
+    for row in (watch, baseline):
+        assert (row["detections"], row["deletes"]) == (2, 2)
+        assert row["reasons"] == ["slice_restart_budget_spent"]
+    # In a queue, each trigger lists and watches the JobSet, its pods, its Jobs and its Workload; only a running
+    # JobSet's head log is followed.
+    assert result["startup_requests"]["watch"] == {"list": 16, "watch": 16, "log follow": 2}
+    assert result["startup_requests"]["baseline"] == {"list": 8, "watch": 8, "log follow": 2}
+    assert result["window_requests"]["watch"] == {} and result["window_requests"]["baseline"] == {}

@@ -1,0 +1,396 @@
+"""The chaos harness's Kueue dimensions: another team's higher-priority JobSet (a blocker) meets the run.
+
+On ``v5e-small`` (xpk's ``cluster-queue``: 64 v5e chips in ``4xv5litepod-16``, preemption ``withinClusterQueue:
+LowerPriority``) the run is submitted to ``multislice-queue`` at PriorityClass ``low`` and the blocker, made with the
+admin's client as another team's run would be, at ``very-high``: a head on ``cpu-np`` and ``slices`` v5e-16 slices
+(4 hosts of 4 chips each) running ``sleep``, as ``tests/operators/test_elastic_operator_kueue.py`` makes them.
+
+- **preempt**: when the run's log shows the scheduled step, the blocker is created; it needs more chips than the run
+  leaves free, so Kueue preempts the run (Workload ``Evicted`` reason ``Preempted``, ``Preempted`` reason
+  ``InClusterQueue``; the JobSet suspended). Once the blocker's pods all run it holds the chips for the fault's
+  ``seconds`` (sometimes past the run's stall timeout), then it is deleted and the run is admitted again.
+- **queue-wait**: the blocker takes all 64 chips before the run's task starts; the run's JobSet waits suspended
+  ("insufficient unused quota") until it has existed for its stall timeout plus the fault's ``seconds``; then the
+  blocker is deleted.
+
+The actor notes what it saw (times on the harness's clock, Kueue's words), and :func:`broken_promises` judges the run
+by it and by the operator's report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.chaos_schedule import PREEMPT, QUEUE_WAIT, Schedule
+
+NAMESPACE = "default"
+QUEUE = "multislice-queue"
+RUN_PRIORITY = "low"
+BLOCKER_PRIORITY = "very-high"
+# A blocker whose pods do not all run within this is deleted anyway (the note says how many ran, and why not).
+BLOCKER_RUNNING_BOUND_SECONDS = 180.0
+STEP_WAIT_SECONDS = 300.0  # every other wait on the cluster (suspension, eviction, admission)
+POLL_SECONDS = 0.3
+QUEUED_SECONDS_TOLERANCE = 1.5  # Kubernetes stamps whole seconds
+
+Obj = dict[str, Any]
+
+
+def blocker_manifest(name: str, slices: int) -> Obj:
+    """Another team's run in the run's queue: a head on ``cpu-np`` and ``slices`` v5e-16 slices, idling."""
+    from elastic_training.operators.constants import (
+        JOBSET_GROUP,
+        JOBSET_VERSION,
+        LABEL_GKE_NODEPOOL,
+        LABEL_GKE_TPU_ACCELERATOR,
+        LABEL_GKE_TPU_TOPOLOGY,
+        LABEL_KUEUE_QUEUE_NAME,
+        TPU_RESOURCE,
+    )
+
+    def rjob(name: str, replicas: int, hosts: int, limits: dict[str, str], **pod: Any) -> Obj:
+        container = {"name": "main", "image": "local", "command": ["sleep", "3600"], "resources": {"limits": limits}}
+        spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "containers": [container], **pod}
+        job = {"completionMode": "Indexed", "completions": hosts, "parallelism": hosts, "backoffLimit": 0}
+        return {"name": name, "replicas": replicas, "template": {"spec": {**job, "template": {"spec": spec}}}}
+
+    head = rjob(
+        "pathways-head",
+        1,
+        1,
+        {"cpu": "8", "memory": "8G"},
+        nodeSelector={LABEL_GKE_NODEPOOL: "cpu-np"},
+        priorityClassName=BLOCKER_PRIORITY,
+    )
+    worker = rjob(
+        "worker",
+        slices,
+        4,
+        {TPU_RESOURCE: "4"},
+        nodeSelector={LABEL_GKE_TPU_ACCELERATOR: "tpu-v5-lite-podslice", LABEL_GKE_TPU_TOPOLOGY: "4x4"},
+        tolerations=[{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        priorityClassName=BLOCKER_PRIORITY,
+    )
+    return {
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": {LABEL_KUEUE_QUEUE_NAME: QUEUE}},
+        "spec": {"replicatedJobs": [head, worker]},
+    }
+
+
+def condition(obj: Obj | None, kind: str) -> Obj | None:
+    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if found.get("type") == kind:
+            return dict(found)
+    return None
+
+
+def is_true(obj: Obj | None, kind: str) -> bool:
+    found = condition(obj, kind)
+    return found is not None and found.get("status") == "True"
+
+
+class KueueActor:
+    """The blocker of one run: created, watched and deleted on the schedule's Kueue fault (a thread of its own)."""
+
+    def __init__(self, kubeconfig: Path, plan: Schedule) -> None:
+        from kubernetes import client, config
+
+        fault = plan.kueue_fault
+        if fault is None:
+            raise ValueError(f"{plan.run_name} has no Kueue fault")
+        self.plan, self.fault = plan, fault
+        self.blocker = f"blocker-{plan.run_name}"
+        self._api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.custom, self.core = client.CustomObjectsApi(self._api), client.CoreV1Api(self._api)
+        self.notes: dict[str, Any] = {"blocker": self.blocker, "blocker_slices": len(fault.slices)}
+        self.errors: list[str] = []
+        self._go = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"kueue-{plan.run_name}", daemon=True)
+
+    # -- the cluster, as the admin reads it --------------------------------------------------
+
+    def _jobset(self, name: str) -> Obj | None:
+        from kubernetes import client
+
+        from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+
+        try:
+            found: Obj = self.custom.get_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name
+            )
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return found
+
+    def _run_jobset(self) -> Obj | None:
+        from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
+
+        items = self.custom.list_namespaced_custom_object(
+            JOBSET_GROUP,
+            JOBSET_VERSION,
+            NAMESPACE,
+            JOBSET_PLURAL,
+            label_selector=f"{LABEL_RUN_NAME}={self.plan.run_name}",
+        )["items"]
+        alive = [j for j in items if not j["metadata"].get("deletionTimestamp")]
+        return dict(alive[-1]) if alive else None
+
+    def _workload_of(self, jobset: Obj) -> Obj | None:
+        from elastic_training.operators.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_KUEUE_JOB_UID
+
+        items = self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            NAMESPACE,
+            "workloads",
+            label_selector=f"{LABEL_KUEUE_JOB_UID}={jobset['metadata']['uid']}",
+        )["items"]
+        return dict(items[0]) if items else None
+
+    def _admitted(self, name: str) -> bool:
+        found = self._jobset(name)
+        return found is not None and is_true(self._workload_of(found), "Admitted")
+
+    def _blocker_pods(self) -> tuple[int, list[str]]:
+        """The blocker's running pods, and what the scheduler said of the others."""
+        pods = self.core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"jobset.sigs.k8s.io/jobset-name={self.blocker}"
+        ).items
+        running = sum(1 for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp)
+        said = sorted(
+            {
+                f"{c.reason}: {c.message}"
+                for p in pods
+                if p.status.phase == "Pending"
+                for c in p.status.conditions or []
+                if c.type == "PodScheduled" and c.status == "False"
+            }
+        )
+        return running, said
+
+    def _wait(self, what: str, predicate: Any, timeout: float = STEP_WAIT_SECONDS) -> Any:
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            found = predicate()
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+            self._stop.wait(POLL_SECONDS)
+        raise InterruptedError(f"stopped while waiting for {what}")
+
+    # -- acting --------------------------------------------------------------------------------
+
+    def _create_blocker(self) -> None:
+        from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+
+        self.custom.create_namespaced_custom_object(
+            JOBSET_GROUP,
+            JOBSET_VERSION,
+            NAMESPACE,
+            JOBSET_PLURAL,
+            blocker_manifest(self.blocker, len(self.fault.slices)),
+        )
+        self.notes["blocker_created_at"] = time.time()
+
+    def delete_blocker(self) -> None:
+        """Delete the blocker if it is there (also at the run's end, whatever happened)."""
+        from kubernetes import client
+
+        from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+
+        try:
+            self.custom.delete_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, self.blocker, propagation_policy="Foreground"
+            )
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+
+    def hold_queue(self) -> None:
+        """queue-wait, before the run's task starts: the blocker takes all the chips and is admitted."""
+        self._create_blocker()
+        self._wait("the blocker admitted", lambda: self._admitted(self.blocker))
+        self.notes["blocker_admitted_at"] = time.time()
+
+    def preempt(self) -> None:
+        """preempt, at the scheduled step: the blocker arrives (the thread follows what Kueue does with it)."""
+        self._create_blocker()
+        self._go.set()
+
+    def start(self) -> None:
+        if self.fault.kind == QUEUE_WAIT:
+            self._go.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._go.set()
+        self._thread.join(timeout=30)
+        try:
+            self.delete_blocker()
+        except Exception as error:
+            self.errors.append(f"deleting the blocker: {type(error).__name__}: {error}")
+        self._api.close()
+
+    def _run(self) -> None:
+        self._go.wait()
+        if self._stop.is_set():
+            return
+        try:
+            if self.fault.kind == QUEUE_WAIT:
+                self._follow_queue_wait()
+            elif self.fault.kind == PREEMPT:
+                self._follow_preemption()
+        except InterruptedError:
+            pass
+        except Exception as error:
+            self.errors.append(f"{type(error).__name__}: {error}")
+
+    def _follow_queue_wait(self) -> None:
+        jobset = self._wait("the run's JobSet", self._run_jobset)
+        name = jobset["metadata"]["name"]
+        self.notes["run_jobset_seen_at"] = time.time()
+        workload = self._wait(
+            "Kueue's answer",
+            lambda: (w := self._workload_of(self._jobset(name) or jobset)) and condition(w, "QuotaReserved") and w,
+        )
+        self.notes["pending_reason"] = _said(condition(workload, "QuotaReserved"))
+        # Kubernetes' creation time (whole seconds), on this machine's clock: the wait runs from it.
+        created = _stamp(jobset["metadata"]["creationTimestamp"])
+        release_at = created + self.plan.stall_timeout_seconds + self.fault.seconds
+        admitted_early = False
+        while time.time() < release_at and not self._stop.is_set():
+            current = self._jobset(name)
+            if current is None or current["spec"].get("suspend") is not True:
+                admitted_early = True
+                break
+            self._stop.wait(POLL_SECONDS)
+        self.notes["admitted_before_release"] = admitted_early
+        self.notes["released_at"] = time.time()
+        self.delete_blocker()
+        self._wait("the run resumed", lambda: (self._jobset(name) or {}).get("spec", {}).get("suspend") is False)
+        self.notes["resumed_seen_at"] = time.time()
+
+    def _follow_preemption(self) -> None:
+        jobset = self._wait("the run's JobSet", self._run_jobset)
+        name = jobset["metadata"]["name"]
+        self.notes["preempted_jobset"] = name
+        self._wait("the run suspended", lambda: (self._jobset(name) or {}).get("spec", {}).get("suspend") is True)
+        self.notes["suspended_seen_at"] = time.time()
+        workload = self._wait(
+            "its Workload evicted", lambda: (w := self._workload_of(jobset)) and is_true(w, "Evicted") and w
+        )
+        self.notes["evicted"] = _reason(condition(workload, "Evicted"))
+        self.notes["preempted"] = _reason(condition(workload, "Preempted"))
+        self._wait("the blocker admitted", lambda: self._admitted(self.blocker))
+        self.notes["blocker_admitted_at"] = time.time()
+        wanted = 1 + 4 * len(self.fault.slices)
+        deadline = time.monotonic() + BLOCKER_RUNNING_BOUND_SECONDS
+        running, said = self._blocker_pods()
+        while running < wanted and time.monotonic() < deadline and not self._stop.is_set():
+            self._stop.wait(POLL_SECONDS)
+            running, said = self._blocker_pods()
+        self.notes["blocker_running"] = f"{running} of {wanted}"
+        if running < wanted:
+            self.notes["blocker_unschedulable"] = said[:3]
+        self.notes["blocker_running_at"] = time.time()
+        self._stop.wait(self.fault.seconds)
+        if self._stop.is_set():
+            return
+        self.notes["released_at"] = time.time()
+        self.delete_blocker()
+        self._wait("the run resumed", lambda: (self._jobset(name) or {}).get("spec", {}).get("suspend") is False)
+        self.notes["resumed_seen_at"] = time.time()
+
+
+def _said(found: Obj | None) -> str:
+    if found is None:
+        return ""
+    return ": ".join(str(p) for p in (found.get("status"), found.get("reason"), found.get("message")) if p)[:400]
+
+
+def _reason(found: Obj | None) -> str:
+    return "" if found is None else f"{found.get('status')}/{found.get('reason')}"
+
+
+def _stamp(text: str) -> float:
+    from elastic_training.operators.observations import parse_time
+
+    parsed = parse_time(text)
+    if parsed is None:
+        raise ValueError(f"not a Kubernetes time: {text!r}")
+    return parsed
+
+
+def broken_promises(
+    plan: Schedule,
+    notes: dict[str, Any],
+    report: dict[str, Any],
+    outcome: str,
+    jobsets: list[Obj],
+) -> list[str]:
+    """The Kueue promises the run broke (empty: all kept).
+
+    Both: success; no full restart, no slice restart, no in-process recovery, no escalation the preemption does not
+    explain. preempt: Kueue evicted it (``Preempted``/``InClusterQueue``), one preemption in the report, resumed from
+    a committed step (a multiple of the period) with at most one period lost, and one JobSet unless the operator says
+    it recreated it for the preemption (``preemption_recreations``: the trainer exited 0 on the SIGTERM, so its Job
+    completed). queue-wait: never admitted while the blocker held, one JobSet, no preemption, ``queued_seconds`` the
+    JobSet's own (creation to resume) and longer than the stall timeout.
+    """
+    fault = plan.kueue_fault
+    broken: list[str] = []
+    if fault is None:
+        return broken
+    if outcome != "success":
+        broken.append(f"outcome {outcome}")
+    for key in ("full_restarts", "slice_restarts", "in_process_recoveries"):
+        if report.get(key):
+            broken.append(f"{key}={report.get(key)}")
+    preemptions = report.get("preemptions") or []
+    recreated = int(report.get("preemption_recreations") or 0)
+    unexplained = [e for e in report.get("escalations") or [] if not e.get("preemption")]
+    if unexplained:
+        broken.append("escalations " + ", ".join(str(e.get("reason")) for e in unexplained))
+    if fault.kind == PREEMPT:
+        if notes.get("evicted") != "True/Preempted" or notes.get("preempted") != "True/InClusterQueue":
+            broken.append(f"eviction {notes.get('evicted')!r}, {notes.get('preempted')!r}")
+        if len(preemptions) != 1:
+            broken.append(f"{len(preemptions)} preemptions in the report")
+        for preemption in preemptions[:1]:
+            restored = preemption.get("restored_step")
+            lost = preemption.get("steps_lost")
+            if restored is not None and restored % plan.checkpoint_period != 0:
+                broken.append(f"restored step {restored}, not a checkpoint")
+            if lost is None or not 0 <= int(lost) <= plan.checkpoint_period:
+                broken.append(f"steps lost {lost}")
+        if len(jobsets) != 1 + recreated:
+            broken.append(f"{len(jobsets)} JobSets, {recreated} recreated for the preemption")
+    else:
+        if notes.get("admitted_before_release"):
+            broken.append("admitted while the blocker held the quota")
+        if preemptions:
+            broken.append(f"{len(preemptions)} preemptions")
+        if len(jobsets) != 1:
+            broken.append(f"{len(jobsets)} JobSets")
+        queued = report.get("queued_seconds")
+        jobset = jobsets[0] if jobsets else None
+        suspended = condition(jobset, "Suspended")
+        if queued is None or queued < plan.stall_timeout_seconds:
+            broken.append(f"queued_seconds {queued}, not past the stall timeout")
+        elif jobset is not None and suspended is not None and suspended.get("status") == "False":
+            own = _stamp(suspended["lastTransitionTime"]) - _stamp(jobset["metadata"]["creationTimestamp"])
+            if abs(float(queued) - own) > QUEUED_SECONDS_TOLERANCE:
+                broken.append(f"queued_seconds {queued} but the JobSet waited {own:.0f} s")
+        else:
+            broken.append("no resume on the JobSet to check queued_seconds against")
+    return broken
