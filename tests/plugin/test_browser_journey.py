@@ -94,6 +94,18 @@ async def click(tools: DevTools, element: str) -> None:
         await tools.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
 
+async def click_until(tools: DevTools, element: str, condition: str, failure: str, attempts: int = 3) -> None:
+    """Click, and wait for what the click should cause; a click that landed while the page hydrated is repeated."""
+    for _ in range(attempts):
+        await click(tools, element)
+        with contextlib.suppress(TimeoutError):
+            await tools.until(condition, timeout=40)
+            return
+        if await tools.js(condition):
+            return
+    raise AssertionError(f"{failure} ({attempts} clicks)")
+
+
 async def open_section(tools: DevTools, button: str) -> None:
     """Open one section of the form (clicked again if the first click landed while the page moved)."""
     for _ in range(3):
@@ -150,8 +162,7 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
         await click(tools, toggle)
         await tools.until(f"{toggle}.dataset.state === 'checked'")
     before = {r["dag_run_id"] for r in stack.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")[1]["dag_runs"]}
-    await click(tools, trigger)
-    await tools.until(f"!!{DIALOG}", timeout=120)
+    await click_until(tools, trigger, f"!!{DIALOG}", "pressing the DAG's Trigger opened no form")
     sections = await tools.js(f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim())")
     invalid: dict[str, list[str]] = {}
     for number, title in enumerate(sections, 1):  # one open at a time: the form's accordion shows one section
@@ -180,16 +191,28 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
     assert form["invalid"] == [] and form["errors"] == [], form
     assert form["trigger"] == [False], f"the form's Trigger button is disabled with its defaults: {form}"
     button = f"[...{DIALOG}.querySelectorAll('button')].find(b => b.innerText.trim() === 'Trigger')"
-    await click(tools, button)
-    deadline = time.monotonic() + 120
-    while True:
+
+    def new_runs() -> list[str]:
         runs = stack.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")[1]["dag_runs"]
-        new = [r["dag_run_id"] for r in runs if r["dag_run_id"] not in before]
-        if new:
-            assert len(new) == 1, new
-            return str(new[0])
-        assert time.monotonic() < deadline, "pressing Trigger made no DAG run"
-        await asyncio.sleep(1.0)
+        return [r["dag_run_id"] for r in runs if r["dag_run_id"] not in before]
+
+    # The form closes once its POST has made the run; a press that lands while the page re-renders leaves it
+    # open, idle and with no run: only then is it pressed again (never while a press is still being sent).
+    idle = f"!!{button} && !{button}.disabled && !{button}.hasAttribute('data-loading')"
+    deadline = time.monotonic() + 120
+    presses = 0
+    while not (new := new_runs()):
+        assert time.monotonic() < deadline, f"pressing Trigger ({presses} presses) made no DAG run"
+        if presses == 0 or await tools.js(f"!!{DIALOG} && {idle}"):
+            await click(tools, button)
+            presses += 1
+            with contextlib.suppress(TimeoutError):
+                await tools.until(f"!{DIALOG}", timeout=15)
+        else:
+            await asyncio.sleep(1.0)
+    seen["trigger_presses"] = presses
+    assert len(new) == 1, new
+    return str(new[0])
 
 
 async def follow_to_the_end(
