@@ -53,6 +53,7 @@ maxtext-lock: setup
 
 # Test files run on TEST_WORKERS processes (pytest-xdist), each file whole on one of them: a module's
 # fixtures (a cluster, an Airflow stack) are built once, and each process has its own Airflow home and DB.
+# The files that share the session's Airflow stack go to one process together (tests/conftest.py).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 

@@ -18,21 +18,16 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from tests.cli.test_airflow import ROOT, Stack, _free_port, _launcher_env
 from tests.plugin.test_real_run import DevTools, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.support.airflow_stack import STARTUP_SECONDS, Stack
 
-STARTUP_SECONDS = 600.0
 RUN_SECONDS = 900.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(STARTUP_SECONDS + 2 * RUN_SECONDS + 600)]
 OUTPUT = Path(os.environ.get("ELASTIC_TRAINING_TEST_OUTPUT", "test-output")) / "browser-journey"
@@ -43,40 +38,19 @@ FRAME_DOC = "document.querySelector('iframe[title=\"{title}\"]')"
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """``elastic-training airflow`` on the repository's ``dags/``, in a home of its own, logged in over REST too."""
-    home = tmp_path_factory.mktemp("airflow-home")
-    port = _free_port()
-    output = home / "launcher.out"
-    argv = [sys.executable, "-m", "elastic_training.cli", "airflow", "--port", str(port), "--home", str(home)]
-    argv += ["--dags-folder", str(ROOT / "dags"), "--startup-timeout", str(STARTUP_SECONDS)]
-    with output.open("wb") as sink:
-        process = subprocess.Popen(
-            argv, cwd=ROOT, env=_launcher_env(home), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    running = Stack(process, output, home, f"http://127.0.0.1:{port}", NIGHTLY)
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS + 60
-        while "] ready in" not in running.text():
-            assert process.poll() is None, f"the launcher exited ({process.returncode}):\n{running.text()}"
-            assert time.monotonic() < deadline, f"the launcher never got ready:\n{running.text()}"
-            time.sleep(1)
-        status, answer = running.call("POST", "/auth/token", {"username": "admin", "password": password(running)})
-        assert status == 201, answer
-        running.token = answer["access_token"]
-        for dag_id in (NIGHTLY, DRILL):
-            while running.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
-                assert time.monotonic() < deadline, f"the dag-processor never parsed {dag_id}"
-                time.sleep(2)
-        yield running
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=180)
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+def stack(airflow_stack: Stack) -> Stack:
+    """The session's ``elastic-training airflow`` (tests/support/airflow_stack.py, on the repository's ``dags/``),
+    logged in over REST too, once the dag-processor has parsed both shipped DAGs."""
+    running = airflow_stack
+    status, answer = running.call("POST", "/auth/token", {"username": "admin", "password": password(running)})
+    assert status == 201, answer
+    running.token = answer["access_token"]
+    deadline = time.monotonic() + STARTUP_SECONDS
+    for dag_id in (NIGHTLY, DRILL):
+        while running.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
+            assert time.monotonic() < deadline, f"the dag-processor never parsed {dag_id}"
+            time.sleep(2)  # polls the REST API with the deadline above
+    return running
 
 
 def password(stack: Stack) -> str:
