@@ -61,11 +61,12 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 test: setup maxtext
 	$(PYTEST)
 
+# Unit and component tests for the edit-test loop: no end-to-end test (slow), no training process (e2e).
 test-fast: setup
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not e2e"
 
 test-slow: setup maxtext
-	$(PYTEST) -m slow
+	$(PYTEST) -m "slow or e2e"
 
 SOURCES := $(wildcard elastic_training/*.py operators plugin local cli dags tests benchmarks)
 
