@@ -79,7 +79,7 @@ def test_invalid_values_and_maxtexts_elastic_rule_are_config_errors() -> None:
 
 
 def test_the_entry_point_exits_2_with_maxtexts_banner() -> None:
-    done = run_module("elastic_training.local.workloads.maxtext_train", [BASE, "steps=2", "num_devices=8"], timeout=60)
+    done = run_module("elastic_training.local.workloads.maxtext_train", [BASE, "steps=2", "num_devices=8"])
     assert done.returncode == 2
     lines = done.stdout.splitlines()
     assert any(line.endswith("Ignoring invalid/unsupported field from YAML/CLI: 'num_devices'") for line in lines)

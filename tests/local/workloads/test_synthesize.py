@@ -32,7 +32,8 @@ def test_samples_and_manifest_are_deterministic_for_a_seed(trained_run: tuple[st
     assert all(len(r["tokens"]) == 32 and all(0 <= t < 32 for t in r["tokens"]) for r in rows)
 
 
-@pytest.mark.e2e  # the entry point as a process, twice (JAX start, restore)
+@pytest.mark.e2e
+@pytest.mark.timeout(900)  # the entry point as a process, twice (JAX start, restore)
 def test_cli_defaults_to_the_run_directory(trained_run: tuple[str, list[str]]) -> None:
     base, keys = trained_run
     result = run_module("elastic_training.local.workloads.synthesize", [*keys, "checkpoint_step=20", "num_samples=2"])
