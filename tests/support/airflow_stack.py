@@ -1,7 +1,7 @@
 """One ``elastic-training airflow`` (what ``make airflow`` runs: the api-server, scheduler, dag-processor,
 triggerer and the local cluster) for the whole session, shared by the tests that need a real stack.
 
-Its DAGs folder holds the repository's ``dags/`` (linked, so the browser journey runs the shipped DAGs) and a
+Its DAGs folder holds copies of the repository's ``dags/`` (the browser journey runs the shipped DAGs) and a
 one-task smoke DAG (a deferrable ``ElasticJobSetOperator`` on the local runtime) for the CLI's own test.
 Starting a stack costs a minute or two of both cores; the CLI's test and the browser journey used one each.
 tests/conftest.py sends both files to one xdist process as one unit, so it starts once, and orders the CLI's
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,10 +79,10 @@ def _smoke_dag(folder: Path, base: Path) -> None:
 
 
 def _dags_folder(folder: Path, runs: Path) -> Path:
-    """The repository's DAG files (linked: the dag-processor reads the shipped ones) and the smoke DAG."""
+    """The repository's DAG files, copied as they are (the dag-processor skips symlinked files), and the smoke DAG."""
     folder.mkdir(parents=True, exist_ok=True)
     for dag_file in sorted((ROOT / "dags").glob("*.py")):
-        (folder / dag_file.name).symlink_to(dag_file)
+        shutil.copyfile(dag_file, folder / dag_file.name)
     _smoke_dag(folder, runs)
     return folder
 
