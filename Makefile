@@ -53,6 +53,7 @@ maxtext-lock: setup
 
 # Test files run on TEST_WORKERS processes (pytest-xdist), each file whole on one of them: a module's
 # fixtures (a cluster, an Airflow stack) are built once, and each process has its own Airflow home and DB.
+# The files that share the session's Airflow stack go to one process together (tests/conftest.py).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
@@ -60,11 +61,12 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 test: setup maxtext
 	$(PYTEST)
 
+# Unit and component tests for the edit-test loop: no end-to-end test (slow), no training process (e2e).
 test-fast: setup
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not e2e"
 
 test-slow: setup maxtext
-	$(PYTEST) -m slow
+	$(PYTEST) -m "slow or e2e"
 
 SOURCES := $(wildcard elastic_training/*.py operators plugin local cli dags tests benchmarks)
 

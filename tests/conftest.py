@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 import pytest
 
@@ -23,17 +24,47 @@ pytest_plugins = [
     "tests.support.gcs_emulator",
     "tests.support.orbax_checkpoints",
     "tests.support.airflow_dags",
+    "tests.support.airflow_stack",
     "tests.support.real_maxtext",
 ]
 
 
-# pytest-xdist's `--dist loadfile` hands whole files to its processes in collection order. The browser journey
-# (a real Airflow stack running both shipped DAGs, about 10 minutes) goes first, so that it runs beside the rest
-# of the suite instead of alone at its end.
-LONGEST_FIRST = ("tests/plugin/test_browser_journey.py",)
+# pytest-xdist's `--dist loadfile` (the Makefile's) hands whole files to its processes, in collection order, each
+# taking the next when it is done: a module's fixtures (a cluster, an Airflow stack) are built once. The longest
+# go first, so that they run beside the rest of the suite instead of alone at its end.
+LONGEST_FIRST = (
+    "tests/plugin/test_browser_journey.py",
+    "tests/cli/test_airflow.py",
+    "tests/benchmarks/test_chaos.py",
+    "tests/plugin/test_real_run.py",
+    "tests/operators/test_elastic_operator.py",
+    "tests/packaging/test_wheel.py",
+)
+# Files that share a session fixture go to one process as one unit, so it is built once: the Airflow stack
+# (tests/support/airflow_stack.py). The CLI's tests follow the journey: their Ctrl-C test stops the stack.
+# (pytest-xdist's own `loadgroup` cannot do it with this pytest: its renamed node ids are not used.)
+SHARED_UNITS = {
+    "tests/plugin/test_browser_journey.py": "airflow-stack",
+    "tests/cli/test_airflow.py": "airflow-stack",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the longest files first (a stable sort: everything else keeps its order)."""
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, with the files of ``SHARED_UNITS`` run as one unit each."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_UNITS.get(path, path)
+
+    return SharedFixtureScheduling(config, log)

@@ -150,11 +150,12 @@ def test_dry_run_prints_the_same_schedules_twice() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # two full runs and their Airflow start-ups on a loaded box
+@pytest.mark.timeout(1800)  # a full run and its Airflow start-up on a loaded box
 def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
-    """Two seeded runs of seed 1 through Airflow on the local cluster, writing to gs:// (the GCS emulator):
-    run 7 (two slices deleted at once, then GCS down for 40 s: past gcsfs's retries, so a save fails and one
-    full restart follows) and run 12 (a slice deleted, the task SIGKILLed mid-watch and run again, a 500 burst)."""
+    """One seeded run of seed 1 through Airflow on the local cluster, writing to gs:// (the GCS emulator): run 7
+    (two slices deleted at once, then GCS down for 40 s: past gcsfs's retries, so a save fails and one full
+    restart follows) keeps each of the matrix's promises once. The task SIGKILLed mid-watch and run again
+    (run 12's fault) is test_elastic_operator.py's adoption test; the whole matrix is `make chaos`."""
     out = tmp_path / "chaos"
     finished = subprocess.run(
         [
@@ -165,7 +166,7 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
             "1",
             "--gcs",
             "--only",
-            "7,12",
+            "7",
             "--out",
             str(out),
             "--run-timeout",
@@ -179,7 +180,7 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
         timeout=1800,
     )
     records = [json.loads(line) for line in (out / "chaos.jsonl").read_text().splitlines()]
-    assert [r["index"] for r in records] == [7, 12], finished.stdout[-3000:] + finished.stderr[-3000:]
+    assert [r["index"] for r in records] == [7], finished.stdout[-3000:] + finished.stderr[-3000:]
     for record in records:
         assert record["outcome"] != "not run", record
         assert record["max_coexisting_jobsets"] == 1, record

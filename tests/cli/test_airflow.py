@@ -12,142 +12,34 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SMOKE = "launcher_smoke"
-STARTUP_SECONDS = 600.0
+from tests.support.airflow_stack import (
+    ROOT,
+    SMOKE,
+    STARTUP_SECONDS,
+    Stack,
+    _launcher_env,
+)
+
 RUN_SECONDS = 900.0
-# The module's stack starts inside the first test that uses it: the suite's 300 s default would cut a slow start.
-pytestmark = pytest.mark.timeout(STARTUP_SECONDS + RUN_SECONDS + 300)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _launcher_env(home: Path) -> dict[str, str]:
-    """The user's environment, without the test session's Airflow settings (unit-test mode, its home)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_"))}
-    env["AIRFLOW_HOME"] = str(home)
-    env["PYTHONUNBUFFERED"] = "1"
-    # Unpausing the nightly DAG would also start today's scheduled run, and max_active_runs=1 would queue
-    # the test's run behind a whole second pipeline: the scheduler runs triggered runs only.
-    env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
-    return env
-
-
-def _smoke_dag(folder: Path, base: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{SMOKE}.py").write_text(
-        textwrap.dedent(
-            f"""\
-            from airflow.sdk import DAG
-            from elastic_training.operators import ElasticJobSetOperator
-
-            with DAG({SMOKE!r}, schedule=None, tags=["test"]) as dag:
-                ElasticJobSetOperator(
-                    task_id="pretrain",
-                    run_name="launcher-smoke",
-                    base_output_directory={str(base)!r},
-                    steps=40,
-                    checkpoint_period=10,
-                    num_slices=2,
-                    runtime="local",
-                    maxtext_args={{}},
-                    deferrable=True,
-                    poll_interval=1.0,
-                )
-            """
-        )
-    )
-
-
-@dataclass
-class Stack:
-    """A running launcher: its process, output file, URL and the processes seen under it so far."""
-
-    process: subprocess.Popen[bytes]
-    output: Path
-    home: Path
-    url: str
-    dag_id: str
-    seen: dict[int, psutil.Process] = field(default_factory=dict)
-    listening: set[tuple[int, str, int]] = field(default_factory=set)
-    token: str = ""
-
-    def text(self) -> str:
-        return self.output.read_text(errors="replace")
-
-    def snapshot(self) -> list[psutil.Process]:
-        """The launcher's descendants now; each one and its listening sockets are remembered for later checks."""
-        try:
-            current = psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-        for child in current:
-            self.seen.setdefault(child.pid, child)
-        self.listening.update(_listening(current))
-        return current
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return int(response.status), json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
-            return int(error.code), error.read().decode(errors="replace")
+# The session's stack starts inside the first test that uses it: the suite's 300 s default would cut a slow start.
+pytestmark = [pytest.mark.timeout(STARTUP_SECONDS + RUN_SECONDS + 300)]
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    home = tmp_path_factory.mktemp("airflow-home")
-    dags, dag_id = home / "dags", SMOKE
-    _smoke_dag(dags, tmp_path_factory.mktemp("runs"))
-    port = _free_port()
-    output = home / "launcher.out"
-    argv = [sys.executable, "-m", "elastic_training.cli", "airflow", "--port", str(port), "--home", str(home)]
-    argv += ["--dags-folder", str(dags), "--startup-timeout", str(STARTUP_SECONDS)]
-    with output.open("wb") as sink:
-        process = subprocess.Popen(argv, cwd=ROOT, env=_launcher_env(home), stdout=sink, stderr=subprocess.STDOUT)
-    running = Stack(process, output, home, f"http://127.0.0.1:{port}", dag_id)
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS + 60
-        while "] ready in" not in running.text():
-            assert process.poll() is None, f"the launcher exited ({process.returncode}):\n{running.text()}"
-            assert time.monotonic() < deadline, f"the launcher never got ready:\n{running.text()}"
-            running.snapshot()
-            time.sleep(1)
-        running.snapshot()
-        yield running
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=180)
-        if process.poll() is None:
-            process.kill()
+def stack(airflow_stack: Stack) -> Stack:
+    """The session's launcher (tests/support/airflow_stack.py), its smoke DAG the one these tests run."""
+    airflow_stack.dag_id = SMOKE
+    return airflow_stack
 
 
 def _leftovers(processes: dict[int, psutil.Process]) -> list[str]:
@@ -157,16 +49,6 @@ def _leftovers(processes: dict[int, psutil.Process]) -> list[str]:
             if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
                 alive.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
     return alive
-
-
-def _listening(processes: list[psutil.Process]) -> list[tuple[int, str, int]]:
-    sockets = []
-    for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            for conn in process.net_connections(kind="inet"):
-                if conn.status == psutil.CONN_LISTEN:
-                    sockets.append((process.pid, conn.laddr.ip, conn.laddr.port))
-    return sockets
 
 
 COMPONENTS = ("cluster", "api-server", "scheduler", "dag-processor", "triggerer")

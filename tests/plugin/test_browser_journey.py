@@ -19,21 +19,16 @@ import contextlib
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from tests.cli.test_airflow import ROOT, Stack, _free_port, _launcher_env
 from tests.plugin.test_real_run import DevTools, browser  # noqa: F401  (the module's Chromium fixture)
+from tests.support.airflow_stack import STARTUP_SECONDS, Stack
 
-STARTUP_SECONDS = 600.0
 RUN_SECONDS = 900.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(STARTUP_SECONDS + 2 * RUN_SECONDS + 600)]
 OUTPUT = Path(os.environ.get("ELASTIC_TRAINING_TEST_OUTPUT", "test-output")) / "browser-journey"
@@ -44,40 +39,19 @@ FRAME_DOC = "document.querySelector('iframe[title=\"{title}\"]')"
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """``elastic-training airflow`` on the repository's ``dags/``, in a home of its own, logged in over REST too."""
-    home = tmp_path_factory.mktemp("airflow-home")
-    port = _free_port()
-    output = home / "launcher.out"
-    argv = [sys.executable, "-m", "elastic_training.cli", "airflow", "--port", str(port), "--home", str(home)]
-    argv += ["--dags-folder", str(ROOT / "dags"), "--startup-timeout", str(STARTUP_SECONDS)]
-    with output.open("wb") as sink:
-        process = subprocess.Popen(
-            argv, cwd=ROOT, env=_launcher_env(home), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    running = Stack(process, output, home, f"http://127.0.0.1:{port}", NIGHTLY)
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS + 60
-        while "] ready in" not in running.text():
-            assert process.poll() is None, f"the launcher exited ({process.returncode}):\n{running.text()}"
-            assert time.monotonic() < deadline, f"the launcher never got ready:\n{running.text()}"
-            time.sleep(1)
-        status, answer = running.call("POST", "/auth/token", {"username": "admin", "password": password(running)})
-        assert status == 201, answer
-        running.token = answer["access_token"]
-        for dag_id in (NIGHTLY, DRILL):
-            while running.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
-                assert time.monotonic() < deadline, f"the dag-processor never parsed {dag_id}"
-                time.sleep(2)
-        yield running
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=180)
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+def stack(airflow_stack: Stack) -> Stack:
+    """The session's ``elastic-training airflow`` (tests/support/airflow_stack.py, on the repository's ``dags/``),
+    logged in over REST too, once the dag-processor has parsed both shipped DAGs."""
+    running = airflow_stack
+    status, answer = running.call("POST", "/auth/token", {"username": "admin", "password": password(running)})
+    assert status == 201, answer
+    running.token = answer["access_token"]
+    deadline = time.monotonic() + STARTUP_SECONDS
+    for dag_id in (NIGHTLY, DRILL):
+        while running.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
+            assert time.monotonic() < deadline, f"the dag-processor never parsed {dag_id}"
+            time.sleep(2)  # polls the REST API with the deadline above
+    return running
 
 
 def password(stack: Stack) -> str:
@@ -93,6 +67,18 @@ async def click(tools: DevTools, element: str) -> None:
     )
     for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
         await tools.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+
+async def click_until(tools: DevTools, element: str, condition: str, failure: str, attempts: int = 3) -> None:
+    """Click, and wait for what the click should cause; a click that landed while the page hydrated is repeated."""
+    for _ in range(attempts):
+        await click(tools, element)
+        with contextlib.suppress(TimeoutError):
+            await tools.until(condition, timeout=40)
+            return
+        if await tools.js(condition):
+            return
+    raise AssertionError(f"{failure} ({attempts} clicks)")
 
 
 async def open_section(tools: DevTools, button: str) -> None:
@@ -151,8 +137,7 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
         await click(tools, toggle)
         await tools.until(f"{toggle}.dataset.state === 'checked'")
     before = {r["dag_run_id"] for r in stack.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")[1]["dag_runs"]}
-    await click(tools, trigger)
-    await tools.until(f"!!{DIALOG}", timeout=120)
+    await click_until(tools, trigger, f"!!{DIALOG}", "pressing the DAG's Trigger opened no form")
     sections = await tools.js(f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')].map(b => b.innerText.trim())")
     invalid: dict[str, list[str]] = {}
     for number, title in enumerate(sections, 1):  # one open at a time: the form's accordion shows one section
@@ -181,16 +166,28 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
     assert form["invalid"] == [] and form["errors"] == [], form
     assert form["trigger"] == [False], f"the form's Trigger button is disabled with its defaults: {form}"
     button = f"[...{DIALOG}.querySelectorAll('button')].find(b => b.innerText.trim() === 'Trigger')"
-    await click(tools, button)
-    deadline = time.monotonic() + 120
-    while True:
+
+    def new_runs() -> list[str]:
         runs = stack.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")[1]["dag_runs"]
-        new = [r["dag_run_id"] for r in runs if r["dag_run_id"] not in before]
-        if new:
-            assert len(new) == 1, new
-            return str(new[0])
-        assert time.monotonic() < deadline, "pressing Trigger made no DAG run"
-        await asyncio.sleep(1.0)
+        return [r["dag_run_id"] for r in runs if r["dag_run_id"] not in before]
+
+    # The form closes once its POST has made the run; a press that lands while the page re-renders leaves it
+    # open, idle and with no run: only then is it pressed again (never while a press is still being sent).
+    idle = f"!!{button} && !{button}.disabled && !{button}.hasAttribute('data-loading')"
+    deadline = time.monotonic() + 120
+    presses = 0
+    while not (new := new_runs()):
+        assert time.monotonic() < deadline, f"pressing Trigger ({presses} presses) made no DAG run"
+        if presses == 0 or await tools.js(f"!!{DIALOG} && {idle}"):
+            await click(tools, button)
+            presses += 1
+            with contextlib.suppress(TimeoutError):
+                await tools.until(f"!{DIALOG}", timeout=15)
+        else:
+            await asyncio.sleep(1.0)
+    seen["trigger_presses"] = presses
+    assert len(new) == 1, new
+    return str(new[0])
 
 
 async def follow_to_the_end(

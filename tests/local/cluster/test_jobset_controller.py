@@ -385,7 +385,7 @@ def test_foreground_delete_leaves_no_job_pod_or_process(k8s: K8s) -> None:
     wait_for(lambda: not jobsets.exists(name), 30)
     assert not _jobs(k8s, name)
     assert not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name}")
-    wait_processes_gone(pids, timeout=2)
+    wait_processes_gone(pids)
 
 
 def test_in_order_startup_creates_workers_once_the_head_is_ready(k8s: K8s, tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ async def test_kubernetes_asyncio_load_kube_config_list_and_watch(cluster: Local
         assert jobset["metadata"]["name"] == "client-js"
         seen = []
         stream = kubernetes_asyncio.watch.Watch()
-        async for event in stream.stream(core.list_namespaced_pod, "default", timeout_seconds=2):
+        async for event in stream.stream(core.list_namespaced_pod, "default", timeout_seconds=60):
             seen.append((event["type"], event["object"].metadata.name))
             stream.stop()
         assert seen == [("ADDED", "client-pod")]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client, watch
 
 from elastic_training.local.cluster import LocalCluster
@@ -94,18 +97,39 @@ def _running(k8s: K8s, selector: str) -> list[client.V1Pod]:
     return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
 
 
-def _disruptions(k8s: K8s, since: str, timeout: int = 3) -> dict[str, tuple[str, str]]:
-    """Pod name → (reason, phase) of every pod that carried a DisruptionTarget condition after ``since``."""
-    seen: dict[str, tuple[str, str]] = {}
-    stream = watch.Watch()
-    for event in stream.stream(
-        k8s.core.list_namespaced_pod, "default", resource_version=since, timeout_seconds=timeout
-    ):
-        pod = event["object"]
-        for condition in pod.status.conditions or []:
-            if condition.type == "DisruptionTarget" and condition.status == "True":
-                seen[pod.metadata.name] = (condition.reason, pod.status.phase)
-    return seen
+def _disruptions(
+    k8s: K8s, since: str, expect: Collection[str], *, quiet: float | None = None
+) -> dict[str, tuple[str, str]]:
+    """Pod name → (reason, phase) of every pod that carried a DisruptionTarget condition after ``since``.
+
+    Waits (up to a minute) until each pod of ``expect`` has shown one; with ``quiet``, reads on until the watch
+    has been quiet that many seconds, so that a pod marked that should not have been is seen too. A fixed watch
+    window would end before a loaded machine replayed the events.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        seen: dict[str, tuple[str, str]] = {}
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                k8s.core.list_namespaced_pod,
+                "default",
+                resource_version=since,
+                timeout_seconds=60,
+                _request_timeout=(10, quiet or 60),  # a read that waits longer than `quiet` ends this watch
+            ):
+                pod = event["object"]
+                for condition in pod.status.conditions or []:
+                    if condition.type == "DisruptionTarget" and condition.status == "True":
+                        seen[pod.metadata.name] = (condition.reason, pod.status.phase)
+                if quiet is None and set(expect) <= set(seen):
+                    break
+        except urllib3.exceptions.ReadTimeoutError:
+            pass
+        finally:
+            stream.stop()
+        if set(expect) <= set(seen) or time.monotonic() > deadline:
+            return seen
 
 
 def _exactly(k8s: K8s, selector: str, count: int) -> list[client.V1Pod] | None:
@@ -138,7 +162,8 @@ def test_a_lost_host_fails_its_whole_slice_and_the_slice_moves_to_a_free_pool(cl
     taints = {(t.key, t.effect) for t in k8s.core.read_node(lost_nodes[0]).spec.taints}
     assert ("node.kubernetes.io/unreachable", "NoExecute") in taints
     # Both hosts' pods failed as PodGC fails them, and are gone.
-    assert _disruptions(k8s, since) == {name.split("/")[1]: ("DeletionByPodGC", "Failed") for name in slice_pods}
+    names = [name.split("/")[1] for name in slice_pods]
+    assert _disruptions(k8s, since, names, quiet=3.0) == {name: ("DeletionByPodGC", "Failed") for name in names}
     # The Job counted one failure per host; its replacements form the slice again in the free pool.
     job = wait_for(lambda: (j := k8s.batch.read_namespaced_job("lost-worker-0", "default")).status.failed == 2 and j)
     assert not any(c.type == "Failed" for c in job.status.conditions or [])
@@ -183,7 +208,7 @@ def test_an_eviction_under_on_failure_counts_one_failure_and_the_pod_is_replaced
     assert not any(c.type == "Failed" for c in job.status.conditions or [])
     (second,) = wait_for(lambda: _running(k8s, f"job-name={name}"))
     assert second.metadata.name != first.metadata.name
-    assert _disruptions(k8s, since, timeout=1)[first.metadata.name][0] == reason
+    assert _disruptions(k8s, since, [first.metadata.name])[first.metadata.name][0] == reason
     k8s.batch.delete_namespaced_job(name, "default", propagation_policy="Foreground")
 
 
@@ -328,6 +353,6 @@ def test_the_eviction_subresource_marks_and_deletes_the_pod(k8s: K8s) -> None:
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=first.metadata.name, namespace="default"))
     response = k8s.core.create_namespaced_pod_eviction(first.metadata.name, "default", eviction, _preload_content=False)
     assert response.status == 201
-    assert _disruptions(k8s, since, timeout=1)[first.metadata.name][0] == "EvictionByEvictionAPI"
+    assert _disruptions(k8s, since, [first.metadata.name])[first.metadata.name][0] == "EvictionByEvictionAPI"
     wait_for(lambda: k8s.batch.read_namespaced_job("drained", "default").status.failed == 1)
     k8s.batch.delete_namespaced_job("drained", "default", propagation_policy="Foreground")

@@ -172,7 +172,7 @@ def test_elastic_rule_is_maxtexts_and_single_controller_turns_off_ocdbt() -> Non
     "module", ["elastic_training.local.workloads.evaluate", "elastic_training.local.workloads.synthesize"]
 )
 def test_readers_exit_2_on_an_unknown_key(module: str) -> None:
-    result = run_module(module, ["base_output_directory=/tmp/o", "run_name=r", "checkpoint_stepp=3"], timeout=60)
+    result = run_module(module, ["base_output_directory=/tmp/o", "run_name=r", "checkpoint_stepp=3"])
     assert result.returncode == 2
     assert "Invalid config: checkpoint_stepp: unknown key" in result.stderr
 

@@ -35,6 +35,8 @@ def test_a_missing_step_is_refused(trained_run: tuple[str, list[str]]) -> None:
         evaluate(parse_args(EvalConfig, [*keys, "checkpoint_step=5"]))
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(900)  # the entry point as a process, three times (JAX start, restore)
 def test_cli_writes_the_result_file(trained_run: tuple[str, list[str]], tmp_path: Path) -> None:
     _, keys = trained_run
     out = tmp_path / "eval.json"

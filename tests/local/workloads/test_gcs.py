@@ -126,7 +126,7 @@ def test_kill_9_in_the_middle_of_a_save_on_gcs(
     base = f"{gcs_bucket}/runs"
     args = [f"base_output_directory={base}", "run_name=k", "steps=4", "checkpoint_period=2", *small_model]
     args.append("enable_single_controller=true")  # zarr2 without OCDBT (see the first test)
-    crashed = run_module("elastic_training.local.workloads.train", args, timeout=240, **{KILL_DURING_SAVE_ENV: "2"})
+    crashed = run_module("elastic_training.local.workloads.train", args, **{KILL_DURING_SAVE_ENV: "2"})
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout[-3000:] + crashed.stderr[-3000:]
     assert ASYNC_SAVE_STARTED_RE.findall(crashed.stdout) == ["0", "2"]
     assert f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process before the commit marker" in crashed.stdout
@@ -148,7 +148,7 @@ def test_kill_9_in_the_middle_of_a_save_on_gcs(
     assert {f.code for f in half.problems} == {Problem.COMMIT_MARKER_MISSING, Problem.COMMIT_TIMESTAMP_MISSING}
     assert half.items == previous.items
 
-    resumed = run_module("elastic_training.local.workloads.train", args, timeout=240)
+    resumed = run_module("elastic_training.local.workloads.train", args)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert RESTORING_STEP_RE.findall(resumed.stdout) == ["0"]
     assert [int(m[1]) for m in COMPLETED_STEP_RE.finditer(resumed.stdout)] == list(range(1, 4))

@@ -80,7 +80,7 @@ def test_invalid_values_and_maxtexts_elastic_rule_are_config_errors() -> None:
 
 
 def test_the_entry_point_exits_1_with_maxtexts_banner_and_its_traceback() -> None:
-    done = run_module("elastic_training.local.workloads.maxtext_train", [BASE, "steps=2", "num_devices=8"], timeout=60)
+    done = run_module("elastic_training.local.workloads.maxtext_train", [BASE, "steps=2", "num_devices=8"])
     assert done.returncode == 1 == MAXTEXT_EXIT_CONFIG_ERROR
     assert "Traceback" in done.stderr and "ValueError: 'num_devices' not in 'run_name'," in done.stderr
     lines = done.stdout.splitlines()

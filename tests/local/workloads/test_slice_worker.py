@@ -33,7 +33,7 @@ def test_stays_up_until_stopped_then_exits_0(signum: signal.Signals) -> None:
 def test_a_hold_file_keeps_the_slice_down(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     hold.touch()
-    held = run_module("elastic_training.local.workloads.slice_worker", ["--hold-file", str(hold)], timeout=60)
+    held = run_module("elastic_training.local.workloads.slice_worker", ["--hold-file", str(hold)])
     assert held.returncode == EXIT_HELD and "held down by" in held.stdout
     hold.unlink()
     process = start_module("elastic_training.local.workloads.slice_worker", ["--hold-file", str(hold)])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from elastic_training.local.workloads.config import SynthesizeConfig, parse_args
 from elastic_training.local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
 from tests.local.workloads.conftest import run_module
@@ -30,6 +32,8 @@ def test_samples_and_manifest_are_deterministic_for_a_seed(trained_run: tuple[st
     assert all(len(r["tokens"]) == 32 and all(0 <= t < 32 for t in r["tokens"]) for r in rows)
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(900)  # the entry point as a process, twice (JAX start, restore)
 def test_cli_defaults_to_the_run_directory(trained_run: tuple[str, list[str]]) -> None:
     base, keys = trained_run
     result = run_module("elastic_training.local.workloads.synthesize", [*keys, "checkpoint_step=20", "num_samples=2"])

@@ -21,6 +21,9 @@ from elastic_training.operators.constants import (
 )
 from tests.local.workloads.conftest import run_module, start_module
 
+# Each test runs the trainer's entry point as a process (JAX start, compile, training): make test, not test-fast.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # several runs each, on a loaded box
+
 
 def _committed(checkpoints: Path) -> list[int]:
     return sorted(int(p.name) for p in checkpoints.iterdir() if (p / COMMIT_SUCCESS_FILE).exists())

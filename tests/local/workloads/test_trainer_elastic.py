@@ -27,6 +27,9 @@ from elastic_training.operators.constants import (
 )
 from tests.local.workloads.conftest import run_module
 
+# Each test runs the elastic driver as a process (JAX start, compile, training): make test, not test-fast.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # several runs each, on a loaded box
+
 _LIVE = re.compile(r"completed step: (\d+), .*live slice count: (\d+)")
 _ABSL_PREFIX = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [\w.]+:\d+\] ")
 
