@@ -10,6 +10,7 @@ slices: it is used, and the report says why).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,28 @@ def lose_host_of(pool: list[str], lost: list[dict[str, Any]]) -> Callable[[StepF
     return act
 
 
+@contextlib.contextmanager
+def cordoned_but(cluster: LocalCluster, keep: list[str]) -> Iterator[None]:
+    """One v5e-16 pool other than ``keep[0]`` cordoned: 3 slices on the 3 pools left must use ``keep[0]``, which
+    the scheduler would otherwise be free to skip (4 pools for 3 slices)."""
+    admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    core = client.CoreV1Api(admin)
+    try:
+        nodes = core.list_node().items
+        pools = sorted({(n.metadata.labels or {}).get(LABEL_GKE_NODEPOOL, "") for n in nodes})
+        other = next(p for p in pools if p.startswith("tpu-v5e-16-") and p != keep[0])
+        names = [n.metadata.name for n in nodes if (n.metadata.labels or {}).get(LABEL_GKE_NODEPOOL) == other]
+        for name in names:
+            core.patch_node(name, {"spec": {"unschedulable": True}})
+        try:
+            yield
+        finally:
+            for name in names:
+                core.patch_node(name, {"spec": {"unschedulable": None}})
+    finally:
+        admin.close()
+
+
 def note_pools(used: set[str]) -> Callable[[StepFaults], None]:
     """Note the node pools the run's running workers are bound to (read from their nodes: the scheduler's choice)."""
 
@@ -166,7 +189,9 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
     lost: list[dict[str, Any]] = []
     for n, fault in ((1, True), (2, True), (3, False)):
         dag = history_dag(f"history_run_{n}", tmp_path)
-        with StepFaults(cluster, f"history-run-{n}") as faults:
+        # The second failure must hit the first one's pool: that pool is made one the run cannot skip.
+        held = cordoned_but(cluster, pool) if n == 2 else contextlib.nullcontext()
+        with held, StepFaults(cluster, f"history-run-{n}") as faults:
             if fault:
                 faults.at(5, lose_host_of(pool, lost))
             dag_run = dag.test()
