@@ -230,11 +230,13 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
         ]
     }
 
-    # Option off: the same history; the JobSet carries no affinity and the run goes where the scheduler puts it.
+    # Option off: the same history; the JobSet carries no affinity and the failing pool is used (another pool
+    # cordoned, so the scheduler cannot skip it by chance, as the option on could not make it).
     restore_history(history_text)
-    _, report, used = fourth_run(cluster, history_dag("history_run_4_off", tmp_path), "history-run-4-off")
+    with cordoned_but(cluster, [failing]):
+        _, report, used = fourth_run(cluster, history_dag("history_run_4_off", tmp_path), "history-run-4-off")
     assert report["node_pool_avoidance"]["enabled"] is False and report["node_pool_avoidance"]["avoided"] == []
-    assert len(used) == 3 and worker_affinity(cluster, report["jobset_name"]) is None
+    assert len(used) == 3 and failing in used and worker_affinity(cluster, report["jobset_name"]) is None
 
     # Option on, 4 slices: avoiding the pool would leave 3 pools for 4 slices; it is used, and the report says why.
     restore_history(history_text)
