@@ -167,7 +167,9 @@ def _spans(cap: Mapping[str, Any], ended_at: float | None) -> list[JsonObj]:
             continue
         kind = "preempted" if start in preempted_at else "queued"
         found.append({"kind": kind, "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)})
-    last = _num(cap.get("last_step_at"))
+    last, tail = _num(cap.get("last_step_at")), _num(cap.get("tail_seconds"))
+    if last is not None and tail is not None:
+        ended_at = last + tail  # the report's own tail: the task's end date comes a moment after the report
     if last is not None and ended_at is not None and ended_at > last:
         found.append({"kind": "tail", "from": last, "to": ended_at, "seconds": round(ended_at - last, 3)})
     return found

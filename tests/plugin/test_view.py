@@ -297,6 +297,27 @@ def test_the_view_shows_queue_time_preemptions_and_the_tail_as_spans_of_their_ow
     assert view["startup"]["from"] == 100.0  # start-up counts from the admission, not the queue
 
 
+def test_the_tail_span_is_the_reports_tail_not_the_tasks_end_date() -> None:
+    """The task ends a moment after its report is written: the span and the capacity line say one number."""
+    digest = _queued_preempted_digest()
+    report = run_report(
+        incarnations=[Incarnation("js", 0, 0, digest)],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=59,
+        final_step=59,
+        wall_seconds=430.0,
+        costs=CostModel(chips=8),
+        ended_at=430.0,
+    )
+    task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": 431.5}
+    state = {"jobset_name": "js", "monitor": {"phase": "completed", "digest": digest.to_json()}}
+    view = run_view(task=task, report=report, state=state, checkpoints=None)
+    [tail] = [s for s in view["timeline"]["spans"] if s["kind"] == "tail"]
+    assert tail["seconds"] == view["capacity"]["tail_seconds"] == 32.0 and tail["to"] == 430.0
+
+
 def test_a_queued_run_still_waiting_says_so_with_kueue_s_reason() -> None:
     digest = LogDigest()
     digest.queued(1000.0, preempted=False)
