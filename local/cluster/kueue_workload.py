@@ -45,11 +45,12 @@ def conditions_of(wl: Obj) -> list[Obj]:
     return conditions
 
 
-def find(wl: Obj, kind: str) -> Obj | None:
-    return next((c for c in (wl.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+def find(wl: Obj | None, kind: str) -> Obj | None:
+    """The condition ``kind`` of an object's status (a Workload's, a JobSet's); None when either is missing."""
+    return next((c for c in ((wl or {}).get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
 
 
-def is_true(wl: Obj, kind: str) -> bool:
+def is_true(wl: Obj | None, kind: str) -> bool:
     found = find(wl, kind)
     return found is not None and found.get("status") == "True"
 

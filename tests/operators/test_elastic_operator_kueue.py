@@ -19,6 +19,8 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kueue_workload import find as condition
+from elastic_training.local.cluster.kueue_workload import is_true
 from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -96,18 +98,6 @@ class Cluster:
         self.custom.delete_namespaced_custom_object(
             JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, name, propagation_policy="Foreground"
         )
-
-
-def condition(obj: Obj | None, kind: str) -> Obj | None:
-    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if found.get("type") == kind:
-            return dict(found)
-    return None
-
-
-def is_true(obj: Obj | None, kind: str) -> bool:
-    found = condition(obj, kind)
-    return found is not None and found.get("status") == "True"
 
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 300.0) -> Any:

@@ -92,13 +92,14 @@ def _delete_mine(custom: client.CustomObjectsApi, identity: dict[str, str]) -> N
             )
 
 
-def _one_pod_jobset(name: str, labels: dict[str, str], command: list[str]) -> dict[str, Any]:
+def _one_pod_jobset(
+    name: str, labels: dict[str, str], command: list[str], *, image: str = "local", args: list[str] | None = None
+) -> dict[str, Any]:
     """A JobSet of one head pod (``jax-tpu``) running `command`: a cheap stand-in for a trainer."""
-    pod = {
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": HEAD_MAIN_CONTAINER, "image": "local", "command": command}],
-    }
+    container: dict[str, Any] = {"name": HEAD_MAIN_CONTAINER, "image": image, "command": command}
+    if args is not None:
+        container["args"] = args
+    pod = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [container]}
     job = {
         "completionMode": "Indexed",
         "completions": 1,

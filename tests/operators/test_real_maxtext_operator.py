@@ -29,8 +29,6 @@ from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.checkpoints import validate_checkpoints
 from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
-    HEAD_MAIN_CONTAINER,
-    HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -42,7 +40,16 @@ from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import first_event
 from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
-from tests.operators.test_lifecycle import DAG_ID, _delete_mine, _elastic, _get, _stored, _TaskInstance, custom
+from tests.operators.test_lifecycle import (
+    DAG_ID,
+    _delete_mine,
+    _elastic,
+    _get,
+    _one_pod_jobset,
+    _stored,
+    _TaskInstance,
+    custom,
+)
 from tests.support.airflow_dags import NAMESPACE, dag_from_source, states, xcom
 from tests.support.real_maxtext import CHECKPOINT_PERIOD, UNKNOWN_KEY, maxtext_python, model_args
 
@@ -63,34 +70,7 @@ def _real_maxtext(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _head_jobset(name: str, labels: dict[str, str], args: list[str]) -> dict[str, Any]:
     """One ``pathways-head`` pod whose ``jax-tpu`` container is the MaxText image's trainer, not elastic."""
-    pod = {
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 1,
-        "containers": [
-            {
-                "name": HEAD_MAIN_CONTAINER,
-                "image": LOCAL_MAXTEXT_IMAGE,
-                "command": list(MAXTEXT_TRAIN_COMMAND),
-                "args": args,
-            }
-        ],
-    }
-    job = {
-        "completionMode": "Indexed",
-        "completions": 1,
-        "parallelism": 1,
-        "backoffLimit": 0,
-        "template": {"spec": pod},
-    }
-    return {
-        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
-        "kind": "JobSet",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "failurePolicy": {"maxRestarts": 0},
-            "replicatedJobs": [{"name": HEAD_REPLICATED_JOB, "replicas": 1, "template": {"spec": job}}],
-        },
-    }
+    return _one_pod_jobset(name, labels, list(MAXTEXT_TRAIN_COMMAND), image=LOCAL_MAXTEXT_IMAGE, args=args)
 
 
 def test_real_maxtexts_config_refusal_is_a_permanent_failure(

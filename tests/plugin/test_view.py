@@ -268,7 +268,8 @@ def _queued_preempted_digest() -> LogDigest:
     return digest
 
 
-def test_the_view_shows_queue_time_preemptions_and_the_tail_as_spans_of_their_own() -> None:
+def _queued_preempted_view(*, task_ended_at: float) -> dict[str, Any]:
+    """The view of that run, its report written at t=430 and its task ended at ``task_ended_at``."""
     digest = _queued_preempted_digest()
     report = run_report(
         incarnations=[Incarnation("js", 0, 0, digest)],
@@ -281,9 +282,13 @@ def test_the_view_shows_queue_time_preemptions_and_the_tail_as_spans_of_their_ow
         costs=CostModel(chips=8),
         ended_at=430.0,
     )
-    task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": 430.0}
+    task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": task_ended_at}
     state = {"jobset_name": "js", "monitor": {"phase": "completed", "digest": digest.to_json()}}
-    view = run_view(task=task, report=report, state=state, checkpoints=None)
+    return run_view(task=task, report=report, state=state, checkpoints=None)
+
+
+def test_the_view_shows_queue_time_preemptions_and_the_tail_as_spans_of_their_own() -> None:
+    view = _queued_preempted_view(task_ended_at=430.0)
     capacity = view["capacity"]
     assert capacity["queued_seconds"] == 300.0 and capacity["admission_to_first_step_seconds"] == 10.0
     assert capacity["tail_seconds"] == 32.0 and capacity["phase"] == "ended"
@@ -299,21 +304,7 @@ def test_the_view_shows_queue_time_preemptions_and_the_tail_as_spans_of_their_ow
 
 def test_the_tail_span_is_the_reports_tail_not_the_tasks_end_date() -> None:
     """The task ends a moment after its report is written: the span and the capacity line say one number."""
-    digest = _queued_preempted_digest()
-    report = run_report(
-        incarnations=[Incarnation("js", 0, 0, digest)],
-        escalations=[],
-        namespace="default",
-        run_directory="/r",
-        target_step=59,
-        final_step=59,
-        wall_seconds=430.0,
-        costs=CostModel(chips=8),
-        ended_at=430.0,
-    )
-    task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": 431.5}
-    state = {"jobset_name": "js", "monitor": {"phase": "completed", "digest": digest.to_json()}}
-    view = run_view(task=task, report=report, state=state, checkpoints=None)
+    view = _queued_preempted_view(task_ended_at=431.5)
     [tail] = [s for s in view["timeline"]["spans"] if s["kind"] == "tail"]
     assert tail["seconds"] == view["capacity"]["tail_seconds"] == 32.0 and tail["to"] == 430.0
 
