@@ -47,7 +47,7 @@ from elastic_training.operators.constants import (
     PROJECT_PREFIX,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.failure_history import DEFAULT_RUNS, RunRecord, record_from_report
+from elastic_training.operators.failure_history import DEFAULT_RUNS, MAX_RUNS, RunRecord, record_from_report
 from elastic_training.operators.history_store import history_key, load_history, record_run
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
@@ -260,7 +260,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         check_runtime(runtime)
         _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
         _count("node_pool_failure_threshold", node_pool_failure_threshold, INT32_MAX)
-        _count("failure_history_runs", failure_history_runs, 50)
+        _count("failure_history_runs", failure_history_runs, MAX_RUNS)
         if not isinstance(avoid_failing_node_pools, bool):
             raise ValueError(f"avoid_failing_node_pools must be True or False, got {shown(avoid_failing_node_pools)}")
         if failure_history_key is not None and not (
