@@ -49,6 +49,9 @@ class ModelConfig:
     vocab_size: int = 128
     max_target_length: int = 32
     per_device_batch_size: int = 8
+    # MaxText's default (base.yml): JAX's persistent compilation cache, so a restarted process reuses the
+    # compiled step instead of compiling it again; "" turns it off.
+    jax_cache_dir: str = "~/jax_cache"
     # Local extension: seed of parameter initialisation (the corpus has its own fixed seed).
     seed: int = 0
 

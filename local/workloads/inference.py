@@ -11,6 +11,7 @@ import jax
 from etils import epath
 
 from elastic_training.local.workloads import checkpointing, model
+from elastic_training.local.workloads.compilation_cache import use_compilation_cache
 from elastic_training.local.workloads.config import CheckpointReaderConfig, join_path, parse_args
 from elastic_training.local.workloads.logs import configure_logging
 from elastic_training.operators.constants import COMMIT_SUCCESS_FILE
@@ -70,6 +71,7 @@ def reader_main(config_class: type[_R], work: Callable[[_R], object], argv: Sequ
 def reader_main_with(config: _R, work: Callable[[_R], object]) -> int:
     """Run `work` on a parsed reader configuration; 1 (logged) when the checkpoint is missing."""
     configure_logging()
+    use_compilation_cache(config.jax_cache_dir)
     try:
         work(config)
     except CheckpointNotFoundError as error:

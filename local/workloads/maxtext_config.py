@@ -68,6 +68,7 @@ MODELLED: Final[Mapping[str, str]] = {
             "elastic_min_slice_count",
             "elastic_timeout_seconds",
             "elastic_max_retries",
+            "jax_cache_dir",
         )
     },
     "init_weights_seed": "seed",

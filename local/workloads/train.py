@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from elastic_training.local.workloads.compilation_cache import use_compilation_cache
 from elastic_training.local.workloads.config import TrainConfig, parse_args, run_main
 from elastic_training.local.workloads.logs import configure_logging
 
@@ -48,6 +49,7 @@ def run(config: TrainConfig, health_factory: Callable[[TrainConfig], SliceHealth
     _logger.info("Config param checkpoint_dir: %s/", config.checkpoint_directory)
 
     # JAX (and everything that imports it) only now, after the device count is settled.
+    use_compilation_cache(config.jax_cache_dir)
     from elastic_training.local.workloads.slices import KubernetesSliceHealth, StaticSliceHealth
     from elastic_training.local.workloads.trainer import Trainer
 
