@@ -1,5 +1,5 @@
-"""A real elastic run with a slice killed mid-run, read back by a freshly started API app and seen in a real
-browser through a real ``airflow api-server`` with login required.
+"""A real elastic run with a slice killed mid-run: the operator's report of it, then the run read back by a freshly
+started API app and seen in a real browser through a real ``airflow api-server`` with login required.
 
 The run: ``ElasticJobSetOperator`` through ``dag.test()`` on the local cluster, the JAX trainer and
 real Orbax checkpoints; a worker of slice 1 is killed at step 25 (tests/support/step_faults.py).
@@ -27,7 +27,7 @@ from urllib.parse import quote
 import pytest
 
 from elastic_training.local.cluster import LocalCluster
-from tests.operators.test_elastic_operator import elastic_dag
+from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
 from tests.plugin.conftest import USERS
 from tests.support.airflow_dags import states, xcom
 from tests.support.step_faults import StepFaults, kill_worker
@@ -55,6 +55,30 @@ def finished_run(
     assert faults.fired == [25]
     assert states(dag_run) == {"pretrain": "success"}
     return dag_run
+
+
+def test_slice_killed_mid_run_recovers_in_process(finished_run: Any, cluster_connection: LocalCluster) -> None:
+    """The operator's in-process recovery (once tests/operators/test_elastic_operator.py's own run of the same DAG:
+    the run the view tests read is that run, so it is run once)."""
+    report = xcom(finished_run, "pretrain")
+    assert report["final_step"] == 59 and report["target_step"] == 59
+    assert report["slice_restarts"] == 1
+    assert report["in_process_recoveries"] == 1
+    assert report["full_restarts"] == 0 and report["escalations"] == []
+    [recovery] = report["recoveries"]
+    # Caught at or after the kill (a loaded machine may run a few more steps first), and resumed from the newest
+    # committed step: a multiple of the period, at most one period back.
+    failed, restored = recovery["failed_step"], recovery["restored_step"]
+    assert failed >= 25 and restored % 10 == 0 and failed - 10 <= restored <= failed
+    assert 0 <= recovery["steps_lost"] <= 10
+    for phase in ("detected_at", "slices_ready_at", "restored_at", "first_step_at"):
+        assert recovery[phase] is not None
+    assert (
+        recovery["detected_at"] <= recovery["slices_ready_at"] <= recovery["restored_at"] <= recovery["first_step_at"]
+    )
+    assert 0 < report["goodput"] <= 1
+    assert xcom(finished_run, "pretrain", "jobset_name") == report["jobset_name"]
+    assert len(jobsets_of(cluster_connection, "elastic-ui")) == 1
 
 
 FRESH_APP = textwrap.dedent(
