@@ -371,23 +371,11 @@ def _array_names(tree_meta: dict[Any, Any]) -> Iterable[str]:
 
 
 def _check_ocdbt(name: str, tree: _Tree, arrays: tuple[str, ...], found: Findings) -> None:
-    manifest = tree.regular(OCDBT_MANIFEST)
-    if manifest is None or manifest.size == 0:
-        found.add(
-            Problem.OCDBT_MANIFEST_MISSING,
-            f"{name}/{OCDBT_MANIFEST}",
-            "missing" if manifest is None else "empty",
-        )
+    _check_manifest(tree, Problem.OCDBT_MANIFEST_MISSING, name, found)
     data_files = 0
     for sub_name, sub in tree.dirs.items():
         if sub_name.startswith(OCDBT_PROCESS_PREFIX):
-            m = sub.regular(OCDBT_MANIFEST)
-            if m is None or m.size == 0:
-                found.add(
-                    Problem.OCDBT_PROCESS_MANIFEST_MISSING,
-                    f"{name}/{sub_name}/{OCDBT_MANIFEST}",
-                    "missing" if m is None else "empty",
-                )
+            _check_manifest(sub, Problem.OCDBT_PROCESS_MANIFEST_MISSING, f"{name}/{sub_name}", found)
     for rel, entry in tree.walk_files():
         parts = rel.split("/")
         in_data_dir = parts[0] == "d" or (
@@ -399,6 +387,13 @@ def _check_ocdbt(name: str, tree: _Tree, arrays: tuple[str, ...], found: Finding
                 found.add(Problem.DATA_FILE_EMPTY, f"{name}/{rel}", "data file is empty")
     if arrays and data_files == 0:
         found.add(Problem.OCDBT_DATA_MISSING, name, f"{len(arrays)} arrays listed but no data files")
+
+
+def _check_manifest(tree: _Tree, code: Problem, where: str, found: Findings) -> None:
+    """A finding `code` when the OCDBT manifest in `tree` (at `where`) is missing or empty."""
+    manifest = tree.regular(OCDBT_MANIFEST)
+    if manifest is None or manifest.size == 0:
+        found.add(code, f"{where}/{OCDBT_MANIFEST}", "missing" if manifest is None else "empty")
 
 
 def _check_zarr(
