@@ -14,6 +14,8 @@ import json
 import sys
 from typing import Any, TextIO
 
+from elastic_training.cli.arguments import int_at_least
+
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 
 
@@ -27,14 +29,7 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
-    return value
+_positive_int = int_at_least(1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

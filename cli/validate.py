@@ -12,20 +12,15 @@ import re
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from elastic_training.cli.arguments import int_at_least
+
 if TYPE_CHECKING:
     from elastic_training.operators.checkpoints import CheckpointReport
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return value
+_non_negative = int_at_least(0)
 
 
 def _size(text: str) -> int:

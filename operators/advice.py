@@ -278,64 +278,96 @@ def auto_period(runs: Sequence[RunRecord], *, steps: int, fallback: int) -> Peri
     """
     measured = [r for r in runs if r.wall_seconds and r.mean_step_seconds and r.checkpoint_save_seconds is not None]
     if not measured:
-        lower, upper = period_bounds(steps=steps, step_seconds=None, save_seconds=None)
-        period = min(max(fallback, lower), upper)
-        why = "no earlier run measured its step and save times" if runs else "no earlier run in the history"
-        return PeriodChoice(
-            period=period,
-            predicted_goodput=None,
-            bounds=(lower, upper),
-            runs=0,
-            failures=0,
-            wall_seconds=0.0,
-            mtbf_seconds=None,
-            step_seconds=None,
-            checkpoint_save_seconds=None,
-            recovery_seconds=None,
-            optimal_period=None,
-            clamped=None,
-            reason=f"{why}: checkpoint_period={period}, the default",
-        )
-    wall = sum(float(r.wall_seconds or 0.0) for r in measured)
-    failures = sum(r.failures_total for r in measured)
-    step = sum(float(r.mean_step_seconds or 0.0) for r in measured) / len(measured)
-    save = sum(float(r.checkpoint_save_seconds or 0.0) for r in measured) / len(measured)
-    recoveries = [float(r.recovery_seconds) for r in measured if r.recovery_seconds is not None]
-    recovery = sum(recoveries) / len(recoveries) if recoveries else 0.0
-    lower, upper = period_bounds(steps=steps, step_seconds=step, save_seconds=save)
-    inputs = AdviceInputs(
-        failures=failures + PRIOR_FAILURES,
-        wall_seconds=wall,
-        step_seconds=step,
-        checkpoint_save_seconds=save,
-        checkpoint_period=upper,
-        steps=steps,
-        recovery_seconds=recovery,
-    )
+        return _fallback_choice(had_runs=bool(runs), steps=steps, fallback=fallback)
+    rates = _PastRates.of(measured)
+    lower, upper = period_bounds(steps=steps, step_seconds=rates.step_seconds, save_seconds=rates.save_seconds)
+    inputs = rates.inputs(steps=steps, period=upper)
     optimum, _ = best_period(inputs)
     period = min(max(optimum, lower), upper)
     clamped = "save_time" if optimum < lower else "run_length" if optimum > upper else None
     mtbf = inputs.mtbf_seconds
-    rate = f"{failures} failure(s) (+{PRIOR_FAILURES} assumed): one every {mtbf:.0f} s"
-    bound = {
-        "save_time": f", raised to {lower} (a save takes {save:.3g} s)",
-        "run_length": f", cut to {upper} (half the run)",
-    }
     return PeriodChoice(
         period=period,
         predicted_goodput=predicted_goodput(inputs, period),
         bounds=(lower, upper),
-        runs=len(measured),
-        failures=failures,
-        wall_seconds=round(wall, 3),
+        runs=rates.runs,
+        failures=rates.failures,
+        wall_seconds=round(rates.wall_seconds, 3),
         mtbf_seconds=None if math.isinf(mtbf) else round(mtbf, 6),
-        step_seconds=round(step, 6),
-        checkpoint_save_seconds=round(save, 6),
-        recovery_seconds=round(recovery, 6),
+        step_seconds=round(rates.step_seconds, 6),
+        checkpoint_save_seconds=round(rates.save_seconds, 6),
+        recovery_seconds=round(rates.recovery_seconds, 6),
         optimal_period=optimum,
         clamped=clamped,
-        reason=(
-            f"the last {len(measured)} run(s): {rate} over {wall:.0f} s, a save {save:.3g} s, a step {step:.3g} s: "
-            f"the model's best period is {optimum}{bound.get(clamped or '', '')}"
-        ),
+        reason=rates.reason(mtbf, optimum, clamped, (lower, upper)),
     )
+
+
+def _fallback_choice(*, had_runs: bool, steps: int, fallback: int) -> PeriodChoice:
+    """``fallback`` within the bounds, when no earlier run measured what the model needs."""
+    lower, upper = period_bounds(steps=steps, step_seconds=None, save_seconds=None)
+    period = min(max(fallback, lower), upper)
+    why = "no earlier run measured its step and save times" if had_runs else "no earlier run in the history"
+    return PeriodChoice(
+        period=period,
+        predicted_goodput=None,
+        bounds=(lower, upper),
+        runs=0,
+        failures=0,
+        wall_seconds=0.0,
+        mtbf_seconds=None,
+        step_seconds=None,
+        checkpoint_save_seconds=None,
+        recovery_seconds=None,
+        optimal_period=None,
+        clamped=None,
+        reason=f"{why}: checkpoint_period={period}, the default",
+    )
+
+
+@dataclass(frozen=True)
+class _PastRates:
+    """What ``auto`` reads from the runs that measured it: failures and wall time summed, times averaged."""
+
+    runs: int
+    failures: int
+    wall_seconds: float
+    step_seconds: float
+    save_seconds: float
+    recovery_seconds: float
+
+    @classmethod
+    def of(cls, measured: Sequence[RunRecord]) -> _PastRates:
+        recoveries = [float(r.recovery_seconds) for r in measured if r.recovery_seconds is not None]
+        return cls(
+            runs=len(measured),
+            failures=sum(r.failures_total for r in measured),
+            wall_seconds=sum(float(r.wall_seconds or 0.0) for r in measured),
+            step_seconds=sum(float(r.mean_step_seconds or 0.0) for r in measured) / len(measured),
+            save_seconds=sum(float(r.checkpoint_save_seconds or 0.0) for r in measured) / len(measured),
+            recovery_seconds=sum(recoveries) / len(recoveries) if recoveries else 0.0,
+        )
+
+    def inputs(self, *, steps: int, period: int) -> AdviceInputs:
+        """The model's inputs for a run of ``steps`` steps, counting :data:`PRIOR_FAILURES` more failures."""
+        return AdviceInputs(
+            failures=self.failures + PRIOR_FAILURES,
+            wall_seconds=self.wall_seconds,
+            step_seconds=self.step_seconds,
+            checkpoint_save_seconds=self.save_seconds,
+            checkpoint_period=period,
+            steps=steps,
+            recovery_seconds=self.recovery_seconds,
+        )
+
+    def reason(self, mtbf: float, optimum: int, clamped: str | None, bounds: tuple[int, int]) -> str:
+        """Why ``auto`` chose its period, in one line."""
+        rate = f"{self.failures} failure(s) (+{PRIOR_FAILURES} assumed): one every {mtbf:.0f} s"
+        bound = {
+            "save_time": f", raised to {bounds[0]} (a save takes {self.save_seconds:.3g} s)",
+            "run_length": f", cut to {bounds[1]} (half the run)",
+        }
+        return (
+            f"the last {self.runs} run(s): {rate} over {self.wall_seconds:.0f} s, a save {self.save_seconds:.3g} s, "
+            f"a step {self.step_seconds:.3g} s: the model's best period is {optimum}{bound.get(clamped or '', '')}"
+        )

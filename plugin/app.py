@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from importlib import resources
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -35,6 +36,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from elastic_training.plugin import runs
 from elastic_training.plugin.history_view import history_json, history_page
 from elastic_training.plugin.view import summary
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 
 URL_PREFIX = "/elastic-training"
 # Airflow's own key rule for DAG ids (airflow.utils.helpers.KEY_REGEX) and its column width.
@@ -85,111 +89,126 @@ def _asset(name: str) -> bytes:
 def create_app() -> FastAPI:
     """The app the plugin mounts; its routes are documented in docs/ui.md."""
     app = FastAPI(title="Elastic training", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.get("/api/runs")
-    def list_runs(
-        user: GetUserDep,
-        session: SessionDep,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    ) -> dict[str, Any]:
-        """Recent elastic runs the user may read, newest first."""
-        readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-        tis = runs.elastic_task_instances(session, dag_ids=readable, limit=limit)
-        rows = [summary(runs.task_view(session, ti, storage=False)) for ti in tis]
-        return {"runs": rows, "total": len(rows)}
-
-    @app.get(
-        "/api/runs/{dag_id}/{run_id}",
-        dependencies=[
-            Depends(_valid_path),  # before the authorization check, which looks the DAG up
-            Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)),
-        ],
-    )
-    def get_run(dag_id: str, run_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
-        """Every elastic task of one DAG run, with budgets, recoveries, checkpoints, goodput and advice."""
-        from airflow.models.dagrun import DagRun
-        from sqlalchemy import select
-
-        dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        if dag_run is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no DAG run {run_id!r} of DAG {dag_id!r}")
-        tis = runs.elastic_task_instances(session, dag_ids=None, dag_id=dag_id, run_id=run_id, limit=100)
-        if not tis:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"DAG run {run_id!r} of {dag_id!r} has no elastic task")
-        return {
-            "dag_id": dag_id,
-            "run_id": run_id,
-            "dag_run_state": dag_run.state,
-            "tasks": [runs.task_view(session, ti) for ti in tis],
-        }
-
-    @app.get(
-        "/api/history/{dag_id}/{task_id}",
-        dependencies=[
-            Depends(_valid_history),
-            Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)),
-        ],
-    )
-    def get_history(
-        dag_id: str, task_id: str, session: SessionDep, runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10
-    ) -> dict[str, Any]:
-        """The task's failure history over its last ``runs`` runs: each run's failures, and the tally per pool."""
-        history = runs.failure_history_of(session, dag_id, task_id)
-        return {"dag_id": dag_id, "task_id": task_id, **history_json(history, runs_)}
-
-    @app.get("/ui/history", response_class=HTMLResponse)
-    async def history_ui(
-        request: Request,
-        session: SessionDep,
-        dag_id: str,
-        task_id: str,
-        runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10,
-    ) -> Response:
-        _valid_history(dag_id, task_id)
-        try:
-            user = await get_user(request, None, await bearer_scheme(request))
-        except HTTPException:
-            here = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
-            return RedirectResponse(get_auth_manager().get_url_login(next_url=here), status.HTTP_303_SEE_OTHER)
-        requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)(request, user)
-        history = runs.failure_history_of(session, dag_id, task_id)
-        html = history_page(
-            history,
-            dag_id=dag_id,
-            task_id=task_id,
-            runs=runs_,
-            run_url=run_page_url,
-            stylesheet=f"{URL_PREFIX}/ui/static/style.css",
-        )
-        return HTMLResponse(html)
-
-    async def page(request: Request, name: str) -> Response:
-        try:
-            await get_user(request, None, await bearer_scheme(request))
-        except HTTPException:
-            here = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
-            return RedirectResponse(get_auth_manager().get_url_login(next_url=here), status.HTTP_303_SEE_OTHER)
-        return HTMLResponse(_asset(_PAGES[name]))
-
-    @app.get("/ui/", response_class=HTMLResponse)
-    async def runs_page(request: Request) -> Response:
-        return await page(request, "index")
-
-    @app.get("/ui/run", response_class=HTMLResponse)
-    async def run_page(request: Request) -> Response:
-        return await page(request, "run")
-
-    @app.get("/ui/static/{name}")
-    def static_asset(name: str, user: GetUserDep) -> Response:
-        if name not in _ASSETS:  # a fixed list: nothing from the path reaches the file system
-            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such asset")
-        return Response(_asset(name), media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"})
-
-    @app.get("/")
-    def root() -> RedirectResponse:
-        return RedirectResponse(f"{URL_PREFIX}/ui/", status.HTTP_307_TEMPORARY_REDIRECT)
-
+    app.get("/api/runs")(list_runs)
+    # Path values are checked before the authorization check, which looks the DAG up.
+    app.get("/api/runs/{dag_id}/{run_id}", dependencies=_checked_then_readable(_valid_path))(get_run)
+    app.get("/api/history/{dag_id}/{task_id}", dependencies=_checked_then_readable(_valid_history))(get_history)
+    app.get("/ui/history", response_class=HTMLResponse)(history_ui)
+    app.get("/ui/", response_class=HTMLResponse)(runs_page)
+    app.get("/ui/run", response_class=HTMLResponse)(run_page)
+    app.get("/ui/static/{name}")(static_asset)
+    app.get("/")(root)
     return app
+
+
+def _checked_then_readable(check: Callable[..., None]) -> list[Any]:
+    """Dependencies of a route on one DAG: its path values checked, then the user's read access to its tasks."""
+    return [
+        Depends(check),
+        Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)),
+    ]
+
+
+def list_runs(
+    user: GetUserDep,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> dict[str, Any]:
+    """Recent elastic runs the user may read, newest first."""
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+    tis = runs.elastic_task_instances(session, dag_ids=readable, limit=limit)
+    rows = [summary(runs.task_view(session, ti, storage=False)) for ti in tis]
+    return {"runs": rows, "total": len(rows)}
+
+
+def get_run(dag_id: str, run_id: str, user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+    """Every elastic task of one DAG run, with budgets, recoveries, checkpoints, goodput and advice."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    if dag_run is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no DAG run {run_id!r} of DAG {dag_id!r}")
+    tis = runs.elastic_task_instances(session, dag_ids=None, dag_id=dag_id, run_id=run_id, limit=100)
+    if not tis:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"DAG run {run_id!r} of {dag_id!r} has no elastic task")
+    return {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "dag_run_state": dag_run.state,
+        "tasks": [runs.task_view(session, ti) for ti in tis],
+    }
+
+
+def get_history(
+    dag_id: str, task_id: str, session: SessionDep, runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10
+) -> dict[str, Any]:
+    """The task's failure history over its last ``runs`` runs: each run's failures, and the tally per pool."""
+    history = runs.failure_history_of(session, dag_id, task_id)
+    return {"dag_id": dag_id, "task_id": task_id, **history_json(history, runs_)}
+
+
+async def history_ui(
+    request: Request,
+    session: SessionDep,
+    dag_id: str,
+    task_id: str,
+    runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10,
+) -> Response:
+    """The failure-history page of one task (a redirect to the login page when there is no user)."""
+    _valid_history(dag_id, task_id)
+    user = await _user_or_login(request)
+    if isinstance(user, RedirectResponse):
+        return user
+    requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)(request, user)
+    history = runs.failure_history_of(session, dag_id, task_id)
+    html = history_page(
+        history,
+        dag_id=dag_id,
+        task_id=task_id,
+        runs=runs_,
+        run_url=run_page_url,
+        stylesheet=f"{URL_PREFIX}/ui/static/style.css",
+    )
+    return HTMLResponse(html)
+
+
+async def _user_or_login(request: Request) -> BaseUser | RedirectResponse:
+    """The request's user, or a redirect to the auth manager's login page that comes back here."""
+    try:
+        return await get_user(request, None, await bearer_scheme(request))
+    except HTTPException:
+        here = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=here), status.HTTP_303_SEE_OTHER)
+
+
+async def _page(request: Request, name: str) -> Response:
+    user = await _user_or_login(request)
+    if isinstance(user, RedirectResponse):
+        return user
+    return HTMLResponse(_asset(_PAGES[name]))
+
+
+async def runs_page(request: Request) -> Response:
+    """The page of recent runs."""
+    return await _page(request, "index")
+
+
+async def run_page(request: Request) -> Response:
+    """The page of one run (its DAG and run ids in the query, read by app.js)."""
+    return await _page(request, "run")
+
+
+def static_asset(name: str, user: GetUserDep) -> Response:
+    """One of the pages' scripts and stylesheets."""
+    if name not in _ASSETS:  # a fixed list: nothing from the path reaches the file system
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such asset")
+    return Response(_asset(name), media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"})
+
+
+def root() -> RedirectResponse:
+    """The mount point itself: the recent runs page."""
+    return RedirectResponse(f"{URL_PREFIX}/ui/", status.HTTP_307_TEMPORARY_REDIRECT)
 
 
 def run_page_url(dag_id: str, run_id: str) -> str:

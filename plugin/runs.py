@@ -94,15 +94,22 @@ def elastic_task_instances(
     return list(session.scalars(query))
 
 
+def _rows_of(model: Any, ti: Any) -> tuple[Any, ...]:
+    """The conditions picking `ti`'s rows of a table keyed as task instances are (DAG, run, task, map index)."""
+    return (
+        model.dag_id == ti.dag_id,
+        model.run_id == ti.run_id,
+        model.task_id == ti.task_id,
+        model.map_index == ti.map_index,
+    )
+
+
 def _xcom(session: Session, ti: Any, key: str) -> Any:
     from airflow.models.xcom import XComModel
 
     row = session.scalars(
         select(XComModel).where(
-            XComModel.dag_id == ti.dag_id,
-            XComModel.run_id == ti.run_id,
-            XComModel.task_id == ti.task_id,
-            XComModel.map_index == ti.map_index,
+            *_rows_of(XComModel, ti),
             XComModel.key == key,
         )
     ).first()
@@ -124,10 +131,7 @@ def state_of(session: Session, ti: Any) -> dict[str, Any] | None:
 
     raw = session.scalar(
         select(TaskStateStoreModel.value).where(
-            TaskStateStoreModel.dag_id == ti.dag_id,
-            TaskStateStoreModel.run_id == ti.run_id,
-            TaskStateStoreModel.task_id == ti.task_id,
-            TaskStateStoreModel.map_index == ti.map_index,
+            *_rows_of(TaskStateStoreModel, ti),
             TaskStateStoreModel.key == STATE_KEY,
         )
     )
@@ -142,14 +146,7 @@ def rendered_of(session: Session, ti: Any) -> dict[str, Any]:
     """The task's rendered template fields (run name, directory, steps, slices)."""
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
 
-    fields = session.scalar(
-        select(RTIF.rendered_fields).where(
-            RTIF.dag_id == ti.dag_id,
-            RTIF.task_id == ti.task_id,
-            RTIF.run_id == ti.run_id,
-            RTIF.map_index == ti.map_index,
-        )
-    )
+    fields = session.scalar(select(RTIF.rendered_fields).where(*_rows_of(RTIF, ti)))
     return dict(fields) if isinstance(fields, Mapping) else {}
 
 

@@ -156,114 +156,189 @@ class _Failed(Exception):
 
 def move_gcs(storage: GCSMover, src: str, dst: str) -> None:
     """Move every object under the prefix `src` to `dst` (see the module docstring)."""
-    from google.api_core import exceptions
+    move = _GCSMove.start(storage, src, dst)
+    move.refuse_a_used_destination()
+    sources = move.list_sources()
+    move.copy_all(sources)
+    move.delete_all(sources)
+    move.refuse_late_sources(sources)
 
-    src_bucket_name, src_key = split_gcs(src)
-    dst_bucket_name, dst_key = split_gcs(dst)
-    if not src_key or not dst_key:
-        raise ValueError(f"refusing to move a whole bucket: {src} -> {dst}")
-    if src_bucket_name == dst_bucket_name and (
-        src_key == dst_key or dst_key.startswith(f"{src_key}/") or src_key.startswith(f"{dst_key}/")
-    ):
-        raise ValueError(f"{src} and {dst} overlap")
-    client = storage.client
-    src_bucket, dst_bucket = client.bucket(src_bucket_name), client.bucket(dst_bucket_name)
-    src_prefix, dst_prefix = f"{src_key}/", f"{dst_key}/"
-    call: dict[str, Any] = {"retry": storage.retry, "timeout": storage.timeout}
 
-    def listed(bucket: str, prefix: str, page_size: int, max_results: int | None = None) -> list[Blob]:
+@dataclass(frozen=True)
+class _Side:
+    """One end of a move: the bucket and the object-name prefix (``key/``) under it."""
+
+    bucket_name: str
+    bucket: Bucket
+    prefix: str
+
+
+@dataclass(frozen=True)
+class _GCSMove:
+    """One move on ``gs://``: both ends and the storage's call options, fixed before anything is read.
+
+    Each step raises when the move must stop; the steps run in `move_gcs`'s order.
+    """
+
+    src: str
+    dst: str
+    client: Client
+    source: _Side
+    target: _Side
+    call: dict[str, Any]
+    page_size: int
+    workers: int
+
+    @classmethod
+    def start(cls, storage: GCSMover, src: str, dst: str) -> _GCSMove:
+        """The move from `src` to `dst`, refusing a whole bucket or two overlapping prefixes; nothing is read yet."""
+        src_bucket_name, src_key = split_gcs(src)
+        dst_bucket_name, dst_key = split_gcs(dst)
+        if not src_key or not dst_key:
+            raise ValueError(f"refusing to move a whole bucket: {src} -> {dst}")
+        if src_bucket_name == dst_bucket_name and (
+            src_key == dst_key or dst_key.startswith(f"{src_key}/") or src_key.startswith(f"{dst_key}/")
+        ):
+            raise ValueError(f"{src} and {dst} overlap")
+        client = storage.client
+        return cls(
+            src=src,
+            dst=dst,
+            client=client,
+            source=_Side(src_bucket_name, client.bucket(src_bucket_name), f"{src_key}/"),
+            target=_Side(dst_bucket_name, client.bucket(dst_bucket_name), f"{dst_key}/"),
+            call={"retry": storage.retry, "timeout": storage.timeout},
+            page_size=storage.page_size,
+            workers=storage.max_workers,
+        )
+
+    def _listed(self, side: _Side, page_size: int, max_results: int | None = None) -> list[Blob]:
+        from google.api_core import exceptions
+
         try:
             # The library's iterator follows nextPageToken until the listing ends.
-            return list(client.list_blobs(bucket, prefix=prefix, page_size=page_size, max_results=max_results, **call))
-        except exceptions.GoogleAPIError as exc:
-            raise StorageError(f"cannot list {GCS_SCHEME}{bucket}/{prefix}; nothing was moved: {exc}") from exc
-
-    already = listed(dst_bucket_name, dst_prefix, 1, max_results=1)
-    if already:
-        raise FileExistsError(errno.EEXIST, f"destination already holds {already[0].name}; nothing was moved", dst)
-    sources = {b.name[len(src_prefix) :]: b for b in listed(src_bucket_name, src_prefix, storage.page_size)}
-    if not sources:
-        raise FileNotFoundError(src)
-
-    def copy_one(rel: str) -> _Copied:
-        blob = sources[rel]
-        target = dst_prefix + rel
-        try:
-            made = src_bucket.copy_blob(
-                blob,
-                dst_bucket,
-                target,
-                if_generation_match=0,
-                if_source_generation_match=blob.generation,
-                **call,
+            return list(
+                self.client.list_blobs(
+                    side.bucket_name, prefix=side.prefix, page_size=page_size, max_results=max_results, **self.call
+                )
             )
-            copied = _Copied(rel, made.generation, ours=True)
-        except exceptions.PreconditionFailed:
-            # The destination exists (a conflict, or a retried copy whose first try went through),
-            # or the source changed since it was listed.
-            made = dst_bucket.get_blob(target, **call)
-            if made is None:
-                raise _Failed(rel, "the source object changed since it was listed") from None
-            copied = _Copied(rel, made.generation, ours=False)
-            mismatch = _mismatch(blob, made)
-            if mismatch:
-                raise _Failed(
-                    rel, f"the destination object {GCS_SCHEME}{dst_bucket_name}/{target} already exists ({mismatch})"
-                ) from None
-            return copied
         except exceptions.GoogleAPIError as exc:
-            raise _Failed(rel, f"copy failed: {exc}") from exc
-        mismatch = _mismatch(blob, made)
-        if mismatch:
-            raise _Failed(rel, f"the copy does not match its source ({mismatch})", copied)
-        return copied
+            raise StorageError(
+                f"cannot list {GCS_SCHEME}{side.bucket_name}/{side.prefix}; nothing was moved: {exc}"
+            ) from exc
 
-    copies, failures = _each(copy_one, sorted(sources), storage.max_workers)
-    if failures:
+    def refuse_a_used_destination(self) -> None:
+        """`FileExistsError` when any object is already under the destination."""
+        already = self._listed(self.target, 1, max_results=1)
+        if already:
+            raise FileExistsError(
+                errno.EEXIST, f"destination already holds {already[0].name}; nothing was moved", self.dst
+            )
+
+    def list_sources(self) -> dict[str, Blob]:
+        """Every source object by its name relative to the source; `FileNotFoundError` when there is none."""
+        prefix = self.source.prefix
+        sources = {b.name[len(prefix) :]: b for b in self._listed(self.source, self.page_size)}
+        if not sources:
+            raise FileNotFoundError(self.src)
+        return sources
+
+    def copy_all(self, sources: dict[str, Blob]) -> None:
+        """Copy and check every object; on any failure remove the copies made and raise, deleting no source."""
+        copies, failures = _each(lambda rel: self._copy_one(rel, sources[rel]), sorted(sources), self.workers)
+        if not failures:
+            return
         made = [c for c in copies if c.ours] + [f.made for f in failures if f.made is not None]
-        left = _remove_copies(dst_bucket, dst_prefix, made, call)
+        left = _remove_copies(self.target.bucket, self.target.prefix, made, self.call)
         at_dst = {c.name for c in copies if not c.ours} | left
         first = min(failures, key=lambda f: f.name)
         raise MoveError(
-            src,
-            dst,
+            self.src,
+            self.dst,
             f"{first}; no source object was deleted"
             + (f" ({len(failures)} objects failed)" if len(failures) > 1 else ""),
             only_at_src=sorted(set(sources) - at_dst),
             at_both=sorted(at_dst),
         )
 
-    def delete_one(rel: str) -> str:
-        blob = sources[rel]
-        try:
-            # Only the generation that was copied and checked: a source rewritten since is kept.
-            blob.delete(if_generation_match=blob.generation, **call)
-        except exceptions.NotFound:
-            pass  # a retried delete whose first try went through
-        except exceptions.PreconditionFailed as exc:
-            raise _Failed(rel, "the source object changed after it was copied; kept") from exc
-        except exceptions.GoogleAPIError as exc:
-            raise _Failed(rel, f"delete failed: {exc}") from exc
-        return rel
+    def _copy_one(self, rel: str, blob: Blob) -> _Copied:
+        from google.api_core import exceptions
 
-    deleted, failures = _each(delete_one, sorted(sources), storage.max_workers)
-    if failures:
-        first = min(failures, key=lambda f: f.name)
-        raise MoveError(
-            src,
-            dst,
-            f"{first}; every object was copied to {dst} and checked",
-            at_both=sorted(set(sources) - set(deleted)),
-            only_at_dst=deleted,
+        target = self.target.prefix + rel
+        try:
+            made = self.source.bucket.copy_blob(
+                blob,
+                self.target.bucket,
+                target,
+                if_generation_match=0,
+                if_source_generation_match=blob.generation,
+                **self.call,
+            )
+        except exceptions.PreconditionFailed:
+            # The destination exists (a conflict, or a retried copy whose first try went through),
+            # or the source changed since it was listed.
+            return self._found_copy(rel, blob, target)
+        except exceptions.GoogleAPIError as exc:
+            raise _Failed(rel, f"copy failed: {exc}") from exc
+        copied = _Copied(rel, made.generation, ours=True)
+        mismatch = _mismatch(blob, made)
+        if mismatch:
+            raise _Failed(rel, f"the copy does not match its source ({mismatch})", copied)
+        return copied
+
+    def _found_copy(self, rel: str, blob: Blob, target: str) -> _Copied:
+        """The object already at `target`, when it is a copy of `blob` (a copy refused on a precondition)."""
+        made = self.target.bucket.get_blob(target, **self.call)
+        if made is None:
+            raise _Failed(rel, "the source object changed since it was listed") from None
+        mismatch = _mismatch(blob, made)
+        if mismatch:
+            raise _Failed(
+                rel,
+                f"the destination object {GCS_SCHEME}{self.target.bucket_name}/{target} already exists ({mismatch})",
+            ) from None
+        return _Copied(rel, made.generation, ours=False)
+
+    def delete_all(self, sources: dict[str, Blob]) -> None:
+        """Delete every source object on the generation copied; on any failure raise, naming what is where."""
+        deleted, failures = _each(
+            lambda rel: _delete_source(rel, sources[rel], self.call), sorted(sources), self.workers
         )
-    late = listed(src_bucket_name, src_prefix, 1, max_results=1)
-    if late:
-        raise MoveError(
-            src,
-            dst,
-            f"{late[0].name} appeared under {src} during the move and was not moved",
-            only_at_dst=sorted(sources),
-        )
+        if failures:
+            first = min(failures, key=lambda f: f.name)
+            raise MoveError(
+                self.src,
+                self.dst,
+                f"{first}; every object was copied to {self.dst} and checked",
+                at_both=sorted(set(sources) - set(deleted)),
+                only_at_dst=deleted,
+            )
+
+    def refuse_late_sources(self, sources: dict[str, Blob]) -> None:
+        """`MoveError` when an object appeared under the source while the move ran."""
+        late = self._listed(self.source, 1, max_results=1)
+        if late:
+            raise MoveError(
+                self.src,
+                self.dst,
+                f"{late[0].name} appeared under {self.src} during the move and was not moved",
+                only_at_dst=sorted(sources),
+            )
+
+
+def _delete_source(rel: str, blob: Blob, call: dict[str, Any]) -> str:
+    from google.api_core import exceptions
+
+    try:
+        # Only the generation that was copied and checked: a source rewritten since is kept.
+        blob.delete(if_generation_match=blob.generation, **call)
+    except exceptions.NotFound:
+        pass  # a retried delete whose first try went through
+    except exceptions.PreconditionFailed as exc:
+        raise _Failed(rel, "the source object changed after it was copied; kept") from exc
+    except exceptions.GoogleAPIError as exc:
+        raise _Failed(rel, f"delete failed: {exc}") from exc
+    return rel
 
 
 def _mismatch(src: Blob, dst: Blob) -> str:

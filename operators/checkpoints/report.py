@@ -97,35 +97,18 @@ def validate_checkpoints(
     `MissingLibraryError` before reading anything when `deep` or `reference_step` asks for a check whose
     libraries (the ``[deep]`` extra) are not installed.
     """
-    if deep is not None:
-        require_restore_libraries("deep validation (restoring arrays)")
-    if reference_step is not None:
-        require_restore_libraries("comparing shapes and dtypes with a reference step")
+    _require_libraries(deep, reference_step)
     store = storage or storage_for(path)
-    opts = options or ValidationOptions()
-    if is_gcs(path) and not opts.require_commit_marker:
-        # On GCS Orbax writes in place (commit-file atomicity): without the marker, a step
-        # directory cannot be told from a save still in progress or killed.
-        opts = replace(opts, require_commit_marker=True)
+    opts = _options_for(path, options or ValidationOptions())
     try:
-        as_step = split_step_path(store, path)
-        if as_step is not None:
-            root, step_in_path = as_step
-            step = step if step is not None else step_in_path
-        else:
-            root = resolve_root(store, path)
+        root, step = _locate(store, path, step)
         found = discover(store, root, quarantine_dir)
     except CredentialsError:
         raise  # the environment is broken, not the checkpoint: no verdict
     except StorageError as exc:
         return CheckpointReport(path, path, step, error=str(exc), unreadable=True)
     if not found.steps:
-        try:
-            why = "no such directory" if not store.exists_dir(root) else "no checkpoint steps found"
-        except StorageError as exc:
-            return CheckpointReport(path, root, step, ignored=found.ignored, error=str(exc), unreadable=True)
-        return CheckpointReport(path, root, step, ignored=found.ignored, error=f"{why}: {root}")
-
+        return _nothing_found(store, path, root, step, found)
     verdicts = _validate_all(store, found, opts)
     target = step if step is not None else max(found.steps)
     if reference_step is not None:
@@ -142,6 +125,41 @@ def validate_checkpoints(
     if step is not None and step not in found.steps:
         return replace(report, error=f"step {step} not found under {root}")
     return report
+
+
+def _require_libraries(deep: DeepOptions | None, reference_step: int | None) -> None:
+    """`MissingLibraryError` before anything is read when a check asked for needs the ``[deep]`` extra."""
+    if deep is not None:
+        require_restore_libraries("deep validation (restoring arrays)")
+    if reference_step is not None:
+        require_restore_libraries("comparing shapes and dtypes with a reference step")
+
+
+def _options_for(path: str, opts: ValidationOptions) -> ValidationOptions:
+    """`opts`, requiring the commit marker on ``gs://``."""
+    if is_gcs(path) and not opts.require_commit_marker:
+        # On GCS Orbax writes in place (commit-file atomicity): without the marker, a step
+        # directory cannot be told from a save still in progress or killed.
+        return replace(opts, require_commit_marker=True)
+    return opts
+
+
+def _locate(store: Storage, path: str, step: int | None) -> tuple[str, int | None]:
+    """The checkpoints root `path` is or holds, and the step asked for (else the one `path` names, if any)."""
+    as_step = split_step_path(store, path)
+    if as_step is None:
+        return resolve_root(store, path), step
+    root, step_in_path = as_step
+    return root, step if step is not None else step_in_path
+
+
+def _nothing_found(store: Storage, path: str, root: str, step: int | None, found: Discovery) -> CheckpointReport:
+    """The report on a root with no step: no such directory, or no step in it."""
+    try:
+        why = "no such directory" if not store.exists_dir(root) else "no checkpoint steps found"
+    except StorageError as exc:
+        return CheckpointReport(path, root, step, ignored=found.ignored, error=str(exc), unreadable=True)
+    return CheckpointReport(path, root, step, ignored=found.ignored, error=f"{why}: {root}")
 
 
 def _validate_all(store: Storage, found: Discovery, opts: ValidationOptions) -> dict[int, StepVerdict]:

@@ -20,6 +20,7 @@ from elastic_training.operators.checkpoints.storage import (
     EntryKind,
     FileTooLargeError,
     GCSStorage,
+    Listing,
     LocalStorage,
     Storage,
     StorageError,
@@ -179,6 +180,31 @@ def validate_step(
         _check_min_step(step, opts, found)
         found.add(Problem.STORAGE_ERROR, "", str(exc))
         return StepVerdict(step, step_path, found.result())
+    found, tree = _check_listing(listing, step, opts)
+    meta = _check_step_metadata(storage, step_path, tree, opts, found)
+    items = _check_items(storage, step_path, tree, meta.item_handlers, opts, found, pool)
+    files = [e for e in listing.entries if e.kind is EntryKind.FILE]
+    return StepVerdict(
+        step=step,
+        path=step_path,
+        problems=found.result(),
+        files=len(files),
+        bytes=sum(e.size for e in files),
+        committed_at_nsecs=meta.committed_at_nsecs,
+        items=items,
+    )
+
+
+@dataclass(frozen=True)
+class _StepMetadata:
+    """What a step's ``_CHECKPOINT_METADATA`` told (nothing when it is missing or unreadable)."""
+
+    committed_at_nsecs: int | None = None
+    item_handlers: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_listing(listing: Listing, step: int, opts: ValidationOptions) -> tuple[Findings, _Tree]:
+    """The findings of the listing itself (what could not be listed or read, the commit marker), and its tree."""
     unreadable = tuple(e.name for e in listing.entries if e.kind is EntryKind.UNREADABLE_DIR)
     found = Findings(shadowed=unreadable)
     _check_min_step(step, opts, found)
@@ -191,39 +217,53 @@ def validate_step(
     if listing.truncated:
         found.add(Problem.LISTING_TRUNCATED, "", f"more than {opts.max_files} files; not all checked")
     tree = _Tree.build(e for e in listing.entries if e.kind is not EntryKind.UNREADABLE_DIR)
-    files = [e for e in listing.entries if e.kind is EntryKind.FILE]
     for entry in listing.entries:
         if entry.kind is EntryKind.OTHER:
             found.add(Problem.UNREADABLE_ENTRY, entry.name, "not a regular file (broken or looping link, FIFO)")
-
     if opts.require_commit_marker and tree.regular(COMMIT_SUCCESS_FILE) is None:
         found.add(Problem.COMMIT_MARKER_MISSING, COMMIT_SUCCESS_FILE, "the step was never committed")
+    return found, tree
 
-    committed_at: int | None = None
-    handlers: dict[str, Any] = {}
+
+def _check_step_metadata(
+    storage: Storage, step_path: str, tree: _Tree, opts: ValidationOptions, found: Findings
+) -> _StepMetadata:
+    """Read ``_CHECKPOINT_METADATA``: the commit time and the item handlers, each a finding when absent."""
     if tree.regular(CHECKPOINT_METADATA_FILE) is None:
         found.add(Problem.CHECKPOINT_METADATA_MISSING, CHECKPOINT_METADATA_FILE, "missing")
+        return _StepMetadata()
+    meta, why = _read_json(storage, storage.join(step_path, CHECKPOINT_METADATA_FILE), opts.max_metadata_bytes)
+    if why is not None or not isinstance(meta, dict):
+        found.add(
+            Problem.CHECKPOINT_METADATA_UNREADABLE,
+            CHECKPOINT_METADATA_FILE,
+            why or f"a JSON {type(meta).__name__}, not an object",
+        )
+        return _StepMetadata()
+    committed_at: int | None = None
+    ts = meta.get("commit_timestamp_nsecs")
+    if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0:
+        committed_at = ts
     else:
-        meta, why = _read_json(storage, storage.join(step_path, CHECKPOINT_METADATA_FILE), opts.max_metadata_bytes)
-        if why is not None or not isinstance(meta, dict):
-            found.add(
-                Problem.CHECKPOINT_METADATA_UNREADABLE,
-                CHECKPOINT_METADATA_FILE,
-                why or f"a JSON {type(meta).__name__}, not an object",
-            )
-        else:
-            ts = meta.get("commit_timestamp_nsecs")
-            if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0:
-                committed_at = ts
-            else:
-                found.add(
-                    Problem.COMMIT_TIMESTAMP_MISSING,
-                    CHECKPOINT_METADATA_FILE,
-                    f"commit_timestamp_nsecs is {json.dumps(ts)[:40]}",
-                )
-            if isinstance(meta.get("item_handlers"), dict):
-                handlers = meta["item_handlers"]
+        found.add(
+            Problem.COMMIT_TIMESTAMP_MISSING,
+            CHECKPOINT_METADATA_FILE,
+            f"commit_timestamp_nsecs is {json.dumps(ts)[:40]}",
+        )
+    handlers = meta.get("item_handlers")
+    return _StepMetadata(committed_at, handlers if isinstance(handlers, dict) else {})
 
+
+def _check_items(
+    storage: Storage,
+    step_path: str,
+    tree: _Tree,
+    handlers: dict[str, Any],
+    opts: ValidationOptions,
+    found: Findings,
+    pool: ThreadPoolExecutor | None,
+) -> tuple[ItemSummary, ...]:
+    """Check every item: those required, those the metadata names and every directory in the step."""
     item_names = sorted(set(opts.required_items) | {str(k) for k in handlers} | set(tree.dirs))
     items: list[ItemSummary] = []
     for name in item_names:
@@ -233,16 +273,7 @@ def validate_step(
             continue
         is_pytree = ITEM_METADATA_FILE in sub.files or _is_pytree_handler(name, handlers)
         items.append(_check_item(storage, step_path, name, sub, is_pytree, opts, found, pool))
-
-    return StepVerdict(
-        step=step,
-        path=step_path,
-        problems=found.result(),
-        files=len(files),
-        bytes=sum(e.size for e in files),
-        committed_at_nsecs=committed_at,
-        items=tuple(items),
-    )
+    return tuple(items)
 
 
 def _check_min_step(step: int, opts: ValidationOptions, found: Findings) -> None:
@@ -340,23 +371,11 @@ def _array_names(tree_meta: dict[Any, Any]) -> Iterable[str]:
 
 
 def _check_ocdbt(name: str, tree: _Tree, arrays: tuple[str, ...], found: Findings) -> None:
-    manifest = tree.regular(OCDBT_MANIFEST)
-    if manifest is None or manifest.size == 0:
-        found.add(
-            Problem.OCDBT_MANIFEST_MISSING,
-            f"{name}/{OCDBT_MANIFEST}",
-            "missing" if manifest is None else "empty",
-        )
+    _check_manifest(tree, Problem.OCDBT_MANIFEST_MISSING, name, found)
     data_files = 0
     for sub_name, sub in tree.dirs.items():
         if sub_name.startswith(OCDBT_PROCESS_PREFIX):
-            m = sub.regular(OCDBT_MANIFEST)
-            if m is None or m.size == 0:
-                found.add(
-                    Problem.OCDBT_PROCESS_MANIFEST_MISSING,
-                    f"{name}/{sub_name}/{OCDBT_MANIFEST}",
-                    "missing" if m is None else "empty",
-                )
+            _check_manifest(sub, Problem.OCDBT_PROCESS_MANIFEST_MISSING, f"{name}/{sub_name}", found)
     for rel, entry in tree.walk_files():
         parts = rel.split("/")
         in_data_dir = parts[0] == "d" or (
@@ -368,6 +387,13 @@ def _check_ocdbt(name: str, tree: _Tree, arrays: tuple[str, ...], found: Finding
                 found.add(Problem.DATA_FILE_EMPTY, f"{name}/{rel}", "data file is empty")
     if arrays and data_files == 0:
         found.add(Problem.OCDBT_DATA_MISSING, name, f"{len(arrays)} arrays listed but no data files")
+
+
+def _check_manifest(tree: _Tree, code: Problem, where: str, found: Findings) -> None:
+    """A finding `code` when the OCDBT manifest in `tree` (at `where`) is missing or empty."""
+    manifest = tree.regular(OCDBT_MANIFEST)
+    if manifest is None or manifest.size == 0:
+        found.add(code, f"{where}/{OCDBT_MANIFEST}", "missing" if manifest is None else "empty")
 
 
 def _check_zarr(

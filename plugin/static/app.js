@@ -9,8 +9,8 @@ const PHASES = [
   ["first_step", "first step", "var(--first)"],
 ];
 
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
+// Set the attributes that have a value and append the children that are not null (text as text).
+function filled(node, attrs, children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v !== undefined && v !== null) node.setAttribute(k, v);
   }
@@ -21,16 +21,12 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+function el(tag, attrs, ...children) {
+  return filled(document.createElement(tag), attrs, children);
+}
+
 function svg(tag, attrs, ...children) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v !== undefined && v !== null) node.setAttribute(k, v);
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : String(child));
-  }
-  return node;
+  return filled(document.createElementNS(SVG, tag), attrs, children);
 }
 
 const fmt = {
