@@ -339,7 +339,13 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         return spec
 
     def _spec(self) -> ElasticRunSpec:
-        spec = ElasticRunSpec(
+        spec = self._rendered_spec()
+        lint(spec)
+        return spec
+
+    def _rendered_spec(self) -> ElasticRunSpec:
+        """The spec of the rendered fields and the operator's knobs, not linted yet."""
+        return ElasticRunSpec(
             run_name=self.run_name,
             base_output_directory=self.base_output_directory,
             steps=_as_int("steps", self.steps),
@@ -359,8 +365,6 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             stall_timeout_seconds=self.budgets.stall_timeout_seconds,
             **self.gke_knobs,
         )
-        lint(spec)
-        return spec
 
     @property
     def auto_period(self) -> bool:

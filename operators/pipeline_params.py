@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from elastic_training.operators import run_layout
 from elastic_training.operators.image_reference import SHELL_META, image_reference_error
+from elastic_training.operators.pipeline_config import MAXTEXT_MAX_TARGET_LENGTH, PipelineConfig, StageCommand
 from elastic_training.operators.spec import (
     DEFAULT_ELASTIC_TIMEOUT_SECONDS,
     DNS1123_LABEL_MAX,
@@ -95,7 +96,6 @@ LOCAL_SYNTH_COMMAND: Final = ("python3", "-m", "maxtext_synthesize")
 # tokenizer for the evaluation's required `--hf_path` (the local model has none: the name is only recorded).
 LOCAL_MAX_TARGET_LENGTH: Final = 32
 LOCAL_HF_PATH: Final = "local/markov-128"
-MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
 
 MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
 
@@ -696,7 +696,7 @@ def _argv(params: Mapping[str, Any], name: str) -> Any:
     return value
 
 
-def _command(name: str, value: Any) -> list[str]:
+def _command(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -709,7 +709,7 @@ def _command(name: str, value: Any) -> list[str]:
     for item in value:
         if not _ARGV_ITEM.match(item):
             raise ParamError(name, f"argument {item!r} has characters other than letters, digits and _./:=@+,%-")
-    return list(value)
+    return tuple(value)
 
 
 def validate_params(
@@ -719,7 +719,7 @@ def validate_params(
     variables: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     directory_exists: Callable[[str], bool] | None = None,
-) -> dict[str, Any]:
+) -> PipelineConfig:
     """Check every param strictly and resolve the run's configuration; `ParamError` names the first bad one.
 
     :param params: the DAG run's params (defaults merged with its conf).
@@ -809,73 +809,65 @@ def validate_params(
         if directory_exists is not None and not directory_exists(continued_directory):
             raise ParamError("continue_run_name", f"there is no run directory {continued_directory}")
         effective_name = continued
-    config: dict[str, Any] = {
-        "runtime": runtime,
-        "run_name": effective_name,
-        "continued": continued is not None,
-        "base_output_directory": base,
-        "run_directory": run_layout.run_directory(base, effective_name),
-        "model_name": model_name,
-        "per_device_batch_size": batch,
-        "steps": steps,
-        "target_step": steps - 1,
-        "checkpoint_period": period,
-        "num_slices": slices,
-        "max_slice_restarts": max_slice_restarts,
-        "slice_restart_window_minutes": window,
-        "max_full_restarts": max_full_restarts,
-        "stall_timeout_minutes": stall,
-        "queue_timeout_minutes": queue_timeout,
-        "queue_name": queue_name,
-        "avoid_failing_node_pools": params["avoid_failing_node_pools"],
-        "auto_checkpoint_period": params["auto_checkpoint_period"],
-        "max_eval_loss": float(max_loss),
-        "num_samples": samples,
-        "inject_slice_failure": drill,
-        "failure_at_step": failure_step,
-        "failure_slice": failure_slice,
-    }
-    if runtime == "local":
+    local = runtime == "local"
+    if local:
         # What a gke run is given, with the local defaults: the stages render the same JobSet on both runtimes.
-        config.update(
-            image=LOCAL_MAXTEXT_IMAGE,
-            tpu_type=LOCAL_TPU_TYPE,
-            tpu_topology=LOCAL_TPU_TOPOLOGY,
-            maxtext_args={"per_device_batch_size": batch},
-            max_target_length=LOCAL_MAX_TARGET_LENGTH,
-            hf_path=LOCAL_HF_PATH,
-            evaluate={"image": LOCAL_MAXTEXT_IMAGE, "command": list(LOCAL_EVAL_COMMAND)},
-            synthesize={"image": LOCAL_MAXTEXT_IMAGE, "command": list(LOCAL_SYNTH_COMMAND)},
+        image, tpu_type, topology = LOCAL_MAXTEXT_IMAGE, LOCAL_TPU_TYPE, LOCAL_TPU_TOPOLOGY
+        maxtext_args: dict[str, str | int] = {"per_device_batch_size": batch}
+        evaluate = StageCommand(LOCAL_MAXTEXT_IMAGE, LOCAL_EVAL_COMMAND)
+        synthesize = StageCommand(LOCAL_MAXTEXT_IMAGE, LOCAL_SYNTH_COMMAND)
+        hf = LOCAL_HF_PATH
+    else:
+        tpu_type = _string(params, "tpu_type")
+        if tpu_type not in TPU_TYPES:
+            raise ParamError("tpu_type", f"unknown TPU type {tpu_type!r}; known: {', '.join(sorted(TPU_TYPES))}")
+        topology = _string(params, "tpu_topology")
+        topology_error = TPU_TYPES[tpu_type].topology_error(topology)
+        if topology_error:
+            raise ParamError("tpu_topology", topology_error)
+        image = _image("image", _optional_string(params, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or ""))
+        maxtext_args = {"model_name": model_name, "per_device_batch_size": batch}
+        hf = _hf_path(_optional_string(params, "hf_path") or str(variables.get(VARIABLE_HF_PATH) or ""))
+        evaluate = StageCommand(
+            _image("eval_image", _optional_string(params, "eval_image") or str(variables.get(VARIABLE_EVAL_IMAGE) or "")),
+            _command("eval_command", _argv(params, "eval_command") or variables.get(VARIABLE_EVAL_COMMAND)),
         )
-        return config
-    tpu_type = _string(params, "tpu_type")
-    if tpu_type not in TPU_TYPES:
-        raise ParamError("tpu_type", f"unknown TPU type {tpu_type!r}; known: {', '.join(sorted(TPU_TYPES))}")
-    topology = _string(params, "tpu_topology")
-    topology_error = TPU_TYPES[tpu_type].topology_error(topology)
-    if topology_error:
-        raise ParamError("tpu_topology", topology_error)
-    config.update(
-        image=_image("image", _optional_string(params, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or "")),
-        tpu_type=tpu_type,
-        tpu_topology=topology,
-        maxtext_args={"model_name": model_name, "per_device_batch_size": batch},
-        max_target_length=MAXTEXT_MAX_TARGET_LENGTH,
-        hf_path=_hf_path(_optional_string(params, "hf_path") or str(variables.get(VARIABLE_HF_PATH) or "")),
-        evaluate={
-            "image": _image(
-                "eval_image", _optional_string(params, "eval_image") or str(variables.get(VARIABLE_EVAL_IMAGE) or "")
-            ),
-            "command": _command("eval_command", _argv(params, "eval_command") or variables.get(VARIABLE_EVAL_COMMAND)),
-        },
-        synthesize={
-            "image": _image(
+        synthesize = StageCommand(
+            _image(
                 "synthesize_image",
                 _optional_string(params, "synthesize_image") or str(variables.get(VARIABLE_SYNTH_IMAGE) or ""),
             ),
-            "command": _command(
-                "synthesize_command", _argv(params, "synthesize_command") or variables.get(VARIABLE_SYNTH_COMMAND)
-            ),
-        },
+            _command("synthesize_command", _argv(params, "synthesize_command") or variables.get(VARIABLE_SYNTH_COMMAND)),
+        )
+    return PipelineConfig(
+        runtime=runtime,
+        run_name=effective_name,
+        continued=continued is not None,
+        base_output_directory=base,
+        model_name=model_name,
+        per_device_batch_size=batch,
+        steps=steps,
+        checkpoint_period=period,
+        num_slices=slices,
+        max_slice_restarts=max_slice_restarts,
+        slice_restart_window_minutes=window,
+        max_full_restarts=max_full_restarts,
+        stall_timeout_minutes=stall,
+        queue_timeout_minutes=queue_timeout,
+        queue_name=queue_name,
+        avoid_failing_node_pools=params["avoid_failing_node_pools"],
+        auto_checkpoint_period=params["auto_checkpoint_period"],
+        max_eval_loss=float(max_loss),
+        num_samples=samples,
+        inject_slice_failure=drill,
+        failure_at_step=failure_step,
+        failure_slice=failure_slice,
+        image=image,
+        tpu_type=tpu_type,
+        tpu_topology=topology,
+        maxtext_args=maxtext_args,
+        max_target_length=LOCAL_MAX_TARGET_LENGTH if local else MAXTEXT_MAX_TARGET_LENGTH,
+        hf_path=hf,
+        evaluate=evaluate,
+        synthesize=synthesize,
     )
-    return config
