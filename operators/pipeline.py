@@ -279,7 +279,7 @@ class PretrainOperator(ElasticJobSetOperator):
             runtime="local",
             **kwargs,
         )
-        self.config: PipelineConfig | None = None
+        self.run_config: PipelineConfig | None = None
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -287,7 +287,7 @@ class PretrainOperator(ElasticJobSetOperator):
 
     def configure(self, config: PipelineConfig) -> None:
         """Run the pretraining of ``config``: its spec fields (:meth:`PipelineConfig.spec`) and its budgets."""
-        self.config = config
+        self.run_config = config
         # "auto": chosen from the history, the form's period the fallback while there is none
         self.checkpoint_period = AUTO_PERIOD if config.auto_checkpoint_period else config.checkpoint_period
         self.auto_fallback_period = config.checkpoint_period
@@ -296,7 +296,7 @@ class PretrainOperator(ElasticJobSetOperator):
 
     def _rendered_spec(self) -> ElasticRunSpec:
         spec = super()._rendered_spec()
-        return spec if self.config is None else self.config.spec(onto=spec)
+        return spec if self.run_config is None else self.run_config.spec(onto=spec)
 
 
 class StageJobSetOperator(JobSetOperator):
