@@ -253,7 +253,7 @@ def test_the_gate_reads_maxtexts_result_of_the_validated_step(tmp_path: Path) ->
     assert passed["path"].endswith("T020000Z.json") and ti.pushed["metrics"]["perplexity"] == 4.0
 
     with pytest.raises(AirflowFailException, match=r"evaluation gate failed: loss 1.3863 > max_eval_loss 1.0"):
-        gate({**config, "max_eval_loss": 1.0}, 79)
+        gate(replace(config, max_eval_loss=1.0), 79)
     with pytest.raises(AirflowFailException, match=r"no MaxText evaluation result of .*/checkpoints/60/items"):
         gate(config, 60)
     (results / "broken.json").write_text(json.dumps({"benchmark": "x"}))
