@@ -317,9 +317,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.tpu_topology = tpu_topology
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.budgets = _budgets(
-            max_slice_restarts, slice_restart_window, stall_timeout, max_full_restarts, queue_timeout, elastic_timeout_seconds
-        )
+        window, timeout = slice_restart_window, elastic_timeout_seconds
+        self.budgets = _budgets(max_slice_restarts, window, stall_timeout, max_full_restarts, queue_timeout, timeout)
         self.jobset_max_restarts = jobset_max_restarts
         self.elastic_min_slice_count = elastic_min_slice_count
         self.elastic_timeout_seconds = elastic_timeout_seconds

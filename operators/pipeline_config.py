@@ -136,7 +136,7 @@ class PipelineConfig:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The configuration as the ``validate_params`` task's XCom: every field, ``run_directory`` and ``target_step``."""
+        """The ``validate_params`` task's XCom: every field, then ``run_directory`` and ``target_step``."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["maxtext_args"] = dict(self.maxtext_args)
         data["evaluate"] = self.evaluate.to_json()
