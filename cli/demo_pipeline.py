@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_report import recovery_summary, stage_lines, time_summary
 
 DAG_ID = "elastic_training_nightly"
@@ -225,7 +226,7 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
     """The demo's report and whether every stage succeeded."""
     instances = _instances(dag_run)
     values = {task_id: _xcom(dag_run, task_id) for task_id in STAGES}
-    config = values["validate_params"] or {}
+    config = PipelineConfig.from_json(values["validate_params"]) if values["validate_params"] else None
     pretrain = values["pretrain"] or _xcom(dag_run, "pretrain", "report") or {}
     drill = values["slice_failure_result"] or {}
     checkpoint = values["validate_checkpoint"] or {}
@@ -234,8 +235,7 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
     refused = _xcom(dag_run, "validate_params", "refused")
     results = {
         "validate_params": (
-            f"run {config.get('run_name')}: {config.get('steps')} steps, {config.get('num_slices')} slices, "
-            f"{config.get('runtime')} runtime"
+            f"run {config.run_name}: {config.steps} steps, {config.num_slices} slices, {config.runtime} runtime"
             if config
             else f"refused: {refused}"
         ),
@@ -288,7 +288,7 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
         lines.append("  pretraining left no report")
     if pretrain:
         lines += ["", "Pretraining's time and goodput:"]
-        lines += [f"  {line}" for line in time_summary(pretrain, config.get("queue_name"))]
+        lines += [f"  {line}" for line in time_summary(pretrain, config.queue_name if config else None)]
     lines += [
         "",
         f"Validated checkpoint : step {checkpoint.get('step')} at {checkpoint.get('path')}",

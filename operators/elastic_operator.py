@@ -128,6 +128,56 @@ def _seconds(field: str, value: timedelta | float | int) -> float:
     return _number(field, value, positive=True)
 
 
+def _budgets(
+    max_slice_restarts: int,
+    slice_restart_window: timedelta,
+    stall_timeout: timedelta,
+    max_full_restarts: int,
+    queue_timeout: timedelta | float | None,
+    elastic_timeout_seconds: int,
+) -> Budgets:
+    """The constructor's budgets, each checked naming its parameter (`TypeError`/`ValueError`)."""
+    _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
+    _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
+    return Budgets(
+        max_slice_restarts=max_slice_restarts,
+        slice_restart_window_seconds=_seconds("slice_restart_window", slice_restart_window),
+        stall_timeout_seconds=_seconds("stall_timeout", stall_timeout),
+        max_full_restarts=max_full_restarts,
+        queue_timeout_seconds=None if queue_timeout is None else _seconds("queue_timeout", queue_timeout),
+        # Out of range here is None; the spec's lint then refuses the value with its reason.
+        elastic_timeout_seconds=(
+            float(elastic_timeout_seconds)
+            if _is_positive_int(elastic_timeout_seconds) and elastic_timeout_seconds < 2**53
+            else None
+        ),
+    )
+
+
+def _former_name(name: str, value: str | None, former: str, former_value: str | None) -> str | None:
+    """``value``, or the one given under the parameter's ``former`` name (`ValueError` when both differ)."""
+    if former_value is not None and value is not None and former_value != value:
+        raise ValueError(f"{name}={value!r} and {former}={former_value!r} (its former name) disagree")
+    return value if value is not None else former_value
+
+
+def _merged_env(env: Any, more: Mapping[str, str]) -> Any:
+    """``env`` (copied) with ``more`` over it; anything but a mapping reaches the lint, which names the field."""
+    if isinstance(env, Mapping):
+        return {**env, **more}
+    return env or dict(more)
+
+
+def _check_history_options(avoid: Any, threshold: Any, runs: Any, key: Any) -> None:
+    """The failure-history options (``avoid_failing_node_pools`` and the rest), each refused naming it."""
+    if not isinstance(avoid, bool):
+        raise ValueError(f"avoid_failing_node_pools must be True or False, got {shown(avoid)}")
+    _count("node_pool_failure_threshold", threshold, INT32_MAX)
+    _count("failure_history_runs", runs, MAX_RUNS)
+    if key is not None and not (isinstance(key, str) and 0 < len(key) <= 250):
+        raise ValueError(f"failure_history_key must be a Variable key of 1 to 250 characters, got {shown(key)}")
+
+
 class ElasticJobSetOperator(JobSetTaskOperator):
     """Run an elastic MaxText pretraining JobSet to its final step, recovering what can be recovered.
 
@@ -254,27 +304,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if kueue_queue is not None and queue_name is not None and kueue_queue != queue_name:
-            raise ValueError(f"queue_name={queue_name!r} and kueue_queue={kueue_queue!r} (its former name) disagree")
-        queue_name = queue_name if queue_name is not None else kueue_queue
         check_runtime(runtime)
-        _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
-        _count("node_pool_failure_threshold", node_pool_failure_threshold, INT32_MAX)
-        _count("failure_history_runs", failure_history_runs, MAX_RUNS)
-        if not isinstance(avoid_failing_node_pools, bool):
-            raise ValueError(f"avoid_failing_node_pools must be True or False, got {shown(avoid_failing_node_pools)}")
-        if failure_history_key is not None and not (
-            isinstance(failure_history_key, str) and 0 < len(failure_history_key) <= 250
-        ):
-            raise ValueError(
-                f"failure_history_key must be a Variable key of 1 to 250 characters, got {shown(failure_history_key)}"
-            )
-        self.avoid_failing_node_pools = avoid_failing_node_pools
-        self.node_pool_failure_threshold = node_pool_failure_threshold
-        self.failure_history_runs = failure_history_runs
-        self.failure_history_key = failure_history_key
-        self.auto_fallback_period: int | None = None  # "auto" with no history: this period (default 10)
-        _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
         self.run_name = run_name
         self.base_output_directory = base_output_directory
         self.steps = steps
@@ -287,19 +317,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.tpu_topology = tpu_topology
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.budgets = Budgets(
-            max_slice_restarts=max_slice_restarts,
-            slice_restart_window_seconds=_seconds("slice_restart_window", slice_restart_window),
-            stall_timeout_seconds=_seconds("stall_timeout", stall_timeout),
-            max_full_restarts=max_full_restarts,
-            queue_timeout_seconds=None if queue_timeout is None else _seconds("queue_timeout", queue_timeout),
-            # Out of range here is None; the spec's lint then refuses the value with its reason.
-            elastic_timeout_seconds=(
-                float(elastic_timeout_seconds)
-                if _is_positive_int(elastic_timeout_seconds) and elastic_timeout_seconds < 2**53
-                else None
-            ),
-        )
+        window, timeout = slice_restart_window, elastic_timeout_seconds
+        self.budgets = _budgets(max_slice_restarts, window, stall_timeout, max_full_restarts, queue_timeout, timeout)
         self.jobset_max_restarts = jobset_max_restarts
         self.elastic_min_slice_count = elastic_min_slice_count
         self.elastic_timeout_seconds = elastic_timeout_seconds
@@ -308,6 +327,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
         self.poll_interval = _number("poll_interval", poll_interval, positive=True)
+        self.storage_retry_timeout = _number("storage_retry_timeout", storage_retry_timeout, positive=False)
         self.local_env = dict(local_env or {})
         self.gke_knobs: dict[str, Any] = {
             "pathways_server_image": pathways_server_image,
@@ -315,17 +335,21 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             "head_node_pool": head_node_pool,
             "service_account": service_account,
             "priority_class": priority_class,
-            "queue_name": queue_name,
+            "queue_name": _former_name("queue_name", queue_name, "kueue_queue", kueue_queue),
             "workload_priority_class": workload_priority_class,
             "elastic_slices": elastic_slices,
             "image_pull_policy": image_pull_policy,
-            # Copied when a mapping; anything else reaches the lint, which names the field.
-            "trainer_env": (
-                {**trainer_env, **self.local_env} if isinstance(trainer_env, Mapping) else trainer_env or self.local_env
-            ),
-            "worker_env": dict(worker_env) if isinstance(worker_env, Mapping) else worker_env or {},
+            "trainer_env": _merged_env(trainer_env, self.local_env),
+            "worker_env": _merged_env(worker_env, {}),
         }
-        self.storage_retry_timeout = _number("storage_retry_timeout", storage_retry_timeout, positive=False)
+        _check_history_options(
+            avoid_failing_node_pools, node_pool_failure_threshold, failure_history_runs, failure_history_key
+        )
+        self.avoid_failing_node_pools = avoid_failing_node_pools
+        self.node_pool_failure_threshold = node_pool_failure_threshold
+        self.failure_history_runs = failure_history_runs
+        self.failure_history_key = failure_history_key
+        self.auto_fallback_period: int | None = None  # "auto" with no history: this period (default 10)
         self._active: Handle | None = None
         self._newest_valid_steps: list[str] = []
 
@@ -339,7 +363,13 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         return spec
 
     def _spec(self) -> ElasticRunSpec:
-        spec = ElasticRunSpec(
+        spec = self._rendered_spec()
+        lint(spec)
+        return spec
+
+    def _rendered_spec(self) -> ElasticRunSpec:
+        """The spec of the rendered fields and the operator's knobs, not linted yet."""
+        return ElasticRunSpec(
             run_name=self.run_name,
             base_output_directory=self.base_output_directory,
             steps=_as_int("steps", self.steps),
@@ -359,8 +389,6 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             stall_timeout_seconds=self.budgets.stall_timeout_seconds,
             **self.gke_knobs,
         )
-        lint(spec)
-        return spec
 
     @property
     def auto_period(self) -> bool:

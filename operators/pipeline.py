@@ -48,17 +48,16 @@ from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.jobset_operator import JobSetOperator
 from elastic_training.operators.lifecycle import JobSetLifecycle
 from elastic_training.operators.manifests import JobSpec
+from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
-    MAXTEXT_MAX_TARGET_LENGTH,
     VARIABLES,
     DagRunIdentity,
     ParamError,
     validate_params,
 )
-from elastic_training.operators.policy import Budgets
 from elastic_training.operators.slice_drill import drill_command
 from elastic_training.operators.slice_drill import parse_result as parse_drill_result
-from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, render_value
+from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, ElasticRunSpec, render_value
 from elastic_training.operators.tpu_types import TPU_TYPES
 
 if TYPE_CHECKING:
@@ -82,16 +81,22 @@ SINGLE_HOST_TOPOLOGY_3D: Final = "2x2x1"
 TPU_TOLERATION: Final[Mapping[str, str]] = {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 
-def pipeline_config(context: Mapping[str, Any]) -> dict[str, Any]:
+def pipeline_config(context: Mapping[str, Any]) -> PipelineConfig:
     """The run's validated configuration (the ``validate_params`` task's return value)."""
     config = context["ti"].xcom_pull(task_ids=CONFIG_TASK)
     if not isinstance(config, Mapping):
         raise AirflowFailException(f"no configuration from {CONFIG_TASK!r}: run the DAG from its first task")
-    return dict(config)
+    try:
+        return PipelineConfig.from_json(config)
+    except (KeyError, TypeError, ValueError) as error:
+        raise AirflowFailException(f"the configuration from {CONFIG_TASK!r} cannot be read: {error!r}") from None
 
 
 def resolve_params(**context: Any) -> dict[str, Any]:
-    """The ``validate_params`` task: check the params and Variables strictly, return the run's configuration."""
+    """The ``validate_params`` task: check the params and Variables strictly, return the run's configuration.
+
+    The return value (the task's XCom) is :meth:`PipelineConfig.to_json`; the stages read it with `pipeline_config`.
+    """
     from airflow.sdk import Variable
 
     variables = {name: Variable.get(name, default=None) for name in VARIABLES}
@@ -107,10 +112,10 @@ def resolve_params(**context: Any) -> dict[str, Any]:
         raise AirflowFailException(f"refused before anything was created: {error}") from None
     context["task"].log.info(
         "run directory: %s (%s)",
-        config["run_directory"],
-        "continued from continue_run_name" if config["continued"] else "this DAG run's own",
+        config.run_directory,
+        "continued from continue_run_name" if config.continued else "this DAG run's own",
     )
-    return config
+    return config.to_json()
 
 
 def dag_run_identity(dag_run: Any) -> DagRunIdentity:
@@ -138,19 +143,19 @@ def _validated_step(context: Mapping[str, Any]) -> int:
     return int(verdict["step"])
 
 
-def checkpoint_items_path(config: Mapping[str, Any], step: int) -> str:
+def checkpoint_items_path(config: PipelineConfig, step: int) -> str:
     """The Orbax item of `step` that MaxText's tools load (`--checkpoint_path`, `load_parameters_path`)."""
-    return f"{config['run_directory']}/checkpoints/{step}/items"
+    return f"{config.run_directory}/checkpoints/{step}/items"
 
 
-def eval_results_directory(config: Mapping[str, Any]) -> str:
+def eval_results_directory(config: PipelineConfig) -> str:
     """Where MaxText's evaluation framework writes the run's result files (`<run directory>/eval_results`)."""
-    return results_directory(config["base_output_directory"], config["run_name"])
+    return results_directory(config.base_output_directory, config.run_name)
 
 
-def synthetic_output_directory(config: Mapping[str, Any], step: int) -> str:
+def synthetic_output_directory(config: PipelineConfig, step: int) -> str:
     """Where the synthesis stage writes the dataset sampled from ``step``."""
-    return f"{config['run_directory']}/synthetic/step_{step}"
+    return f"{config.run_directory}/synthetic/step_{step}"
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ class StageHost:
         return {LABEL_GKE_TPU_ACCELERATOR: self.accelerator, LABEL_GKE_TPU_TOPOLOGY: self.topology}
 
 
-def stage_host(config: Mapping[str, Any]) -> StageHost:
+def stage_host(config: PipelineConfig) -> StageHost:
     """One host of the run's TPU type: the run's own shape when its slices are single-host, else 2x2 (2x2x1).
 
     MaxText's evaluation serves the model with vLLM on one host (`--tensor_parallel_size` = its chips) and
@@ -174,34 +179,31 @@ def stage_host(config: Mapping[str, Any]) -> StageHost:
     slice would not get a usable TPU (the slice forms only with all its hosts), so a multi-host run's
     stages need a single-host node pool of the same type.
     """
-    tpu = TPU_TYPES[config["tpu_type"]]
-    topology = str(config["tpu_topology"])
+    tpu = TPU_TYPES[config.tpu_type]
+    topology = config.tpu_topology
     if tpu.vms_per_slice(topology) != 1:
         topology = SINGLE_HOST_TOPOLOGY_2D if tpu.topology_dims == 2 else SINGLE_HOST_TOPOLOGY_3D
     return StageHost(tpu.gke_accelerator, topology, tpu.chips_per_vm_for(topology))
 
 
-def hf_path(config: Mapping[str, Any]) -> str:
+def hf_path(config: PipelineConfig) -> str:
     """The tokenizer MaxText's evaluation loads (`--hf_path`): the run's `hf_path` (local: `LOCAL_HF_PATH`)."""
-    value = config.get("hf_path")
-    if not isinstance(value, str) or not value:
+    if not config.hf_path:
         raise AirflowFailException("evaluation needs hf_path (MaxText's eval --hf_path): no hf_path in the run")
-    return value
+    return config.hf_path
 
 
-def max_target_length(config: Mapping[str, Any]) -> int:
+def max_target_length(config: PipelineConfig) -> int:
     """The model's `max_target_length`: the trainer's MaxText argument, else the run's (its image's default).
 
-    The run's is MaxText's default on gke (`MAXTEXT_MAX_TARGET_LENGTH`) and the local model's on local
-    (`pipeline_params.LOCAL_MAX_TARGET_LENGTH`); a configuration without one is taken as MaxText's.
+    The run's is MaxText's default on gke (`pipeline_config.MAXTEXT_MAX_TARGET_LENGTH`) and the local model's on
+    local (`pipeline_params.LOCAL_MAX_TARGET_LENGTH`); a configuration without one is taken as MaxText's.
     """
-    value = dict(config.get("maxtext_args") or {}).get("max_target_length")
-    if value is None:
-        value = config.get("max_target_length") or MAXTEXT_MAX_TARGET_LENGTH
-    return int(value)
+    value = config.maxtext_args.get("max_target_length")
+    return int(config.max_target_length if value is None else value)
 
 
-def evaluate_args(config: Mapping[str, Any], step: int) -> list[str]:
+def evaluate_args(config: PipelineConfig, step: int) -> list[str]:
     """The flags of `python3 -m maxtext.eval.runner.run` (lm-eval harness) evaluating `step`.
 
     vLLM serves the model on the stage's host, tensor-parallel over all its chips (`stage_host`).
@@ -210,24 +212,24 @@ def evaluate_args(config: Mapping[str, Any], step: int) -> list[str]:
     return [
         f"--runner={EVAL_RUNNER}",
         f"--checkpoint_path={checkpoint_items_path(config, step)}",
-        f"--model_name={config['model_name']}",
+        f"--model_name={config.model_name}",
         f"--hf_path={hf_path(config)}",
         f"--tasks={EVAL_TASK}",
-        f"--base_output_directory={config['base_output_directory']}",
-        f"--run_name={config['run_name']}",
+        f"--base_output_directory={config.base_output_directory}",
+        f"--run_name={config.run_name}",
         f"--max_model_len={max_target_length(config)}",
         f"--tensor_parallel_size={chips}",
     ]
 
 
-def _tokenizer_keys(config: Mapping[str, Any], maxtext_args: Mapping[str, str]) -> dict[str, str]:
+def _tokenizer_keys(config: PipelineConfig, maxtext_args: Mapping[str, str]) -> dict[str, str]:
     """The evaluation's tokenizer (`hf_path`) for MaxText too, unless the trainer's arguments name one."""
     if "tokenizer_path" in maxtext_args:
         return {}
     return {"tokenizer_type": "huggingface", "tokenizer_path": hf_path(config)}
 
 
-def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
+def synthesize_args(config: PipelineConfig, step: int) -> list[str]:
     """The argv of our synthesis program: its own flags, then a MaxText config file and MaxText keys only.
 
     The MaxText keys are the trainer's (`maxtext_args`: the same model and batch; the tokenizer is `hf_path`,
@@ -237,10 +239,10 @@ def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
     `return_log_prob=true`.
     """
     length = max_target_length(config)
-    maxtext_args = {str(k): render_value(v) for k, v in dict(config.get("maxtext_args") or {}).items()}
+    maxtext_args = {key: render_value(value) for key, value in config.maxtext_args.items()}
     keys = {
-        "run_name": config["run_name"],
-        "base_output_directory": config["base_output_directory"],
+        "run_name": config.run_name,
+        "base_output_directory": config.base_output_directory,
         **maxtext_args,
         **_tokenizer_keys(config, maxtext_args),
         "load_parameters_path": checkpoint_items_path(config, step),
@@ -251,7 +253,7 @@ def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
         "decode_sampling_temperature": render_value(SYNTH_TEMPERATURE),
     }
     return [
-        f"--num_samples={config['num_samples']}",
+        f"--num_samples={config.num_samples}",
         f"--sample_seed={SYNTH_SEED}",
         f"--output_directory={synthetic_output_directory(config, step)}",
         DEFAULT_CONFIG_FILE,
@@ -260,7 +262,12 @@ def synthesize_args(config: Mapping[str, Any], step: int) -> list[str]:
 
 
 class PretrainOperator(ElasticJobSetOperator):
-    """``ElasticJobSetOperator`` whose spec and budgets come from the pipeline's configuration."""
+    """``ElasticJobSetOperator`` whose spec and budgets come from the pipeline's configuration.
+
+    The constructor's run fields are placeholders (a DAG file has no configuration yet); when the task renders its
+    templates, on every start, :meth:`configure` takes the configuration's spec fields and budgets, while the
+    operator's own arguments (the elastic timeouts, the Pathways images, ``poll_interval``, ...) stay its own.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
@@ -272,32 +279,24 @@ class PretrainOperator(ElasticJobSetOperator):
             runtime="local",
             **kwargs,
         )
+        self.run_config: PipelineConfig | None = None
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
-        config = pipeline_config(context)
-        self.run_name = config["run_name"]
-        self.base_output_directory = config["base_output_directory"]
-        self.steps = config["steps"]
+        self.configure(pipeline_config(context))
+
+    def configure(self, config: PipelineConfig) -> None:
+        """Run the pretraining of ``config``: its spec fields (:meth:`PipelineConfig.spec`) and its budgets."""
+        self.run_config = config
         # "auto": chosen from the history, the form's period the fallback while there is none
-        self.checkpoint_period = AUTO_PERIOD if config.get("auto_checkpoint_period") else config["checkpoint_period"]
-        self.auto_fallback_period = config["checkpoint_period"]
-        self.avoid_failing_node_pools = bool(config.get("avoid_failing_node_pools"))
-        self.num_slices = config["num_slices"]
-        self.runtime = config["runtime"]
-        self.image = config["image"]
-        self.tpu_type = config["tpu_type"]
-        self.tpu_topology = config["tpu_topology"]
-        self.maxtext_args = dict(config["maxtext_args"])
-        self.budgets = Budgets(
-            max_slice_restarts=config["max_slice_restarts"],
-            slice_restart_window_seconds=60.0 * config["slice_restart_window_minutes"],
-            stall_timeout_seconds=60.0 * config["stall_timeout_minutes"],
-            max_full_restarts=config["max_full_restarts"],
-            queue_timeout_seconds=_queue_timeout(config),
-            elastic_timeout_seconds=float(self.elastic_timeout_seconds),
-        )
-        self.gke_knobs["queue_name"] = config.get("queue_name")
+        self.checkpoint_period = AUTO_PERIOD if config.auto_checkpoint_period else config.checkpoint_period
+        self.auto_fallback_period = config.checkpoint_period
+        self.avoid_failing_node_pools = config.avoid_failing_node_pools
+        self.budgets = config.budgets(elastic_timeout_seconds=self.budgets.elastic_timeout_seconds)
+
+    def _rendered_spec(self) -> ElasticRunSpec:
+        spec = super()._rendered_spec()
+        return spec if self.run_config is None else self.run_config.spec(onto=spec)
 
 
 class StageJobSetOperator(JobSetOperator):
@@ -323,17 +322,17 @@ class StageJobSetOperator(JobSetOperator):
         super().render_template_fields(context, jinja_env)
         self.configure(pipeline_config(context), _validated_step(context))
 
-    def configure(self, config: Mapping[str, Any], step: int) -> None:
+    def configure(self, config: PipelineConfig, step: int) -> None:
         """Set the image, command, arguments and TPU host of the stage on `step` of the run."""
-        job = config[self.stage]
-        self.runtime = config["runtime"]
-        self.image = job["image"]
-        self.command = list(job["command"])
+        job = config.stage("evaluate" if self.stage == "evaluate" else "synthesize")
+        self.runtime = config.runtime
+        self.image = job.image
+        self.command = list(job.command)
         self.args = evaluate_args(config, step) if self.stage == "evaluate" else synthesize_args(config, step)
         self.host = stage_host(config)
         # The same queue as the pretraining, and the same waiting: queued and preempted are never failures.
-        self.queue_name = config.get("queue_name")
-        self.queue_timeout = _queue_timeout(config)
+        self.queue_name = config.queue_name
+        self.queue_timeout = config.queue_timeout_seconds
 
     def build_job(self) -> JobSpec:
         """The job on one TPU host of the run's type, rendered as for GKE whichever the runtime."""
@@ -356,12 +355,6 @@ class StageJobSetOperator(JobSetOperator):
         return staged
 
 
-def _queue_timeout(config: Mapping[str, Any]) -> float | None:
-    """The form's ``queue_timeout_minutes`` in seconds (``None``: no bound; a configuration from before it: none)."""
-    minutes = config.get("queue_timeout_minutes")
-    return None if minutes is None else 60.0 * float(minutes)
-
-
 def _read_json(path: str) -> Any:
     try:
         return json.loads(storage_for(path).read(path, _MAX_RESULT_BYTES))
@@ -376,7 +369,7 @@ def _read_object(path: str) -> dict[str, Any]:
     return data
 
 
-def evaluation_of(config: Mapping[str, Any], step: int) -> EvalResult:
+def evaluation_of(config: PipelineConfig, step: int) -> EvalResult:
     """The newest MaxText evaluation result of `step`'s checkpoint under the run's `eval_results`."""
     directory = eval_results_directory(config)
     wanted = checkpoint_items_path(config, step)
@@ -412,7 +405,7 @@ def gate_on_eval(**context: Any) -> dict[str, Any]:
     step = _validated_step(context)
     result = evaluation_of(config, step)
     loss = result.loss
-    limit = float(config["max_eval_loss"])
+    limit = config.max_eval_loss
     metrics = {
         "step": step,
         "loss": loss,
@@ -462,7 +455,7 @@ def publish_synthetic_dataset(**context: Any) -> dict[str, Any]:
         "samples_file": f"{directory}/{manifest.get('samples_file', 'samples.jsonl')}",
         "source_step": step,
         "checkpoint": checkpoint.get("path") or manifest.get("source"),
-        "run_name": config["run_name"],
+        "run_name": config.run_name,
         "temperature": manifest.get("temperature"),
         "sample_seed": manifest.get("sample_seed"),
     }
@@ -487,7 +480,7 @@ class SliceFailureDrillOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         config = pipeline_config(context)
-        if not config.get("inject_slice_failure"):
+        if not config.inject_slice_failure:
             return {"armed": False}
         task = kube_names.TaskIdentity.of(context["ti"])
         identity = task.labels()
@@ -503,9 +496,9 @@ class SliceFailureDrillOperator(BaseOperator):
             job = JobSpec(
                 image="local",
                 command=drill_command(
-                    run_name=config["run_name"],
-                    at_step=config["failure_at_step"],
-                    slice_index=config["failure_slice"],
+                    run_name=config.run_name,
+                    at_step=config.failure_at_step,
+                    slice_index=config.failure_slice,
                     namespace=self.namespace,
                     timeout=DRILL_TIMEOUT_SECONDS,
                 ),
@@ -517,16 +510,16 @@ class SliceFailureDrillOperator(BaseOperator):
             self.log.info(
                 "drill armed: JobSet %s deletes a worker pod of slice %s after step %s of %s",
                 name,
-                config["failure_slice"],
-                config["failure_at_step"],
-                config["run_name"],
+                config.failure_slice,
+                config.failure_at_step,
+                config.run_name,
             )
         return {
             "armed": True,
             "jobset_name": name,
             "namespace": self.namespace,
-            "at_step": config["failure_at_step"],
-            "slice": config["failure_slice"],
+            "at_step": config.failure_at_step,
+            "slice": config.failure_slice,
         }
 
 

@@ -3,12 +3,14 @@
 `pipeline_params()` gives Airflow ``Param``s (JSON Schema: types, enums, minimums, maximums, and the
 ``section`` key Airflow's trigger form groups fields by). The schema is what the form enforces; a run
 created through the REST API, the CLI or ``dag.test(run_conf=...)`` is checked against the same schema by
-Airflow, and then once more, strictly, by :func:`validate_params`, which also checks what a schema
-cannot: cross-field rules (checkpoint period well under steps, the drill step inside the run), the base
-directory against the allowed roots, images and commands free of shell metacharacters, and the values the
-``gke`` runtime needs. `validate_params` is pure (no Airflow, no I/O besides resolving a local path and
-the caller's ``directory_exists``): the DAG's first task calls it and fails naming the param, so nothing
-is created from a bad value.
+Airflow, and then once more, strictly, by :func:`validate_params`, which reads each field's bounds from
+that table, checks what only the form knows (the base directory against the allowed roots, shell
+metacharacters, the stages' commands, the fault drill's cross-field rules), and leaves every rule of the
+pretraining's run (the checkpoint period against the steps, the stall timeout, the image, the TPU shape,
+the queue name) to the run spec's own lint (:func:`operators.spec.lint`), naming the param it came from.
+It returns a :class:`~operators.pipeline_config.PipelineConfig`. `validate_params` is pure (no Airflow,
+no I/O besides resolving a local path and the caller's ``directory_exists``): the DAG's first task calls
+it and fails naming the param, so nothing is created from a bad value.
 
 Upstream behaviour followed (apache/airflow, Airflow 3.3): the trigger form requires every field whose
 schema ``type`` lacks ``"null"`` and refuses to trigger while one is empty
@@ -23,6 +25,7 @@ logical date: the run directory is named from them (:func:`run_directory_name`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -33,20 +36,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from elastic_training.operators import run_layout
+from elastic_training.operators import kube_names, run_layout
 from elastic_training.operators.image_reference import SHELL_META, image_reference_error
+from elastic_training.operators.pipeline_config import MAXTEXT_MAX_TARGET_LENGTH, PipelineConfig, StageCommand
 from elastic_training.operators.spec import (
     DEFAULT_ELASTIC_TIMEOUT_SECONDS,
     DNS1123_LABEL_MAX,
+    DNS1123_LABEL_PATTERN,
     LOCAL_MAXTEXT_IMAGE,
     LOCAL_TPU_TOPOLOGY,
     LOCAL_TPU_TYPE,
+    MIN_STEPS,
+    Runtime,
     SpecError,
+    check_output_directory,
     check_runtime,
-    checkpoint_period_error,
     is_dns1123_label,
-    is_gcs_bucket,
-    stall_timeout_error,
+    lint,
 )
 from elastic_training.operators.tpu_types import TPU_TYPES
 
@@ -95,12 +101,12 @@ LOCAL_SYNTH_COMMAND: Final = ("python3", "-m", "maxtext_synthesize")
 # tokenizer for the evaluation's required `--hf_path` (the local model has none: the name is only recorded).
 LOCAL_MAX_TARGET_LENGTH: Final = 32
 LOCAL_HF_PATH: Final = "local/markov-128"
-MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
 
 MAXTEXT_DEFAULT_MODEL: Final = "default"  # MaxText's base.yml model_name
 
 _MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_ARGV_ITEM = re.compile(r"^[A-Za-z0-9_./:=@+,%-]{1,512}$")
+ARGV_ITEM_MAX: Final = 512
+_ARGV_ITEM = re.compile(rf"^[A-Za-z0-9_./:=@+,%-]{{1,{ARGV_ITEM_MAX}}}$")
 
 
 class ParamError(ValueError):
@@ -240,7 +246,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "section": SECTION_MODEL,
                 "minLength": 1,
                 "maxLength": RUN_NAME_MAX,
-                "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                "pattern": f"^{DNS1123_LABEL_PATTERN}$",
             },
         ),
         ParamDef(
@@ -254,7 +260,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "its last checkpoint (run_name is then not used). The directory must exist.",
                 "section": SECTION_MODEL,
                 "maxLength": DNS1123_LABEL_MAX,
-                "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                "pattern": f"^{DNS1123_LABEL_PATTERN}$",
             },
         ),
         ParamDef(
@@ -307,7 +313,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "Training steps",
                 "MaxText steps; the run ends with a checkpoint at steps-1.",
                 SECTION_SCALE,
-                2,
+                MIN_STEPS,
                 10_000_000,
             ),
         ),
@@ -373,7 +379,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "Times the JobSet may be deleted and recreated (resuming from the last valid checkpoint).",
                 SECTION_BUDGETS,
                 0,
-                99,
+                kube_names.MAX_ATTEMPT,
             ),
         ),
         ParamDef(
@@ -476,7 +482,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "description": "MaxText's eval --hf_path: a Hugging Face model id or a path in the image; empty: "
                 f"the Airflow Variable {VARIABLE_HF_PATH}.",
                 "section": SECTION_STAGES,
-                "maxLength": 512,
+                "maxLength": ARGV_ITEM_MAX,
             },
             gke_only=True,
         ),
@@ -597,6 +603,11 @@ def _form_schemas() -> dict[str, Mapping[str, Any]]:
     return {d.name: d.schema for d in param_definitions(data_directory="/")}
 
 
+@functools.cache
+def _form_defaults() -> dict[str, Any]:
+    return {d.name: d.default for d in param_definitions(data_directory="/")}
+
+
 def _integer(params: Mapping[str, Any], name: str, minimum: int | None = None) -> int:
     """``params[name]`` within its form field's bounds (``minimum``: a lower bound, for a rule that explains more)."""
     schema = _form_schemas()[name]
@@ -611,12 +622,37 @@ def _integer(params: Mapping[str, Any], name: str, minimum: int | None = None) -
     return value
 
 
+def _optional_integer(params: Mapping[str, Any], name: str) -> int | None:
+    return None if params.get(name) is None else _integer(params, name)
+
+
+def _number(params: Mapping[str, Any], name: str) -> float:
+    """``params[name]``, a number within its form field's ``(exclusiveMinimum, maximum]``."""
+    schema = _form_schemas()[name]
+    low, high = schema["exclusiveMinimum"], schema["maximum"]
+    value = params.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+        raise ParamError(name, f"must be a number in ({low}, {high}], got {value!r}")
+    return float(value)
+
+
+def _boolean(params: Mapping[str, Any], name: str) -> bool:
+    value = params.get(name)
+    if not isinstance(value, bool):
+        raise ParamError(name, f"must be true or false, got {value!r}")
+    return value
+
+
 def _string(params: Mapping[str, Any], name: str) -> str:
+    """``params[name]``, printable text within its form field's ``maxLength``."""
     value = params.get(name)
     if not isinstance(value, str):
         raise ParamError(name, f"must be a string, got {value!r}")
     if any(not c.isprintable() for c in value):
         raise ParamError(name, f"must not contain control characters: {value!r}")
+    limit = _form_schemas()[name].get("maxLength")
+    if limit is not None and len(value) > limit:
+        raise ParamError(name, f"must be at most {limit} characters, got {len(value)}")
     return value
 
 
@@ -625,6 +661,48 @@ def _optional_string(params: Mapping[str, Any], name: str) -> str | None:
     if params.get(name) is None:
         return None
     return _string(params, name) or None
+
+
+def _runtime(params: Mapping[str, Any]) -> Runtime:
+    try:
+        return check_runtime(_string(params, "runtime"))
+    except SpecError as error:
+        raise ParamError("runtime", error.message) from None
+
+
+def _run_name(params: Mapping[str, Any]) -> str:
+    run_name = _string(params, "run_name")
+    if not is_dns1123_label(run_name):
+        raise ParamError(
+            "run_name",
+            f"{run_name!r} is not a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit",
+        )
+    return run_name
+
+
+def _continued(params: Mapping[str, Any], base: str, directory_exists: Callable[[str], bool] | None) -> str | None:
+    """The earlier run's directory name ``continue_run_name`` gives (it must exist), or ``None``."""
+    continued = _optional_string(params, "continue_run_name")
+    if continued is None:
+        return None
+    if not is_dns1123_label(continued):
+        raise ParamError(
+            "continue_run_name",
+            f"{continued!r} is not a run directory name (a DNS-1123 label of at most {DNS1123_LABEL_MAX} "
+            "characters: lowercase letters, digits and '-')",
+        )
+    directory = run_layout.run_directory(base, continued)
+    if directory_exists is not None and not directory_exists(directory):
+        raise ParamError("continue_run_name", f"there is no run directory {directory}")
+    return continued
+
+
+def _model_name(params: Mapping[str, Any]) -> str:
+    model_name = _optional_string(params, "model_name") or MAXTEXT_DEFAULT_MODEL
+    if not _MODEL_NAME.match(model_name):
+        raise ParamError("model_name", f"{model_name!r} is not a model name (lowercase letters, digits, . _ -)")
+    return model_name
 
 
 def _hf_path(value: str) -> str:
@@ -638,32 +716,28 @@ def _hf_path(value: str) -> str:
     return value
 
 
-def _no_shell(name: str, value: str) -> None:
+def check_base_directory(value: str, roots: Sequence[str]) -> str:
+    """`value` when it is an absolute path or ``gs://`` URI inside one of `roots`; else `ParamError`.
+
+    The path's grammar is the spec's (:func:`operators.spec.check_output_directory`); the form adds what a
+    value typed by a user must also be: free of shell metacharacters, and inside an allowed root.
+    """
+    name = "base_output_directory"
+    try:
+        check_output_directory(value)
+    except SpecError as error:
+        raise ParamError(name, error.message) from None
     bad = sorted({c for c in value if c in SHELL_META})
     if bad:
         raise ParamError(name, f"must not contain whitespace or shell metacharacters {''.join(bad)!r}: {value!r}")
-
-
-def check_base_directory(value: str, roots: Sequence[str]) -> str:
-    """`value` when it is an absolute path or ``gs://`` URI inside one of `roots`; else `ParamError`."""
-    name = "base_output_directory"
-    if not value:
-        raise ParamError(name, "is required")
-    _no_shell(name, value)
     if value.startswith("gs://"):
-        bucket, _, rest = value[len("gs://") :].partition("/")
-        if not is_gcs_bucket(bucket):
-            raise ParamError(name, f"{bucket!r} is not a GCS bucket name")
-        if ".." in rest.split("/") or "." in rest.split("/"):
-            raise ParamError(name, f"must not contain '.' or '..' segments: {value!r}")
+        # A GCS prefix is compared as text: a '.' segment would name another prefix than it seems to.
+        if "." in value[len("gs://") :].split("/"):
+            raise ParamError(name, f"must not contain '.' segments: {value!r}")
         inside = any(root.startswith("gs://") and _under_gcs(value, root) for root in roots)
-    elif os.path.isabs(value):
-        if ".." in value.split("/"):
-            raise ParamError(name, f"must not contain '..' segments: {value!r}")
+    else:
         resolved = os.path.realpath(value)
         inside = any(not root.startswith("gs://") and _under_local(resolved, os.path.realpath(root)) for root in roots)
-    else:
-        raise ParamError(name, f"must be an absolute path or a gs://bucket/prefix URI, got {value!r}")
     if not inside:
         raise ParamError(
             name,
@@ -681,22 +755,21 @@ def _under_gcs(uri: str, root: str) -> bool:
     return root == "gs:/" or uri.rstrip("/") == root or uri.startswith(root + "/")
 
 
-def _image(name: str, value: str) -> str:
+def _image(params: Mapping[str, Any], name: str, fallback: Any) -> str:
+    """The image field ``name``, else the Airflow Variable's ``fallback``, as an image reference."""
+    value = _optional_string(params, name) or str(fallback or "")
     error = image_reference_error(value)
     if error:
         raise ParamError(name, error)
     return value
 
 
-def _argv(params: Mapping[str, Any], name: str) -> Any:
-    """A command field as given, less the blank lines the form's one-item-per-line text area leaves."""
+def _command(params: Mapping[str, Any], name: str, fallback: Any) -> tuple[str, ...]:
+    """The command field ``name`` (less the blank lines the form's text area leaves), else the Variable's JSON list."""
     value = params.get(name)
     if isinstance(value, list):
-        return [item for item in value if item != ""]
-    return value
-
-
-def _command(name: str, value: Any) -> list[str]:
+        value = [item for item in value if item != ""]
+    value = value or fallback
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -704,12 +777,21 @@ def _command(name: str, value: Any) -> list[str]:
             raise ParamError(name, f"must be a JSON list of arguments, got {value!r}") from None
     if not isinstance(value, list) or not value or not all(isinstance(i, str) for i in value):
         raise ParamError(name, f"must be a non-empty list of arguments, got {value!r}")
-    if len(value) > 32:
-        raise ParamError(name, f"has {len(value)} arguments; at most 32")
+    limit: int = _form_schemas()[name]["maxItems"]
+    if len(value) > limit:
+        raise ParamError(name, f"has {len(value)} arguments; at most {limit}")
     for item in value:
         if not _ARGV_ITEM.match(item):
             raise ParamError(name, f"argument {item!r} has characters other than letters, digits and _./:=@+,%-")
-    return list(value)
+    return tuple(value)
+
+
+# The spec's fields the form sets under another name (the rest have the param's name).
+_PARAM_OF_SPEC_FIELD: Final[Mapping[str, str]] = {
+    "stall_timeout": "stall_timeout_minutes",
+    "maxtext_args.model_name": "model_name",
+    "maxtext_args.per_device_batch_size": "per_device_batch_size",
+}
 
 
 def validate_params(
@@ -719,8 +801,13 @@ def validate_params(
     variables: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     directory_exists: Callable[[str], bool] | None = None,
-) -> dict[str, Any]:
+) -> PipelineConfig:
     """Check every param strictly and resolve the run's configuration; `ParamError` names the first bad one.
+
+    Each value is checked against its form field (type, bounds), the fault drill's cross-field rules here,
+    and everything the pretraining's run spec decides by the spec's own lint (:func:`operators.spec.lint`:
+    the checkpoint period against the steps, the stall timeout against MaxText's wait for slices, the image,
+    the TPU type and topology, the queue name), its `SpecError` turned into a `ParamError` naming the param.
 
     :param params: the DAG run's params (defaults merged with its conf).
     :param run: the DAG run: names the run directory (:func:`run_directory_name`) unless
@@ -732,150 +819,106 @@ def validate_params(
     """
     variables = variables or {}
     # A DAG may show only some fields (the drill DAG has no evaluation stage): the rest keep their defaults.
-    params = {**{d.name: d.default for d in param_definitions(data_directory="/")}, **params}
-    try:
-        runtime = check_runtime(_string(params, "runtime"))
-    except SpecError as error:
-        raise ParamError("runtime", error.message) from None
-    run_name = _string(params, "run_name")
-    if len(run_name) > RUN_NAME_MAX:
-        raise ParamError("run_name", f"must be at most {RUN_NAME_MAX} characters, got {len(run_name)}")
-    if not is_dns1123_label(run_name):
-        raise ParamError(
-            "run_name",
-            f"{run_name!r} is not a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
-            "with a letter or digit",
-        )
+    values = {**_form_defaults(), **params}
     roots = parse_allowed_roots(variables.get(VARIABLE_ALLOWED_ROOTS), environ)
-    base = check_base_directory(_string(params, "base_output_directory"), roots)
-    model_name = _optional_string(params, "model_name") or MAXTEXT_DEFAULT_MODEL
-    if not _MODEL_NAME.match(model_name):
-        raise ParamError("model_name", f"{model_name!r} is not a model name (lowercase letters, digits, . _ -)")
-    batch = _integer(params, "per_device_batch_size")
-    steps = _integer(params, "steps")
-    period = _integer(params, "checkpoint_period")
-    if (period_error := checkpoint_period_error(period, steps)) is not None:
-        raise ParamError("checkpoint_period", period_error)
-    slices = _integer(params, "num_slices")
-    max_slice_restarts = _integer(params, "max_slice_restarts")
-    window = _integer(params, "slice_restart_window_minutes")
-    max_full_restarts = _integer(params, "max_full_restarts")
-    # Under the form's minimum, the spec's rule says why: the pretrain stage runs MaxText's default wait for slices.
-    stall = _integer(params, "stall_timeout_minutes", minimum=1)
-    if (stall_error := stall_timeout_error(60.0 * stall, DEFAULT_ELASTIC_TIMEOUT_SECONDS)) is not None:
-        raise ParamError("stall_timeout_minutes", stall_error)
-    queue_timeout = None
-    if params.get("queue_timeout_minutes") is not None:
-        queue_timeout = _integer(params, "queue_timeout_minutes")
-    queue_name = _optional_string(params, "queue_name")
-    if queue_name is not None and not is_dns1123_label(queue_name):
-        raise ParamError(
-            "queue_name",
-            f"{queue_name!r} is not a Kueue LocalQueue name (a DNS-1123 label: lowercase letters, digits, '-')",
-        )
-    for flag in ("avoid_failing_node_pools", "auto_checkpoint_period"):
-        if not isinstance(params.get(flag), bool):
-            raise ParamError(flag, f"must be true or false, got {params.get(flag)!r}")
-    max_loss = params.get("max_eval_loss")
-    if isinstance(max_loss, bool) or not isinstance(max_loss, int | float) or not 0 < max_loss <= 1_000:
-        raise ParamError("max_eval_loss", f"must be a number in (0, 1000], got {max_loss!r}")
-    samples = _integer(params, "num_samples")
-    drill = params.get("inject_slice_failure")
-    if not isinstance(drill, bool):
-        raise ParamError("inject_slice_failure", f"must be true or false, got {drill!r}")
-    failure_step = _integer(params, "failure_at_step")
-    failure_slice = _integer(params, "failure_slice")
-    if drill:
-        if runtime != "local":
-            raise ParamError("inject_slice_failure", "the fault drill runs on the local runtime only")
-        if slices < 2:
-            raise ParamError("num_slices", "a fault drill needs at least 2 slices (one fails, the rest carry on)")
-        if failure_step >= steps - 1:
-            raise ParamError("failure_at_step", f"must be before the last step ({steps - 1}), got {failure_step}")
-        if failure_slice >= slices:
-            raise ParamError("failure_slice", f"must be a slice index below num_slices ({slices}), got {failure_slice}")
-
-    continued = _optional_string(params, "continue_run_name")
-    if continued is None:
-        effective_name = run_directory_name(run_name, run)
-    else:
-        if not is_dns1123_label(continued):
-            raise ParamError(
-                "continue_run_name",
-                f"{continued!r} is not a run directory name (a DNS-1123 label of at most {DNS1123_LABEL_MAX} "
-                "characters: lowercase letters, digits and '-')",
-            )
-        continued_directory = run_layout.run_directory(base, continued)
-        if directory_exists is not None and not directory_exists(continued_directory):
-            raise ParamError("continue_run_name", f"there is no run directory {continued_directory}")
-        effective_name = continued
-    config: dict[str, Any] = {
-        "runtime": runtime,
-        "run_name": effective_name,
-        "continued": continued is not None,
-        "base_output_directory": base,
-        "run_directory": run_layout.run_directory(base, effective_name),
-        "model_name": model_name,
-        "per_device_batch_size": batch,
-        "steps": steps,
-        "target_step": steps - 1,
-        "checkpoint_period": period,
-        "num_slices": slices,
-        "max_slice_restarts": max_slice_restarts,
-        "slice_restart_window_minutes": window,
-        "max_full_restarts": max_full_restarts,
-        "stall_timeout_minutes": stall,
-        "queue_timeout_minutes": queue_timeout,
-        "queue_name": queue_name,
-        "avoid_failing_node_pools": params["avoid_failing_node_pools"],
-        "auto_checkpoint_period": params["auto_checkpoint_period"],
-        "max_eval_loss": float(max_loss),
-        "num_samples": samples,
-        "inject_slice_failure": drill,
-        "failure_at_step": failure_step,
-        "failure_slice": failure_slice,
-    }
-    if runtime == "local":
-        # What a gke run is given, with the local defaults: the stages render the same JobSet on both runtimes.
-        config.update(
-            image=LOCAL_MAXTEXT_IMAGE,
-            tpu_type=LOCAL_TPU_TYPE,
-            tpu_topology=LOCAL_TPU_TOPOLOGY,
-            maxtext_args={"per_device_batch_size": batch},
-            max_target_length=LOCAL_MAX_TARGET_LENGTH,
-            hf_path=LOCAL_HF_PATH,
-            evaluate={"image": LOCAL_MAXTEXT_IMAGE, "command": list(LOCAL_EVAL_COMMAND)},
-            synthesize={"image": LOCAL_MAXTEXT_IMAGE, "command": list(LOCAL_SYNTH_COMMAND)},
-        )
+    config = _form_config(values, run=run, roots=roots, variables=variables, directory_exists=directory_exists)
+    _check_drill(config)
+    try:
+        lint(config.spec())
+    except SpecError as error:
+        raise ParamError(_PARAM_OF_SPEC_FIELD.get(error.field, error.field), error.message) from None
+    if config.runtime == "local":
         return config
-    tpu_type = _string(params, "tpu_type")
-    if tpu_type not in TPU_TYPES:
-        raise ParamError("tpu_type", f"unknown TPU type {tpu_type!r}; known: {', '.join(sorted(TPU_TYPES))}")
-    topology = _string(params, "tpu_topology")
-    topology_error = TPU_TYPES[tpu_type].topology_error(topology)
-    if topology_error:
-        raise ParamError("tpu_topology", topology_error)
-    config.update(
-        image=_image("image", _optional_string(params, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or "")),
+    return dataclasses.replace(
+        config,
+        hf_path=_hf_path(_optional_string(values, "hf_path") or str(variables.get(VARIABLE_HF_PATH) or "")),
+        evaluate=StageCommand(
+            _image(values, "eval_image", variables.get(VARIABLE_EVAL_IMAGE)),
+            _command(values, "eval_command", variables.get(VARIABLE_EVAL_COMMAND)),
+        ),
+        synthesize=StageCommand(
+            _image(values, "synthesize_image", variables.get(VARIABLE_SYNTH_IMAGE)),
+            _command(values, "synthesize_command", variables.get(VARIABLE_SYNTH_COMMAND)),
+        ),
+    )
+
+
+def _form_config(
+    values: Mapping[str, Any],
+    *,
+    run: DagRunIdentity,
+    roots: Sequence[str],
+    variables: Mapping[str, Any],
+    directory_exists: Callable[[str], bool] | None,
+) -> PipelineConfig:
+    """The configuration of the form's values, each checked against its field (the spec's rules not yet).
+
+    The stages' tokenizer, images and commands are the local runtime's: a gke run's replace them once its
+    spec passed the lint (:func:`validate_params`).
+    """
+    runtime = _runtime(values)
+    run_name = _run_name(values)
+    base = check_base_directory(_string(values, "base_output_directory"), roots)
+    model_name = _model_name(values)
+    batch = _integer(values, "per_device_batch_size")
+    continued = _continued(values, base, directory_exists)
+    local = runtime == "local"
+    if local:  # what a gke run is given, with the local defaults: the stages render the same JobSet on both
+        image, tpu_type, topology = LOCAL_MAXTEXT_IMAGE, LOCAL_TPU_TYPE, LOCAL_TPU_TOPOLOGY
+        maxtext_args: dict[str, str | int] = {"per_device_batch_size": batch}
+    else:
+        image = _optional_string(values, "image") or str(variables.get(VARIABLE_MAXTEXT_IMAGE) or "")
+        tpu_type, topology = _string(values, "tpu_type"), _string(values, "tpu_topology")
+        maxtext_args = {"model_name": model_name, "per_device_batch_size": batch}
+    return PipelineConfig(
+        runtime=runtime,
+        run_name=run_directory_name(run_name, run) if continued is None else continued,
+        continued=continued is not None,
+        base_output_directory=base,
+        model_name=model_name,
+        per_device_batch_size=batch,
+        steps=_integer(values, "steps"),
+        checkpoint_period=_integer(values, "checkpoint_period"),
+        num_slices=_integer(values, "num_slices"),
+        max_slice_restarts=_integer(values, "max_slice_restarts"),
+        slice_restart_window_minutes=_integer(values, "slice_restart_window_minutes"),
+        max_full_restarts=_integer(values, "max_full_restarts"),
+        # Under the form's minimum, the spec's lint says why: the pretraining runs MaxText's default wait for slices.
+        stall_timeout_minutes=_integer(values, "stall_timeout_minutes", minimum=1),
+        queue_timeout_minutes=_optional_integer(values, "queue_timeout_minutes"),
+        queue_name=_optional_string(values, "queue_name"),
+        avoid_failing_node_pools=_boolean(values, "avoid_failing_node_pools"),
+        auto_checkpoint_period=_boolean(values, "auto_checkpoint_period"),
+        max_eval_loss=_number(values, "max_eval_loss"),
+        num_samples=_integer(values, "num_samples"),
+        inject_slice_failure=_boolean(values, "inject_slice_failure"),
+        failure_at_step=_integer(values, "failure_at_step"),
+        failure_slice=_integer(values, "failure_slice"),
+        image=image,
         tpu_type=tpu_type,
         tpu_topology=topology,
-        maxtext_args={"model_name": model_name, "per_device_batch_size": batch},
-        max_target_length=MAXTEXT_MAX_TARGET_LENGTH,
-        hf_path=_hf_path(_optional_string(params, "hf_path") or str(variables.get(VARIABLE_HF_PATH) or "")),
-        evaluate={
-            "image": _image(
-                "eval_image", _optional_string(params, "eval_image") or str(variables.get(VARIABLE_EVAL_IMAGE) or "")
-            ),
-            "command": _command("eval_command", _argv(params, "eval_command") or variables.get(VARIABLE_EVAL_COMMAND)),
-        },
-        synthesize={
-            "image": _image(
-                "synthesize_image",
-                _optional_string(params, "synthesize_image") or str(variables.get(VARIABLE_SYNTH_IMAGE) or ""),
-            ),
-            "command": _command(
-                "synthesize_command", _argv(params, "synthesize_command") or variables.get(VARIABLE_SYNTH_COMMAND)
-            ),
-        },
+        maxtext_args=maxtext_args,
+        max_target_length=LOCAL_MAX_TARGET_LENGTH if local else MAXTEXT_MAX_TARGET_LENGTH,
+        hf_path=LOCAL_HF_PATH,
+        evaluate=StageCommand(LOCAL_MAXTEXT_IMAGE, LOCAL_EVAL_COMMAND),
+        synthesize=StageCommand(LOCAL_MAXTEXT_IMAGE, LOCAL_SYNTH_COMMAND),
     )
-    return config
+
+
+def _check_drill(config: PipelineConfig) -> None:
+    """The fault drill's rules: local only, at least 2 slices, the failure inside the run and its slices."""
+    if not config.inject_slice_failure:
+        return
+    if config.runtime != "local":
+        raise ParamError("inject_slice_failure", "the fault drill runs on the local runtime only")
+    if config.num_slices < 2:
+        raise ParamError("num_slices", "a fault drill needs at least 2 slices (one fails, the rest carry on)")
+    if config.failure_at_step >= config.target_step:
+        raise ParamError(
+            "failure_at_step", f"must be before the last step ({config.target_step}), got {config.failure_at_step}"
+        )
+    if config.failure_slice >= config.num_slices:
+        raise ParamError(
+            "failure_slice",
+            f"must be a slice index below num_slices ({config.num_slices}), got {config.failure_slice}",
+        )

@@ -54,7 +54,11 @@ DNS1123_LABEL_MAX: Final = 63
 # Replicas, backoffLimit, maxRestarts and completions are int32 in the JobSet and batch/v1 APIs; every integer
 # of a spec is held to that range so a huge templated value is a lint error, not a rejected create.
 INT32_MAX: Final = 2**31 - 1
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+# A DNS-1123 label's grammar (without anchors: the trigger form's JSON Schema pattern is this one too).
+DNS1123_LABEL_PATTERN: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL = re.compile(rf"^{DNS1123_LABEL_PATTERN}\Z")
+# MaxText saves the final step, steps - 1, on completion: a run has at least one step before it.
+MIN_STEPS: Final = 2
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # gs:// bucket names (cloud.google.com/storage/docs/buckets#naming), dotted names up to 222 chars.
 _GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]\Z")
@@ -288,7 +292,7 @@ def lint(spec: ElasticRunSpec) -> None:
     """Raise `SpecError(field, message)` for the first problem of `spec`, before anything is created."""
     _lint_runtime(spec)
     _lint_run_name(spec.run_name)
-    _lint_output_directory(spec.base_output_directory)
+    check_output_directory(spec.base_output_directory)
     _lint_steps(spec)
     _lint_slices(spec)
     _lint_budgets(spec)
@@ -431,7 +435,11 @@ def is_gcs_bucket(name: str) -> bool:
     return bool(_GCS_BUCKET.match(name)) and ".." not in name
 
 
-def _lint_output_directory(path: object) -> None:
+def check_output_directory(path: object) -> None:
+    """`SpecError` naming ``base_output_directory`` unless ``path`` is an absolute path or ``gs://bucket/prefix``.
+
+    Without whitespace or control characters, and without ``..`` segments: the one check of that grammar.
+    """
     name = "base_output_directory"
     if path is not None and not isinstance(path, str):
         raise SpecError(name, f"must be a string, got {shown(path)}")
@@ -453,7 +461,7 @@ def _lint_output_directory(path: object) -> None:
 
 
 def _lint_steps(spec: ElasticRunSpec) -> None:
-    steps = _require_int("steps", spec.steps, 2)
+    steps = _require_int("steps", spec.steps, MIN_STEPS)
     period = _require_int("checkpoint_period", spec.checkpoint_period, 1)
     if (period_error := checkpoint_period_error(period, steps)) is not None:
         raise SpecError("checkpoint_period", period_error)

@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
     VARIABLE_ALLOWED_ROOTS,
     DagRunIdentity,
@@ -67,7 +68,7 @@ def schema_errors(fields: dict[str, dict[str, Any]], values: dict[str, Any]) -> 
     return errors
 
 
-def first_task_accepts(values: dict[str, Any], root: Path) -> dict[str, Any]:
+def first_task_accepts(values: dict[str, Any], root: Path) -> PipelineConfig:
     conf = {**values, "base_output_directory": str(root)}
     return validate_params(conf, run=SCHEDULED, variables={VARIABLE_ALLOWED_ROOTS: str(root)})
 
@@ -79,7 +80,7 @@ def test_the_form_opens_valid_with_its_defaults(served: dict[str, Any], dag_id: 
     defaults = {name: field["value"] for name, field in fields.items()}
     assert schema_errors(fields, defaults) == {}
     served[dag_id].params.deep_merge(defaults).validate()  # what the trigger endpoint runs on the posted conf
-    assert first_task_accepts(defaults, tmp_path)["runtime"] == "local"
+    assert first_task_accepts(defaults, tmp_path).runtime == "local"
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)

@@ -15,7 +15,7 @@ from tests.operators.test_pipeline_params import check
 
 def test_both_are_off_by_default_and_in_the_form(tmp_path: Path) -> None:
     config = check(tmp_path)
-    assert config["avoid_failing_node_pools"] is False and config["auto_checkpoint_period"] is False
+    assert config.avoid_failing_node_pools is False and config.auto_checkpoint_period is False
     form = {d.name: d for d in param_definitions(data_directory=str(tmp_path))}
     assert form["avoid_failing_node_pools"].schema["type"] == "boolean"
     assert form["auto_checkpoint_period"].schema["type"] == "boolean"
@@ -37,5 +37,5 @@ def test_the_pretrain_stage_gets_them(tmp_path: Path, monkeypatch: pytest.Monkey
     )
     operator.render_template_fields({})  # type: ignore[arg-type]
     assert operator.checkpoint_period == AUTO_PERIOD and operator.auto_period
-    assert operator.auto_fallback_period == config["checkpoint_period"]
+    assert operator.auto_fallback_period == config.checkpoint_period
     assert operator.avoid_failing_node_pools is True

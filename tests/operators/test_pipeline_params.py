@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
     RUN_SUFFIX_MAX,
     VARIABLE_ALLOWED_ROOTS,
@@ -41,26 +42,26 @@ def defaults(root: Path, **changes: Any) -> dict[str, Any]:
     return params
 
 
-def check(root: Path, variables: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
+def check(root: Path, variables: dict[str, Any] | None = None, **changes: Any) -> PipelineConfig:
     variables = {VARIABLE_ALLOWED_ROOTS: f'["{root}", "gs://"]', **(variables or {})}
     return validate_params(defaults(root, **changes), run=SCHEDULED, variables=variables)
 
 
 def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
     config = check(tmp_path)
-    assert config["run_name"] == "nightly-20261130"
-    assert config["run_directory"] == f"{tmp_path}/nightly-20261130"
-    assert config["runtime"] == "local" and config["target_step"] == config["steps"] - 1
-    assert config["maxtext_args"] == {"per_device_batch_size": 8}
+    assert config.run_name == "nightly-20261130"
+    assert config.run_directory == f"{tmp_path}/nightly-20261130"
+    assert config.runtime == "local" and config.target_step == config.steps - 1
+    assert config.maxtext_args == {"per_device_batch_size": 8}
 
 
 def test_the_form_defaults_stay_valid_with_the_queue_fields(tmp_path: Path) -> None:
     """The defaults join xpk's LocalQueue with no queue timeout; a queue timeout set is carried in minutes."""
     config = check(tmp_path)
-    assert (config["queue_name"], config["queue_timeout_minutes"]) == ("multislice-queue", None)
-    assert check(tmp_path, queue_timeout_minutes=30)["queue_timeout_minutes"] == 30
-    assert check(tmp_path, queue_name=None)["queue_name"] is None  # emptied: no label
-    assert check(tmp_path, stall_timeout_minutes=6)["stall_timeout_minutes"] == 6
+    assert (config.queue_name, config.queue_timeout_minutes) == ("multislice-queue", None)
+    assert check(tmp_path, queue_timeout_minutes=30).queue_timeout_minutes == 30
+    assert check(tmp_path, queue_name=None).queue_name is None  # emptied: no label
+    assert check(tmp_path, stall_timeout_minutes=6).stall_timeout_minutes == 6
 
 
 def test_a_stall_timeout_under_the_wait_for_slices_says_by_how_much(tmp_path: Path) -> None:
@@ -72,13 +73,13 @@ def test_the_local_runtime_resolves_what_a_gke_run_is_given(tmp_path: Path) -> N
     """The local MaxText image, MaxText's stage commands, v5e 4x4, the local model's length and tokenizer."""
     config = check(tmp_path)
     image = "localhost/maxtext:local-stand-in"
-    assert (config["image"], config["tpu_type"], config["tpu_topology"]) == (image, "v5e", "4x4")
-    assert config["evaluate"] == {"image": image, "command": ["python3", "-m", "maxtext.eval.runner.run"]}
-    assert config["synthesize"] == {"image": image, "command": ["python3", "-m", "maxtext_synthesize"]}
-    assert (config["max_target_length"], config["hf_path"]) == (32, "local/markov-128")
+    assert (config.image, config.tpu_type, config.tpu_topology) == (image, "v5e", "4x4")
+    assert config.evaluate.to_json() == {"image": image, "command": ["python3", "-m", "maxtext.eval.runner.run"]}
+    assert config.synthesize.to_json() == {"image": image, "command": ["python3", "-m", "maxtext_synthesize"]}
+    assert (config.max_target_length, config.hf_path) == (32, "local/markov-128")
     gke = check(tmp_path, GKE_VARIABLES, runtime="gke", hf_path="t/x")
-    assert gke["max_target_length"] == 2048
-    assert set(gke) == set(config)
+    assert gke.max_target_length == 2048
+    assert set(gke.to_json()) == set(config.to_json())
 
 
 def test_the_default_roots_are_the_data_directory_and_gcs(tmp_path: Path) -> None:
@@ -155,7 +156,7 @@ def test_a_symlink_out_of_the_root_is_outside_it(tmp_path: Path) -> None:
 def test_a_gcs_root_allows_only_its_prefix(tmp_path: Path) -> None:
     variables = {VARIABLE_ALLOWED_ROOTS: '["gs://team-bucket/runs"]'}
     params = defaults(tmp_path, base_output_directory="gs://team-bucket/runs/llm")
-    assert validate_params(params, run=SCHEDULED, variables=variables)["base_output_directory"].endswith("/llm")
+    assert validate_params(params, run=SCHEDULED, variables=variables).base_output_directory.endswith("/llm")
     for outside in ("gs://team-bucket/runsx", "gs://other-bucket/runs", str(tmp_path)):
         with pytest.raises(ParamError, match="outside the allowed roots"):
             validate_params({**params, "base_output_directory": outside}, run=SCHEDULED, variables=variables)
@@ -181,12 +182,15 @@ def test_gke_takes_images_and_commands_from_variables_unless_params_give_them(tm
     config = check(
         tmp_path, GKE_VARIABLES, runtime="gke", base_output_directory="gs://b-1/runs", model_name="llama3-8b"
     )
-    assert config["image"] == GKE_VARIABLES[VARIABLE_MAXTEXT_IMAGE]
-    assert config["evaluate"] == {"image": "us-docker.pkg.dev/p/r/eval:1", "command": ["python3", "-m", "team.eval"]}
-    assert config["maxtext_args"] == {"model_name": "llama3-8b", "per_device_batch_size": 8}
-    assert config["tpu_type"] == "v5p" and config["tpu_topology"] == "2x2x1"
+    assert config.image == GKE_VARIABLES[VARIABLE_MAXTEXT_IMAGE]
+    assert config.evaluate.to_json() == {
+        "image": "us-docker.pkg.dev/p/r/eval:1",
+        "command": ["python3", "-m", "team.eval"],
+    }
+    assert config.maxtext_args == {"model_name": "llama3-8b", "per_device_batch_size": 8}
+    assert config.tpu_type == "v5p" and config.tpu_topology == "2x2x1"
     given = check(tmp_path, GKE_VARIABLES, runtime="gke", eval_command=["my-eval", "--fast"], eval_image="e:2")
-    assert given["evaluate"] == {"image": "e:2", "command": ["my-eval", "--fast"]}
+    assert given.evaluate.to_json() == {"image": "e:2", "command": ["my-eval", "--fast"]}
 
 
 @pytest.mark.parametrize(
@@ -217,13 +221,13 @@ def test_emptied_gke_overrides_fall_back_to_variables_and_defaults(tmp_path: Pat
     # The form sends an emptied field as null, the REST API may send "", a text area leaves blank lines.
     emptied = {"image": None, "eval_image": "", "synthesize_image": None, "model_name": None}
     config = check(tmp_path, GKE_VARIABLES, runtime="gke", eval_command=[""], synthesize_command=None, **emptied)
-    assert config["image"] == GKE_VARIABLES[VARIABLE_MAXTEXT_IMAGE]
-    assert config["evaluate"]["image"] == GKE_VARIABLES[VARIABLE_EVAL_IMAGE]
-    assert config["evaluate"]["command"] == ["python3", "-m", "team.eval"]
-    assert config["synthesize"]["command"] == ["python3", "-m", "team.synth"]
-    assert config["maxtext_args"]["model_name"] == "default"
+    assert config.image == GKE_VARIABLES[VARIABLE_MAXTEXT_IMAGE]
+    assert config.evaluate.image == GKE_VARIABLES[VARIABLE_EVAL_IMAGE]
+    assert list(config.evaluate.command) == ["python3", "-m", "team.eval"]
+    assert list(config.synthesize.command) == ["python3", "-m", "team.synth"]
+    assert config.maxtext_args["model_name"] == "default"
     lines = check(tmp_path, GKE_VARIABLES, runtime="gke", eval_command=["my-eval", "--fast", ""])
-    assert lines["evaluate"]["command"] == ["my-eval", "--fast"]
+    assert list(lines.evaluate.command) == ["my-eval", "--fast"]
 
 
 @pytest.mark.parametrize(
@@ -262,9 +266,9 @@ def test_a_manual_run_the_same_day_gets_its_own_directory(tmp_path: Path) -> Non
     manual = validate_params(
         defaults(tmp_path), run=identity(MANUAL_ID), variables={VARIABLE_ALLOWED_ROOTS: str(tmp_path)}
     )
-    assert scheduled["run_directory"] == f"{tmp_path}/nightly-20261130"
-    assert manual["run_directory"].startswith(f"{tmp_path}/nightly-20261130-1405-")
-    assert manual["run_directory"] != scheduled["run_directory"] and not manual["continued"]
+    assert scheduled.run_directory == f"{tmp_path}/nightly-20261130"
+    assert manual.run_directory.startswith(f"{tmp_path}/nightly-20261130-1405-")
+    assert manual.run_directory != scheduled.run_directory and not manual.continued
 
 
 @pytest.mark.parametrize(
@@ -305,10 +309,10 @@ def test_continue_run_name_resumes_an_earlier_run_that_exists(tmp_path: Path) ->
     variables = {VARIABLE_ALLOWED_ROOTS: str(tmp_path)}
     params = defaults(tmp_path, continue_run_name="nightly-20261129")
     config = validate_params(params, run=identity(MANUAL_ID), variables=variables, directory_exists=os.path.isdir)
-    assert config["run_name"] == "nightly-20261129" and config["continued"]
-    assert config["run_directory"] == f"{tmp_path}/nightly-20261129"
+    assert config.run_name == "nightly-20261129" and config.continued
+    assert config.run_directory == f"{tmp_path}/nightly-20261129"
     emptied = validate_params({**params, "continue_run_name": ""}, run=SCHEDULED, variables=variables)
-    assert emptied["run_name"] == "nightly-20261130" and not emptied["continued"]
+    assert emptied.run_name == "nightly-20261130" and not emptied.continued
 
 
 @pytest.mark.parametrize("value", ["nightly-20261128", "Nightly", "../etc", "a" * 64, "x;id", 7])

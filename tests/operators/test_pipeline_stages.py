@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from elastic_training.operators.pipeline import (
     stage_host,
     synthesize_args,
 )
+from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
     LOCAL_EVAL_COMMAND,
     LOCAL_SYNTH_COMMAND,
@@ -53,11 +55,11 @@ HF_PATH = "meta-llama/Llama-3.1-8B"
 ITEMS = "gs://team-bucket/llm/nightly-20261201/checkpoints/79/items"
 
 
-def gke_config(**params: Any) -> dict[str, Any]:
+def gke_config(**params: Any) -> PipelineConfig:
     return validate_params({**GKE, "hf_path": HF_PATH, **params}, run=RUN)
 
 
-def local_config(root: Path, **params: Any) -> dict[str, Any]:
+def local_config(root: Path, **params: Any) -> PipelineConfig:
     return validate_params(
         {"base_output_directory": str(root), **params},
         run=RUN,
@@ -65,7 +67,7 @@ def local_config(root: Path, **params: Any) -> dict[str, Any]:
     )
 
 
-def rendered(stage: str, config: dict[str, Any], step: int = 79) -> dict[str, Any]:
+def rendered(stage: str, config: PipelineConfig, step: int = 79) -> dict[str, Any]:
     operator = StageJobSetOperator(task_id=stage, stage=stage)
     operator.configure(config, step)
     body = manifests.plain_jobset(
@@ -140,11 +142,11 @@ def test_gke_synthesis_runs_our_program_with_maxtext_keys_only() -> None:
     [("v5e", "1x1", ("1x1", 1)), ("v5e", "2x2", ("2x2", 4)), ("v6e", "8x8", ("2x2", 4)), ("v4", "2x2x4", ("2x2x1", 4))],
 )
 def test_the_stage_host_is_single_host(tpu_type: str, topology: str, expected: tuple[str, int]) -> None:
-    host = stage_host({"tpu_type": tpu_type, "tpu_topology": topology})
+    host = stage_host(replace(gke_config(), tpu_type=tpu_type, tpu_topology=topology))
     assert (host.topology, host.chips) == expected
 
 
-def stage_bytes(stage: str, config: dict[str, Any], step: int = 79) -> bytes:
+def stage_bytes(stage: str, config: PipelineConfig, step: int = 79) -> bytes:
     """The stage's JobSet as the operator creates it (the same name and labels whichever the runtime)."""
     operator = StageJobSetOperator(task_id=stage, stage=stage)
     operator.configure(config, step)
@@ -160,7 +162,7 @@ def stage_bytes(stage: str, config: dict[str, Any], step: int = 79) -> bytes:
 def test_local_and_gke_render_the_same_stage_bytes(tmp_path: Path, stage: str) -> None:
     """`runtime` chooses the cluster, not the JobSet: one run configuration, one stage JobSet on both runtimes."""
     config = local_config(tmp_path)
-    rendered_by = {runtime: stage_bytes(stage, {**config, "runtime": runtime}) for runtime in ("gke", "local")}
+    rendered_by = {runtime: stage_bytes(stage, replace(config, runtime=runtime)) for runtime in ("gke", "local")}
     assert rendered_by["local"] == rendered_by["gke"]
     # And it is the GKE stage JobSet: MaxText's image and command, one single-host v5e 2x2 TPU host.
     pod = json.loads(rendered_by["local"])["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
@@ -185,7 +187,7 @@ def test_local_and_gke_render_the_same_stage_bytes(tmp_path: Path, stage: str) -
 
 def test_the_local_runtime_gives_maxtexts_flags_for_the_local_model(tmp_path: Path) -> None:
     config = local_config(tmp_path)
-    items = f"{config['run_directory']}/checkpoints/79/items"
+    items = f"{config.run_directory}/checkpoints/79/items"
     assert evaluate_args(config, 79) == [
         "--runner=lm_eval",
         f"--checkpoint_path={items}",
@@ -193,7 +195,7 @@ def test_the_local_runtime_gives_maxtexts_flags_for_the_local_model(tmp_path: Pa
         "--hf_path=local/markov-128",
         "--tasks=lambada_openai",
         f"--base_output_directory={tmp_path}",
-        f"--run_name={config['run_name']}",
+        f"--run_name={config.run_name}",
         "--max_model_len=32",
         "--tensor_parallel_size=4",
     ]
@@ -209,12 +211,12 @@ def test_gke_without_a_tokenizer_is_refused_before_anything_runs() -> None:
         validate_params(GKE, run=RUN)
     with pytest.raises(ParamError, match=r"param hf_path: 'a b' has characters"):
         validate_params({**GKE, "hf_path": "a b"}, run=RUN)
-    assert validate_params(GKE, run=RUN, variables={"elastic_training_hf_path": "t/x"})["hf_path"] == "t/x"
+    assert validate_params(GKE, run=RUN, variables={"elastic_training_hf_path": "t/x"}).hf_path == "t/x"
 
 
 class _TaskInstance:
-    def __init__(self, config: dict[str, Any], step: int) -> None:
-        self.pulled = {"validate_params": config, "validate_checkpoint": {"step": step}}
+    def __init__(self, config: PipelineConfig, step: int) -> None:
+        self.pulled = {"validate_params": config.to_json(), "validate_checkpoint": {"step": step}}
         self.pushed: dict[str, Any] = {}
 
     def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
@@ -230,28 +232,28 @@ class _Task:
     log = logging.getLogger("test.gate")
 
 
-def gate(config: dict[str, Any], step: int) -> tuple[dict[str, Any], _TaskInstance]:
+def gate(config: PipelineConfig, step: int) -> tuple[dict[str, Any], _TaskInstance]:
     ti = _TaskInstance(config, step)
     return gate_on_eval(ti=ti, task=_Task()), ti
 
 
 def test_the_gate_reads_maxtexts_result_of_the_validated_step(tmp_path: Path) -> None:
     config = local_config(tmp_path, max_eval_loss=2.0)
-    results = Path(config["run_directory"]) / "eval_results"
+    results = Path(config.run_directory) / "eval_results"
     results.mkdir(parents=True)
-    items = f"{config['run_directory']}/checkpoints/79/items"
+    items = f"{config.run_directory}/checkpoints/79/items"
     (results / "lambada_openai_default_20261201T010000Z.json").write_text(json.dumps(maxtext_result(items, 5.0)))
     (results / "lambada_openai_default_20261201T020000Z.json").write_text(
         json.dumps(maxtext_result(items, 4.0, "20261201T020000Z"))
     )
-    other = maxtext_result(f"{config['run_directory']}/checkpoints/70/items", 100.0, "20261201T030000Z")
+    other = maxtext_result(f"{config.run_directory}/checkpoints/70/items", 100.0, "20261201T030000Z")
     (results / "lambada_openai_default_20261201T030000Z.json").write_text(json.dumps(other))
     passed, ti = gate(config, 79)
     assert passed["passed"] and passed["loss"] == pytest.approx(math.log(4.0)) and passed["accuracy"] == 61.5
     assert passed["path"].endswith("T020000Z.json") and ti.pushed["metrics"]["perplexity"] == 4.0
 
     with pytest.raises(AirflowFailException, match=r"evaluation gate failed: loss 1.3863 > max_eval_loss 1.0"):
-        gate({**config, "max_eval_loss": 1.0}, 79)
+        gate(replace(config, max_eval_loss=1.0), 79)
     with pytest.raises(AirflowFailException, match=r"no MaxText evaluation result of .*/checkpoints/60/items"):
         gate(config, 60)
     (results / "broken.json").write_text(json.dumps({"benchmark": "x"}))

@@ -15,6 +15,7 @@ from kubernetes import config as kube_config
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import LABEL_STAGE
+from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
     LOCAL_EVAL_COMMAND,
     LOCAL_SYNTH_COMMAND,
@@ -50,11 +51,11 @@ TASKS = (
 )
 
 
-def stages_dag(dag_id: str, config: dict[str, Any]) -> Any:
-    checkpoint = {"step": STEP, "path": f"{config['run_directory']}/checkpoints/{STEP}", "valid": True}
+def stages_dag(dag_id: str, config: PipelineConfig) -> Any:
+    checkpoint = {"step": STEP, "path": f"{config.run_directory}/checkpoints/{STEP}", "valid": True}
     body = f"""
     with DAG({dag_id!r}, schedule=None) as dag:
-        config = PythonOperator(task_id="validate_params", python_callable=lambda: {config!r})
+        config = PythonOperator(task_id="validate_params", python_callable=lambda: {config.to_json()!r})
         checkpoint = PythonOperator(task_id="validate_checkpoint", python_callable=lambda: {checkpoint!r})
         evaluate = StageJobSetOperator(task_id="evaluate", stage="evaluate", poll_interval=1.0)
         gate = PythonOperator(task_id="gate_on_eval", python_callable=gate_on_eval)
@@ -70,7 +71,7 @@ def stages_dag(dag_id: str, config: dict[str, Any]) -> Any:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def trained(tmp_path_factory: pytest.TempPathFactory) -> PipelineConfig:
     """The nightly configuration of a local run, and that run trained (default model, steps 0..19)."""
     from elastic_training.local.workloads.config import TrainConfig, parse_args
     from elastic_training.local.workloads.slices import StaticSliceHealth
@@ -82,13 +83,13 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         run=RUN,
         environ={"ELASTIC_TRAINING_DATA_DIR": str(root)},
     )
-    keys = [f"base_output_directory={root}", f"run_name={config['run_name']}", "steps=20", "checkpoint_period=10"]
+    keys = [f"base_output_directory={root}", f"run_name={config.run_name}", "steps=20", "checkpoint_period=10"]
     assert Trainer(parse_args(TrainConfig, keys), StaticSliceHealth(1)).run() == 0
     return config
 
 
 def test_evaluation_gate_and_synthesis_run_on_the_local_cluster(
-    airflow_db: None, cluster_connection: LocalCluster, trained: dict[str, Any]
+    airflow_db: None, cluster_connection: LocalCluster, trained: PipelineConfig
 ) -> None:
     dag_run = stages_dag("nightly_stages", trained).test()
     assert states(dag_run) == dict.fromkeys(
@@ -102,7 +103,7 @@ def test_evaluation_gate_and_synthesis_run_on_the_local_cluster(
         ],
         "success",
     )
-    run = Path(trained["run_directory"])
+    run = Path(trained.run_directory)
     [result] = (run / "eval_results").iterdir()
     assert result.name.startswith("lambada_openai_default_")
     gate = xcom(dag_run, "gate_on_eval")
