@@ -523,7 +523,7 @@ def _counted(
     # No step read and no restore either: the log was not read; an unknown goodput is not a zero one.
     goodput_known = wall_seconds > 0 and (executed > 0 or trained_nothing)
     kept = [p for p in preemptions if not p.recreated]
-    chip_seconds = sum(r.chip_seconds_lost or 0.0 for r in (*recoveries, *kept))
+    chip_seconds = sum(r.chip_seconds_lost or 0.0 for r in recoveries) + sum(p.chip_seconds_lost or 0.0 for p in kept)
     chip_seconds += costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
     # Queue time is no training badput (ml-goodput-measurement keeps its badput kinds apart): the run held no chips.
     holding = max(0.0, wall_seconds - (base.capacity.queued_seconds if base.capacity else 0.0))
@@ -540,7 +540,9 @@ def _counted(
         jobset_restarts=sum(i.jobset_restarts for i in incarnations),
         escalations=tuple(escalations),
         recoveries=recoveries,
-        steps_lost=sum(r.steps_lost or 0 for r in (*recoveries, *kept)) + escalation_steps_lost,
+        steps_lost=sum(r.steps_lost or 0 for r in recoveries)
+        + sum(p.steps_lost or 0 for p in kept)
+        + escalation_steps_lost,
         chip_seconds_lost=round(chip_seconds, 3),
         cost_lost=costs.cost(chip_seconds),
         mean_step_seconds=None if mean_all is None else round(mean_all, 6),
@@ -601,7 +603,7 @@ def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> Cap
     )
 
 
-def _mean_step_seconds(incarnations: list[Incarnation]) -> float | None:
+def _mean_step_seconds(incarnations: Sequence[Incarnation]) -> float | None:
     """The steady steps' mean over every incarnation (see :attr:`LogDigest.mean_step_seconds`)."""
     steps = sum(i.digest.steps_executed - i.digest.startup_steps for i in incarnations)
     seconds = sum(i.digest.step_seconds_total - i.digest.startup_step_seconds for i in incarnations)
