@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastic_training.operators import run_layout
+from elastic_training.operators.advice import PeriodChoice
 from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.pool_avoidance import Avoidance
 from elastic_training.operators.recovery import (
     PREEMPTION,
     SCALE_UP,
@@ -52,6 +54,7 @@ from elastic_training.operators.run_report import (
     ReportError,
     RunReport,
     escalations_of,
+    period_choice_from_json,
 )
 
 JsonObj = dict[str, Any]
@@ -392,6 +395,31 @@ def startup(
     }
 
 
+def plan(report: RunReport | None, state: Mapping[str, Any]) -> JsonObj:
+    """What the run decided from earlier runs before its launch, when it decided anything.
+
+    ``node_pool_avoidance`` (``avoid_failing_node_pools``: the pools avoided, the failing ones, why) is ``None``
+    when the option was off; ``checkpoint_period_choice`` (``checkpoint_period="auto"``: the period, its bounds,
+    the goodput predicted and, once the run ended, achieved) is ``None`` for a fixed period. From the report; while
+    there is none, from the plan the operator keeps in the task state store.
+    """
+    avoidance: Avoidance | None = None
+    choice: PeriodChoice | None = None
+    achieved: float | None = None
+    if report is not None:
+        avoidance, choice, achieved = report.node_pool_avoidance, report.checkpoint_period_choice, report.goodput
+    elif isinstance(stored := state.get("plan"), Mapping):
+        avoidance = Avoidance.from_json(stored.get("node_pool_avoidance"))
+        try:
+            choice = period_choice_from_json(stored.get("checkpoint_period_choice"))
+        except ReportError:  # a plan this release cannot read: shown as none, never a failed page
+            choice = None
+    return {
+        "node_pool_avoidance": avoidance.to_json() if avoidance is not None and avoidance.enabled else None,
+        "checkpoint_period_choice": None if choice is None else {**choice.to_json(), "achieved_goodput": achieved},
+    }
+
+
 @dataclass(frozen=True)
 class _Seen:
     """What the view folds from the state store and the report, shared by its parts."""
@@ -555,6 +583,7 @@ def run_view(
         "checkpoints": checkpoints,
         "goodput": _goodput(seen, cap, kind["steps_executed"]),
         "advice": None if advice is None else advice.to_json(),
+        "plan": plan(report, seen.state),
         "training": kind,
         "startup": startup(started, seen.every[0] if seen.every else None, report, now),
         "timeline": _line(

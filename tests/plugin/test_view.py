@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from elastic_training.operators.advice import auto_period
 from elastic_training.operators.observations import parse_time
+from elastic_training.operators.pool_avoidance import Avoidance, disabled
 from elastic_training.operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
 from elastic_training.operators.run_report import RecoveryEntry, RunReport, escalations_of
 from elastic_training.plugin.view import budgets, run_view, timeline
@@ -362,3 +365,37 @@ def test_start_up_and_admission_to_first_step_are_one_number() -> None:
         assert view["startup"]["seconds"] == view["capacity"]["admission_to_first_step_seconds"] == 41.2
         assert view["startup"]["from"] == 1001.0
         assert view["startup"]["before_first_step_seconds"] == pytest.approx(41.2 - 12.0)
+
+
+def test_the_view_shows_what_the_run_decided_from_earlier_runs() -> None:
+    """The node pools ``avoid_failing_node_pools`` kept the run off and the period ``checkpoint_period=auto`` chose:
+    from the report once the run ended, from the plan in the state store while it runs; nothing when both were off."""
+    avoidance = Avoidance(enabled=True, avoided=("pool-b",), failing=("pool-b",), reason="pool-b failed 3 times")
+    choice = auto_period([], steps=30, fallback=10)
+    plan_json = {"node_pool_avoidance": avoidance.to_json(), "checkpoint_period_choice": choice.to_json()}
+    digest = LogDigest().feed_all([(1000.0 + i, f"completed step: {i}, seconds: 1.0") for i in range(30)])
+    state = {"jobset_name": "js", "plan": plan_json, "monitor": {"phase": "active", "digest": digest.to_json()}}
+    task = {"task_id": "pretrain", "start_ts": 999.0}
+    running = run_view(task=task, report=None, state=state, checkpoints=None, now=1031.0)
+    assert running["plan"]["node_pool_avoidance"]["avoided"] == ["pool-b"]
+    assert running["plan"]["checkpoint_period_choice"]["period"] == 10
+    assert running["plan"]["checkpoint_period_choice"]["achieved_goodput"] is None  # not known before the end
+    report = run_report(
+        incarnations=[Incarnation("js", 0, 0, digest)],
+        escalations=(),
+        namespace="default",
+        run_directory="/r",
+        target_step=29,
+        final_step=29,
+        wall_seconds=40.0,
+        costs=CostModel(chips=1),
+    )
+    planned = dataclasses.replace(report, node_pool_avoidance=avoidance, checkpoint_period_choice=choice)
+    ended = run_view(task={**task, "end_ts": 1040.0}, report=planned, state=state, checkpoints=None)
+    assert ended["plan"]["node_pool_avoidance"]["reason"] == "pool-b failed 3 times"
+    assert ended["plan"]["checkpoint_period_choice"]["achieved_goodput"] == report.goodput is not None
+    off = dataclasses.replace(report, node_pool_avoidance=disabled())
+    assert run_view(task=task, report=off, state={}, checkpoints=None)["plan"] == {
+        "node_pool_avoidance": None,
+        "checkpoint_period_choice": None,
+    }
