@@ -10,6 +10,7 @@ file or its contents cannot give advice (the message says why).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any, TextIO
@@ -76,17 +77,22 @@ def _read(path: str, stdin: TextIO) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, *, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     """Print the advice; 2 with a message on stderr when there is none to give."""
-    from elastic_training.operators.advice import AdviceError, advise, inputs_from_report
+    from elastic_training.operators.advice import AdviceError, advise
+    from elastic_training.operators.run_report import ReportError, RunReport
 
     out = out or sys.stdout
     try:
-        report = _read(args.report, stdin or sys.stdin)
-        if args.save_seconds is not None:
-            report["checkpoint_save_seconds"] = args.save_seconds
-        if args.checkpoint_period is not None:
-            report["checkpoint_period"] = args.checkpoint_period
+        data = _read(args.report, stdin or sys.stdin)
         try:
-            advice = advise(inputs_from_report(report))
+            report = RunReport.from_json(data)
+        except ReportError as error:
+            raise _Refused(f"{args.report}: {error}") from None
+        if args.save_seconds is not None:
+            report = dataclasses.replace(report, checkpoint_save_seconds=args.save_seconds)
+        if args.checkpoint_period is not None:
+            report = dataclasses.replace(report, checkpoint_period=args.checkpoint_period)
+        try:
+            advice = advise(report.advice_inputs())
         except AdviceError as error:
             hint = {
                 "checkpoint_save_seconds": " (pass --save-seconds)",

@@ -15,11 +15,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_report import recovery_summary, stage_lines, time_summary
+from elastic_training.operators.run_report import RunReport
 
 DAG_ID = "elastic_training_nightly"
 STAGES = (
@@ -227,7 +228,8 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
     instances = _instances(dag_run)
     values = {task_id: _xcom(dag_run, task_id) for task_id in STAGES}
     config = PipelineConfig.from_json(values["validate_params"]) if values["validate_params"] else None
-    pretrain = values["pretrain"] or _xcom(dag_run, "pretrain", "report") or {}
+    pretrain_json = values["pretrain"] or _xcom(dag_run, "pretrain", "report")
+    pretrain = RunReport.from_json(pretrain_json) if isinstance(pretrain_json, Mapping) else None
     drill = values["slice_failure_result"] or {}
     checkpoint = values["validate_checkpoint"] or {}
     metrics = values["gate_on_eval"] or _xcom(dag_run, "gate_on_eval", "metrics") or {}
@@ -246,8 +248,8 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
             else "no drill"
         ),
         "pretrain": (
-            f"JobSet {pretrain.get('jobset_name')}: final step {pretrain.get('final_step')} of "
-            f"{pretrain.get('target_step')}, goodput {pretrain.get('goodput')}"
+            f"JobSet {pretrain.jobset_name}: final step {pretrain.final_step} of "
+            f"{pretrain.target_step}, goodput {pretrain.goodput}"
             if pretrain
             else ""
         ),
@@ -279,14 +281,14 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
     lines = ["", "=" * 78, f"Pipeline report: {DAG_ID}, run {dag_run.run_id}", "=" * 78, "Stages:"]
     lines += stage_lines(stages)
     lines += ["", "Recovery timeline:"]
-    if pretrain:
+    if pretrain is not None:
         summary = recovery_summary(pretrain, drill)
         lines += [f"  {line}" for line in summary["lines"]]
         escalations = summary["escalations"]
         lines.append(f"  escalations: {len(escalations)}" + ("" if escalations else " (no full restart was needed)"))
     else:
         lines.append("  pretraining left no report")
-    if pretrain:
+    if pretrain is not None:
         lines += ["", "Pretraining's time and goodput:"]
         lines += [f"  {line}" for line in time_summary(pretrain, config.queue_name if config else None)]
     lines += [
@@ -298,8 +300,8 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
         "",
         f"Result: {'OK' if ok else 'FAILED'}: "
         + (
-            f"every stage succeeded; {pretrain.get('in_process_recoveries', 0)} in-process recovery, "
-            f"{pretrain.get('steps_lost', 0)} steps lost"
+            f"every stage succeeded; {pretrain.in_process_recoveries if pretrain else 0} in-process recovery, "
+            f"{pretrain.steps_lost if pretrain else 0} steps lost"
             if ok
             else "not every stage succeeded (Airflow's log has the details)"
         ),

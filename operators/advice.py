@@ -19,7 +19,7 @@ Edges the model has to say something sensible about:
   the run's own length, and so is the most the advice ever recommends;
 - no save time measured (``C = 0``): every step could be saved for free; the advice is period 1.
 
-Inputs come from the run report (``operators.recovery.run_report``): failures are the in-process
+Inputs come from the run report (:meth:`operators.run_report.RunReport.advice_inputs`): failures are the in-process
 recoveries plus the full restarts, the mean recovery downtime is their detection-to-first-step and
 delete-to-recreate times, the save time is measured from Orbax's ``_CHECKPOINT_METADATA`` (init to
 commit timestamps; an upper bound of the blocking cost when saves are asynchronous).
@@ -28,7 +28,7 @@ commit timestamps; an upper bound of the blocking cost when saves are asynchrono
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -178,44 +178,6 @@ def advise(inputs: AdviceInputs) -> Advice:
         steps=inputs.steps,
         capped_at_run_length=capped,
     )
-
-
-def inputs_from_report(report: Mapping[str, Any]) -> AdviceInputs:
-    """The model's inputs from a run report (``operators.recovery.run_report``); ``AdviceError`` naming a gap."""
-
-    def need(key: str) -> Any:
-        value = report.get(key)
-        if value is None:
-            raise AdviceError(f"the report has no {key!r}")
-        return value
-
-    recoveries = [r for r in report.get("recoveries") or [] if isinstance(r, Mapping)]
-    escalations = [e for e in report.get("escalations") or [] if isinstance(e, Mapping)]
-    downtimes = [float((r.get("phase_seconds") or {}).get("total") or 0.0) for r in recoveries]
-    downtimes += [float(e.get("seconds_to_recreate") or 0.0) for e in escalations]
-    target = need("target_step")
-    try:
-        return AdviceInputs(
-            failures=len(recoveries) + len(escalations),
-            wall_seconds=float(need("wall_seconds")),
-            step_seconds=float(need("mean_step_seconds")),
-            checkpoint_save_seconds=float(need("checkpoint_save_seconds")),
-            checkpoint_period=int(need("checkpoint_period")),
-            steps=int(target) + 1,
-            recovery_seconds=sum(downtimes) / len(downtimes) if downtimes else 0.0,
-        )
-    except (TypeError, ValueError) as error:
-        if isinstance(error, AdviceError):
-            raise
-        raise AdviceError(f"the report holds a value of the wrong type: {error}") from None
-
-
-def advice_for_report(report: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``advice`` entry of a run report, or ``None`` when its inputs were not measured."""
-    try:
-        return advise(inputs_from_report(report)).to_json()
-    except AdviceError:
-        return None
 
 
 # -- checkpoint_period="auto": the same model over the last runs' history -----------------------------------

@@ -47,7 +47,7 @@ from elastic_training.operators.constants import (
     PROJECT_PREFIX,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.failure_history import DEFAULT_RUNS, MAX_RUNS, RunRecord, record_from_report
+from elastic_training.operators.failure_history import DEFAULT_RUNS, MAX_RUNS, RunRecord
 from elastic_training.operators.history_store import history_key, load_history, record_run
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
@@ -58,6 +58,7 @@ from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reas
 from elastic_training.operators.pool_avoidance import DEFAULT_THRESHOLD, Avoidance, choose_avoided_pools, disabled
 from elastic_training.operators.recovery import CostModel, run_report
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
+from elastic_training.operators.run_report import BudgetAllowances, RunReport, escalations_of, period_choice_from_json
 from elastic_training.operators.run_state import RunState
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
@@ -514,12 +515,13 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         if decision.action is Action.SUCCEED:
             report = self._report(spec, run, committed)
             if decision.reason is Reason.ALREADY_AT_TARGET:
-                report["already_at_target"] = True
+                report = dataclasses.replace(report, already_at_target=True)
             run.save(context)
-            self.log.info("run report: %s", report)
+            returned = report.to_json()
+            self.log.info("run report: %s", returned)
             self._emit_metrics(context, report)
             self._record_history(context, report, succeeded=True)
-            return report
+            return returned
         if decision.action is Action.FAIL:
             self._fail(context, spec, run, decision.message, committed=committed)
         if decision.action is Action.ESCALATE:
@@ -657,10 +659,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             spec.checkpoint_directory,
             spec.target_step,
         )
-        done = {**self._report(spec, run, latest), "already_at_target": True}
+        done = dataclasses.replace(self._report(spec, run, latest), already_at_target=True)
         run.save(context)
         self._emit_metrics(context, done)
-        return done
+        return done.to_json()
 
     def _committed_step(self, spec: ElasticRunSpec) -> int:
         """The newest valid committed step of the run (-1: none); `AirflowException` while storage cannot say."""
@@ -734,11 +736,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             moved.append(destination)
         return moved
 
-    def _report(self, spec: ElasticRunSpec, run: RunState, final_step: int | None) -> dict[str, Any]:
+    def _report(self, spec: ElasticRunSpec, run: RunState, final_step: int | None) -> RunReport:
         incarnations = [*run.incarnations(), run.current_incarnation()]
         report = run_report(
             incarnations=incarnations,
-            escalations=run.escalations,
+            escalations=escalations_of(run.escalations),
             namespace=self.namespace,
             run_directory=spec.run_directory,
             target_step=spec.target_step,
@@ -747,35 +749,36 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             costs=CostModel(chips=spec.total_chips, price_per_chip_hour=self.price_per_chip_hour),
             full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
             ended_at=time.time(),
-            budgets={
-                **self.budgets.to_json(),
-                "jobset_max_restarts": self.jobset_max_restarts,
-                "elastic_max_retries": spec.effective_elastic_max_retries,
-            },
+            budgets=BudgetAllowances.of(
+                self.budgets,
+                jobset_max_restarts=self.jobset_max_restarts,
+                elastic_max_retries=spec.effective_elastic_max_retries,
+            ),
             checkpoint_period=spec.checkpoint_period,
             checkpoint_save_seconds=mean_save_seconds(self._newest_valid_steps),
         )
         plan = run.plan or {}
-        report["num_slices"] = spec.num_slices
-        report["slice_failures"] = [f.to_json() for f in run.slice_failures()]
-        report["node_pools"] = run.node_pools()
-        report["node_pool_avoidance"] = plan.get("node_pool_avoidance") or disabled().to_json()
-        choice = plan.get("checkpoint_period_choice")
-        if isinstance(choice, Mapping):
-            report["checkpoint_period_choice"] = {**choice, "achieved_goodput": report.get("goodput")}
-        return report
+        avoidance = plan.get("node_pool_avoidance")
+        return dataclasses.replace(
+            report,
+            num_slices=spec.num_slices,
+            slice_failures=tuple(run.slice_failures()),
+            node_pools=tuple(run.node_pools()),
+            node_pool_avoidance=Avoidance.from_json(avoidance) if avoidance else disabled(),
+            checkpoint_period_choice=period_choice_from_json(plan.get("checkpoint_period_choice")),
+        )
 
-    def _record_history(self, context: Context, report: Mapping[str, Any], *, succeeded: bool) -> None:
+    def _record_history(self, context: Context, report: RunReport, *, succeeded: bool) -> None:
         """Add this run to the failure history (a courtesy: a failure to write it is a warning, never the run's)."""
         ti = context["ti"]
         try:
-            record = record_from_report(report, run_id=str(ti.run_id), ended_at=time.time(), succeeded=succeeded)
+            record = report.history_record(run_id=str(ti.run_id), ended_at=time.time(), succeeded=succeeded)
         except (ValueError, TypeError) as error:
             self.log.warning("the run's failure history entry could not be made: %s", error)
             return
         record_run(self._history_key(context), record, self.log.warning)
 
-    def _emit_metrics(self, context: Context, report: Mapping[str, Any]) -> None:
+    def _emit_metrics(self, context: Context, report: RunReport) -> None:
         ti = context["ti"]
         try:
             emit_run_metrics(report, dag_id=ti.dag_id, task_id=ti.task_id)
@@ -797,9 +800,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 committed = self._committed_step(spec)
             except AirflowException:
                 committed = None
-        report = {**self._report(spec, run, committed), "failure": message}
+        report = dataclasses.replace(self._report(spec, run, committed), failure=message)
         run.save(context)
-        context["ti"].xcom_push(key="report", value=report)
+        context["ti"].xcom_push(key="report", value=report.to_json())
         self._emit_metrics(context, report)
         self._record_history(context, report, succeeded=False)
         cluster = self._cluster(context)

@@ -1,13 +1,14 @@
 """Failure history across runs: which node pools and hosts the run's slices failed on, run after run. Pure.
 
-A run report (:func:`operators.recovery.run_report`) lists the run's slice failures (``slice_failures``), each
-with the GKE node pool its slice ran on (``cloud.google.com/gke-nodepool``, the label GKE sets on a pool's
-nodes), the host (node) that failed, a Kubernetes time and a kind. :class:`FailureHistory` keeps the last
-:data:`MAX_RUNS` runs of one task (newest last), each with at most :data:`MAX_FAILURES_PER_RUN` failures, and
-what the checkpoint-period model needs from it (wall time, step time, save time). The edge that stores it in
-Airflow is :mod:`operators.history_store`; the aggregation here ("what failed where over the last N runs")
-is what the pool avoidance (:mod:`operators.pool_avoidance`), ``checkpoint_period="auto"``
-(:func:`operators.advice.auto_period`) and the plugin's history page read.
+A run report (:class:`operators.run_report.RunReport`; its ``history_record`` is this history's entry) lists the
+run's slice failures (``slice_failures``), each with the GKE node pool its slice ran on
+(``cloud.google.com/gke-nodepool``, the label GKE sets on a pool's nodes), the host (node) that failed, a
+Kubernetes time and a kind. :class:`FailureHistory` keeps the last :data:`MAX_RUNS` runs of one task (newest
+last), each with at most :data:`MAX_FAILURES_PER_RUN` failures, and what the checkpoint-period model needs from
+it (wall time, step time, save time). The edge that stores it in Airflow is :mod:`operators.history_store`; the
+aggregation here ("what failed where over the last N runs") is what the pool avoidance
+(:mod:`operators.pool_avoidance`), ``checkpoint_period="auto"`` (:func:`operators.advice.auto_period`) and the
+plugin's history page read.
 
 Kinds (:class:`FailureKind`), from the pod's ``DisruptionTarget`` condition as upstream sets it
 (``k8s.io/api/core/v1`` ``PodReason*``, see :mod:`operators.slice_failures`):
@@ -354,36 +355,3 @@ def _optional_fraction(entry: Mapping[str, Any], key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{key} must be a fraction from 0 to 1")
     return float(value)
-
-
-def record_from_report(report: Mapping[str, Any], *, run_id: str, ended_at: float, succeeded: bool) -> RunRecord:
-    """The history's entry for a finished run, from its run report (:func:`operators.recovery.run_report`)."""
-    recoveries = [r for r in report.get("recoveries") or [] if isinstance(r, Mapping)]
-    escalations = [e for e in report.get("escalations") or [] if isinstance(e, Mapping)]
-    downtimes = [float((r.get("phase_seconds") or {}).get("total") or 0.0) for r in recoveries]
-    downtimes += [float(e.get("seconds_to_recreate") or 0.0) for e in escalations]
-    failures = [SliceFailure.from_json(f) for f in report.get("slice_failures") or []]
-    avoidance = report.get("node_pool_avoidance") or {}
-    period = report.get("checkpoint_period")
-
-    def number(key: str) -> float | None:
-        value = report.get(key)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-    goodput = number("goodput")
-    return RunRecord(
-        run_id=run_id[:MAX_TEXT],
-        ended_at=ended_at,
-        failures=tuple(failures),
-        pools=tuple(str(p) for p in report.get("node_pools") or []),
-        slices=int(report.get("num_slices") or 0),
-        succeeded=succeeded,
-        wall_seconds=number("wall_seconds"),
-        failures_total=len(recoveries) + len(escalations),
-        mean_step_seconds=number("mean_step_seconds"),
-        checkpoint_save_seconds=number("checkpoint_save_seconds"),
-        recovery_seconds=sum(downtimes) / len(downtimes) if downtimes else None,
-        checkpoint_period=period if isinstance(period, int) and not isinstance(period, bool) and period >= 1 else None,
-        goodput=None if goodput is None else min(1.0, max(0.0, goodput)),
-        avoided_pools=tuple(str(p) for p in avoidance.get("avoided") or []) if isinstance(avoidance, Mapping) else (),
-    )

@@ -13,12 +13,12 @@ Airflow 3 routes every metric through ``airflow.sdk.observability.stats`` (the b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
+from elastic_training.operators.run_report import RunReport
+
 PREFIX = "elastic_training"
-PHASES = ("wait_for_slices", "restore", "first_step", "total")
 
 
 class StatsSink(Protocol):
@@ -39,31 +39,26 @@ def _airflow_stats() -> StatsSink:
     return Stats()
 
 
-def emit_run_metrics(
-    report: Mapping[str, Any], *, dag_id: str, task_id: str, stats: StatsSink | None = None
-) -> list[str]:
+def emit_run_metrics(report: RunReport, *, dag_id: str, task_id: str, stats: StatsSink | None = None) -> list[str]:
     """Send a run report's metrics; returns the names sent (a failure to send never fails the task)."""
     sink = stats or _airflow_stats()
     tags = {"dag_id": dag_id, "task_id": task_id}
     sent: list[str] = []
 
-    def count(name: str, value: Any) -> None:
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    def count(name: str, value: int) -> None:
+        if value >= 0:
             sink.incr(f"{PREFIX}.{name}", value, tags=tags)
             sent.append(f"{PREFIX}.{name}")
 
-    count("slice_restarts", report.get("slice_restarts"))
-    count("full_restarts", report.get("full_restarts"))
-    count("steps_lost", report.get("steps_lost"))
-    for recovery in report.get("recoveries") or []:
-        phases = recovery.get("phase_seconds") if isinstance(recovery, Mapping) else None
-        for phase in PHASES:
-            seconds = (phases or {}).get(phase)
-            if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0:
+    count("slice_restarts", report.slice_restarts)
+    count("full_restarts", report.full_restarts)
+    count("steps_lost", report.steps_lost)
+    for recovery in report.recoveries:
+        for phase, seconds in recovery.phase_seconds.items():
+            if seconds is not None and seconds >= 0:
                 sink.timing(f"{PREFIX}.recovery_seconds.{phase}", timedelta(seconds=seconds), tags=tags)
                 sent.append(f"{PREFIX}.recovery_seconds.{phase}")
-    goodput = report.get("goodput")
-    if isinstance(goodput, int | float) and not isinstance(goodput, bool):
-        sink.gauge(f"{PREFIX}.goodput", float(goodput), tags=tags)
+    if report.goodput is not None:
+        sink.gauge(f"{PREFIX}.goodput", report.goodput, tags=tags)
         sent.append(f"{PREFIX}.goodput")
     return sent

@@ -55,6 +55,7 @@ from elastic_training.operators.pipeline_params import (
     ParamError,
     validate_params,
 )
+from elastic_training.operators.run_report import RunReport
 from elastic_training.operators.slice_drill import drill_command
 from elastic_training.operators.slice_drill import parse_result as parse_drill_result
 from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, ElasticRunSpec, render_value
@@ -551,13 +552,13 @@ def collect_drill(
     return {**armed, **result}
 
 
-def pretrain_report(context: Mapping[str, Any]) -> dict[str, Any] | None:
+def pretrain_report(context: Mapping[str, Any]) -> RunReport | None:
     """The pretraining run report: its return value, or the report it pushed before failing."""
     ti = context["ti"]
     report = ti.xcom_pull(task_ids=PRETRAIN_TASK)
     if not isinstance(report, Mapping):
         report = ti.xcom_pull(task_ids=PRETRAIN_TASK, key="report")
-    return dict(report) if isinstance(report, Mapping) else None
+    return RunReport.from_json(report) if isinstance(report, Mapping) else None
 
 
 def drill_report(**context: Any) -> dict[str, Any]:
@@ -571,6 +572,6 @@ def drill_report(**context: Any) -> dict[str, Any]:
     summary = recovery_summary(report, drill)
     for line in summary["lines"]:
         context["task"].log.info("%s", line)
-    if report.get("failure"):
-        raise AirflowFailException(f"pretraining failed: {report['failure']}")
+    if report.failure:
+        raise AirflowFailException(f"pretraining failed: {report.failure}")
     return summary

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastic_training.operators.advice import advice_for_report
 from elastic_training.operators.constants import (
     ALREADY_AT_TARGET_RE,
     ASYNC_SAVE_STARTED_RE,
@@ -57,6 +56,15 @@ from elastic_training.operators.constants import (
     SLICES_WANTED_RE,
     SUFFICIENT_SLICES_RE,
     TRAINING_STOPPED_RE,
+)
+from elastic_training.operators.run_report import (
+    BudgetAllowances,
+    CapacityTimes,
+    Escalation,
+    PhaseSeconds,
+    PreemptionEntry,
+    RecoveryEntry,
+    RunReport,
 )
 
 MAX_RECOVERIES_KEPT = 200  # a hostile or broken trainer must not grow a trigger's kwargs without bound
@@ -340,7 +348,7 @@ class CostModel:
         return round(chip_seconds / 3600.0 * self.price_per_chip_hour, 6)
 
 
-def recovery_report(recovery: Recovery, *, mean_step_seconds: float | None, costs: CostModel) -> dict[str, Any]:
+def recovery_report(recovery: Recovery, *, mean_step_seconds: float | None, costs: CostModel) -> RecoveryEntry:
     """One recovery as the run report shows it: steps, phase timestamps and durations, cost.
 
     Chip-seconds lost = chips x (detection to first step + steps lost x mean step time): the whole
@@ -350,24 +358,24 @@ def recovery_report(recovery: Recovery, *, mean_step_seconds: float | None, cost
     downtime = (recovery.first_step_at - recovery.detected_at) if recovery.first_step_at is not None else None
     redo = (lost or 0) * (mean_step_seconds or 0.0)
     chip_seconds = None if downtime is None else round(costs.chips * (max(0.0, downtime) + redo), 3)
-    return {
-        "slices": recovery.slices,
-        "failed_step": recovery.failed_step,
-        "restored_step": recovery.restored_step,
-        "steps_lost": lost,
-        "detected_at": recovery.detected_at,
-        "slices_ready_at": recovery.slices_ready_at,
-        "restored_at": recovery.restored_at,
-        "first_step_at": recovery.first_step_at,
-        "phase_seconds": recovery.phases(),
-        "chip_seconds_lost": chip_seconds,
-        "cost": None if chip_seconds is None else costs.cost(chip_seconds),
-        "complete": recovery.complete,
-        "kind": recovery.kind,
-    }
+    return RecoveryEntry(
+        slices=recovery.slices,
+        failed_step=recovery.failed_step,
+        restored_step=recovery.restored_step,
+        steps_lost=lost,
+        detected_at=recovery.detected_at,
+        slices_ready_at=recovery.slices_ready_at,
+        restored_at=recovery.restored_at,
+        first_step_at=recovery.first_step_at,
+        phase_seconds=PhaseSeconds(**recovery.phases()),
+        chip_seconds_lost=chip_seconds,
+        cost=None if chip_seconds is None else costs.cost(chip_seconds),
+        complete=recovery.complete,
+        kind=recovery.kind,
+    )
 
 
-def preemption_report(recovery: Recovery, *, mean_step_seconds: float | None, costs: CostModel) -> dict[str, Any]:
+def preemption_report(recovery: Recovery, *, mean_step_seconds: float | None, costs: CostModel) -> PreemptionEntry:
     """One preemption as the run report shows it: when, how long it waited to be admitted again, steps lost.
 
     Its queue time spends no chip time (the slices went to another workload); the steps run again do.
@@ -377,20 +385,20 @@ def preemption_report(recovery: Recovery, *, mean_step_seconds: float | None, co
     queued = None
     if recovery.slices_ready_at is not None:
         queued = round(max(0.0, recovery.slices_ready_at - recovery.detected_at), 3)
-    return {
-        "at": recovery.detected_at,
-        "reason": recovery.reason,
-        "step": recovery.failed_step,
-        "readmitted_at": recovery.slices_ready_at,
-        "queued_seconds": queued,
-        "restored_step": recovery.restored_step,
-        "restored_at": recovery.restored_at,
-        "first_step_at": recovery.first_step_at,
-        "steps_lost": lost,
-        "chip_seconds_lost": redo if lost is not None else None,
-        "complete": recovery.complete,
-        "recreated": False,  # the preemption ended its JobSet and a new one resumed the run
-    }
+    return PreemptionEntry(
+        at=recovery.detected_at,
+        reason=recovery.reason,
+        step=recovery.failed_step,
+        readmitted_at=recovery.slices_ready_at,
+        queued_seconds=queued,
+        restored_step=recovery.restored_step,
+        restored_at=recovery.restored_at,
+        first_step_at=recovery.first_step_at,
+        steps_lost=lost,
+        chip_seconds_lost=redo if lost is not None else None,
+        complete=recovery.complete,
+        recreated=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -407,10 +415,51 @@ class Incarnation:
     slice_evictions: int = 0
 
 
+@dataclass(frozen=True)
+class _Entries:
+    """The report's recoveries and preemptions, and the productive step time of every incarnation."""
+
+    recoveries: tuple[RecoveryEntry, ...]
+    preemptions: tuple[PreemptionEntry, ...]
+    productive_seconds: float
+
+
+def _entries(incarnations: Sequence[Incarnation], escalations: Sequence[Escalation], costs: CostModel) -> _Entries:
+    """Each incarnation's recoveries and preemptions with their cost, and the time of the steps it kept."""
+    recoveries: list[RecoveryEntry] = []
+    preemptions: list[PreemptionEntry] = []
+    productive = 0.0
+    # A preemption that ended its JobSet (the trainer's exit 0 on SIGTERM) was resumed by a new one: its restore
+    # and steps lost are that recreation's.
+    recreated = {str(e.jobset_name): e for e in escalations if e.preemption}
+    for incarnation in incarnations:
+        digest = incarnation.digest
+        mean = digest.mean_step_seconds
+        for r in digest.all_recoveries:
+            if r.kind != PREEMPTION:
+                recoveries.append(recovery_report(r, mean_step_seconds=mean, costs=costs))
+                continue
+            entry = preemption_report(r, mean_step_seconds=mean, costs=costs)
+            again = recreated.get(incarnation.jobset_name) if r.restored_at is None else None
+            if again is not None:
+                lost = again.steps_lost or 0
+                entry = dataclasses.replace(
+                    entry,
+                    restored_step=again.resumed_from_step,
+                    steps_lost=lost,
+                    chip_seconds_lost=round(costs.chips * lost * (mean or 0.0), 3),
+                    recreated=True,
+                )
+            preemptions.append(entry)
+        lost = sum(r.steps_lost or 0 for r in digest.all_recoveries)
+        productive += (mean or 0.0) * max(0, digest.steps_executed - lost)
+    return _Entries(tuple(recoveries), tuple(preemptions), productive)
+
+
 def run_report(
     *,
     incarnations: list[Incarnation],
-    escalations: list[dict[str, Any]],
+    escalations: Sequence[Escalation],
     namespace: str,
     run_directory: str,
     target_step: int,
@@ -418,121 +467,122 @@ def run_report(
     wall_seconds: float,
     costs: CostModel,
     full_restart_seconds_lost: float = 0.0,
-    budgets: Mapping[str, Any] | None = None,
+    budgets: BudgetAllowances | None = None,
     checkpoint_period: int | None = None,
     checkpoint_save_seconds: float | None = None,
     ended_at: float | None = None,
-) -> dict[str, Any]:
-    """The run report (the operator's XCom ``return_value``): counts, recoveries with cost, goodput.
+) -> RunReport:
+    """The run report (:class:`operators.run_report.RunReport`): counts, recoveries with cost, goodput.
 
     Escalations carry their own ``steps_lost``; the chip time between a full restart's delete and
     the new incarnation's first step is ``full_restart_seconds_lost`` (measured by the operator).
     ``budgets`` (the operator's allowances) travel with the report so a view of it can show each
     budget used against allowed; ``checkpoint_period`` and ``checkpoint_save_seconds`` feed the
-    checkpoint-period ``advice`` (:mod:`operators.advice`; ``None`` when they were not measured).
+    checkpoint-period advice (:mod:`operators.advice`; ``None`` when they were not measured).
     ``ended_at`` (Unix time the report is made; default: the newest time the digests know) closes an open queue
     wait and measures the tail after the last step. ``goodput`` is productive step time over the time the run
     held capacity (queue time apart); ``goodput_with_queue`` over the whole wall time.
     """
-    recoveries: list[dict[str, Any]] = []
-    preemptions: list[dict[str, Any]] = []
-    productive = 0.0
-    # A preemption that ended its JobSet (the trainer's exit 0 on SIGTERM) was resumed by a new one: its restore
-    # and steps lost are that recreation's.
-    recreated = {str(e.get("jobset_name")): e for e in escalations if e.get("preemption")}
-    for incarnation in incarnations:
-        digest = incarnation.digest
-        mean = digest.mean_step_seconds
-        for r in digest.all_recoveries:
-            if r.kind == PREEMPTION:
-                entry = preemption_report(r, mean_step_seconds=mean, costs=costs)
-                again = recreated.get(incarnation.jobset_name) if r.restored_at is None else None
-                if again is not None:
-                    lost = int(again.get("steps_lost") or 0)
-                    entry.update(
-                        restored_step=again.get("resumed_from_step"),
-                        steps_lost=lost,
-                        chip_seconds_lost=round(costs.chips * lost * (mean or 0.0), 3),
-                        recreated=True,
-                    )
-                preemptions.append(entry)
-            else:
-                recoveries.append(recovery_report(r, mean_step_seconds=mean, costs=costs))
-        lost = sum(r.steps_lost or 0 for r in digest.all_recoveries)
-        productive += (mean or 0.0) * max(0, digest.steps_executed - lost)
-    escalation_steps_lost = sum(int(e.get("steps_lost") or 0) for e in escalations)
+    entries = _entries(incarnations, escalations, costs)
+    times = capacity(incarnations, ended_at)
+    base = RunReport(
+        jobset_name=incarnations[-1].jobset_name if incarnations else None,
+        namespace=namespace,
+        run_directory=run_directory,
+        target_step=target_step,
+        final_step=final_step,
+        chips=costs.chips,
+        price_per_chip_hour=costs.price_per_chip_hour,
+        capacity=times,
+        wall_seconds=round(wall_seconds, 3),
+        jobsets=tuple(i.jobset_name for i in incarnations),
+        budgets=budgets or BudgetAllowances(),
+        checkpoint_period=checkpoint_period,
+        checkpoint_save_seconds=checkpoint_save_seconds,
+    )
+    return _counted(base, incarnations, escalations, entries, costs, wall_seconds, full_restart_seconds_lost)
+
+
+def _counted(
+    base: RunReport,
+    incarnations: Sequence[Incarnation],
+    escalations: Sequence[Escalation],
+    entries: _Entries,
+    costs: CostModel,
+    wall_seconds: float,
+    full_restart_seconds_lost: float,
+) -> RunReport:
+    """``base`` with the counts, the steps and chip time lost, and the goodput of the incarnations and escalations."""
+    recoveries, preemptions = entries.recoveries, entries.preemptions
+    escalation_steps_lost = sum(e.steps_lost or 0 for e in escalations)
     mean_all = _mean_step_seconds(incarnations)
-    productive = max(0.0, productive - escalation_steps_lost * (mean_all or 0.0))
+    productive = max(0.0, entries.productive_seconds - escalation_steps_lost * (mean_all or 0.0))
     executed = sum(i.digest.steps_executed for i in incarnations)
     resumed = next((i.digest.resumed_from_step for i in incarnations if i.digest.resumed_from_step is not None), None)
-    trained_nothing = executed == 0 and resumed is not None and resumed >= 0 and final_step == resumed
+    trained_nothing = executed == 0 and resumed is not None and resumed >= 0 and base.final_step == resumed
     # No step read and no restore either: the log was not read; an unknown goodput is not a zero one.
     goodput_known = wall_seconds > 0 and (executed > 0 or trained_nothing)
-    recovery_chip_seconds = sum(r["chip_seconds_lost"] or 0.0 for r in recoveries)
-    recovery_chip_seconds += sum(p["chip_seconds_lost"] or 0.0 for p in preemptions if not p.get("recreated"))
-    escalation_chip_seconds = costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
-    current = incarnations[-1] if incarnations else None
-    times = capacity(incarnations, ended_at)
+    kept = [p for p in preemptions if not p.recreated]
+    chip_seconds = sum(r.chip_seconds_lost or 0.0 for r in recoveries) + sum(p.chip_seconds_lost or 0.0 for p in kept)
+    chip_seconds += costs.chips * (full_restart_seconds_lost + escalation_steps_lost * (mean_all or 0.0))
     # Queue time is no training badput (ml-goodput-measurement keeps its badput kinds apart): the run held no chips.
-    holding = max(0.0, wall_seconds - times["queued_seconds"])
-    report: dict[str, Any] = {
-        "jobset_name": current.jobset_name if current else None,
-        "namespace": namespace,
-        "run_directory": run_directory,
-        "target_step": target_step,
-        "final_step": final_step,
-        "slice_restarts": sum(i.slice_restarts for i in incarnations),
-        "slice_evictions": sum(i.slice_evictions for i in incarnations),
-        "in_process_recoveries": len(recoveries),
-        "scale_up_recoveries": sum(1 for r in recoveries if r["kind"] == SCALE_UP),
-        "preemptions": preemptions,
-        "preemption_count": len(preemptions),
-        "full_restarts": sum(1 for e in escalations if not e.get("preemption")),
-        "preemption_recreations": sum(1 for e in escalations if e.get("preemption")),
-        "jobset_restarts": sum(i.jobset_restarts for i in incarnations),
-        "escalations": escalations,
-        "recoveries": recoveries,
-        "steps_lost": sum(r["steps_lost"] or 0 for r in recoveries)
-        + sum(p["steps_lost"] or 0 for p in preemptions if not p.get("recreated"))
+    holding = max(0.0, wall_seconds - (base.capacity.queued_seconds if base.capacity else 0.0))
+    return dataclasses.replace(
+        base,
+        slice_restarts=sum(i.slice_restarts for i in incarnations),
+        slice_evictions=sum(i.slice_evictions for i in incarnations),
+        in_process_recoveries=len(recoveries),
+        scale_up_recoveries=sum(1 for r in recoveries if r.kind == SCALE_UP),
+        preemptions=preemptions,
+        preemption_count=len(preemptions),
+        full_restarts=sum(1 for e in escalations if not e.preemption),
+        preemption_recreations=sum(1 for e in escalations if e.preemption),
+        jobset_restarts=sum(i.jobset_restarts for i in incarnations),
+        escalations=tuple(escalations),
+        recoveries=recoveries,
+        steps_lost=sum(r.steps_lost or 0 for r in recoveries)
+        + sum(p.steps_lost or 0 for p in kept)
         + escalation_steps_lost,
-        "chips": costs.chips,
-        "price_per_chip_hour": costs.price_per_chip_hour,
-        "chip_seconds_lost": round(recovery_chip_seconds + escalation_chip_seconds, 3),
-        "cost_lost": costs.cost(recovery_chip_seconds + escalation_chip_seconds),
-        "mean_step_seconds": None if mean_all is None else round(mean_all, 6),
-        "goodput": round(min(1.0, productive / holding), 4) if goodput_known and holding > 0 else None,
-        "goodput_with_queue": round(min(1.0, productive / wall_seconds), 4) if goodput_known else None,
-        **times,
-        "steps_executed": executed,
-        "startup_step_seconds": round(sum(i.digest.startup_step_seconds for i in incarnations), 3),
-        "resumed_from_step": resumed,
-        "trained_nothing": trained_nothing,
-        "wall_seconds": round(wall_seconds, 3),
-        "jobsets": [i.jobset_name for i in incarnations],
-        "budgets": dict(budgets or {}),
-        "checkpoint_period": checkpoint_period,
-        "checkpoint_save_seconds": checkpoint_save_seconds,
-    }
-    report["advice"] = advice_for_report(report)
-    return report
+        chip_seconds_lost=round(chip_seconds, 3),
+        cost_lost=costs.cost(chip_seconds),
+        mean_step_seconds=None if mean_all is None else round(mean_all, 6),
+        goodput=round(min(1.0, productive / holding), 4) if goodput_known and holding > 0 else None,
+        goodput_with_queue=round(min(1.0, productive / wall_seconds), 4) if goodput_known else None,
+        steps_executed=executed,
+        startup_step_seconds=round(sum(i.digest.startup_step_seconds for i in incarnations), 3),
+        resumed_from_step=resumed,
+        trained_nothing=trained_nothing,
+    )
 
 
-def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> dict[str, Any]:
+def first_step_span(digest: LogDigest, end: float, *, started_at: float | None = None) -> tuple[float, float] | None:
+    """(from, seconds) of an incarnation's start-up: its first admission to its first step, Kueue's waits apart.
+
+    The one computation of the span, shown as the report's ``admission_to_first_step_seconds`` and as the view's
+    start-up. Without an admission seen (a state store from before it was folded) it counts from ``started_at``;
+    ``end`` closes a queue wait still open. ``None`` until the first step.
+    """
+    start = digest.first_admitted_at if digest.first_admitted_at is not None else started_at
+    if start is None or digest.first_step_at is None:
+        return None
+    first = digest.first_step_at
+    # Preemptions between the admission and the first step are queue time, not start-up.
+    waits = sum(
+        max(0.0, min(float(e if e is not None else end), first) - float(s or 0.0))
+        for s, e in digest.queue_spans
+        if float(s or 0.0) >= start
+    )
+    return start, round(max(0.0, first - start - waits), 3)
+
+
+def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> CapacityTimes:
     """Where the run's time went around its steps: queued, admission to first step, training, the tail after."""
     digests = [i.digest for i in incarnations]
     known = [t for d in digests for t in (d.latest_step_at, *(s for span in d.queue_spans for s in span)) if t]
     end = ended_at if ended_at is not None else max(known, default=0.0)
     queued = sum(d.queued_seconds(end) for d in digests)
     first = next((d for d in digests if d.first_step_at is not None), None)
-    to_first_step = None
-    if first is not None and first.first_admitted_at is not None and first.first_step_at is not None:
-        # Admission to the first step, the first incarnation's queue spans (preemptions before it) set apart.
-        waits = sum(
-            max(0.0, min(float(e if e is not None else end), first.first_step_at) - float(s or 0.0))
-            for s, e in first.queue_spans
-            if float(s or 0.0) >= first.first_admitted_at
-        )
-        to_first_step = round(max(0.0, first.first_step_at - first.first_admitted_at - waits), 3)
+    span = first_step_span(first, end) if first is not None and first.first_admitted_at is not None else None
     training = 0.0
     for d in digests:
         if d.first_step_at is None or d.latest_step_at is None:
@@ -543,17 +593,17 @@ def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> dic
         )
         training += max(0.0, d.latest_step_at - d.first_step_at - inside)
     last = digests[-1].latest_step_at if digests else None
-    return {
-        "queued_seconds": round(queued, 3),
-        "admission_to_first_step_seconds": to_first_step,
-        "training_seconds": round(training, 3),
-        "tail_seconds": None if last is None or ended_at is None else round(max(0.0, ended_at - last), 3),
-        "last_step_at": last,
-        "queue_spans": [list(span) for d in digests for span in d.queue_spans],
-    }
+    return CapacityTimes(
+        queued_seconds=round(queued, 3),
+        admission_to_first_step_seconds=None if span is None else span[1],
+        training_seconds=round(training, 3),
+        tail_seconds=None if last is None or ended_at is None else round(max(0.0, ended_at - last), 3),
+        last_step_at=last,
+        queue_spans=tuple((float(s or 0.0), e) for d in digests for s, e in d.queue_spans),
+    )
 
 
-def _mean_step_seconds(incarnations: list[Incarnation]) -> float | None:
+def _mean_step_seconds(incarnations: Sequence[Incarnation]) -> float | None:
     """The steady steps' mean over every incarnation (see :attr:`LogDigest.mean_step_seconds`)."""
     steps = sum(i.digest.steps_executed - i.digest.startup_steps for i in incarnations)
     seconds = sum(i.digest.step_seconds_total - i.digest.startup_step_seconds for i in incarnations)

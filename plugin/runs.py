@@ -38,6 +38,7 @@ from elastic_training.operators.checkpoints.timing import save_seconds
 from elastic_training.operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
 from elastic_training.operators.failure_history import FailureHistory
 from elastic_training.operators.history_store import history_key, parse_stored
+from elastic_training.operators.run_report import ReportError, RunReport
 from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.plugin import live
 from elastic_training.plugin.view import run_view
@@ -116,12 +117,15 @@ def _xcom(session: Session, ti: Any, key: str) -> Any:
     return None if row is None else XComModel.deserialize_value(row)
 
 
-def report_of(session: Session, ti: Any) -> dict[str, Any] | None:
-    """The run report: ``return_value`` when the task succeeded, else ``report`` (pushed before failing)."""
+def report_of(session: Session, ti: Any) -> RunReport | None:
+    """The run report: ``return_value`` when the task succeeded, else ``report`` (pushed before failing).
+
+    ``ReportError`` when it is one this release cannot read (a newer version, a wrong value).
+    """
     for key in ("return_value", "report"):
         value = _xcom(session, ti, key)
         if isinstance(value, Mapping) and "target_step" in value:
-            return dict(value)
+            return RunReport.from_json(value)
     return None
 
 
@@ -210,7 +214,11 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
     A task still running or deferred also gets ``live``: its head pod's recent log folded in (``reader``
     reads it; the Kubernetes connection by default).
     """
-    report = report_of(session, ti)
+    report_error: str | None = None
+    try:
+        report = report_of(session, ti)
+    except ReportError as error:  # the page says why instead of failing (the list endpoint would fail for all)
+        report, report_error = None, str(error)
     state = state_of(session, ti)
     rendered = rendered_of(session, ti)
     now: dict[str, Any] | None = None
@@ -231,7 +239,7 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
         "start_ts": _ts(ti.start_date),
         "end_ts": _ts(ti.end_date),
     }
-    run_directory = (report or {}).get("run_directory")
+    run_directory = report.run_directory if report is not None else None
     if not run_directory and rendered.get("base_output_directory") and rendered.get("run_name"):
         run_directory = run_layout.run_directory(str(rendered["base_output_directory"]), str(rendered["run_name"]))
     view = run_view(
@@ -244,6 +252,7 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
         now=None if ti.end_date is not None else time.time(),
     )
     view["live"] = now
+    view["report_error"] = report_error
     return view
 
 

@@ -25,12 +25,15 @@ as spans of their own, so an idle stretch is never read as training badput.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from elastic_training.operators import run_layout
-from elastic_training.operators.advice import advice_for_report
+from elastic_training.operators.advice import PeriodChoice
 from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.pool_avoidance import Avoidance
 from elastic_training.operators.recovery import (
     PREEMPTION,
     SCALE_UP,
@@ -38,8 +41,20 @@ from elastic_training.operators.recovery import (
     Incarnation,
     LogDigest,
     capacity,
+    first_step_span,
     preemption_report,
     recovery_report,
+)
+from elastic_training.operators.run_report import (
+    BudgetAllowances,
+    CapacityTimes,
+    Escalation,
+    PreemptionEntry,
+    RecoveryEntry,
+    ReportError,
+    RunReport,
+    escalations_of,
+    period_choice_from_json,
 )
 
 JsonObj = dict[str, Any]
@@ -65,109 +80,138 @@ def digests(state: Mapping[str, Any]) -> list[tuple[str, LogDigest, Mapping[str,
     return found
 
 
-def live_recoveries(state: Mapping[str, Any]) -> list[JsonObj]:
+def live_recoveries(state: Mapping[str, Any]) -> list[RecoveryEntry]:
     """Recoveries folded from the state store (no cost: the chip count is only in the report)."""
-    recoveries: list[JsonObj] = []
-    for _, digest, _ in digests(state):
-        recoveries.extend(
-            recovery_report(r, mean_step_seconds=digest.mean_step_seconds, costs=CostModel(chips=0))
-            for r in digest.all_recoveries
-            if r.kind != PREEMPTION
+    return [
+        dataclasses.replace(
+            recovery_report(r, mean_step_seconds=digest.mean_step_seconds, costs=CostModel(chips=0)),
+            cost=None,
+            chip_seconds_lost=None,
         )
-    for recovery in recoveries:
-        recovery["cost"] = recovery["chip_seconds_lost"] = None
-    return recoveries
+        for _, digest, _ in digests(state)
+        for r in digest.all_recoveries
+        if r.kind != PREEMPTION
+    ]
 
 
-def budgets(report: Mapping[str, Any] | None, state: Mapping[str, Any]) -> list[JsonObj]:
+def _monitor(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    monitor = state.get("monitor")
+    return monitor if isinstance(monitor, Mapping) else {}
+
+
+def _escalations(report: RunReport | None, state: Mapping[str, Any]) -> tuple[Escalation, ...]:
+    """The report's escalations; while there is none (or it has none), the state store's."""
+    if report is not None and report.escalations:
+        return report.escalations
+    stored = state.get("escalations")
+    try:
+        return escalations_of(stored) if isinstance(stored, list) else ()
+    except ReportError:  # a state entry this release cannot read: no escalations shown, never a failed page
+        return ()
+
+
+def budgets(report: RunReport | None, state: Mapping[str, Any]) -> list[JsonObj]:
     """Each budget, used against allowed (``allowed`` is ``None`` when the report did not carry it)."""
-    allowed = (report or {}).get("budgets") or {}
-    monitor = state.get("monitor") if isinstance(state.get("monitor"), Mapping) else {}
-    window = _num(allowed.get("slice_restart_window_seconds"))
-    times = sorted(t for t in (monitor or {}).get("slice_restart_times") or [] if _num(t) is not None)
+    allowed = report.budgets if report is not None else BudgetAllowances()
+    monitor = _monitor(state)
+    window = allowed.slice_restart_window_seconds
+    times = sorted(t for t in monitor.get("slice_restart_times") or [] if _num(t) is not None)
     peak = _peak_in_window(times, window) if window else len(times)
-    current = digests(state)[-1][1] if digests(state) else LogDigest()
-    elastic_attempts = _int(allowed.get("elastic_max_retries"))
-    escalations = (report or {}).get("escalations") or state.get("escalations") or []
-    stalls = sum(1 for e in escalations if isinstance(e, Mapping) and e.get("reason") == "stalled")
-    full = _int((report or {}).get("full_restarts"))
+    seen = digests(state)
+    current = seen[-1][1] if seen else LogDigest()
+    attempts = allowed.elastic_max_retries
+    stalls = sum(1 for e in _escalations(report, state) if e.reason == "stalled")
+    stall_timeout = allowed.stall_timeout_seconds
+    jobset_restarts = (report.jobset_restarts if report is not None else 0) or _int(monitor.get("jobset_restarts"))
     return [
         {
             "name": "slice restarts in window",
             "used": peak,
-            "allowed": _int(allowed.get("max_slice_restarts")),
+            "allowed": allowed.max_slice_restarts,
             "detail": None if window is None else f"most slice restarts within any {window:.0f} s window",
         },
         {
             "name": "in-process retries",
             "used": len(current.all_recoveries),
-            "allowed": None if elastic_attempts is None else max(0, elastic_attempts - 1),
+            "allowed": None if attempts is None else max(0, attempts - 1),
             "detail": "elastic_max_retries counts attempts, the first run included",
         },
         {
             "name": "JobSet restarts",
-            "used": _int((report or {}).get("jobset_restarts")) or _int((monitor or {}).get("jobset_restarts")) or 0,
-            "allowed": _int(allowed.get("jobset_max_restarts")),
+            "used": jobset_restarts or 0,
+            "allowed": allowed.jobset_max_restarts,
             "detail": "failurePolicy.maxRestarts",
         },
         {
             "name": "full restarts",
-            "used": full if full is not None else int(state.get("full_restarts") or 0),
-            "allowed": _int(allowed.get("max_full_restarts")),
+            "used": report.full_restarts if report is not None else int(state.get("full_restarts") or 0),
+            "allowed": allowed.max_full_restarts,
             "detail": "delete and recreate the JobSet, resuming from the last valid step",
         },
         {
             "name": "stalls",
             "used": stalls,
             "allowed": None,
-            "detail": None
-            if allowed.get("stall_timeout_seconds") is None
-            else f"no progress for {float(allowed['stall_timeout_seconds']):.0f} s escalates",
+            "detail": None if stall_timeout is None else f"no progress for {stall_timeout:.0f} s escalates",
         },
     ]
 
 
-def capacity_view(report: Mapping[str, Any] | None, state: Mapping[str, Any], now: float | None) -> JsonObj:
-    """The run's time around its steps and in Kueue's hands: from the report, else folded from the state store."""
-    monitor = state.get("monitor") if isinstance(state.get("monitor"), Mapping) else None
+@dataclass(frozen=True)
+class _Capacity:
+    """The run's time around its steps and in Kueue's hands, as the view shows it."""
+
+    phase: str | None
+    queue_reason: str | None
+    times: CapacityTimes
+    preemptions: tuple[PreemptionEntry, ...]
+
+    def to_json(self) -> JsonObj:
+        return {
+            "phase": self.phase,
+            "queue_reason": self.queue_reason,
+            **self.times.to_json(),
+            "preemptions": [p.to_json() for p in self.preemptions],
+        }
+
+
+def _capacity(report: RunReport | None, state: Mapping[str, Any], now: float | None) -> _Capacity:
+    """From the report when it measured them, else folded from the state store with the operator's functions."""
     seen = digests(state)
     times = capacity([Incarnation(name, 0, 0, d) for name, d, _ in seen], now)
-    preemptions = [
+    preemptions = tuple(
         preemption_report(r, mean_step_seconds=d.mean_step_seconds, costs=CostModel(chips=0))
         for _, d, _ in seen
         for r in d.all_recoveries
         if r.kind == PREEMPTION
-    ]
-    if report is not None and "queued_seconds" in report:
-        keys = ("queued_seconds", "admission_to_first_step_seconds", "training_seconds", "tail_seconds")
-        times = {**times, **{k: report.get(k) for k in (*keys, "last_step_at", "queue_spans")}}
-        preemptions = [dict(p) for p in report.get("preemptions") or [] if isinstance(p, Mapping)]
+    )
+    if report is not None and report.capacity is not None:
+        times, preemptions = report.capacity, report.preemptions
     phase, reason = None, ""
-    if monitor is not None:
+    monitor = state.get("monitor")
+    if isinstance(monitor, Mapping):
         folded = MonitorState.from_json(monitor)
         phase = folded.run_phase(now if now is not None else folded.started_at).value
         reason = folded.queue_reason
-    return {
-        "phase": "ended" if report is not None else phase,
-        "queue_reason": reason or None,
-        **times,
-        "preemptions": preemptions,
-    }
+    return _Capacity("ended" if report is not None else phase, reason or None, times, preemptions)
 
 
-def _spans(cap: Mapping[str, Any], ended_at: float | None) -> list[JsonObj]:
+def capacity_view(report: RunReport | None, state: Mapping[str, Any], now: float | None) -> JsonObj:
+    """The run's time around its steps and in Kueue's hands: from the report, else folded from the state store."""
+    return _capacity(report, state, now).to_json()
+
+
+def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
     """The timeline's spans: each wait for Kueue (queued, or preempted) and the tail after the last step."""
-    preempted_at = {_num(p.get("at")) for p in cap.get("preemptions") or []}
+    preempted_at = {p.at for p in cap.preemptions}
     found: list[JsonObj] = []
-    for span in cap.get("queue_spans") or []:
-        if not isinstance(span, Sequence) or len(span) != 2:
-            continue
-        start, end = _num(span[0]), _num(span[1]) if span[1] is not None else ended_at
-        if start is None or end is None:
+    for start, admitted in cap.times.queue_spans:
+        end = admitted if admitted is not None else ended_at
+        if end is None:
             continue
         kind = "preempted" if start in preempted_at else "queued"
         found.append({"kind": kind, "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)})
-    last, tail = _num(cap.get("last_step_at")), _num(cap.get("tail_seconds"))
+    last, tail = cap.times.last_step_at, cap.times.tail_seconds
     if last is not None and tail is not None:
         ended_at = last + tail  # the report's own tail: the task's end date comes a moment after the report
     if last is not None and ended_at is not None and ended_at > last:
@@ -184,83 +228,101 @@ def _peak_in_window(times: Sequence[float], window: float) -> int:
     return peak
 
 
+class _Line:
+    """The timeline being drawn: points ``(t, order, step)``, failure markers and rewinds.
+
+    ``order`` keeps a rewind's two points (the failed step, then the restored one) in sequence at one time.
+    """
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, int, int]] = []
+        self.failures: list[JsonObj] = []
+        self.rewinds: list[JsonObj] = []
+
+    def failure(self, at: float, step: int | None, kind: str) -> None:
+        self.failures.append({"t": at, "step": step, "kind": kind})
+        if step is not None:
+            self.points.append((at, 1, step))
+
+    def rewind(self, at: float, from_step: int | None, to_step: int, *, hold: bool = True) -> None:
+        """The line back from ``from_step`` to ``to_step`` at ``at``; ``hold``: level at ``from_step`` until then."""
+        if hold and from_step is not None:
+            self.points.append((at, 0, from_step))
+        self.points.append((at, 2, to_step))
+        self.rewinds.append({"t": at, "from_step": from_step, "to_step": to_step})
+
+    def recovery(self, r: RecoveryEntry) -> None:
+        if r.detected_at is not None:
+            self.failure(r.detected_at, r.failed_step, "scale up" if r.kind == SCALE_UP else "slice failure")
+        if r.restored_at is not None:
+            back = r.restored_step if r.restored_step is not None else -1
+            self.rewind(r.restored_at, r.failed_step, back)
+            if r.first_step_at is not None:
+                self.points.append((r.first_step_at, 1, back + 1))
+
+    def preemption(self, p: PreemptionEntry) -> None:
+        if p.at is None:
+            return
+        self.failure(p.at, p.step, "preemption")
+        if p.restored_at is not None and p.restored_step is not None:
+            self.rewind(p.restored_at, p.step, p.restored_step)
+
+    def escalation(self, e: Escalation) -> None:
+        if e.at is None:
+            return
+        self.failure(e.at, e.latest_step, f"full restart ({e.reason})")
+        if e.resumed_from_step is not None:
+            # From the delete to the new incarnation the line slopes: no step ran, none is held.
+            self.rewind(e.at + (e.seconds_to_recreate or 0.0), e.latest_step, e.resumed_from_step, hold=False)
+
+    def commits(
+        self, checkpoints: Sequence[Mapping[str, Any]], started_at: float | None, ended_at: float | None
+    ) -> None:
+        """Checkpoint commits as the line's points, those outside the task left out (an earlier run's steps)."""
+        for ckpt in checkpoints:
+            at, step = _num(ckpt.get("committed_at")), _int(ckpt.get("step"))
+            if at is None or step is None:
+                continue
+            if (started_at is not None and at < started_at) or (ended_at is not None and at > ended_at):
+                continue
+            self.points.append((at, 1, step))
+
+
 def timeline(
     *,
     started_at: float | None,
     ended_at: float | None,
     final_step: int | None,
-    recoveries: Sequence[Mapping[str, Any]],
-    escalations: Sequence[Mapping[str, Any]],
+    recoveries: Sequence[RecoveryEntry],
+    escalations: Sequence[Escalation],
     checkpoints: Sequence[Mapping[str, Any]],
     steps: Sequence[tuple[float, int]] = (),
-    preemptions: Sequence[Mapping[str, Any]] = (),
+    preemptions: Sequence[PreemptionEntry] = (),
     spans: Sequence[Mapping[str, Any]] = (),
 ) -> JsonObj:
     """Steps over time: points ``[t, step]``, failure markers and rewinds (from ``failed_step`` to the restored one).
 
     ``steps`` are the trainer's own (time, step) points; checkpoint commits stand in only without them.
     """
-    points: list[tuple[float, int, int]] = []  # (t, order, step): order keeps a rewind's two points in sequence
+    line = _Line()
     if started_at is not None:
-        points.append((started_at, 0, -1))
-    points.extend((t, 1, n) for t, n in steps)
-    for ckpt in checkpoints if not steps else ():
-        at, step = _num(ckpt.get("committed_at")), _int(ckpt.get("step"))
-        outside = (started_at is not None and at is not None and at < started_at) or (
-            ended_at is not None and at is not None and at > ended_at
-        )  # a step left from an earlier run of the same run directory
-        if at is not None and step is not None and not outside:
-            points.append((at, 1, step))
-    failures: list[JsonObj] = []
-    rewinds: list[JsonObj] = []
+        line.points.append((started_at, 0, -1))
+    line.points.extend((t, 1, n) for t, n in steps)
+    if not steps:
+        line.commits(checkpoints, started_at, ended_at)
     for r in recoveries:
-        detected, failed = _num(r.get("detected_at")), _int(r.get("failed_step"))
-        restored_at, restored = _num(r.get("restored_at")), _int(r.get("restored_step"))
-        first_at = _num(r.get("first_step_at"))
-        if detected is not None:
-            kind = "scale up" if r.get("kind") == SCALE_UP else "slice failure"
-            failures.append({"t": detected, "step": failed, "kind": kind})
-            if failed is not None:
-                points.append((detected, 1, failed))
-        if restored_at is not None:
-            back = restored if restored is not None else -1
-            if failed is not None:
-                points.append((restored_at, 0, failed))
-            points.append((restored_at, 2, back))
-            rewinds.append({"t": restored_at, "from_step": failed, "to_step": back})
-            if first_at is not None:
-                points.append((first_at, 1, back + 1))
+        line.recovery(r)
     for p in preemptions:
-        at, step = _num(p.get("at")), _int(p.get("step"))
-        restored_at, restored = _num(p.get("restored_at")), _int(p.get("restored_step"))
-        if at is None:
-            continue
-        failures.append({"t": at, "step": step, "kind": "preemption"})
-        if step is not None:
-            points.append((at, 1, step))
-        if restored_at is not None and restored is not None:
-            if step is not None:
-                points.append((restored_at, 0, step))
-            points.append((restored_at, 2, restored))
-            rewinds.append({"t": restored_at, "from_step": step, "to_step": restored})
+        line.preemption(p)
     for e in escalations:
-        at, latest, resumed = _num(e.get("at")), _int(e.get("latest_step")), _int(e.get("resumed_from_step"))
-        if at is None:
-            continue
-        failures.append({"t": at, "step": latest, "kind": f"full restart ({e.get('reason')})"})
-        if latest is not None:
-            points.append((at, 1, latest))
-        if resumed is not None:
-            again = at + (_num(e.get("seconds_to_recreate")) or 0.0)
-            points.append((again, 2, resumed))
-            rewinds.append({"t": again, "from_step": latest, "to_step": resumed})
+        line.escalation(e)
     if ended_at is not None and final_step is not None:
-        points.append((ended_at, 3, final_step))
-    points.sort(key=lambda p: (p[0], p[1]))
+        line.points.append((ended_at, 3, final_step))
+    points = sorted(line.points, key=lambda p: (p[0], p[1]))
     return {
         "points": [[round(t, 3), s] for t, _, s in points],
-        "failures": failures,
-        "rewinds": rewinds,
+        "failures": line.failures,
+        "rewinds": line.rewinds,
         "spans": [dict(span) for span in spans],
         "source": "trainer log" if steps else "checkpoints" if len(points) > 1 else None,
     }
@@ -269,7 +331,7 @@ def timeline(
 def training(
     *,
     finished: bool,
-    report: Mapping[str, Any] | None,
+    report: RunReport | None,
     digests_seen: Sequence[LogDigest],
     recoveries: int,
     full_restarts: int,
@@ -278,8 +340,8 @@ def training(
     """What kind of run it was, in a sentence: clean, recovered, restarted, trained nothing, or unknown."""
     executed = sum(d.steps_executed for d in digests_seen)
     resumed = next((d.resumed_from_step for d in digests_seen if d.resumed_from_step is not None), None)
-    if report is not None and _int(report.get("steps_executed")) is not None:
-        executed = int(report["steps_executed"])
+    if report is not None:
+        executed = report.steps_executed
     if executed == 0 and resumed is not None and resumed >= 0 and (final_step is None or final_step == resumed):
         note = f"Resumed at step {resumed} and trained nothing"
         note += ": that step was already the final one." if final_step == resumed else " yet."
@@ -305,29 +367,176 @@ def training(
     }
 
 
-def startup(started_at: float | None, first: LogDigest | None) -> JsonObj | None:
+def startup(
+    started_at: float | None, first: LogDigest | None, report: RunReport | None = None, now: float | None = None
+) -> JsonObj | None:
     """The time before the first step: the trainer starting (pods, image, runtime), then its first step (compile).
 
     It counts from the admission: a wait in Kueue's queue before it is queue time (``capacity``), not start-up.
+    The span is :func:`operators.recovery.first_step_span`'s, the one the report's
+    ``admission_to_first_step_seconds`` holds, so the chart's start-up and the capacity line say one number.
     """
-    if started_at is None or first is None or first.first_step_at is None:
+    if first is None or first.first_step_at is None:
         return None
-    if first.first_admitted_at is not None and first.queue_spans:
-        started_at = max(started_at, first.first_admitted_at)
+    end = now if now is not None else first.first_step_at
+    span = first_step_span(first, end, started_at=started_at)
+    if span is None:
+        return None
+    start, total = span
+    reported = report.capacity.admission_to_first_step_seconds if report and report.capacity else None
+    if reported is not None and first.first_admitted_at is not None:
+        total = reported  # the report's number, made when the run ended, is the one the capacity line shows
     step_seconds = first.first_step_seconds or 0.0
-    total = max(0.0, first.first_step_at - started_at)
     return {
         "seconds": round(total, 3),
-        "from": round(started_at, 3),
+        "from": round(start, 3),
         "first_step_seconds": round(step_seconds, 3),
         "before_first_step_seconds": round(max(0.0, total - step_seconds), 3),
     }
 
 
+def plan(report: RunReport | None, state: Mapping[str, Any]) -> JsonObj:
+    """What the run decided from earlier runs before its launch, when it decided anything.
+
+    ``node_pool_avoidance`` (``avoid_failing_node_pools``: the pools avoided, the failing ones, why) is ``None``
+    when the option was off; ``checkpoint_period_choice`` (``checkpoint_period="auto"``: the period, its bounds,
+    the goodput predicted and, once the run ended, achieved) is ``None`` for a fixed period. From the report; while
+    there is none, from the plan the operator keeps in the task state store.
+    """
+    avoidance: Avoidance | None = None
+    choice: PeriodChoice | None = None
+    achieved: float | None = None
+    if report is not None:
+        avoidance, choice, achieved = report.node_pool_avoidance, report.checkpoint_period_choice, report.goodput
+    elif isinstance(stored := state.get("plan"), Mapping):
+        avoidance = Avoidance.from_json(stored.get("node_pool_avoidance"))
+        try:
+            choice = period_choice_from_json(stored.get("checkpoint_period_choice"))
+        except ReportError:  # a plan this release cannot read: shown as none, never a failed page
+            choice = None
+    return {
+        "node_pool_avoidance": avoidance.to_json() if avoidance is not None and avoidance.enabled else None,
+        "checkpoint_period_choice": None if choice is None else {**choice.to_json(), "achieved_goodput": achieved},
+    }
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the view folds from the state store and the report, shared by its parts."""
+
+    report: RunReport | None
+    state: Mapping[str, Any]
+    monitor: Mapping[str, Any]
+    live: list[tuple[str, LogDigest, Mapping[str, Any]]]
+    recoveries: list[RecoveryEntry]
+    escalations: tuple[Escalation, ...]
+
+    @property
+    def current(self) -> LogDigest:
+        return self.live[-1][1] if self.live else LogDigest()
+
+    @property
+    def every(self) -> list[LogDigest]:
+        return [d for _, d, _ in self.live]
+
+
+def _seen(report: RunReport | None, state: Mapping[str, Any]) -> _Seen:
+    return _Seen(
+        report=report,
+        state=state,
+        monitor=_monitor(state),
+        live=digests(state),
+        recoveries=list(report.recoveries) if report is not None and report.recoveries else live_recoveries(state),
+        escalations=_escalations(report, state),
+    )
+
+
+def _jobset(seen: _Seen) -> JsonObj:
+    report, state, monitor = seen.report, seen.state, seen.monitor
+    return {
+        "name": (report.jobset_name if report else None) or state.get("jobset_name"),
+        "uid": state.get("jobset_uid"),
+        "namespace": report.namespace if report else None,
+        "incarnations": list(report.jobsets) if report and report.jobsets else [name for name, _, _ in seen.live],
+        "phase": monitor.get("phase"),
+        "failure_detail": monitor.get("failure_detail") or None,
+    }
+
+
+def _counts(seen: _Seen, cap: _Capacity) -> JsonObj:
+    report = seen.report
+    return {
+        "slice_restarts": report.slice_restarts if report else _int(seen.monitor.get("slice_restarts")),
+        "recoveries": len(seen.recoveries),
+        "full_restarts": report.full_restarts if report else _int(seen.state.get("full_restarts")),
+        "steps_lost": report.steps_lost if report else None,
+        "preemptions": len(cap.preemptions),
+    }
+
+
+def _goodput(seen: _Seen, cap: _Capacity, steps_executed: int) -> JsonObj:
+    report = seen.report
+    mean_step = report.mean_step_seconds if report else None
+    return {
+        "goodput": report.goodput if report else None,
+        "goodput_with_queue": report.goodput_with_queue if report else None,
+        "queued_seconds": cap.times.queued_seconds,
+        "wall_seconds": report.wall_seconds if report else None,
+        "mean_step_seconds": mean_step if mean_step is not None else _mean_of(seen.every),
+        "steps_executed": steps_executed,
+        "startup_step_seconds": report.startup_step_seconds if report else None,
+        "chips": report.chips if report else None,
+        "price_per_chip_hour": report.price_per_chip_hour if report else None,
+        "chip_seconds_lost": report.chip_seconds_lost if report else None,
+        "cost_lost": report.cost_lost if report else None,
+    }
+
+
+def _progress(seen: _Seen, rendered: Mapping[str, Any]) -> JsonObj:
+    final_step = seen.report.final_step if seen.report else None
+    target = seen.report.target_step if seen.report else None
+    rendered_steps = _as_int(rendered.get("steps"))
+    if target is None and rendered_steps is not None:
+        target = rendered_steps - 1
+    latest = seen.current.latest_step
+    return {
+        "current_step": final_step if final_step is not None and final_step >= 0 else latest,
+        "target_step": target,
+        "final_step": final_step,
+    }
+
+
+def _line(
+    seen: _Seen,
+    cap: _Capacity,
+    *,
+    started: float | None,
+    ended: float | None,
+    now: float | None,
+    nothing: bool,
+    checkpoints: Sequence[Mapping[str, Any]],
+) -> JsonObj:
+    """The timeline, or an empty one for a run that trained nothing (a line from start to end would draw training)."""
+    if nothing:
+        return {"points": [], "failures": [], "rewinds": [], "spans": [], "source": None}
+    final_step = seen.report.final_step if seen.report else None
+    return timeline(
+        started_at=started,
+        ended_at=ended,
+        final_step=final_step if final_step is not None and final_step >= 0 else None,
+        recoveries=seen.recoveries,
+        escalations=seen.escalations,
+        steps=sorted(p for d in seen.every for p in d.points),
+        preemptions=cap.preemptions,
+        spans=_spans(cap, ended if ended is not None else now),
+        checkpoints=checkpoints,
+    )
+
+
 def run_view(
     *,
     task: Mapping[str, Any],
-    report: Mapping[str, Any] | None,
+    report: RunReport | None,
     state: Mapping[str, Any] | None,
     checkpoints: Mapping[str, Any] | None,
     recovery_records: Sequence[Mapping[str, Any]] = (),
@@ -338,104 +547,47 @@ def run_view(
 
     ``now`` (Unix time) says where a run still going stands and closes an open queue wait; default: its end.
     """
-    state = state or {}
+    seen = _seen(report, state or {})
     rendered = rendered or {}
-    monitor = state.get("monitor") if isinstance(state.get("monitor"), Mapping) else {}
-    live = digests(state)
-    current = live[-1][1] if live else LogDigest()
-    recoveries = list((report or {}).get("recoveries") or live_recoveries(state))
-    escalations = list((report or {}).get("escalations") or state.get("escalations") or [])
-    steps = [c for c in (checkpoints or {}).get("steps") or [] if isinstance(c, Mapping)]
-    started = _num(state.get("started_at")) or _num(task.get("start_ts"))
+    started = _num(seen.state.get("started_at")) or _num(task.get("start_ts"))
     ended = _num(task.get("end_ts"))
-    final_step = _int((report or {}).get("final_step"))
-    latest = current.latest_step
-    target = _int((report or {}).get("target_step"))
-    rendered_steps = _as_int(rendered.get("steps"))
-    if target is None and rendered_steps is not None:
-        target = rendered_steps - 1
-    advice = (report or {}).get("advice")
-    if advice is None and report:
-        advice = advice_for_report(report)
-    every = [d for _, d, _ in live]
-    steps_seen = sorted(p for d in every for p in d.points)
-    full_restarts = _first_int((report or {}).get("full_restarts"), state.get("full_restarts")) or 0
     kind = training(
         finished=report is not None,
         report=report,
-        digests_seen=every,
-        recoveries=len(recoveries),
-        full_restarts=full_restarts,
-        final_step=final_step,
+        digests_seen=seen.every,
+        recoveries=len(seen.recoveries),
+        full_restarts=(report.full_restarts if report else _int(seen.state.get("full_restarts"))) or 0,
+        final_step=report.final_step if report else None,
     )
-    mean_step = _num((report or {}).get("mean_step_seconds"))
-    if mean_step is None:
-        mean_step = _mean_of(every)
-    cap = capacity_view(report, state, now if now is not None else ended)
+    cap = _capacity(report, seen.state, now if now is not None else ended)
+    steps = [c for c in (checkpoints or {}).get("steps") or [] if isinstance(c, Mapping)]
+    advice = report.advice if report is not None else None
     return {
         **dict(task),
-        "jobset": {
-            "name": (report or {}).get("jobset_name") or state.get("jobset_name"),
-            "uid": state.get("jobset_uid"),
-            "namespace": (report or {}).get("namespace"),
-            "incarnations": (report or {}).get("jobsets") or [name for name, _, _ in live],
-            "phase": (monitor or {}).get("phase"),
-            "failure_detail": (monitor or {}).get("failure_detail") or None,
-        },
+        "jobset": _jobset(seen),
         "slices": {
             "configured": _as_int(rendered.get("num_slices")),
-            "live": current.live_slices,
-            "restarts_by_slice": dict((monitor or {}).get("slice_restarts_by_slice") or {}),
+            "live": seen.current.live_slices,
+            "restarts_by_slice": dict(seen.monitor.get("slice_restarts_by_slice") or {}),
         },
-        "progress": {
-            "current_step": final_step if final_step is not None and final_step >= 0 else latest,
-            "target_step": target,
-            "final_step": final_step,
-        },
-        "run_directory": (report or {}).get("run_directory") or _run_directory(rendered),
+        "progress": _progress(seen, rendered),
+        "run_directory": (report.run_directory if report else None) or _run_directory(rendered),
         "report_available": report is not None,
-        "failure": (report or {}).get("failure"),
-        "counts": {
-            "slice_restarts": _first_int((report or {}).get("slice_restarts"), (monitor or {}).get("slice_restarts")),
-            "recoveries": len(recoveries),
-            "full_restarts": _first_int((report or {}).get("full_restarts"), state.get("full_restarts")),
-            "steps_lost": _int((report or {}).get("steps_lost")),
-            "preemptions": len(cap["preemptions"]),
-        },
-        "capacity": cap,
-        "budgets": budgets(report, state),
-        "recoveries": recoveries,
+        "failure": report.failure if report else None,
+        "counts": _counts(seen, cap),
+        "capacity": cap.to_json(),
+        "budgets": budgets(report, seen.state),
+        "recoveries": [r.to_json() for r in seen.recoveries],
         "recovery_records": list(recovery_records),
-        "escalations": escalations,
+        "escalations": [e.to_json() for e in seen.escalations],
         "checkpoints": checkpoints,
-        "goodput": {
-            "goodput": _num((report or {}).get("goodput")),
-            "goodput_with_queue": _num((report or {}).get("goodput_with_queue")),
-            "queued_seconds": _num(cap.get("queued_seconds")),
-            "wall_seconds": _num((report or {}).get("wall_seconds")),
-            "mean_step_seconds": mean_step,
-            "steps_executed": kind["steps_executed"],
-            "startup_step_seconds": _num((report or {}).get("startup_step_seconds")),
-            "chips": _int((report or {}).get("chips")),
-            "price_per_chip_hour": _num((report or {}).get("price_per_chip_hour")),
-            "chip_seconds_lost": _num((report or {}).get("chip_seconds_lost")),
-            "cost_lost": _num((report or {}).get("cost_lost")),
-        },
-        "advice": advice,
+        "goodput": _goodput(seen, cap, kind["steps_executed"]),
+        "advice": None if advice is None else advice.to_json(),
+        "plan": plan(report, seen.state),
         "training": kind,
-        "startup": startup(started, every[0] if every else None),
-        "timeline": {"points": [], "failures": [], "rewinds": [], "spans": [], "source": None}
-        if kind["kind"] == "nothing"  # no step ran: a line from the start to the end would draw training
-        else timeline(
-            started_at=started,
-            ended_at=ended,
-            final_step=final_step if final_step is not None and final_step >= 0 else None,
-            recoveries=recoveries,
-            escalations=escalations,
-            checkpoints=steps,
-            steps=steps_seen,
-            preemptions=cap["preemptions"],
-            spans=_spans(cap, ended if ended is not None else now),
+        "startup": startup(started, seen.every[0] if seen.every else None, report, now),
+        "timeline": _line(
+            seen, cap, started=started, ended=ended, nothing=kind["kind"] == "nothing", now=now, checkpoints=steps
         ),
     }
 
@@ -453,10 +605,6 @@ def _as_int(value: Any) -> int | None:
         return int(str(value).strip()) if value is not None and not isinstance(value, bool) else None
     except ValueError:
         return None
-
-
-def _first_int(*values: Any) -> int | None:
-    return next((v for v in map(_int, values) if v is not None), None)
 
 
 def _run_directory(rendered: Mapping[str, Any]) -> str | None:

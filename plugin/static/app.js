@@ -204,6 +204,7 @@ function taskView(t) {
     el("section", { class: "panel span5", id: "budgets" }, el("h2", {}, "Budgets"), budgetGauges(t.budgets)),
     el("section", { class: "panel span7", id: "checkpoints" }, el("h2", {}, "Checkpoints"), checkpointTable(t.checkpoints)),
     el("section", { class: "panel span5", id: "advice" }, el("h2", {}, "Goodput, cost and checkpoint period"), advicePanel(t)),
+    planPanel(t.plan),
     t.escalations.length ? el("section", { class: "panel span12", id: "escalations" }, el("h2", {}, "Full restarts"), escalationTable(t.escalations)) : null));
   return el("div", {}, parts);
 }
@@ -409,6 +410,23 @@ function advicePanel(t) {
     el("p", { class: "muted" }, `${a.failures} failure(s)${a.mtbf_seconds ? `, one every ${fmt.secs(a.mtbf_seconds)}` : ""}; a save takes ${fmt.secs(a.checkpoint_save_seconds)}, a step ${fmt.secs(a.step_seconds)}, a recovery ${fmt.secs(a.recovery_seconds)}.${a.capped_at_run_length ? " The optimum is longer than the run: checkpoint only at the end." : ""}`),
     el("p", { class: "muted" }, el("code", {}, a.model)));
   return el("div", {}, parts);
+}
+
+// What the run decided from its earlier runs before launching: the node pools it kept off, the period it chose.
+function planPanel(plan) {
+  const avoid = plan && plan.node_pool_avoidance, choice = plan && plan.checkpoint_period_choice;
+  if (!avoid && !choice) return null;
+  const parts = [];
+  if (avoid) {
+    const avoided = (avoid.avoided || []).join(", ") || "none";
+    parts.push(el("p", { id: "plan-pools" }, `Node pools avoided: ${avoided}`), el("p", { class: "muted" }, avoid.reason || ""));
+  }
+  if (choice) {
+    parts.push(el("p", { id: "plan-period" }, `checkpoint_period=auto chose ${choice.period} steps (allowed ${choice.bounds[0]}–${choice.bounds[1]}); `
+      + `predicted goodput ${fmt.pct(choice.predicted_goodput)}, achieved ${fmt.pct(choice.achieved_goodput)}`),
+      el("p", { class: "muted" }, choice.reason || ""));
+  }
+  return el("section", { class: "panel span12", id: "plan" }, el("h2", {}, "Decided from earlier runs"), ...parts);
 }
 
 function escalationTable(escalations) {

@@ -8,16 +8,10 @@ from typing import Any
 
 import pytest
 
-from elastic_training.operators.advice import (
-    AdviceError,
-    AdviceInputs,
-    advice_for_report,
-    advise,
-    goodput,
-    inputs_from_report,
-)
+from elastic_training.operators.advice import AdviceError, AdviceInputs, advise, goodput
 from elastic_training.operators.checkpoints.timing import mean_save_seconds, save_seconds
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from elastic_training.operators.run_report import BudgetAllowances, RunReport
 
 
 def inputs(**changes: Any) -> AdviceInputs:
@@ -156,10 +150,10 @@ def report_with(recoveries: int) -> dict[str, Any]:
         final_step=99,
         wall_seconds=200.0,
         costs=CostModel(chips=4),
-        budgets={"max_slice_restarts": 3},
+        budgets=BudgetAllowances(max_slice_restarts=3),
         checkpoint_period=5,
         checkpoint_save_seconds=0.5,
-    )
+    ).to_json()
 
 
 def test_run_report_carries_budgets_and_advice() -> None:
@@ -174,14 +168,14 @@ def test_run_report_carries_budgets_and_advice() -> None:
     assert advice["optimal_period"] == 10 and advice["optimal_goodput"] == pytest.approx(0.85)
     # G(5) = 1 - 0.1 - (2.5 + 5)/100 = 0.825
     assert advice["configured_goodput"] == pytest.approx(0.825)
-    assert advise(inputs_from_report(report)).to_json() == advice
+    assert advise(RunReport.from_json(report).advice_inputs()).to_json() == advice
 
 
 def test_report_without_a_measured_save_time_has_no_advice() -> None:
-    report = {**report_with(1), "checkpoint_save_seconds": None}
-    assert advice_for_report(report) is None
+    report = RunReport.from_json({**report_with(1), "checkpoint_save_seconds": None})
+    assert report.advice is None and report.to_json()["advice"] is None
     with pytest.raises(AdviceError, match="no 'checkpoint_save_seconds'"):
-        inputs_from_report(report)
+        report.advice_inputs()
 
 
 def test_save_seconds_from_orbax_metadata(tmp_path: Path) -> None:

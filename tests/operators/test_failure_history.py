@@ -18,10 +18,10 @@ from elastic_training.operators.failure_history import (
     SliceFailure,
     history_summary,
     kind_of,
-    record_from_report,
     tally_pools,
 )
 from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.run_report import RunReport
 from tests.operators.test_observations import T0, job, pod
 
 LOST, TRAINER, EVICTED = FailureKind.LOST_HOST, FailureKind.TRAINER_ERROR, FailureKind.EVICTION
@@ -116,7 +116,9 @@ def test_a_run_report_becomes_a_history_entry() -> None:
         "escalations": [{"seconds_to_recreate": 8.0}],
         "node_pool_avoidance": {"avoided": ["c"]},
     }
-    record = record_from_report(report, run_id="scheduled__1", ended_at=T0, succeeded=True)
+    record = RunReport.from_json({"target_step": 99, **report}).history_record(
+        run_id="scheduled__1", ended_at=T0, succeeded=True
+    )
     assert record.failures == (failure("b", host="gke-b-1"),)
     assert record.pools == ("a", "b") and record.slices == 2 and record.avoided_pools == ("c",)
     assert record.failures_total == 2 and record.recovery_seconds == 6.0

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from elastic_training.operators.metrics import emit_run_metrics
+from elastic_training.operators.run_report import RecoveryEntry, ReportError, RunReport
 
 
 class Recorder:
@@ -27,6 +30,7 @@ class Recorder:
 
 
 REPORT = {
+    "target_step": 99,
     "slice_restarts": 3,
     "full_restarts": 1,
     "steps_lost": 7,
@@ -45,7 +49,7 @@ def test_metrics_go_through_airflow_stats() -> None:
     recorder = Recorder()
     stats.initialize(factory=lambda: recorder, export_legacy_names=False)  # type: ignore[arg-type,return-value]
     try:
-        emit_run_metrics(REPORT, dag_id="d", task_id="t")
+        emit_run_metrics(RunReport.from_json(REPORT), dag_id="d", task_id="t")
     finally:
         stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
     tags = {"dag_id": "d", "task_id": "t"}
@@ -62,9 +66,14 @@ def test_metrics_go_through_airflow_stats() -> None:
     ]
 
 
-def test_missing_or_wrong_values_are_skipped() -> None:
+def test_wrong_values_never_reach_the_metrics_and_unknown_ones_are_skipped() -> None:
+    """A report's values are checked where it is read (``RunReport.from_json``); an unknown goodput sends nothing."""
+    for wrong in ({"slice_restarts": "3"}, {"recoveries": ["x"]}, {"goodput": "high"}):
+        with pytest.raises(ReportError, match="wrong type"):
+            RunReport.from_json({"target_step": 9, **wrong})
     recorder = Recorder()
     sent = emit_run_metrics(
-        {"slice_restarts": "3", "goodput": None, "recoveries": ["x"]}, dag_id="d", task_id="t", stats=recorder
-    )  # type: ignore[arg-type]
-    assert sent == [] and recorder.calls == []
+        RunReport(target_step=9, goodput=None, recoveries=(RecoveryEntry(),)), dag_id="d", task_id="t", stats=recorder
+    )
+    assert sent == [f"elastic_training.{name}" for name in ("slice_restarts", "full_restarts", "steps_lost")]
+    assert "elastic_training.goodput" not in [stat for _, stat, _, _ in recorder.calls]

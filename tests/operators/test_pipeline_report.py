@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from elastic_training.operators.pipeline_report import time_summary
+from elastic_training.operators.run_report import RunReport
 
 # The shape of a short local run behind Kueue: most of its wall time is not steps.
 REPORT = {
+    "target_step": 29,
     "wall_seconds": 40.0,
     "queued_seconds": 5.0,
     "admission_to_first_step_seconds": 12.0,
@@ -18,7 +20,7 @@ REPORT = {
 
 
 def test_the_wall_time_is_split_into_queue_startup_training_and_tail() -> None:
-    lines = time_summary(REPORT, "multislice-queue")
+    lines = time_summary(RunReport.from_json(REPORT), "multislice-queue")
     assert lines[0] == "time: 40.00 s wall (behind Kueue LocalQueue multislice-queue; 0 preemptions)"
     text = "\n".join(lines)
     assert "queued before admission   : 5.00 s (waiting for quota" in text
@@ -34,7 +36,7 @@ def test_the_wall_time_is_split_into_queue_startup_training_and_tail() -> None:
 
 
 def test_what_a_report_does_not_know_reads_n_a_and_no_queue_is_said() -> None:
-    lines = time_summary({"wall_seconds": 10.0, "preemptions": [{}]})
+    lines = time_summary(RunReport.from_json({"target_step": 9, "wall_seconds": 10.0, "preemptions": [{}]}))
     assert lines[0] == "time: 10.00 s wall (no Kueue queue; 1 preemption)"
     assert "after the last step (tail): n/a" in "\n".join(lines)
     assert lines[-1].startswith("goodput n/a = n/a of steps kept / 10.00 s holding capacity")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, Recovery, recovery_report, run_report
+from elastic_training.operators.run_report import escalations_of
 
 
 def absl(text: str) -> str:
@@ -71,7 +72,9 @@ def test_a_checkpoint_save_is_progress_a_silent_trainer_is_not() -> None:
 
 def test_recovery_cost_hand_worked() -> None:
     recovery = LogDigest().feed_all(one_recovery_log()).recoveries[0]
-    report = recovery_report(recovery, mean_step_seconds=1.0, costs=CostModel(chips=12, price_per_chip_hour=3.6))
+    report = recovery_report(
+        recovery, mean_step_seconds=1.0, costs=CostModel(chips=12, price_per_chip_hour=3.6)
+    ).to_json()
     # 12 chips x (5 s down + 9 steps x 1 s) = 168 chip-seconds; 168 / 3600 h x 3.6 = 0.168
     assert report["chip_seconds_lost"] == 168.0
     assert report["cost"] == pytest.approx(0.168)
@@ -93,7 +96,7 @@ def test_recovery_in_progress_is_reported_open() -> None:
     digest = LogDigest().feed_all([*steps(0, 10, 0.0), (20.0, absl("Elastic event detected"))])
     assert digest.recoveries == [] and digest.open_recovery is not None
     assert [r.first_step_at for r in digest.all_recoveries] == [None]
-    report = recovery_report(digest.all_recoveries[0], mean_step_seconds=1.0, costs=CostModel(chips=4))
+    report = recovery_report(digest.all_recoveries[0], mean_step_seconds=1.0, costs=CostModel(chips=4)).to_json()
     assert report["complete"] is False and report["chip_seconds_lost"] is None
 
 
@@ -130,7 +133,7 @@ def test_run_report_with_an_escalation() -> None:
     second = LogDigest().feed_all(steps(20, 100, 200.0))
     report = run_report(
         incarnations=[Incarnation("run-a", 4, 0, first), Incarnation("run-a-r1", 0, 0, second)],
-        escalations=[{"reason": "slice_restart_budget_spent", "at": 100.0, "steps_lost": 9}],
+        escalations=escalations_of([{"reason": "slice_restart_budget_spent", "at": 100.0, "steps_lost": 9}]),
         namespace="default",
         run_directory="/data/run-a",
         target_step=99,
@@ -138,7 +141,7 @@ def test_run_report_with_an_escalation() -> None:
         wall_seconds=300.0,
         costs=CostModel(chips=8, price_per_chip_hour=1.0),
         full_restart_seconds_lost=20.0,
-    )
+    ).to_json()
     assert report["jobset_name"] == "run-a-r1" and report["jobsets"] == ["run-a", "run-a-r1"]
     assert report["slice_restarts"] == 4 and report["full_restarts"] == 1
     assert report["in_process_recoveries"] == 1
@@ -176,7 +179,7 @@ def test_a_scale_up_is_a_recovery_in_the_report() -> None:
         final_step=59,
         wall_seconds=70.0,
         costs=CostModel(chips=8),
-    )
+    ).to_json()
     assert report["in_process_recoveries"] == 1 and report["scale_up_recoveries"] == 1
     assert report["recoveries"][0]["kind"] == "scale_up" and report["recoveries"][0]["chip_seconds_lost"] == 40.0
 
@@ -205,7 +208,7 @@ def test_a_preemption_is_counted_apart_with_its_steps_lost_and_queue_time_apart_
         wall_seconds=420.0,
         costs=CostModel(chips=8),
         ended_at=420.0,
-    )
+    ).to_json()
     assert report["in_process_recoveries"] == 0 and report["full_restarts"] == 0
     [preemption] = report["preemptions"]
     assert report["preemption_count"] == 1
@@ -235,7 +238,7 @@ def test_a_report_without_kueue_keeps_its_old_keys_and_meaning() -> None:
         final_step=99,
         wall_seconds=200.0,
         costs=CostModel(chips=8),
-    )
+    ).to_json()
     assert report["queued_seconds"] == 0.0 and report["preemptions"] == []
     assert report["goodput"] == report["goodput_with_queue"]
     assert report["in_process_recoveries"] == 1 and report["recoveries"][0]["kind"] == "slice_down"

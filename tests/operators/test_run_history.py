@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from elastic_training.operators.run_history import RUN_HISTORY_MAX_BYTES, parse_run_history, render_run_history
+from elastic_training.operators.run_report import escalations_of
 
 ESCALATION: dict[str, Any] = {
     "reason": "jobset_failed",
@@ -43,7 +44,7 @@ def _report(escalations: list[dict[str, Any]], history: list[dict[str, Any]]) ->
     ]
     return run_report(
         incarnations=incarnations,
-        escalations=escalations,
+        escalations=escalations_of(escalations),
         namespace="default",
         run_directory="gs://bucket/runs/r",
         target_step=59,
@@ -51,7 +52,7 @@ def _report(escalations: list[dict[str, Any]], history: list[dict[str, Any]]) ->
         wall_seconds=100.0,
         costs=CostModel(chips=8, price_per_chip_hour=1.0),
         full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in escalations),
-    )
+    ).to_json()
 
 
 def test_what_the_operator_writes_comes_back_without_timelines() -> None:

@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pytest
 
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
+from elastic_training.operators.run_report import BudgetAllowances
 from tests.support.airflow_dags import dag_from_source, states
 from tests.support.orbax_checkpoints import write_run
 
@@ -73,17 +74,17 @@ def persisted(run_dir: Path, *, failure: str | None = None) -> tuple[dict[str, A
         final_step=None if failure else 39,
         wall_seconds=60.0,
         costs=CostModel(chips=8, price_per_chip_hour=3.0),
-        budgets={
-            "max_slice_restarts": 3,
-            "slice_restart_window_seconds": 3600.0,
-            "stall_timeout_seconds": 600.0,
-            "max_full_restarts": 2,
-            "jobset_max_restarts": 0,
-            "elastic_max_retries": 4,
-        },
+        budgets=BudgetAllowances(
+            max_slice_restarts=3,
+            slice_restart_window_seconds=3600.0,
+            stall_timeout_seconds=600.0,
+            max_full_restarts=2,
+            jobset_max_restarts=0,
+            elastic_max_retries=4,
+        ),
         checkpoint_period=10,
         checkpoint_save_seconds=0.8,
-    )
+    ).to_json()
     if failure:
         report["failure"] = failure
     state = {

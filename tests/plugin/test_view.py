@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from elastic_training.operators.advice import auto_period
 from elastic_training.operators.observations import parse_time
+from elastic_training.operators.pool_avoidance import Avoidance, disabled
 from elastic_training.operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
+from elastic_training.operators.run_report import RecoveryEntry, RunReport, escalations_of
 from elastic_training.plugin.view import budgets, run_view, timeline
 
 RECOVERY = {"detected_at": 110.0, "failed_step": 24, "restored_at": 118.0, "restored_step": 20, "first_step_at": 120.0}
@@ -20,10 +24,10 @@ def test_timeline_has_the_failure_the_rewind_and_checkpoints_in_time_order() -> 
         started_at=100.0,
         ended_at=200.0,
         final_step=59,
-        recoveries=[RECOVERY],
-        escalations=[
-            {"at": 150.0, "latest_step": 40, "resumed_from_step": 30, "seconds_to_recreate": 5.0, "reason": "stalled"}
-        ],
+        recoveries=[RecoveryEntry.from_json(RECOVERY)],
+        escalations=escalations_of(
+            [{"at": 150.0, "latest_step": 40, "resumed_from_step": 30, "seconds_to_recreate": 5.0, "reason": "stalled"}]
+        ),
         checkpoints=[
             {"step": 10, "committed_at": 105.0},
             {"step": 20, "committed_at": 108.0},
@@ -62,7 +66,8 @@ def test_budgets_of_a_running_task_come_from_the_state_store() -> None:
     assert found["slice restarts in window"] == (3, None)  # no window known without the report
     assert found["full restarts"] == (1, None) and found["JobSet restarts"] == (2, None)
     assert found["in-process retries"] == (1, None)
-    windowed = budgets({"budgets": {"slice_restart_window_seconds": 3600.0, "max_slice_restarts": 2}}, state)
+    allowed = {"slice_restart_window_seconds": 3600.0, "max_slice_restarts": 2}
+    windowed = budgets(RunReport.from_json({"target_step": 29, "budgets": allowed}), state)
     assert windowed[0]["used"] == 2 and windowed[0]["allowed"] == 2  # 10 and 20 within an hour, 4000 alone
 
 
@@ -137,7 +142,7 @@ def finished_view(
     """The view of a finished task, built as the operator builds its report and state entry."""
     report = run_report(
         incarnations=[Incarnation(f"js-{i}", 0, 0, d) for i, d in enumerate(incarnations)],
-        escalations=escalations or [],
+        escalations=escalations_of(escalations or []),
         namespace="default",
         run_directory="/data/run",
         target_step=29,
@@ -331,3 +336,66 @@ def test_a_queued_run_still_waiting_says_so_with_kueue_s_reason() -> None:
     assert view["capacity"]["queue_reason"].startswith("Pending: insufficient unused quota")
     assert view["capacity"]["queued_seconds"] == 600.0
     assert view["timeline"]["spans"] == [{"kind": "queued", "from": 1000.0, "to": 1600.0, "seconds": 600.0}]
+
+
+def test_start_up_and_admission_to_first_step_are_one_number() -> None:
+    """Not behind Kueue the admission is the JobSet's creation (whole seconds), a moment after the task started:
+    the chart's start-up and the capacity line measure one span, with one function, and say one number."""
+    digest = LogDigest()
+    digest.admitted(1001.0)  # creationTimestamp, floored to the second
+    digest.feed(1030.0, "No existing checkpoints found, not restoring checkpoint.")
+    for i, step in enumerate(range(10)):
+        digest.feed(1042.2 + i, f"completed step: {step}, seconds: {12.0 if step == 0 else 1.0:.3f}")
+    state = {"jobset_name": "js", "started_at": 1001.6, "monitor": {"phase": "active", "digest": digest.to_json()}}
+    task = {"task_id": "pretrain", "start_ts": 1000.0, "end_ts": 1060.0}
+    running = run_view(task={**task, "end_ts": None}, report=None, state=state, checkpoints=None, now=1055.0)
+    report = run_report(
+        incarnations=[Incarnation("js", 0, 0, digest)],
+        escalations=(),
+        namespace="default",
+        run_directory="/r",
+        target_step=9,
+        final_step=9,
+        wall_seconds=58.0,
+        costs=CostModel(chips=1),
+        ended_at=1059.0,
+    )
+    ended = run_view(task=task, report=report, state=state, checkpoints=None)
+    for view in (running, ended):
+        assert view["startup"]["seconds"] == view["capacity"]["admission_to_first_step_seconds"] == 41.2
+        assert view["startup"]["from"] == 1001.0
+        assert view["startup"]["before_first_step_seconds"] == pytest.approx(41.2 - 12.0)
+
+
+def test_the_view_shows_what_the_run_decided_from_earlier_runs() -> None:
+    """The node pools ``avoid_failing_node_pools`` kept the run off and the period ``checkpoint_period=auto`` chose:
+    from the report once the run ended, from the plan in the state store while it runs; nothing when both were off."""
+    avoidance = Avoidance(enabled=True, avoided=("pool-b",), failing=("pool-b",), reason="pool-b failed 3 times")
+    choice = auto_period([], steps=30, fallback=10)
+    plan_json = {"node_pool_avoidance": avoidance.to_json(), "checkpoint_period_choice": choice.to_json()}
+    digest = LogDigest().feed_all([(1000.0 + i, f"completed step: {i}, seconds: 1.0") for i in range(30)])
+    state = {"jobset_name": "js", "plan": plan_json, "monitor": {"phase": "active", "digest": digest.to_json()}}
+    task = {"task_id": "pretrain", "start_ts": 999.0}
+    running = run_view(task=task, report=None, state=state, checkpoints=None, now=1031.0)
+    assert running["plan"]["node_pool_avoidance"]["avoided"] == ["pool-b"]
+    assert running["plan"]["checkpoint_period_choice"]["period"] == 10
+    assert running["plan"]["checkpoint_period_choice"]["achieved_goodput"] is None  # not known before the end
+    report = run_report(
+        incarnations=[Incarnation("js", 0, 0, digest)],
+        escalations=(),
+        namespace="default",
+        run_directory="/r",
+        target_step=29,
+        final_step=29,
+        wall_seconds=40.0,
+        costs=CostModel(chips=1),
+    )
+    planned = dataclasses.replace(report, node_pool_avoidance=avoidance, checkpoint_period_choice=choice)
+    ended = run_view(task={**task, "end_ts": 1040.0}, report=planned, state=state, checkpoints=None)
+    assert ended["plan"]["node_pool_avoidance"]["reason"] == "pool-b failed 3 times"
+    assert ended["plan"]["checkpoint_period_choice"]["achieved_goodput"] == report.goodput is not None
+    off = dataclasses.replace(report, node_pool_avoidance=disabled())
+    assert run_view(task=task, report=off, state={}, checkpoints=None)["plan"] == {
+        "node_pool_avoidance": None,
+        "checkpoint_period_choice": None,
+    }
