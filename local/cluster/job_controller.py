@@ -299,9 +299,7 @@ class JobController:
             self.queue.enqueue_after((job["metadata"]["namespace"], job["metadata"]["name"]), left + 0.05)
         return active
 
-    def _failure_reason(
-        self, job: Obj, status: Obj, active: list[Obj], ledger: _Ledger, suspended: bool
-    ) -> str | None:
+    def _failure_reason(self, job: Obj, status: Obj, active: list[Obj], ledger: _Ledger, suspended: bool) -> str | None:
         spec = job.get("spec", {})
         if ledger.fail_job:
             return pod_failure_policy.POD_FAILURE_POLICY_REASON
