@@ -684,9 +684,6 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 "latest_step": run.monitor.digest.latest_step,
             }
         )
-        if reason == Reason.PREEMPTED_COMPLETED.value:
-            run.escalations[-1]["preemption"] = True
-            run.budget_base += 1  # part of the preemption: the next incarnation's name, no full restart spent
         run.escalating = True
         run.save(context)
         self._finish_escalation(context, spec, run)

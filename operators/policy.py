@@ -13,8 +13,9 @@ resumes from the last committed step). :func:`decide` says when the fourth layer
 - the JobSet failed for a reason a restart can mend (its ``failurePolicy`` gave up).
 
 Success needs the JobSet ``Completed`` **and** a committed step at the final step: MaxText exits 0
-after SIGTERM, so completion alone proves nothing. A JobSet completed short of its final step (a preemption's
-SIGTERM) is restartable: a full restart resumes it while the full-restart budget lasts.
+after SIGTERM, so completion alone proves nothing. A JobSet completed short of its final step (a drain's or an
+eviction's SIGTERM; never Kueue's suspension, whose pods the Job controller does not count) is restartable: a full
+restart resumes it while the full-restart budget lasts.
 
 Waiting is not stalling. A JobSet suspended by Kueue (queued before its admission, or preempted after it) spends
 no budget and is never escalated: it is waited out, bounded only by ``queue_timeout`` (then the task fails, saying
@@ -80,7 +81,6 @@ class Reason(StrEnum):
     PREEMPTED = "preempted"
     NOT_QUEUED = "not_queued"
     QUEUE_TIMEOUT = "queue_timeout"
-    PREEMPTED_COMPLETED = "preempted_then_completed"
     ALREADY_AT_TARGET = "already_at_target"
 
 
@@ -155,7 +155,7 @@ class Observation:
     failure_detail: str = ""
     permanent: bool = False
     waiting: QueueWait | None = None
-    # Preempted and not restored since: a completion now is the trainer's exit 0 on the preemption's SIGTERM.
+    # Preempted and not restored since (a completion now is not the preemption's doing: see _completed).
     preempted: bool = False
     # The trainer refused to train because its run already reached its target (MaxText's "checkpoint already
     # exists" RuntimeError, exit 1): done, once the committed step says so.
@@ -276,24 +276,22 @@ def _completed(obs: Observation, budgets: Budgets) -> Decision:
             f"the JobSet completed with committed step {obs.committed_step} (target {obs.target_step})",
         )
     reached = "no committed step" if obs.committed_step < 0 else f"newest committed step {obs.committed_step}"
-    if obs.preempted:
-        # Kueue's suspension sent the trainer SIGTERM; MaxText exits 0 on it, and a Job counts a pod that succeeded
-        # while suspended, so the head Job completed: the preemption ended this JobSet. Recreating it is part of the
-        # preemption, no full restart: it spends no budget.
-        return Decision(
-            Action.ESCALATE,
-            Reason.PREEMPTED_COMPLETED,
-            f"the JobSet completed after a Kueue preemption ({reached}, target step {obs.target_step}): its trainer "
-            "exited 0 on the preemption's SIGTERM; recreating it to resume from its checkpoint (no budget spent)",
-        )
-    # MaxText exits 0 after SIGTERM (a preemption, a node drain) or a failed save: the run was stopped, not
+    # MaxText exits 0 after SIGTERM (a node drain, an eviction) or a failed save: the run was stopped, not
     # finished, and resuming from the last committed step mends it like any other restartable failure.
+    # A Kueue preemption is never the cause: the Job controller takes its tracking finalizer off each pod it deletes for
+    # a suspension before deleting it, so that pod counts for nothing, whatever it exits with (kubernetes/kubernetes
+    # pkg/controller/job/job_controller.go, deleteJobPods, getValidPodsWithFilter). A head Job that completes while
+    # preempted had its pod end for another reason (an eviction, a drain: a pod deleted by someone else keeps its
+    # finalizer and, with the head's podFailurePolicy, counts as succeeded on exit 0), or end by itself before the
+    # suspension reached it: the same rule and the same budget as without the preemption.
+    during = " while preempted by Kueue (its suspension completes no Job: the head pod ended otherwise)"
     return _escalate(
         obs,
         budgets,
         Reason.COMPLETED_SHORT,
-        f"the JobSet completed but training did not reach its final step: {reached}, target step "
-        f"{obs.target_step} (MaxText exits 0 after SIGTERM or a failed save; completion alone is not success)",
+        f"the JobSet completed{during if obs.preempted else ''} but training did not reach its final step: "
+        f"{reached}, target step {obs.target_step} (MaxText exits 0 after SIGTERM or a failed save; completion "
+        "alone is not success)",
     )
 
 

@@ -5,12 +5,30 @@ label, ``JOB_COMPLETION_INDEX`` env, hostname ``<job>-<index>``, pod names
 ``<job>-<index>-<5 random>``), ``backoffLimit`` counting failed pods *and*, for
 ``restartPolicy: OnFailure``, container restarts of running pods (as upstream), a pod deleted
 before it finished counts as failed and is replaced at once (upstream's default
-``podReplacementPolicy`` without a ``podFailurePolicy``), ``suspend`` (the active pods are deleted
-gracefully; those terminated this way count neither toward ``backoffLimit`` nor toward the completions,
-however they exit: Kubernetes' "Suspending a Job" documentation and KEP-2232), ``activeDeadlineSeconds``.
+``podReplacementPolicy`` without a ``podFailurePolicy``), ``suspend``, ``activeDeadlineSeconds``.
 Terminal pods are counted as the store reports them (listener), standing in for upstream's
 pod-tracking finalizers. Unlike Kubernetes >= 1.31 the ``Failed`` condition is set at once
 (no ``FailureTarget`` phase) and the running pods are then deleted.
+
+``suspend``, as kubernetes/kubernetes ``pkg/controller/job/job_controller.go`` has it (``syncJob``, ``manageJob``,
+``deleteJobPods``, ``trackJobStatusAndRemoveFinalizers``, ``getValidPodsWithFilter``):
+
+- A suspended Job's active pods are deleted gracefully (``manageJob``). ``deleteJobPods`` removes a pod's
+  ``batch.kubernetes.io/job-tracking`` finalizer *before* deleting it, and the counting skips pods without that
+  finalizer: a pod terminated by the suspension counts neither as failed nor as succeeded, whatever its exit code
+  (a pod that exits 0 on the SIGTERM is not a completion). Here the ledger's ``ignored`` set plays the finalizer's
+  part. A pod that was already terminating (deleted by someone else: an eviction, a drain) is not active, keeps its
+  finalizer and is counted as any terminated pod is, suspended or not.
+- The counts, the failure rules (``backoffLimit``; not ``activeDeadlineSeconds``, which ``pastActiveDeadline``
+  skips while suspended) and the completion check run while suspended too: a suspended Job whose counted pods
+  reach its completions is ``Complete`` ("Job can be in the suspended state only if it is NOT completed").
+- Otherwise the ``Suspended`` condition is ``True`` with reason ``JobSuspended``, message ``Job suspended`` (Normal
+  Event ``Suspended``); on resume it turns ``False`` with ``JobResumed``/``Job resumed`` (Event ``Resumed``). A Job
+  never suspended has no ``Suspended`` condition (``ensureJobConditionStatus`` does not add a False one).
+- ``status.startTime`` is set at the first sync while not suspended, is *kept* on suspension, and is reset to now
+  when the Job resumes (the ``JobResumed`` transition). JobSet clears it before resuming a child Job
+  (kubernetes-sigs/jobset ``pkg/controllers/jobset_controller.go`` ``resumeJob``) because the API server lets a
+  suspended Job's scheduling directives change only while ``startTime`` is unset (``validation.py``).
 """
 
 from __future__ import annotations
@@ -170,19 +188,11 @@ class JobController:
         if is_true(conditions, "Complete") or is_true(conditions, "Failed"):
             delete_all(self._store, PODS, active)
             active = []
-        elif spec.get("suspend"):
-            for pod in active:
-                ledger.ignored.add(str(pod["metadata"]["uid"]))
-            delete_all(self._store, PODS, active)
-            active = []
-            if set_condition(conditions, "Suspended", True, "JobSuspended", "Job suspended", probe_time=True):
-                events.append((NORMAL, "Suspended", "Job suspended"))
-            status.pop("startTime", None)
         else:
-            if set_condition(conditions, "Suspended", False, "JobResumed", "Job resumed", probe_time=True):
-                events.append((NORMAL, "Resumed", "Job resumed"))
-            status.setdefault("startTime", now_rfc3339())
-            active = self._sync_running(job, status, conditions, pods, active, ledger, indexed, events)
+            suspended = bool(spec.get("suspend"))
+            if not status.get("startTime") and not suspended:
+                status["startTime"] = now_rfc3339()  # the first start; a Job created suspended has none yet
+            active = self._sync_unfinished(job, status, conditions, pods, active, ledger, indexed, events, suspended)
 
         succeeded_indexes = {i for i in ledger.succeeded.values() if i is not None}
         status["active"] = len(active)
@@ -199,7 +209,7 @@ class JobController:
         for event_type, reason, message in events:
             record_event(self._store, job, event_type, reason, message, COMPONENT)
 
-    def _sync_running(
+    def _sync_unfinished(
         self,
         job: Obj,
         status: Obj,
@@ -209,10 +219,11 @@ class JobController:
         ledger: _Ledger,
         indexed: bool,
         events: list[tuple[str, str, str]],
+        suspended: bool,
     ) -> list[Obj]:
-        """A running Job: fail it, complete it, or create the pods it lacks. Returns the active pods."""
+        """An unfinished Job: fail it, complete it, suspend it, or create the pods it lacks. Returns the active pods."""
         spec = job.get("spec", {})
-        failure = self._failure_reason(job, status, active, ledger)
+        failure = self._failure_reason(job, status, active, ledger, suspended)
         if failure is not None:
             message = (
                 ledger.fail_job
@@ -223,6 +234,12 @@ class JobController:
             events.append((WARNING, failure, message))
             delete_all(self._store, PODS, active)
             return []
+        if suspended:
+            # Upstream deleteJobPods takes the tracking finalizer off first: these pods are never counted.
+            for pod in active:
+                ledger.ignored.add(str(pod["metadata"]["uid"]))
+            delete_all(self._store, PODS, active)
+            active = []
         occupying = list(active)
         if _policy(job) is not None:
             # podReplacementPolicy Failed (the default with a podFailurePolicy): a terminating pod is
@@ -256,6 +273,14 @@ class JobController:
             events.append((NORMAL, "Completed", "Job completed"))
             delete_all(self._store, PODS, active)
             return []
+        if suspended:
+            if set_condition(conditions, "Suspended", True, "JobSuspended", "Job suspended", probe_time=True):
+                events.append((NORMAL, "Suspended", "Job suspended"))
+            return []
+        if set_condition(conditions, "Suspended", False, "JobResumed", "Job resumed", probe_time=True):
+            events.append((NORMAL, "Resumed", "Job resumed"))
+            # Upstream: a resumed Job's activeDeadlineSeconds counts from its resume, as for one created suspended.
+            status["startTime"] = now_rfc3339()
         for index in to_create:
             try:
                 pod = self._store.create(PODS, self._pod_for(job, index))
@@ -274,7 +299,7 @@ class JobController:
             self.queue.enqueue_after((job["metadata"]["namespace"], job["metadata"]["name"]), left + 0.05)
         return active
 
-    def _failure_reason(self, job: Obj, status: Obj, active: list[Obj], ledger: _Ledger) -> str | None:
+    def _failure_reason(self, job: Obj, status: Obj, active: list[Obj], ledger: _Ledger, suspended: bool) -> str | None:
         spec = job.get("spec", {})
         if ledger.fail_job:
             return pod_failure_policy.POD_FAILURE_POLICY_REASON
@@ -292,7 +317,7 @@ class JobController:
                 return BACKOFF_LIMIT_EXCEEDED
         deadline = spec.get("activeDeadlineSeconds")
         started = status.get("startTime")
-        if deadline is not None and started and _seconds_since(str(started)) >= float(deadline):
+        if deadline is not None and started and not suspended and _seconds_since(str(started)) >= float(deadline):
             return DEADLINE_EXCEEDED
         return None
 

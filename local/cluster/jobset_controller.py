@@ -323,6 +323,16 @@ class JobSetController:
         if bool(job.get("spec", {}).get("suspend")) == suspend or job["metadata"].get("deletionTimestamp"):
             return
         meta = job["metadata"]
+        if not suspend and (job.get("status") or {}).get("startTime"):
+            # Upstream resumeJob: the API lets a suspended Job's scheduling directives change only while it has no
+            # startTime (the Job controller keeps it across a suspension), so JobSet clears it first.
+            self._store.mutate(
+                JOBS,
+                meta["namespace"],
+                meta["name"],
+                lambda o: o["status"].pop("startTime", None),
+                subresource="status",
+            )
 
         def change(obj: Obj) -> None:
             obj["spec"]["suspend"] = suspend

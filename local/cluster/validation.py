@@ -430,6 +430,8 @@ def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[st
     causes = _validate_finalizers_update(old, new) + kueue_api.validate_update(rtype, old, new)
     if rtype in rbac_validation.BINDING_TYPES:
         return causes + rbac_validation.validate_binding_update(old, new)
+    if rtype == JOBS:
+        return causes + _validate_job_template_update(old, new)
     if rtype != JOBSETS:
         return causes
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
@@ -442,6 +444,48 @@ def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[st
     if old_rjobs != new_rjobs:
         causes.append(Cause("spec.replicatedJobs", "Invalid value: field is immutable"))
     return causes
+
+
+# A Job's pod template is immutable, but for its scheduling directives while the Job is suspended and has never
+# started (``status.startTime`` unset): kubernetes/kubernetes pkg/registry/batch/job/strategy.go
+# (validationOptionsForJob: AllowMutableSchedulingDirectives = suspended && notStarted) and
+# pkg/apis/batch/validation/validation.go (validatePodTemplateUpdate). JobSet clears startTime before resuming a Job.
+_JOB_SCHEDULING_DIRECTIVES = (
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("spec", "nodeSelector"),
+    ("spec", "tolerations"),
+    ("spec", "schedulingGates"),
+)
+
+
+def _without_scheduling_directives(template: Any) -> Any:
+    if not isinstance(template, Mapping):
+        return template
+    stripped = {key: dict(value) if isinstance(value, Mapping) else value for key, value in template.items()}
+    for section, key in _JOB_SCHEDULING_DIRECTIVES:
+        part = stripped.get(section)
+        if isinstance(part, dict):
+            part.pop(key, None)
+    pod_spec = stripped.get("spec")
+    if isinstance(pod_spec, dict) and isinstance(pod_spec.get("affinity"), Mapping):
+        affinity = {k: v for k, v in pod_spec["affinity"].items() if k != "nodeAffinity"}
+        if affinity:
+            pod_spec["affinity"] = affinity
+        else:
+            pod_spec.pop("affinity")
+    return stripped
+
+
+def _validate_job_template_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    old_template, new_template = old_spec.get("template"), new_spec.get("template")
+    if old_spec.get("suspend") and not (old.get("status") or {}).get("startTime"):
+        old_template = _without_scheduling_directives(old_template)
+        new_template = _without_scheduling_directives(new_template)
+    if old_template != new_template:
+        return [Cause("spec.template", "Invalid value: field is immutable")]
+    return []
 
 
 def _validate_finalizers_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:

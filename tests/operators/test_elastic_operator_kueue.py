@@ -278,13 +278,11 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
     assert preemption["readmitted_at"] > preemption["at"]
     assert preemption["reason"].startswith("Preempted")
     assert report["queued_seconds"] > 0
-    # The same JobSet resumes, unless the trainer exited 0 on the preemption's SIGTERM before its grace ran out (as
-    # MaxText does): a Job counts a pod that succeeded while suspended, so its head Job, then the JobSet, completed.
-    # Then the operator recreated it, as part of the preemption: no full restart, no budget spent.
-    recreated = report["preemption_recreations"]
-    assert recreated in (0, 1) and preemption["recreated"] is (recreated == 1)
-    assert len(jobsets_of(cluster_connection, run_name)) == 1 + recreated
-    assert all(e["preemption"] for e in report["escalations"])
+    # The same JobSet resumes, whatever the trainer exited with on the preemption's SIGTERM (MaxText exits 0): the Job
+    # controller counts none of the pods it deletes for a suspension (kubernetes/kubernetes job_controller.go
+    # deleteJobPods takes their tracking finalizer off first), so the suspended head Job never completes by it.
+    assert report["preemption_recreations"] == 0 and preemption["recreated"] is False
+    assert len(jobsets_of(cluster_connection, run_name)) == 1
 
 
 def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(

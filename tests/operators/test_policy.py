@@ -104,7 +104,7 @@ CASES = [
     ),
     ("completed at target", obs(phase=JobSetPhase.COMPLETED, committed_step=99), Action.SUCCEED, Reason.COMPLETED),
     ("completed past target", obs(phase=JobSetPhase.COMPLETED, committed_step=120), Action.SUCCEED, Reason.COMPLETED),
-    # A preemption's SIGTERM: MaxText exits 0 short of its target; a full restart resumes it.
+    # A drain's SIGTERM: MaxText exits 0 short of its target; a full restart resumes it.
     ("completed short", obs(phase=JobSetPhase.COMPLETED, committed_step=60), Action.ESCALATE, Reason.COMPLETED_SHORT),
     (
         "completed, no checkpoint",
@@ -117,6 +117,26 @@ CASES = [
         obs(phase=JobSetPhase.COMPLETED, committed_step=60, full_restarts_used=1),
         Action.FAIL,
         Reason.FULL_RESTART_BUDGET,
+    ),
+    # Completed while preempted: never the suspension's doing (the Job controller counts none of the pods it deletes
+    # for it); the head pod ended otherwise, and that is the completion short of target it is without a preemption.
+    (
+        "completed short while preempted: a full restart",
+        obs(phase=JobSetPhase.COMPLETED, committed_step=60, preempted=True),
+        Action.ESCALATE,
+        Reason.COMPLETED_SHORT,
+    ),
+    (
+        "completed short while preempted, full restarts spent: fails",
+        obs(phase=JobSetPhase.COMPLETED, committed_step=60, preempted=True, full_restarts_used=1),
+        Action.FAIL,
+        Reason.FULL_RESTART_BUDGET,
+    ),
+    (
+        "completed at target while preempted: success",
+        obs(phase=JobSetPhase.COMPLETED, committed_step=99, preempted=True),
+        Action.SUCCEED,
+        Reason.COMPLETED,
     ),
     ("completed, unread", obs(phase=JobSetPhase.COMPLETED), Action.FAIL, Reason.COMPLETED_UNCHECKED),
     ("missing", obs(phase=JobSetPhase.MISSING), Action.FAIL, Reason.JOBSET_MISSING),
@@ -363,3 +383,11 @@ def test_budgets_round_trip_through_json() -> None:
     full = replace(unset, queue_timeout_seconds=600.0, elastic_timeout_seconds=300.0)
     assert Budgets.from_json(full.to_json()) == full
     assert Budgets.from_json({**unset.to_json(), "queue_timeout_seconds": None}) == unset
+
+
+def test_a_completion_while_preempted_says_the_preemption_did_not_cause_it() -> None:
+    decision = decide(obs(phase=JobSetPhase.COMPLETED, committed_step=60, preempted=True), BUDGETS)
+    assert "while preempted by Kueue (its suspension completes no Job: the head pod ended otherwise)" in (
+        decision.message
+    )
+    assert "newest committed step 60, target step 99" in decision.message

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.store import now_rfc3339
 from elastic_training.operators.constants import (
     ANNOTATION_COORDINATOR,
     JOBSET_GROUP,
@@ -373,6 +374,43 @@ def test_suspend_and_resume(k8s: K8s) -> None:
     resumed = next(c for c in status["conditions"] if c["type"] == "Suspended")
     assert (resumed["status"], resumed["reason"]) == ("False", "ResumeJobs")
     jobsets.delete(name)
+
+
+def test_a_resumed_child_job_starts_anew_with_the_template_changed_while_suspended(k8s: K8s) -> None:
+    """Kueue's preemption and re-admission, JobSet's part: the suspended child Job keeps its startTime (the Job
+    controller does not clear it); upstream resumeJob clears it, merges the pod template fields changed while the
+    JobSet was suspended (the API allows that only without a startTime) and unsuspends; the Job's startTime is new."""
+    jobsets = JobSets(k8s.custom)
+    name = unique("resume")
+    jobsets.create(jobset_manifest(name, {HEAD: job_template(SLEEP, grace=5)}))
+    [first] = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name}", 1)
+    [job] = _jobs(k8s, name)
+    started = job.status.start_time
+    assert started is not None
+    jobsets.patch(name, {"spec": {"suspend": True}})
+    wait_for(lambda: not pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={name}"), 60)
+    [job] = _jobs(k8s, name)
+    assert job.spec.suspend is True and job.status.start_time == started
+    assert condition(job.status.conditions, "Suspended").reason == "JobSuspended"
+    wait_processes_gone(pod_pids(first))
+    annotations = {"admitted-again": "yes"}
+    jobsets.patch(name, {"spec": {"replicatedJobs": [_with_pod_annotations(jobsets.get(name), annotations)]}})
+    wait_for(lambda: now_rfc3339() > started.strftime("%Y-%m-%dT%H:%M:%SZ"), 5)
+    jobsets.patch(name, {"spec": {"suspend": False}})
+    [second] = _running_pods(k8s, f"{LABEL_JOBSET_NAME}={name}", 1, other_than=first.metadata.name)
+    assert (second.metadata.annotations or {}).get("admitted-again") == "yes"
+    [job] = _jobs(k8s, name)
+    assert job.spec.suspend is False and job.status.start_time > started
+    assert job.spec.template.metadata.annotations["admitted-again"] == "yes"
+    jobsets.delete(name)
+    wait_processes_gone(pod_pids(second))
+
+
+def _with_pod_annotations(jobset: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    [rjob] = jobset["spec"]["replicatedJobs"]
+    pod_meta = rjob["template"]["spec"]["template"].setdefault("metadata", {})
+    pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **annotations}
+    return dict(rjob)
 
 
 def test_foreground_delete_leaves_no_job_pod_or_process(k8s: K8s) -> None:
