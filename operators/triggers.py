@@ -220,6 +220,7 @@ class _Monitor:
         try:
             return await self._decide_loop(self.tasks)
         finally:
+            self.children = True  # nothing opens now
             for task in self.tasks:
                 task.cancel()
             for task in self.tasks:
