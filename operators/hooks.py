@@ -483,10 +483,8 @@ class AsyncJobSetHook(AsyncKubernetesHook):
             else:
                 yield kind, obj
 
-    async def watch_jobsets(
-        self, namespace: str, *, label_selector: str = "", field_selector: str = ""
-    ) -> AsyncIterator[tuple[str, Obj]]:
-        """The JobSets in ``namespace`` (those the selectors match): ``("SYNC", {"items": [...]})`` after each
+    async def watch_jobsets(self, namespace: str, *, field_selector: str = "") -> AsyncIterator[tuple[str, Obj]]:
+        """The JobSets in ``namespace`` (those ``field_selector`` matches): ``("SYNC", {"items": [...]})`` after each
         (re)list, then ``(type, jobset)`` per change; forever."""
 
         def lister(api: async_k8s.ApiClient) -> Callable[..., Any]:
@@ -499,8 +497,8 @@ class AsyncJobSetHook(AsyncKubernetesHook):
 
             return list_jobsets
 
-        selectors = {"label_selector": label_selector, "field_selector": field_selector}
-        async for kind, obj in self._list_watch(lister, **{k: v for k, v in selectors.items() if v}):
+        stream = self._list_watch(lister, field_selector=field_selector) if field_selector else self._list_watch(lister)
+        async for kind, obj in stream:
             yield kind, obj
 
     async def watch_pods(self, namespace: str, label_selector: str) -> AsyncIterator[tuple[str, Obj]]:
