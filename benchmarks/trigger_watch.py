@@ -23,7 +23,8 @@ Four processes, so that each one's CPU is its own:
 - **watch triggerer**: one event loop running ``--jobsets`` monitors of ``operators.triggers.JobSetTrigger``
   at once (the trigger's own ``_Monitor``, which is all ``JobSetTrigger.run()`` runs, held so the
   benchmark can see when it has read everything once): it watches the JobSet, its pods and its Jobs
-  and follows the head pod's log. A slice budget of 0 makes the first slice restart yield its event.
+  (through the process's shared watches, one per kind) and follows the head pod's log. A slice budget of 0
+  makes the first slice restart yield its event.
 - **polling triggerer**: the same number of :class:`PollingJobSetTrigger`, in the provider's
   ``KubernetesJobTrigger`` style: get, sleep ``--poll-interval`` seconds, get again. Each poll is
   two requests, get the JobSet and list its Jobs (a slice restart shows as the worker Job's
@@ -34,7 +35,7 @@ Four processes, so that each one's CPU is its own:
   (a ``pathways-head`` job and a ``worker`` job, labelled as the operator's), then measures:
 
 1. *start*: requests from starting the triggers until every one has read everything once and every
-   watch trigger has its three watches and its log follow open (counted at the cluster);
+   watch triggerer has its shared watches and every log follow open (counted at the cluster);
 2. *steady window* (``--window`` seconds, nothing changing): requests per client, and each
    triggerer's CPU time (user + system) over wall time and its resident memory;
 3. *detection*: ``--deletes`` worker pods of different JobSets force-deleted one by one (random
@@ -532,10 +533,11 @@ def _cpu_share(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 def _streams(names: list[str], running: set[str], in_queue: bool) -> tuple[int, int]:
-    """(watches, log follows) a watch triggerer holds open for ``names``: the JobSet, its pods and Jobs, and its
-    Workload when it is in a queue; the head's log only where it runs."""
-    per_jobset = 4 if in_queue else 3
-    return per_jobset * len(names), sum(1 for n in names if n in running)
+    """(watches, log follows) a watch triggerer holds open for ``names``: the process's shared watches of the
+    namespace's JobSets, pods and Jobs, and of its Workloads when the JobSets are in a queue, however many JobSets
+    (``operators.shared_watches``); the head's log only where it runs."""
+    kinds = (4 if in_queue else 3) if names else 0
+    return kinds, sum(1 for n in names if n in running)
 
 
 def _wait_streams(
@@ -637,8 +639,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         events = {label: dict(child.events) for label, child in triggerers.items()}
         counts_detect_end = cluster.ask("counts", "counts")["counts"]
         # The triggers that fired were replaced by fresh ones; wait for their streams before the window.
-        rearmed = _streams(list(deletes), run_set, in_queue)
-        expected = {label: (w + rearmed[0], f + rearmed[1]) for label, (w, f) in expected.items()}
+        rearmed = _streams(list(deletes), run_set, in_queue)[1]  # their log follows; the shared watches stay open
+        expected = {label: (w, f + rearmed) for label, (w, f) in expected.items()}
         _wait_streams(cluster, counts_start, expected, labels, timeout=120 + len(names) / 5)
 
         _say(f"steady window of {args.window:.0f} s")

@@ -476,6 +476,16 @@ class AsyncJobSetHook(AsyncKubernetesHook):
 
     async def watch_jobset(self, name: str, namespace: str) -> AsyncIterator[tuple[str, Obj | None]]:
         """``("SYNC", jobset or None)`` after each (re)list, then ``(type, jobset)`` per change; forever."""
+        async for kind, obj in self.watch_jobsets(namespace, field_selector=f"metadata.name={name}"):
+            if kind == "SYNC":
+                items = obj.get("items") or []
+                yield "SYNC", (items[0] if items else None)
+            else:
+                yield kind, obj
+
+    async def watch_jobsets(self, namespace: str, *, field_selector: str = "") -> AsyncIterator[tuple[str, Obj]]:
+        """The JobSets in ``namespace`` (those ``field_selector`` matches): ``("SYNC", {"items": [...]})`` after each
+        (re)list, then ``(type, jobset)`` per change; forever."""
 
         def lister(api: async_k8s.ApiClient) -> Callable[..., Any]:
             custom = async_k8s.CustomObjectsApi(api)
@@ -487,12 +497,9 @@ class AsyncJobSetHook(AsyncKubernetesHook):
 
             return list_jobsets
 
-        async for kind, obj in self._list_watch(lister, field_selector=f"metadata.name={name}"):
-            if kind == "SYNC":
-                items = obj.get("items") or []
-                yield "SYNC", (items[0] if items else None)
-            else:
-                yield kind, obj
+        stream = self._list_watch(lister, field_selector=field_selector) if field_selector else self._list_watch(lister)
+        async for kind, obj in stream:
+            yield kind, obj
 
     async def watch_pods(self, namespace: str, label_selector: str) -> AsyncIterator[tuple[str, Obj]]:
         """``("SYNC", {"items": [...]})`` after each (re)list, then ``(type, pod)`` per change; forever."""
@@ -546,6 +553,8 @@ class AsyncJobSetHook(AsyncKubernetesHook):
         missing_ends: bool = False,
         **selectors: str,
     ) -> AsyncIterator[tuple[str, Obj]]:
+        """``("SYNC", list)`` after each (re)list, then ``(type, object)`` per change, as client-go's reflector:
+        each watch resumes from the last resourceVersion seen (bookmarks included), ``410 Gone`` relists."""
         backoff = Backoff()
         refused = 0
         while True:
@@ -553,11 +562,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                 async with self.api() as api:
                     list_call = lister(api)
                     listed: Any = await list_call(_preload_content=False, **selectors)
-                    try:
-                        await _raise_for_status(listed)
-                        snapshot: Obj = json.loads(await listed.read())
-                    finally:
-                        listed.release()
+                    snapshot = await _read_json(listed)
                     version = (snapshot.get("metadata") or {}).get("resourceVersion")
                     yield "SYNC", snapshot
                     backoff.reset()
@@ -574,11 +579,7 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                         )
                         try:
                             await _raise_for_status(stream)
-                            async for event in _json_lines(stream):
-                                kind = str(event.get("type"))
-                                obj = event.get("object") or {}
-                                if kind == "ERROR":
-                                    raise AsyncApiException(status=obj.get("code"), reason=obj.get("message"))
+                            async for kind, obj in _watch_events(stream):
                                 version = (obj.get("metadata") or {}).get("resourceVersion") or version
                                 if kind != "BOOKMARK":
                                     yield kind, obj
@@ -590,24 +591,28 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                 if error.status == 410:
                     self.log.info("watch: resourceVersion too old (410); relisting")
                     continue
-                if error.status == 401 and self._gke is not None:
-                    self._gke.tokens.invalidate()  # the next attempt fetches a new token
                 if error.status == 404 and missing_ends:
                     self.log.info("watch: the resource is not served (404); not watching it")
                     return
-                refused = refused + 1 if error.status in REFUSED_STATUSES else 0
-                if refused >= REFUSED_ATTEMPTS:
-                    advice = GKE_UNAUTHORIZED_ADVICE if error.status == 401 and self._gke else None
-                    raise ClusterAccessError(
-                        f"watching through connection {self.conn_id!r}: the Kubernetes API answered HTTP "
-                        f"{error.status} {error.reason} {refused} times in a row; "
-                        f"{advice or REFUSAL_ADVICE[error.status]}"
-                    ) from None
-                if error.status not in TRANSIENT_STATUSES:
-                    self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)
+                refused = self._refused(error, refused)
             except Exception as error:  # connection refused/reset, TLS, timeouts: the API may come back
                 self.log.warning("watch: %s: %s; retrying", type(error).__name__, error)
             await asyncio.sleep(backoff.next_delay())
+
+    def _refused(self, error: AsyncApiException, refused: int) -> int:
+        """Count a watch's error answer: refusals in a row, a `ClusterAccessError` after `REFUSED_ATTEMPTS`."""
+        if error.status == 401 and self._gke is not None:
+            self._gke.tokens.invalidate()  # the next attempt fetches a new token
+        refused = refused + 1 if error.status in REFUSED_STATUSES else 0
+        if refused >= REFUSED_ATTEMPTS:
+            advice = GKE_UNAUTHORIZED_ADVICE if error.status == 401 and self._gke else None
+            raise ClusterAccessError(
+                f"watching through connection {self.conn_id!r}: the Kubernetes API answered HTTP "
+                f"{error.status} {error.reason} {refused} times in a row; {advice or REFUSAL_ADVICE[error.status]}"
+            ) from None
+        if error.status not in TRANSIENT_STATUSES:
+            self.log.warning("watch: HTTP %s: %s; retrying", error.status, error.reason)
+        return refused
 
     async def follow_log(
         self,
@@ -662,6 +667,26 @@ async def _raise_for_status(response: Any) -> None:
         phrase = getattr(response, "reason", None) or ""
         reason = f"{phrase}: {detail}" if phrase and detail != phrase else detail or phrase
         raise AsyncApiException(status=int(response.status), reason=reason)
+
+
+async def _read_json(response: Any) -> Obj:
+    """An unpreloaded response's JSON body (an error status raised), the response released."""
+    try:
+        await _raise_for_status(response)
+        body: Obj = json.loads(await response.read())
+        return body
+    finally:
+        response.release()
+
+
+async def _watch_events(stream: Any) -> AsyncIterator[tuple[str, Obj]]:
+    """``(type, object)`` per watch event; an ``ERROR`` event (``410 Gone``, ...) raised as its status."""
+    async for event in _json_lines(stream):
+        kind = str(event.get("type"))
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            raise AsyncApiException(status=obj.get("code"), reason=obj.get("message"))
+        yield kind, obj
 
 
 async def _lines(response: Any) -> AsyncIterator[bytes]:

@@ -3,6 +3,9 @@
 It watches the JobSet (by name), its child Jobs and pods (by the ``jobset-name`` label), the Kueue Workload of a
 JobSet that carries a queue label (by Kueue's ``kueue.x-k8s.io/job-uid`` label; read-only, for the queue's reason),
 and follows the head pod's trainer log, folding all of it into a :class:`~operators.observations.MonitorState`.
+The watches are the triggerer process's shared ones (:mod:`operators.shared_watches`: one list+watch per
+connection, namespace and kind, whatever the number of triggers); a JobSet Kueue has not admitted yet has no pods,
+so its trigger subscribes to its Jobs and pods, and follows the log, only once it is admitted.
 After every change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
 the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
 deadline passed. It is side-effect free: it never creates, deletes or patches anything, so running
@@ -21,7 +24,7 @@ import contextlib
 import importlib
 import math
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -29,14 +32,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from elastic_training.operators import config
 from elastic_training.operators.backoff import Backoff
-from elastic_training.operators.constants import (
-    HEAD_MAIN_CONTAINER,
-    LABEL_JOBSET_NAME,
-    LABEL_JOBSET_UID,
-    LABEL_KUEUE_JOB_UID,
-)
+from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_UID
 from elastic_training.operators.observations import MonitorState, parse_time
-from elastic_training.operators.policy import Action, Budgets, RunPhase, decide
+from elastic_training.operators.policy import Action, Budgets, JobSetPhase, RunPhase, decide
+from elastic_training.operators.queueing import QUOTA_RESERVED
+from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
 
 if TYPE_CHECKING:
     from elastic_training.operators.hooks import AsyncJobSetHook
@@ -176,10 +176,16 @@ class JobSetTrigger(BaseTrigger):
 
 
 class _Monitor:
-    """The trigger's running state: four watchers feed one MonitorState; the main loop decides."""
+    """The trigger's running state: its subscriptions to the shared watches feed one MonitorState; the main loop
+    decides. ``hook`` serves the log follow (a stream per head pod, so a client per trigger)."""
 
     def __init__(
-        self, trigger: JobSetTrigger, state: MonitorState, hook: AsyncJobSetHook, settled_at: float = 0.0
+        self,
+        trigger: JobSetTrigger,
+        state: MonitorState,
+        hook: AsyncJobSetHook,
+        settled_at: float = 0.0,
+        watches: SharedWatches | None = None,
     ) -> None:
         self.trigger = trigger
         self.settled_at = settled_at  # time.monotonic() before which a final decision waits
@@ -187,9 +193,14 @@ class _Monitor:
         if not state.started_at:  # no persisted state: the incarnation is watched from now on
             state.started_at = time.time()
         self.hook = hook
+        self.watches = watches if watches is not None else shared_watches()
         self.budgets = trigger.budgets
         self.changed = asyncio.Event()
+        self.pods_changed = asyncio.Event()  # the pods subscription brought something: the head pod may be known
         self.queue_managed = asyncio.Event()  # the JobSet carries a queue label: its Workload is watched
+        self.admitted_once = False  # its Workload shows an admission, now or before (preempted, requeued)
+        self.children = False  # subscribed to the Jobs and pods, following the log
+        self.tasks: list[asyncio.Task[None]] = []
         self.run_phase: RunPhase | None = None
         self.log = trigger.log
 
@@ -204,25 +215,47 @@ class _Monitor:
         }
 
     async def run(self) -> dict[str, Any]:
-        tasks = [
-            asyncio.create_task(self._watch_jobset(), name="jobset"),
-            asyncio.create_task(self._watch_pods(), name="pods"),
-            asyncio.create_task(self._watch_jobs(), name="jobs"),
-            asyncio.create_task(self._follow_log(), name="log"),
-            asyncio.create_task(self._watch_workloads(), name="workloads"),
-        ]
-        for task in tasks:
-            task.add_done_callback(lambda _: self.changed.set())
+        self._start(self._watch_jobset(), "jobset")
+        self._start(self._watch_workloads(), "workloads")
         try:
-            return await self._decide_loop(tasks)
+            return await self._decide_loop(self.tasks)
         finally:
-            for task in tasks:
+            self.children = True  # nothing opens now
+            for task in self.tasks:
                 task.cancel()
-            for task in tasks:
+            for task in self.tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             with contextlib.suppress(Exception):
                 await self.hook.close()
+
+    def _start(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        task.add_done_callback(lambda _: self.changed.set())
+        self.tasks.append(task)
+
+    def _subscribe(self, kind: WatchKind, value: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        key = WatchKey(self.trigger.kubernetes_conn_id, self.trigger.namespace, kind)
+        return self.watches.subscribe(key, value)
+
+    def _queued(self) -> bool:
+        """Suspended in a Kueue queue and never admitted, as far as the JobSet, the state and the Workload tell."""
+        state = self.state
+        return (
+            state.phase is JobSetPhase.SUSPENDED
+            and state.queue_managed
+            and state.digest.first_admitted_at is None
+            and not self.admitted_once
+        )
+
+    def _open_children(self, *, anyway: bool = False) -> None:
+        """Subscribe to the Jobs and pods and follow the log, once the JobSet is past its queue (or ``anyway``)."""
+        if self.children or (self._queued() and not anyway):
+            return
+        self.children = True
+        self._start(self._watch_pods(), "pods")
+        self._start(self._watch_jobs(), "jobs")
+        self._start(self._follow_log(), "log")
 
     async def _decide_loop(self, watchers: list[asyncio.Task[None]]) -> dict[str, Any]:
         trigger = self.trigger
@@ -264,15 +297,20 @@ class _Monitor:
             self.log.info("JobSet %s: %s (%s)", self.trigger.name, phase.value, message)
 
     async def _watch_jobset(self) -> None:
-        async for kind, obj in self.hook.watch_jobset(self.trigger.name, self.trigger.namespace):
-            if kind == "DELETED" or obj is None:
+        async for kind, obj in self._subscribe(WatchKind.JOBSETS, self.trigger.name):
+            found: dict[str, Any] | None = obj
+            if kind == "SYNC":
+                items = obj.get("items") or []
+                found = items[0] if items else None
+            if kind == "DELETED" or found is None:
                 self.state.on_jobset(None)
-            elif self.trigger.uid and obj.get("metadata", {}).get("uid") != self.trigger.uid:
+            elif self.trigger.uid and found.get("metadata", {}).get("uid") != self.trigger.uid:
                 self.state.on_jobset(None)  # same name, another incarnation: ours is gone
             else:
-                self.state.on_jobset(obj, now=time.time())
+                self.state.on_jobset(found, now=time.time())
                 if self.state.queue_managed:
                     self.queue_managed.set()
+            self._open_children()
             self.changed.set()
 
     async def _watch_workloads(self) -> None:
@@ -280,20 +318,24 @@ class _Monitor:
         await self.queue_managed.wait()
         uid = self.state.jobset_uid or self.trigger.uid
         if not uid:
+            self._open_children(anyway=True)  # no Workload to tell whether it was admitted
             return
-        async for kind, obj in self.hook.watch_workloads(self.trigger.namespace, f"{LABEL_KUEUE_JOB_UID}={uid}"):
+        async for kind, obj in self._subscribe(WatchKind.WORKLOADS, uid):
             now = time.time()
             if kind == "SYNC":
                 items = [w for w in obj.get("items") or [] if isinstance(w, dict)]
                 newest = max(items, key=_created, default=None)
                 self.state.on_workload(newest, now=now)
+                self.admitted_once = self.admitted_once or _ever_admitted(newest)
             else:
                 self.state.on_workload(None if kind == "DELETED" else obj, now=now)
+                self.admitted_once = self.admitted_once or (kind != "DELETED" and _ever_admitted(obj))
+            self._open_children()
             self.changed.set()
+        self._open_children(anyway=True)  # Kueue's Workloads are not served: nothing will tell
 
     async def _watch_pods(self) -> None:
-        selector = f"{LABEL_JOBSET_NAME}={self.trigger.name}"
-        async for kind, obj in self.hook.watch_pods(self.trigger.namespace, selector):
+        async for kind, obj in self._subscribe(WatchKind.PODS, self.trigger.name):
             now = time.time()
             if kind == "SYNC":
                 items = [p for p in obj.get("items") or [] if self._ours(p)]
@@ -302,11 +344,11 @@ class _Monitor:
                     self._restarted(self.state.on_pod(pod, deleted=False, now=now))
             elif self._ours(obj):
                 self._restarted(self.state.on_pod(obj, deleted=kind == "DELETED", now=now))
+            self.pods_changed.set()
             self.changed.set()
 
     async def _watch_jobs(self) -> None:
-        selector = f"{LABEL_JOBSET_NAME}={self.trigger.name}"
-        async for kind, obj in self.hook.watch_jobs(self.trigger.namespace, selector):
+        async for kind, obj in self._subscribe(WatchKind.JOBS, self.trigger.name):
             now = time.time()
             if kind == "SYNC":
                 items = [j for j in obj.get("items") or [] if self._ours(j)]
@@ -330,8 +372,9 @@ class _Monitor:
         failures = _LogFailures(self.trigger.kubernetes_conn_id, self.trigger.namespace)
         while True:
             pod, uid = self.state.head_pod, self.state.head_pod_uid
-            if pod is None or uid is None:
-                await asyncio.sleep(0.5)
+            if pod is None or uid is None:  # until the pods subscription names the head pod
+                self.pods_changed.clear()
+                await self.pods_changed.wait()
                 continue
             read_any = await self._read_log(pod, uid, follow=True, failures=failures)
             if read_any:
@@ -378,6 +421,24 @@ class _Monitor:
 
 def _created(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _ever_admitted(workload: dict[str, Any] | None) -> bool:
+    """Whether a Workload shows an admission, now or before: anything but a ``QuotaReserved`` that is not true.
+
+    A Workload that has only waited carries no condition or ``QuotaReserved=False`` (reason ``Pending``); Kueue adds
+    ``Admitted``, then on a preemption ``Evicted``, ``Preempted`` and ``Requeued``, and keeps them
+    (kubernetes-sigs/kueue apis/kueue/v1beta2/workload_types.go). Anything else counts as admitted: the trigger
+    then watches the JobSet's Jobs and pods, which only costs a subscription.
+    """
+    status = (workload or {}).get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions or []:
+        if not isinstance(condition, dict):
+            continue
+        if condition.get("type") != QUOTA_RESERVED or str(condition.get("status")) == "True":
+            return True
+    return False
 
 
 class _LogFailures:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from elastic_training.local.cluster.audit import AuditEvent
 from elastic_training.local.cluster.authentication import TokenWebhook
 from elastic_training.local.cluster.cluster_description import SINGLE_NODE, ClusterDescription, load_description
 from elastic_training.local.cluster.control_plane import ControlPlane
@@ -270,6 +271,14 @@ class LocalCluster:
         """Authenticate other bearer tokens through ``webhook`` (as ``--authentication-token-webhook``
         does; GKE authenticates Google access tokens so). It runs on the cluster's loop: answer fast."""
         self.call(lambda: self._require_server().access.authenticator.add_token_webhook(webhook))
+
+    def audit_position(self) -> int:
+        """Where the API server's audit log stands now: pass it to :meth:`audit_events` to see what came after."""
+        return int(self.call(lambda: self._require_server().audit.recorded))
+
+    def audit_events(self, since: int = 0) -> list[AuditEvent]:
+        """The resource requests the API server received after ``since`` (:mod:`local.cluster.audit`)."""
+        return list(self.call(lambda: self._require_server().audit.since(since)))
 
     def _require_server(self) -> ApiServer:
         if self._server is None:

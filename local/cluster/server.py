@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from elastic_training.local.cluster import discovery, openapi, pod_subresources, server_side_apply, tables
-from elastic_training.local.cluster.access import Access
+from elastic_training.local.cluster.access import USER_KEY, Access, resource_verb
+from elastic_training.local.cluster.audit import AuditEvent, AuditLog
 from elastic_training.local.cluster.faults import FaultInjector
 from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.paging import ListQuery, list_page, parse_limit
@@ -67,6 +69,7 @@ class ApiServer:
         self.faults = faults
         self.token = token
         self.access = Access(store, token)
+        self.audit = AuditLog()
 
     def app(self) -> web.Application:
         """A fresh aiohttp application serving this API."""
@@ -111,6 +114,24 @@ class ApiServer:
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         self.access.admit(request)  # identity, impersonation, and RBAC for non-resource paths
         return await handler(request)
+
+    def _audit(self, request: web.Request, target: Target) -> None:
+        """Record the request at ``RequestReceived``, as the audit filter does before authorization."""
+        user = request.get(USER_KEY)
+        watch = request.query.get("watch", "").lower() in ("true", "1")
+        event = AuditEvent(
+            verb=resource_verb(request.method, target, watch),
+            api_group=target.rtype.group,
+            resource=target.rtype.plural,
+            namespace=target.namespace,
+            name=target.name,
+            subresource=target.subresource,
+            username=user.name if user is not None else "",
+            user_agent=request.headers.get("User-Agent", ""),
+            request_uri=str(request.rel_url),
+            received_at=time.time(),
+        )
+        self.audit.record(event)
 
     # -- discovery ---------------------------------------------------------------------------
 
@@ -159,6 +180,7 @@ class ApiServer:
                 raise not_found_path(request.path)
             return web.json_response(resources)
         target = parse_target(group, version, rest, request.path)
+        self._audit(request, target)
         self.access.authorize(request, target)
         answered = await self.access.serve(request, target)
         if answered is not None:

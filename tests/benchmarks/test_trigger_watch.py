@@ -48,9 +48,10 @@ def test_a_queued_jobset_joins_the_queue_and_asks_for_what_the_quota_counts() ->
     pods = [r["template"]["spec"]["template"]["spec"] for r in queued["spec"]["replicatedJobs"]]
     assert [p["containers"][0]["resources"] for p in pods] == [{"requests": {"cpu": "10m"}}] * 2
     assert "kueue.x-k8s.io/queue-name" not in _jobset("plain")["metadata"]["labels"]
-    # A queued JobSet's trigger watches its Workload too, and follows no log until its head runs.
-    assert _streams(["a", "b", "c"], running={"a"}, in_queue=True) == (12, 1)
-    assert _streams(["a", "b"], running={"a", "b"}, in_queue=False) == (6, 2)
+    # A triggerer shares one watch per kind (the Workloads' too when the JobSets are queued), however many JobSets,
+    # and follows no log until a head runs.
+    assert _streams(["a", "b", "c"], running={"a"}, in_queue=True) == (4, 1)
+    assert _streams(["a", "b"], running={"a", "b"}, in_queue=False) == (3, 2)
 
 
 @pytest.mark.parametrize(
@@ -136,8 +137,8 @@ def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
         pairs = zip(row["counted_seconds"], row["latency_seconds"], strict=True)
         assert all(counted <= event for counted, event in pairs)
         assert row["cpu_share_of_one_core"] >= 0 and row["rss_mib"] > 0
-    # Each JobSetTrigger lists and watches its JobSet, pods and Jobs and follows the head pod's log, once.
-    assert result["startup_requests"]["watch"] == {"list": 6, "watch": 6, "log follow": 2}
+    # The triggers share one list and one watch of the JobSets, pods and Jobs; each follows its head pod's log.
+    assert result["startup_requests"]["watch"] == {"list": 3, "watch": 3, "log follow": 2}
     # Before yielding, a fired trigger reads the end of the head pod's log once.
     assert result["detection_phase_requests"]["watch"]["log read"] == 2
     # Nothing changes in the window: no relist, no reopen within the watches' 300 s.
@@ -165,8 +166,8 @@ def test_tiny_queued_run_beside_a_watch_baseline(tmp_path: Path) -> None:
     for row in (watch, baseline):
         assert (row["detections"], row["deletes"]) == (2, 2)
         assert row["reasons"] == ["slice_restart_budget_spent"]
-    # In a queue, each trigger lists and watches the JobSet, its pods, its Jobs and its Workload; only a running
-    # JobSet's head log is followed.
-    assert result["startup_requests"]["watch"] == {"list": 16, "watch": 16, "log follow": 2}
-    assert result["startup_requests"]["baseline"] == {"list": 8, "watch": 8, "log follow": 2}
+    # In a queue, each triggerer lists and watches the JobSets, pods, Jobs and Workloads once, whatever the number of
+    # its triggers; only a running JobSet's head log is followed.
+    assert result["startup_requests"]["watch"] == {"list": 4, "watch": 4, "log follow": 2}
+    assert result["startup_requests"]["baseline"] == {"list": 4, "watch": 4, "log follow": 2}
     assert result["window_requests"]["watch"] == {} and result["window_requests"]["baseline"] == {}

@@ -1,0 +1,392 @@
+"""The triggerer's shared watches, over HTTP against the local cluster, counted in the API server's audit log.
+
+Triggers of one event loop (one triggerer process) share one list+watch per namespace and kind; each gets its own
+JobSet's objects; a queued JobSet's trigger watches no pods or Jobs until Kueue admits it; a subscriber that leaves
+does not stop the others; a relist after ``410 Gone`` reaches every subscriber; a reopened watch resumes from the
+last resourceVersion, a bookmark's included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.audit import AuditEvent
+from elastic_training.local.cluster.resources import JOBSETS
+from elastic_training.local.cluster.watching import WatchOptions
+from elastic_training.operators.constants import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LABEL_JOB_INDEX,
+    LABEL_JOBSET_NAME,
+    LABEL_KUEUE_JOB_UID,
+    LABEL_KUEUE_QUEUE_NAME,
+    LABEL_REPLICATED_JOB_NAME,
+    WORKER_REPLICATED_JOB,
+)
+from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.rbac import DEFAULT_SERVICE_ACCOUNT
+from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
+from elastic_training.operators.triggers import _Monitor
+from tests.operators.test_triggers import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
+from tests.support.airflow_dags import NAMESPACE
+
+OPERATORS = f"system:serviceaccount:{NAMESPACE}:{DEFAULT_SERVICE_ACCOUNT}"
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def admin(cluster_connection: LocalCluster) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def operators_requests(cluster: LocalCluster, since: int, *resources: str) -> Counter[tuple[str, str]]:
+    """(resource, verb) of the operators' list, watch and log requests the cluster received after ``since``."""
+    found: list[AuditEvent] = cluster.audit_events(since)
+    return Counter(
+        (e.resource if e.subresource is None else f"{e.resource}/{e.subresource}", e.verb)
+        for e in found
+        if e.username == OPERATORS and e.resource in resources
+    )
+
+
+def create(admin: client.ApiClient, manifest: Obj) -> str:
+    created = client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, manifest
+    )
+    return str(created["metadata"]["uid"])
+
+
+def delete(admin: client.ApiClient, *names: str) -> None:
+    for name in names:
+        with contextlib.suppress(client.ApiException):
+            client.CustomObjectsApi(admin).delete_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name, propagation_policy="Foreground"
+            )
+
+
+def running_worker(admin: client.ApiClient, name: str) -> str | None:
+    pods = (
+        client.CoreV1Api(admin)
+        .list_namespaced_pod(
+            NAMESPACE,
+            label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB},"
+            f"{LABEL_JOB_INDEX}=0",
+        )
+        .items
+    )
+    running = [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+    return str(running[0].metadata.name) if running else None
+
+
+async def test_two_triggers_in_one_loop_share_one_watch_per_kind(
+    cluster_connection: LocalCluster, admin: client.ApiClient
+) -> None:
+    names = ("share-a", "share-b")
+    uids = {name: create(admin, sleeping_jobset(name, 1)) for name in names}
+    watching: dict[str, asyncio.Task[Any]] = {}
+    try:
+        for name in names:
+            await wait_for(f"{name}'s worker running", lambda name=name: running_worker(admin, name))
+        since = cluster_connection.audit_position()
+        budgets = BUDGETS | {"max_slice_restarts": 0}
+        for name in names:
+            watching[name] = asyncio.create_task(first_event(fresh_trigger(name, uids[name], budgets)))
+        opened = {(kind, verb): 1 for kind in ("jobsets", "jobs", "pods") for verb in ("list", "watch")}
+
+        def all_open() -> bool:
+            seen = operators_requests(cluster_connection, since, "jobsets", "jobs", "pods")
+            return all(seen[key] >= 1 for key in opened) and seen["pods/log", "get"] >= 2
+
+        await wait_for("the watches open and both head logs followed", all_open)
+        seen = operators_requests(cluster_connection, since, "jobsets", "jobs", "pods")
+        del seen["pods/log", "get"]  # a log follow per head pod (retried while its container starts)
+        assert seen == Counter(opened), "one list and one watch per kind, for both triggers"
+        subscribed = {key.kind: count for key, count in shared_watches().subscribers().items()}
+        assert subscribed == {WatchKind.JOBSETS: 2, WatchKind.JOBS: 2, WatchKind.PODS: 2}
+
+        for index, name in enumerate(names):  # each trigger sees its own JobSet's slice restart, and only that
+            worker = running_worker(admin, name)
+            assert worker is not None
+            cluster_connection.faults.delete_pod(NAMESPACE, worker)
+            event = (await asyncio.wait_for(watching[name], timeout=60)).payload
+            assert event["reason"] == "slice_restart_budget_spent"
+            assert MonitorState.from_json(event["state"]).slice_restarts == 1
+            if index == 0:
+                assert not watching[names[1]].done(), "the other JobSet had no restart"
+        assert shared_watches().subscribers() == {}, "the last trigger to leave closed the watches"
+    finally:
+        for task in watching.values():
+            task.cancel()
+        delete(admin, *names)
+
+
+def cpu_quota(flavor: str, cpu: str) -> list[Obj]:
+    """A ClusterQueue's resource groups: ``cpu`` of ``flavor``."""
+    return [
+        {
+            "coveredResources": ["cpu"],
+            "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}],
+        }
+    ]
+
+
+@pytest.fixture
+def closed_queue(admin: client.ApiClient) -> Iterator[str]:
+    """A LocalQueue whose ClusterQueue has no cpu quota: every JobSet in it waits, until the quota is raised."""
+    custom = client.CustomObjectsApi(admin)
+    name = "trigger-queue"
+    flavor = {"metadata": {"name": name}, "spec": {}}
+    queue = {"metadata": {"name": name}, "spec": {"namespaceSelector": {}, "resourceGroups": cpu_quota(name, "0")}}
+    custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", flavor)
+    custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queue)
+    local = {"metadata": {"name": name}, "spec": {"clusterQueue": name}}
+    custom.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "localqueues", local)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(client.ApiException):
+            custom.delete_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "localqueues", name)
+        for plural in ("clusterqueues", "resourceflavors"):
+            with contextlib.suppress(client.ApiException):
+                custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+
+
+def pending_workload(admin: client.ApiClient, uid: str) -> Obj | None:
+    listed = client.CustomObjectsApi(admin).list_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "workloads", label_selector=f"{LABEL_KUEUE_JOB_UID}={uid}"
+    )["items"]
+    for workload in listed:
+        for condition in (workload.get("status") or {}).get("conditions") or []:
+            if condition["type"] == "QuotaReserved" and condition["status"] == "False":
+                return dict(workload)
+    return None
+
+
+async def test_a_queued_jobset_opens_no_pod_watch_until_it_is_admitted(
+    cluster_connection: LocalCluster, admin: client.ApiClient, closed_queue: str
+) -> None:
+    name = "queued-watch"
+    manifest = sleeping_jobset(name, 1)
+    manifest["metadata"]["labels"] = {LABEL_KUEUE_QUEUE_NAME: closed_queue}
+    for rjob in manifest["spec"]["replicatedJobs"]:
+        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+            container["resources"] = {"requests": {"cpu": "10m"}}
+    uid = create(admin, manifest)
+    running: asyncio.Task[Any] | None = None
+    try:
+        await wait_for("its Workload pending", lambda: pending_workload(admin, uid))
+        since = cluster_connection.audit_position()
+        trigger = fresh_trigger(name, uid)
+        monitor = _Monitor(trigger, MonitorState.from_json(trigger.state), await trigger._hook())
+        running = asyncio.create_task(monitor.run())
+        await wait_for("the trigger read its Workload as pending", lambda: monitor.state.queue_state == "pending")
+        assert {key.kind for key in shared_watches().subscribers()} == {WatchKind.JOBSETS, WatchKind.WORKLOADS}
+        assert not operators_requests(cluster_connection, since, "pods", "jobs"), "no pod or Job request while queued"
+
+        admitted = cluster_connection.audit_position()
+        client.CustomObjectsApi(admin).patch_cluster_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            "clusterqueues",
+            closed_queue,
+            {"spec": {"resourceGroups": cpu_quota(closed_queue, "1")}},
+        )
+        await wait_for("its head pod seen once admitted", lambda: monitor.state.head_pod is not None)
+        after = operators_requests(cluster_connection, admitted, "pods", "jobs")
+        assert after["pods", "list"] == 1 and after["jobs", "list"] == 1
+        assert operators_requests(cluster_connection, since, "pods", "jobs") == after, "all of them after admission"
+        kinds = {key.kind for key in shared_watches().subscribers()}
+        assert kinds == {WatchKind.JOBSETS, WatchKind.WORKLOADS, WatchKind.PODS, WatchKind.JOBS}
+    finally:
+        if running is not None:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+        delete(admin, name)
+    assert shared_watches().subscribers() == {}
+
+
+async def collect(subscription: AsyncIterator[tuple[str, Obj]], into: list[tuple[str, Obj]]) -> None:
+    async for item in subscription:
+        into.append(item)
+
+
+def suspended_jobset(name: str) -> Obj:
+    """A JobSet no one runs (``spec.suspend``): an object to watch, without pods."""
+    manifest = sleeping_jobset(name, 1)
+    manifest["spec"]["suspend"] = True
+    return manifest
+
+
+def names_in(item: tuple[str, Obj]) -> list[str]:
+    kind, obj = item
+    found = obj.get("items") if kind == "SYNC" else [obj]
+    return [str(o["metadata"]["name"]) for o in found or []]
+
+
+def touch(admin: client.ApiClient, name: str, value: str) -> None:
+    client.CustomObjectsApi(admin).patch_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name, {"metadata": {"labels": {"probe": value}}}
+    )
+
+
+def probed(items: list[tuple[str, Obj]], value: str) -> bool:
+    return any(kind == "MODIFIED" and obj["metadata"].get("labels", {}).get("probe") == value for kind, obj in items)
+
+
+async def test_a_subscriber_that_leaves_does_not_stop_the_others(
+    cluster_connection: LocalCluster, admin: client.ApiClient
+) -> None:
+    names = ("leave-a", "leave-b")
+    for name in names:
+        create(admin, suspended_jobset(name))
+    registry = SharedWatches()
+    key = WatchKey("kubernetes_default", NAMESPACE, WatchKind.JOBSETS)
+    seen: dict[str, list[tuple[str, Obj]]] = {name: [] for name in names}
+    started = cluster_connection.audit_position()
+    tasks = {name: asyncio.create_task(collect(registry.subscribe(key, name), seen[name])) for name in names}
+    try:
+
+        def watching() -> bool:
+            return operators_requests(cluster_connection, started, "jobsets")["jobsets", "watch"] >= 1
+
+        await wait_for("both synced", lambda: watching() and all(seen[n] and seen[n][0][0] == "SYNC" for n in names))
+        assert [names_in(seen[n][0]) for n in names] == [["leave-a"], ["leave-b"]], "each its own JobSet only"
+        assert operators_requests(cluster_connection, started, "jobsets") == {
+            ("jobsets", "list"): 1,
+            ("jobsets", "watch"): 1,
+        }
+        since = cluster_connection.audit_position()
+        tasks["leave-a"].cancel()  # a trigger ends mid-stream
+        with contextlib.suppress(asyncio.CancelledError):
+            await tasks["leave-a"]
+        assert registry.subscribers() == {key: 1}
+        touch(admin, "leave-b", "1")
+        touch(admin, "leave-a", "1")
+        await wait_for("the other still served", lambda: probed(seen["leave-b"], "1"))
+        assert not probed(seen["leave-a"], "1")
+        assert not operators_requests(cluster_connection, since, "jobsets"), "the shared watch was not reopened"
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        delete(admin, *names)
+    assert registry.subscribers() == {}, "the last subscriber to leave closed the watch"
+
+
+async def test_a_relist_after_410_reaches_every_subscriber(
+    cluster_connection: LocalCluster, admin: client.ApiClient
+) -> None:
+    names = ("relist-a", "relist-b")
+    for name in names:
+        create(admin, suspended_jobset(name))
+    registry = SharedWatches()
+    key = WatchKey("kubernetes_default", NAMESPACE, WatchKind.JOBSETS)
+    seen: dict[str, list[tuple[str, Obj]]] = {name: [] for name in names}
+    since = cluster_connection.audit_position()
+    tasks = {name: asyncio.create_task(collect(registry.subscribe(key, name), seen[name])) for name in names}
+    try:
+
+        def watching(after: int, count: int) -> bool:
+            return operators_requests(cluster_connection, after, "jobsets")["jobsets", "watch"] >= count
+
+        await wait_for("listed and watching", lambda: watching(since, 1) and all(seen[n] for n in names))
+        expired = cluster_connection.audit_position()
+
+        def missed_while_disconnected() -> None:  # on the cluster's loop: nothing in between
+            store = cluster_connection.store
+            store.expire_watches()
+            store.mutate(
+                JOBSETS, NAMESPACE, "relist-b", lambda o: o["metadata"].setdefault("labels", {}).update(probe="1")
+            )
+            store.compact()  # the change is forgotten too: resuming from before it gets 410 Gone
+
+        cluster_connection.call(missed_while_disconnected)
+
+        def relisted(name: str) -> bool:
+            return [kind for kind, _ in seen[name]].count("SYNC") == 2
+
+        await wait_for("both subscribers relisted", lambda: all(relisted(n) for n in names))
+        for name in names:
+            assert names_in(seen[name][-1]) == [name]
+        (relisted_b,) = seen["relist-b"][-1][1]["items"]
+        assert relisted_b["metadata"]["labels"]["probe"] == "1", "the relist carries what the watch missed"
+        requests = operators_requests(cluster_connection, expired, "jobsets")
+        assert requests["jobsets", "list"] == 1, "one relist served both"
+        await wait_for("watching again (the reopen that met 410, then the new watch)", lambda: watching(expired, 2))
+        touch(admin, "relist-a", "2")
+        await wait_for("a change after the relist reaches its subscriber", lambda: probed(seen["relist-a"], "2"))
+        assert not probed(seen["relist-b"], "2")
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        delete(admin, *names)
+
+
+@pytest.fixture(scope="module")
+def bookmarking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster that sends a watch bookmark every half second (upstream's cacher: about once a minute)."""
+    options = WatchOptions(bookmark_interval=0.5)
+    with LocalCluster(workdir=tmp_path_factory.mktemp("bookmarks"), watch_options=options) as cluster:
+        yield cluster
+
+
+async def test_a_reopened_watch_resumes_from_the_last_version_a_bookmark_included(
+    bookmarking: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = {"kube_config_path": str(bookmarking.kubeconfig_path), "namespace": "default"}
+    monkeypatch.setenv("AIRFLOW_CONN_K8S_BOOKMARKS", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    api = config.new_client_from_config(config_file=str(bookmarking.kubeconfig_path))
+    core = client.CoreV1Api(api)
+    registry = SharedWatches()
+    seen: list[tuple[str, Obj]] = []
+    since = bookmarking.audit_position()
+    task = asyncio.create_task(
+        collect(registry.subscribe(WatchKey("k8s_bookmarks", "default", WatchKind.PODS), "nothing"), seen)
+    )
+
+    def watches() -> list[AuditEvent]:
+        return [e for e in bookmarking.audit_events(since) if e.resource == "pods" and e.verb == "watch"]
+
+    try:
+        await wait_for("listed and watching", lambda: seen and watches())
+        listed_version = int(str(watches()[0].query("resourceVersion")))
+        # Something the watch does not carry (another kind) moves the cluster's resourceVersion on; only a
+        # bookmark tells the watcher.
+        created = core.create_namespaced_service_account("default", {"metadata": {"name": "moves-the-version"}})
+        moved = int(created.metadata.resource_version)
+        assert moved > listed_version
+
+        def resumed_past_it() -> bool:
+            if any(int(str(e.query("resourceVersion"))) >= moved for e in watches()):
+                return True
+            if time.time() - watches()[-1].received_at > 1.0:  # open long enough for a bookmark: reopen it
+                bookmarking.faults.expire_watches()  # the reopen shows the version the watcher resumes from
+            return False
+
+        await wait_for("a reopen from the bookmark's version", resumed_past_it)
+        pods = [e for e in bookmarking.audit_events(since) if e.resource == "pods"]
+        assert [e.verb for e in pods].count("list") == 1, "resumed, never relisted"
+        assert seen == [("SYNC", {"items": []})], "a bookmark is not an event"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        api.close()
