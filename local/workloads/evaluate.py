@@ -24,6 +24,8 @@ from elastic_training.local.workloads.config import EvalConfig, join_path, run_m
 from elastic_training.local.workloads.inference import load_committed_params, reader_main
 
 _logger = logging.getLogger("elastic_training.local.workloads.evaluate")
+# One jitted loss for every evaluation in a process (compiled once per shape), not a new lambda per call.
+_loss = jax.jit(model.loss_fn, static_argnames="heads")
 
 
 def evaluate(config: EvalConfig) -> dict[str, Any]:
@@ -32,9 +34,8 @@ def evaluate(config: EvalConfig) -> dict[str, Any]:
     # One device (the parameters are restored onto the first), so the result does not depend on how many
     # devices the environment happens to expose.
     batch = config.per_device_batch_size
-    loss_of = jax.jit(lambda params, tokens: model.loss_fn(params, tokens, loaded.dims.heads))
     losses = [
-        float(loss_of(loaded.params, model.corpus_batch("eval", i, batch, loaded.dims)))
+        float(_loss(loaded.params, model.corpus_batch("eval", i, batch, loaded.dims), heads=loaded.dims.heads))
         for i in range(config.eval_batches)
     ]
     loss = float(np.mean(losses))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import math
@@ -99,24 +100,24 @@ class TaskScore:
     accuracy_stderr: float
 
 
+# One jitted function for every scoring in a process (compiled once per shape), not a new closure per call.
+@functools.partial(jax.jit, static_argnames="heads")
+def _last_token(params: model.Params, tokens: jax.Array, *, heads: int) -> tuple[jax.Array, jax.Array]:
+    logits = model.apply(params, tokens[:, :-1], heads)[:, -1]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    target = tokens[:, -1]
+    nll = -jax.numpy.take_along_axis(logp, target[:, None], axis=1)[:, 0]
+    return nll, (logits.argmax(axis=-1) == target)
+
+
 def score_lambada(config: CheckpointReaderConfig, samples: int) -> tuple[TaskScore, int, str]:
     """Score `samples` held-out sequences' last tokens; returns the score, the step and its path."""
     loaded = load_committed_params(config)
-    heads = loaded.dims.heads
-
-    @jax.jit
-    def last_token(params: model.Params, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
-        logits = model.apply(params, tokens[:, :-1], heads)[:, -1]
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        target = tokens[:, -1]
-        nll = -jax.numpy.take_along_axis(logp, target[:, None], axis=1)[:, 0]
-        return nll, (logits.argmax(axis=-1) == target)
-
     nlls: list[np.ndarray] = []
     hits: list[np.ndarray] = []
     for index in range(math.ceil(samples / _BATCH)):
         batch = model.corpus_batch("eval", index, _BATCH, loaded.dims)
-        nll, hit = last_token(loaded.params, batch)
+        nll, hit = _last_token(loaded.params, batch, heads=loaded.dims.heads)
         nlls.append(np.asarray(nll))
         hits.append(np.asarray(hit))
     nll_all = np.concatenate(nlls)[:samples].astype(np.float64)

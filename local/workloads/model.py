@@ -159,20 +159,25 @@ def corpus_entropy(vocab: int) -> float:
     return float(-(p * np.log(np.clip(p, 1e-12, None))).sum(axis=1).mean())
 
 
+# One jitted function for every call (parameters are an argument, not constants of a closure): JAX compiles it
+# once per shape, head count and temperature in a process instead of once per `sample` call.
+@functools.partial(jax.jit, static_argnames=("heads", "temperature"))
+def _next_tokens(
+    params: Params, tokens: jax.Array, position: jax.Array, key: jax.Array, *, heads: int, temperature: float
+) -> jax.Array:
+    logits = apply(params, tokens, heads)
+    last = jax.lax.dynamic_index_in_dim(logits, position - 1, axis=1, keepdims=False)
+    if temperature == 0:
+        return jnp.argmax(last, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, last / temperature, axis=-1).astype(jnp.int32)
+
+
 def sample(params: Params, dims: Dims, prompts: np.ndarray, length: int, temperature: float, seed: int) -> np.ndarray:
     """Autoregressively extend one-token `prompts` to `length` tokens (temperature 0 is greedy)."""
     tokens = jnp.zeros((prompts.shape[0], dims.length), jnp.int32).at[:, 0].set(jnp.asarray(prompts))
-
-    @jax.jit
-    def next_tokens(tokens: jax.Array, position: jax.Array, key: jax.Array) -> jax.Array:
-        logits = apply(params, tokens, dims.heads)
-        last = jax.lax.dynamic_index_in_dim(logits, position - 1, axis=1, keepdims=False)
-        if temperature == 0:
-            return jnp.argmax(last, axis=-1).astype(jnp.int32)
-        return jax.random.categorical(key, last / temperature, axis=-1).astype(jnp.int32)
-
     key = jax.random.PRNGKey(seed)
     for position in range(1, length):
         key, sub = jax.random.split(key)
-        tokens = tokens.at[:, position].set(next_tokens(tokens, jnp.int32(position), sub))
+        chosen = _next_tokens(params, tokens, jnp.int32(position), sub, heads=dims.heads, temperature=temperature)
+        tokens = tokens.at[:, position].set(chosen)
     return np.asarray(tokens[:, :length])

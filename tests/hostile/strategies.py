@@ -9,11 +9,12 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-# Modest and deadline-bound: the suite runs in `make test` on a loaded 2-core machine. A deeper search:
-# `ELASTIC_HOSTILE_EXAMPLES=5000 pytest tests/hostile tests/security`.
+# Modest: the suite runs in `make test` on a loaded 2-core machine. A deeper search:
+# `ELASTIC_HOSTILE_EXAMPLES=5000 pytest tests/hostile tests/security`. No per-example deadline: it is a timing
+# assertion (2 s failed test_any_field_any_value on a box at load 28); a hang is pytest-timeout's (pyproject.toml).
 HOSTILE = settings(
     max_examples=int(os.environ.get("ELASTIC_HOSTILE_EXAMPLES", "150")),
-    deadline=2000,
+    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 

@@ -15,17 +15,22 @@ from tests.support.gcs_emulator import GCSEmulator, StrictProxy
 pytestmark = pytest.mark.usefixtures("gcs_emulator")
 
 
-@pytest.fixture
-def wide(gcs_emulator: GCSEmulator, gcs_bucket: str, tmp_path: Path) -> str:
-    """A prefix with 3 sub-prefixes of 40 objects each and 30 objects at the top: 150 objects."""
+@pytest.fixture(scope="module")
+def wide(gcs_emulator_server: GCSEmulator, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A prefix with 3 sub-prefixes of 40 objects each and 30 objects at the top: 150 objects.
+
+    Uploaded once for the module (150 uploads, one at a time on the emulator): the tests only list it.
+    """
+    local = tmp_path_factory.mktemp("wide")
     for d in ("a", "b", "c"):
-        (tmp_path / d).mkdir()
+        (local / d).mkdir()
         for i in range(40):
-            (tmp_path / d / f"{i:03d}").write_bytes(b"x")
+            (local / d / f"{i:03d}").write_bytes(b"x")
     for i in range(30):
-        (tmp_path / f"top{i:03d}").write_bytes(b"y")
-    gcs_emulator.upload_dir(tmp_path, f"{gcs_bucket}/wide")
-    return f"{gcs_bucket}/wide"
+        (local / f"top{i:03d}").write_bytes(b"y")
+    bucket = gcs_emulator_server.create_bucket()
+    gcs_emulator_server.upload_dir(local, f"{bucket}/wide")
+    return f"{bucket}/wide"
 
 
 def _storage(emulator: GCSEmulator, proxy: StrictProxy | None, page_size: int = 1000) -> GCSStorage:
