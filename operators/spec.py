@@ -369,6 +369,8 @@ def _lint_stall_timeout(stall: object, elastic_timeout: int) -> None:
         return
     if isinstance(stall, bool) or not isinstance(stall, int | float) or not stall > 0 or stall != stall:
         raise SpecError("stall_timeout", f"must be a positive number of seconds, got {shown(stall)}")
+    if stall > INT32_MAX:  # also keeps an int past float's range from raising OverflowError below
+        raise SpecError("stall_timeout", f"must be at most {INT32_MAX} seconds, got {shown(stall)}")
     error = stall_timeout_error(float(stall), elastic_timeout)
     if error is not None:
         raise SpecError("stall_timeout", error)

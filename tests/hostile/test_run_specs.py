@@ -81,6 +81,13 @@ def test_any_field_any_value(base: ElasticRunSpec, name: str, value: Any) -> Non
         assert_renders_safely(spec)
 
 
+@pytest.mark.parametrize("value", [10**5000, 2**31, float(2**40)], ids=["10**5000", "2**31", "2.0**40"])
+def test_a_stall_timeout_past_the_int32_range_is_refused_not_an_overflow(value: float) -> None:
+    # Hypothesis found 10**5000: float() of it raised OverflowError inside the lint.
+    with pytest.raises(SpecError, match=r"stall_timeout: must be at most 2147483647 seconds"):
+        lint(dataclasses.replace(GKE, stall_timeout_seconds=value))
+
+
 @HOSTILE
 @given(base=st.sampled_from([GKE, LOCAL]), name=st.sampled_from(INT_FIELDS), value=numbers_ish())
 def test_integer_fields(base: ElasticRunSpec, name: str, value: Any) -> None:
