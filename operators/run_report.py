@@ -16,8 +16,10 @@ derived: the model (:mod:`operators.advice`) over the report's own measurements,
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, TypeVar
 
 from elastic_training.operators.advice import Advice, AdviceError, AdviceInputs, PeriodChoice, advise
@@ -45,10 +47,6 @@ def _int(data: Mapping[str, Any], key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ReportError(f"the report holds a value of the wrong type: {key} must be an integer, got {value!r}")
     return value
-
-
-def _count(data: Mapping[str, Any], key: str) -> int:
-    return _int(data, key) or 0
 
 
 def _float(data: Mapping[str, Any], key: str) -> float | None:
@@ -99,6 +97,39 @@ def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(str(item) for item in _list(data, key))
 
 
+_SCALAR_READERS: Mapping[type, Callable[[Mapping[str, Any], str], Any]] = {
+    int: _int,
+    float: _float,
+    str: _str,
+    bool: _bool,
+}
+
+
+@cache
+def _scalar_fields(cls: type) -> tuple[tuple[str, Callable[[Mapping[str, Any], str], Any], bool, Any], ...]:
+    """(name, reader, optional, default) of each int, float, str or bool field of the dataclass ``cls``."""
+    hints = typing.get_type_hints(cls)
+    found = []
+    for item in dataclasses.fields(cls):
+        args = typing.get_args(hints[item.name])
+        optional = type(None) in args
+        base = next(arg for arg in args if arg is not type(None)) if optional and len(args) == 2 else hints[item.name]
+        reader = _SCALAR_READERS.get(base)
+        if reader is not None:
+            found.append((item.name, reader, optional, item.default))
+    return tuple(found)
+
+
+def _scalars(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """Every int, float, str and bool field of ``cls`` read from ``data`` by its annotated type: an optional one
+    absent reads as ``None``, any other one absent, zero or empty as its default."""
+    values = {}
+    for name, reader, optional, default in _scalar_fields(cls):
+        value = reader(data, name)
+        values[name] = value if optional else (value or default)
+    return values
+
+
 # -- the report's parts ------------------------------------------------------------------------------------
 
 
@@ -146,21 +177,8 @@ class RecoveryEntry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RecoveryEntry:
-        return cls(
-            detected_at=_float(data, "detected_at"),
-            failed_step=_int(data, "failed_step"),
-            restored_step=_int(data, "restored_step"),
-            steps_lost=_int(data, "steps_lost"),
-            slices=_int(data, "slices"),
-            slices_ready_at=_float(data, "slices_ready_at"),
-            restored_at=_float(data, "restored_at"),
-            first_step_at=_float(data, "first_step_at"),
-            phase_seconds=PhaseSeconds.from_json(_object(data.get("phase_seconds") or {}, "phase_seconds")),
-            chip_seconds_lost=_float(data, "chip_seconds_lost"),
-            cost=_float(data, "cost"),
-            complete=_bool(data, "complete"),
-            kind=_str(data, "kind") or "slice_down",
-        )
+        phases = PhaseSeconds.from_json(_object(data.get("phase_seconds") or {}, "phase_seconds"))
+        return cls(**_scalars(cls, data), phase_seconds=phases)
 
 
 @dataclass(frozen=True)
@@ -188,20 +206,7 @@ class PreemptionEntry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PreemptionEntry:
-        return cls(
-            at=_float(data, "at"),
-            reason=_str(data, "reason") or "",
-            step=_int(data, "step"),
-            readmitted_at=_float(data, "readmitted_at"),
-            queued_seconds=_float(data, "queued_seconds"),
-            restored_step=_int(data, "restored_step"),
-            restored_at=_float(data, "restored_at"),
-            first_step_at=_float(data, "first_step_at"),
-            steps_lost=_int(data, "steps_lost"),
-            chip_seconds_lost=_float(data, "chip_seconds_lost"),
-            complete=_bool(data, "complete"),
-            recreated=_bool(data, "recreated"),
-        )
+        return cls(**_scalars(cls, data))
 
 
 @dataclass(frozen=True)
@@ -228,18 +233,7 @@ class Escalation:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Escalation:
         """An escalation as the operator records it (its task state store entry) or a report carries it."""
-        return cls(
-            reason=_str(data, "reason") or "",
-            at=_float(data, "at"),
-            message=_str(data, "message") or "",
-            jobset_name=_str(data, "jobset_name"),
-            latest_step=_int(data, "latest_step"),
-            resumed_from_step=_int(data, "resumed_from_step"),
-            steps_lost=_int(data, "steps_lost"),
-            seconds_to_recreate=_float(data, "seconds_to_recreate"),
-            quarantined=_strings(data, "quarantined"),
-            preemption=_bool(data, "preemption"),
-        )
+        return cls(**_scalars(cls, data), quarantined=_strings(data, "quarantined"))
 
 
 @dataclass(frozen=True)
@@ -267,14 +261,7 @@ class CapacityTimes:
                 raise ReportError(f"the report holds a value of the wrong type: a queue span {span!r}")
             start, end = _float({"start": span[0]}, "start"), _float({"end": span[1]}, "end")
             spans.append((start or 0.0, end))
-        return cls(
-            queued_seconds=_float(data, "queued_seconds") or 0.0,
-            admission_to_first_step_seconds=_float(data, "admission_to_first_step_seconds"),
-            training_seconds=_float(data, "training_seconds") or 0.0,
-            tail_seconds=_float(data, "tail_seconds"),
-            last_step_at=_float(data, "last_step_at"),
-            queue_spans=tuple(spans),
-        )
+        return cls(**_scalars(cls, data), queue_spans=tuple(spans))
 
 
 @dataclass(frozen=True)
@@ -308,16 +295,7 @@ class BudgetAllowances:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BudgetAllowances:
-        return cls(
-            max_slice_restarts=_int(data, "max_slice_restarts"),
-            slice_restart_window_seconds=_float(data, "slice_restart_window_seconds"),
-            stall_timeout_seconds=_float(data, "stall_timeout_seconds"),
-            max_full_restarts=_int(data, "max_full_restarts"),
-            queue_timeout_seconds=_float(data, "queue_timeout_seconds"),
-            elastic_timeout_seconds=_float(data, "elastic_timeout_seconds"),
-            jobset_max_restarts=_int(data, "jobset_max_restarts"),
-            elastic_max_retries=_int(data, "elastic_max_retries"),
-        )
+        return cls(**_scalars(cls, data))
 
 
 def period_choice_from_json(data: Any) -> PeriodChoice | None:
@@ -505,48 +483,17 @@ class RunReport:
             raise ReportError("not a run report (no 'target_step'; see docs/operators.md, 'The run report')")
         avoidance = data.get("node_pool_avoidance")
         return cls(
-            target_step=target,
-            jobset_name=_str(data, "jobset_name"),
-            namespace=_str(data, "namespace") or "",
-            run_directory=_str(data, "run_directory") or "",
-            final_step=_int(data, "final_step"),
-            slice_restarts=_count(data, "slice_restarts"),
-            slice_evictions=_count(data, "slice_evictions"),
-            in_process_recoveries=_count(data, "in_process_recoveries"),
-            scale_up_recoveries=_count(data, "scale_up_recoveries"),
-            preemption_count=_count(data, "preemption_count"),
-            full_restarts=_count(data, "full_restarts"),
-            preemption_recreations=_count(data, "preemption_recreations"),
-            jobset_restarts=_count(data, "jobset_restarts"),
-            steps_lost=_count(data, "steps_lost"),
+            **{**_scalars(cls, data), "target_step": target, "version": version},
             recoveries=_objects(data, "recoveries", RecoveryEntry.from_json),
             preemptions=_objects(data, "preemptions", PreemptionEntry.from_json),
             escalations=_objects(data, "escalations", Escalation.from_json),
-            chips=_count(data, "chips"),
-            price_per_chip_hour=_float(data, "price_per_chip_hour") or 0.0,
-            chip_seconds_lost=_float(data, "chip_seconds_lost") or 0.0,
-            cost_lost=_float(data, "cost_lost") or 0.0,
-            mean_step_seconds=_float(data, "mean_step_seconds"),
-            goodput=_float(data, "goodput"),
-            goodput_with_queue=_float(data, "goodput_with_queue"),
             capacity=CapacityTimes.from_json(data) if "queued_seconds" in data else None,
-            steps_executed=_count(data, "steps_executed"),
-            startup_step_seconds=_float(data, "startup_step_seconds") or 0.0,
-            resumed_from_step=_int(data, "resumed_from_step"),
-            trained_nothing=_bool(data, "trained_nothing"),
-            wall_seconds=_float(data, "wall_seconds") or 0.0,
             jobsets=_strings(data, "jobsets"),
             budgets=BudgetAllowances.from_json(_object(data.get("budgets") or {}, "budgets")),
-            checkpoint_period=_int(data, "checkpoint_period"),
-            checkpoint_save_seconds=_float(data, "checkpoint_save_seconds"),
-            num_slices=_int(data, "num_slices"),
             slice_failures=_objects(data, "slice_failures", _slice_failure),
             node_pools=_strings(data, "node_pools"),
             node_pool_avoidance=None if avoidance is None else Avoidance.from_json(avoidance),
             checkpoint_period_choice=period_choice_from_json(data.get("checkpoint_period_choice")),
-            already_at_target=_bool(data, "already_at_target"),
-            failure=_str(data, "failure"),
-            version=version,
         )
 
 
