@@ -40,20 +40,13 @@ from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.rbac import DEFAULT_SERVICE_ACCOUNT
 from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
 from elastic_training.operators.triggers import _Monitor
+from tests.operators.test_trigger_logs import admin
 from tests.operators.test_triggers import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
 from tests.support.airflow_dags import NAMESPACE
 
+__all__ = ["admin"]  # the fixture, used here
 OPERATORS = f"system:serviceaccount:{NAMESPACE}:{DEFAULT_SERVICE_ACCOUNT}"
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def admin(cluster_connection: LocalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
-    try:
-        yield api
-    finally:
-        api.close()
 
 
 def operators_requests(cluster: LocalCluster, since: int, *resources: str) -> Counter[tuple[str, str]]:
