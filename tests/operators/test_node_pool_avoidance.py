@@ -2,10 +2,15 @@
 four v5e-16 pools of 4 hosts), the real JAX trainer, faults through the cluster's fault API (lose-host: the whole
 slice's pool goes NotReady and its pods are failed as PodGC fails them).
 
-Three runs of 3 slices, a host of the same pool lost in two of them; then the fourth run, three ways, each from
+A history of three runs, a host of the same pool lost in two of them; then the fourth run, three ways, each from
 that same three-run history: option on (the pool is avoided: no worker lands on it, the report says on what
 evidence), option off (the pool is used as before), option on with 4 slices (avoiding it would leave 3 pools for 4
 slices: it is used, and the report says why).
+
+The history's first run is a real run of 3 slices, a host lost: it proves the run records the pool and host of its
+slice failure where the next runs read it. The two after it (the same pool failing again, then a clean run) are
+added through the product's own history API (`FailureHistory.with_run`, the call `record_run` makes): a second
+real run would record the same thing the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from elastic_training.operators.constants import (
     LABEL_RUN_NAME,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.failure_history import FailureHistory
+from elastic_training.operators.failure_history import FailureHistory, FailureKind, RunRecord, SliceFailure
 from elastic_training.operators.rbac import node_pool_reader_manifests
 from tests.support.airflow_dags import dag_from_source, states, xcom
 from tests.support.step_faults import StepFaults
@@ -187,25 +192,34 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
     cluster = node_reader
     pool: list[str] = []
     lost: list[dict[str, Any]] = []
-    for n, fault in ((1, True), (2, True), (3, False)):
-        dag = history_dag(f"history_run_{n}", tmp_path)
-        # The second failure must hit the first one's pool: that pool is made one the run cannot skip.
-        held = cordoned_but(cluster, pool) if n == 2 else contextlib.nullcontext()
-        with held, StepFaults(cluster, f"history-run-{n}") as faults:
-            if fault:
-                faults.at(5, lose_host_of(pool, lost))
-            dag_run = dag.test()
-        assert states(dag_run) == {"pretrain": "success"}, faults.errors
-        assert not faults.errors, faults.errors
-        report = xcom(dag_run, "pretrain")
-        assert report["node_pool_avoidance"]["enabled"] is False
-        if fault:
-            # The run's report names the pool and the host of its slice failure.
-            failed = [f for f in report["slice_failures"] if f["kind"] == "lost_host"]
-            assert [f["pool"] for f in failed] == [pool[0]], report["slice_failures"]
-            assert lost[-1]["node"] in failed[0]["hosts"]
-    assert len(lost) == 2
+    dag = history_dag("history_run_1", tmp_path)
+    with StepFaults(cluster, "history-run-1") as faults:
+        faults.at(5, lose_host_of(pool, lost))
+        dag_run = dag.test()
+    assert states(dag_run) == {"pretrain": "success"}, faults.errors
+    assert not faults.errors, faults.errors
+    report = xcom(dag_run, "pretrain")
+    assert report["node_pool_avoidance"]["enabled"] is False
+    # The run's report names the pool and the host of its slice failure.
+    failed = [f for f in report["slice_failures"] if f["kind"] == "lost_host"]
+    assert [f["pool"] for f in failed] == [pool[0]], report["slice_failures"]
+    assert len(lost) == 1 and lost[0]["node"] in failed[0]["hosts"]
     failing = pool[0]
+    # And so does the history it wrote, where the next runs read it.
+    [first] = FailureHistory.parse(stored_history()).runs
+    assert [(f.kind, f.pool) for f in first.failures] == [(FailureKind.LOST_HOST, failing)]
+    assert lost[0]["node"] in first.failures[0].hosts
+
+    # Two more runs on the same pools, as the operator records them: the same pool failing again, then none.
+    again = RunRecord(
+        run_id="history-run-2",
+        ended_at=first.ended_at + 60,
+        failures=(SliceFailure(first.ended_at + 30, FailureKind.LOST_HOST, failing, first.failures[0].hosts, 0),),
+        pools=first.pools,
+        slices=3,
+    )
+    clean = RunRecord(run_id="history-run-3", ended_at=first.ended_at + 120, pools=first.pools, slices=3)
+    restore_history(FailureHistory.parse(stored_history()).with_run(again).with_run(clean).render())
     history_text = stored_history()
     history = FailureHistory.parse(history_text)
     assert len(history.runs) == 3
