@@ -70,33 +70,9 @@ def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
 # test_slice_killed_mid_run_recovers_in_process, on the run that module's view tests read (one run, not two).
 
 
-def test_one_host_of_a_four_host_slice_killed_is_one_slice_restart(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
-) -> None:
-    """The seed's setup: 3 slices of v5e-16 (4x4: 4 hosts, so 4 worker pods a slice), the operator's GKE
-    JobSet run as is; one host of slice 1 lost mid-run is one slice lost, recovered in process."""
-    dag = elastic_dag(
-        "elastic_multihost",
-        tmp_path,
-        num_slices=3,
-        tpu_type="v5e",
-        tpu_topology="4x4",
-        stall_timeout="timedelta(minutes=6)",
-    )
-    with StepFaults(cluster_connection, "elastic-multihost").at(25, kill_worker(1)) as faults:
-        dag_run = dag.test()
-    assert faults.fired == [25]
-    assert states(dag_run) == {"pretrain": "success"}
-    report = xcom(dag_run, "pretrain")
-    assert report["final_step"] == 59
-    assert report["slice_restarts"] == 1 and report["in_process_recoveries"] == 1
-    assert report["full_restarts"] == 0 and report["escalations"] == []
-    [recovery] = report["recoveries"]
-    assert 0 <= recovery["steps_lost"] <= 10
-    [jobset] = jobsets_of(cluster_connection, "elastic-multihost")
-    worker = jobset["spec"]["replicatedJobs"][1]
-    assert (worker["replicas"], worker["template"]["spec"]["completions"]) == (3, 4)
-    assert "Pathways allocation: 3 slices of 4 hosts" in head_log(cluster_connection, jobset["metadata"]["name"])
+# One host of a 4-host slice lost (3 slices of v5e 4x4, the operator's GKE JobSet as is: its shape and the
+# trainer's Pathways allocation) is one slice restart, recovered in process: tests/operators/test_seed_scenarios.py's
+# test_one_lost_host_is_one_slice_restart_recovered_in_process, on the seed's run (one run, not two).
 
 
 def head_log(cluster: LocalCluster, jobset: str) -> str:
@@ -115,31 +91,10 @@ def head_log(cluster: LocalCluster, jobset: str) -> str:
         api.close()
 
 
-def test_slice_dying_past_its_budget_gets_exactly_one_full_restart(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
-) -> None:
-    dag = elastic_dag("elastic_budget", tmp_path, max_slice_restarts=2, stall_timeout="timedelta(minutes=6)")
-    with StepFaults(cluster_connection, "elastic-budget") as faults:
-        for step in (12, 16, 22):
-            faults.at(step, kill_worker(0))
-        dag_run = dag.test()
-    assert faults.fired == [12, 16, 22]
-    assert states(dag_run) == {"pretrain": "success"}
-    report = xcom(dag_run, "pretrain")
-    assert report["full_restarts"] == 1 and report["final_step"] == 59
-    [escalation] = report["escalations"]
-    assert escalation["reason"] == "slice_restart_budget_spent"
-    assert "exceed max_slice_restarts=2" in escalation["message"]
-    assert report["slice_restarts"] == 3
-    assert len(report["jobsets"]) == 2 and report["jobsets"][1].endswith("-r1")
-    resumed = escalation["resumed_from_step"]
-    # The third kill (step 22) is recovered in-process while the operator escalates; on a slow machine the
-    # trainer may commit step 30 before the JobSet is deleted, and the restart rightly resumes from there.
-    assert resumed is not None and resumed % 10 == 0 and 10 <= resumed < 59
-    log = head_log(cluster_connection, report["jobsets"][1])
-    assert f"restoring from this run's directory step {resumed}" in log
-    # The first JobSet is gone; only the second remains.
-    assert [js["metadata"]["name"] for js in jobsets_of(cluster_connection, "elastic-budget")] == [report["jobsets"][1]]
+# Slices dying past max_slice_restarts get exactly one full restart, which restores the step the report names:
+# tests/operators/test_seed_scenarios.py's test_slice_budget_spent_in_slices_gets_exactly_one_full_restart (the
+# seed's 3 slices of 4 hosts, one run, not two); that a force-deleted worker pod spends the slice budget is
+# test_api_throttling_through_a_full_restart_never_fails_the_task's escalation below.
 
 
 def committed_steps(checkpoints: Path) -> list[int]:

@@ -6,8 +6,11 @@ pods per slice), the real JAX trainer and Orbax checkpoints.
    its pods fail): the trainer recovers in process, the operator counts exactly 1 slice restart (not 4), nothing
    escalates, and at most one checkpoint period of steps is run again. A later eviction of a worker pod of
    another slice (a drain: ``DisruptionTarget``, graceful delete) spends no slice budget, and that slice re-forms.
+   The operator's GKE JobSet runs as is: 3 worker replicas of 4 completions, and the trainer's Pathways allocation
+   is 3 slices of 4 hosts.
 2. Two slices lost one after the other with ``max_slice_restarts=1``: the budget is spent in slices (8 pods failed,
-   which counted as pods would have escalated at the first loss), and exactly one full restart follows.
+   which counted as pods would have escalated at the first loss), and exactly one full restart follows, restoring
+   the step its escalation names.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from elastic_training.operators.constants import (
     LABEL_RUN_NAME,
     WORKER_REPLICATED_JOB,
 )
+from tests.operators.test_elastic_operator import head_log
 from tests.support.airflow_dags import dag_from_source, states, xcom
 from tests.support.step_faults import StepFaults
 
@@ -148,6 +152,9 @@ def test_one_lost_host_is_one_slice_restart_recovered_in_process(
     assert report["final_step"] == 59 == report["target_step"]
     [jobset] = _jobsets(cluster_connection, "seed-host")
     assert jobset["status"].get("restarts", 0) == 0  # no JobSet-level restart either
+    worker = jobset["spec"]["replicatedJobs"][1]
+    assert (worker["replicas"], worker["template"]["spec"]["completions"]) == (3, HOSTS_PER_SLICE)
+    assert "Pathways allocation: 3 slices of 4 hosts" in head_log(cluster_connection, jobset["metadata"]["name"])
 
 
 def test_slice_budget_spent_in_slices_gets_exactly_one_full_restart(
@@ -172,6 +179,9 @@ def test_slice_budget_spent_in_slices_gets_exactly_one_full_restart(
     assert escalation["latest_step"] is not None and escalation["latest_step"] >= 30
     resumed = escalation["resumed_from_step"]
     assert resumed % CHECKPOINT_PERIOD == 0 and escalation["steps_lost"] <= CHECKPOINT_PERIOD
+    assert resumed is not None and CHECKPOINT_PERIOD <= resumed < 59
     assert report["final_step"] == 59
     assert len(report["jobsets"]) == 2 and report["jobsets"][1].endswith("-r1")
+    # The restart restored the step the report names.
+    assert f"restoring from this run's directory step {resumed}" in head_log(cluster_connection, report["jobsets"][1])
     assert [js["metadata"]["name"] for js in _jobsets(cluster_connection, "seed-budget")] == [report["jobsets"][1]]
