@@ -39,6 +39,12 @@ LONGEST_FIRST = (
     "tests/plugin/test_real_run.py",
     "tests/operators/test_elastic_operator.py",
     "tests/packaging/test_wheel.py",
+    # Whole elastic runs (docs/testing.md, "runs"): 50-95 s each idle, too long to be what a process ends on.
+    "tests/operators/test_seed_scenarios.py",
+    "tests/operators/test_elastic_operator_gcs.py",
+    "tests/operators/test_elastic_operator_repair.py",
+    "tests/dags/test_pipelines.py",
+    "tests/operators/test_node_pool_avoidance.py",
 )
 # Files that share a session fixture go to one process as one unit, so it is built once: the Airflow stack
 # (tests/support/airflow_stack.py). The CLI's tests follow the journey: their Ctrl-C test stops the stack.
