@@ -42,32 +42,28 @@ def asset_events(dag_run: Any) -> list[tuple[str, dict[str, Any]]]:
         return [(row.uri, dict(row.extra or {})) for row in rows]
 
 
-@pytest.fixture(scope="module")
-def plain_run(airflow_db: None, cluster_connection: LocalCluster, allowed_root: Path) -> Any:
-    return nightly(allowed_root, run_name="plain")
-
-
+# One nightly run (with a slice failure) read by the tests below: it runs every stage and publishes both assets as
+# a run without one does, and the run that continues it (the failed gate) takes the unarmed path.
 @pytest.fixture(scope="module")
 def drilled_run(airflow_db: None, cluster_connection: LocalCluster, allowed_root: Path) -> Any:
     return nightly(allowed_root, run_name="drilled", inject_slice_failure=True, failure_at_step=30, failure_slice=1)
 
 
-def test_nightly_runs_every_stage_and_publishes_both_assets(plain_run: Any, allowed_root: Path) -> None:
-    assert states(plain_run) == dict.fromkeys(NIGHTLY_TASKS, "success")
-    config = xcom(plain_run, "validate_params")
-    assert config["run_directory"].startswith(f"{allowed_root}/plain-")
-    report = xcom(plain_run, "pretrain")
-    assert report["final_step"] == 79 and report["slice_restarts"] == 0 and report["recoveries"] == []
-    assert xcom(plain_run, "slice_failure_result") == {"armed": False}
-    checkpoint = xcom(plain_run, "validate_checkpoint")
+def test_nightly_runs_every_stage_and_publishes_both_assets(drilled_run: Any, allowed_root: Path) -> None:
+    assert states(drilled_run) == dict.fromkeys(NIGHTLY_TASKS, "success")
+    config = xcom(drilled_run, "validate_params")
+    assert config["run_directory"].startswith(f"{allowed_root}/drilled-")
+    report = xcom(drilled_run, "pretrain")
+    assert report["final_step"] == 79
+    checkpoint = xcom(drilled_run, "validate_checkpoint")
     assert checkpoint["step"] == 79 and checkpoint["valid"]
-    metrics = xcom(plain_run, "gate_on_eval")
+    metrics = xcom(drilled_run, "gate_on_eval")
     assert metrics["step"] == 79 and metrics["passed"] and 0 < metrics["loss"] <= 4.0
-    dataset = xcom(plain_run, "publish_synthetic_dataset")
+    dataset = xcom(drilled_run, "publish_synthetic_dataset")
     assert dataset["samples"] == 16 and dataset["source_step"] == 79 and dataset["checkpoint"] == checkpoint["path"]
     lines = Path(dataset["samples_file"]).read_text().splitlines()
     assert len(lines) == 16
-    events = dict(asset_events(plain_run))
+    events = dict(asset_events(drilled_run))
     assert events[f"file://{config['run_directory']}"]["step"] == 79
     synthetic = events[dataset["uri"]]
     assert synthetic["samples"] == 16 and synthetic["source_step"] == 79
@@ -91,14 +87,15 @@ def test_nightly_with_a_slice_failure_recovers_in_process_and_reports_it(drilled
 
 
 def test_a_failed_gate_stops_the_pipeline_with_the_metrics(
-    plain_run: Any, allowed_root: Path, capfd: pytest.CaptureFixture[str]
+    drilled_run: Any, allowed_root: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    # Continuing the plain run explicitly (a manual run otherwise gets its own directory): pretraining
-    # resumes the finished run (nothing to train) and the gate sees the same checkpoint, now with a
-    # threshold it cannot meet.
-    plain = xcom(plain_run, "validate_params")
-    dag_run = nightly(allowed_root, continue_run_name=plain["run_name"], max_eval_loss=0.01)
-    assert xcom(dag_run, "validate_params")["run_directory"] == plain["run_directory"]
+    # Continuing the drilled run explicitly (a manual run otherwise gets its own directory), with no failure
+    # injected: pretraining resumes the finished run (nothing to train) and the gate sees the same checkpoint, now
+    # with a threshold it cannot meet.
+    drilled = xcom(drilled_run, "validate_params")
+    dag_run = nightly(allowed_root, continue_run_name=drilled["run_name"], max_eval_loss=0.01)
+    assert xcom(dag_run, "validate_params")["run_directory"] == drilled["run_directory"]
+    assert xcom(dag_run, "slice_failure_result") == {"armed": False}
     task_states = states(dag_run)
     assert task_states["pretrain"] == "success" and task_states["evaluate"] == "success"
     # MaxText refuses a run already at its target (exit 1): the operator sees it first and launches nothing.
