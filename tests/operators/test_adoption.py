@@ -39,8 +39,12 @@ class _TaskInstance:
         self.xcom[key] = value
 
 
-def _slow_to_die(name: str, labels: dict[str, str], stop_seconds: int = 4) -> dict[str, Any]:
-    """A one-pod JobSet whose container takes `stop_seconds` to stop on SIGTERM (a trainer saving on the way out)."""
+def _slow_to_die(
+    name: str, labels: dict[str, str], stop_seconds: int = 4, release: Path | None = None
+) -> dict[str, Any]:
+    """A one-pod JobSet whose container takes `stop_seconds` to stop on SIGTERM (a trainer saving on the way out),
+    or with `release` until that file exists (the grace period, 30 s, bounds it)."""
+    on_term = f"sleep {stop_seconds}" if release is None else f"until [ -e {release} ]; do sleep 0.1; done"
     pod = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 30,
@@ -51,7 +55,7 @@ def _slow_to_die(name: str, labels: dict[str, str], stop_seconds: int = 4) -> di
                 "command": [
                     "sh",
                     "-c",
-                    armed(f"trap 'sleep {stop_seconds}; exit 0' TERM", "sleep 3600 & wait; sleep 4"),
+                    armed(f"trap '{on_term}; exit 0' TERM", "sleep 3600 & wait; sleep 4"),
                 ],
             }
         ],
@@ -77,11 +81,13 @@ def _wait_running(core: client.CoreV1Api, name: str) -> None:
     raise AssertionError(f"the pods of {name} never ran")
 
 
-def _start_deleting(api: client.ApiClient, name: str, labels: dict[str, str], stop_seconds: int = 4) -> dict[str, Any]:
+def _start_deleting(
+    api: client.ApiClient, name: str, labels: dict[str, str], stop_seconds: int = 4, release: Path | None = None
+) -> dict[str, Any]:
     """Create the slow-to-die JobSet, wait until it runs, delete it in the foreground; it is still there."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     created: dict[str, Any] = custom.create_namespaced_custom_object(
-        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _slow_to_die(name, labels, stop_seconds)
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _slow_to_die(name, labels, stop_seconds, release)
     )
     _wait_running(core, name)
     custom.delete_namespaced_custom_object(
@@ -225,8 +231,9 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
-        # Long enough to be still there when the create comes, on the slowest machine.
-        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"}, stop_seconds=15)
+        # Still there when the create comes, however slow the machine: its pod stops once the create met it.
+        release = tmp_path / "release"
+        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"}, release=release)
         lists: list[str] = []
         real_list, real_create = JobSetHook.list_jobsets, JobSetHook.create_jobset
         refused: list[int] = []
@@ -240,6 +247,7 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
                 return real_create(self, body, namespace)
             except ApiException as error:
                 refused.append(error.status)
+                release.touch()
                 raise
 
         monkeypatch.setattr(JobSetHook, "list_jobsets", list_jobsets)
@@ -329,8 +337,11 @@ def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: Loc
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     # More than the hook's five attempts at the label search, each of which urllib3 already tries four times
-    # (it honours Retry-After on 429 itself).
-    cluster_connection.faults.fail_requests(429, count=24, path="namespaces/default/jobsets$", method="GET")
+    # (it honours Retry-After on 429 itself). `Retry-After: 0`: the burst's length is the point, not its waits
+    # (tests/local/cluster/test_faults.py has the client honour a `Retry-After: 1`).
+    cluster_connection.faults.fail_requests(
+        429, count=24, path="namespaces/default/jobsets$", method="GET", retry_after=0
+    )
     try:
         ti = _TaskInstance()
         ti.run_id = run_id
