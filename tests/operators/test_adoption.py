@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +101,35 @@ def _start_deleting(
     return created
 
 
+@contextlib.contextmanager
+def _released_once_waited_on(cluster: LocalCluster, name: str, release: Path) -> Iterator[None]:
+    """Release the dying JobSet's pod (`release`) once someone watches for that JobSet to go (the operator's wait:
+    a watch on ``metadata.name=<name>`` in the API server's audit log): it is still there when the operator
+    comes, however slow the machine, and the test does not wait out a fixed stop."""
+    since, done = cluster.audit_position(), threading.Event()
+
+    def waited_on() -> bool:
+        return any(
+            e.resource == JOBSET_PLURAL and e.verb == "watch" and e.query("fieldSelector") == f"metadata.name={name}"
+            for e in cluster.audit_events(since)
+        )
+
+    def release_when_waited_on() -> None:
+        while not done.wait(0.1):
+            if waited_on():
+                release.touch()
+                return
+
+    releaser = threading.Thread(target=release_when_waited_on, daemon=True)
+    releaser.start()
+    try:
+        yield
+    finally:
+        done.set()
+        releaser.join()
+        release.touch()  # whatever happened, the pod may stop now
+
+
 def _assert_created_again(
     custom: client.CustomObjectsApi, identity: dict[str, str], name: str, dying: dict[str, Any]
 ) -> None:
@@ -130,7 +162,8 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
-        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"})
+        release = tmp_path / "release"
+        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"}, release=release)
 
         operator = ElasticJobSetOperator(
             task_id=TASK_ID,
@@ -143,7 +176,7 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
         )
         ti = _TaskInstance()
         monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "7")
-        with pytest.raises(TaskDeferred) as deferred:
+        with pytest.raises(TaskDeferred) as deferred, _released_once_waited_on(cluster_connection, name, release):
             operator.execute({"ti": ti})  # type: ignore[arg-type]
         assert deferred.value.trigger.settle_seconds == 7.0  # the Airflow 3.3 race workaround reaches the trigger
         assert ti.xcom["jobset_name"] == name
@@ -162,7 +195,9 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
         api.close()
 
 
-def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(cluster_connection: LocalCluster) -> None:
+def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(
+    cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
     """`JobSetOperator`: a stage cleared while its killed JobSet still stops runs again, not 'deleted outside'."""
     run_id = "manual__plain-dying"
     identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=run_id, map_index=-1)
@@ -172,11 +207,12 @@ def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(cluster_c
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
-        dying = _start_deleting(api, name, identity)
+        release = tmp_path / "release"
+        dying = _start_deleting(api, name, identity, release=release)
         operator = JobSetOperator(task_id="evaluate", name="ev", image="local", command=["true"], runtime="local")
         ti = _TaskInstance()
         ti.task_id, ti.run_id = "evaluate", run_id
-        with pytest.raises(TaskDeferred):
+        with pytest.raises(TaskDeferred), _released_once_waited_on(cluster_connection, name, release):
             operator.execute({"ti": ti})  # type: ignore[arg-type]
         _assert_created_again(custom, identity, name, dying)
     finally:
