@@ -12,9 +12,10 @@ connection and the server and says what to set: a server that does not answer, a
 by API discovery), a kubeconfig that does not load. Messages never carry the kubeconfig's content or token.
 
 Retries: reads and deletes go through the provider's ``generic_api_retry`` (429 with Retry-After,
-5xx); a create is retried only on 429/5xx and a 409 means the name is taken (the operator decides
-whether that is its own JobSet). Watches relist on ``410 Gone`` and reconnect with capped
-exponential backoff and jitter, as client-go's reflector does.
+5xx, connection errors; not a certificate that fails verification); a create is retried only on
+429/5xx and a 409 means the name is taken (the operator decides whether that is its own JobSet).
+Watches relist on ``410 Gone`` and reconnect with capped exponential backoff and jitter, as
+client-go's reflector does.
 """
 
 from __future__ import annotations
@@ -66,8 +67,50 @@ from elastic_training.operators.kube_config import static_configuration
 Obj = dict[str, Any]
 
 F = TypeVar("F", bound=Callable[..., Any])
-# The provider's tenacity retry (429 with Retry-After, 5xx), typed for our callers.
-api_retry = cast(Callable[[F], F], generic_api_retry)
+
+
+class _Permanent(Exception):
+    """Carries an error past the provider's retry, which retries every urllib3 ``HTTPError``."""
+
+    def __init__(self, error: HTTPError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _untrusted_certificate(error: BaseException) -> bool:
+    """Whether ``error`` is the server's certificate failing verification (no CA, or the wrong one)."""
+    reason = getattr(error, "reason", None) or error
+    return isinstance(reason, SSLError) and any(isinstance(a, ssl.SSLCertVerificationError) for a in reason.args)
+
+
+def api_retry(method: F) -> F:
+    """The provider's ``generic_api_retry`` (429 with Retry-After, 5xx, connection errors), except for a
+    certificate that fails verification: no attempt changes that, so it is raised at once.
+
+    A refused or reset connection stays retried: an API server restarting (an upgrade, a control plane
+    repair) refuses connections for seconds, and the provider's backoff rides that out.
+    """
+
+    @functools.wraps(method)
+    def attempt(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except HTTPError as error:
+            if _untrusted_certificate(error):
+                raise _Permanent(error) from error
+            raise
+
+    retried = cast(Callable[..., Any], generic_api_retry)(attempt)
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return retried(*args, **kwargs)
+        except _Permanent as permanent:
+            raise permanent.error from None
+
+    return cast(F, call)
+
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 # How long an operator rides out 429/5xx answers around a step it must not fail (finding, creating or
@@ -198,7 +241,7 @@ class JobSetHook(KubernetesHook):
         server = _server_of(self.api_client.configuration.host)
         if isinstance(error, HTTPError):
             reason = getattr(error, "reason", None) or error
-            if isinstance(reason, SSLError) and any(isinstance(a, ssl.SSLCertVerificationError) for a in reason.args):
+            if _untrusted_certificate(error):
                 return ClusterAccessError(
                     f"the Kubernetes API server {server} of {conn} presented a certificate that is not trusted: "
                     "put the cluster's CA in the kubeconfig (certificate-authority-data), or check the server address"

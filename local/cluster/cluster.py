@@ -101,11 +101,13 @@ class Faults:
         probability: float | None = None,
         path: str | None = None,
         method: str | None = None,
+        retry_after: int = 1,
     ) -> FailRule:
-        """Fail matching API requests with ``code`` (the next ``count``, or each with ``probability``)."""
+        """Fail matching API requests with ``code`` (the next ``count``, or each with ``probability``); a 429
+        says ``Retry-After: <retry_after>``."""
         rule: FailRule = self._cluster.call(
             lambda: self._injector().api.fail_requests(
-                code, count=count, probability=probability, path=path, method=method
+                code, count=count, probability=probability, path=path, method=method, retry_after=retry_after
             )
         )
         return rule

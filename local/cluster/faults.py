@@ -7,7 +7,7 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 
 - ``GET    /_local/faults``                 the active rules
 - ``DELETE /_local/faults``                 clear every rule
-- ``POST   /_local/faults/fail-requests``   ``{"code", "count"?, "probability"?, "path"?, "method"?}``
+- ``POST   /_local/faults/fail-requests``   ``{"code", "count"?, "probability"?, "path"?, "method"?, "retryAfter"?}``
 - ``POST   /_local/faults/latency``         ``{"seconds", "path"?, "method"?}``
 - ``POST   /_local/faults/expire-watches``  ``{"compact"?: bool}``
 - ``POST   /_local/faults/delete-pod``      ``{"namespace", "name"}``
@@ -72,6 +72,9 @@ class FailRule:
     path: str | None = None  # a regex searched in the request path
     method: str | None = None
     id: int = 0
+    # A 429's Retry-After: 1 is what kube-apiserver's max-in-flight and priority-and-fairness filters say; 0
+    # (valid HTTP, "retry now") lets a test burst outlast a client's retries without waiting a second each.
+    retry_after: int = 1
 
     def applies(self, method: str, path: str) -> bool:
         if self.method and self.method.upper() != method:
@@ -115,16 +118,22 @@ class ApiFaults:
         probability: float | None = None,
         path: str | None = None,
         method: str | None = None,
+        retry_after: int = 1,
     ) -> FailRule:
-        """Add a failure rule; with neither ``count`` nor ``probability`` every matching request fails."""
+        """Add a failure rule; with neither ``count`` nor ``probability`` every matching request fails.
+
+        A 429 carries ``Retry-After: <retry_after>`` (seconds).
+        """
         if not 400 <= code <= 599:
             raise bad_request(f"code must be an HTTP error status (400-599), got {code}")
         if count is not None and count < 1:
             raise bad_request("count must be at least 1")
         if probability is not None and not 0.0 <= probability <= 1.0:
             raise bad_request("probability must be between 0 and 1")
+        if not 0 <= retry_after <= 600:
+            raise bad_request("retryAfter must be between 0 and 600 seconds")
         _check_regex(path)
-        rule = FailRule(code, count, probability, path, method, self._take_id())
+        rule = FailRule(code, count, probability, path, method, self._take_id(), retry_after)
         self.failures.append(rule)
         return rule
 
@@ -152,8 +161,8 @@ class ApiFaults:
         self._next_id += 1
         return self._next_id - 1
 
-    async def apply(self, method: str, path: str) -> ApiError | None:
-        """Sleep for matching latency rules, then the error to answer with, if a failure rule fires."""
+    async def apply(self, method: str, path: str) -> FailRule | None:
+        """Sleep for matching latency rules, then the failure rule that fires, if one does."""
         delay = sum(rule.seconds for rule in self.latencies if rule.applies(method, path))
         if delay:
             await asyncio.sleep(delay)
@@ -164,8 +173,7 @@ class ApiFaults:
                     if rule.count == 0:
                         self.failures.remove(rule)
                 self.injected += 1
-                reason = _REASONS.get(rule.code, "InternalError")
-                return ApiError(rule.code, reason, f"injected fault: {reason} (rule {rule.id})")
+                return rule
         return None
 
     def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -177,9 +185,11 @@ class ApiFaults:
         ) -> web.StreamResponse:
             if request.path.startswith("/_local/") or not (self.failures or self.latencies):
                 return await handler(request)
-            error = await self.apply(request.method, request.path)
-            if error is not None:
-                headers = {"Retry-After": "1"} if error.code == 429 else None
+            rule = await self.apply(request.method, request.path)
+            if rule is not None:
+                reason = _REASONS.get(rule.code, "InternalError")
+                error = ApiError(rule.code, reason, f"injected fault: {reason} (rule {rule.id})")
+                headers = {"Retry-After": str(rule.retry_after)} if rule.code == 429 else None
                 return web.json_response(error.status_body(), status=error.code, headers=headers)
             return await handler(request)
 
@@ -284,12 +294,14 @@ class FaultInjector:
     async def _fail_requests(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
         code = _optional(body, "code", int)
+        retry_after = _optional(body, "retryAfter", int)
         rule = self.api.fail_requests(
             500 if code is None else code,
             count=_optional(body, "count", int),
             probability=_optional(body, "probability", float),
             path=_optional(body, "path", str),
             method=_optional(body, "method", str),
+            retry_after=1 if retry_after is None else retry_after,
         )
         return web.json_response(asdict(rule), status=201)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -125,7 +126,39 @@ def _execute_error(operator: Any) -> str:
     return message
 
 
-def test_a_server_that_is_not_there(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+PROVIDER_RETRY_LOGGER = "airflow.providers.cncf.kubernetes.kubernetes_helper_functions"
+
+
+class _Retries(logging.Handler):
+    """The provider's retry warnings (tenacity's ``before_sleep_log``: "Retrying ... in N seconds ...")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Retrying" in record.getMessage():
+            self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def retries() -> Iterator[list[str]]:
+    """Attached to the provider's logger itself, after importing Airflow (whose first import configures its
+    logging, which empties the handlers of existing loggers)."""
+    import airflow.settings  # noqa: F401
+
+    handler = _Retries()
+    logger = logging.getLogger(PROVIDER_RETRY_LOGGER)
+    logger.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_server_that_is_not_there(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, retries: list[str]) -> None:
+    """A refused connection is retried (an API server restarting refuses connections for seconds) before the
+    clear error: the provider's 5 attempts, 1 + 2 + 4 + 8 s apart."""
     server = f"http://127.0.0.1:{_closed_port()}"
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(_kubeconfig_for(server, "FAKE-TOKEN-NOWHERE")))
@@ -134,6 +167,7 @@ def test_a_server_that_is_not_there(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert message.startswith(f"cannot reach the Kubernetes API server {server} of connection 'k8s_nowhere'")
     assert "check the server in the kubeconfig" in message
     assert "FAKE-TOKEN-NOWHERE" not in message
+    assert len(retries) == 4
 
 
 def test_a_kubeconfig_path_that_is_not_there(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -152,7 +186,9 @@ def test_an_inline_kube_config_that_is_not_yaml_is_not_quoted(monkeypatch: pytes
     assert "FAKE-TOKEN" not in message
 
 
-def test_a_kubeconfig_without_the_clusters_ca(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kubeconfig_without_the_clusters_ca(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, retries: list[str]
+) -> None:
     """The local cluster serves TLS with its own CA: a kubeconfig that does not carry it is told so, not retried on."""
     conn_id = _connection(monkeypatch, "k8s_no_ca", {"kube_config": _kubeconfig_for(cluster.url, cluster.token)})
     message = _execute_error(_elastic(conn_id))
@@ -161,6 +197,7 @@ def test_a_kubeconfig_without_the_clusters_ca(cluster: LocalCluster, monkeypatch
     )
     assert "certificate-authority-data" in message
     assert cluster.token not in message
+    assert retries == []  # no attempt changes a certificate the client does not trust
 
 
 def test_a_refused_token(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:

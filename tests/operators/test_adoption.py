@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +42,12 @@ class _TaskInstance:
         self.xcom[key] = value
 
 
-def _slow_to_die(name: str, labels: dict[str, str], stop_seconds: int = 4) -> dict[str, Any]:
-    """A one-pod JobSet whose container takes `stop_seconds` to stop on SIGTERM (a trainer saving on the way out)."""
+def _slow_to_die(
+    name: str, labels: dict[str, str], stop_seconds: int = 4, release: Path | None = None
+) -> dict[str, Any]:
+    """A one-pod JobSet whose container takes `stop_seconds` to stop on SIGTERM (a trainer saving on the way out),
+    or with `release` until that file exists (the grace period, 30 s, bounds it)."""
+    on_term = f"sleep {stop_seconds}" if release is None else f"until [ -e {release} ]; do sleep 0.1; done"
     pod = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 30,
@@ -51,7 +58,7 @@ def _slow_to_die(name: str, labels: dict[str, str], stop_seconds: int = 4) -> di
                 "command": [
                     "sh",
                     "-c",
-                    armed(f"trap 'sleep {stop_seconds}; exit 0' TERM", "sleep 3600 & wait; sleep 4"),
+                    armed(f"trap '{on_term}; exit 0' TERM", "sleep 3600 & wait; sleep 4"),
                 ],
             }
         ],
@@ -77,11 +84,13 @@ def _wait_running(core: client.CoreV1Api, name: str) -> None:
     raise AssertionError(f"the pods of {name} never ran")
 
 
-def _start_deleting(api: client.ApiClient, name: str, labels: dict[str, str], stop_seconds: int = 4) -> dict[str, Any]:
+def _start_deleting(
+    api: client.ApiClient, name: str, labels: dict[str, str], stop_seconds: int = 4, release: Path | None = None
+) -> dict[str, Any]:
     """Create the slow-to-die JobSet, wait until it runs, delete it in the foreground; it is still there."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     created: dict[str, Any] = custom.create_namespaced_custom_object(
-        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _slow_to_die(name, labels, stop_seconds)
+        JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, _slow_to_die(name, labels, stop_seconds, release)
     )
     _wait_running(core, name)
     custom.delete_namespaced_custom_object(
@@ -90,6 +99,35 @@ def _start_deleting(api: client.ApiClient, name: str, labels: dict[str, str], st
     being_deleted = custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
     assert being_deleted["metadata"].get("deletionTimestamp"), "the JobSet must still be terminating"
     return created
+
+
+@contextlib.contextmanager
+def _released_once_waited_on(cluster: LocalCluster, name: str, release: Path) -> Iterator[None]:
+    """Release the dying JobSet's pod (`release`) once someone watches for that JobSet to go (the operator's wait:
+    a watch on ``metadata.name=<name>`` in the API server's audit log): it is still there when the operator
+    comes, however slow the machine, and the test does not wait out a fixed stop."""
+    since, done = cluster.audit_position(), threading.Event()
+
+    def waited_on() -> bool:
+        return any(
+            e.resource == JOBSET_PLURAL and e.verb == "watch" and e.query("fieldSelector") == f"metadata.name={name}"
+            for e in cluster.audit_events(since)
+        )
+
+    def release_when_waited_on() -> None:
+        while not done.wait(0.1):
+            if waited_on():
+                release.touch()
+                return
+
+    releaser = threading.Thread(target=release_when_waited_on, daemon=True)
+    releaser.start()
+    try:
+        yield
+    finally:
+        done.set()
+        releaser.join()
+        release.touch()  # whatever happened, the pod may stop now
 
 
 def _assert_created_again(
@@ -124,7 +162,8 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
-        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"})
+        release = tmp_path / "release"
+        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"}, release=release)
 
         operator = ElasticJobSetOperator(
             task_id=TASK_ID,
@@ -137,7 +176,7 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
         )
         ti = _TaskInstance()
         monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "7")
-        with pytest.raises(TaskDeferred) as deferred:
+        with pytest.raises(TaskDeferred) as deferred, _released_once_waited_on(cluster_connection, name, release):
             operator.execute({"ti": ti})  # type: ignore[arg-type]
         assert deferred.value.trigger.settle_seconds == 7.0  # the Airflow 3.3 race workaround reaches the trigger
         assert ti.xcom["jobset_name"] == name
@@ -156,7 +195,9 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
         api.close()
 
 
-def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(cluster_connection: LocalCluster) -> None:
+def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(
+    cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
     """`JobSetOperator`: a stage cleared while its killed JobSet still stops runs again, not 'deleted outside'."""
     run_id = "manual__plain-dying"
     identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="evaluate", run_id=run_id, map_index=-1)
@@ -166,11 +207,12 @@ def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(cluster_c
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
-        dying = _start_deleting(api, name, identity)
+        release = tmp_path / "release"
+        dying = _start_deleting(api, name, identity, release=release)
         operator = JobSetOperator(task_id="evaluate", name="ev", image="local", command=["true"], runtime="local")
         ti = _TaskInstance()
         ti.task_id, ti.run_id = "evaluate", run_id
-        with pytest.raises(TaskDeferred):
+        with pytest.raises(TaskDeferred), _released_once_waited_on(cluster_connection, name, release):
             operator.execute({"ti": ti})  # type: ignore[arg-type]
         _assert_created_again(custom, identity, name, dying)
     finally:
@@ -225,8 +267,9 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     try:
-        # Long enough to be still there when the create comes, on the slowest machine.
-        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"}, stop_seconds=15)
+        # Still there when the create comes, however slow the machine: its pod stops once the create met it.
+        release = tmp_path / "release"
+        dying = _start_deleting(api, name, {**identity, LABEL_FULL_RESTART: "0"}, release=release)
         lists: list[str] = []
         real_list, real_create = JobSetHook.list_jobsets, JobSetHook.create_jobset
         refused: list[int] = []
@@ -240,6 +283,7 @@ def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
                 return real_create(self, body, namespace)
             except ApiException as error:
                 refused.append(error.status)
+                release.touch()
                 raise
 
         monkeypatch.setattr(JobSetHook, "list_jobsets", list_jobsets)
@@ -329,8 +373,11 @@ def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: Loc
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     # More than the hook's five attempts at the label search, each of which urllib3 already tries four times
-    # (it honours Retry-After on 429 itself).
-    cluster_connection.faults.fail_requests(429, count=24, path="namespaces/default/jobsets$", method="GET")
+    # (it honours Retry-After on 429 itself). `Retry-After: 0`: the burst's length is the point, not its waits
+    # (tests/local/cluster/test_faults.py has the client honour a `Retry-After: 1`).
+    cluster_connection.faults.fail_requests(
+        429, count=24, path="namespaces/default/jobsets$", method="GET", retry_after=0
+    )
     try:
         ti = _TaskInstance()
         ti.run_id = run_id

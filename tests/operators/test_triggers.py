@@ -124,6 +124,19 @@ async def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
     raise TimeoutError(what)
 
 
+async def watches_open(cluster: LocalCluster, since: int, *resources: str) -> None:
+    """Until the trigger's watches of ``resources`` have reached the API server (its audit log records each at
+    ``RequestReceived``): each resumes from its list's resourceVersion, so no change after that is missed."""
+
+    def opened() -> bool:
+        return set(resources) <= {e.resource for e in cluster.audit_events(since) if e.verb == "watch"}
+
+    await wait_for(f"the trigger's watches of {', '.join(resources)}", opened)
+
+
+CHILD_WATCHES = ("jobsets", "jobs", "pods")  # what a trigger of a running JobSet watches before it judges a restart
+
+
 async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connection: LocalCluster) -> None:
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     core = client.CoreV1Api(api)
@@ -150,9 +163,10 @@ async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connectio
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: running_worker(i)) for i in (0, 1)]
+        since = cluster_connection.audit_position()
         original = fresh_trigger(name, uid)
         watching = asyncio.create_task(first_event(original))
-        await asyncio.sleep(2)
+        await watches_open(cluster_connection, since, *CHILD_WATCHES)
         cluster_connection.faults.delete_pod("default", first[0].metadata.name)  # restart 1: within budget
         await wait_for("slice 0 replaced", lambda: running_worker(0, first[0].metadata.uid))
         await asyncio.sleep(2)
@@ -205,9 +219,10 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
+        since = cluster_connection.audit_position()
         trigger = fresh_trigger(name, uid)
         watching = asyncio.create_task(first_event(trigger))
-        await asyncio.sleep(2)
+        await watches_open(cluster_connection, since, *CHILD_WATCHES)
         # All 4 pods of slice 0 at once, as a host event takes its slice: one call, no grace period.
         core.delete_collection_namespaced_pod(
             "default",
@@ -273,8 +288,10 @@ async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_
         replaced_at = time.time()
         await asyncio.sleep(max(0.0, replaced_at + window + 2 - time.time()))
 
+        since = cluster_connection.audit_position()
         watching = asyncio.create_task(first_event(JobSetTrigger(**deferred)))
-        await asyncio.sleep(3)
+        await watches_open(cluster_connection, since, *CHILD_WATCHES)
+        await asyncio.sleep(3)  # a window for a wrong decision on the old restart; load only shortens it
         assert not watching.done(), "a restart older than the window does not spend the budget after a rebuild"
         for pod in first[1][:1]:  # a new restart does
             cluster_connection.faults.delete_pod("default", pod.metadata.name)
@@ -320,9 +337,10 @@ async def test_an_evicted_slice_spends_no_budget(cluster_connection: LocalCluste
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
+        since = cluster_connection.audit_position()
         trigger = fresh_trigger(name, uid, budgets=BUDGETS | {"max_slice_restarts": 0})
         watching = asyncio.create_task(first_event(trigger))
-        await asyncio.sleep(2)
+        await watches_open(cluster_connection, since, *CHILD_WATCHES)
         for pod in first[0]:
             cluster_connection.faults.evict_pod("default", pod.metadata.name)
         gone = frozenset(p.metadata.uid for p in first[0])

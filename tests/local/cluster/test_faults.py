@@ -84,6 +84,10 @@ def test_throttling_is_retried_by_the_client_then_fails_until_cleared(cluster: L
             client.CoreV1Api(no_retries).list_namespaced_pod("default")
         assert caught.value.status == 429 and caught.value.headers["Retry-After"] == "1"
         cluster.faults.clear()
+        cluster.faults.fail_requests(429, count=1, retry_after=0)  # "retry now": valid HTTP, for a burst's tests
+        with pytest.raises(client.ApiException) as caught:
+            client.CoreV1Api(no_retries).list_namespaced_pod("default")
+        assert caught.value.headers["Retry-After"] == "0"
         client.CoreV1Api(no_retries).list_namespaced_pod("default")
 
 
@@ -114,6 +118,7 @@ def test_http_control_endpoint(cluster: LocalCluster, k8s: K8s) -> None:
         ("/fail-requests", {"probability": 2}),
         ("/fail-requests", {"count": 0}),
         ("/fail-requests", {"path": "("}),
+        ("/fail-requests", {"code": 429, "retryAfter": -1}),
         ("/latency", {}),
         ("/latency", {"seconds": "slow"}),
         ("/signal-pod", {"namespace": "default", "name": "x", "signal": "SIGNOPE"}),
