@@ -83,6 +83,19 @@ def _untrusted_certificate(error: BaseException) -> bool:
     return isinstance(reason, SSLError) and any(isinstance(a, ssl.SSLCertVerificationError) for a in reason.args)
 
 
+def _certificate_refused(error: BaseException) -> bool:
+    """Whether an asynchronous client's ``error`` is the server's certificate failing verification (aiohttp
+    wraps the `ssl.SSLCertVerificationError` in a connector error; the chain and ``args`` carry it)."""
+    seen: list[BaseException] = [error]
+    while seen:
+        current = seen.pop()
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        cause = getattr(current, "certificate_error", None)
+        seen += [c for c in (cause, current.__cause__, *current.args) if isinstance(c, BaseException)]
+    return False
+
+
 def api_retry(method: F) -> F:
     """The provider's ``generic_api_retry`` (429 with Retry-After, 5xx, connection errors), except for a
     certificate that fails verification: no attempt changes that, so it is raised at once.
@@ -638,7 +651,13 @@ class AsyncJobSetHook(AsyncKubernetesHook):
                     self.log.info("watch: the resource is not served (404); not watching it")
                     return
                 refused = self._refused(error, refused)
-            except Exception as error:  # connection refused/reset, TLS, timeouts: the API may come back
+            except Exception as error:  # connection refused/reset, timeouts: the API may come back
+                if _certificate_refused(error):  # no attempt changes a certificate the client does not trust
+                    raise ClusterAccessError(
+                        f"watching through connection {self.conn_id!r}: the Kubernetes API server presented a "
+                        "certificate that is not trusted: put the cluster's CA in the kubeconfig "
+                        "(certificate-authority-data), or check the server address"
+                    ) from None
                 self.log.warning("watch: %s: %s; retrying", type(error).__name__, error)
             await asyncio.sleep(backoff.next_delay())
 

@@ -307,3 +307,33 @@ async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
     message = event.payload["message"]
     assert message.startswith("ClusterAccessError: watching through connection 'k8s_expired_async'")
     assert "HTTP 401 Unauthorized" in message and "renew the token" in message and "EXPIRED" not in message
+
+
+async def test_a_trigger_whose_server_certificate_is_not_trusted_ends_with_the_reason(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster's CA lost from the connection while the task is deferred (a rotation, an edited connection):
+    the watch ends at once naming the certificate, instead of retrying a verification no attempt can pass."""
+    from elastic_training.operators.triggers import JobSetTrigger
+
+    conn_id = _connection(monkeypatch, "k8s_no_ca_async", {"kube_config": _kubeconfig_for(cluster.url, cluster.token)})
+    trigger = JobSetTrigger(
+        name="run-abcdef",
+        namespace="default",
+        uid="u-1",
+        target_step=10,
+        budgets={
+            "max_slice_restarts": 1,
+            "slice_restart_window_seconds": 3600.0,
+            "stall_timeout_seconds": 3600.0,
+            "max_full_restarts": 1,
+        },
+        kubernetes_conn_id=conn_id,
+        poll_interval=1.0,
+    )
+    event = await asyncio.wait_for(trigger.run().asend(None), timeout=240)
+    assert event.payload["status"] == "error"
+    message = event.payload["message"]
+    assert message.startswith("ClusterAccessError: watching through connection 'k8s_no_ca_async'")
+    assert "certificate that is not trusted" in message and "certificate-authority-data" in message
+    assert cluster.token not in message
