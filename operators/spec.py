@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, cast, get_args
 
@@ -380,15 +380,15 @@ def startup_timeout_error(startup_timeout_seconds: float, elastic_timeout_second
     )
 
 
-def _lint_timeout(name: str, value: object, elastic_timeout: int) -> None:
-    """``stall_timeout`` or ``startup_timeout`` (seconds): positive, at most INT32_MAX, over the wait for slices."""
+def _lint_timeout(name: str, value: object, elastic_timeout: int, judge: Callable[[float, int], str | None]) -> None:
+    """``stall_timeout`` or ``startup_timeout`` (seconds): positive, at most INT32_MAX, and what ``judge`` says of it
+    against the wait for slices."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value != value:
         raise SpecError(name, f"must be a positive number of seconds, got {shown(value)}")
     if value > INT32_MAX:  # also keeps an int past float's range from raising OverflowError below
         raise SpecError(name, f"must be at most {INT32_MAX} seconds, got {shown(value)}")
-    judge = stall_timeout_error if name == "stall_timeout" else startup_timeout_error
     error = judge(float(value), elastic_timeout)
     if error is not None:
         raise SpecError(name, error)
@@ -515,8 +515,8 @@ def _lint_budgets(spec: ElasticRunSpec) -> None:
             f"registration with the resource manager): use at least {ELASTIC_TIMEOUT_MIN_GKE_SECONDS} "
             f"(MaxText's default is 300; a lost host takes {ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS} s or more to repair)",
         )
-    _lint_timeout("stall_timeout", spec.stall_timeout_seconds, timeout)
-    _lint_timeout("startup_timeout", spec.startup_timeout_seconds, timeout)
+    _lint_timeout("stall_timeout", spec.stall_timeout_seconds, timeout, stall_timeout_error)
+    _lint_timeout("startup_timeout", spec.startup_timeout_seconds, timeout, startup_timeout_error)
     _lint_elastic_slices(spec)
     if spec.elastic_max_retries is None:
         return
