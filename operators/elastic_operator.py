@@ -136,6 +136,7 @@ def _budgets(
     max_full_restarts: int,
     queue_timeout: timedelta | float | None,
     elastic_timeout_seconds: int,
+    startup_timeout: timedelta | float,
 ) -> Budgets:
     """The constructor's budgets, each checked naming its parameter (`TypeError`/`ValueError`)."""
     _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
@@ -152,6 +153,7 @@ def _budgets(
             if _is_positive_int(elastic_timeout_seconds) and elastic_timeout_seconds < 2**53
             else None
         ),
+        startup_timeout_seconds=_seconds("startup_timeout", startup_timeout),
     )
 
 
@@ -200,8 +202,14 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         restart; also sets the worker Job's ``backoffLimit``.
     :param slice_restart_window: the sliding window of that budget.
     :param stall_timeout: no training progress for this long while the stall clock runs → full restart. The clock
-        runs only while the JobSet is admitted and its trainer is up (not while Kueue holds it, nor while its pods
-        are scheduled, nodes provisioned, images pulled); it must exceed ``elastic_timeout_seconds``.
+        runs only while the JobSet is admitted and its trainer trains: from the trainer's first step after its
+        container started (not while Kueue holds it, nor while its pods are scheduled, images pulled, nor during
+        the start-up); it must exceed ``elastic_timeout_seconds``.
+    :param startup_timeout: how long a trainer container may run before it trains (JAX's start, pathwaysutils'
+        first wait for slices, the restore, the step function's compilation: many minutes for a big model on GKE)
+        → full restart (``startup_timed_out``). Every new trainer container starts up again (after a JobSet
+        restart, a preemption, a full restart). Its own bound, so ``stall_timeout`` need not cover a start-up and
+        a hang in training is caught sooner; it must exceed ``elastic_timeout_seconds``.
     :param queue_timeout: how long one wait for Kueue's admission may last (queued before the start, or preempted
         and waiting to be admitted again); then the JobSet is deleted and the task fails, saying how long it waited
         and what Kueue said. ``None`` (the default): as long as it takes (``execution_timeout`` still applies).
@@ -274,6 +282,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         max_slice_restarts: int = 3,
         slice_restart_window: timedelta = timedelta(hours=1),
         stall_timeout: timedelta = timedelta(minutes=30),
+        startup_timeout: timedelta = timedelta(minutes=30),
         max_full_restarts: int = 2,
         jobset_max_restarts: int = 0,
         elastic_min_slice_count: int = -1,
@@ -319,7 +328,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         window, timeout = slice_restart_window, elastic_timeout_seconds
-        self.budgets = _budgets(max_slice_restarts, window, stall_timeout, max_full_restarts, queue_timeout, timeout)
+        self.budgets = _budgets(
+            max_slice_restarts, window, stall_timeout, max_full_restarts, queue_timeout, timeout, startup_timeout
+        )
         self.jobset_max_restarts = jobset_max_restarts
         self.elastic_min_slice_count = elastic_min_slice_count
         self.elastic_timeout_seconds = elastic_timeout_seconds
@@ -388,6 +399,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             elastic_min_slice_count=self.elastic_min_slice_count,
             elastic_max_retries=self.elastic_max_retries,
             stall_timeout_seconds=self.budgets.stall_timeout_seconds,
+            startup_timeout_seconds=self.budgets.startup_timeout_seconds,
             **self.gke_knobs,
         )
 

@@ -291,7 +291,7 @@ class MonitorState:
         if self.phase is not JobSetPhase.ACTIVE:
             return RunPhase.ENDED
         digest = self.digest
-        if self.trainer_up_since is None or (digest.latest_step is None and digest.open_recovery is None):
+        if self.trainer_up_since is None or (self.starting_since() is not None and digest.open_recovery is None):
             return RunPhase.STARTING
         opened = digest.open_recovery
         if digest.waiting_for_slices or (opened is not None and opened.first_step_at is None):
@@ -558,15 +558,30 @@ class MonitorState:
 
     # -- what the policy sees ----------------------------------------------------------------
 
+    def starting_since(self) -> float | None:
+        """Since when the trainer starts up: its container runs (the JobSet admitted) and has not trained since it
+        started (:attr:`operators.recovery.LogDigest.trained_at`); ``None`` when it is not up, or trains.
+
+        Every new trainer container starts up: after a JobSet restart, a preemption or a full restart too, each
+        restoring the run's checkpoint and compiling again."""
+        up = self.trainer_up_since
+        if self.phase is JobSetPhase.SUSPENDED or up is None:
+            return None
+        trained = self.digest.trained_at
+        # startedAt is whole seconds, cut down: a line of this container is never stamped before it.
+        return up if trained is None or trained < up else None
+
     def observation(
         self, *, now: float, target_step: int, full_restarts_used: int, elastic_timeout_seconds: float | None = None
     ) -> Observation:
-        """What the policy judges. The stall clock runs only while the JobSet is admitted and its trainer is up:
-        from the trainer's start or its last progress (pathwaysutils' wait for slices counts, for at most
+        """What the policy judges. No clock runs while the JobSet is suspended or its trainer is not up. From the
+        trainer container's start until it trains, the start-up clock runs (``starting_since``); from its first
+        step on, the stall clock: from its last progress (pathwaysutils' wait for slices counts, for at most
         ``elastic_timeout_seconds`` from its start)."""
         digest = self.digest
         progress: float | None = None
-        if self.phase is not JobSetPhase.SUSPENDED and self.trainer_up_since is not None:
+        starting = self.starting_since()
+        if starting is None and self.phase is not JobSetPhase.SUSPENDED and self.trainer_up_since is not None:
             waited = digest.slice_wait_progress(elastic_timeout_seconds)
             progress = max(self.trainer_up_since, digest.progress_at or 0.0, waited or 0.0)
         waiting = None
@@ -594,6 +609,8 @@ class MonitorState:
             failure_detail=self._failure_detail(),
             permanent=(self.permanent or digest.config_error is not None) and self.phase is JobSetPhase.FAILED,
             already_at_target=digest.already_at_target is not None,
+            starting_since=starting,
+            startup_detail="" if starting is None else _startup_detail(digest, starting),
         )
 
     def _failure_detail(self) -> str:
@@ -633,6 +650,20 @@ class MonitorState:
         state = cls(**values)
         state._recount()
         return state
+
+
+def _startup_detail(digest: LogDigest, up: float) -> str:
+    """What a starting trainer was last seen doing, from its lines since its container started at ``up``."""
+    if digest.slice_wait_since is not None and digest.slice_wait_since >= up:
+        return "waiting for its slices (pathwaysutils)"
+    if digest.last_restore_at is not None and digest.last_restore_at >= up:
+        step = digest.last_restored_step
+        if step is None:
+            return "found no checkpoint (training from scratch); compiling its first step"
+        return f"restoring step {step}, then compiling its first step"
+    if digest.progress_at is not None and digest.progress_at >= up:
+        return "its slices are ready; restoring the newest checkpoint"
+    return "nothing logged yet: importing, starting JAX, connecting to Pathways"
 
 
 def _running_at(pod: Obj, container: str) -> float | None:

@@ -21,6 +21,8 @@ from elastic_training.operators.spec import ElasticRunSpec, Runtime, render_valu
 Stage = Literal["evaluate", "synthesize"]
 # MaxText's default max_target_length (maxtext: src/maxtext/configs/base.yml @ e591f30).
 MAXTEXT_MAX_TARGET_LENGTH: Final = 2048
+# The operator's default startup_timeout (30 min): a big model's restore and compilation on GKE fit in it.
+DEFAULT_STARTUP_TIMEOUT_MINUTES: Final = 30
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class PipelineConfig:
     auto_checkpoint_period: bool = False
     max_target_length: int = MAXTEXT_MAX_TARGET_LENGTH
     hf_path: str = ""
+    startup_timeout_minutes: int = DEFAULT_STARTUP_TIMEOUT_MINUTES
 
     @property
     def run_directory(self) -> str:
@@ -120,6 +123,7 @@ class PipelineConfig:
             "tpu_topology": self.tpu_topology,
             "max_slice_restarts": self.max_slice_restarts,
             "stall_timeout_seconds": 60.0 * self.stall_timeout_minutes,
+            "startup_timeout_seconds": 60.0 * self.startup_timeout_minutes,
             "queue_name": self.queue_name,
         }
         return ElasticRunSpec(**fields) if onto is None else dataclasses.replace(onto, **fields)
@@ -133,6 +137,7 @@ class PipelineConfig:
             max_full_restarts=self.max_full_restarts,
             queue_timeout_seconds=self.queue_timeout_seconds,
             elastic_timeout_seconds=elastic_timeout_seconds,
+            startup_timeout_seconds=60.0 * self.startup_timeout_minutes,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -38,7 +38,12 @@ from typing import Any, Final
 
 from elastic_training.operators import kube_names, run_layout
 from elastic_training.operators.image_reference import SHELL_META, image_reference_error
-from elastic_training.operators.pipeline_config import MAXTEXT_MAX_TARGET_LENGTH, PipelineConfig, StageCommand
+from elastic_training.operators.pipeline_config import (
+    DEFAULT_STARTUP_TIMEOUT_MINUTES,
+    MAXTEXT_MAX_TARGET_LENGTH,
+    PipelineConfig,
+    StageCommand,
+)
 from elastic_training.operators.spec import (
     DEFAULT_ELASTIC_TIMEOUT_SECONDS,
     DNS1123_LABEL_MAX,
@@ -388,7 +393,21 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             integer(
                 "Stall timeout (minutes)",
                 "No training progress for this long while admitted and training: a full restart. It must exceed "
-                "MaxText's wait for lost slices (elastic_timeout_seconds, 5 min); queue time never counts.",
+                "MaxText's wait for lost slices (elastic_timeout_seconds, 5 min); queue time and the trainer's "
+                "start-up (until its first step) never count.",
+                SECTION_BUDGETS,
+                STALL_TIMEOUT_MIN_MINUTES,
+                1_440,
+            ),
+        ),
+        ParamDef(
+            "startup_timeout_minutes",
+            DEFAULT_STARTUP_TIMEOUT_MINUTES,
+            integer(
+                "Start-up timeout (minutes)",
+                "How long the trainer may take from its start to its first step (JAX's start, the wait for slices, "
+                "the checkpoint's restore, the compilation): then a full restart. The stall timeout runs only after "
+                "it; it must exceed MaxText's wait for slices too.",
                 SECTION_BUDGETS,
                 STALL_TIMEOUT_MIN_MINUTES,
                 1_440,
@@ -789,6 +808,7 @@ def _command(params: Mapping[str, Any], name: str, fallback: Any) -> tuple[str, 
 # The spec's fields the form sets under another name (the rest have the param's name).
 _PARAM_OF_SPEC_FIELD: Final[Mapping[str, str]] = {
     "stall_timeout": "stall_timeout_minutes",
+    "startup_timeout": "startup_timeout_minutes",
     "maxtext_args.model_name": "model_name",
     "maxtext_args.per_device_batch_size": "per_device_batch_size",
 }
@@ -885,6 +905,7 @@ def _form_config(
         max_full_restarts=_integer(values, "max_full_restarts"),
         # Under the form's minimum, the spec's lint says why: the pretraining runs MaxText's default wait for slices.
         stall_timeout_minutes=_integer(values, "stall_timeout_minutes", minimum=1),
+        startup_timeout_minutes=_integer(values, "startup_timeout_minutes", minimum=1),
         queue_timeout_minutes=_optional_integer(values, "queue_timeout_minutes"),
         queue_name=_optional_string(values, "queue_name"),
         avoid_failing_node_pools=_boolean(values, "avoid_failing_node_pools"),

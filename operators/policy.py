@@ -9,7 +9,14 @@ resumes from the last committed step). :func:`decide` says when the fourth layer
   sliding ``slice_restart_window`` (in-process recovery keeps being undone by failing slices);
 - training stalled: no progress (a completed step, a checkpoint save started or finished, an elastic
   recovery line, pathwaysutils' wait for slices within ``elastic_timeout_seconds``) for ``stall_timeout`` while the
-  stall clock runs: only while the JobSet is admitted (not suspended) and its trainer is up;
+  stall clock runs: only while the JobSet is admitted (not suspended) and its trainer has trained since its
+  container started;
+- the start-up took too long: the trainer's container has been up for ``startup_timeout`` without training
+  (no completed step, no in-process recovery since it started). The start-up (JAX's start, pathwaysutils' first wait
+  for slices, the restore, the step function's compilation) has a clock of its own, so that a big model's restore or
+  compilation needs no long ``stall_timeout``, and a hang in training is caught after ``stall_timeout``. Every new
+  trainer container starts up again: the first one, one after a JobSet restart, a preemption or a full restart (a
+  new JobSet restoring the run's checkpoint);
 - the JobSet failed for a reason a restart can mend (its ``failurePolicy`` gave up).
 
 Success needs the JobSet ``Completed`` **and** a committed step at the final step: MaxText exits 0
@@ -20,8 +27,8 @@ restart resumes it while the full-restart budget lasts.
 Waiting is not stalling. A JobSet suspended by Kueue (queued before its admission, or preempted after it) spends
 no budget and is never escalated: it is waited out, bounded only by ``queue_timeout`` (then the task fails, saying
 how long it waited and what Kueue said), and one suspended in no queue at all (kubernetes-sigs/kueue #14811) is
-reported as such under the same bound. Admitted but with its trainer not up yet (pods scheduling, nodes being
-provisioned, images pulling) the stall clock does not run either.
+reported as such under the same bound. Admitted but with its trainer's container not up yet (pods scheduling,
+nodes being provisioned, images pulling) no clock runs either: neither the start-up's nor the stall's.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ class RunPhase(StrEnum):
     """Where the run stands, as the log and the view name it."""
 
     QUEUED = "queued"  # suspended, never admitted yet
-    STARTING = "starting"  # admitted; pods scheduling, nodes provisioning, images pulling
+    STARTING = "starting"  # admitted; pods scheduling, images pulling, then the trainer's start-up until it trains
     TRAINING = "training"
     RECOVERING = "recovering"  # in process: pathwaysutils' wait for slices, the restore, the first step after
     PREEMPTED = "preempted"  # suspended after an admission
@@ -69,6 +76,7 @@ class Reason(StrEnum):
     RUNNING = "running"
     SLICE_RESTART_BUDGET = "slice_restart_budget_spent"
     STALLED = "stalled"
+    STARTUP_TIMED_OUT = "startup_timed_out"
     JOBSET_FAILED = "jobset_failed"
     COMPLETED = "completed"
     COMPLETED_SHORT = "completed_short_of_target"
@@ -89,7 +97,9 @@ class Budgets:
     """The operator's own budgets (seconds for durations).
 
     ``queue_timeout_seconds``: how long one wait for Kueue's admission may last (``None``: as long as it takes);
-    ``elastic_timeout_seconds``: MaxText's per-attempt wait for slices, the bound of that wait as progress.
+    ``elastic_timeout_seconds``: MaxText's per-attempt wait for slices, the bound of that wait as progress;
+    ``startup_timeout_seconds``: how long a trainer container may run before it trains (``None``: bounded by
+    ``stall_timeout_seconds``, as budgets written before this bound existed were).
     """
 
     max_slice_restarts: int
@@ -98,13 +108,14 @@ class Budgets:
     max_full_restarts: int
     queue_timeout_seconds: float | None = None
     elastic_timeout_seconds: float | None = None
+    startup_timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_slice_restarts < 0 or self.max_full_restarts < 0:
             raise ValueError("restart budgets must be >= 0")
         if self.slice_restart_window_seconds <= 0 or self.stall_timeout_seconds <= 0:
             raise ValueError("the slice-restart window and the stall timeout must be positive")
-        for name in ("queue_timeout_seconds", "elastic_timeout_seconds"):
+        for name in ("queue_timeout_seconds", "elastic_timeout_seconds", "startup_timeout_seconds"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive, or None")
@@ -134,7 +145,9 @@ class Observation:
     """What is known about the current JobSet incarnation at time ``now`` (Unix seconds).
 
     ``waiting`` is set while the JobSet is suspended (queued or preempted); ``progress_at`` is ``None`` while the
-    stall clock does not run (suspended, or admitted with its trainer not up yet).
+    stall clock does not run (suspended, admitted with its trainer not up yet, or starting up).
+    ``starting_since`` is set while the trainer starts up: its container runs since then and has not trained yet
+    (the start-up clock runs); ``startup_detail`` says what it was last seen doing.
     ``slice_restart_times`` holds when each slice restart of this incarnation began, by Kubernetes' clock
     (one per slice failure, however many of its pods failed; evictions are not restarts, see
     :mod:`operators.slice_failures`); ``progress_at`` the last
@@ -160,6 +173,8 @@ class Observation:
     # The trainer refused to train because its run already reached its target (MaxText's "checkpoint already
     # exists" RuntimeError, exit 1): done, once the committed step says so.
     already_at_target: bool = False
+    starting_since: float | None = None
+    startup_detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,7 +184,7 @@ class Decision:
     action: Action
     reason: Reason
     message: str
-    # Continuing: the moment the stall rule (or queue_timeout) would fire if nothing changes.
+    # Continuing: the moment the stall rule (or startup_timeout, or queue_timeout) would fire if nothing changes.
     recheck_at: float | None = None
 
 
@@ -217,8 +232,14 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
         )
     if obs.phase is JobSetPhase.FAILED:
         return _escalate(obs, budgets, Reason.JOBSET_FAILED, f"the JobSet failed: {obs.failure_detail or 'no reason'}")
+    if obs.starting_since is not None:
+        return _starting(obs, budgets)
     if obs.progress_at is None:
-        return Decision(Action.CONTINUE, Reason.STARTING, "admitted; waiting for the trainer to start (no stall clock)")
+        return Decision(
+            Action.CONTINUE,
+            Reason.STARTING,
+            "admitted; waiting for the trainer's container to start (no clock runs: pods scheduling, images pulling)",
+        )
     stall_at = obs.progress_at + budgets.stall_timeout_seconds
     if obs.now >= stall_at:
         step = "no step yet" if obs.latest_step is None else f"last completed step {obs.latest_step}"
@@ -230,6 +251,31 @@ def decide(obs: Observation, budgets: Budgets) -> Decision:
             f"(stall_timeout={_duration(budgets.stall_timeout_seconds)}; {step})",
         )
     return Decision(Action.CONTINUE, Reason.RUNNING, "training", recheck_at=stall_at)
+
+
+def _starting(obs: Observation, budgets: Budgets) -> Decision:
+    """The trainer's container is up and has not trained yet: bounded by ``startup_timeout``, not the stall clock."""
+    since = obs.starting_since if obs.starting_since is not None else obs.now
+    bound, name = budgets.startup_timeout_seconds, "startup_timeout"
+    if bound is None:  # budgets from before startup_timeout existed: the start-up ran on the stall clock
+        bound, name = budgets.stall_timeout_seconds, "stall_timeout"
+    doing = obs.startup_detail or "nothing logged of its start-up"
+    timeout_at = since + bound
+    if obs.now >= timeout_at:
+        return _escalate(
+            obs,
+            budgets,
+            Reason.STARTUP_TIMED_OUT,
+            f"the trainer has not trained since its container started {_duration(obs.now - since)} ago "
+            f"({name}={_duration(bound)}; {doing})",
+        )
+    return Decision(
+        Action.CONTINUE,
+        Reason.STARTING,
+        f"the trainer is starting up ({doing}): the start-up clock runs ({name}={_duration(bound)}), "
+        "the stall clock from its first step",
+        recheck_at=timeout_at,
+    )
 
 
 def _waiting(obs: Observation, budgets: Budgets) -> Decision:

@@ -142,6 +142,8 @@ class LogDigest:
     resumed_from_step: int | None = None  # the step restored before any step ran (-1: trained from scratch)
     step_points: list[list[float]] = field(default_factory=list)  # [at, step, n-th step executed]
     step_point_stride: int = 1
+    last_restore_at: float | None = None  # the newest restore line (a restored step, or none found: from scratch)
+    last_restored_step: int | None = None  # the step it restored (None: no checkpoint, trained from scratch)
     slice_wait_since: float | None = None  # pathwaysutils' current wait for slices: its first line, its last
     slice_wait_last_at: float | None = None
     queue_spans: list[list[float | None]] = field(default_factory=list)  # [suspended at, admitted at or None]
@@ -285,6 +287,7 @@ class LogDigest:
     def _restored(self, at: float, step: int | None) -> None:
         self.restores += 1
         self.progress_at = at
+        self.last_restore_at, self.last_restored_step = at, step
         self.awaiting_first_step = True
         if self.steps_executed == 0 and self.resumed_from_step is None:
             self.resumed_from_step = -1 if step is None else step
@@ -303,6 +306,15 @@ class LogDigest:
     def all_recoveries(self) -> list[Recovery]:
         """Finished recoveries, then the one in progress."""
         return [*self.recoveries, *([self.open_recovery] if self.open_recovery else [])]
+
+    @property
+    def trained_at(self) -> float | None:
+        """The newest sign that the trainer trained: a completed step, or an in-process recovery it detected
+        (pathwaysutils' elastic event, a scale-up), which only a training trainer logs. A restore, a wait for
+        slices or their end are start-up too (pathwaysutils waits for slices before the first attempt), and a save
+        follows a step; a preemption is Kueue's, told by the JobSet, not the trainer."""
+        detected = (r.detected_at for r in self.all_recoveries if r.kind != PREEMPTION)
+        return max((t for t in (self.latest_step_at, *detected) if t is not None), default=None)
 
     @property
     def mean_step_seconds(self) -> float | None:

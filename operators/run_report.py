@@ -274,6 +274,7 @@ class BudgetAllowances:
     max_slice_restarts: int | None = None
     slice_restart_window_seconds: float | None = None
     stall_timeout_seconds: float | None = None
+    startup_timeout_seconds: float | None = None
     max_full_restarts: int | None = None
     queue_timeout_seconds: float | None = None
     elastic_timeout_seconds: float | None = None

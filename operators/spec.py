@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, cast, get_args
 
@@ -171,6 +171,7 @@ class ElasticRunSpec:
     workload_priority_class: str | None = None
     elastic_slices: int | None = None
     stall_timeout_seconds: float | None = None
+    startup_timeout_seconds: float | None = None
     image_pull_policy: ImagePullPolicy | None = None
     trainer_env: Mapping[str, str] = field(default_factory=dict)
     worker_env: Mapping[str, str] = field(default_factory=dict)
@@ -364,16 +365,33 @@ def stall_timeout_error(stall_timeout_seconds: float, elastic_timeout_seconds: i
     )
 
 
-def _lint_stall_timeout(stall: object, elastic_timeout: int) -> None:
-    if stall is None:
+def startup_timeout_error(startup_timeout_seconds: float, elastic_timeout_seconds: int) -> str | None:
+    """Why ``startup_timeout`` is too short for the start-up's wait for slices, or ``None`` when it exceeds it.
+
+    pathwaysutils waits for the slices before the first attempt too, for up to ``elastic_timeout_seconds``; JAX's
+    start before it and the restore and compilation after it are start-up as well.
+    """
+    if startup_timeout_seconds > elastic_timeout_seconds:
+        return None
+    return (
+        f"{startup_timeout_seconds:g} s does not exceed elastic_timeout_seconds={elastic_timeout_seconds} "
+        "(pathwaysutils' wait for slices before the first step may take that long, and the restore and "
+        f"compilation come after it): raise it above {elastic_timeout_seconds} s, or lower elastic_timeout_seconds"
+    )
+
+
+def _lint_timeout(name: str, value: object, elastic_timeout: int, judge: Callable[[float, int], str | None]) -> None:
+    """``stall_timeout`` or ``startup_timeout`` (seconds): positive, at most INT32_MAX, and what ``judge`` says of it
+    against the wait for slices."""
+    if value is None:
         return
-    if isinstance(stall, bool) or not isinstance(stall, int | float) or not stall > 0 or stall != stall:
-        raise SpecError("stall_timeout", f"must be a positive number of seconds, got {shown(stall)}")
-    if stall > INT32_MAX:  # also keeps an int past float's range from raising OverflowError below
-        raise SpecError("stall_timeout", f"must be at most {INT32_MAX} seconds, got {shown(stall)}")
-    error = stall_timeout_error(float(stall), elastic_timeout)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value != value:
+        raise SpecError(name, f"must be a positive number of seconds, got {shown(value)}")
+    if value > INT32_MAX:  # also keeps an int past float's range from raising OverflowError below
+        raise SpecError(name, f"must be at most {INT32_MAX} seconds, got {shown(value)}")
+    error = judge(float(value), elastic_timeout)
     if error is not None:
-        raise SpecError("stall_timeout", error)
+        raise SpecError(name, error)
 
 
 def _lint_elastic_slices(spec: ElasticRunSpec) -> None:
@@ -497,7 +515,8 @@ def _lint_budgets(spec: ElasticRunSpec) -> None:
             f"registration with the resource manager): use at least {ELASTIC_TIMEOUT_MIN_GKE_SECONDS} "
             f"(MaxText's default is 300; a lost host takes {ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS} s or more to repair)",
         )
-    _lint_stall_timeout(spec.stall_timeout_seconds, timeout)
+    _lint_timeout("stall_timeout", spec.stall_timeout_seconds, timeout, stall_timeout_error)
+    _lint_timeout("startup_timeout", spec.startup_timeout_seconds, timeout, startup_timeout_error)
     _lint_elastic_slices(spec)
     if spec.elastic_max_retries is None:
         return

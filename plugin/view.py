@@ -120,8 +120,8 @@ def budgets(report: RunReport | None, state: Mapping[str, Any]) -> list[JsonObj]
     seen = digests(state)
     current = seen[-1][1] if seen else LogDigest()
     attempts = allowed.elastic_max_retries
-    stalls = sum(1 for e in _escalations(report, state) if e.reason == "stalled")
-    stall_timeout = allowed.stall_timeout_seconds
+    escalated = [e.reason for e in _escalations(report, state)]
+    stall_timeout, startup_timeout = allowed.stall_timeout_seconds, allowed.startup_timeout_seconds
     jobset_restarts = (report.jobset_restarts if report is not None else 0) or _int(monitor.get("jobset_restarts"))
     return [
         {
@@ -150,9 +150,17 @@ def budgets(report: RunReport | None, state: Mapping[str, Any]) -> list[JsonObj]
         },
         {
             "name": "stalls",
-            "used": stalls,
+            "used": escalated.count("stalled"),
             "allowed": None,
             "detail": None if stall_timeout is None else f"no progress for {stall_timeout:.0f} s escalates",
+        },
+        {
+            "name": "start-ups timed out",
+            "used": escalated.count("startup_timed_out"),
+            "allowed": None,
+            "detail": None
+            if startup_timeout is None
+            else f"a trainer not training {startup_timeout:.0f} s after its start escalates",
         },
     ]
 

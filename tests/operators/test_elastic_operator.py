@@ -52,7 +52,7 @@ def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
 
 
 # Arguments written as code in the DAG file rather than as literals.
-_CODE = {"stall_timeout", "slice_restart_window"}
+_CODE = {"stall_timeout", "startup_timeout", "slice_restart_window"}
 
 
 def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
@@ -106,9 +106,17 @@ def committed_steps(checkpoints: Path) -> list[int]:
 def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
-    # 60 s: generous for a first step (JAX start and compile) on a loaded 2-core box, so only the freeze stalls.
-    # elastic_timeout_seconds under it: the lint refuses a stall timeout that MaxText's wait for slices outlasts.
-    dag = elastic_dag("elastic_stall", tmp_path, stall_timeout="timedelta(seconds=60)", elastic_timeout_seconds=30)
+    # The stall clock runs from the first step (the start-up, JAX's start, the compilation and after the full
+    # restart the restore, has startup_timeout, generous): 40 s is only the freeze's, against steps of ~0.1 s (a few
+    # seconds on a 7x-loaded 2-core box) and saves that log their start and end. elastic_timeout_seconds under it,
+    # as the lint requires; 30 s is what the first attempt's wait for the workers needs on a loaded box.
+    dag = elastic_dag(
+        "elastic_stall",
+        tmp_path,
+        stall_timeout="timedelta(seconds=40)",
+        startup_timeout="timedelta(minutes=10)",
+        elastic_timeout_seconds=30,
+    )
     checkpoints = tmp_path / "elastic-stall" / "checkpoints"
     rotted: dict[str, int] = {}
 

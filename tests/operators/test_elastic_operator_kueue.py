@@ -166,9 +166,11 @@ def admin(cluster_connection: LocalCluster) -> Iterator[Cluster]:
     found.close()
 
 
-STALL_SECONDS = 90  # short, so a queue wait outlasts it; over the wait for slices, as the lint requires
 # MaxText's wait for slices, here for its first attempt too: a loaded 2-core machine starts the workers in ~30 s.
-ELASTIC_TIMEOUT_SECONDS = 75
+ELASTIC_TIMEOUT_SECONDS = 60
+# Short, so a queue wait outlasts it; over the wait for slices, as the lint requires. It need not cover the
+# start-up after the admission (JAX's start, the compilation): that runs on the start-up clock (startup_timeout).
+STALL_SECONDS = ELASTIC_TIMEOUT_SECONDS + 5
 
 
 def queued_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
@@ -200,7 +202,7 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
         [jobset] = wait_for("the run's JobSet", lambda: admin.jobsets_of_run(run_name), timeout=120)
         name = jobset["metadata"]["name"]
         created = parse_time(jobset["metadata"]["creationTimestamp"]) or time.time()
-        # Queued past its stall timeout (60 s) by a margin, and Kueue saying why: only then is the quota freed.
+        # Queued past its stall timeout (STALL_SECONDS) by a margin, and Kueue saying why: only then is the quota freed.
         workload = wait_for(
             "Kueue's reason",
             lambda: (w := admin.workload_of(admin.jobset(name) or jobset)) and condition(w, "QuotaReserved") and w,

@@ -7,6 +7,7 @@ Regenerate the golden files after an intended change with
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from pathlib import Path
@@ -356,6 +357,9 @@ def test_num_elastic_slices_is_the_slices_the_run_may_lose(fields: dict[str, Any
         ({"elastic_slices": 1, "elastic_min_slice_count": 2}, "elastic_slices"),  # the proxy would end it first
         ({"stall_timeout_seconds": 300.0}, "stall_timeout"),  # equal to elastic_timeout_seconds: does not exceed it
         ({"stall_timeout_seconds": 120.0}, "stall_timeout"),
+        ({"startup_timeout_seconds": 300.0}, "startup_timeout"),  # the start-up's wait for slices may last that long
+        ({"startup_timeout_seconds": 0.0}, "startup_timeout"),
+        ({"startup_timeout_seconds": float(2**31)}, "startup_timeout"),
         ({"workload_priority_class": "Not A Label"}, "workload_priority_class"),
     ],
 )
@@ -373,6 +377,20 @@ def test_stall_timeout_lint_says_by_how_much() -> None:
     ):
         lint(dataclasses.replace(GKE_SPEC, stall_timeout_seconds=120.0))
     lint(dataclasses.replace(GKE_SPEC, stall_timeout_seconds=301.0))
+
+
+def test_startup_timeout_lint_names_it_and_the_wait_before_the_first_step() -> None:
+    with pytest.raises(SpecError) as raised:
+        lint(dataclasses.replace(GKE_SPEC, startup_timeout_seconds=240.0))
+    assert str(raised.value) == (
+        "startup_timeout: 240 s does not exceed elastic_timeout_seconds=300 (pathwaysutils' wait for slices before "
+        "the first step may take that long, and the restore and compilation come after it): raise it above 300 s, "
+        "or lower elastic_timeout_seconds"
+    )
+    with pytest.raises(SpecError, match=r"^startup_timeout: must be a positive number of seconds, got nan"):
+        lint(dataclasses.replace(GKE_SPEC, startup_timeout_seconds=math.nan))
+    # Shorter than the stall timeout is fine: the two clocks never run at once.
+    lint(dataclasses.replace(GKE_SPEC, startup_timeout_seconds=301.0, stall_timeout_seconds=3600.0))
 
 
 def test_kueue_labels_go_on_the_jobset_only() -> None:

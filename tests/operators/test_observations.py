@@ -515,7 +515,11 @@ def test_jobset_phase_reads_the_suspension() -> None:
 
 def test_a_queued_run_waits_then_starts_then_trains_on_a_clock_that_begins_with_its_trainer() -> None:
     budgets = Budgets(
-        max_slice_restarts=1, slice_restart_window_seconds=600, stall_timeout_seconds=300, max_full_restarts=0
+        max_slice_restarts=1,
+        slice_restart_window_seconds=600,
+        stall_timeout_seconds=300,
+        max_full_restarts=0,
+        startup_timeout_seconds=900,
     )
     state = MonitorState(started_at=T0)
     state.on_jobset(queued_jobset(suspended=True, at=T0), now=T0 + 1)
@@ -534,12 +538,58 @@ def test_a_queued_run_waits_then_starts_then_trains_on_a_clock_that_begins_with_
     assert decide(state.observation(now=T0 + 4500, target_step=99, full_restarts_used=0), budgets).reason.value == (
         "starting"
     )
-    # The trainer is up at T0 + 4600: the clock starts there, and a trainer that never steps stalls 300 s later.
+    # The trainer is up at T0 + 4600: the start-up clock starts there; its wait for slices, restore and compilation
+    # take longer than the stall timeout, and are no stall.
     state.on_pod(head("h", started=T0 + 4600), deleted=False, now=T0 + 4601)
-    assert state.observation(now=T0 + 4899, target_step=99, full_restarts_used=0).progress_at == T0 + 4600
-    stalled = decide(state.observation(now=T0 + 4900, target_step=99, full_restarts_used=0), budgets)
-    assert "no training progress for 5.0 min" in stalled.message
-    assert state.digest.queued_seconds(T0 + 4900) == 3600
+    state.on_log_line(stamp(T0 + 4610), "Waiting for 2 slices. Poll interval: 10, Timeout: 300", "h")
+    state.on_log_line(stamp(T0 + 4640), "Sufficient slices active: 2 >= 2. Active indices: {0, 1}", "h")
+    state.on_log_line(stamp(T0 + 4650), "restoring from this run's directory step 40", "h")
+    starting = state.observation(now=T0 + 5100, target_step=99, full_restarts_used=0)
+    assert (starting.starting_since, starting.progress_at) == (T0 + 4600, None)
+    assert starting.startup_detail == "restoring step 40, then compiling its first step"
+    assert state.run_phase(T0 + 5100).value == "starting"
+    decision = decide(starting, budgets)
+    assert (decision.action, decision.reason.value, decision.recheck_at) == (Action.CONTINUE, "starting", T0 + 5500)
+    assert "the start-up clock runs (startup_timeout=15.0 min)" in decision.message
+    # Its first step ends the start-up: the stall clock runs from it, and a trainer that steps no more stalls.
+    state.on_log_line(stamp(T0 + 5200), "completed step: 41, seconds: 400.0", "h")
+    trained = state.observation(now=T0 + 5499, target_step=99, full_restarts_used=0)
+    assert (trained.starting_since, trained.progress_at) == (None, T0 + 5200)
+    assert state.run_phase(T0 + 5499).value == "training"
+    stalled = decide(state.observation(now=T0 + 5500, target_step=99, full_restarts_used=0), budgets)
+    assert "needed another because no training progress for 5.0 min" in stalled.message  # budget 0: it fails
+    assert state.digest.queued_seconds(T0 + 5500) == 3600
+
+
+def test_a_start_up_that_never_trains_times_out_and_each_new_trainer_starts_up_again() -> None:
+    budgets = Budgets(
+        max_slice_restarts=1,
+        slice_restart_window_seconds=600,
+        stall_timeout_seconds=300,
+        max_full_restarts=1,
+        startup_timeout_seconds=900,
+    )
+    state = running()
+    state.on_pod(head("h", started=T0 + 5), deleted=False, now=T0 + 5)
+    state.on_log_line(stamp(T0 + 20), "restoring from this run's directory step 40", "h")
+    timed_out = decide(state.observation(now=T0 + 905, target_step=99, full_restarts_used=0), budgets)
+    assert (timed_out.action, timed_out.reason.value) == (Action.ESCALATE, "startup_timed_out")
+    assert "not trained since its container started 15.0 min ago (startup_timeout=15.0 min" in timed_out.message
+    assert "restoring step 40" in timed_out.message
+    # It trained; then a JobSet restart's new head pod starts up again, restoring what the old one saved.
+    state.on_log_line(stamp(T0 + 100), "completed step: 41, seconds: 60.0", "h")
+    assert state.observation(now=T0 + 905, target_step=99, full_restarts_used=0).starting_since is None
+    state.on_pod(head("h", started=T0 + 5), deleted=True, now=T0 + 200)
+    state.on_pod(head("h2", started=T0 + 300), deleted=False, now=T0 + 301)
+    again = state.observation(now=T0 + 1000, target_step=99, full_restarts_used=0)
+    assert (again.starting_since, again.progress_at) == (T0 + 300, None)
+    assert again.startup_detail.startswith("nothing logged yet")
+    assert state.run_phase(T0 + 1000).value == "starting"
+    # An in-process recovery is the trainer's, in training: the stall clock runs, as it did.
+    state.on_log_line(stamp(T0 + 1100), "completed step: 42, seconds: 70.0", "h2")
+    state.on_log_line(stamp(T0 + 1200), "Elastic event detected", "h2")
+    recovering = state.observation(now=T0 + 1300, target_step=99, full_restarts_used=0)
+    assert (recovering.starting_since, recovering.progress_at) == (None, T0 + 1200)
 
 
 def test_a_preemption_deletes_pods_that_are_no_slice_failures() -> None:
@@ -624,10 +674,21 @@ def test_the_wait_for_slices_is_progress_bounded_by_elastic_timeout(
     state = running()
     state.on_jobset({"metadata": {"uid": "js", "creationTimestamp": stamp(T0)}, "spec": {}, "status": {}}, now=T0)
     state.on_pod(head("h", started=T0 + 1), deleted=False, now=T0 + 1)
+    # Before the first step, a wait for slices (pathwaysutils' first attempt waits too) is start-up: no stall clock.
+    for at, text in lines:
+        state.on_log_line(stamp(T0 + at), text, "h")
+    early = state.observation(now=T0 + now, target_step=9, full_restarts_used=0, elastic_timeout_seconds=120)
+    assert (early.starting_since, early.progress_at) == (T0 + 1, None)
+    # In training, a slice lost: the in-process recovery's wait is progress, under the stall clock.
+    state = running()
+    state.on_jobset({"metadata": {"uid": "js", "creationTimestamp": stamp(T0)}, "spec": {}, "status": {}}, now=T0)
+    state.on_pod(head("h", started=T0 + 1), deleted=False, now=T0 + 1)
+    state.on_log_line(stamp(T0 + 2), "completed step: 3, seconds: 0.1", "h")
+    state.on_log_line(stamp(T0 + 5), "Elastic event detected", "h")
     for at, text in lines:
         state.on_log_line(stamp(T0 + at), text, "h")
     observation = state.observation(now=T0 + now, target_step=9, full_restarts_used=0, elastic_timeout_seconds=120)
-    assert observation.progress_at == T0 + progress
+    assert observation.starting_since is None and observation.progress_at == T0 + progress
 
 
 def test_queue_fields_round_trip() -> None:

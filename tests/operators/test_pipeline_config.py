@@ -32,6 +32,7 @@ XCOM_KEYS = {
     "slice_restart_window_minutes",
     "max_full_restarts",
     "stall_timeout_minutes",
+    "startup_timeout_minutes",
     "queue_timeout_minutes",
     "queue_name",
     "avoid_failing_node_pools",
@@ -63,18 +64,22 @@ def test_the_xcom_keeps_its_keys_and_reads_back_equal(tmp_path: Path, runtime: s
 
 
 def test_a_configuration_from_before_the_later_fields_reads_with_their_defaults(tmp_path: Path) -> None:
-    older = {k: v for k, v in check(tmp_path).to_json().items() if k not in ("queue_name", "queue_timeout_minutes")}
+    later = ("queue_name", "queue_timeout_minutes", "startup_timeout_minutes")
+    older = {k: v for k, v in check(tmp_path).to_json().items() if k not in later}
     config = PipelineConfig.from_json(older)
-    assert (config.queue_name, config.queue_timeout_seconds) == (None, None)
+    assert (config.queue_name, config.queue_timeout_seconds, config.startup_timeout_minutes) == (None, None, 30)
 
 
 def test_it_builds_the_spec_the_form_linted(tmp_path: Path) -> None:
-    config = check(tmp_path, stall_timeout_minutes=7, queue_name="team-queue", max_slice_restarts=4)
+    config = check(
+        tmp_path, stall_timeout_minutes=7, startup_timeout_minutes=45, queue_name="team-queue", max_slice_restarts=4
+    )
     spec = config.spec()
     lint(spec)
     assert spec.run_directory == config.run_directory and spec.target_step == config.target_step
     assert (spec.steps, spec.checkpoint_period, spec.num_slices) == (80, 10, 2)
     assert (spec.max_slice_restarts, spec.stall_timeout_seconds, spec.queue_name) == (4, 420.0, "team-queue")
+    assert spec.startup_timeout_seconds == 2700.0
     assert (spec.runtime, spec.image, spec.tpu_type, spec.tpu_topology) == (
         "local",
         "localhost/maxtext:local-stand-in",
@@ -101,6 +106,7 @@ def test_it_builds_the_budgets_in_seconds(tmp_path: Path) -> None:
         max_full_restarts=2,
         queue_timeout_seconds=300.0,
         elastic_timeout_seconds=300.0,
+        startup_timeout_seconds=1800.0,
     )
 
 
@@ -127,5 +133,7 @@ def test_a_rule_of_the_run_is_the_spec_lints_named_by_the_param(tmp_path: Path) 
     assert str(caught.value) == f"param checkpoint_period: {checkpoint_period_error(50, 80)}"
     with pytest.raises(ParamError, match=r"^param stall_timeout_minutes: 300 s does not exceed"):
         check(tmp_path, stall_timeout_minutes=5)
+    with pytest.raises(ParamError, match=r"^param startup_timeout_minutes: 300 s does not exceed .* before the first"):
+        check(tmp_path, startup_timeout_minutes=5)
     with pytest.raises(ParamError, match=r"^param queue_name: 'Team' is not a Kueue LocalQueue name"):
         check(tmp_path, queue_name="Team")

@@ -200,6 +200,8 @@ QUEUED = Budgets(
     queue_timeout_seconds=1800,
 )
 SUSPENDED = JobSetPhase.SUSPENDED
+STARTUP = replace(BUDGETS, startup_timeout_seconds=1800.0)
+
 WAITING_CASES = [
     # (id, observation, budgets, action, reason): waiting is not stalling, and spends no budget.
     (
@@ -278,11 +280,53 @@ WAITING_CASES = [
         Reason.SLICE_RESTART_BUDGET,
     ),
     (
-        "trainer up, no step yet, past the stall timeout: a stall",
+        "trained since its start, past the stall timeout: a stall",
         obs(progress_at=NOW - 301),
         BUDGETS,
         Action.ESCALATE,
         Reason.STALLED,
+    ),
+    (
+        "starting up longer than the stall timeout, within startup_timeout: no stall",
+        obs(progress_at=None, starting_since=NOW - 1000),
+        STARTUP,
+        Action.CONTINUE,
+        Reason.STARTING,
+    ),
+    (
+        "starting up past startup_timeout",
+        obs(progress_at=None, starting_since=NOW - 1800),
+        STARTUP,
+        Action.ESCALATE,
+        Reason.STARTUP_TIMED_OUT,
+    ),
+    (
+        "starting up past startup_timeout, full restarts spent",
+        obs(progress_at=None, starting_since=NOW - 1800, full_restarts_used=1),
+        STARTUP,
+        Action.FAIL,
+        Reason.FULL_RESTART_BUDGET,
+    ),
+    (
+        "starting up, slices over budget: the slice budget still holds",
+        obs(progress_at=None, starting_since=NOW - 10, slice_restart_times=(NOW - 3, NOW - 2, NOW - 1)),
+        STARTUP,
+        Action.ESCALATE,
+        Reason.SLICE_RESTART_BUDGET,
+    ),
+    (
+        "starting up, the JobSet failed: a failure, not a start-up",
+        obs(phase=JobSetPhase.FAILED, progress_at=None, starting_since=NOW - 10, failure_detail="FailedJobs"),
+        STARTUP,
+        Action.ESCALATE,
+        Reason.JOBSET_FAILED,
+    ),
+    (
+        "starting up with budgets from before startup_timeout: bounded by stall_timeout, as they were",
+        obs(progress_at=None, starting_since=NOW - 300),
+        BUDGETS,
+        Action.ESCALATE,
+        Reason.STARTUP_TIMED_OUT,
     ),
 ]
 
@@ -323,6 +367,26 @@ def test_continue_says_when_a_stall_would_fire() -> None:
     assert decide(obs(progress_at=NOW - 100), BUDGETS).recheck_at == NOW + 200
 
 
+def test_a_start_up_says_its_clock_and_what_the_trainer_does() -> None:
+    starting = obs(progress_at=None, starting_since=NOW - 100, startup_detail="restoring step 40")
+    decision = decide(starting, STARTUP)
+    assert decision.recheck_at == NOW + 1700
+    assert decision.message == (
+        "the trainer is starting up (restoring step 40): the start-up clock runs (startup_timeout=30.0 min), "
+        "the stall clock from its first step"
+    )
+    late = decide(replace(starting, now=NOW + 1700), STARTUP).message
+    assert late == (
+        "full restart 1 of 1: the trainer has not trained since its container started 30.0 min ago "
+        "(startup_timeout=30.0 min; restoring step 40)"
+    )
+    unbounded = replace(starting, now=NOW + 200, startup_detail="")
+    assert "(stall_timeout=5.0 min; nothing logged of its start-up)" in decide(unbounded, BUDGETS).message
+    # Not up yet: no clock at all, and nothing to recheck.
+    waiting = decide(obs(progress_at=None), STARTUP)
+    assert waiting.recheck_at is None and "no clock runs" in waiting.message
+
+
 def test_zero_budgets() -> None:
     strict = Budgets(
         max_slice_restarts=0, slice_restart_window_seconds=60, stall_timeout_seconds=60, max_full_restarts=0
@@ -344,6 +408,7 @@ def test_window_count() -> None:
         {"stall_timeout_seconds": -5},
         {"queue_timeout_seconds": 0},
         {"elastic_timeout_seconds": -1},
+        {"startup_timeout_seconds": 0},
     ],
 )
 def test_budgets_reject_nonsense(kwargs: dict[str, float]) -> None:
@@ -380,7 +445,7 @@ def test_budgets_round_trip_through_json() -> None:
         "stall_timeout_seconds": 90.0,
         "max_full_restarts": 1,
     }
-    full = replace(unset, queue_timeout_seconds=600.0, elastic_timeout_seconds=300.0)
+    full = replace(unset, queue_timeout_seconds=600.0, elastic_timeout_seconds=300.0, startup_timeout_seconds=1800.0)
     assert Budgets.from_json(full.to_json()) == full
     assert Budgets.from_json({**unset.to_json(), "queue_timeout_seconds": None}) == unset
 

@@ -13,7 +13,7 @@ from elastic_training.operators.advice import auto_period
 from elastic_training.operators.observations import parse_time
 from elastic_training.operators.pool_avoidance import Avoidance, disabled
 from elastic_training.operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
-from elastic_training.operators.run_report import RecoveryEntry, RunReport, escalations_of
+from elastic_training.operators.run_report import BudgetAllowances, RecoveryEntry, RunReport, escalations_of
 from elastic_training.plugin.view import budgets, run_view, timeline
 
 RECOVERY = {"detected_at": 110.0, "failed_step": 24, "restored_at": 118.0, "restored_step": 20, "first_step_at": 120.0}
@@ -399,3 +399,29 @@ def test_the_view_shows_what_the_run_decided_from_earlier_runs() -> None:
         "node_pool_avoidance": None,
         "checkpoint_period_choice": None,
     }
+
+
+def test_budgets_count_stalls_and_start_ups_timed_out_apart() -> None:
+    escalations = escalations_of(
+        [
+            {"reason": "startup_timed_out", "at": 1.0, "jobset_name": "run-0"},
+            {"reason": "stalled", "at": 2.0, "jobset_name": "run-1"},
+            {"reason": "startup_timed_out", "at": 3.0, "jobset_name": "run-2"},
+        ]
+    )
+    report = run_report(
+        incarnations=[Incarnation("run-2", 0, 0, LogDigest())],
+        escalations=escalations,
+        namespace="default",
+        run_directory="/tmp/run",
+        target_step=9,
+        final_step=None,
+        wall_seconds=60.0,
+        costs=CostModel(chips=8),
+        budgets=BudgetAllowances(stall_timeout_seconds=300.0, startup_timeout_seconds=1800.0),
+    )
+    rows = {row["name"]: row for row in budgets(report, {})}
+    assert rows["stalls"]["used"] == 1 and rows["stalls"]["detail"] == "no progress for 300 s escalates"
+    assert rows["start-ups timed out"]["used"] == 2
+    assert rows["start-ups timed out"]["detail"] == "a trainer not training 1800 s after its start escalates"
+    assert RunReport.from_json(report.to_json()).budgets.startup_timeout_seconds == 1800.0  # the report carries it
