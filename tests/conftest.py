@@ -31,20 +31,27 @@ pytest_plugins = [
 
 # pytest-xdist's `--dist loadfile` (the Makefile's) hands whole files to its processes, in collection order, each
 # taking the next when it is done: a module's fixtures (a cluster, an Airflow stack) are built once. The longest
-# go first, so that they run beside the rest of the suite instead of alone at its end.
+# go first, longest to shortest (their idle seconds in docs/testing.md), so that they run beside the rest of the
+# suite instead of alone at its end: a file of 60 s or more that comes late is what one process ends on while the
+# other idles (node-pool avoidance did, in the 2026-12-02 05:25 run).
 LONGEST_FIRST = (
-    "tests/plugin/test_browser_journey.py",
+    "tests/plugin/test_browser_journey.py",  # with tests/cli/test_airflow.py: one unit (SHARED_UNITS)
     "tests/cli/test_airflow.py",
-    "tests/benchmarks/test_chaos.py",
-    "tests/plugin/test_real_run.py",
     "tests/operators/test_elastic_operator.py",
-    "tests/packaging/test_wheel.py",
-    # Whole elastic runs (docs/testing.md, "runs"): 50-95 s each idle, too long to be what a process ends on.
+    "tests/benchmarks/test_chaos.py",
+    "tests/operators/test_elastic_operator_kueue.py",
     "tests/operators/test_seed_scenarios.py",
+    "tests/operators/test_real_maxtext_operator.py",
     "tests/operators/test_elastic_operator_gcs.py",
+    "tests/packaging/test_wheel.py",
+    "tests/local/workloads/test_gcs.py",
+    "tests/plugin/test_real_run.py",
+    "tests/benchmarks/test_trigger_watch.py",
+    "tests/operators/test_node_pool_avoidance.py",
+    "tests/operators/checkpoints/test_real_maxtext.py",
     "tests/operators/test_elastic_operator_repair.py",
     "tests/dags/test_pipelines.py",
-    "tests/operators/test_node_pool_avoidance.py",
+    "tests/local/workloads/test_train.py",
 )
 # Files that share a session fixture go to one process as one unit, so it is built once: the Airflow stack
 # (tests/support/airflow_stack.py). The CLI's tests follow the journey: their Ctrl-C test stops the stack.
