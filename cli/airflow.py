@@ -49,6 +49,8 @@ USER = "admin"
 # then the scheduler (it waits for its executor's task processes), the cluster last (tasks talk to it).
 STOP_ORDER = ("api-server", "triggerer", "dag-processor", "scheduler", "cluster")
 COMPONENTS = ("scheduler", "dag-processor", "triggerer")
+REPARSE_SECONDS = 120
+IMPORT_TIMEOUT_SECONDS = 120
 
 
 def _default_port() -> int:
@@ -213,6 +215,14 @@ class _Stack:
         env.setdefault("AIRFLOW__CORE__PARALLELISM", "2")
         env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
         env.setdefault("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "30")
+        # Each parse of a DAG file imports it afresh in a new process (the shipped DAGs import the Kubernetes
+        # clients: seconds of CPU); a file edited since its last parse is parsed again at once anyway (the
+        # dag-processor's default `modified_time` order), so unchanged files need not be re-read every 30 s.
+        env.setdefault("AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL", str(REPARSE_SECONDS))
+        # Airflow's 30 s for one DAG file's import (in the dag-processor and again as each task starts) was
+        # exceeded on a loaded two-core machine: the file then counts as broken, and the task is rescheduled.
+        env.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", str(IMPORT_TIMEOUT_SECONDS))
+        env.setdefault("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", str(IMPORT_TIMEOUT_SECONDS + 60))
         env.setdefault("AIRFLOW__API__WORKERS", "1")
         # What makes this stack this stack: its home, DAGs, executor, loopback addresses and cluster.
         env.update(
