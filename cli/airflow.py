@@ -194,6 +194,9 @@ class _Stack:
         self.supervisor.start("dag-processor", [*_airflow(), "dag-processor"], env)
         self.supervisor.start("triggerer", [*_airflow(), "triggerer", "--skip-serve-logs"], env)
         self._wait(deadline, "the API server", self._api_answers)
+        # The execution API (tasks' API) builds its versioned routes on its first request, in the api-server's one
+        # event loop: 15 to 32 s under load, with the UI and every task waiting. Done here, before anyone waits.
+        self._wait(deadline, "the execution API", self._execution_api_answers)
         self.say("API server up; waiting for the scheduler, dag-processor and triggerer heartbeats")
         self._wait(deadline, "the components' heartbeats", lambda: self._healthy(since))
 
@@ -287,6 +290,9 @@ class _Stack:
 
     def _api_answers(self) -> bool:
         return _get_json(f"{self.url}/api/v2/version") is not None
+
+    def _execution_api_answers(self) -> bool:
+        return _get_json(f"{self.url}/execution/health") is not None
 
     def _healthy(self, since: datetime) -> bool:
         """Every component healthy in the API's report, with a heartbeat from this start (not a previous one)."""
