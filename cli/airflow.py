@@ -49,6 +49,8 @@ USER = "admin"
 # then the scheduler (it waits for its executor's task processes), the cluster last (tasks talk to it).
 STOP_ORDER = ("api-server", "triggerer", "dag-processor", "scheduler", "cluster")
 COMPONENTS = ("scheduler", "dag-processor", "triggerer")
+REPARSE_SECONDS = 120
+IMPORT_TIMEOUT_SECONDS = 120
 
 
 def _default_port() -> int:
@@ -192,6 +194,9 @@ class _Stack:
         self.supervisor.start("dag-processor", [*_airflow(), "dag-processor"], env)
         self.supervisor.start("triggerer", [*_airflow(), "triggerer", "--skip-serve-logs"], env)
         self._wait(deadline, "the API server", self._api_answers)
+        # The execution API (tasks' API) builds its versioned routes on its first request, in the api-server's one
+        # event loop: 15 to 32 s under load, with the UI and every task waiting. Done here, before anyone waits.
+        self._wait(deadline, "the execution API", self._execution_api_answers)
         self.say("API server up; waiting for the scheduler, dag-processor and triggerer heartbeats")
         self._wait(deadline, "the components' heartbeats", lambda: self._healthy(since))
 
@@ -213,6 +218,14 @@ class _Stack:
         env.setdefault("AIRFLOW__CORE__PARALLELISM", "2")
         env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
         env.setdefault("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "30")
+        # Each parse of a DAG file imports it afresh in a new process (the shipped DAGs import the Kubernetes
+        # clients: seconds of CPU); a file edited since its last parse is parsed again at once anyway (the
+        # dag-processor's default `modified_time` order), so unchanged files need not be re-read every 30 s.
+        env.setdefault("AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL", str(REPARSE_SECONDS))
+        # Airflow's 30 s for one DAG file's import (in the dag-processor and again as each task starts) was
+        # exceeded on a loaded two-core machine: the file then counts as broken, and the task is rescheduled.
+        env.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", str(IMPORT_TIMEOUT_SECONDS))
+        env.setdefault("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", str(IMPORT_TIMEOUT_SECONDS + 60))
         env.setdefault("AIRFLOW__API__WORKERS", "1")
         # What makes this stack this stack: its home, DAGs, executor, loopback addresses and cluster.
         env.update(
@@ -277,6 +290,9 @@ class _Stack:
 
     def _api_answers(self) -> bool:
         return _get_json(f"{self.url}/api/v2/version") is not None
+
+    def _execution_api_answers(self) -> bool:
+        return _get_json(f"{self.url}/execution/health") is not None
 
     def _healthy(self, since: datetime) -> bool:
         """Every component healthy in the API's report, with a heartbeat from this start (not a previous one)."""

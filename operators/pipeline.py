@@ -44,7 +44,6 @@ from elastic_training.operators.eval_results import (
     parse_result,
     results_directory,
 )
-from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.jobset_operator import JobSetOperator
 from elastic_training.operators.lifecycle import JobSetLifecycle
 from elastic_training.operators.manifests import JobSpec
@@ -486,6 +485,8 @@ class SliceFailureDrillOperator(BaseOperator):
         task = kube_names.TaskIdentity.of(context["ti"])
         identity = task.labels()
         name = task.jobset_name(attempt=0, prefix="drill")
+        from elastic_training.operators.hooks import JobSetHook  # the Kubernetes clients: see JobSetTaskOperator._hook
+
         cluster = JobSetLifecycle(
             JobSetHook(conn_id=self.kubernetes_conn_id), namespace=self.namespace, identity=identity, log=self.log
         )
@@ -531,6 +532,8 @@ def collect_drill(
     armed = context["ti"].xcom_pull(task_ids=DRILL_TASK) or {}
     if not armed.get("armed"):
         return {"armed": False}
+    from elastic_training.operators.hooks import JobSetHook  # the Kubernetes clients: see JobSetTaskOperator._hook
+
     hook = JobSetHook(conn_id=kubernetes_conn_id)
     name, namespace = str(armed["jobset_name"]), str(armed["namespace"])
     selector = f"{LABEL_JOBSET_NAME}={name}"

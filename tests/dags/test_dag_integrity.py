@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -72,3 +75,18 @@ def test_the_trigger_form_is_typed_titled_described_and_sectioned(dagbag: Any, d
     assert params.get_param("runtime").schema["enum"] == ["local", "gke"]
     params.validate()  # the defaults pass their own schema
     assert params["runtime"] == "local" and 60 <= params["steps"] <= 100 and params["num_slices"] == 2
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_a_dag_file_parses_without_the_kubernetes_clients(dag_id: str) -> None:
+    """The Kubernetes clients are most of a DAG file's import cost, paid at each parse and by each task: they load
+    only when a task calls a cluster (issue 26; `JobSetTaskOperator._hook`)."""
+    script = (
+        "import importlib.util, json, sys\n"
+        f"spec = importlib.util.spec_from_file_location('dag_file', {str(DAGS / (dag_id + '.py'))!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'kubernetes_asyncio'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

@@ -199,6 +199,9 @@ async def follow_to_the_end(
     tab = f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/plugin/elastic-training"
     seen["live"] = []
     pictured = False
+    # Between the pictures the page waits on a blank tab: left on the run's page, Chromium re-rendered the UI's
+    # polled grid for the minutes of each run (the view is read over REST meanwhile, as the page reads it).
+    await tools.call("Page.navigate", url="about:blank")
     deadline = time.monotonic() + RUN_SECONDS
     while (state := stack.call("GET", run_path)[1]["state"]) not in ("success", "failed"):
         assert time.monotonic() < deadline, f"the run is still {state} after {RUN_SECONDS:.0f} s"
@@ -216,6 +219,7 @@ async def follow_to_the_end(
                     with contextlib.suppress(TimeoutError):
                         await tools.until(f"{ready} === 'true'", timeout=60)
                         await shot(tools, out, "04-elastic-training-tab-while-training.png", seen)
+                    await tools.call("Page.navigate", url="about:blank")
         await asyncio.sleep(1.0)
     seen["run_state"] = state
     instances = stack.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]

@@ -33,6 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = "launcher_smoke"
 STARTUP_SECONDS = 600.0
+CALL_SECONDS = 180.0
 
 
 def _free_port() -> int:
@@ -131,7 +132,9 @@ class Stack:
             headers["Authorization"] = f"Bearer {self.token}"
         request = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            # Generous: the api-server's one worker answered nothing for 32 s on a loaded machine (its first
+            # execution-API call); the callers' own deadlines say how long a state may take.
+            with urllib.request.urlopen(request, timeout=CALL_SECONDS) as response:
                 return int(response.status), json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
             return int(error.code), error.read().decode(errors="replace")
