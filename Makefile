@@ -10,10 +10,14 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
 setup: $(VENV)/.installed
 
+# --compile-bytecode: uv writes no .pyc by default, and a process started with PYTHONDONTWRITEBYTECODE=1 (this
+# machine's environment sets it; pytest and every Airflow process it starts inherit it) never writes one, so
+# each of them compiled every module it imported from source again (airflow + jax + kubernetes + orbax: ~5 s of
+# CPU per process, half its start). Compiling once at install costs ~45 s of CPU (docs/testing.md, "trainer").
 $(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(UV) || $(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
-	$(UV) pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(UV) pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[deep,local,gke,dev]'
 	touch $@
 

@@ -96,7 +96,6 @@ def main(argv: Sequence[str]) -> int:
             allocation.namespace,
             allocation.jobset_name,
             config.num_slices,
-            poll_interval=0.1,
             hosts_per_slice=hosts,
         )
 

@@ -29,12 +29,13 @@ from elastic_training.operators.constants import LABEL_JOBSET_NAME, WORKER_REPLI
 if TYPE_CHECKING:
     from kubernetes import client
 
+    from elastic_training.local.workloads.pod_watch import PodWatch
+
 _logger = logging.getLogger(__name__)
 
 JOBSET_GROUP: Final = "jobset.x-k8s.io"
 JOBSET_VERSION: Final = "v1alpha2"
 RESOURCE_MANAGER_FLAG: Final = "--node_type=resource_manager"
-SIDECAR_POLL_SECONDS: Final = 0.5
 EXIT_BACKEND_LOST: Final = 1
 # The trainer's reads ride out a throttling or failing API server for about a minute (12 tries, backoff
 # 0.25 s doubling to 8 s, with jitter, honouring Retry-After), as the operator's own calls do: a burst of
@@ -85,8 +86,7 @@ class PathwaysSession:
         self._namespace = namespace
         self._pod_name = pod_name
         self._api_client = api_client
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watch: PodWatch | None = None
 
     @classmethod
     def from_environment(cls) -> PathwaysSession | None:
@@ -120,40 +120,54 @@ class PathwaysSession:
         return Allocation(jobset_name, self._namespace, count if count is not None else replicas, hosts)
 
     def watch_sidecars(self, on_lost: Callable[[str], None]) -> None:
-        """Call `on_lost(message)` (from a thread) once a sidecar of this pod restarted or stopped."""
+        """Call `on_lost(message)` (from a thread) once a sidecar of this pod restarted or stopped.
+
+        The pod is watched (local/workloads/pod_watch.py), not polled: on GKE the client's session breaks
+        the moment the proxy goes, and a watch hears the restart as the kubelet reports it.
+        """
+        from elastic_training.local.workloads.pod_watch import PodWatch
+
         baseline = self._sidecars()
         _logger.info("Pathways session: proxy and resource manager %s", sorted(baseline))
+        reported = threading.Event()
 
-        def poll() -> None:
-            while not self._stop.wait(SIDECAR_POLL_SECONDS):
-                try:
-                    now = self._sidecars()
-                except Exception as error:  # the API briefly unreachable is not a lost backend
-                    _logger.warning("Pathways session: reading the pod failed: %s", error)
-                    continue
-                for name, (restarts, running) in baseline.items():
-                    later_restarts, later_running = now.get(name, (restarts, False))
-                    if later_restarts != restarts or (running and not later_running):
-                        incarnation = (restarts, running)
-                        on_lost(
-                            f"UNAVAILABLE: the Pathways backend is gone: sidecar {name} restarted or stopped "
-                            f"({incarnation} -> {now.get(name)}); the client's session, arrays and slices are lost"
-                        )
-                        return
+        def changed(pods: Mapping[str, client.V1Pod]) -> None:
+            pod = pods.get(self._pod_name)
+            if pod is None or reported.is_set():  # deleted: the kubelet stops the trainer itself (SIGTERM)
+                return
+            now = _sidecar_states(pod)
+            for name, (restarts, running) in baseline.items():
+                later_restarts, later_running = now.get(name, (restarts, False))
+                if later_restarts != restarts or (running and not later_running):
+                    reported.set()
+                    incarnation = (restarts, running)
+                    on_lost(
+                        f"UNAVAILABLE: the Pathways backend is gone: sidecar {name} restarted or stopped "
+                        f"({incarnation} -> {now.get(name)}); the client's session, arrays and slices are lost"
+                    )
+                    return
 
-        self._thread = threading.Thread(target=poll, name="pathways-session", daemon=True)
-        self._thread.start()
+        self._watch = PodWatch(
+            self._core,
+            self._namespace,
+            changed,
+            field_selector=f"metadata.name={self._pod_name}",
+            name="pathways-session",
+        )
 
     def _sidecars(self) -> dict[str, tuple[int, bool]]:
-        pod = self._core.read_namespaced_pod(self._pod_name, self._namespace)
-        statuses = (pod.status.init_container_statuses if pod.status else None) or []
-        return {s.name: (int(s.restart_count or 0), bool(s.state and s.state.running)) for s in statuses}
+        return _sidecar_states(self._core.read_namespaced_pod(self._pod_name, self._namespace))
 
     def close(self) -> None:
         """Stop watching."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        if self._watch is not None:
+            self._watch.close()
+
+
+def _sidecar_states(pod: client.V1Pod) -> dict[str, tuple[int, bool]]:
+    """(restarts, running) of each init container (the sidecars) of `pod`."""
+    statuses = (pod.status.init_container_statuses if pod.status else None) or []
+    return {s.name: (int(s.restart_count or 0), bool(s.state and s.state.running)) for s in statuses}
 
 
 def api_client_from_kubeconfig(path: str) -> client.ApiClient:

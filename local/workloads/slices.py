@@ -48,7 +48,7 @@ class SliceHealth(Protocol):
         ...
 
     def generations(self) -> Mapping[int, Generation]:
-        """The latest known healthy slices with their incarnation (cheap; up to one poll interval old)."""
+        """The latest known healthy slices with their incarnation (cheap: no API call)."""
         ...
 
     def healthy_slices(self) -> frozenset[int]:
@@ -171,13 +171,17 @@ def slice_generations_from_pods(
 
 
 class KubernetesSliceHealth:
-    """Slice health of the JobSet `jobset_name`, from its `worker` pods, polled in a background thread.
+    """Slice health of the JobSet `jobset_name`, from its `worker` pods, watched in a background thread.
 
     The number of pods a slice should have is `hosts_per_slice` (or the most ever seen at once for that
     slice, if more), so a multi-VM slice that lost one pod (and has no replacement yet) is not mistaken for
     a healthy one. A slice counts
     only once the same incarnation has looked healthy for `min_ready_seconds` (Kubernetes' minReadySeconds
     idea): a crash-looping worker is Running for a moment between restarts, and that is no slice.
+
+    The pods are listed once and then watched (local/workloads/pod_watch.py), as the resource manager hears
+    of a lost host when it happens rather than by asking: a change reaches `generations()` as soon as the
+    API server sends it, and nothing is spent while the pods do not change.
     """
 
     def __init__(
@@ -186,24 +190,19 @@ class KubernetesSliceHealth:
         namespace: str,
         jobset_name: str,
         num_slices: int,
-        poll_interval: float = 0.1,
         min_ready_seconds: float = 1.0,
         hosts_per_slice: int = 1,
     ) -> None:
-        self._api = api
-        self._namespace = namespace
-        self._selector = f"{LABEL_JOBSET_NAME}={jobset_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
+        from elastic_training.local.workloads.pod_watch import PodWatch
+
         self._num_slices = num_slices
-        self._poll_interval = poll_interval
         self._min_ready = min_ready_seconds
         self._first_seen: dict[int, tuple[Generation, float]] = {}
         self._expected: dict[int, int] = dict.fromkeys(range(num_slices), hosts_per_slice)
-        self._generations: dict[int, Generation] = {}
+        self._logged: dict[int, Generation] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.refresh()
-        self._thread = threading.Thread(target=self._poll, name="slice-health", daemon=True)
-        self._thread.start()
+        selector = f"{LABEL_JOBSET_NAME}={jobset_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
+        self._watch = PodWatch(api, namespace, self._observe, label_selector=selector, name="slice-health")
 
     @classmethod
     def from_environment(cls, num_slices: int) -> KubernetesSliceHealth | None:
@@ -226,49 +225,42 @@ class KubernetesSliceHealth:
         return self._num_slices
 
     def generations(self) -> Mapping[int, Generation]:
-        """The result of the latest poll."""
+        """The healthy slices as the latest watch event left them (and `min_ready_seconds` allows now)."""
+        now = time.monotonic()
         with self._lock:
-            return dict(self._generations)
+            ready = {
+                index: generation
+                for index, (generation, since) in self._first_seen.items()
+                if now - since >= self._min_ready
+            }
+            if ready != self._logged:
+                _logger.info("Slice health: healthy slices %s of %d", sorted(ready), self._num_slices)
+                self._logged = ready
+        return ready
 
     def healthy_slices(self) -> frozenset[int]:
-        """The result of the latest poll."""
+        """The healthy slices now."""
         return frozenset(self.generations())
 
     def refresh(self) -> frozenset[int]:
-        """List the worker pods now. On an API error the previous answer stands (and is returned)."""
-        try:
-            pods = self._api.list_namespaced_pod(self._namespace, label_selector=self._selector).items
-        except Exception as error:  # the API being briefly unreachable is not a slice failure
-            _logger.warning("Slice health: listing worker pods failed: %s", error)
-            return self.healthy_slices()
-        live = _live_pods_by_slice(pods)
+        """The healthy slices now: the watch keeps them current, so there is nothing to look up again."""
+        return self.healthy_slices()
+
+    def _observe(self, pods: Mapping[str, client.V1Pod]) -> None:
+        """A change in the worker pods: note when each slice's incarnation was first seen healthy."""
+        now = time.monotonic()
+        live = _live_pods_by_slice(pods.values())
         with self._lock:
             for index, slice_pods in live.items():
                 self._expected[index] = max(self._expected.get(index, 0), hosts_in_use(slice_pods))
-            generations = self._ready(slice_generations_from_pods(pods, self._num_slices, self._expected))
-            if generations != self._generations:
-                _logger.info("Slice health: healthy slices %s of %d", sorted(generations), self._num_slices)
-            self._generations = generations
-        return frozenset(generations)
-
-    def _ready(self, observed: dict[int, Generation]) -> dict[int, Generation]:
-        now = time.monotonic()
-        for index in set(self._first_seen) - set(observed):
-            del self._first_seen[index]
-        ready = {}
-        for index, generation in observed.items():
-            seen = self._first_seen.get(index)
-            if seen is None or seen[0] != generation:
-                seen = self._first_seen[index] = (generation, now)
-            if now - seen[1] >= self._min_ready:
-                ready[index] = generation
-        return ready
+            observed = slice_generations_from_pods(pods.values(), self._num_slices, self._expected)
+            for index in set(self._first_seen) - set(observed):
+                del self._first_seen[index]
+            for index, generation in observed.items():
+                seen = self._first_seen.get(index)
+                if seen is None or seen[0] != generation:
+                    self._first_seen[index] = (generation, now)
 
     def close(self) -> None:
-        """Stop the poller."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _poll(self) -> None:
-        while not self._stop.wait(self._poll_interval):
-            self.refresh()
+        """Stop watching."""
+        self._watch.close()

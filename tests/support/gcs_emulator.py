@@ -142,30 +142,12 @@ class GCSEmulator:
             self._log.close()
 
 
-def _serve() -> None:
-    """Child-process entry point: serve in memory on a port the kernel picks, print it, exit on stdin EOF.
-
-    Binding port 0 in the server itself leaves no window between choosing a free port and binding
-    it (another process could take the port, and a readiness probe would then talk to it). Stdin
-    is a pipe from the test process, so the emulator also exits when that process dies.
-    """
-    from gcp_storage_emulator.server import create_server
-
-    server = create_server("127.0.0.1", 0, in_memory=True)
-    server.start()  # returns once the socket is bound and listening
-    # The bound port is not public API: gcp-storage-emulator 2026.7.19 keeps its HTTPServer here.
-    port = server._api._httpd.server_address[1]
-    print(port, flush=True)
-    sys.stdin.buffer.read()
-    server.stop()
-    os._exit(0)
-
-
 def start_emulator(timeout: float = 30.0) -> GCSEmulator:
-    """Start ``gcp-storage-emulator`` in memory on a free port and wait until it answers as the emulator."""
+    """Start ``gcp-storage-emulator`` in memory on a free port (tests/support/gcs_emulator_process.py) and
+    wait until it answers as the emulator."""
     log = tempfile.TemporaryFile(prefix="gcs-emulator-")  # noqa: SIM115 (GCSEmulator.stop closes it)
     proc = subprocess.Popen(
-        [sys.executable, "-c", f"import runpy; runpy.run_path({__file__!r}, run_name='__gcs_emulator__')"],
+        [sys.executable, str(Path(__file__).with_name("gcs_emulator_process.py"))],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log,
@@ -500,7 +482,3 @@ def flaky_gcs(gcs_emulator: GCSEmulator) -> Iterator[FlakyProxy]:
         yield proxy
     finally:
         proxy.close()
-
-
-if __name__ == "__gcs_emulator__":
-    _serve()

@@ -136,6 +136,27 @@ def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8
         health.close()
 
 
+def test_the_slice_health_watch_resumes_after_the_server_ends_it(running: str, k8s: K8s, cluster: LocalCluster) -> None:
+    """The worker pods are watched, not polled: a watch the server ends (its timeout, a restart) is resumed
+    from the last version seen, so the next lost host is still heard."""
+    health = KubernetesSliceHealth(k8s.core, NAMESPACE, running, 2, min_ready_seconds=0.2, hosts_per_slice=4)
+    try:
+        before = wait_for(lambda: dict(health.generations()) if len(health.generations()) == 2 else None, timeout=30)
+        assert cluster.faults.expire_watches() >= 1
+        [victim] = [
+            p
+            for p in _running_workers(k8s)
+            if p.metadata.labels[LABEL_JOB_INDEX] == "0" and p.metadata.name.split("-")[-2] == "0"
+        ]
+        cluster.faults.signal_pod(NAMESPACE, victim.metadata.name, signal.SIGKILL)
+        after = wait_for(lambda: dict(health.generations()) if lost_slices(before, health.generations()) else None)
+        assert lost_slices(before, after) == {0}
+        back = wait_for(lambda: dict(health.generations()) if len(health.generations()) == 2 else None, timeout=30)
+        assert back[0] != before[0] and back[1] == before[1]
+    finally:
+        health.close()
+
+
 def test_a_restarted_pathways_sidecar_ends_the_session(running: str, k8s: K8s, cluster: LocalCluster) -> None:
     head = _head(k8s).metadata.name
     session = PathwaysSession(k8s.api_client, NAMESPACE, head)
