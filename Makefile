@@ -13,12 +13,14 @@ setup: $(VENV)/.installed
 # --compile-bytecode: uv writes no .pyc by default, and a process started with PYTHONDONTWRITEBYTECODE=1 (this
 # machine's environment sets it; pytest and every Airflow process it starts inherit it) never writes one, so
 # each of them compiled every module it imported from source again (airflow + jax + kubernetes + orbax: ~5 s of
-# CPU per process, half its start). Compiling once at install costs ~45 s of CPU (docs/testing.md, "trainer").
+# CPU per process, half its start). Compiling once at install costs ~45 s of CPU (docs/testing.md, "trainer");
+# the editable install's own modules (and the benchmarks' and tests' helpers that run as processes) ~2 s more.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(UV) || $(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
 	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(UV) pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[deep,local,gke,dev]'
+	$(BIN)/python -m compileall -q -j 0 operators plugin cli local dags benchmarks tests/support  # ours (~2 s)
 	touch $@
 
 # Every extra, so `make` and CI run with the training libraries; uv keeps the versions already in the lock
