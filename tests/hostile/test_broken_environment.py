@@ -278,16 +278,10 @@ def test_a_verb_the_role_does_not_grant(cluster: LocalCluster, monkeypatch: pyte
     assert "deploy/rbac.yaml" in str(raised.value)
 
 
-async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A token that expires while the task is deferred: the watches give up after a few refusals (not forever,
-    and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
+async def _first_trigger_event(conn_id: str) -> Any:
+    """The first event of a JobSet trigger watching through `conn_id` (long budgets: only access can end it)."""
     from elastic_training.operators.triggers import JobSetTrigger
 
-    conn_id = _connection(
-        monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED", cluster.ca_pem)}
-    )
     trigger = JobSetTrigger(
         name="run-abcdef",
         namespace="default",
@@ -302,7 +296,18 @@ async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
         kubernetes_conn_id=conn_id,
         poll_interval=1.0,
     )
-    event = await asyncio.wait_for(trigger.run().asend(None), timeout=240)
+    return await asyncio.wait_for(trigger.run().asend(None), timeout=240)
+
+
+async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token that expires while the task is deferred: the watches give up after a few refusals (not forever,
+    and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
+    conn_id = _connection(
+        monkeypatch, "k8s_expired_async", {"kube_config": _kubeconfig_for(cluster.url, "EXPIRED", cluster.ca_pem)}
+    )
+    event = await _first_trigger_event(conn_id)
     assert event.payload["status"] == "error"
     message = event.payload["message"]
     assert message.startswith("ClusterAccessError: watching through connection 'k8s_expired_async'")
@@ -314,24 +319,8 @@ async def test_a_trigger_whose_server_certificate_is_not_trusted_ends_with_the_r
 ) -> None:
     """The cluster's CA lost from the connection while the task is deferred (a rotation, an edited connection):
     the watch ends at once naming the certificate, instead of retrying a verification no attempt can pass."""
-    from elastic_training.operators.triggers import JobSetTrigger
-
     conn_id = _connection(monkeypatch, "k8s_no_ca_async", {"kube_config": _kubeconfig_for(cluster.url, cluster.token)})
-    trigger = JobSetTrigger(
-        name="run-abcdef",
-        namespace="default",
-        uid="u-1",
-        target_step=10,
-        budgets={
-            "max_slice_restarts": 1,
-            "slice_restart_window_seconds": 3600.0,
-            "stall_timeout_seconds": 3600.0,
-            "max_full_restarts": 1,
-        },
-        kubernetes_conn_id=conn_id,
-        poll_interval=1.0,
-    )
-    event = await asyncio.wait_for(trigger.run().asend(None), timeout=240)
+    event = await _first_trigger_event(conn_id)
     assert event.payload["status"] == "error"
     message = event.payload["message"]
     assert message.startswith("ClusterAccessError: watching through connection 'k8s_no_ca_async'")
