@@ -159,8 +159,9 @@ class LogDigest:
                 seconds = 0.0
             self._completed_step(at, int(match.group(1)), seconds, line)
         elif ELASTIC_EVENT_RE.search(line):
-            self._close_open()
-            self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step)
+            if not self._preempted_waiting():  # else: the old trainer saw the preemption take its slices
+                self._close_open()
+                self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step)
             self.progress_at = at
         elif SCALE_UP_RE.search(line):
             self._close_open()
@@ -223,8 +224,13 @@ class LogDigest:
         self.slice_wait_since = self.slice_wait_last_at = None
         if preempted:
             self.preempted_spans += 1
+            opened, failed_step = self.open_recovery, self.latest_step
+            if opened and opened.kind == SLICE_DOWN and opened.restored_at is None and opened.detected_at >= at:
+                # The trainer's elastic event came after the suspension (its line read before the JobSet was seen
+                # suspended): Kueue took the slices, so it is this preemption, not an in-process recovery.
+                self.open_recovery, failed_step = None, opened.failed_step
             self._close_open()
-            self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step, kind=PREEMPTION, reason=reason)
+            self.open_recovery = Recovery(detected_at=at, failed_step=failed_step, kind=PREEMPTION, reason=reason)
 
     def admitted(self, at: float) -> None:
         """The JobSet runs (again) from ``at``."""
@@ -235,6 +241,12 @@ class LogDigest:
         recovery = self.open_recovery
         if recovery is not None and recovery.kind == PREEMPTION and recovery.slices_ready_at is None:
             recovery.slices_ready_at = at
+
+    def _preempted_waiting(self) -> bool:
+        """A preemption is open and no trainer has restored since: the old trainer's pods went with it (their
+        lines may come late, under load even after the admission again), so a lost slice then is Kueue's."""
+        opened = self.open_recovery
+        return opened is not None and opened.kind == PREEMPTION and opened.restored_at is None
 
     def note_preemption_reason(self, reason: str) -> None:
         recovery = self.open_recovery

@@ -267,3 +267,42 @@ def test_maxtexts_two_refusals_to_train_are_kept() -> None:
     )
     assert refused.config_error == "'stepz' not in 'run_name', 'model_name'." and refused.already_at_target is None
     assert LogDigest.from_json(done.to_json()).already_at_target == [30, 29]
+
+
+@pytest.mark.parametrize("event_read_first", [False, True], ids=["suspension-seen-first", "event-read-first"])
+def test_the_old_trainers_elastic_event_under_a_preemption_is_the_preemption_not_a_recovery(
+    event_read_first: bool,
+) -> None:
+    """Kueue deletes the worker pods of a preempted run: its trainer, in its termination grace, may log an elastic
+    event (at 141, after the suspension at 140), read before or after the JobSet is seen suspended, or even after the
+    admission again (CI's loaded run folded it as an in-process recovery that took the preemption's restore)."""
+    digest = LogDigest()
+    digest.queued(0.0, preempted=False)
+    digest.admitted(100.0)
+    digest.feed_all([(105.0, absl("No existing checkpoints found, not restoring checkpoint.")), *steps(0, 30, 110.0)])
+    event = (141.0, absl("Elastic event detected. Traceback (most recent call last):"))
+    if event_read_first:
+        digest.feed(*event)
+    digest.queued(140.0, preempted=True, reason="Preempted: Preempted to accommodate a workload")
+    digest.admitted(340.0)
+    if not event_read_first:
+        digest.feed(*event)  # read late: after the admission again, before the new trainer's restore
+    digest.feed_all(
+        [
+            (345.0, absl("Sufficient slices active: 2 >= 2. Active indices: [0, 1]")),
+            (350.0, absl("restoring from this run's directory step 20")),
+            *steps(21, 60, 360.0),
+        ]
+    )
+    assert [r.kind for r in digest.all_recoveries] == ["preemption"]
+    [preemption] = digest.all_recoveries
+    assert (preemption.detected_at, preemption.slices_ready_at, preemption.restored_at) == (140.0, 340.0, 350.0)
+    assert (preemption.failed_step, preemption.restored_step, preemption.complete) == (29, 20, True)
+
+
+def test_a_slice_lost_before_a_preemption_stays_a_recovery_of_its_own() -> None:
+    digest = LogDigest()
+    digest.feed_all([(0.0, absl("No existing checkpoints found, not restoring checkpoint.")), *steps(0, 30, 1.0)])
+    digest.feed(35.0, absl("Elastic event detected. Traceback (most recent call last):"))
+    digest.queued(40.0, preempted=True)
+    assert [r.kind for r in digest.all_recoveries] == ["slice_down", "preemption"]
