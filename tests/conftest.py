@@ -52,13 +52,41 @@ LONGEST_FIRST = (
     "tests/operators/test_elastic_operator_repair.py",
     "tests/dags/test_pipelines.py",
     "tests/local/workloads/test_train.py",
+    # make test-fast's longest (its selection has none of the above but the stack's unit): a file of 30-50 s that
+    # starts last bounds its process (the 2026-12-02 09:36 run: 400 s of makespan against 335 s of durations each).
+    "tests/plugin/test_api.py",  # with the three below: one unit (SHARED_UNITS)
+    "tests/plugin/test_history_page.py",
+    "tests/dags/test_run_directory.py",
+    "tests/dags/test_hostile_params.py",
+    "tests/local/cluster/test_cli_cluster.py",
+    "tests/operators/test_hooks_gke.py",
+    "tests/hostile/test_cli_arguments.py",
+    "tests/operators/test_manifests.py",
+    "tests/local/workloads/test_maxtext_synthesize.py",
+    "tests/hostile/test_broken_environment.py",
+    "tests/local/workloads/test_config.py",
+    "tests/operators/test_triggers.py",
+    "tests/dags/test_dag_integrity.py",
+    "tests/local/workloads/test_model.py",
+    "tests/hostile/test_run_specs.py",
+    "tests/local/cluster/test_kubectl.py",
+    "tests/operators/checkpoints/test_gcs.py",
 )
-# Files that share a session fixture go to one process as one unit, so it is built once: the Airflow stack
-# (tests/support/airflow_stack.py). The CLI's tests follow the journey: their Ctrl-C test stops the stack.
+# Files that share a session fixture or a process's warm-up go to one process as one unit, so it is paid once: the
+# Airflow stack (tests/support/airflow_stack.py), the first `dag.test()`. The CLI's tests follow the journey: their
+# Ctrl-C test stops the stack.
 # (pytest-xdist's own `loadgroup` cannot do it with this pytest: its renamed node ids are not used.)
 SHARED_UNITS = {
     "tests/plugin/test_browser_journey.py": "airflow-stack",
     "tests/cli/test_airflow.py": "airflow-stack",
+    # The first `dag.test()` of a process pays ~10 s idle that no later one does: the in-process execution API's
+    # Cadwyn builds its versioned routes on its first request (py-spy), plus Airflow's imports. These test-fast
+    # files run short `dag.test()`s only, so they pay it once together instead of once per process each
+    # (test_run_directory.py's setup alone 11.6 s, after test_api.py in the same process 1.8 s).
+    "tests/plugin/test_api.py": "dag-test",
+    "tests/plugin/test_history_page.py": "dag-test",
+    "tests/dags/test_run_directory.py": "dag-test",
+    "tests/dags/test_hostile_params.py": "dag-test",
 }
 
 
