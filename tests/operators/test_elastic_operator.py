@@ -275,7 +275,16 @@ def test_a_scale_up_after_a_replica_resize_is_a_recovery_in_the_report(
 ) -> None:
     """elastic_min_slice_count=1: a lost slice lets the run go on with one; its worker comes back, and at the next
     checkpoint pathwaysutils' `Scale up requested.` then MaxText's restore grow it again: a recovery of its own."""
-    dag = elastic_dag("elastic_scale_up", tmp_path, elastic_min_slice_count=1, stall_timeout="timedelta(minutes=6)")
+    # The worker must be back before the run ends: on an idle machine the tiny model trains its 60 steps in about a
+    # second, before the replaced worker starts (a fresh clone's idle run, 2026-12-02). 0.3 s a step, as an
+    # accelerator's, leaves the 45 steps after the kill over 13 s for it, and load slows the steps with the worker.
+    dag = elastic_dag(
+        "elastic_scale_up",
+        tmp_path,
+        elastic_min_slice_count=1,
+        stall_timeout="timedelta(minutes=6)",
+        local_env={"LOCAL_STEP_SECONDS": "0.3"},
+    )
     with StepFaults(cluster_connection, "elastic-scale-up").at(15, kill_worker(1)) as faults:
         dag_run = dag.test()
     assert faults.fired == [15]
