@@ -275,7 +275,7 @@ def test_the_old_trainers_elastic_event_under_a_preemption_is_the_preemption_not
 ) -> None:
     """Kueue deletes the worker pods of a preempted run: its trainer, in its termination grace, may log an elastic
     event (at 141, after the suspension at 140), read before or after the JobSet is seen suspended, or even after the
-    admission again (CI's loaded run folded it as an in-process recovery that took the preemption's restore)."""
+    admission again (a loaded run folded it as an in-process recovery that took the preemption's restore)."""
     digest = LogDigest()
     digest.queued(0.0, preempted=False)
     digest.admitted(100.0)
