@@ -537,7 +537,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         if decision.action is Action.FAIL:
             self._fail(context, spec, run, decision.message, committed=committed)
         if decision.action is Action.ESCALATE:
-            self._escalate(context, spec, run, decision.reason.value, decision.message)
+            self._escalate(context, spec, run, decision.reason.value, decision.message, decision.pod_grace_seconds)
         run.save(context)
         return self._wait(context, spec, run)
 
@@ -684,7 +684,15 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._newest_valid_steps = [v.path for v in valid]
         return -1 if latest is None else latest
 
-    def _escalate(self, context: Context, spec: ElasticRunSpec, run: RunState, reason: str, message: str) -> None:
+    def _escalate(
+        self,
+        context: Context,
+        spec: ElasticRunSpec,
+        run: RunState,
+        reason: str,
+        message: str,
+        pod_grace_seconds: int | None = None,
+    ) -> None:
         """Record the escalation durably, then carry it out (a crash in between resumes it)."""
         self.log.warning("escalating to a full restart of %s: %s", run.jobset_name, message)
         run.escalations.append(
@@ -694,6 +702,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 "at": time.time(),
                 "jobset_name": run.jobset_name,
                 "latest_step": run.monitor.digest.latest_step,
+                "pod_grace_seconds": pod_grace_seconds,
             }
         )
         run.escalating = True
@@ -704,7 +713,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
         cluster = self._cluster(context)
         record: dict[str, Any] = run.escalations[-1] if run.escalations else {"at": time.time()}
-        cluster.retire(Handle(run.jobset_name, run.jobset_uid))
+        cluster.retire(Handle(run.jobset_name, run.jobset_uid), pod_grace_seconds=record.get("pod_grace_seconds"))
         # A crash after the next incarnation was created: it may be saving a step right now. Learn that
         # before quarantining anything, and adopt it instead of touching its run directory.
         following = cluster.get(self._next_name(spec, run, run.full_restarts + 1))

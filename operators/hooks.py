@@ -407,6 +407,37 @@ class JobSetHook(KubernetesHook):
         pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=label_selector)
         return [self._to_dict(p) for p in pods.items]
 
+    @_explained("list", "jobs")
+    @api_retry
+    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
+        """Jobs in ``namespace`` matching ``label_selector``, as dicts."""
+        jobs = self.batch_v1_client.list_namespaced_job(namespace, label_selector=label_selector)
+        return [self._to_dict(j) for j in jobs.items]
+
+    @_explained("delete", "pods")
+    @api_retry
+    def delete_pod(self, name: str, namespace: str, *, uid: str, grace_period_seconds: int) -> bool | None:
+        """Delete the pod (conditional on ``uid``) with ``grace_period_seconds``: ``True`` when asked, ``False`` when
+        it was gone (or is another pod now), ``None`` when the role may not (403: a Role from before this verb).
+
+        A pod already terminating keeps the shorter of its deadline and this one (``BeforeDelete`` in
+        ``k8s.io/apiserver/pkg/registry/rest/delete.go`` only ever shortens a grace period).
+        """
+        preconditions = k8s.V1Preconditions(uid=uid)
+        body = k8s.V1DeleteOptions(grace_period_seconds=grace_period_seconds, preconditions=preconditions)
+        try:
+            # In the query too: the audit log shows it (the API server decodes the same options from either).
+            self.core_v1_client.delete_namespaced_pod(
+                name, namespace, body=body, grace_period_seconds=grace_period_seconds
+            )
+            return True
+        except ApiException as error:
+            if error.status == 403:
+                return None
+            if error.status in (404, 409):
+                return False
+            raise
+
     @_explained("list", "nodes")
     @api_retry
     def list_node_pools(self, label_selector: str) -> list[str]:

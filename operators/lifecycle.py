@@ -25,6 +25,7 @@ operator adds its budgets and escalation on top. What each step follows upstream
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from elastic_training.operators import kube_names
+from elastic_training.operators.backoff import Backoff
+from elastic_training.operators.constants import LABEL_JOBSET_UID
 from elastic_training.operators.observations import jobset_phase
 from elastic_training.operators.policy import Budgets, JobSetPhase
 from elastic_training.operators.spec import SpecError
@@ -49,6 +52,9 @@ if TYPE_CHECKING:
 # Creates of one name that may meet a JobSet of this task being deleted before giving up.
 CREATE_ATTEMPTS = 3
 DELETE_TIMEOUT_SECONDS = 600.0
+# How long an escalation waits for the garbage collector to mark the old JobSet's Jobs deleting before it shortens
+# their pods' grace period (moments, on a healthy control plane).
+JOBS_DELETING_SECONDS = 30.0
 # The deferral's own timeout is padded past the trigger's deadline by this much (at least), as the provider does,
 # so Airflow's backstop does not pre-empt the trigger's deadline event.
 DEFER_TIMEOUT_PADDING_SECONDS = 60.0
@@ -188,10 +194,61 @@ class JobSetLifecycle:
             "deleting JobSet", lambda: self.hook.delete_jobset(handle.name, self.namespace, uid=handle.uid)
         )
 
-    def retire(self, handle: Handle) -> None:
-        """Delete the incarnation and wait until it is gone (its name is free, its pods stopped)."""
+    def retire(self, handle: Handle, *, pod_grace_seconds: int | None = None) -> None:
+        """Delete the incarnation and wait until it is gone (its name is free, its pods stopped).
+
+        With ``pod_grace_seconds`` its pods are stopped with that grace period instead of their own (a hung trainer
+        would hold its slices for its whole ``terminationGracePeriodSeconds``).
+        """
         self.delete(handle)
+        if pod_grace_seconds is not None and handle.uid:
+            self._shorten_pod_grace(handle, pod_grace_seconds)
         self.hook.require_jobset_gone(handle.name, self.namespace, uid=handle.uid, timeout=DELETE_TIMEOUT_SECONDS)
+
+    def _shorten_pod_grace(self, handle: Handle, grace: int) -> None:
+        """Delete the incarnation's pods with ``grace``, once its Jobs are being deleted.
+
+        Not before: a Job not yet deleting replaces a deleted pod, and the replacement would start a trainer
+        beside the next incarnation's. The Job controller creates no pod for a Job being deleted (``syncJob``
+        calls ``manageJob`` only while ``job.DeletionTimestamp == nil``, kubernetes
+        ``pkg/controller/job/job_controller.go``), and the garbage collector marks them within moments of the
+        JobSet's foreground delete. Best effort: when they are not marked in time, or the role may not delete
+        pods, the pods keep their own grace and the retirement goes on.
+        """
+        selector = f"{LABEL_JOBSET_UID}={handle.uid}"
+        deadline = time.monotonic() + JOBS_DELETING_SECONDS
+        backoff = Backoff(base=0.1, cap=2.0)
+        while True:
+            jobs = self.transient("reading the JobSet's Jobs", lambda: self.hook.list_jobs(self.namespace, selector))
+            if all((j.get("metadata") or {}).get("deletionTimestamp") for j in jobs):
+                break
+            if time.monotonic() >= deadline:
+                self.log.warning(
+                    "the Jobs of JobSet %s were not being deleted after %.0f s: its pods keep their own grace period",
+                    handle.name,
+                    JOBS_DELETING_SECONDS,
+                )
+                return
+            time.sleep(backoff.next_delay())
+        pods = self.transient("reading the JobSet's pods", lambda: self.hook.list_pods(self.namespace, selector))
+        stopped = 0
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            name, uid = str(meta.get("name")), str(meta.get("uid"))
+            asked = self.transient(
+                "stopping the JobSet's pods",
+                functools.partial(self.hook.delete_pod, name, self.namespace, uid=uid, grace_period_seconds=grace),
+            )
+            if asked is None:
+                self.log.warning(
+                    "not allowed to delete pods in %s (a Role from before delete on pods was granted: re-apply "
+                    "deploy/rbac.yaml): the pods of JobSet %s keep their own grace period",
+                    self.namespace,
+                    handle.name,
+                )
+                return
+            stopped += asked
+        self.log.info("stopping the %d pods of JobSet %s with a %d s grace period", stopped, handle.name, grace)
 
     def log_tail(self, selector: str, container: str | None = None, *, lines: int = 15) -> str:
         """The newest matching pod's last log lines, as a message suffix ('' when there are none)."""

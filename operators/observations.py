@@ -611,6 +611,7 @@ class MonitorState:
             already_at_target=digest.already_at_target is not None,
             starting_since=starting,
             startup_detail="" if starting is None else _startup_detail(digest, starting),
+            recovering=self.run_phase(now) is RunPhase.RECOVERING,
         )
 
     def _failure_detail(self) -> str:

@@ -36,7 +36,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
+
+# The termination grace of an escalation's old pods when their trainer has nothing left to save (hung, starting up,
+# or waiting for slices in an in-process recovery): 1 s, the kubelet's least (0 would force-delete the pod object
+# while its processes may still run, and the next incarnation could start beside them).
+SHORT_POD_GRACE_SECONDS: Final = 1
 
 
 class JobSetPhase(StrEnum):
@@ -175,6 +180,8 @@ class Observation:
     already_at_target: bool = False
     starting_since: float | None = None
     startup_detail: str = ""
+    # In an in-process recovery that has not trained since: waiting for its slices, or restoring.
+    recovering: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,9 @@ class Decision:
     message: str
     # Continuing: the moment the stall rule (or startup_timeout, or queue_timeout) would fire if nothing changes.
     recheck_at: float | None = None
+    # Escalating: the grace period the old incarnation's pods get (``None``: their own terminationGracePeriodSeconds,
+    # time for a trainer that is training to save on SIGTERM).
+    pod_grace_seconds: int | None = None
 
 
 def slice_restarts_in_window(times: Sequence[float], now: float, window_seconds: float) -> int:
@@ -373,7 +383,25 @@ def _escalate(obs: Observation, budgets: Budgets, reason: Reason, why: str) -> D
         Action.ESCALATE,
         reason,
         f"full restart {obs.full_restarts_used + 1} of {budgets.max_full_restarts}: {why}",
+        pod_grace_seconds=_pod_grace(obs, reason),
     )
+
+
+# The reasons whose old trainer is past saving anything: no step in stall_timeout, or none since it started.
+_PAST_SAVING: Final = frozenset({Reason.STALLED, Reason.STARTUP_TIMED_OUT})
+
+
+def _pod_grace(obs: Observation, reason: Reason) -> int | None:
+    """A short grace for old pods whose trainer can save nothing on SIGTERM; ``None`` (their own) otherwise.
+
+    A hung trainer or one that never trained has no step to save, and one waiting for its slices has no slices to
+    save with: their full grace (30 s for a TPU worker, longer for a head that ignores SIGTERM while it hangs) would
+    only hold the slices from the next incarnation. A trainer that may be training keeps its grace: on SIGTERM
+    MaxText stops at a step boundary (``StopTraining``, exit 0), and a save in flight needs the time to commit.
+    """
+    if reason in _PAST_SAVING or (reason is Reason.SLICE_RESTART_BUDGET and obs.recovering):
+        return SHORT_POD_GRACE_SECONDS
+    return None
 
 
 def _duration(seconds: float) -> str:

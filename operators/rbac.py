@@ -3,7 +3,8 @@
 Least privilege for exactly the calls the hooks make (Kubernetes RBAC, rbac.authorization.k8s.io/v1):
 JobSets are created, read, listed, watched and deleted (foreground deletion needs no extra verb: the API
 server adds the `foregroundDeletion` finalizer itself); worker Jobs are listed and watched (their failed
-counters); worker and head pods are listed and watched; head-pod logs are read through the `pods/log`
+counters); worker and head pods are listed and watched, and deleted by a full restart whose old trainer is past
+saving (hung, starting, waiting for slices) to shorten their grace period; head-pod logs are read through the `pods/log`
 subresource; Kueue's Workloads (kueue.x-k8s.io/v1beta2) are listed and watched, read-only, for the admission of a
 JobSet with a queue label. Nothing patches or updates anything, and no secret is readable. The end-to-end tests run
 as this account on the local cluster, which enforces RBAC (docs/rbac.md).
@@ -31,7 +32,8 @@ _LABELS: Final = {"app.kubernetes.io/name": "elastic-training", "app.kubernetes.
 RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...]] = (
     ((JOBSET_GROUP,), (JOBSET_PLURAL,), ("create", "get", "list", "watch", "delete")),
     (("batch",), ("jobs",), ("list", "watch")),  # the worker Jobs' failed counters (slice restarts)
-    (("",), ("pods",), ("list", "watch")),
+    # delete: a full restart stops the old pods of a trainer past saving with a short grace period.
+    (("",), ("pods",), ("list", "watch", "delete")),
     (("",), ("pods/log",), ("get",)),
     # Kueue's Workloads, read-only: the queue's reason for a JobSet it holds (queued, preempted, in no queue).
     ((KUEUE_GROUP,), (WORKLOAD_PLURAL,), ("list", "watch")),

@@ -226,6 +226,8 @@ class Escalation:
     seconds_to_recreate: float | None = None
     quarantined: tuple[str, ...] = ()
     preemption: bool = False
+    # The old pods' grace period when the restart shortened it (a trainer past saving: hung, starting, waiting).
+    pod_grace_seconds: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "quarantined": list(self.quarantined)}

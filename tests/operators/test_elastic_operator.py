@@ -11,7 +11,13 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
+from elastic_training.operators.constants import (
+    HEAD_REPLICATED_JOB,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    LABEL_RUN_NAME,
+)
 from tests.support.airflow_dags import dag_from_source, states, xcom
 from tests.support.step_faults import StepFaults, kill_worker
 
@@ -126,6 +132,7 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
         (checkpoints / str(newest) / "commit_success.txt").unlink()  # the newest step rots while it hangs
         rotted.update(newest=newest, before=before)
 
+    since = cluster_connection.audit_position()
     with StepFaults(cluster_connection, "elastic-stall").at(25, freeze_and_rot) as faults:
         dag_run = dag.test()
     assert faults.fired == [25]
@@ -144,6 +151,16 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     assert escalation["resumed_from_step"] == rotted["before"]
     log = head_log(cluster_connection, report["jobsets"][1])
     assert f"restoring from this run's directory step {rotted['before']}" in log
+    # A hung trainer has nothing to save: the old pods were stopped with a 1 s grace period, not their own 30 s
+    # (a SIGSTOPped trainer cannot answer SIGTERM and would hold the restart for all of it).
+    assert escalation["pod_grace_seconds"] == 1
+    stopped = {
+        str(e.name)
+        for e in cluster_connection.audit_events(since)
+        if e.verb == "delete" and e.resource == "pods" and e.query("gracePeriodSeconds") == "1"
+    }
+    old_pods = {p for p in stopped if p.startswith(f"{report['jobsets'][0]}-")}
+    assert any(f"-{HEAD_REPLICATED_JOB}-" in p for p in old_pods) and len(old_pods) >= 2, stopped
 
 
 def test_full_restart_budget_spent_fails_naming_it(

@@ -590,6 +590,10 @@ def test_a_start_up_that_never_trains_times_out_and_each_new_trainer_starts_up_a
     state.on_log_line(stamp(T0 + 1200), "Elastic event detected", "h2")
     recovering = state.observation(now=T0 + 1300, target_step=99, full_restarts_used=0)
     assert (recovering.starting_since, recovering.progress_at) == (None, T0 + 1200)
+    assert recovering.recovering  # no step since it detected the event: past saving (a full restart's short grace)
+    state.on_log_line(stamp(T0 + 1240), "restoring from this run's directory step 42", "h2")
+    state.on_log_line(stamp(T0 + 1250), "completed step: 43, seconds: 70.0", "h2")
+    assert not state.observation(now=T0 + 1300, target_step=99, full_restarts_used=0).recovering
 
 
 def test_a_preemption_deletes_pods_that_are_no_slice_failures() -> None:

@@ -456,3 +456,29 @@ def test_a_completion_while_preempted_says_the_preemption_did_not_cause_it() -> 
         decision.message
     )
     assert "newest committed step 60, target step 99" in decision.message
+
+
+GRACE_CASES = [
+    # (id, observation, the old pods' grace: 1 s when the trainer is past saving, None for their own)
+    ("stalled: hung, nothing to save", obs(progress_at=NOW - 400), 1),
+    ("start-up timed out: never trained", obs(starting_since=NOW - 400, progress_at=None), 1),
+    ("slice budget spent while waiting for slices", obs(slice_restart_times=(NOW - 5,) * 3, recovering=True), 1),
+    ("slice budget spent while training: a save may be in flight", obs(slice_restart_times=(NOW - 5,) * 3), None),
+    ("the JobSet failed: its pods ended", obs(phase=JobSetPhase.FAILED, failure_detail="BackoffLimitExceeded"), None),
+    ("completed short of the target: its pods ended", obs(phase=JobSetPhase.COMPLETED, committed_step=40), None),
+]
+
+
+@pytest.mark.parametrize(("observation", "grace"), [c[1:] for c in GRACE_CASES], ids=[c[0] for c in GRACE_CASES])
+def test_an_escalation_shortens_the_old_pods_grace_only_when_the_trainer_is_past_saving(
+    observation: Observation, grace: int | None
+) -> None:
+    decision = decide(observation, BUDGETS)
+    assert decision.action is Action.ESCALATE
+    assert decision.pod_grace_seconds == grace
+
+
+def test_no_grace_is_chosen_for_anything_but_an_escalation() -> None:
+    spent = decide(obs(progress_at=NOW - 400, full_restarts_used=1), BUDGETS)
+    assert spent.reason is Reason.FULL_RESTART_BUDGET and spent.pod_grace_seconds is None
+    assert decide(obs(), BUDGETS).pod_grace_seconds is None

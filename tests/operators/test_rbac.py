@@ -43,6 +43,7 @@ def test_exact_grants() -> None:
         ("batch", "jobs", "watch"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        ("", "pods", "delete"),  # one by one, uid-conditional: a full restart shortens a hung trainer's grace
         ("", "pods/log", "get"),
         ("kueue.x-k8s.io", "workloads", "list"),  # read-only: the queue's reason, never an admission changed
         ("kueue.x-k8s.io", "workloads", "watch"),
@@ -95,8 +96,8 @@ _RESOURCES = (
     ("kueue.x-k8s.io", "clusterqueues", ""),
 )
 _FORBIDDEN_DELETE = (
-    'pods "any-pod" is forbidden: User "system:serviceaccount:default:elastic-training" cannot delete '
-    'resource "pods" in API group "" in the namespace "default"'
+    'jobs.batch "any-job" is forbidden: User "system:serviceaccount:default:elastic-training" cannot delete '
+    'resource "jobs" in API group "batch" in the namespace "default"'
 )
 
 
@@ -128,7 +129,7 @@ def test_a_request_outside_the_role_is_403_through_the_official_client(cluster_c
     core = client.CoreV1Api(api)
     core.list_namespaced_pod("default")  # inside the Role
     with pytest.raises(client.ApiException) as caught:
-        core.delete_namespaced_pod("any-pod", "default")
+        client.BatchV1Api(api).delete_namespaced_job("any-job", "default")  # the garbage collector's, not ours
     assert caught.value.status == 403
     assert json.loads(caught.value.body)["message"] == _FORBIDDEN_DELETE
     with pytest.raises(client.ApiException) as caught:
@@ -164,11 +165,13 @@ def test_kubectl_with_the_operators_kubeconfig_is_refused_outside_the_role(
     assert can_i("create", "jobsets.jobset.x-k8s.io") == "yes"
     assert can_i("get", "pods", "--subresource=log") == "yes"
     assert can_i("watch", "jobs.batch") == "yes"
-    assert can_i("delete", "pods") == "no"
+    assert can_i("delete", "pods") == "yes"
+    assert can_i("deletecollection", "pods") == "no"
+    assert can_i("delete", "jobs.batch") == "no"
     assert can_i("get", "secrets") == "no"
     assert can_i("patch", "jobsets.jobset.x-k8s.io") == "no"
     assert can_i("list", "pods", "--namespace=kube-system") == "no"
-    refused = kubectl("delete", "pod", "any-pod")
+    refused = kubectl("delete", "job", "any-job")
     assert refused.returncode == 1
     assert refused.stderr.strip() == f"Error from server (Forbidden): {_FORBIDDEN_DELETE}"
 

@@ -30,7 +30,7 @@ CHECKS = [
     ("", "pods", "", "delete"),
     ("", "secrets", "", "get"),
 ]
-OPERATORS = set(CHECKS) - {("", "pods", "", "delete"), ("", "secrets", "", "get")}  # the Role of deploy/rbac.yaml
+OPERATORS = set(CHECKS) - {("", "secrets", "", "get")}  # the Role of deploy/rbac.yaml
 LIVE_VIEW = {("", "pods", "", "list"), ("", "pods", "log", "get")}
 
 

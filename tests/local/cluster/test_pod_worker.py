@@ -182,6 +182,21 @@ def test_a_later_delete_may_only_shorten_the_grace_period(k8s: K8s, tmp_path: Pa
     wait_processes_gone(pids)
 
 
+def test_a_shortened_grace_period_kills_at_the_new_deadline(k8s: K8s) -> None:
+    """A container that ignores SIGTERM (a hung trainer) is killed at the shortened deadline, not its first one: what
+    a full restart's 1 s grace relies on when the garbage collector already deleted the pod with its own."""
+    name = unique("shortened")
+    k8s.core.create_namespaced_pod(
+        NS, pod_manifest(name, container("main", armed("trap '' TERM")), terminationGracePeriodSeconds=600)
+    )
+    pids = pod_pids(_all_running(k8s, name, 1))
+    k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=600)
+    shorter = k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=1)
+    assert shorter.metadata.deletion_grace_period_seconds == 1
+    wait_for(lambda: _read(k8s, name) is None, 120)  # under the first deadline by far, however loaded
+    wait_processes_gone(pids)
+
+
 def test_a_negative_grace_period_means_one_second(k8s: K8s) -> None:
     name = unique("negative")
     k8s.core.create_namespaced_pod(
