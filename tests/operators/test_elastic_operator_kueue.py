@@ -208,7 +208,7 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
             lambda: (w := admin.workload_of(admin.jobset(name) or jobset)) and condition(w, "QuotaReserved") and w,
         )
         assert not is_true(workload, "QuotaReserved")
-        while time.time() < created + STALL_SECONDS + 20 and not stop.is_set():
+        while time.time() < created + STALL_SECONDS + 10 and not stop.is_set():
             assert (admin.jobset(name) or {}).get("spec", {}).get("suspend") is True, "admitted while the blocker held"
             time.sleep(0.5)
         waited["released_at"] = time.time()
@@ -227,7 +227,7 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
     resumed = parse_time(condition(jobset, "Suspended")["lastTransitionTime"])  # type: ignore[index]
     assert created is not None and resumed is not None
     assert report["queued_seconds"] == pytest.approx(resumed - created, abs=1.0)
-    assert report["queued_seconds"] >= STALL_SECONDS + 15  # longer than the stall timeout, and not a stall
+    assert report["queued_seconds"] >= STALL_SECONDS + 5  # longer than the stall timeout, and not a stall
     assert report["admission_to_first_step_seconds"] is not None and report["admission_to_first_step_seconds"] >= 0
     assert report["queue_spans"][0][1] is not None and report["tail_seconds"] is not None
 
