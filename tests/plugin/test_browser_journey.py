@@ -224,7 +224,7 @@ async def follow_to_the_end(
                         await tools.until(f"{ready} === 'true'", timeout=60)
                         await shot(tools, out, "04-elastic-training-tab-while-training.png", seen)
                     await tools.call("Page.navigate", url="about:blank")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # polls the REST API (the run's state, its live view) with the deadline above
     seen["run_state"] = state
     instances = stack.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]
     seen["task_states"] = {ti["task_id"]: ti["state"] for ti in instances}
