@@ -61,7 +61,7 @@ def password(stack: Stack) -> str:
 async def click(tools: DevTools, element: str) -> None:
     """A real mouse click at the element's centre (the UI's accordions ignore a scripted ``click()``)."""
     await tools.js(f"{element}.scrollIntoView({{block: 'center', behavior: 'instant'}})")
-    await asyncio.sleep(0.5)  # the modal scrolls; measure where the element is once it stopped
+    await tools.settled(element)  # the modal opens and scrolls: measure where the element is once it stopped
     x, y = await tools.js(
         f"(() => {{ const r = {element}.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
     )
@@ -101,7 +101,8 @@ async def type_into(tools: DevTools, selector: str, text: str) -> None:
 
 
 async def shot(tools: DevTools, out: Path, name: str, seen: dict[str, Any]) -> None:
-    await asyncio.sleep(1.0)  # let the layout settle
+    """The picture, once the page is still (fonts, images, transitions; how long that took is kept in ``seen``)."""
+    seen.setdefault("settled", {})[name] = await tools.settled()
     seen.setdefault("screenshots", []).append(str(await tools.screenshot(out / name)))
 
 
@@ -143,7 +144,7 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
     for number, title in enumerate(sections, 1):  # one open at a time: the form's accordion shows one section
         section = f"[...{DIALOG}.querySelectorAll('button[aria-expanded]')]"
         await open_section(tools, f"{section}.find(b => b.innerText.trim() === {title!r})")
-        await asyncio.sleep(0.5)
+        await tools.settled(DIALOG)  # the section has finished opening: its fields are drawn
         invalid[title] = await tools.js(
             f"[...{DIALOG}.querySelectorAll('[data-invalid], [aria-invalid=true], [data-part=error-text]')]"
             ".map(e => e.outerHTML.slice(0, 160))"
@@ -183,7 +184,10 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
             presses += 1
             with contextlib.suppress(TimeoutError):
                 await tools.until(f"!{DIALOG}", timeout=15)
-        else:
+        elif await tools.js(f"!!{DIALOG}"):  # a press is still being sent: until the form closes or is idle again
+            with contextlib.suppress(TimeoutError):
+                await tools.until(f"!{DIALOG} || ({idle})", timeout=15)
+        else:  # the form closed (its POST answered): poll the REST API for the run, within the deadline above
             await asyncio.sleep(1.0)
     seen["trigger_presses"] = presses
     assert len(new) == 1, new
@@ -220,7 +224,7 @@ async def follow_to_the_end(
                         await tools.until(f"{ready} === 'true'", timeout=60)
                         await shot(tools, out, "04-elastic-training-tab-while-training.png", seen)
                     await tools.call("Page.navigate", url="about:blank")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # polls the REST API (the run's state, its live view) with the deadline above
     seen["run_state"] = state
     instances = stack.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]
     seen["task_states"] = {ti["task_id"]: ti["state"] for ti in instances}

@@ -221,6 +221,58 @@ def api_server(finished_run: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         print(f"api-server log: {log}")
 
 
+UNTIL_SLICE = 10.0
+# Each waits for the next animation frame, or 50 ms when frames are not being drawn (a page in the background).
+UNTIL_JS = """async (test, limit) => {
+  const end = performance.now() + limit;
+  for (;;) {
+    let value = null;
+    try { value = test(); } catch (e) { value = null; }
+    if (value || performance.now() >= end) return value === undefined ? null : value;
+    await new Promise(r => { requestAnimationFrame(() => r()); setTimeout(r, 50); });
+  }
+}"""
+SETTLED_JS = """async (target, limit) => {
+  const end = performance.now() + limit;
+  const docs = () => [document, ...[...document.querySelectorAll('iframe')].map(f => {
+    try { return f.contentDocument; } catch (e) { return null; } }).filter(d => d && d.body)];
+  const ends = (a) => { const t = a.effect && a.effect.getComputedTiming(); return !t || t.endTime !== Infinity; };
+  const label = (a) => a.animationName || a.transitionProperty || a.id || a.constructor.name;
+  const running = (keep) => docs().flatMap(d => d.getAnimations().filter(a => a.playState === 'running' && keep(a)));
+  const layout = () => {
+    if (target) { const e = target(); if (!e) return 'no element';
+      const r = e.getBoundingClientRect();
+      return [r.x, r.y, r.width, r.height, e.scrollHeight, e.getElementsByTagName('*').length,
+        e.innerText.length].join(); }
+    return JSON.stringify(docs().map(d => [d.documentElement.scrollWidth, d.documentElement.scrollHeight,
+      d.getElementsByTagName('*').length, d.body.innerText.length]));
+  };
+  const moving = () => {
+    const why = running(ends).map(a => 'animation ' + label(a));
+    for (const d of docs()) {
+      if (d.readyState !== 'complete') why.push('document ' + d.readyState);
+      if (d.fonts.status !== 'loaded') why.push('fonts ' + d.fonts.status);
+      const images = [...d.images].filter(i => !i.complete).length;
+      if (images) why.push(images + ' images loading');
+    }
+    return why;
+  };
+  const start = performance.now();
+  let before = null, frames = 0;
+  for (;;) {
+    let now, why;
+    try { now = layout(); why = moving(); } catch (e) { now = null; why = ['' + e]; }
+    if (now === 'no element') why.push('the element is not there');
+    if (!why.length && now === before)
+      return {settled: true, ms: Math.round(performance.now() - start), frames,
+              looping: [...new Set(running(a => !ends(a)).map(label))]};
+    if (performance.now() >= end) return {settled: false, moving: why.length ? why : ['the layout kept changing']};
+    before = now; frames += 1;
+    await new Promise(r => { requestAnimationFrame(() => r()); setTimeout(r, 50); });
+  }
+}"""
+
+
 class DevTools:
     """The few Chrome DevTools protocol calls a test needs, over one page's websocket."""
 
@@ -246,17 +298,32 @@ class DevTools:
         return answer["result"].get("value")
 
     async def until(self, expression: str, timeout: float = 120.0) -> Any:
+        """The expression's value once truthy, tested in the page on every animation frame; TimeoutError after
+        ``timeout`` seconds. One evaluation waits at most ``UNTIL_SLICE`` s (under the socket's 120 s), so a page
+        that navigates meanwhile (its context destroyed, the call refused) is asked again in the new one."""
         deadline = time.monotonic() + timeout
         while True:
+            left = max(0.0, min(UNTIL_SLICE, deadline - time.monotonic()))
             try:
-                value = await self.js(expression)
+                value = await self.js(f"({UNTIL_JS})(() => ({expression}), {left * 1000:.0f})")
             except RuntimeError:  # the page is navigating: its old context is gone, the new one not there yet
                 value = None
             if value:
                 return value
             if time.monotonic() > deadline:
                 raise TimeoutError(f"never true: {expression}")
-            await asyncio.sleep(0.5)
+
+    async def settled(self, element: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until the page is still: its fonts and images loaded, no transition or finite animation running
+        (in the page or a same-origin frame), and the element's box (without one, the page's size and content) the
+        same on two consecutive animation frames. Animations that never end (a spinner) are not waited for, only
+        named in the answer. TimeoutError, saying what still moved, after ``timeout`` seconds."""
+        target = f"() => ({element})" if element else "null"
+        answer = await self.js(f"({SETTLED_JS})({target}, {timeout * 1000:.0f})")
+        if not answer["settled"]:
+            where = f" ({element})" if element else ""
+            raise TimeoutError(f"the page never settled within {timeout:.0f} s{where}: {', '.join(answer['moving'])}")
+        return dict(answer)
 
     async def screenshot(self, path: Path) -> Path:
         import base64
@@ -349,14 +416,14 @@ async def _drive(devtools_http: str, base: str, dag_id: str, run_id: str, out: P
                 "step: d.querySelector('#kpi-step b').textContent,"
                 "url: location.pathname }; })()"
             )
-            await asyncio.sleep(1.0)  # let the layout settle before the picture
+            await tools.settled()
             seen["screenshot"] = str(await tools.screenshot(out / "dag-run-elastic-training-tab.png"))
             # The view on its own, at 1280x800, as the operator's extra link and the nav entry open it.
             await tools.call(
                 "Page.navigate", url=f"{base}/elastic-training/ui/run?dag_id={dag_id}&run_id={quote(run_id, safe='')}"
             )
             await tools.until("document.body && document.body.dataset.ready === 'true'")
-            await asyncio.sleep(1.0)
+            await tools.settled()
             seen["standalone"] = str(await tools.screenshot(out / "elastic-training-view-1280x800.png"))
             seen["overflow"] = await tools.js("document.documentElement.scrollWidth > window.innerWidth")
             # The navigation entry: recent runs, each linking to its view.
