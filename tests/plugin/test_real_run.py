@@ -27,9 +27,9 @@ from urllib.parse import quote
 import pytest
 
 from elastic_training.local.cluster import LocalCluster
-from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
 from tests.plugin.conftest import USERS
 from tests.support.airflow_dags import states, xcom
+from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.step_faults import StepFaults, kill_worker
 
 pytestmark = pytest.mark.slow
