@@ -37,11 +37,12 @@ pytest_plugins = [
 LONGEST_FIRST = (
     "tests/plugin/test_browser_journey.py",  # with tests/cli/test_airflow.py: one unit (SHARED_UNITS)
     "tests/cli/test_airflow.py",
-    "tests/operators/test_elastic_operator.py",
     "tests/benchmarks/test_chaos.py",
     "tests/operators/test_elastic_operator_kueue.py",
+    "tests/operators/test_elastic_operator.py",
     "tests/operators/test_seed_scenarios.py",
     "tests/operators/test_real_maxtext_operator.py",
+    "tests/operators/test_elastic_operator_rideouts.py",
     "tests/operators/test_elastic_operator_gcs.py",
     "tests/packaging/test_wheel.py",
     "tests/local/workloads/test_gcs.py",
