@@ -104,6 +104,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    # Hand the files out in LONGEST_FIRST's order: pytest-xdist's `--loadscope-reorder` (on by default) would sort
+    # them by their number of tests, most first, so a file of one or three long tests went out among the last.
+    config.option.loadscopereorder = False
+
     class SharedFixtureScheduling(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
