@@ -37,11 +37,12 @@ pytest_plugins = [
 LONGEST_FIRST = (
     "tests/plugin/test_browser_journey.py",  # with tests/cli/test_airflow.py: one unit (SHARED_UNITS)
     "tests/cli/test_airflow.py",
-    "tests/operators/test_elastic_operator.py",
     "tests/benchmarks/test_chaos.py",
     "tests/operators/test_elastic_operator_kueue.py",
+    "tests/operators/test_elastic_operator.py",
     "tests/operators/test_seed_scenarios.py",
     "tests/operators/test_real_maxtext_operator.py",
+    "tests/operators/test_elastic_operator_rideouts.py",
     "tests/operators/test_elastic_operator_gcs.py",
     "tests/packaging/test_wheel.py",
     "tests/local/workloads/test_gcs.py",
@@ -102,6 +103,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # Hand the files out in LONGEST_FIRST's order: pytest-xdist's `--loadscope-reorder` (on by default) would sort
+    # them by their number of tests, most first, so a file of one or three long tests went out among the last.
+    config.option.loadscopereorder = False
 
     class SharedFixtureScheduling(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:

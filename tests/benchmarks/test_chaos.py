@@ -155,7 +155,7 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
     """One seeded run of seed 1 through Airflow on the local cluster, writing to gs:// (the GCS emulator): run 7
     (two slices deleted at once, then GCS down for 40 s: past gcsfs's retries, so a save fails and one full
     restart follows) keeps each of the matrix's promises once. The task SIGKILLed mid-watch and run again
-    (run 12's fault) is test_elastic_operator.py's adoption test; the whole matrix is `make chaos`."""
+    (run 12's fault) is test_elastic_operator_rideouts.py's adoption test; the whole matrix is `make chaos`."""
     out = tmp_path / "chaos"
     finished = subprocess.run(
         [

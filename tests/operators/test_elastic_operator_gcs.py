@@ -13,8 +13,8 @@ import pytest
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
-from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
 from tests.support.airflow_dags import states, xcom
+from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.gcs_emulator import FlakyProxy, GCSEmulator
 from tests.support.step_faults import StepFaults
 

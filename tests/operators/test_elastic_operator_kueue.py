@@ -36,8 +36,8 @@ from elastic_training.operators.constants import (
 )
 from elastic_training.operators.observations import parse_time
 from tests.local.cluster.control_plane_support import job_template, jobset_manifest
-from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
 from tests.support.airflow_dags import states, xcom
+from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.step_faults import StepFaults
 
 pytestmark = pytest.mark.slow

@@ -23,8 +23,8 @@ from elastic_training.operators.constants import (
     TPU_RESOURCE,
     WORKER_REPLICATED_JOB,
 )
-from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
 from tests.support.airflow_dags import states, xcom
+from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.step_faults import StepFaults
 
 pytestmark = pytest.mark.slow

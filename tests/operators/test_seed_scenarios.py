@@ -32,8 +32,8 @@ from elastic_training.operators.constants import (
     LABEL_RUN_NAME,
     WORKER_REPLICATED_JOB,
 )
-from tests.operators.test_elastic_operator import head_log
 from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.elastic_runs import head_log
 from tests.support.step_faults import StepFaults
 
 pytestmark = pytest.mark.slow

@@ -27,9 +27,9 @@ from urllib.parse import quote
 import pytest
 
 from elastic_training.local.cluster import LocalCluster
-from tests.operators.test_elastic_operator import elastic_dag, jobsets_of
 from tests.plugin.conftest import USERS
 from tests.support.airflow_dags import states, xcom
+from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.step_faults import StepFaults, kill_worker
 
 pytestmark = pytest.mark.slow
@@ -44,11 +44,15 @@ def finished_run(
     cluster_connection: LocalCluster,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Any:
+    # The trainer must still be training when its worker dies: the tiny model trains its 60 steps in about a second
+    # (a run here completed 0.7 s after the kill, before it was noticed: no in-process recovery). 0.3 s a step, as an
+    # accelerator's, leaves the 35 steps after the kill over 10 s, and load slows the steps with the kill.
     dag = elastic_dag(
         "elastic_ui",
         tmp_path_factory.mktemp("ui-run"),
         stall_timeout="timedelta(minutes=6)",
         price_per_chip_hour=2.5,
+        local_env={"LOCAL_STEP_SECONDS": "0.3"},
     )
     with StepFaults(cluster_connection, "elastic-ui").at(25, kill_worker(1)) as faults:
         dag_run = dag.test()
