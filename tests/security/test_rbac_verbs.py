@@ -144,6 +144,7 @@ def test_the_role_grants_exactly_what_the_hooks_call() -> None:
         ("batch", "jobs", "watch"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        ("", "pods", "delete"),  # a full restart's short grace for a trainer past saving
         ("", "pods/log", "get"),
         ("kueue.x-k8s.io", "workloads", "list"),
         ("kueue.x-k8s.io", "workloads", "watch"),
