@@ -44,6 +44,8 @@ _error_code = _bounded(int, 400, 599, "HTTP error status (400-599)")
 _probability = _bounded(float, 0.0, 1.0, "probability (0-1)")
 _seconds = _bounded(float, 0.0, 600.0, "seconds (0-600)")
 _repair_seconds = _bounded(float, 0.0, 86400.0, "seconds (0-86400)")
+_burst_seconds = _bounded(float, 0.001, 3600.0, "seconds (over 0, up to 3600)")
+_retry_after = _bounded(int, 0, 600, "seconds (0-600)")
 
 
 def _regex(text: str) -> str:
@@ -109,6 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how_many = fail.add_mutually_exclusive_group()
     how_many.add_argument("--count", type=_positive, help="fail only the next N matching requests")
     how_many.add_argument("--probability", type=_probability, help="fail each matching request with this probability")
+    fail.add_argument("--seconds", type=_burst_seconds, help="only for this long from now (a burst bounded in time)")
+    fail.add_argument("--retry-after", type=_retry_after, help="a 429's Retry-After, in seconds (default 1)")
     fail.add_argument("--path", type=_regex, help="regular expression searched in the request path")
     fail.add_argument("--method", help="only this HTTP method")
     latency = kinds.add_parser("latency", help="delay matching API requests")
@@ -239,7 +243,13 @@ def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
         return "POST", f"{FAULTS_PATH}/signal-pod", body
     if args.fault == "fail-requests":
         body = present(
-            code=args.code, count=args.count, probability=args.probability, path=args.path, method=args.method
+            code=args.code,
+            count=args.count,
+            probability=args.probability,
+            seconds=args.seconds,
+            retryAfter=args.retry_after,
+            path=args.path,
+            method=args.method,
         )
         return "POST", f"{FAULTS_PATH}/fail-requests", body
     if args.fault == "latency":

@@ -102,12 +102,19 @@ class Faults:
         path: str | None = None,
         method: str | None = None,
         retry_after: int = 1,
+        seconds: float | None = None,
     ) -> FailRule:
-        """Fail matching API requests with ``code`` (the next ``count``, or each with ``probability``); a 429
-        says ``Retry-After: <retry_after>``."""
+        """Fail matching API requests with ``code`` (the next ``count``, or each with ``probability``; for
+        ``seconds`` from now when given); a 429 says ``Retry-After: <retry_after>``."""
         rule: FailRule = self._cluster.call(
             lambda: self._injector().api.fail_requests(
-                code, count=count, probability=probability, path=path, method=method, retry_after=retry_after
+                code,
+                count=count,
+                probability=probability,
+                path=path,
+                method=method,
+                retry_after=retry_after,
+                seconds=seconds,
             )
         )
         return rule

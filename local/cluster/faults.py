@@ -7,7 +7,8 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 
 - ``GET    /_local/faults``                 the active rules
 - ``DELETE /_local/faults``                 clear every rule
-- ``POST   /_local/faults/fail-requests``   ``{"code", "count"?, "probability"?, "path"?, "method"?, "retryAfter"?}``
+- ``POST   /_local/faults/fail-requests``   ``{"code", "count"?, "probability"?, "seconds"?, "path"?, "method"?,
+  "retryAfter"?}`` (``seconds``: a burst bounded in time, as an API server's bad minute is)
 - ``POST   /_local/faults/latency``         ``{"seconds", "path"?, "method"?}``
 - ``POST   /_local/faults/expire-watches``  ``{"compact"?: bool}``
 - ``POST   /_local/faults/delete-pod``      ``{"namespace", "name"}``
@@ -26,6 +27,7 @@ import asyncio
 import random
 import re
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -64,7 +66,8 @@ class PodControl(Protocol):
 
 @dataclass
 class FailRule:
-    """Fail matching requests with ``code``: the next ``count`` of them, or each with ``probability``."""
+    """Fail matching requests with ``code``: the next ``count`` of them, or each with ``probability``; with
+    ``until`` (Unix time), only until then (a burst bounded in time, whoever's requests it meets)."""
 
     code: int
     count: int | None = None
@@ -75,8 +78,11 @@ class FailRule:
     # A 429's Retry-After: 1 is what kube-apiserver's max-in-flight and priority-and-fairness filters say; 0
     # (valid HTTP, "retry now") lets a test burst outlast a client's retries without waiting a second each.
     retry_after: int = 1
+    until: float | None = None
 
     def applies(self, method: str, path: str) -> bool:
+        if self.until is not None and time.time() >= self.until:
+            return False
         if self.method and self.method.upper() != method:
             return False
         if self.path and not re.search(self.path, path):
@@ -119,11 +125,15 @@ class ApiFaults:
         path: str | None = None,
         method: str | None = None,
         retry_after: int = 1,
+        seconds: float | None = None,
     ) -> FailRule:
-        """Add a failure rule; with neither ``count`` nor ``probability`` every matching request fails.
+        """Add a failure rule; with neither ``count`` nor ``probability`` every matching request fails, for
+        ``seconds`` from now when given (else until cleared).
 
         A 429 carries ``Retry-After: <retry_after>`` (seconds).
         """
+        if seconds is not None and not 0 < seconds <= 3600:
+            raise bad_request(f"seconds must be over 0 and at most 3600, got {seconds}")
         if not 400 <= code <= 599:
             raise bad_request(f"code must be an HTTP error status (400-599), got {code}")
         if count is not None and count < 1:
@@ -133,7 +143,8 @@ class ApiFaults:
         if not 0 <= retry_after <= 600:
             raise bad_request("retryAfter must be between 0 and 600 seconds")
         _check_regex(path)
-        rule = FailRule(code, count, probability, path, method, self._take_id(), retry_after)
+        until = None if seconds is None else time.time() + seconds
+        rule = FailRule(code, count, probability, path, method, self._take_id(), retry_after, until)
         self.failures.append(rule)
         return rule
 
@@ -302,6 +313,7 @@ class FaultInjector:
             path=_optional(body, "path", str),
             method=_optional(body, "method", str),
             retry_after=1 if retry_after is None else retry_after,
+            seconds=_optional(body, "seconds", float),
         )
         return web.json_response(asdict(rule), status=201)
 

@@ -38,7 +38,9 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
             faults.at(10, lambda f: f.cluster.faults.expire_watches(compact=True))
             faults.at(20, kill_worker(0))
             faults.at(30, lambda f: f.cluster.faults.expire_watches(compact=True))
-            faults.at(35, lambda f: f.cluster.faults.fail_requests(500, count=20))
+            # Every request fails for 5 s, whoever makes it: bounded in time, as an API server's bad minute is (20
+            # failures bounded by count took 8 s to over two minutes: the client taking most spaced them by backoff).
+            faults.at(35, lambda f: f.cluster.faults.fail_requests(500, seconds=5.0))
             dag_run = dag.test()
     finally:
         faults_api.clear()

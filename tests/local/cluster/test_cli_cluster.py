@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -188,6 +189,9 @@ def test_fault_commands_reach_a_running_cluster(
     with pytest.raises(client.ApiException) as caught:
         core.list_namespaced_pod("default")
     assert caught.value.status == 500
+    code, burst = fault("fail-requests", "--code", "429", "--seconds", "60", "--retry-after", "0", "--path", "nodes$")
+    assert (code, burst["code"], burst["retry_after"], burst["count"]) == (0, 429, 0, None)
+    assert time.time() < burst["until"] <= time.time() + 60
     code, latency = fault("latency", "--seconds", "0.01", "--path", "jobs", "--method", "GET")
     assert (code, latency["seconds"], latency["method"]) == (0, 0.01, "GET")
     assert fault("clear") == (0, {"failures": [], "latencies": [], "injected": 1})
@@ -227,6 +231,8 @@ def test_fault_commands_reach_a_running_cluster(
         ["fail-requests", "--probability", "1.5"],
         ["fail-requests", "--count", "1", "--probability", "0.5"],
         ["fail-requests", "--path", "("],
+        ["fail-requests", "--seconds", "0"],
+        ["fail-requests", "--retry-after", "-1"],
         ["latency", "--seconds", "-1"],
         ["latency"],
         ["signal-pod", "default", "p", "--signal", "SIGNOPE"],

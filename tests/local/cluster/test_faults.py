@@ -45,6 +45,24 @@ def test_failures_for_a_count_then_recovery(cluster: LocalCluster, k8s: K8s) -> 
     k8s.core.list_namespaced_pod("default")
 
 
+def test_failures_for_a_time_then_recovery(cluster: LocalCluster, k8s: K8s) -> None:
+    """A burst bounded in time fails every matching request until its end, whoever asks, then none."""
+    rule = cluster.faults.fail_requests(503, seconds=1.0, path=r"/pods$", method="GET")
+    assert rule.until is not None
+    failed_sent_at: list[float] = []  # a failed request was judged after it was sent and before the burst ended
+    while True:
+        sent = time.time()
+        try:
+            k8s.core.list_namespaced_pod("default")
+            break
+        except client.ApiException as caught:
+            assert caught.status == 503
+            failed_sent_at.append(sent)
+    answered_at = time.time()  # the answered one was judged at or after the burst's end, and before this
+    assert failed_sent_at and max(failed_sent_at) < rule.until <= answered_at
+    k8s.core.list_namespaced_pod("default")  # and stays answered
+
+
 def test_failures_by_probability_with_path_and_method_filters(cluster: LocalCluster, k8s: K8s) -> None:
     injected_before = _control(cluster, "GET", "")["injected"]  # counts every failure since the cluster started
     cluster.faults.fail_requests(500, probability=0.5, path=r"/namespaces/default/events$", method="GET")
@@ -117,6 +135,8 @@ def test_http_control_endpoint(cluster: LocalCluster, k8s: K8s) -> None:
         ("/fail-requests", {"code": "many"}),
         ("/fail-requests", {"probability": 2}),
         ("/fail-requests", {"count": 0}),
+        ("/fail-requests", {"seconds": 0}),
+        ("/fail-requests", {"seconds": "soon"}),
         ("/fail-requests", {"path": "("}),
         ("/fail-requests", {"code": 429, "retryAfter": -1}),
         ("/latency", {}),
