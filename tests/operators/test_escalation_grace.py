@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import (
@@ -26,22 +25,12 @@ from elastic_training.operators.constants import (
 )
 from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.lifecycle import Handle, JobSetLifecycle
-from elastic_training.operators.rbac import ROLE_NAME, RULES
 from tests.local.cluster.control_plane_support import ARMED
 from tests.local.cluster.helpers import wait_for
-from tests.support.airflow_dags import NAMESPACE
+from tests.support.airflow_dags import NAMESPACE, operators_role_without
 
 OWN_GRACE_SECONDS = 600  # what the pods would hold the restart for without the shortening
 LOG = logging.getLogger("test_escalation_grace")
-
-
-@pytest.fixture
-def admin(cluster_connection: LocalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
-    try:
-        yield api
-    finally:
-        api.close()
 
 
 def _hung_jobset(name: str, grace: int) -> dict[str, Any]:
@@ -109,19 +98,11 @@ def test_a_short_grace_stops_pods_that_ignore_sigterm_long_before_their_own(
 def test_a_role_without_delete_on_pods_keeps_their_grace_and_says_so(
     admin: client.ApiClient, cluster_connection: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rbac = client.RbacAuthorizationV1Api(admin)
-    rules = [{"apiGroups": list(g), "resources": list(r), "verbs": list(v)} for g, r, v in RULES]
-    older = [
-        {**r, "verbs": [v for v in r["verbs"] if v != "delete"]} if r["resources"] == ["pods"] else r for r in rules
-    ]
-    rbac.patch_namespaced_role(ROLE_NAME, NAMESPACE, {"rules": older})
-    try:
+    with operators_role_without(admin, "pods", "delete"):
         handle, _ = _launch(admin, "grace-older-role", 3)  # their own grace: short, so the retirement ends anyway
         lifecycle = JobSetLifecycle(JobSetHook(), namespace=NAMESPACE, identity={}, log=LOG)
         with caplog.at_level(logging.WARNING, logger=LOG.name):
             lifecycle.retire(handle, pod_grace_seconds=1)
-    finally:
-        rbac.patch_namespaced_role(ROLE_NAME, NAMESPACE, {"rules": rules})
     assert (
         client.CustomObjectsApi(admin).list_namespaced_custom_object(
             JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, field_selector="metadata.name=grace-older-role"

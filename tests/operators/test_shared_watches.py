@@ -40,11 +40,9 @@ from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.rbac import DEFAULT_SERVICE_ACCOUNT
 from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
 from elastic_training.operators.triggers import _Monitor
-from tests.operators.test_trigger_logs import admin
 from tests.operators.test_triggers import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
 from tests.support.airflow_dags import NAMESPACE
 
-__all__ = ["admin"]  # the fixture, used here
 OPERATORS = f"system:serviceaccount:{NAMESPACE}:{DEFAULT_SERVICE_ACCOUNT}"
 Obj = dict[str, Any]
 

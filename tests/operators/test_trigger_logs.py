@@ -12,41 +12,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.rbac import RULES
 from elastic_training.operators.triggers import JobSetTrigger
 from tests.operators.test_lifecycle import _one_pod_jobset
-from tests.support.airflow_dags import NAMESPACE
-
-ROLE = "elastic-training"
-
-
-@pytest.fixture
-def admin(cluster_connection: LocalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
-    try:
-        yield api
-    finally:
-        api.close()
+from tests.support.airflow_dags import NAMESPACE, operators_role_without
 
 
 @pytest.fixture
 def no_pods_log(admin: client.ApiClient) -> Iterator[None]:
     """The operators' Role without its ``pods/log`` rule, for the test; restored after."""
-    rbac = client.RbacAuthorizationV1Api(admin)
-    rules = [
-        {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
-        for groups, resources, verbs in RULES
-    ]
-    rbac.patch_namespaced_role(ROLE, NAMESPACE, {"rules": [r for r in rules if r["resources"] != ["pods/log"]]})
-    try:
+    with operators_role_without(admin, "pods/log"):
         yield
-    finally:
-        rbac.patch_namespaced_role(ROLE, NAMESPACE, {"rules": rules})
 
 
 async def test_a_refused_log_read_is_an_error_naming_the_permission_not_a_stall(

@@ -3,6 +3,7 @@ XCom and task states read back, and the local cluster wired in as the ``kubernet
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -16,7 +17,7 @@ from kubernetes import client, config, utils
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.kubeconfig import write_kubeconfig
-from elastic_training.operators.rbac import rbac_manifests
+from elastic_training.operators.rbac import ROLE_NAME, rbac_manifests
 
 NAMESPACE = "default"
 TOKEN_SECONDS = 6 * 3600  # outlives a module of end-to-end tests
@@ -120,3 +121,23 @@ def states(dag_run: Any) -> dict[str, str]:
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
         return {ti.task_id: str(ti.state) for ti in tis}
+
+
+@contextlib.contextmanager
+def operators_role_without(admin: client.ApiClient, resource: str, verb: str | None = None) -> Iterator[None]:
+    """The operators' Role without ``verb`` on ``resource`` (every verb: its whole rule), as a Role bound from an
+    older deploy/rbac.yaml; the shipped rules again after."""
+    (role,) = [m for m in rbac_manifests(NAMESPACE) if m["kind"] == "Role"]
+    rules: list[dict[str, Any]] = role["rules"]
+    older = []
+    for rule in rules:
+        if rule["resources"] != [resource]:
+            older.append(rule)
+        elif verb is not None:
+            older.append({**rule, "verbs": [v for v in rule["verbs"] if v != verb]})
+    rbac = client.RbacAuthorizationV1Api(admin)
+    rbac.patch_namespaced_role(ROLE_NAME, NAMESPACE, {"rules": older})
+    try:
+        yield
+    finally:
+        rbac.patch_namespaced_role(ROLE_NAME, NAMESPACE, {"rules": rules})
