@@ -6,7 +6,7 @@ UV := $(BIN)/uv
 export UV_CACHE_DIR ?= $(CURDIR)/.uv-cache
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: setup maxtext maxtext-lock test test-fast test-slow lint typecheck demo airflow bench chaos lock clean
+.PHONY: setup maxtext maxtext-lock test test-fast test-slow lint graph typecheck demo airflow bench chaos lock clean
 
 setup: $(VENV)/.installed
 
@@ -81,6 +81,11 @@ SOURCES := $(wildcard elastic_training/*.py operators plugin local cli dags test
 lint: setup
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/ruff format --check $(SOURCES)
+	$(BIN)/lint-imports --no-logo --cache-dir .import_linter_cache
+
+# docs/architecture.md's import graph, redrawn from the installed package (tests/support/import_graph.py).
+graph: setup
+	$(BIN)/python -m tests.support.import_graph
 
 typecheck: setup
 	$(BIN)/mypy elastic_training $(wildcard dags/*.py)
@@ -125,4 +130,4 @@ chaos: setup
 		$(if $(KUEUE),--kueue $(KUEUE),) $(if $(STALL),--stall-timeout $(STALL),)
 
 clean:
-	rm -rf $(VENV) $(MAXTEXT_VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MAXTEXT_VENV) .airflow .uv-cache .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
