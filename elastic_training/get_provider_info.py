@@ -13,13 +13,14 @@ from typing import Any
 
 from elastic_training import __version__
 from elastic_training.operators.config import provider_config
+from elastic_training.operators.gke_connection import connection_type
 
 PACKAGE_NAME = "elastic-training"
 INTEGRATION = "Elastic training"
 
 
 def get_provider_info() -> dict[str, Any]:
-    """The provider's metadata: name, version, modules, operator links, config section and plugin."""
+    """The provider's metadata: name, version, modules, connection type, operator links, config section, plugin."""
     return {
         "package-name": PACKAGE_NAME,
         "name": INTEGRATION,
@@ -46,6 +47,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["elastic_training.operators.hooks"]}],
+        "connection-types": [connection_type()],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["elastic_training.operators.triggers"]}],
         "extra-links": [
             "elastic_training.operators.links.ElasticTrainingViewLink",

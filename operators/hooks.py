@@ -62,6 +62,8 @@ from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
     WORKLOAD_PLURAL,
 )
+from elastic_training.operators.gke_connection import CONN_TYPE as GKE_CONN_TYPE
+from elastic_training.operators.gke_connection import HOOK_NAME as GKE_HOOK_NAME
 from elastic_training.operators.kube_config import static_configuration
 
 Obj = dict[str, Any]
@@ -228,6 +230,11 @@ class JobSetHook(KubernetesHook):
     def gke(self) -> GkeAccess | None:
         """The GKE access of the connection (``gke_cluster`` in its extra), else ``None``."""
         target = GkeTarget.from_extras(self.conn_extras, conn_id=str(self.conn_id), defaults=config_defaults())
+        if target is None and self.conn_id and self.get_connection(self.conn_id).conn_type == GKE_CONN_TYPE:
+            raise ClusterAccessError(
+                f"connection {self.conn_id!r} is a {GKE_HOOK_NAME} connection but names no cluster: "
+                "set its Cluster field (gke_cluster)"
+            )
         return gke_access(target) if target is not None else None
 
     def get_conn(self) -> k8s.ApiClient:
@@ -477,6 +484,15 @@ def _config_problem(error: BaseException) -> str:
         return "its kubeconfig is not valid YAML"
     text = str(error)
     return text if len(text) <= 200 and "token" not in text.lower() else type(error).__name__
+
+
+class GkeJobSetHook(JobSetHook):
+    """:class:`JobSetHook` for the provider's own connection type, ``elastic_training_gke`` (the form's fields:
+    project, location, cluster, namespace; see :mod:`operators.gke_connection`). Any JobSet hook reads either
+    connection type; this class gives the type its name in the connection form."""
+
+    conn_type = GKE_CONN_TYPE
+    hook_name = GKE_HOOK_NAME
 
 
 class AsyncJobSetHook(AsyncKubernetesHook):

@@ -69,3 +69,32 @@ def test_the_code_falls_back_to_the_published_default(monkeypatch: pytest.Monkey
     assert _conn_id() == config.VIEW_KUBERNETES_CONN_ID.default == "kubernetes_default"
     monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "3")
     assert defer_settle_seconds() == 3.0
+
+
+def test_the_gke_connection_type_reaches_airflows_connection_form() -> None:
+    """Airflow 3.3 builds the form from the metadata alone (no deprecated hook methods, so no warning); the
+    hook-meta answer the UI reads carries the four fields, under the extra keys the GKE access reads."""
+    import warnings
+
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+
+    from elastic_training.operators.cluster_access import EXTRA_KEYS
+    from elastic_training.operators.gke_connection import CONN_TYPE
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (meta,) = [hook for hook in HookMetaService.hook_meta_data() if hook.connection_type == CONN_TYPE]
+    assert not [w for w in caught if "elastic_training" in str(w.message)]
+    assert meta.hook_class_name == "elastic_training.operators.hooks.GkeJobSetHook"
+    assert meta.hook_name == "GKE cluster (elastic training)"
+    fields = meta.extra_fields or {}
+    assert {key: field["schema"]["title"] for key, field in fields.items()} == {
+        "gke_project": "Project",
+        "gke_location": "Location",
+        "gke_cluster": "Cluster",
+        "namespace": "Namespace",
+    }
+    assert set(fields) - {"namespace"} <= set(EXTRA_KEYS)
+    standard = meta.standard_fields
+    assert standard is not None
+    assert all(getattr(standard, name).hidden for name in ("host", "port", "login", "password"))

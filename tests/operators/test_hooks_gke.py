@@ -266,3 +266,31 @@ def test_project_and_location_default_to_the_config_section() -> None:
     assert target == GkeTarget("p", "us-east5", "tpu", EndpointKind.PRIVATE)
     assert target.name == "projects/p/locations/us-east5/clusters/tpu"
     assert GkeTarget.from_extras({"kube_config_path": "/k"}, conn_id="k8s") is None
+
+
+def test_a_connection_made_with_the_gke_form_reaches_the_cluster(
+    gke: GkeConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``elastic_training_gke`` connection as the UI's form stores it (each field under its own name in the
+    extra; the short cluster name with its project and location) reaches the same cluster as the ``kubernetes``
+    one with ``gke_cluster`` in its extra; the extra box, still shown, takes the advanced keys (here the API URL
+    of the stand-in). One without a cluster says which field to fill."""
+    from elastic_training.operators.gke_connection import CONN_TYPE
+    from elastic_training.operators.hooks import GkeJobSetHook
+    from tests.support.gke import CLUSTER, LOCATION, PROJECT
+
+    form = {"gke_project": PROJECT, "gke_location": LOCATION, "gke_cluster": CLUSTER, "namespace": NAMESPACE}
+    extra = {**form, "gke_api_url": gke.google.url}
+    monkeypatch.setenv("AIRFLOW_CONN_GKE_FORM", json.dumps({"conn_type": CONN_TYPE, "extra": extra}))
+    hook = GkeJobSetHook(conn_id="gke_form")
+    assert hook.get_jobset("absent", NAMESPACE) is None
+    assert (
+        hook.gke is not None and hook.gke.target.name == f"projects/{PROJECT}/locations/{LOCATION}/clusters/{CLUSTER}"
+    )
+    assert JobSetHook(conn_id="gke_form").list_jobsets(NAMESPACE, "") == hook.list_jobsets(NAMESPACE, "")
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GKE_EMPTY", json.dumps({"conn_type": CONN_TYPE, "extra": {"gke_project": PROJECT}})
+    )
+    with pytest.raises(ClusterAccessError, match="names no cluster: set its Cluster field"):
+        JobSetHook(conn_id="gke_empty").get_jobset("absent", NAMESPACE)
