@@ -419,7 +419,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         plan: dict[str, Any] = {}
         runs: tuple[RunRecord, ...] = ()
         if self.avoid_failing_node_pools or self.auto_period:
-            history = load_history(self._history_key(context), self.log.warning)
+            history = load_history(self._history_key(context), self.log.warning).history
             runs = history.last(self.failure_history_runs)
         if self.auto_period:
             choice = auto_period(

@@ -16,15 +16,24 @@ execution API, so a worker needs no database access), visible and editable in th
 metadata database. Its value is the bounded JSON of :class:`operators.failure_history.FailureHistory` (at most
 :data:`operators.failure_history.MAX_RUNS` runs, :data:`~operators.failure_history.MAX_HISTORY_BYTES`).
 
-One writer at a time is assumed (a nightly DAG runs one run at a time, ``max_active_runs=1``): two runs ending in
-the same moment may drop one of their entries (read, add, write), never corrupt the value. A value that does
-not parse (edited by hand) is reported and replaced by a fresh history, never trusted.
+Reads tell "absent" from "could not read" (:func:`load_history`): the Task SDK's ``Variable.get`` (Airflow 3.3,
+``airflow/sdk/execution_time/context.py`` ``_get_variable``) raises the same not-found error for a transient API
+error as for a missing key, since its ``ExecutionAPISecretsBackend`` answers ``None`` on any error reply; its
+``Variable.keys`` raises on one. A failed get is "absent" only when a successful ``Variable.keys(prefix=key)``
+does not list the key; otherwise the read is uncertain and :func:`record_run` writes nothing (writing would
+replace the stored history with one run).
+
+One writer at a time is assumed (a nightly DAG runs one run at a time, ``max_active_runs=1``): the SDK offers no
+compare-and-set on a Variable, so two runs ending in the same moment may drop one of their entries (read, add,
+write), never corrupt the value. A value that does not parse (edited by hand) is reported and replaced by a
+fresh history, never trusted.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
@@ -38,27 +47,66 @@ def history_key(dag_id: str, task_id: str) -> str:
     return f"{VARIABLE_PREFIX}.{_UNSAFE.sub('_', dag_id)}.{_UNSAFE.sub('_', task_id)}"[:250]
 
 
-def load_history(key: str, warn: Callable[..., None]) -> FailureHistory:
-    """The history under ``key`` (empty when there is none or it does not parse, with a warning)."""
+@dataclass(frozen=True)
+class HistoryRead:
+    """What reading the history under ``key`` found.
+
+    ``certain``: the history is what the store holds (``absent`` when it holds none); ``False`` when the value
+    could not be read, so nothing may be written over it. ``reason`` says why, for the log and the report.
+    """
+
+    key: str
+    history: FailureHistory
+    certain: bool
+    absent: bool = False
+    reason: str = ""
+
+
+def _is_listed(key: str) -> bool:
+    """Whether the API server lists a Variable named ``key``; raises when it cannot answer."""
+    from airflow.sdk import Variable
+
+    return key in list(Variable.keys(prefix=key))
+
+
+def load_history(key: str, warn: Callable[..., None]) -> HistoryRead:
+    """The history under ``key``: empty and certain when there is none; empty and *uncertain* when it could not
+    be read (the Task SDK's ``Variable.get`` raises the same not-found error for a transient API error as for a
+    missing key, so a failed get is "absent" only when a successful ``Variable.keys`` does not list the key)."""
     from airflow.sdk import Variable
 
     try:
-        text = Variable.get(key, default=None)
-    except Exception as error:  # an unreachable API server: run as if there were no history, and say so
-        warn("the failure history %s could not be read (%s): running without it", key, error)
-        return FailureHistory()
+        text: Any = Variable.get(key)
+    except Exception as get_error:
+        try:
+            listed = _is_listed(key)
+        except Exception as error:  # the API server did not answer either: nothing is known
+            reason = f"the failure history {key} could not be read ({error})"
+            warn("%s: running without it, and it will not be updated", reason)
+            return HistoryRead(key, FailureHistory(), certain=False, reason=reason)
+        if listed:  # it exists, yet could not be read
+            reason = f"the failure history {key} exists but could not be read ({get_error})"
+            warn("%s: running without it, and it will not be updated", reason)
+            return HistoryRead(key, FailureHistory(), certain=False, reason=reason)
+        return HistoryRead(key, FailureHistory(), certain=True, absent=True, reason="no history yet")
     try:
-        return FailureHistory.parse(text if isinstance(text, str) else None)
+        history = FailureHistory.parse(text if isinstance(text, str) else None)
     except ValueError as error:
         warn("ignoring the failure history %s: %s", key, error)
-        return FailureHistory()
+        return HistoryRead(key, FailureHistory(), certain=True, reason=f"ignored: {error}")
+    return HistoryRead(key, history, certain=True)
 
 
 def record_run(key: str, run: RunRecord, warn: Callable[..., None]) -> FailureHistory | None:
-    """Add ``run`` to the history under ``key``; the history written, or ``None`` when it could not be."""
+    """Add ``run`` to the history under ``key``; the history written, or ``None`` when it could not be (or the
+    stored one could not be read: writing then would replace it with this run alone)."""
     from airflow.sdk import Variable
 
-    history = load_history(key, warn).with_run(run)
+    read = load_history(key, warn)
+    if not read.certain:
+        warn("the failure history %s was not updated with run %s: %s", key, run.run_id, read.reason)
+        return None
+    history = read.history.with_run(run)
     try:
         Variable.set(key, history.render(), description="elastic-training: slice failures per node pool, per run")
     except Exception as error:  # the run's own result must not fail on its bookkeeping
