@@ -10,13 +10,14 @@ found"; ``Variable.keys``, which raises on one) is the installed Airflow's own c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
-from elastic_training.operators.history_store import load_history, record_run
+from elastic_training.operators.history_store import corrupt_key, load_history, record_run
 
 KEY = "elastic_training_failure_history.store-test.pretrain"
 T0 = 1_760_000_000.0
@@ -101,3 +102,53 @@ def test_a_transient_read_error_leaves_the_stored_history_unchanged(comms: Varia
     comms.failing = set()  # the API server is back: the next run is added to the whole history
     written = record_run(KEY, run("r4"), warn)
     assert written is not None and [r.run_id for r in written.runs] == ["r1", "r2", "r4"]
+
+
+def test_garbage_is_copied_aside_before_the_history_is_rewritten(comms: VariableComms) -> None:
+    comms.values[KEY] = "<script>x</script>{"
+    warnings: list[str] = []
+    read = load_history(KEY, lambda *a: warnings.append(a[0] % a[1:]))
+    assert read.certain and read.history == FailureHistory() and "does not parse" in read.reason
+    assert comms.values[KEY] == "<script>x</script>{"  # reading moves nothing
+
+    written = record_run(KEY, run("r1"), lambda *a: warnings.append(a[0] % a[1:]))
+    assert written is not None and [r.run_id for r in written.runs] == ["r1"]
+    [copy] = [k for k in comms.values if k != KEY]
+    assert copy.startswith(f"{KEY}.corrupt-") and comms.values[copy] == "<script>x</script>{"
+    assert any(copy in w for w in warnings), warnings
+
+
+def test_a_bad_run_is_left_out_and_the_value_kept_aside_the_rest_kept(comms: VariableComms) -> None:
+    good = json.loads(FailureHistory().with_run(run("r1")).render())["runs"][0]
+    hostile = {"run_id": "bad", "ended_at": T0, "pools": ["<script>x</script>"], "mean_step_seconds": 1e300}
+    comms.values[KEY] = stored = json.dumps({"version": 1, "runs": [good, hostile]})
+    warnings: list[str] = []
+    read = load_history(KEY, lambda *a: warnings.append(a[0] % a[1:]))
+    assert [r.run_id for r in read.history.runs] == ["r1"] and len(read.dropped) == 1
+    assert any("runs[1] (run 'bad')" in w for w in warnings), warnings
+
+    written = record_run(KEY, run("r2"), lambda *a: warnings.append(a[0] % a[1:]))
+    assert written is not None and [r.run_id for r in written.runs] == ["r1", "r2"]
+    [copy] = [k for k in comms.values if k != KEY]
+    assert comms.values[copy] == stored
+
+
+def test_no_rewrite_when_the_copy_aside_fails(comms: VariableComms) -> None:
+    comms.values[KEY] = "garbage"
+    original = comms.send
+
+    def refuse_copies(msg: Any) -> Any:
+        if type(msg).__name__ == "PutVariable" and msg.key != KEY:
+            raise RuntimeError("the API server went away")
+        return original(msg)
+
+    comms.send = refuse_copies  # type: ignore[method-assign]
+    warnings: list[str] = []
+    assert record_run(KEY, run("r1"), lambda *a: warnings.append(a[0] % a[1:])) is None
+    assert comms.values == {KEY: "garbage"}
+    assert any("could not be copied aside" in w for w in warnings), warnings
+
+
+def test_a_copy_name_fits_a_variable_key() -> None:
+    long = "k" * 250
+    assert len(corrupt_key(long)) <= 250 and ".corrupt-" in corrupt_key(long)
