@@ -241,7 +241,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
     :param failure_history_runs: N: the runs the avoidance and ``checkpoint_period="auto"`` look at.
     :param failure_history_key: the Airflow Variable holding the failure history (default
-        ``elastic_training_failure_history.<dag_id>.<task_id>``); tasks that name the same key share one history.
+        ``elastic_training_failure_history.<dag_id>.<task_id>``, ``.m<map_index>`` after it for a mapped instance);
+        tasks that name the same key share one history.
     :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
         "unknown", not "invalid") are read again before the task fails for a retry; nothing is moved meanwhile.
 
@@ -410,7 +411,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
 
     def _history_key(self, context: Context) -> str:
         ti = context["ti"]
-        return self.failure_history_key or history_key(ti.dag_id, ti.task_id)
+        return self.failure_history_key or history_key(ti.dag_id, ti.task_id, getattr(ti, "map_index", -1))
 
     def _plan(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
         """Once per task try, before the first launch: the pools to avoid and the checkpoint period, from history."""

@@ -45,9 +45,15 @@ MAX_KEY = 250  # Airflow's Variable key column (ID_LEN)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def history_key(dag_id: str, task_id: str) -> str:
-    """The Variable that holds the failure history of ``dag_id``'s task ``task_id``."""
-    return f"{VARIABLE_PREFIX}.{_UNSAFE.sub('_', dag_id)}.{_UNSAFE.sub('_', task_id)}"[:MAX_KEY]
+def history_key(dag_id: str, task_id: str, map_index: int = -1) -> str:
+    """The Variable that holds the failure history of ``dag_id``'s task ``task_id`` (of its mapped instance
+    ``map_index``: each has its own, ``.m<index>`` after the task's key; an unmapped task, -1, keeps the key it
+    always had)."""
+    base = f"{VARIABLE_PREFIX}.{_UNSAFE.sub('_', dag_id)}.{_UNSAFE.sub('_', task_id)}"
+    if map_index is None or map_index < 0:
+        return base[:MAX_KEY]
+    suffix = f".m{int(map_index)}"
+    return base[: MAX_KEY - len(suffix)] + suffix
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
-from elastic_training.operators.history_store import corrupt_key, load_history, record_run
+from elastic_training.operators.history_store import corrupt_key, history_key, load_history, record_run
 
 KEY = "elastic_training_failure_history.store-test.pretrain"
 T0 = 1_760_000_000.0
@@ -152,3 +152,25 @@ def test_no_rewrite_when_the_copy_aside_fails(comms: VariableComms) -> None:
 def test_a_copy_name_fits_a_variable_key() -> None:
     long = "k" * 250
     assert len(corrupt_key(long)) <= 250 and ".corrupt-" in corrupt_key(long)
+
+
+def test_mapped_instances_have_keys_of_their_own_an_unmapped_task_keeps_its_key() -> None:
+    assert history_key("nightly", "pretrain") == "elastic_training_failure_history.nightly.pretrain"
+    assert history_key("nightly", "pretrain", -1) == history_key("nightly", "pretrain")
+    keys = {history_key("nightly", "pretrain", i) for i in range(3)}
+    assert keys == {f"elastic_training_failure_history.nightly.pretrain.m{i}" for i in range(3)}
+    assert history_key("nightly", "pretrain", 0) != history_key("nightly", "pretrain")
+    long = history_key("d" * 200, "t" * 200, 12345)
+    assert len(long) <= 250 and long.endswith(".m12345")
+
+
+def test_mapped_instances_recorded_apart(comms: VariableComms) -> None:
+    warn = lambda *a: None  # noqa: E731
+    for index in (0, 1):
+        assert record_run(history_key("nightly", "pretrain", index), run(f"run-{index}"), warn) is not None
+    assert record_run(history_key("nightly", "pretrain", 0), run("run-0-again"), warn) is not None
+    stored = {k: [r.run_id for r in FailureHistory.parse(v).runs] for k, v in comms.values.items()}
+    assert stored == {
+        "elastic_training_failure_history.nightly.pretrain.m0": ["run-0", "run-0-again"],
+        "elastic_training_failure_history.nightly.pretrain.m1": ["run-1"],
+    }
