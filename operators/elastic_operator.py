@@ -442,6 +442,19 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         plan["node_pool_avoidance"] = avoidance.to_json()
         run.plan = plan
 
+    def _planned_or_not(self, context: Context, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
+        """``spec`` with the run's plan applied; any planning error (the history is anyone's edit): the run goes
+        ahead without the plan, the log warns, and the report's ``node_pool_avoidance.reason`` says why."""
+        try:
+            self._plan(context, spec, run)
+            return self._planned(spec, run)
+        except Exception as error:
+            why = f"planning from the failure history failed ({type(error).__name__}: {str(error)[:300]})"
+            self.log.warning("%s: the run goes ahead without the plan", why)
+            unplanned = Avoidance(enabled=self.avoid_failing_node_pools, reason=f"{why}: no pool avoided")
+            run.plan = {"node_pool_avoidance": unplanned.to_json(), "planning_error": why}
+            return self._planned(spec, run)
+
     def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str]:
         """The node pools a slice of this run can land on: the nodes its workers select, by their GKE pool label."""
         body = manifests.elastic_jobset(spec, name="pool-check", namespace=self.namespace, labels={})
@@ -481,8 +494,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run = RunState.load(context)
         if run.started_at == 0.0:
             run.started_at = time.time()
-        self._plan(context, spec, run)
-        spec = self._planned(spec, run)
+        spec = self._planned_or_not(context, spec, run)
         if run.escalating:  # a worker died in the middle of a full restart: finish it
             self._finish_escalation(context, spec, run)
             return self._wait(context, spec, run)
