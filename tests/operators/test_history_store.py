@@ -18,47 +18,15 @@ import pytest
 
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.history_store import corrupt_key, history_key, load_history, record_run
+from tests.support.variable_comms import VariableComms, variable_comms
 
 KEY = "elastic_training_failure_history.store-test.pretrain"
 T0 = 1_760_000_000.0
 
 
-class VariableComms:
-    """Answers the Task SDK's Variable messages from ``values``; the kinds in ``failing`` get an API error."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-        self.failing: set[str] = set()
-        self.sent: list[str] = []
-
-    def send(self, msg: Any) -> Any:
-        from airflow.sdk.exceptions import ErrorType
-        from airflow.sdk.execution_time.comms import ErrorResponse, VariableKeysResult, VariableResult
-
-        kind = type(msg).__name__
-        self.sent.append(kind)
-        if kind in self.failing:
-            return ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={"status_code": 503})
-        if kind == "GetVariable":
-            if msg.key not in self.values:
-                return ErrorResponse(error=ErrorType.VARIABLE_NOT_FOUND, detail={"key": msg.key})
-            return VariableResult(key=msg.key, value=self.values[msg.key])
-        if kind == "GetVariableKeys":
-            keys = sorted(k for k in self.values if k.startswith(msg.prefix or ""))
-            page = keys[msg.offset : msg.offset + msg.limit]
-            return VariableKeysResult(keys=page, total_entries=len(keys))
-        if kind == "PutVariable":
-            self.values[msg.key] = msg.value
-            return None
-        raise AssertionError(f"unexpected message {kind}")
-
-
 @pytest.fixture
 def comms() -> Iterator[VariableComms]:
-    from airflow.sdk.execution_time.supervisor import set_supervisor_comms
-
-    fake = VariableComms()
-    with set_supervisor_comms(fake):
+    with variable_comms() as fake:
         yield fake
 
 

@@ -1,7 +1,7 @@
 """The operator's plan from the failure history (``ElasticJobSetOperator._planned_or_not``) never fails a run.
 
 The history is read through the real Task SDK ``Variable`` calls, answered at the SDK's client boundary
-(``task_runner.SUPERVISOR_COMMS``) by the stand-in of ``tests/operators/test_history_store.py``; no cluster is
+(``task_runner.SUPERVISOR_COMMS``) by ``tests/support/variable_comms.py``; no cluster is
 needed since only ``checkpoint_period="auto"`` plans here (the pool avoidance lists nodes).
 """
 
@@ -19,7 +19,7 @@ from elastic_training.operators import elastic_operator as module
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.history_store import history_key
 from elastic_training.operators.run_state import RunState
-from tests.operators.test_history_store import VariableComms
+from tests.support.variable_comms import VariableComms, variable_comms
 
 T0 = 1_760_000_000.0
 
@@ -30,10 +30,7 @@ class _TI:
 
 @pytest.fixture
 def comms() -> Iterator[VariableComms]:
-    from airflow.sdk.execution_time.supervisor import set_supervisor_comms
-
-    fake = VariableComms()
-    with set_supervisor_comms(fake):
+    with variable_comms() as fake:
         yield fake
 
 
