@@ -414,14 +414,16 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         return self.failure_history_key or history_key(ti.dag_id, ti.task_id, getattr(ti, "map_index", -1))
 
     def _plan(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
-        """Once per task try, before the first launch: the pools to avoid and the checkpoint period, from history."""
-        if run.plan is not None:
+        """Once per task try, before its first launch: the pools to avoid and the checkpoint period, from history
+        and the options' values of this try (a plan of an earlier try, or of other options, is dropped)."""
+        try_number = int(getattr(context["ti"], "try_number", 1) or 1)
+        if run.plan is not None and run.plan.get("try_number") == try_number:
             return
-        plan: dict[str, Any] = {}
-        runs: tuple[RunRecord, ...] = ()
+        plan: dict[str, Any] = {"try_number": try_number}
+        stored: tuple[RunRecord, ...] = ()
         if self.avoid_failing_node_pools or self.auto_period:
-            history = load_history(self._history_key(context), self.log.warning).history
-            runs = history.last(self.failure_history_runs)
+            stored = load_history(self._history_key(context), self.log.warning).history.runs
+        runs = stored[-self.failure_history_runs :]
         if self.auto_period:
             choice = auto_period(
                 runs, steps=spec.steps, fallback=_fallback_period(spec.steps, self.auto_fallback_period)
@@ -430,13 +432,16 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             plan["checkpoint_period_choice"] = choice.to_json()
         avoidance = disabled()
         if self.avoid_failing_node_pools:
-            candidates, source = self._candidate_pools(context, spec)
+            candidates, source, unlisted = self._candidate_pools(context, spec)
             avoidance = choose_avoided_pools(
-                runs,
+                stored,
                 candidates=candidates,
                 slices=spec.num_slices,
                 threshold=self.node_pool_failure_threshold,
                 source=source,
+                now=time.time(),
+                exposures=self.failure_history_runs,
+                unlisted=unlisted,
             )
             self.log.info("avoid_failing_node_pools: %s", avoidance.reason)
         plan["node_pool_avoidance"] = avoidance.to_json()
@@ -452,25 +457,38 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             why = f"planning from the failure history failed ({type(error).__name__}: {str(error)[:300]})"
             self.log.warning("%s: the run goes ahead without the plan", why)
             unplanned = Avoidance(enabled=self.avoid_failing_node_pools, reason=f"{why}: no pool avoided")
-            run.plan = {"node_pool_avoidance": unplanned.to_json(), "planning_error": why}
+            try_number = int(getattr(context["ti"], "try_number", 1) or 1)  # as _plan keys it: not re-planned
+            run.plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
             return self._planned(spec, run)
 
-    def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str]:
-        """The node pools a slice of this run can land on: the nodes its workers select, by their GKE pool label."""
+    def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str, str]:
+        """The node pools a slice of this run can land on (the schedulable nodes its workers select, by their GKE
+        pool label, a slice's worth of them per pool), where that came from, and why it is unknown ("": known)."""
         body = manifests.elastic_jobset(spec, name="pool-check", namespace=self.namespace, labels={})
         worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
         selector = worker["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
         label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        source = f"schedulable nodes (Ready, not cordoned) matching {label_selector}, {spec.vms_per_slice} a pool"
         try:
-            return self._hook().list_node_pools(label_selector), f"nodes matching {label_selector}"
+            return self._hook().list_node_pools(label_selector, hosts=spec.vms_per_slice), source, ""
         except Exception as error:  # no `list nodes` (RBAC) or no cluster: nothing is known, nothing avoided
-            self.log.warning("listing the node pools failed (%s): no pool will be avoided", error)
-            return [], f"the node pools could not be listed: {str(error)[:300]}"
+            text = str(error)[:300]
+            if "403" in text or "orbidden" in text:
+                why = (
+                    "RBAC forbids listing nodes, so no pool is avoided: bind the node-reading ClusterRole "
+                    f"(deploy/rbac-node-pools.yaml, docs/rbac.md) to this task's account ({text})"
+                )
+            else:
+                why = f"the node pools could not be listed, so no pool is avoided ({text})"
+            self.log.warning("avoid_failing_node_pools: %s", why)
+            return [], f"the node pools could not be listed: {text}", why
 
     def _planned(self, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
         """``spec`` with the plan applied (the avoided pools, the chosen period), linted again."""
         plan = run.plan or {}
         avoided = tuple(Avoidance.from_json(plan.get("node_pool_avoidance")).avoided)
+        if not self.avoid_failing_node_pools:  # turned off since the plan was made: never applied
+            avoided = ()
         choice = plan.get("checkpoint_period_choice")
         period = spec.checkpoint_period
         if self.auto_period:

@@ -447,15 +447,22 @@ class JobSetHook(KubernetesHook):
 
     @_explained("list", "nodes")
     @api_retry
-    def list_node_pools(self, label_selector: str) -> list[str]:
-        """The GKE node pools (``cloud.google.com/gke-nodepool``) of the nodes matching ``label_selector``.
+    def list_node_pools(self, label_selector: str, *, hosts: int = 1) -> list[str]:
+        """The GKE node pools (``cloud.google.com/gke-nodepool``) with at least ``hosts`` schedulable nodes
+        matching ``label_selector``: ``Ready=True`` and not cordoned (``spec.unschedulable``), the nodes
+        kube-scheduler's ``NodeUnschedulable`` filter and the node lifecycle controller's not-ready taints leave.
 
         Nodes are cluster-scoped: this needs ``list`` on ``nodes`` (a ClusterRole, docs/rbac.md), which only
         ``avoid_failing_node_pools`` asks for.
         """
         nodes = self.core_v1_client.list_node(label_selector=label_selector)
-        pools = {(n.metadata.labels or {}).get(LABEL_GKE_NODEPOOL) for n in nodes.items}
-        return sorted(p for p in pools if p)
+        schedulable: dict[str, int] = {}
+        for node in nodes.items:
+            pool = (node.metadata.labels or {}).get(LABEL_GKE_NODEPOOL)
+            ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+            if pool and ready and not (node.spec and node.spec.unschedulable):
+                schedulable[pool] = schedulable.get(pool, 0) + 1
+        return sorted(p for p, count in schedulable.items() if count >= hosts)
 
     @_explained("get", "pods/log")
     @api_retry

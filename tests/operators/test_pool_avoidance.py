@@ -8,45 +8,47 @@ import pytest
 from elastic_training.operators import manifests
 from elastic_training.operators.constants import LABEL_GKE_NODEPOOL, WORKER_REPLICATED_JOB
 from elastic_training.operators.failure_history import FailureKind, RunRecord, SliceFailure
-from elastic_training.operators.pool_avoidance import Avoidance, choose_avoided_pools, disabled
+from elastic_training.operators.pool_avoidance import HALF_LIFE_SECONDS, Avoidance, choose_avoided_pools, disabled
 from elastic_training.operators.spec import ElasticRunSpec, SpecError, lint
 
 POOLS = ("np-0", "np-1", "np-2", "np-3")
+NOW = 1_700_000_000.0
 
 
 def run(run_id: str, *failed: str, kind: FailureKind = FailureKind.LOST_HOST) -> RunRecord:
     failures = tuple(SliceFailure(at=float(i), kind=kind, pool=p, slice=0) for i, p in enumerate(failed))
-    return RunRecord(run_id=run_id, ended_at=0.0, failures=failures, pools=POOLS[:3], slices=3)
+    return RunRecord(run_id=run_id, ended_at=NOW, failures=failures, pools=POOLS[:3], slices=3)
 
 
 def test_a_pool_with_more_than_k_failures_in_the_last_runs_is_avoided() -> None:
-    runs = [run("r1", "np-1"), run("r2", "np-1", "np-2"), run("r3")]
-    decision = choose_avoided_pools(runs, candidates=POOLS, slices=3, threshold=1, source="nodes")
+    runs = [run("r1"), run("r2", "np-1"), run("r3", "np-1", "np-2")]
+    decision = choose_avoided_pools(runs, candidates=POOLS, slices=3, threshold=1, source="nodes", now=NOW)
     assert decision.avoided == ("np-1",) and decision.failing == ("np-1",)
-    assert decision.evidence["np-1"]["by_run"] == {"r1": 1, "r2": 1}
+    assert decision.evidence["np-1"]["by_run"] == {"r2": 1, "r3": 1}
     assert (
-        "np-1: 2 failure(s) in run(s) r1, r2" in decision.reason and "3 pool(s) left for 3 slice(s)" in decision.reason
+        "np-1: weight 2.00 from 2 failure(s) in run(s) r2, r3" in decision.reason
+        and "3 pool(s) left for 3 slice(s)" in decision.reason
     )
     assert Avoidance.from_json(decision.to_json()) == decision
     # K=2: two failures are not more than two.
-    assert choose_avoided_pools(runs, candidates=POOLS, slices=3, threshold=2).avoided == ()
+    assert choose_avoided_pools(runs, candidates=POOLS, slices=3, threshold=2, now=NOW).avoided == ()
 
 
 def test_nothing_is_avoided_when_the_other_pools_cannot_hold_the_slices() -> None:
-    runs = [run("r1", "np-1"), run("r2", "np-1"), run("r3")]
-    decision = choose_avoided_pools(runs, candidates=POOLS, slices=4, threshold=1)
+    runs = [run("r1"), run("r2", "np-1"), run("r3", "np-1")]
+    decision = choose_avoided_pools(runs, candidates=POOLS, slices=4, threshold=1, now=NOW)
     assert decision.avoided == () and decision.failing == ("np-1",)
-    assert "cannot hold 4 slice(s)" in decision.reason and "3 other pool(s)" in decision.reason
+    assert "cannot hold 4 slice(s)" in decision.reason and "3 other schedulable pool(s)" in decision.reason
     # Nor when the pools could not be listed (no `list nodes`): no candidates at all.
-    unknown = choose_avoided_pools(runs, candidates=[], slices=1, threshold=1, source="could not be listed")
+    unknown = choose_avoided_pools(runs, candidates=[], slices=1, threshold=1, source="could not be listed", now=NOW)
     assert unknown.avoided == () and "cannot hold 1 slice(s)" in unknown.reason
 
 
 def test_evictions_and_preemptions_are_not_held_against_a_pool() -> None:
     runs = [run("r1", "np-1", kind=FailureKind.EVICTION), run("r2", "np-1", kind=FailureKind.PREEMPTION)]
     runs.append(run("r3", "np-1", kind=FailureKind.TRAINER_ERROR))
-    decision = choose_avoided_pools(runs, candidates=POOLS, slices=3, threshold=1)
-    assert decision.avoided == () and "no node pool had more than 1" in decision.reason
+    decision = choose_avoided_pools(runs, candidates=POOLS, slices=3, threshold=1, now=NOW)
+    assert decision.avoided == () and "no node pool had a failure weight over 1" in decision.reason
     assert disabled().to_json()["enabled"] is False
 
 
@@ -81,3 +83,46 @@ def test_the_spec_refuses_a_pool_name_that_is_not_one() -> None:
         lint(spec(avoid_node_pools=("Not A Pool",)))
     with pytest.raises(SpecError, match="avoid_node_pools"):
         lint(spec(avoid_node_pools=["np-1"]))
+
+
+def avoided_run(run_id: str, *avoided: str) -> RunRecord:
+    return RunRecord(run_id=run_id, ended_at=NOW, pools=("np-0", "np-2", "np-3"), slices=3, avoided_pools=avoided)
+
+
+def test_evidence_decays_with_clean_runs_on_the_pool_and_with_time() -> None:
+    failing = [run("r1", "np-1"), run("r2", "np-1")]
+    assert choose_avoided_pools(failing, candidates=POOLS, slices=3, now=NOW).avoided == ("np-1",)
+    # One clean run on the pool halves both failures: 1.0 is not more than 1.
+    forgiven = choose_avoided_pools([*failing, run("r3")], candidates=POOLS, slices=3, now=NOW)
+    assert forgiven.avoided == () and forgiven.failing == ()
+    # Runs that avoided the pool wash nothing away: its evidence is its own exposures.
+    kept = choose_avoided_pools([*failing, avoided_run("r3", "np-1")], candidates=POOLS, slices=3, now=NOW)
+    assert kept.avoided == ("np-1",) and kept.evidence["np-1"]["avoided_since"] == 1
+    # Three days later (one half-life) the same failures weigh 1.0.
+    later = choose_avoided_pools(failing, candidates=POOLS, slices=3, now=NOW + HALF_LIFE_SECONDS)
+    assert later.avoided == ()
+
+
+def test_a_pool_on_probation_is_tried_and_a_failed_probation_doubles_the_wait() -> None:
+    history = [run("r1", "np-1"), run("r2", "np-1"), avoided_run("r3", "np-1"), avoided_run("r4", "np-1")]
+    decision = choose_avoided_pools(history, candidates=POOLS, slices=3, now=NOW)
+    assert decision.probation == ("np-1",) and decision.avoided == () and "on probation" in decision.reason
+    # The probation run failed on it: avoided again, now for twice as long.
+    history.append(run("r5", "np-1"))
+    for name in ("r6", "r7", "r8", "r9"):
+        decision = choose_avoided_pools(history, candidates=POOLS, slices=3, now=NOW)
+        assert decision.avoided == ("np-1",) and decision.evidence["np-1"]["probation_wait"] == 4
+        history.append(avoided_run(name, "np-1"))
+    decision = choose_avoided_pools(history, candidates=POOLS, slices=3, now=NOW)
+    assert decision.probation == ("np-1",) and decision.avoided == ()
+    # A clean probation run brings it back on evidence.
+    history.append(run("r10"))
+    back = choose_avoided_pools(history, candidates=POOLS, slices=3, now=NOW)
+    assert back.failing == () and back.avoided == ()
+
+
+def test_nothing_is_avoided_when_the_nodes_cannot_be_listed_and_the_reason_says_rbac() -> None:
+    runs = [run("r1", "np-1"), run("r2", "np-1")]
+    why = "RBAC forbids listing nodes, so no pool is avoided"
+    decision = choose_avoided_pools(runs, candidates=[], slices=1, now=NOW, unlisted=why)
+    assert decision.avoided == () and why in decision.reason
