@@ -56,6 +56,9 @@ class AdviceInputs:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise AdviceError(f"{name} must be a positive number, got {value!r}")
+        low, high = STEP_SECONDS_BOUNDS  # beyond them, save / step and tau / step overflow an int: not a measurement
+        if not low <= self.step_seconds <= high:
+            raise AdviceError(f"step_seconds must be from {low:g} to {high:g}, got {self.step_seconds!r}")
         for name in ("checkpoint_save_seconds", "recovery_seconds"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
@@ -188,6 +191,9 @@ AUTO_PERIOD = "auto"
 # runs push the period to half the run, and the first stormy night then loses up to half a run per failure
 # (benchmarks/RESULTS.md, "checkpoint_period=auto").
 PRIOR_FAILURES = 1
+STEP_SECONDS_BOUNDS = (1e-6, 1e6)  # a step time read back is clamped to these (a stored history is anyone's edit)
+MAX_SECONDS_READ = 1e9  # a wall, save or recovery time read back is clamped to this
+MAX_FAILURES_READ = 1_000_000  # a run's failure count read back
 
 
 @dataclass(frozen=True)
@@ -238,7 +244,13 @@ def auto_period(runs: Sequence[RunRecord], *, steps: int, fallback: int) -> Peri
     recovery times averaged; then the model of :func:`advise` gives the best period, clamped to
     :func:`period_bounds`. Without such runs: ``fallback``.
     """
-    measured = [r for r in runs if r.wall_seconds and r.mean_step_seconds and r.checkpoint_save_seconds is not None]
+    measured = [
+        r
+        for r in runs
+        if _measured(r.wall_seconds)
+        and _measured(r.mean_step_seconds)
+        and _measured(r.checkpoint_save_seconds, zero_ok=True)
+    ]
     if not measured:
         return _fallback_choice(had_runs=bool(runs), steps=steps, fallback=fallback)
     rates = _PastRates.of(measured)
@@ -300,13 +312,18 @@ class _PastRates:
 
     @classmethod
     def of(cls, measured: Sequence[RunRecord]) -> _PastRates:
-        recoveries = [float(r.recovery_seconds) for r in measured if r.recovery_seconds is not None]
+        # Each number read back is bounded (a stored history is anyone's edit): a near-zero step time would
+        # otherwise turn save / step into infinity, and math.ceil of it raises OverflowError.
+        recoveries = [_clamp(r.recovery_seconds, 0.0) for r in measured if _measured(r.recovery_seconds, zero_ok=True)]
         return cls(
             runs=len(measured),
-            failures=sum(r.failures_total for r in measured),
-            wall_seconds=sum(float(r.wall_seconds or 0.0) for r in measured),
-            step_seconds=sum(float(r.mean_step_seconds or 0.0) for r in measured) / len(measured),
-            save_seconds=sum(float(r.checkpoint_save_seconds or 0.0) for r in measured) / len(measured),
+            failures=sum(min(r.failures_total, MAX_FAILURES_READ) for r in measured),
+            wall_seconds=sum(_clamp(r.wall_seconds, STEP_SECONDS_BOUNDS[0]) for r in measured),
+            step_seconds=sum(
+                _clamp(r.mean_step_seconds, STEP_SECONDS_BOUNDS[0], STEP_SECONDS_BOUNDS[1]) for r in measured
+            )
+            / len(measured),
+            save_seconds=sum(_clamp(r.checkpoint_save_seconds, 0.0) for r in measured) / len(measured),
             recovery_seconds=sum(recoveries) / len(recoveries) if recoveries else 0.0,
         )
 
@@ -333,3 +350,14 @@ class _PastRates:
             f"the last {self.runs} run(s): {rate} over {self.wall_seconds:.0f} s, a save {self.save_seconds:.3g} s, "
             f"a step {self.step_seconds:.3g} s: the model's best period is {optimum}{bound.get(clamped or '', '')}"
         )
+
+
+def _measured(value: float | None, *, zero_ok: bool = False) -> bool:
+    """A measurement ``auto`` reads: present, finite, positive (a save or a recovery may take 0 s)."""
+    if value is None or not math.isfinite(value):
+        return False
+    return value >= 0 if zero_ok else value > 0
+
+
+def _clamp(value: float | None, low: float, high: float = MAX_SECONDS_READ) -> float:
+    return min(high, max(low, float(value or 0.0)))

@@ -241,7 +241,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
     :param failure_history_runs: N: the runs the avoidance and ``checkpoint_period="auto"`` look at.
     :param failure_history_key: the Airflow Variable holding the failure history (default
-        ``elastic_training_failure_history.<dag_id>.<task_id>``); tasks that name the same key share one history.
+        ``elastic_training_failure_history.<dag_id>.<task_id>``, ``.m<map_index>`` after it for a mapped instance);
+        tasks that name the same key share one history.
     :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
         "unknown", not "invalid") are read again before the task fails for a retry; nothing is moved meanwhile.
 
@@ -410,7 +411,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
 
     def _history_key(self, context: Context) -> str:
         ti = context["ti"]
-        return self.failure_history_key or history_key(ti.dag_id, ti.task_id)
+        return self.failure_history_key or history_key(ti.dag_id, ti.task_id, getattr(ti, "map_index", -1))
 
     def _plan(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
         """Once per task try, before its first launch: the pools to avoid and the checkpoint period, from history
@@ -421,7 +422,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         plan: dict[str, Any] = {"try_number": try_number}
         stored: tuple[RunRecord, ...] = ()
         if self.avoid_failing_node_pools or self.auto_period:
-            stored = load_history(self._history_key(context), self.log.warning).runs
+            stored = load_history(self._history_key(context), self.log.warning).history.runs
         runs = stored[-self.failure_history_runs :]
         if self.auto_period:
             choice = auto_period(
@@ -445,6 +446,20 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             self.log.info("avoid_failing_node_pools: %s", avoidance.reason)
         plan["node_pool_avoidance"] = avoidance.to_json()
         run.plan = plan
+
+    def _planned_or_not(self, context: Context, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
+        """``spec`` with the run's plan applied; any planning error (the history is anyone's edit): the run goes
+        ahead without the plan, the log warns, and the report's ``node_pool_avoidance.reason`` says why."""
+        try:
+            self._plan(context, spec, run)
+            return self._planned(spec, run)
+        except Exception as error:
+            why = f"planning from the failure history failed ({type(error).__name__}: {str(error)[:300]})"
+            self.log.warning("%s: the run goes ahead without the plan", why)
+            unplanned = Avoidance(enabled=self.avoid_failing_node_pools, reason=f"{why}: no pool avoided")
+            try_number = int(getattr(context["ti"], "try_number", 1) or 1)  # as _plan keys it: not re-planned
+            run.plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
+            return self._planned(spec, run)
 
     def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str, str]:
         """The node pools a slice of this run can land on (the schedulable nodes its workers select, by their GKE
@@ -497,8 +512,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run = RunState.load(context)
         if run.started_at == 0.0:
             run.started_at = time.time()
-        self._plan(context, spec, run)
-        spec = self._planned(spec, run)
+        spec = self._planned_or_not(context, spec, run)
         if run.escalating:  # a worker died in the middle of a full restart: finish it
             self._finish_escalation(context, spec, run)
             return self._wait(context, spec, run)

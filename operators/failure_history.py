@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -42,6 +43,10 @@ MAX_FAILURES_PER_RUN = 100
 MAX_TEXT = 253  # a node or pool name (DNS-1123 subdomain) or a run id is shorter
 MAX_HISTORY_BYTES = 512 * 1024
 DEFAULT_RUNS = 3  # the "last N runs" the avoidance and the auto period look at, unless told
+MAX_DURATION_SECONDS = 1e7  # a run's wall time, a step, a save or a recovery: longer is not a measurement (116 days)
+MAX_DROPPED_SHOWN = 20  # the dropped entries a read names (the rest counted)
+# A Kubernetes label value (k8s.io/apimachinery validation.IsValidLabelValue): what the GKE node-pool label holds.
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 class FailureKind(StrEnum):
@@ -115,7 +120,7 @@ class SliceFailure:
         return cls(
             at=_seconds(entry, "at"),
             kind=FailureKind(str(entry.get("kind"))),
-            pool=_text(entry, "pool"),
+            pool=_pool(entry.get("pool")),
             hosts=tuple(_text({"host": h}, "host") for h in hosts),
             slice=_whole(entry, "slice", minimum=-1),
             jobset=_text(entry, "jobset"),
@@ -182,17 +187,17 @@ class RunRecord:
             run_id=_text(entry, "run_id", required=True),
             ended_at=_seconds(entry, "ended_at"),
             failures=tuple(SliceFailure.from_json(f) for f in failures),
-            pools=tuple(_text({"pool": p}, "pool") for p in pools),
+            pools=tuple(name for name in map(_pool, pools) if name),
             slices=_whole(entry, "slices"),
             succeeded=succeeded,
-            wall_seconds=_optional_seconds(entry, "wall_seconds"),
+            wall_seconds=_optional_duration(entry, "wall_seconds"),
             failures_total=_whole(entry, "failures_total"),
-            mean_step_seconds=_optional_seconds(entry, "mean_step_seconds"),
-            checkpoint_save_seconds=_optional_seconds(entry, "checkpoint_save_seconds"),
-            recovery_seconds=_optional_seconds(entry, "recovery_seconds"),
+            mean_step_seconds=_optional_duration(entry, "mean_step_seconds"),
+            checkpoint_save_seconds=_optional_duration(entry, "checkpoint_save_seconds"),
+            recovery_seconds=_optional_duration(entry, "recovery_seconds"),
             checkpoint_period=None if period is None else _whole(entry, "checkpoint_period", minimum=1),
             goodput=_optional_fraction(entry, "goodput"),
-            avoided_pools=tuple(_text({"pool": p}, "pool") for p in avoided),
+            avoided_pools=tuple(name for name in map(_pool, avoided) if name),
         )
 
 
@@ -227,15 +232,30 @@ class FailureHistory:
     @classmethod
     def parse(cls, text: str | None) -> FailureHistory:
         """A history from :meth:`render`'s JSON (``None`` or empty: no history); ``ValueError`` when unsound."""
+        return cls.from_json(_document(text)) if text else cls()
+
+    @classmethod
+    def parse_entries(cls, text: str | None) -> ParsedHistory:
+        """Like :meth:`parse`, but each run checked on its own: a bad one is dropped, named in ``dropped`` with
+        why, and the rest kept. ``ValueError`` only when the value as a whole is not a history."""
         if not text:
-            return cls()
-        if len(text.encode()) > MAX_HISTORY_BYTES:
-            raise ValueError(f"longer than {MAX_HISTORY_BYTES} bytes")
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as error:
-            raise ValueError(f"not JSON: {error}") from None
-        return cls.from_json(data)
+            return ParsedHistory(cls())
+        entry = _object(_document(text))
+        if entry.get("version") != 1:
+            raise ValueError(f"unknown history version {entry.get('version')!r}")
+        runs = entry.get("runs")
+        if not isinstance(runs, list):
+            raise ValueError("runs must be a list")
+        kept: list[RunRecord] = []
+        dropped: list[str] = [f"runs[{i}]: more than {MAX_RUNS} runs" for i in range(len(runs) - MAX_RUNS)]
+        for index, data in enumerate(runs[-MAX_RUNS:], start=max(0, len(runs) - MAX_RUNS)):
+            try:
+                kept.append(RunRecord.from_json(data))
+            except (ValueError, TypeError, KeyError) as error:
+                run_id = data.get("run_id") if isinstance(data, dict) else None
+                named = f" (run {run_id[:64]!r})" if isinstance(run_id, str) else ""
+                dropped.append(f"runs[{index}]{named}: {str(error)[:200]}")
+        return ParsedHistory(cls(tuple(kept)), tuple(dropped))
 
     @classmethod
     def from_json(cls, data: Any) -> FailureHistory:
@@ -249,6 +269,29 @@ class FailureHistory:
             return cls(tuple(RunRecord.from_json(r) for r in runs))
         except (TypeError, KeyError) as error:
             raise ValueError(f"not a sound history: {error}") from None
+
+
+@dataclass(frozen=True)
+class ParsedHistory:
+    """A stored history read entry by entry: the runs kept, and each run dropped with why."""
+
+    history: FailureHistory
+    dropped: tuple[str, ...] = ()
+
+    def dropped_summary(self) -> str:
+        """The dropped entries, for a warning (the first :data:`MAX_DROPPED_SHOWN` named)."""
+        shown = "; ".join(self.dropped[:MAX_DROPPED_SHOWN])
+        more = len(self.dropped) - MAX_DROPPED_SHOWN
+        return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def _document(text: str) -> Any:
+    if len(text.encode()) > MAX_HISTORY_BYTES:
+        raise ValueError(f"longer than {MAX_HISTORY_BYTES} bytes")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"not JSON: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -355,3 +398,19 @@ def _optional_fraction(entry: Mapping[str, Any], key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{key} must be a fraction from 0 to 1")
     return float(value)
+
+
+def _optional_duration(entry: Mapping[str, Any], key: str) -> float | None:
+    value = _optional_seconds(entry, key)
+    if value is not None and value > MAX_DURATION_SECONDS:
+        raise ValueError(f"{key} must be at most {MAX_DURATION_SECONDS:.0f} seconds")
+    return value
+
+
+def _pool(value: Any) -> str:
+    """A node pool name as read back: a Kubernetes label value (it is the GKE node-pool label's), else refused."""
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or not 0 < len(value) <= 63 or not _LABEL_VALUE.fullmatch(value):
+        raise ValueError(f"pool {str(value)[:80]!r} is not a Kubernetes label value (at most 63 of [A-Za-z0-9-_.])")
+    return value

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import math
 
-from elastic_training.operators.advice import PRIOR_FAILURES, AdviceInputs, advise, auto_period, period_bounds
+from elastic_training.operators.advice import (
+    PRIOR_FAILURES,
+    AdviceError,
+    AdviceInputs,
+    advise,
+    auto_period,
+    period_bounds,
+)
 from elastic_training.operators.failure_history import RunRecord
 
 STEPS = 10_000
@@ -74,3 +81,36 @@ def test_without_measured_runs_the_fallback() -> None:
     assert "measured" in auto_period([unmeasured], steps=100, fallback=10).reason
     assert auto_period([], steps=8, fallback=10).period == 4  # within the bounds too
     assert math.isfinite(auto_period([past("a", failures=1)], steps=100, fallback=10).wall_seconds)
+
+
+def test_numbers_read_back_are_bounded_so_nothing_overflows() -> None:
+    """A stored history is anyone's edit: a near-zero step time made ``save / step`` infinite and ``math.ceil`` of
+    it raised OverflowError; huge, zero and non-finite numbers are bounded or ignored instead."""
+    hostile = [
+        past("tiny-step", failures=1, wall=100.0, step=5e-324, save=1.0),
+        past("zero-save", failures=0, wall=1e7, step=0.5, save=0.0),
+        past("huge", failures=2**31 - 1, wall=1e7, step=1e7, save=1e7),
+        past("tiny-wall", failures=1, wall=1e-300, step=1.0, save=1.0),
+    ]
+    for run in hostile:
+        choice = auto_period([run], steps=100, fallback=10)
+        assert 1 <= choice.period <= 50 and choice.runs == 1, run.run_id
+    both = auto_period(hostile, steps=100, fallback=10)
+    assert 1 <= both.period <= 50 and both.runs == 4
+    for value in (math.nan, math.inf):  # not a measurement: left out, so the fallback
+        choice = auto_period([past("odd", failures=1, step=value)], steps=100, fallback=10)
+        assert choice.period == 10 and choice.runs == 0
+    # the run's own advice refuses a step time the model cannot divide by, rather than overflowing
+    try:
+        AdviceInputs(
+            failures=1,
+            wall_seconds=100.0,
+            step_seconds=5e-324,
+            checkpoint_save_seconds=1.0,
+            checkpoint_period=10,
+            steps=100,
+        )
+    except AdviceError as error:
+        assert "step_seconds" in str(error)
+    else:
+        raise AssertionError("a 5e-324 s step was accepted")

@@ -102,6 +102,59 @@ def test_the_history_round_trips_and_refuses_what_it_did_not_write() -> None:
             FailureHistory.parse(broken)
 
 
+def hostile_history() -> str:
+    """A stored value someone edited: two sound runs around runs no reader should trust."""
+    good = json.loads(FailureHistory().with_run(run("r1", failure("a"))).with_run(run("r9")).render())["runs"]
+    sound = {"run_id": "x", "ended_at": T0}
+    hostile: list[Any] = [
+        {**sound, "run_id": "script", "failures": [{"at": T0, "kind": "lost_host", "pool": "<script>x</script>"}]},
+        {**sound, "run_id": "script-pools", "pools": ["<script>x</script>"]},
+        {**sound, "run_id": "long-pool", "avoided_pools": ["p" * 64]},
+        {**sound, "run_id": "huge-wall", "wall_seconds": 1e9},
+        {**sound, "run_id": "negative-step", "mean_step_seconds": -1},
+        {**sound, "run_id": "bool-slices", "slices": True},
+        {**sound, "run_id": "string-save", "checkpoint_save_seconds": "1"},
+        {**sound, "run_id": "list-failures", "failures": {"at": T0}},
+        {**sound, "run_id": 7},
+        "not an object",
+        None,
+    ]
+    # Python's json writes (and reads) Infinity and NaN, as a hand edit through it might
+    hostile.append({**sound, "run_id": "infinite", "recovery_seconds": float("inf")})
+    return json.dumps({"version": 1, "runs": [good[0], *hostile, good[1]]})
+
+
+def test_each_stored_run_is_checked_on_its_own_the_rest_kept() -> None:
+    parsed = FailureHistory.parse_entries(hostile_history())
+    assert [r.run_id for r in parsed.history.runs] == ["r1", "r9"]
+    assert parsed.history.runs[0].failures[0].pool == "a"
+    assert len(parsed.dropped) == 12
+    named = dict(d.split(": ", 1) for d in parsed.dropped)
+    assert "not a Kubernetes label value" in named["runs[1] (run 'script')"]
+    assert "not a Kubernetes label value" in named["runs[2] (run 'script-pools')"]
+    assert "not a Kubernetes label value" in named["runs[3] (run 'long-pool')"]
+    assert "at most" in named["runs[4] (run 'huge-wall')"]
+    assert "seconds" in named["runs[5] (run 'negative-step')"]
+    assert "whole number" in named["runs[6] (run 'bool-slices')"]
+    assert "runs[9]" in named and "runs[10]" in named and "runs[11]" in named  # wrong run id, not objects
+    assert "seconds" in named["runs[12] (run 'infinite')"]
+    with pytest.raises(ValueError):  # the strict reader still refuses the whole value
+        FailureHistory.parse(hostile_history())
+    # zero and tiny measurements are kept: a run may measure them; the advice bounds what it reads
+    tiny = json.dumps({"version": 1, "runs": [{"run_id": "z", "ended_at": T0, "mean_step_seconds": 0.0}]})
+    assert FailureHistory.parse_entries(tiny).history.runs[0].mean_step_seconds == 0.0
+
+
+def test_a_value_that_is_not_a_history_at_all_is_refused_whole() -> None:
+    for broken in ("<script>x</script>", "{", "[]", json.dumps({"version": 2, "runs": []}), '{"version":1}'):
+        with pytest.raises(ValueError):
+            FailureHistory.parse_entries(broken)
+    too_many = json.dumps({"version": 1, "runs": [{"run_id": f"r{i}", "ended_at": T0} for i in range(MAX_RUNS + 2)]})
+    parsed = FailureHistory.parse_entries(too_many)
+    assert len(parsed.history.runs) == MAX_RUNS and parsed.history.runs[0].run_id == "r2"
+    assert parsed.dropped == (f"runs[0]: more than {MAX_RUNS} runs", f"runs[1]: more than {MAX_RUNS} runs")
+
+
 def test_a_run_report_becomes_a_history_entry() -> None:
     report: dict[str, Any] = {
         "slice_failures": [failure("b", host="gke-b-1").to_json()],

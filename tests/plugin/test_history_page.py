@@ -41,7 +41,7 @@ class ElasticJobSetOperator(BaseOperator):
                       checkpoint_period=10, goodput=0.8),
             RunRecord(run_id="night-3", ended_at=1796172800.0, pools=("tpu-a", "tpu-c", "tpu-d"), slices=3,
                       avoided_pools=("tpu-b",), checkpoint_period=7, goodput=0.95,
-                      failures=(lost("<script>x</script>", 1796172000.0, "gke-x"),)),
+                      failures=(lost("tpu-x", 1796172000.0, "<script>x</script>"),)),
         ]
         for night in nights:
             record_run(key, night, self.log.warning)

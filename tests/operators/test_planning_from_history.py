@@ -1,0 +1,105 @@
+"""The operator's plan from the failure history (``ElasticJobSetOperator._planned_or_not``) never fails a run.
+
+The history is read through the real Task SDK ``Variable`` calls, answered at the SDK's client boundary
+(``task_runner.SUPERVISOR_COMMS``) by ``tests/support/variable_comms.py``; no cluster is
+needed since only ``checkpoint_period="auto"`` plans here (the pool avoidance lists nodes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elastic_training.operators import ElasticJobSetOperator
+from elastic_training.operators import elastic_operator as module
+from elastic_training.operators.failure_history import FailureHistory, RunRecord
+from elastic_training.operators.history_store import history_key
+from elastic_training.operators.run_state import RunState
+from tests.support.variable_comms import VariableComms, variable_comms
+
+T0 = 1_760_000_000.0
+
+
+class _TI:
+    dag_id, task_id, run_id, map_index = "nightly", "pretrain", "manual__1", -1
+
+
+@pytest.fixture
+def comms() -> Iterator[VariableComms]:
+    with variable_comms() as fake:
+        yield fake
+
+
+def auto_operator(tmp_path: Path) -> ElasticJobSetOperator:
+    return ElasticJobSetOperator(
+        task_id="pretrain",
+        run_name="nightly",
+        base_output_directory=str(tmp_path),
+        steps=100,
+        checkpoint_period="auto",
+        num_slices=1,
+        runtime="local",
+    )
+
+
+def plan(operator: ElasticJobSetOperator) -> tuple[Any, RunState]:
+    run = RunState({}, dag_id="nightly", task_id="pretrain", run_id="manual__1", map_index=-1)
+    spec = operator._planned_or_not({"ti": _TI()}, operator.build_spec(), run)
+    return spec, run
+
+
+def test_a_hostile_history_plans_from_its_sound_runs(comms: VariableComms, tmp_path: Path) -> None:
+    sound = RunRecord(
+        run_id="r1",
+        ended_at=T0,
+        wall_seconds=3600.0,
+        failures_total=4,
+        mean_step_seconds=1.0,
+        checkpoint_save_seconds=20.0,
+    )
+    good = json.loads(FailureHistory().with_run(sound).render())["runs"][0]
+    hostile = [
+        {
+            "run_id": "tiny",
+            "ended_at": T0,
+            "wall_seconds": 100.0,
+            "mean_step_seconds": 5e-324,
+            "checkpoint_save_seconds": 1.0,
+            "failures_total": 1,
+        },
+        {"run_id": "xss", "ended_at": T0, "pools": ["<script>x</script>"], "failures_total": 50},
+        {"run_id": "types", "ended_at": "yesterday", "slices": "3"},
+    ]
+    comms.values[history_key("nightly", "pretrain")] = json.dumps({"version": 1, "runs": [good, *hostile]})
+    spec, run = plan(auto_operator(tmp_path))
+    choice = run.plan["checkpoint_period_choice"]  # type: ignore[index]
+    assert "planning_error" not in (run.plan or {})
+    assert choice["runs"] == 2 and spec.checkpoint_period == choice["period"]  # r1 and "tiny" (bounded)
+    assert 1 <= spec.checkpoint_period <= 50
+
+
+def test_a_planning_error_runs_without_the_plan_and_says_why(
+    comms: VariableComms, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fault is injected in the planner (``auto_period`` raising OverflowError, as the unbounded advice did on
+    a near-zero stored step time): whatever raises while planning, the run gets the unplanned spec."""
+
+    def overflowing(*args: Any, **kwargs: Any) -> Any:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(module, "auto_period", overflowing)
+    warnings: list[str] = []
+    operator = auto_operator(tmp_path)
+    monkeypatch.setattr(operator.log, "warning", lambda *a: warnings.append(a[0] % a[1:]))
+    spec, run = plan(operator)
+    assert spec.checkpoint_period == 10  # "auto" without a plan: the documented fallback
+    assert "OverflowError" in run.plan["planning_error"]  # type: ignore[index]
+    reason = run.plan["node_pool_avoidance"]["reason"]  # type: ignore[index]
+    assert reason.startswith("planning from the failure history failed (OverflowError")
+    assert any("the run goes ahead without the plan" in w for w in warnings), warnings
+    # the saved plan is what a resumed try applies: no error again
+    assert operator._planned(operator.build_spec(), run).checkpoint_period == 10
