@@ -1,17 +1,21 @@
-"""The layering rules of docs/architecture.md §2 hold, are enforced by import-linter, and the page's graph is current.
+"""The layering rules of docs/architecture.md §2 hold, are enforced by import-linter, and the page's graph is current;
+and the tests take their shared helpers only from tests/support/ (docs/testing.md).
 
 ``lint-imports`` is the command ``make lint`` runs; here it runs against the installed package (the contracts
 hold) and against a copy of the package with one forbidden import added (the contracts catch it), so a contract
-that can never fail cannot pass this file.
+that can never fail cannot pass this file. The tests' own rule is checked the same way, on grimp's graph of the
+``tests`` package (conftests included) and on a copy of it with one forbidden import added.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import grimp
 import pytest
@@ -78,3 +82,89 @@ def test_the_pages_graph_is_the_packages() -> None:
     assert import_graph.current_section(page) == import_graph.section(grimp.build_graph("elastic_training")), (
         "docs/architecture.md's import graph is out of date: run `make graph`"
     )
+
+
+# Every import between two modules of the ``tests`` package, as grimp (import-linter's graph) finds it in the source:
+# relative imports and imports inside functions included. Run in a child so that it reads the ``tests`` on its path,
+# not the one this process imported.
+EDGES = """
+import json, grimp
+graph = grimp.build_graph("tests", cache_dir=None)
+print(json.dumps({"modules": sorted(graph.modules), "imports": sorted(
+    [importer, imported] for imported in graph.modules for importer in graph.find_modules_that_directly_import(imported)
+)}))
+"""
+
+
+def _test_imports(tests_parent: Path) -> dict[str, list[Any]]:
+    done = subprocess.run(
+        [sys.executable, "-c", EDGES], cwd=tests_parent, capture_output=True, text=True, timeout=120, check=True
+    )
+    graph: dict[str, list[Any]] = json.loads(done.stdout)
+    return graph
+
+
+def _outside_support(imports: list[list[str]]) -> list[str]:
+    """The imports of a module of tests/ that is not in tests/support/ (a test file, a conftest, a helper elsewhere)."""
+    return [
+        f"{importer} imports {imported}"
+        for importer, imported in imports
+        if imported != "tests.support" and not imported.startswith("tests.support.")
+    ]
+
+
+def test_tests_import_helpers_only_from_tests_support() -> None:
+    graph = _test_imports(ROOT)
+    # The graph is the whole suite's, conftests included, and sees the helpers' imports: the check below can fail.
+    assert {"tests.conftest", "tests.operators.conftest", "tests.local.cluster.conftest"} <= set(graph["modules"])
+    assert ["tests.operators.conftest", "tests.support.local_cluster"] in graph["imports"]
+    assert _outside_support(graph["imports"]) == [], "move the shared helper into a module of tests/support/"
+
+
+@pytest.fixture(scope="module")
+def tests_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the ``tests`` package's Python files, for adding a forbidden import to."""
+    top = tmp_path_factory.mktemp("tests-copy")
+    shutil.copytree(
+        ROOT / "tests",
+        top / "tests",
+        ignore=lambda folder, names: [n for n in names if not n.endswith(".py") and not Path(folder, n).is_dir()],
+    )
+    return top
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "found"),
+    [
+        (
+            "operators/test_storage_outage.py",
+            "from tests.operators.test_lifecycle import DAG_ID",
+            "tests.operators.test_storage_outage imports tests.operators.test_lifecycle",
+        ),
+        (
+            "local/cluster/test_selectors.py",
+            "from tests.local.cluster.conftest import cluster",
+            "tests.local.cluster.test_selectors imports tests.local.cluster.conftest",
+        ),
+        (
+            "dags/test_pipelines.py",
+            "from .conftest import allowed_root",
+            "tests.dags.test_pipelines imports tests.dags.conftest",
+        ),
+        (
+            "support/waiting.py",
+            "def _lazy() -> None:\n    from tests.plugin import test_api",
+            "tests.support.waiting imports tests.plugin.test_api",
+        ),
+    ],
+    ids=["a-test-file", "a-conftest", "a-relative-import", "inside-a-function"],
+)
+def test_a_test_module_imported_breaks_the_rule(tests_copy: Path, module: str, line: str, found: str) -> None:
+    path = tests_copy / "tests" / module
+    original = path.read_text()
+    path.write_text(f"{original}\n{line}  # deliberately forbidden\n")
+    try:
+        graph = _test_imports(tests_copy)
+    finally:
+        path.write_text(original)
+    assert _outside_support(graph["imports"]) == [found]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.operators.test_advice import report_with
+from tests.support.recovery_logs import report_with
 
 SCRIPT = shutil.which("elastic-training", path=str(Path(sys.executable).parent))
 

@@ -6,22 +6,10 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from elastic_training.operators.pipeline_params import VARIABLE_ALLOWED_ROOTS
-from tests.support.airflow_dags import dag_from_source
-
-DAGS = Path(__file__).resolve().parents[2] / "dags"
-
-
-def repo_dag(dag_id: str) -> Any:
-    """The DAG of ``dags/<dag_id>.py``, written into the test dags folder (``dag.test()`` needs a bundle)."""
-    return dag_from_source(dag_id, (DAGS / f"{dag_id}.py").read_text(), "")
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +26,3 @@ def allowed_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = previous
-
-
-def jobset_names(cluster: LocalCluster) -> set[str]:
-    """Every JobSet in the ``default`` namespace, through the official client."""
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL
-        )
-        return {item["metadata"]["name"] for item in listed["items"]}
-    finally:
-        api.close()

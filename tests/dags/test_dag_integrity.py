@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.dags.conftest import DAGS
+from tests.support.repo_dags import DAGS
 
 DAG_IDS = ("elastic_training_nightly", "elastic_training_fault_drill")
 

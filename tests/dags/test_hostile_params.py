@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from elastic_training.local.cluster import LocalCluster
-from tests.dags.conftest import jobset_names, repo_dag
 from tests.support.airflow_dags import states, xcom
+from tests.support.local_cluster import jobset_names
+from tests.support.repo_dags import repo_dag
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("run_name", {"run_name": "x;rm -rf /"}),

@@ -11,8 +11,7 @@ import pytest
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.pipeline_report import PHASES
 from tests.support.airflow_dags import states, xcom
-
-from .conftest import repo_dag
+from tests.support.repo_dags import repo_dag
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from elastic_training.operators.pipeline_params import DagRunIdentity, run_directory_name
-from tests.dags.conftest import repo_dag
 from tests.support.airflow_dags import states, xcom
+from tests.support.repo_dags import repo_dag
 
 ONLY_VALIDATE = r"(?!validate_params$).*"  # dag.test marks every other task successful without running it
 NIGHT = datetime(2026, 11, 29, tzinfo=UTC)

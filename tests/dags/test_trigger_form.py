@@ -26,7 +26,7 @@ from elastic_training.operators.pipeline_params import (
     is_form_required,
     validate_params,
 )
-from tests.dags.conftest import DAGS
+from tests.support.repo_dags import DAGS
 
 DAG_IDS = ("elastic_training_nightly", "elastic_training_fault_drill")
 WHEN = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastic_training.operators.checkpoints import QUARANTINE_DIR, quarantine_step, validate_checkpoints
-from tests.hostile.strategies import HOSTILE
+from tests.support.hostile_strategies import HOSTILE
 
 # Names a filesystem takes (no '/' or NUL), biased towards ones that look like steps.
 names = st.one_of(

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastic_training.cli.main import main
-from tests.hostile.strategies import HOSTILE, nasty_text, words
+from tests.support.hostile_strategies import HOSTILE, nasty_text, words
 
 tokens = st.one_of(
     nasty_text,

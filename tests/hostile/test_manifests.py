@@ -16,7 +16,7 @@ from elastic_training.operators.kube_names import JOBSET_NAME_MAX, identity_labe
 from elastic_training.operators.manifest_lint import lint_manifest
 from elastic_training.operators.manifests import JobSpec, elastic_jobset, lint_job, plain_jobset
 from elastic_training.operators.spec import ElasticRunSpec, SpecError
-from tests.hostile.strategies import HOSTILE, anything, nasty_text, numbers_ish
+from tests.support.hostile_strategies import HOSTILE, anything, nasty_text, numbers_ish
 
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?\Z")
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")

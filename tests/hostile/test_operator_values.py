@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastic_training.operators import ElasticJobSetOperator, JobSetOperator
-from tests.hostile.strategies import HOSTILE, anything, nasty_text, numbers_ish, words
+from tests.support.hostile_strategies import HOSTILE, anything, nasty_text, numbers_ish, words
 
 BASE: dict[str, Any] = {
     "task_id": "pretrain",

@@ -14,7 +14,7 @@ from elastic_training.operators.kube_names import identity_labels
 from elastic_training.operators.manifest_lint import lint_manifest
 from elastic_training.operators.manifests import elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec, SpecError, lint
-from tests.hostile.strategies import HOSTILE, anything, nasty_text, numbers_ish, words
+from tests.support.hostile_strategies import HOSTILE, anything, nasty_text, numbers_ish, words
 
 GKE = ElasticRunSpec(
     run_name="llama3-nightly",

@@ -8,9 +8,10 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
-from tests.local.cluster.conftest import K8s, cluster, k8s
+from tests.support.lifecycle_runs import custom
+from tests.support.local_cluster import cluster, k8s
 
-__all__ = ["K8s", "admin", "cluster", "k8s"]
+__all__ = ["admin", "cluster", "custom", "k8s"]
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
 from elastic_training.operators.run_state import STATE_KEY
-from tests.local.cluster.control_plane_support import armed, wait_armed
+from tests.support.control_plane import armed, wait_armed
 
 DAG_ID, TASK_ID, RUN_ID = "adopt_dag", "pretrain", "manual__dying"
 

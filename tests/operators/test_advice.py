@@ -10,8 +10,8 @@ import pytest
 
 from elastic_training.operators.advice import AdviceError, AdviceInputs, advise, goodput
 from elastic_training.operators.checkpoints.timing import mean_save_seconds, save_seconds
-from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
-from elastic_training.operators.run_report import BudgetAllowances, RunReport
+from elastic_training.operators.run_report import RunReport
+from tests.support.recovery_logs import report_with
 
 
 def inputs(**changes: Any) -> AdviceInputs:
@@ -122,38 +122,6 @@ def test_goodput_is_clamped_and_needs_a_positive_interval() -> None:
 def test_impossible_inputs_are_refused(change: dict[str, Any], words: str) -> None:
     with pytest.raises(AdviceError, match=words):
         inputs(**change)
-
-
-def report_with(recoveries: int) -> dict[str, Any]:
-    digest = LogDigest()
-    t = 1000.0
-    step = 0
-    for _ in range(recoveries):
-        for _ in range(10):
-            digest.feed(t, f"completed step: {step}, seconds: 1.0")
-            t += 1.0
-            step += 1
-        digest.feed(t, "Elastic event detected")
-        digest.feed(t + 2, "Sufficient slices active: 2 >= 2")
-        digest.feed(t + 3, f"restoring from this run's directory step {step - 5}")
-        t += 5.0
-        step -= 4
-        digest.feed(t, f"completed step: {step}, seconds: 1.0")
-        t += 1.0
-        step += 1
-    return run_report(
-        incarnations=[Incarnation("js", recoveries, 0, digest)],
-        escalations=[],
-        namespace="default",
-        run_directory="/r",
-        target_step=99,
-        final_step=99,
-        wall_seconds=200.0,
-        costs=CostModel(chips=4),
-        budgets=BudgetAllowances(max_slice_restarts=3),
-        checkpoint_period=5,
-        checkpoint_save_seconds=0.5,
-    ).to_json()
 
 
 def test_run_report_carries_budgets_and_advice() -> None:

@@ -24,18 +24,7 @@ from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JO
 from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import first_event
 from elastic_training.operators.run_state import STATE_KEY
-from tests.operators.test_lifecycle import (
-    DAG_ID,
-    _delete_mine,
-    _elastic,
-    _get,
-    _one_pod_jobset,
-    _stored,
-    _TaskInstance,
-    custom,
-)
-
-__all__ = ["custom"]  # the fixture, used here
+from tests.support.lifecycle_runs import DAG_ID, _delete_mine, _elastic, _get, _one_pod_jobset, _stored, _TaskInstance
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -35,8 +35,8 @@ from elastic_training.operators.constants import (
     TPU_RESOURCE,
 )
 from elastic_training.operators.observations import parse_time
-from tests.local.cluster.control_plane_support import job_template, jobset_manifest
 from tests.support.airflow_dags import states, xcom
+from tests.support.control_plane import job_template, jobset_manifest
 from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.step_faults import StepFaults
 
@@ -293,7 +293,7 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
     """An evaluation stage (JobSetOperator) asking for 8 chips joins the queue (more than the 4 of the single-host
     flavor, and the v5e-16 flavor's 64 are held): it waits, never fails for it, and its queue_timeout deletes its
     JobSet and fails it."""
-    from tests.operators.test_jobset_operator import one_job_dag
+    from tests.support.jobset_dags import one_job_dag
 
     admin.create(blocker("blocker-stage", slices=4))
     wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-stage"))

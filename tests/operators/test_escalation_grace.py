@@ -25,9 +25,9 @@ from elastic_training.operators.constants import (
 )
 from elastic_training.operators.hooks import JobSetHook
 from elastic_training.operators.lifecycle import Handle, JobSetLifecycle
-from tests.local.cluster.control_plane_support import ARMED
-from tests.local.cluster.helpers import wait_for
 from tests.support.airflow_dags import NAMESPACE, operators_role_without
+from tests.support.control_plane import ARMED
+from tests.support.waiting import wait_for
 
 OWN_GRACE_SECONDS = 600  # what the pods would hold the restart for without the shortening
 LOG = logging.getLogger("test_escalation_grace")

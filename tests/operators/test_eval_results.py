@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import pytest
 
@@ -13,29 +12,7 @@ from elastic_training.operators.eval_results import (
     parse_result,
     results_directory,
 )
-
-
-# What MaxText's harness_runner + json_reporter write for `--runner lm_eval --tasks lambada_openai`.
-def maxtext_result(checkpoint_path: str, perplexity: float, timestamp: str = "20261201T010203Z") -> dict[str, Any]:
-    return {
-        "benchmark": "lambada_openai",
-        "model_name": "default",
-        "timestamp_utc": timestamp,
-        "scores": {"lambada_openai_accuracy": 61.5},
-        "generation_stats": {
-            "lm_eval_config": {"model": "local-completions"},
-            "lm_eval_results": {
-                "lambada_openai": {
-                    "alias": "lambada_openai",
-                    "perplexity,none": perplexity,
-                    "perplexity_stderr,none": 0.1,
-                    "acc,none": 0.615,
-                    "acc_stderr,none": 0.0068,
-                }
-            },
-        },
-        "config": {"checkpoint_path": checkpoint_path, "tasks": ["lambada_openai"], "results_path": "x"},
-    }
+from tests.support.eval_results import maxtext_result
 
 
 def test_results_directory_is_maxtexts() -> None:

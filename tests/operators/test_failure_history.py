@@ -22,7 +22,7 @@ from elastic_training.operators.failure_history import (
 )
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.run_report import RunReport
-from tests.operators.test_observations import T0, job, pod
+from tests.support.observed_objects import T0, job, pod
 
 LOST, TRAINER, EVICTED = FailureKind.LOST_HOST, FailureKind.TRAINER_ERROR, FailureKind.EVICTION
 

@@ -34,9 +34,9 @@ from elastic_training.operators.hooks import AsyncJobSetHook, JobSetHook
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.triggers import JobSetTrigger
 from elastic_training.plugin.live import kubernetes_reader
-from tests.local.cluster.conftest import K8s
-from tests.operators.test_triggers import BUDGETS, sleeping_jobset
 from tests.support.gke import NAMESPACE, GkeConnection, gke_connection
+from tests.support.local_cluster import K8s
+from tests.support.trigger_runs import BUDGETS, sleeping_jobset
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from elastic_training.local.cluster import LocalCluster
-from tests.support.airflow_dags import dag_from_source, states, xcom
-
-HEADER = "from airflow.sdk import DAG\nfrom operators import JobSetOperator"
-
-
-def one_job_dag(dag_id: str, command: list[str], **extra: Any) -> Any:
-    arguments = ", ".join(f"{k}={v!r}" for k, v in extra.items())
-    body = f"""
-    with DAG({dag_id!r}, schedule=None) as dag:
-        JobSetOperator(
-            task_id="job", name={dag_id.replace("_", "-")!r}, image="local", command={command!r},
-            runtime="local", stage="evaluate", deferrable=True, poll_interval=1.0, {arguments}
-        )
-    """
-    return dag_from_source(dag_id, body, HEADER)
+from tests.support.airflow_dags import states, xcom
+from tests.support.jobset_dags import one_job_dag
 
 
 @pytest.mark.slow

@@ -27,8 +27,8 @@ from elastic_training.operators.constants import (
 from elastic_training.operators.kube_names import identity_labels, jobset_name, label_selector
 from elastic_training.operators.manifests import JobSpec, elastic_jobset, plain_jobset
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE, ElasticRunSpec, lint
-from tests.local.cluster.helpers import wait_for
-from tests.operators.conftest import K8s
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 # GKE-like node pools, so the rendered JobSet's pods schedule as on GKE (four v5e-16 pools and cpu-np).
 CLUSTER_DESCRIPTION = "v5e-small"

@@ -12,7 +12,7 @@ from elastic_training.operators.pipeline_config import PipelineConfig, StageComm
 from elastic_training.operators.pipeline_params import ParamError
 from elastic_training.operators.policy import Budgets
 from elastic_training.operators.spec import ElasticRunSpec, checkpoint_period_error, lint
-from tests.operators.test_pipeline_params import GKE_VARIABLES, check
+from tests.support.pipeline_params import GKE_VARIABLES, check
 
 # The keys of the validate_params task's XCom: the DAG's templates (`['run_directory']`), the CLI's demo report
 # and the tests of whole runs read them.

@@ -10,7 +10,7 @@ import pytest
 from elastic_training.operators.advice import AUTO_PERIOD
 from elastic_training.operators.pipeline import PretrainOperator
 from elastic_training.operators.pipeline_params import ParamError, param_definitions
-from tests.operators.test_pipeline_params import check
+from tests.support.pipeline_params import check
 
 
 def test_both_are_off_by_default_and_in_the_form(tmp_path: Path) -> None:

@@ -10,41 +10,22 @@ from typing import Any
 
 import pytest
 
-from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
     RUN_SUFFIX_MAX,
     VARIABLE_ALLOWED_ROOTS,
-    VARIABLE_EVAL_COMMAND,
     VARIABLE_EVAL_IMAGE,
-    VARIABLE_HF_PATH,
     VARIABLE_MAXTEXT_IMAGE,
-    VARIABLE_SYNTH_COMMAND,
-    VARIABLE_SYNTH_IMAGE,
     DagRunIdentity,
     ParamError,
     default_allowed_roots,
     local_data_directory,
-    param_definitions,
     parse_allowed_roots,
     run_directory_name,
     run_suffix,
     validate_params,
 )
 from elastic_training.operators.spec import is_dns1123_label
-
-WHEN = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
-SCHEDULED = DagRunIdentity("elastic_training_nightly", f"scheduled__{WHEN.isoformat()}", "scheduled", WHEN)
-
-
-def defaults(root: Path, **changes: Any) -> dict[str, Any]:
-    params = {d.name: d.default for d in param_definitions(data_directory=str(root))}
-    params.update(changes)
-    return params
-
-
-def check(root: Path, variables: dict[str, Any] | None = None, **changes: Any) -> PipelineConfig:
-    variables = {VARIABLE_ALLOWED_ROOTS: f'["{root}", "gs://"]', **(variables or {})}
-    return validate_params(defaults(root, **changes), run=SCHEDULED, variables=variables)
+from tests.support.pipeline_params import GKE_VARIABLES, SCHEDULED, WHEN, check, defaults
 
 
 def test_defaults_resolve_to_a_dated_local_run(tmp_path: Path) -> None:
@@ -166,16 +147,6 @@ def test_the_drill_is_local_only(tmp_path: Path) -> None:
     with pytest.raises(ParamError) as caught:
         check(tmp_path, runtime="gke", inject_slice_failure=True)
     assert caught.value.param == "inject_slice_failure"
-
-
-GKE_VARIABLES = {
-    VARIABLE_MAXTEXT_IMAGE: "us-docker.pkg.dev/p/r/maxtext:2026-11",
-    VARIABLE_EVAL_IMAGE: "us-docker.pkg.dev/p/r/eval:1",
-    VARIABLE_EVAL_COMMAND: '["python3", "-m", "team.eval"]',
-    VARIABLE_SYNTH_IMAGE: "us-docker.pkg.dev/p/r/synth:1",
-    VARIABLE_SYNTH_COMMAND: '["python3", "-m", "team.synth"]',
-    VARIABLE_HF_PATH: "meta-llama/Llama-3.1-8B",
-}
 
 
 def test_gke_takes_images_and_commands_from_variables_unless_params_give_them(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from elastic_training.operators.pipeline_params import (
     validate_params,
 )
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
-from tests.operators.test_eval_results import maxtext_result
+from tests.support.eval_results import maxtext_result
 
 RUN = DagRunIdentity(
     dag_id="elastic_training_nightly",

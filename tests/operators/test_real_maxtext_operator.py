@@ -40,20 +40,9 @@ from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import first_event
 from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
-from tests.operators.test_lifecycle import (
-    DAG_ID,
-    _delete_mine,
-    _elastic,
-    _get,
-    _one_pod_jobset,
-    _stored,
-    _TaskInstance,
-    custom,
-)
 from tests.support.airflow_dags import NAMESPACE, dag_from_source, states, xcom
+from tests.support.lifecycle_runs import DAG_ID, _delete_mine, _elastic, _get, _one_pod_jobset, _stored, _TaskInstance
 from tests.support.real_maxtext import CHECKPOINT_PERIOD, UNKNOWN_KEY, maxtext_python, model_args
-
-__all__ = ["custom"]  # the fixture, used here
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -8,35 +8,7 @@ import pytest
 
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, Recovery, recovery_report, run_report
 from elastic_training.operators.run_report import escalations_of
-
-
-def absl(text: str) -> str:
-    return f"I1130 12:00:00.000000 4242 train.py:101] {text}"
-
-
-def steps(start: int, stop: int, t0: float, seconds: float = 1.0) -> list[tuple[float, str]]:
-    return [
-        (t0 + i * seconds, absl(f"completed step: {s}, seconds: {seconds:.3f}, Tokens/s/device: 10.0, loss: 2.0"))
-        for i, s in enumerate(range(start, stop))
-    ]
-
-
-def recovery_lines(t: float, restored: int) -> list[tuple[float, str]]:
-    return [
-        (t, absl("Elastic event detected. Traceback (most recent call last):")),
-        (t + 0.5, absl("Elastic attempt 2 out of 10")),
-        (t + 2.0, absl("Sufficient slices active: 3 >= 3. Active indices: [0, 1, 2]")),
-        (t + 3.0, absl(f"restoring from this run's directory step {restored}")),
-    ]
-
-
-def one_recovery_log() -> list[tuple[float, str]]:
-    return [
-        (0.0, absl("No existing checkpoints found, not restoring checkpoint.")),
-        *steps(0, 30, 1.0),  # steps 0..29 at t=1..30
-        *recovery_lines(40.0, restored=20),
-        *steps(21, 100, 45.0),
-    ]
+from tests.support.recovery_logs import absl, one_recovery_log, queued_then_preempted, steps
 
 
 def test_fold_one_recovery() -> None:
@@ -182,18 +154,6 @@ def test_a_scale_up_is_a_recovery_in_the_report() -> None:
     ).to_json()
     assert report["in_process_recoveries"] == 1 and report["scale_up_recoveries"] == 1
     assert report["recoveries"][0]["kind"] == "scale_up" and report["recoveries"][0]["chip_seconds_lost"] == 40.0
-
-
-def queued_then_preempted() -> LogDigest:
-    """Queued 100 s, trained steps 0..29, preempted at 140 for 200 s, restored step 20, trained to 59."""
-    digest = LogDigest()
-    digest.queued(0.0, preempted=False)
-    digest.admitted(100.0)
-    digest.feed_all([(105.0, absl("No existing checkpoints found, not restoring checkpoint.")), *steps(0, 30, 110.0)])
-    digest.queued(140.0, preempted=True, reason="Preempted: Preempted to accommodate a workload")
-    digest.admitted(340.0)
-    digest.feed_all([(350.0, absl("restoring from this run's directory step 20")), *steps(21, 60, 360.0)])
-    return digest
 
 
 def test_a_preemption_is_counted_apart_with_its_steps_lost_and_queue_time_apart_from_badput() -> None:

@@ -19,7 +19,7 @@ from elastic_training.operators.run_report import (
     RunReport,
     escalations_of,
 )
-from tests.operators.test_recovery import one_recovery_log, queued_then_preempted, steps
+from tests.support.recovery_logs import one_recovery_log, queued_then_preempted, steps
 
 # The keys the operator has always written (docs/operators.md, "The run report"); ``version`` comes on top.
 DOCUMENTED_KEYS = set(

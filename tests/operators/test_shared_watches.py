@@ -40,8 +40,8 @@ from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.rbac import DEFAULT_SERVICE_ACCOUNT
 from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
 from elastic_training.operators.triggers import _Monitor
-from tests.operators.test_triggers import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
 from tests.support.airflow_dags import NAMESPACE
+from tests.support.trigger_runs import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
 
 OPERATORS = f"system:serviceaccount:{NAMESPACE}:{DEFAULT_SERVICE_ACCOUNT}"
 Obj = dict[str, Any]

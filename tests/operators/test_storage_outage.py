@@ -22,18 +22,8 @@ from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.policy import JobSetPhase
 from elastic_training.operators.run_state import STATE_KEY
-from tests.operators.test_lifecycle import (
-    DAG_ID,
-    _delete_mine,
-    _elastic,
-    _one_pod_jobset,
-    _stored,
-    _TaskInstance,
-    custom,
-)
 from tests.support.gcs_emulator import FlakyProxy, GCSEmulator
-
-__all__ = ["custom"]  # the fixture, used here
+from tests.support.lifecycle_runs import DAG_ID, _delete_mine, _elastic, _one_pod_jobset, _stored, _TaskInstance
 
 RUN = "outage"
 

@@ -17,8 +17,8 @@ from kubernetes import client
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.triggers import JobSetTrigger
-from tests.operators.test_lifecycle import _one_pod_jobset
 from tests.support.airflow_dags import NAMESPACE, operators_role_without
+from tests.support.lifecycle_runs import _one_pod_jobset
 
 
 @pytest.fixture

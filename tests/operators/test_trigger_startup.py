@@ -9,29 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.triggers import JobSetTrigger
-from tests.operators.test_lifecycle import _one_pod_jobset
 from tests.support.airflow_dags import NAMESPACE
+from tests.support.lifecycle_runs import _one_pod_jobset
 
 RESTORE = 'echo "restoring from this run\'s directory step 3"'
-
-
-@pytest.fixture
-def custom(cluster_connection: LocalCluster) -> Iterator[client.CustomObjectsApi]:
-    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
-    try:
-        yield client.CustomObjectsApi(api)
-    finally:
-        api.close()
 
 
 async def _first_decision(

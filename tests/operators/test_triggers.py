@@ -8,31 +8,21 @@ import time
 from typing import Any
 
 import pytest
-from airflow.triggers.base import TriggerEvent
 from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import (
-    HEAD_MAIN_CONTAINER,
-    HEAD_REPLICATED_JOB,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
     LABEL_JOB_INDEX,
     LABEL_JOBSET_NAME,
     LABEL_REPLICATED_JOB_NAME,
-    WORKER_CONTAINER,
     WORKER_REPLICATED_JOB,
 )
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.triggers import JobSetTrigger
-
-BUDGETS = {
-    "max_slice_restarts": 1,
-    "slice_restart_window_seconds": 3600.0,
-    "stall_timeout_seconds": 3600.0,
-    "max_full_restarts": 1,
-}
+from tests.support.trigger_runs import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
 
 
 def test_serialize() -> None:
@@ -58,70 +48,6 @@ def test_serialize() -> None:
     )
     rebuilt = JobSetTrigger(**trigger.serialize()[1])
     assert rebuilt.serialize() == trigger.serialize()
-
-
-def sleeping_jobset(name: str, slices: int, hosts: int = 1) -> dict[str, Any]:
-    """A JobSet shaped like ours whose containers only sleep: cheap enough to kill slices at will.
-
-    Each slice is a worker Job of ``hosts`` pods (completions = parallelism), as a multi-host slice is.
-    """
-
-    def rjob(rname: str, replicas: int, restart: str, container: str, pods: int = 1) -> dict[str, Any]:
-        pod = {
-            "restartPolicy": restart,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": container, "image": "local", "command": ["sleep", "3600"]}],
-        }
-        job = {
-            "completionMode": "Indexed",
-            "completions": pods,
-            "parallelism": pods,
-            "backoffLimit": 10 * pods,
-            "template": {"spec": pod},
-        }
-        return {"name": rname, "replicas": replicas, "template": {"spec": job}}
-
-    return {
-        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
-        "kind": "JobSet",
-        "metadata": {"name": name},
-        "spec": {
-            "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
-            "failurePolicy": {"maxRestarts": 0},
-            "replicatedJobs": [
-                rjob(HEAD_REPLICATED_JOB, 1, "Never", HEAD_MAIN_CONTAINER),
-                rjob(WORKER_REPLICATED_JOB, slices, "OnFailure", WORKER_CONTAINER, hosts),
-            ],
-        },
-    }
-
-
-def fresh_trigger(name: str, uid: str, budgets: dict[str, Any] = BUDGETS) -> JobSetTrigger:
-    """The trigger an operator defers with when it has just created JobSet `name` (`uid`): a fresh state."""
-    return JobSetTrigger(
-        name=name,
-        namespace="default",
-        uid=uid,
-        target_step=10,
-        budgets=budgets,
-        state=MonitorState(jobset_uid=uid, started_at=time.time()).to_json(),
-        poll_interval=0.5,
-    )
-
-
-async def first_event(trigger: JobSetTrigger) -> TriggerEvent:
-    """The trigger's one event (a task of its own, so the test can act while it watches)."""
-    return await anext(trigger.run())
-
-
-async def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise TimeoutError(what)
 
 
 async def watches_open(cluster: LocalCluster, since: int, *resources: str) -> None:

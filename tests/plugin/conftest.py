@@ -3,28 +3,18 @@ client that logs in the way the UI and the CLI do (``POST /auth/token``)."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-USERS = {"admin": "admin-password", "viewer": "viewer-password"}
+from tests.support.airflow_auth import USERS, auth_environment
 
+# Headless Chromium, for the files that drive a real browser (test_real_run.py, test_browser_journey.py).
+from tests.support.browser import browser
 
-def auth_environment(home: Path) -> dict[str, str]:
-    """Settings that make Airflow require a login (for this process and any server it starts)."""
-    passwords = home / "passwords.json"
-    passwords.write_text(json.dumps(USERS))
-    return {
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__API_AUTH__JWT_SECRET": "elastic-training-test-secret-" + "0123456789abcdef" * 3,
-    }
+__all__ = ["browser"]
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import pytest
 
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, run_report
 from elastic_training.operators.run_report import BudgetAllowances
+from tests.support.airflow_auth import auth
 from tests.support.airflow_dags import dag_from_source, states
 from tests.support.orbax_checkpoints import write_run
 
@@ -137,10 +138,6 @@ def runs(api: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert states(good) == {"pretrain": "success"} and states(bad) == {"pretrain": "failed"}
     shipped = run_subclass_and_mapped("fake_pipeline", base / "good")
     return {"good": good, "bad": bad, "shipped": shipped}
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_recent_runs_list_every_elastic_run(api: Any, runs: dict[str, Any]) -> None:

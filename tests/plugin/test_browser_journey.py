@@ -26,8 +26,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.plugin.test_real_run import DevTools, browser  # noqa: F401  (the module's Chromium fixture)
 from tests.support.airflow_stack import STARTUP_SECONDS, Stack
+from tests.support.browser import DevTools
 
 RUN_SECONDS = 900.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(STARTUP_SECONDS + 2 * RUN_SECONDS + 600)]
@@ -325,12 +325,12 @@ def listed_pretrain(seen: dict[str, Any], dag_id: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def nightly(stack: Stack, browser: str) -> dict[str, Any]:  # noqa: F811
+def nightly(stack: Stack, browser: str) -> dict[str, Any]:
     return asyncio.run(journey(browser, stack, NIGHTLY, log_in_first=True))
 
 
 @pytest.fixture(scope="module")
-def drill(stack: Stack, browser: str, nightly: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+def drill(stack: Stack, browser: str, nightly: dict[str, Any]) -> dict[str, Any]:
     return asyncio.run(journey(browser, stack, DRILL, log_in_first=False))
 
 

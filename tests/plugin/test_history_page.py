@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from elastic_training.operators.failure_history import FailureHistory
-from tests.plugin.test_api import auth
+from tests.support.airflow_auth import auth
 from tests.support.airflow_dags import dag_from_source, states
 
 DAG_ID = "fake_history"

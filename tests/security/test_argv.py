@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from elastic_training.operators.manifest_lint import lint_manifest
 from elastic_training.operators.manifests import JobSpec, elastic_jobset, plain_jobset
 from elastic_training.operators.spec import ElasticRunSpec, SpecError, lint
-from tests.hostile.strategies import HOSTILE, nasty_text
+from tests.support.hostile_strategies import HOSTILE, nasty_text
 
 SHELLS = {"sh", "bash", "dash", "zsh", "ash", "ksh", "/bin/sh", "/bin/bash", "/usr/bin/env"}
 GKE = ElasticRunSpec(

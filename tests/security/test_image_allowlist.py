@@ -26,7 +26,7 @@ from elastic_training.operators.manifests import (
     plain_jobset,
 )
 from elastic_training.operators.spec import ElasticRunSpec, SpecError
-from tests.hostile.strategies import HOSTILE
+from tests.support.hostile_strategies import HOSTILE
 
 ORG = "us-docker.pkg.dev/my-org/"
 PATHWAYS = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/"

@@ -19,8 +19,9 @@ import pytest
 from kubernetes import client, config, watch
 
 from elastic_training.cli.main import main
-from tests.local.cluster.control_plane_support import armed, process_alive, wait_armed
-from tests.local.cluster.helpers import pod, wait_for
+from tests.support.cluster_objects import pod
+from tests.support.control_plane import armed, process_alive, wait_armed
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 MARK = "ELASTIC_TRAINING_CLI_TEST_MARK"  # in the environment of every process a `cluster up` here starts

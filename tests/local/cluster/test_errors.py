@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import jobset_body, pod
+from tests.support.cluster_objects import jobset_body, pod
+from tests.support.local_cluster import K8s
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,10 @@ import pytest
 from kubernetes import client, watch
 
 from elastic_training.local.cluster import LocalCluster
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import process_alive
-from tests.local.cluster.helpers import pod, wait_for
+from tests.support.cluster_objects import pod
+from tests.support.control_plane import process_alive
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(autouse=True)

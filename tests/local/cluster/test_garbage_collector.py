@@ -8,8 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from elastic_training.operators.constants import LABEL_JOB_NAME
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import (
+from tests.support.control_plane import (
     NS,
     armed,
     container,
@@ -20,7 +19,8 @@ from tests.local.cluster.control_plane_support import (
     wait_armed,
     wait_processes_gone,
 )
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 
 def _job(name: str, parallelism: int = 2, grace: int = 5, on_term: str = "sleep 0.3") -> dict[str, Any]:

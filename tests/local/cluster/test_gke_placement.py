@@ -10,8 +10,8 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
 from elastic_training.operators.manifests import elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 CLUSTER_DESCRIPTION = "v5e-small"
 NODEPOOL = "cloud.google.com/gke-nodepool"

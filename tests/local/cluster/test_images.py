@@ -22,8 +22,8 @@ from elastic_training.local.cluster.images import (
 )
 from elastic_training.operators.pipeline_params import LOCAL_EVAL_COMMAND, LOCAL_SYNTH_COMMAND
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,7 @@ from elastic_training.operators.constants import (
     LABEL_JOB_COMPLETION_INDEX,
     LABEL_JOB_NAME,
 )
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import (
+from tests.support.control_plane import (
     NS,
     armed,
     condition,
@@ -33,7 +32,8 @@ from tests.local.cluster.control_plane_support import (
     wait_armed,
     wait_processes_gone,
 )
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 
 def _job(name: str, script: str, *, restart_policy: str = "Never", **spec: Any) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -13,21 +12,10 @@ from kubernetes.client.exceptions import ApiException
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.pod_failure_policy import Action, match
 from elastic_training.operators.manifests import HEAD_POD_FAILURE_POLICY
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import armed, wait_armed
-from tests.local.cluster.helpers import wait_for
-
-
-def _control(cluster: LocalCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"{cluster.url}/_local/faults/{path}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30, context=cluster.ssl_context()) as response:
-        answer: dict[str, Any] = json.loads(response.read())
-        return answer
+from tests.support.cluster_faults import _control
+from tests.support.control_plane import armed, wait_armed
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 
 def _job(name: str, rules: list[dict[str, Any]], command: list[str], *, backoff: int = 0, **pod: Any) -> dict[str, Any]:

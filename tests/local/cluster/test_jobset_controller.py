@@ -27,8 +27,7 @@ from elastic_training.operators.constants import (
     LABEL_REPLICATED_JOB_REPLICAS,
     LABEL_RESTART_ATTEMPT,
 )
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import (
+from tests.support.control_plane import (
     NS,
     JobSets,
     condition,
@@ -39,7 +38,8 @@ from tests.local.cluster.control_plane_support import (
     unique,
     wait_processes_gone,
 )
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 HEAD, WORKER = "head", "worker"
 SLEEP = "sleep 300"  # outlives any wait below: a state held in place, not a race with the clock

@@ -9,8 +9,8 @@ from kubernetes import client
 from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.jobset_placement import LABEL_PRIORITY
 from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOB_KEY, LABEL_JOBSET_NAME
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 POOLS = ("a", "b", "c", "d")
 # Four v5e 2x4 slices: four node pools of two hosts.

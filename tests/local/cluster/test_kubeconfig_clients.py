@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import jobset_body, pod
+from tests.support.cluster_objects import jobset_body, pod
+from tests.support.local_cluster import K8s
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -22,38 +21,14 @@ import yaml
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.local.cluster.tls import generate
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import jobset_body, pod, wait_for
+from tests.support.cluster_objects import jobset_body, pod
+from tests.support.kubectl import KUBECTL, header, kubectl, rows
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
-KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (no `kubectl` on PATH)")
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
-TIMEOUT = 120
-
-
-def kubectl(
-    kubeconfig: Path, *args: str, check: bool = True, stdin: str | None = None, timeout: float = TIMEOUT
-) -> subprocess.CompletedProcess[str]:
-    """Run kubectl with only this cluster in view (no user kubeconfig, no cache shared between runs)."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECACHEDIR": str(kubeconfig.parent / "kube-cache")}
-    assert KUBECTL is not None
-    done = subprocess.run(
-        [KUBECTL, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}: {done.stderr}")
-    return done
-
-
-def header(output: str) -> list[str]:
-    """The column names of kubectl's table output (split on runs of two or more spaces)."""
-    return re.split(r"\s{2,}", output.splitlines()[0].strip())
-
-
-def rows(output: str) -> dict[str, list[str]]:
-    """Table rows by their first cell."""
-    return {line.split()[0]: re.split(r"\s{2,}", line.strip()) for line in output.splitlines()[1:] if line.strip()}
 
 
 @pytest.fixture(scope="module")

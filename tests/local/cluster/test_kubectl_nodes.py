@@ -8,9 +8,10 @@ import pytest
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import pod, wait_for
-from tests.local.cluster.test_kubectl import KUBECTL, header, kubectl, rows
+from tests.support.cluster_objects import pod
+from tests.support.kubectl import KUBECTL, header, kubectl, rows
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (no `kubectl` on PATH)")
 

@@ -10,8 +10,7 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import (
+from tests.support.control_plane import (
     NS,
     armed,
     container,
@@ -22,7 +21,8 @@ from tests.local.cluster.control_plane_support import (
     wait_armed,
     wait_processes_gone,
 )
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 TERMINAL = ("Succeeded", "Failed")
 

@@ -22,19 +22,11 @@ from elastic_training.operators.constants import (
     LABEL_KUEUE_PRIORITY_CLASS,
     LABEL_KUEUE_QUEUE_NAME,
 )
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import (
-    NS,
-    JobSets,
-    condition,
-    job_template,
-    jobset_manifest,
-    pods_of,
-    unique,
-)
-from tests.local.cluster.helpers import wait_for
+from tests.support.control_plane import NS, JobSets, condition, job_template, jobset_manifest, pods_of, unique
+from tests.support.kueue_objects import KUEUE, V, cond, running_pods, workload_of, workload_when, workloads
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
-KUEUE, V = "kueue.x-k8s.io", "v1beta2"
 Obj = dict[str, Any]
 HOLD = "sleep 300"  # holds its quota for as long as any test needs
 
@@ -118,51 +110,9 @@ def queued_jobset(
     return manifest
 
 
-def workloads(k8s: K8s) -> list[Obj]:
-    items: list[Obj] = k8s.custom.list_namespaced_custom_object(KUEUE, V, NS, "workloads")["items"]
-    return items
-
-
-def workload_of(k8s: K8s, jobset: str, timeout: float = 30.0) -> Obj:
-    def probe() -> Obj | None:
-        return next(
-            (
-                wl
-                for wl in workloads(k8s)
-                if any(r.get("name") == jobset for r in wl["metadata"].get("ownerReferences") or [])
-            ),
-            None,
-        )
-
-    return wait_for(probe, timeout)
-
-
-def cond(obj: Obj, kind: str) -> Obj | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
-
-
-def workload_when(k8s: K8s, jobset: str, kind: str, status: str = "True", timeout: float = 60.0) -> Obj:
-    def probe() -> Obj | None:
-        wl = workload_of(k8s, jobset)
-        found = cond(wl, kind)
-        return wl if found is not None and found["status"] == status else None
-
-    return wait_for(probe, timeout)
-
-
 def reserved(k8s: K8s, jobset: str) -> bool:
     found = cond(workload_of(k8s, jobset), "QuotaReserved")
     return found is not None and found["status"] == "True"
-
-
-def running_pods(k8s: K8s, jobset: str, count: int, timeout: float = 90.0) -> list[client.V1Pod]:
-    """Once ``count`` pods of ``jobset`` are Running, those pods."""
-
-    def probe() -> list[client.V1Pod] | None:
-        pods = [p for p in pods_of(k8s.core, f"{LABEL_JOBSET_NAME}={jobset}") if p.status.phase == "Running"]
-        return pods if len(pods) >= count else None
-
-    return wait_for(probe, timeout)
 
 
 def _message(err: client.ApiException) -> str:

@@ -20,19 +20,11 @@ from elastic_training.operators.constants import (
 )
 from elastic_training.operators.manifests import elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import (
-    NS,
-    JobSets,
-    condition,
-    job_template,
-    jobset_manifest,
-    pods_of,
-    unique,
-)
-from tests.local.cluster.helpers import wait_for
-from tests.local.cluster.test_kubectl import header, kubectl, rows
-from tests.local.cluster.test_kueue import KUEUE, V, cond, running_pods, workload_of, workload_when
+from tests.support.control_plane import NS, JobSets, condition, job_template, jobset_manifest, pods_of, unique
+from tests.support.kubectl import header, kubectl, rows
+from tests.support.kueue_objects import KUEUE, V, cond, running_pods, workload_of, workload_when
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 CLUSTER_DESCRIPTION = "v5e-small"
 HOLD = "sleep 300"

@@ -14,8 +14,9 @@ from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.logs import complete_size, rfc3339_nano, since_offset, tail_offset
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import pod, wait_for
+from tests.support.cluster_objects import pod
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 
 def _log(k8s: K8s, name: str, **kwargs: object) -> str:

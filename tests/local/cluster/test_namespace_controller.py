@@ -10,9 +10,10 @@ import pytest
 from kubernetes import client
 
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import container, pod_manifest, pod_pids, unique, wait_processes_gone
-from tests.local.cluster.helpers import job_body, jobset_body, wait_for
+from tests.support.cluster_objects import job_body, jobset_body
+from tests.support.control_plane import container, pod_manifest, pod_pids, unique, wait_processes_gone
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 HOLD = "test.local/hold"
 LOOP = "while :; do sleep 0.05; done"

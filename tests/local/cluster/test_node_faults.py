@@ -16,8 +16,9 @@ from kubernetes import client, watch
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
+from tests.support.cluster_faults import _control
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 CLUSTER_DESCRIPTION = parse_description(
     {
@@ -39,18 +40,6 @@ CLUSTER_DESCRIPTION = parse_description(
 NODEPOOL = "cloud.google.com/gke-nodepool"
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
 SLEEP = ["sleep", "120"]
-
-
-def _control(cluster: LocalCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"{cluster.url}/_local/faults/{path}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30, context=cluster.ssl_context()) as response:
-        answer: dict[str, Any] = json.loads(response.read())
-        return answer
 
 
 def _tpu_container() -> dict[str, Any]:

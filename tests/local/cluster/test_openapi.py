@@ -12,8 +12,8 @@ from elastic_training.local.cluster import openapi
 from elastic_training.local.cluster.openapi_schemas import JOBSET
 from elastic_training.local.cluster.resources import JOBSETS, PODS
 from elastic_training.local.cluster.server_side_apply import apply
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import jobset_body
+from tests.support.cluster_objects import jobset_body
+from tests.support.local_cluster import K8s
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import (
+from tests.support.control_plane import (
     NS,
     armed,
     container,
@@ -20,7 +19,8 @@ from tests.local.cluster.control_plane_support import (
     wait_armed,
     wait_processes_gone,
 )
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 HOLD = "test.local/hold"
 

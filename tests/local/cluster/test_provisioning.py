@@ -12,9 +12,9 @@ from kubernetes import client
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.resources import ApiError
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
-from tests.local.cluster.test_node_faults import _control
+from tests.support.cluster_faults import _control
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 NODEPOOL = "cloud.google.com/gke-nodepool"
 DELAY = 2.0

@@ -15,8 +15,8 @@ from kubernetes import client
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.local.cluster.rbac import Attributes, UserInfo, rule_allows
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import pod
+from tests.support.cluster_objects import pod
+from tests.support.local_cluster import K8s
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (no `kubectl` on PATH)")

@@ -18,9 +18,9 @@ from elastic_training.local import maxtext_env
 from elastic_training.operators.checkpoints import DeepOptions, validate_checkpoints
 from elastic_training.operators.constants import COMPLETED_STEP_RE
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
 from tests.support.real_maxtext import maxtext_python, model_args
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -11,8 +11,8 @@ from kubernetes import client, watch
 from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.scheduler import fit_error_message
 from elastic_training.local.cluster.scheduler_filters import Rejection
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 # Two v5e 2x4 slices (2 hosts each) and a small CPU pool: 6 nodes.
 CLUSTER_DESCRIPTION = parse_description(

@@ -10,8 +10,8 @@ from kubernetes import client
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.resources import JOBSETS, PODS, ApiError
 from elastic_training.local.cluster.selectors import parse_field_selector, parse_label_selector
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import pod
+from tests.support.cluster_objects import pod
+from tests.support.local_cluster import K8s
 
 LABELS = {"app": "trainer", "tier": "worker", "slice": "0"}
 

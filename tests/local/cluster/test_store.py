@@ -16,9 +16,9 @@ import pytest
 from kubernetes import client
 
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import NS, unique
-from tests.local.cluster.helpers import job_body, jobset_body
+from tests.support.cluster_objects import job_body, jobset_body
+from tests.support.control_plane import NS, unique
+from tests.support.local_cluster import K8s
 
 HOLD = "test.local/hold"
 Obj = dict[str, Any]

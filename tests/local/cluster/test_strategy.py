@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client, watch
 
 from elastic_training.operators.constants import LABEL_CONTROLLER_UID, LABEL_JOB_NAME
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import NS, container, unique
-from tests.local.cluster.helpers import job_body
+from tests.support.cluster_objects import job_body
+from tests.support.control_plane import NS, container, unique
+from tests.support.local_cluster import K8s
 
 Obj = dict[str, Any]
 

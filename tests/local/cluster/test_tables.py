@@ -10,8 +10,8 @@ import pytest
 
 from elastic_training.local.cluster.resources import JOBS, JOBSETS, PODS, ApiError
 from elastic_training.local.cluster.tables import TableRequest, human_duration, negotiate, to_table
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import jobset_body, pod
+from tests.support.cluster_objects import jobset_body, pod
+from tests.support.local_cluster import K8s
 
 NOW = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
 KUBECTL_ACCEPT = (

@@ -13,8 +13,8 @@ from kubernetes import client
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.resources import JOBS, JOBSETS, PODS
 from elastic_training.local.cluster.validation import validate, validate_update
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import job_body, jobset_body
+from tests.support.cluster_objects import job_body, jobset_body
+from tests.support.local_cluster import K8s
 
 Edit = Callable[[dict[str, Any]], None]
 

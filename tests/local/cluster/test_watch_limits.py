@@ -19,8 +19,9 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.resources import JOBS, NAMESPACES, PODS
 from elastic_training.local.cluster.store import Store, WatchEnd
 from elastic_training.local.cluster.watching import WatchOptions
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import pod, wait_for
+from tests.support.cluster_objects import pod
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 QUEUE_LIMIT = 20
 OPTIONS = WatchOptions(min_request_timeout=2.0, bookmark_interval=0.5, freshness_wait=2.0)

@@ -15,7 +15,7 @@ import pytest
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.workloads.drill import DrillObservation, DrillPlan, SliceKillDrill
 from elastic_training.operators.constants import COMMIT_SUCCESS_FILE, ELASTIC_ATTEMPT_RE, SUFFICIENT_SLICES_RE
-from tests.local.workloads.conftest import COMPILATION_CACHE_ENV
+from tests.support.workload_processes import COMPILATION_CACHE_ENV
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from elastic_training.local.workloads.config import (
     TrainConfig,
     parse_args,
 )
-from tests.local.workloads.conftest import REPO, run_module
+from tests.support.workload_processes import REPO, run_module
 
 
 def test_defaults_and_overrides() -> None:

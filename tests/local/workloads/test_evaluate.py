@@ -13,7 +13,7 @@ from elastic_training.local.workloads.config import EvalConfig, parse_args
 from elastic_training.local.workloads.evaluate import evaluate
 from elastic_training.local.workloads.inference import CheckpointNotFoundError
 from elastic_training.operators.constants import COMMIT_SUCCESS_FILE
-from tests.local.workloads.conftest import run_module
+from tests.support.workload_processes import run_module
 
 
 def test_newest_step_beats_step_0_and_is_deterministic(trained_run: tuple[str, list[str]]) -> None:

@@ -23,8 +23,8 @@ from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
     RESTORING_STEP_RE,
 )
-from tests.local.workloads.conftest import run_module
 from tests.support.gcs_emulator import GCSEmulator
+from tests.support.workload_processes import run_module
 
 pytestmark = pytest.mark.slow
 

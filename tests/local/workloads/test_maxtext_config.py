@@ -18,7 +18,7 @@ from elastic_training.local.workloads.maxtext_config import (
     train_config,
     unknown_key_message,
 )
-from tests.local.workloads.conftest import run_module
+from tests.support.workload_processes import run_module
 
 BASE = "src/maxtext/configs/base.yml"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elastic_training.local.workloads.pathways import FlagError, parse_flags
-from tests.local.workloads.conftest import run_module
+from tests.support.workload_processes import run_module
 
 RM = [
     "--server_port=29001",

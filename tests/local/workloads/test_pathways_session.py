@@ -31,8 +31,8 @@ from elastic_training.operators.constants import (
 )
 from elastic_training.operators.manifests import elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec, lint
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.helpers import wait_for
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 CLUSTER_DESCRIPTION = "v5e-small"
 NAMESPACE = "default"

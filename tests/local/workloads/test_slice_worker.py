@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from elastic_training.local.workloads.slice_worker import EXIT_HELD
-from tests.local.workloads.conftest import run_module, start_module
+from tests.support.workload_processes import run_module, start_module
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -9,7 +9,7 @@ import pytest
 
 from elastic_training.local.workloads.config import SynthesizeConfig, parse_args
 from elastic_training.local.workloads.synthesize import MANIFEST_FILE, SAMPLES_FILE, synthesize
-from tests.local.workloads.conftest import run_module
+from tests.support.workload_processes import run_module
 
 
 def _run(keys: list[str], out: Path, *extra: str) -> tuple[dict[str, object], str]:

@@ -19,7 +19,7 @@ from elastic_training.operators.constants import (
     SAVED_CHECKPOINT_RE,
     TRAINING_STOPPED_RE,
 )
-from tests.local.workloads.conftest import run_module, start_module
+from tests.support.workload_processes import run_module, start_module
 
 # Each test runs the trainer's entry point as a process (JAX start, compile, training): make test, not test-fast.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # several runs each, on a loaded box

@@ -25,7 +25,7 @@ from elastic_training.operators.constants import (
     RESTORING_STEP_RE,
     SUFFICIENT_SLICES_RE,
 )
-from tests.local.workloads.conftest import run_module
+from tests.support.workload_processes import run_module
 
 # Each test runs the elastic driver as a process (JAX start, compile, training): make test, not test-fast.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # several runs each, on a loaded box
@@ -51,7 +51,7 @@ def _drive(
         "elastic_poll_interval_seconds=0.1",
         *keys,
     ]
-    result = run_module("tests.local.workloads.elastic_driver", args)
+    result = run_module("tests.support.elastic_driver", args)
     assert result.returncode == expect_code, result.stdout[-4000:] + result.stderr[-4000:]
     line = result.stdout.strip().splitlines()[-1]
     assert line.startswith("DRIVER_RESULT ")

@@ -1,14 +1,10 @@
-"""Small builders and waits shared by the local cluster tests."""
+"""Small builders of pods, Jobs and JobSets for the tests against the local cluster."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client
-
-T = TypeVar("T")
 
 
 def pod(
@@ -69,19 +65,3 @@ def jobset_body(name: str, *, replicas: int = 1, suspend: bool = True, **spec: A
             **spec,
         },
     }
-
-
-def wait_for(check: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.05) -> T:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds.
-
-    The default is generous on purpose: a wait costs only as long as the condition takes, and CI runs
-    the suite on a loaded 2-core machine.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)

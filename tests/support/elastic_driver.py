@@ -1,6 +1,6 @@
 """Test driver: run one `Trainer` on several CPU slices and take a slice away mid-run.
 
-`python -m tests.local.workloads.elastic_driver <down_after_step> <slice> <up> key=value ...` where `<up>` is
+`python -m tests.support.elastic_driver <down_after_step> <slice> <up> key=value ...` where `<up>` is
 `never`, a number of seconds the slice stays down, or `step:N` (once step N has completed again).
 The trainer, pathwaysutils' retry loop and Orbax are the real ones; the slice health is a `StaticSliceHealth`
 flipped from inside the health calls themselves, so every flip lands at the same point of the run however

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client
 
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
-from tests.local.cluster.helpers import wait_for
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 NS = "default"

@@ -1,0 +1,21 @@
+"""A one-task DAG of `JobSetOperator` running one command on the local cluster, written into the test dags folder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support.airflow_dags import dag_from_source
+
+HEADER = "from airflow.sdk import DAG\nfrom operators import JobSetOperator"
+
+
+def one_job_dag(dag_id: str, command: list[str], **extra: Any) -> Any:
+    arguments = ", ".join(f"{k}={v!r}" for k, v in extra.items())
+    body = f"""
+    with DAG({dag_id!r}, schedule=None) as dag:
+        JobSetOperator(
+            task_id="job", name={dag_id.replace("_", "-")!r}, image="local", command={command!r},
+            runtime="local", stage="evaluate", deferrable=True, poll_interval=1.0, {arguments}
+        )
+    """
+    return dag_from_source(dag_id, body, HEADER)
