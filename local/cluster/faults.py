@@ -17,6 +17,9 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 - ``POST   /_local/faults/repair-node-pool`` ``{"nodePool", "seconds"}``
 - ``POST   /_local/faults/evict-pod``       ``{"namespace", "name", "reason"?}`` (default ``EvictionByEvictionAPI``)
 - ``POST   /_local/faults/provision-on-demand`` ``{"nodePool", "seconds"}`` (:mod:`local.cluster.provisioning`)
+- ``POST   /_local/faults/provisioning``    ``{"outcome": fail|delay|expire|revoke, "namespace"?, "name"?, "count"?,
+  "seconds"?, "reason"?, "message"?}``: a ProvisioningRequest's outcome (:mod:`local.cluster.provisioning_requests`),
+  now for the named request, else for the next ``count``
 
 All state lives on the cluster's event loop; nothing here is thread-safe by itself.
 """
@@ -36,6 +39,7 @@ from aiohttp import web
 
 from elastic_training.local.cluster.node_faults import DisruptionReason, NodeFaults
 from elastic_training.local.cluster.provisioning import NodeProvisioner
+from elastic_training.local.cluster.provisioning_requests import QueuedProvisioning, Rule
 from elastic_training.local.cluster.resources import PODS, ApiError, bad_request
 from elastic_training.local.cluster.store import Obj, Store
 
@@ -225,12 +229,14 @@ class FaultInjector:
         pods: PodControl | None,
         nodes: NodeFaults | None = None,
         provisioner: NodeProvisioner | None = None,
+        provisioning_requests: QueuedProvisioning | None = None,
     ) -> None:
         self.store = store
         self.api = ApiFaults()
         self._pods = pods
         self._nodes = nodes
         self._provisioner = provisioner
+        self._requests = provisioning_requests
 
     def node_faults(self) -> NodeFaults:
         if self._nodes is None:
@@ -247,6 +253,14 @@ class FaultInjector:
         if self._provisioner is None:
             raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
         return self._provisioner.provision_on_demand(pool, seconds)
+
+    async def provisioning(self, rule: Rule, namespace: str | None = None, name: str | None = None) -> Obj:
+        """A ProvisioningRequest's outcome: now for ``namespace/name``, else for the next ``rule.count`` requests."""
+        if self._requests is None:
+            raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
+        if name:
+            return await self._requests.act(namespace or "default", name, rule)
+        return self._requests.add_rule(rule)
 
     async def repair_node_pool(self, pool: str, seconds: float) -> Obj:
         """GKE auto-repair of ``pool``: its pods evicted, its nodes cordoned and NotReady for ``seconds``."""
@@ -294,6 +308,7 @@ class FaultInjector:
         app.router.add_post(f"{FAULTS_PATH}/repair-node-pool", self._repair_node_pool)
         app.router.add_post(f"{FAULTS_PATH}/evict-pod", self._evict_pod)
         app.router.add_post(f"{FAULTS_PATH}/provision-on-demand", self._provision_on_demand)
+        app.router.add_post(f"{FAULTS_PATH}/provisioning", self._provisioning)
 
     async def _get(self, request: web.Request) -> web.Response:
         return web.json_response(self.api.describe())
@@ -356,6 +371,18 @@ class FaultInjector:
         return web.json_response(
             self.provision_on_demand(_required(body, "nodePool"), _optional(body, "seconds", float))
         )
+
+    async def _provisioning(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        rule = Rule(
+            _required(body, "outcome"),
+            count=_optional(body, "count", int) or 1,
+            seconds=_optional(body, "seconds", float) or 0.0,
+            reason=_optional(body, "reason", str) or "",
+            message=_optional(body, "message", str) or "",
+        )
+        result = await self.provisioning(rule, _optional(body, "namespace", str), _optional(body, "name", str))
+        return web.json_response(result, status=201)
 
     async def _repair_node_pool(self, request: web.Request) -> web.Response:
         body = await _json_body(request)

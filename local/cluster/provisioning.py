@@ -9,6 +9,10 @@ a node of the pool could take triggers a scale-up, recorded on the pod as the Ev
 once, so here all the pool's nodes register together, ``delaySeconds`` after the first pod asked (the
 time GKE takes to obtain and boot the VMs). The scheduler binds the waiting pods when the nodes appear.
 
+A pool declared ``queued: true`` is GKE's queued provisioning (``--enable-queued-provisioning``): a pending pod
+never scales it up; only a ProvisioningRequest does (``local/cluster/provisioning_requests.py`` reserves the pool,
+registers its nodes with the request's labels and, when capacity is revoked, gives the pool back to wait again).
+
 Declared in the cluster description (``provisioning: {onDemand: true, delaySeconds: N}`` on a node pool)
 or at run time with ``elastic-training cluster fault provision-on-demand <pool> --seconds N`` (the pool's
 nodes, which must run no pod, are removed and come back on demand). Simplified: nodes are never scaled
@@ -38,6 +42,7 @@ class _Pending:
     pool: NodePool
     seconds: float
     handle: asyncio.TimerHandle | None = None
+    reserved: bool = False  # taken by a ProvisioningRequest
 
 
 def _unschedulable(pod: Obj) -> bool:
@@ -72,13 +77,14 @@ class NodeProvisioner:
         if not self._waiting or not needs_scheduling(pod) or not _unschedulable(pod):
             return
         for pending in list(self._waiting.values()):
-            if pending.handle is not None:
-                continue
-            if self._fits(pod, pending.pool):
+            if pending.handle is not None or pending.reserved or pending.pool.queued:
+                continue  # a queued-provisioning pool scales up only for a ProvisioningRequest
+            if self.fits(pod, pending.pool):
                 self._trigger(pod, pending)
                 return
 
-    def _fits(self, pod: Obj, pool: NodePool) -> bool:
+    def fits(self, pod: Obj, pool: NodePool) -> bool:
+        """Whether a node of ``pool`` could take ``pod`` (a pod, or a PodTemplate's ``template``)."""
         template = node_object(self._description, pool, self._description.node_names(pool)[0])
         template["metadata"]["name"] = "template"
         return filter_node(pod, template, [], []) is None
@@ -95,12 +101,45 @@ class NodeProvisioner:
         )
         pending.handle = asyncio.get_running_loop().call_later(pending.seconds, self._provision, pool.name)
 
-    def _provision(self, name: str) -> None:
+    def _provision(self, name: str, labels: dict[str, str] | None = None) -> None:
         pending = self._waiting.pop(name, None)
         if pending is None:
             return
         nodes = [node_object(self._description, pending.pool, n) for n in self._description.node_names(pending.pool)]
+        for node in nodes:
+            node["metadata"]["labels"].update(labels or {})
         create_nodes(self._store, nodes)
+
+    # -- for a ProvisioningRequest (local/cluster/provisioning_requests.py) -------------------------
+
+    def idle_pools(self, *, queued: bool) -> list[NodePool]:
+        """The pools waiting for demand, nothing yet asked of them (queued-provisioning ones, or the others)."""
+        return [
+            p.pool for p in self._waiting.values() if p.handle is None and not p.reserved and p.pool.queued == queued
+        ]
+
+    def reserve(self, pool_name: str) -> None:
+        """Take a waiting pool for a ProvisioningRequest: no pending pod triggers it any more."""
+        pending = self._waiting.get(pool_name)
+        if pending is not None and pending.handle is None:
+            pending.reserved = True
+
+    def provision_now(self, pool_name: str, labels: dict[str, str]) -> list[str]:
+        """Register a reserved pool's nodes now, with ``labels`` added (the request's); their names."""
+        pending = self._waiting.get(pool_name)
+        if pending is None:
+            return []
+        self._provision(pool_name, labels)
+        return self._description.node_names(pending.pool)
+
+    def release(self, pool_name: str) -> None:
+        """A pool whose nodes went (capacity revoked) or that was never provisioned waits for demand again."""
+        pool = self._description.pool(pool_name)
+        previous = self._waiting.pop(pool_name, None)
+        if previous is not None and previous.handle is not None:
+            previous.handle.cancel()
+        if pool is not None:
+            self._waiting[pool_name] = _Pending(pool, pool.provisioning_seconds)
 
     def provision_on_demand(self, pool_name: str, seconds: float) -> Obj:
         """Take a pool's nodes away; they come back ``seconds`` after a pending pod asks for them (a fault)."""
