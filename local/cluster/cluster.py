@@ -78,9 +78,10 @@ class Faults:
         result: dict[str, Any] = self._cluster.run(lambda: self._injector().lose_host(node, repair_seconds))
         return result
 
-    def provision_on_demand(self, pool: str, seconds: float) -> dict[str, Any]:
-        """An idle node pool loses its nodes; they register ``seconds`` after a pending pod needs them."""
-        result: dict[str, Any] = self._cluster.call(lambda: self._injector().provision_on_demand(pool, seconds))
+    def provision_on_demand(self, pool: str, seconds: float, *, queued: bool = False) -> dict[str, Any]:
+        """An idle node pool loses its nodes; they register ``seconds`` after a pending pod needs them (``queued``:
+        after a ProvisioningRequest takes the pool, GKE's queued provisioning)."""
+        result: dict[str, Any] = self._cluster.call(lambda: self._injector().provision_on_demand(pool, seconds, queued))
         return result
 
     def provisioning(

@@ -16,7 +16,8 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 - ``POST   /_local/faults/lose-host``       ``{"node", "repairSeconds"?}`` (:mod:`local.cluster.node_faults`)
 - ``POST   /_local/faults/repair-node-pool`` ``{"nodePool", "seconds"}``
 - ``POST   /_local/faults/evict-pod``       ``{"namespace", "name", "reason"?}`` (default ``EvictionByEvictionAPI``)
-- ``POST   /_local/faults/provision-on-demand`` ``{"nodePool", "seconds"}`` (:mod:`local.cluster.provisioning`)
+- ``POST   /_local/faults/provision-on-demand`` ``{"nodePool", "seconds", "queued"?}``
+  (:mod:`local.cluster.provisioning`)
 - ``POST   /_local/faults/provisioning``    ``{"outcome": fail|delay|expire|revoke, "namespace"?, "name"?, "count"?,
   "seconds"?, "reason"?, "message"?}``: a ProvisioningRequest's outcome (:mod:`local.cluster.provisioning_requests`),
   now for the named request, else for the next ``count``
@@ -248,11 +249,12 @@ class FaultInjector:
         (None: the pool's ``repairSeconds`` from the cluster description)."""
         return await self.node_faults().lose_host(node, repair_seconds)
 
-    def provision_on_demand(self, pool: str, seconds: float) -> Obj:
-        """Remove an idle pool's nodes; they register ``seconds`` after a pending pod needs them."""
+    def provision_on_demand(self, pool: str, seconds: float, queued: bool = False) -> Obj:
+        """Remove an idle pool's nodes; they register ``seconds`` after a pending pod needs them (``queued``: after
+        a ProvisioningRequest takes the pool)."""
         if self._provisioner is None:
             raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
-        return self._provisioner.provision_on_demand(pool, seconds)
+        return self._provisioner.provision_on_demand(pool, seconds, queued=queued)
 
     async def provisioning(self, rule: Rule, namespace: str | None = None, name: str | None = None) -> Obj:
         """A ProvisioningRequest's outcome: now for ``namespace/name``, else for the next ``rule.count`` requests."""
@@ -368,8 +370,11 @@ class FaultInjector:
         body = await _json_body(request)
         if "seconds" not in body:
             raise bad_request("seconds is required")
+        queued = body.get("queued", False)
+        if not isinstance(queued, bool):
+            raise bad_request("queued must be true or false")
         return web.json_response(
-            self.provision_on_demand(_required(body, "nodePool"), _optional(body, "seconds", float))
+            self.provision_on_demand(_required(body, "nodePool"), _optional(body, "seconds", float), queued)
         )
 
     async def _provisioning(self, request: web.Request) -> web.Response:

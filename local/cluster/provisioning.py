@@ -15,13 +15,15 @@ registers its nodes with the request's labels and, when capacity is revoked, giv
 
 Declared in the cluster description (``provisioning: {onDemand: true, delaySeconds: N}`` on a node pool)
 or at run time with ``elastic-training cluster fault provision-on-demand <pool> --seconds N`` (the pool's
-nodes, which must run no pod, are removed and come back on demand). Simplified: nodes are never scaled
+nodes, which must run no pod, are removed and come back on demand; ``queued: true`` over HTTP makes it a
+queued-provisioning pool). Simplified: nodes are never scaled
 down again; a pod whose affinity fits no pool triggers nothing (it stays unschedulable, as upstream).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 from elastic_training.local.cluster.cluster_description import ClusterDescription, NodePool, node_object
@@ -62,6 +64,7 @@ class NodeProvisioner:
         self._waiting: dict[str, _Pending] = {
             p.name: _Pending(p, p.provisioning_seconds) for p in description.pools if p.on_demand
         }
+        self._made_queued: set[str] = set()  # pools the provision-on-demand fault made queued-provisioning ones
 
     def start(self) -> None:
         """Watch pods (call on the loop, after the nodes are registered); pods already pending count."""
@@ -134,16 +137,23 @@ class NodeProvisioner:
 
     def release(self, pool_name: str) -> None:
         """A pool whose nodes went (capacity revoked) or that was never provisioned waits for demand again."""
-        pool = self._description.pool(pool_name)
+        pool = self._pool(pool_name)
         previous = self._waiting.pop(pool_name, None)
         if previous is not None and previous.handle is not None:
             previous.handle.cancel()
         if pool is not None:
             self._waiting[pool_name] = _Pending(pool, pool.provisioning_seconds)
 
-    def provision_on_demand(self, pool_name: str, seconds: float) -> Obj:
-        """Take a pool's nodes away; they come back ``seconds`` after a pending pod asks for them (a fault)."""
-        pool = self._description.pool(pool_name)
+    def _pool(self, name: str) -> NodePool | None:
+        pool = self._description.pool(name)
+        return dataclasses.replace(pool, queued=True) if pool is not None and name in self._made_queued else pool
+
+    def provision_on_demand(self, pool_name: str, seconds: float, *, queued: bool = False) -> Obj:
+        """Take a pool's nodes away; they come back ``seconds`` after a pending pod asks for them (a fault), or,
+        ``queued``, only for a ProvisioningRequest (the pool is then a queued-provisioning one)."""
+        if queued:
+            self._made_queued.add(pool_name)
+        pool = self._pool(pool_name)
         if pool is None:
             raise ApiError(404, "NotFound", f'node pool "{pool_name}" not found')
         if not 0 <= seconds <= 86_400:
@@ -164,7 +174,7 @@ class NodeProvisioner:
         self._waiting[pool_name] = _Pending(pool, seconds)
         for pod in self._store.list(PODS)[0]:
             self._consider(pod)
-        return {"nodePool": pool_name, "nodes": names, "seconds": seconds}
+        return {"nodePool": pool_name, "nodes": names, "seconds": seconds, "queued": pool.queued}
 
     def cancel(self) -> None:
         """Forget pending provisioning (cluster shutdown)."""
