@@ -64,7 +64,8 @@ class NodeProvisioner:
         self._waiting: dict[str, _Pending] = {
             p.name: _Pending(p, p.provisioning_seconds) for p in description.pools if p.on_demand
         }
-        self._made_queued: set[str] = set()  # pools the provision-on-demand fault made queued-provisioning ones
+        # pools the provision-on-demand fault made queued-provisioning ones, and their delay
+        self._made_queued: dict[str, float] = {}
 
     def start(self) -> None:
         """Watch pods (call on the loop, after the nodes are registered); pods already pending count."""
@@ -121,6 +122,11 @@ class NodeProvisioner:
             p.pool for p in self._waiting.values() if p.handle is None and not p.reserved and p.pool.queued == queued
         ]
 
+    def delay_of(self, pool_name: str) -> float:
+        """How long the waiting pool takes to register its nodes (its description's, or the fault's)."""
+        pending = self._waiting.get(pool_name)
+        return pending.seconds if pending is not None else 0.0
+
     def reserve(self, pool_name: str) -> None:
         """Take a waiting pool for a ProvisioningRequest: no pending pod triggers it any more."""
         pending = self._waiting.get(pool_name)
@@ -146,13 +152,15 @@ class NodeProvisioner:
 
     def _pool(self, name: str) -> NodePool | None:
         pool = self._description.pool(name)
-        return dataclasses.replace(pool, queued=True) if pool is not None and name in self._made_queued else pool
+        if pool is None or name not in self._made_queued:
+            return pool
+        return dataclasses.replace(pool, queued=True, provisioning_seconds=self._made_queued[name])
 
     def provision_on_demand(self, pool_name: str, seconds: float, *, queued: bool = False) -> Obj:
         """Take a pool's nodes away; they come back ``seconds`` after a pending pod asks for them (a fault), or,
         ``queued``, only for a ProvisioningRequest (the pool is then a queued-provisioning one)."""
         if queued:
-            self._made_queued.add(pool_name)
+            self._made_queued[pool_name] = seconds
         pool = self._pool(pool_name)
         if pool is None:
             raise ApiError(404, "NotFound", f'node pool "{pool_name}" not found')

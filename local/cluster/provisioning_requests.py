@@ -179,7 +179,7 @@ class QueuedProvisioning:
         if rule is not None and rule.outcome in ("fail", "delay"):
             seconds = rule.seconds
         else:
-            seconds = max(p.provisioning_seconds for p in pools)
+            seconds = max(self._provisioner.delay_of(p.name) for p in pools)
         loop = asyncio.get_running_loop()
         booking.timers.append(loop.call_later(seconds, self._provision, key))
 
