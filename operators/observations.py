@@ -57,7 +57,13 @@ from elastic_training.operators.constants import (
 from elastic_training.operators.failure_history import DELETED, SliceFailure, kind_of
 from elastic_training.operators.failure_history import FailureKind as HistoryKind
 from elastic_training.operators.policy import JobSetPhase, Observation, QueueWait, RunPhase
-from elastic_training.operators.queueing import QueueState, is_queued_jobset, jobset_suspension, workload_status
+from elastic_training.operators.queueing import (
+    QueueState,
+    WorkloadStatus,
+    is_queued_jobset,
+    jobset_suspension,
+    workload_status,
+)
 from elastic_training.operators.recovery import PREEMPTION, LogDigest
 from elastic_training.operators.slice_failures import (
     FailureKind,
@@ -87,6 +93,10 @@ MAX_POOLS_SEEN = 256
 # A suspended JobSet whose Workload is missing (or neither pending nor admitted) this long is in no queue: Kueue
 # creates the Workload within moments of the JobSet, so a shorter absence is the watches' order, not kueue #14811.
 NOT_QUEUED_GRACE_SECONDS = 30.0
+KUEUE_UNSERVED = (
+    "the cluster serves no kueue.x-k8s.io/v1beta2 Workloads (404: Kueue older than v0.15, or none installed): "
+    "admission is read from the JobSet's suspension alone, without Kueue's reason (docs/deploy.md, Kueue versions)"
+)
 
 
 def normalize_timestamp(value: str) -> str | None:
@@ -233,6 +243,8 @@ class MonitorState:
     queue_state: str = QueueState.NONE.value
     queue_state_since: float | None = None
     queue_reason: str = ""  # Kueue's words on the Workload (QuotaReserved=False, Evicted, ...)
+    provisioning_said: str = ""  # the last admission check outcome: "admission check dws-prov Rejected: ..."
+    kueue_unserved: bool = False  # the cluster answers 404 for kueue.x-k8s.io/v1beta2 Workloads
     trainer_up_since: float | None = None  # the head's trainer container runs since (Kubernetes' time)
     # worker Job uid -> the GKE node pool its pods run on now: a follower pod's nodeSelector, which JobSet's
     # exclusive placement sets to the leader's pool (a Job's pods may move to another pool after a failure)
@@ -278,15 +290,41 @@ class MonitorState:
         if status.state.value != self.queue_state:
             self.queue_state, self.queue_state_since = status.state.value, now
         self.queue_reason = status.reason
+        self._on_admission_checks(status, now)
         if status.evicted_reason:
             said = ": ".join(p for p in (status.evicted_reason, status.evicted_message) if p)
             self.digest.note_preemption_reason(said)
 
+    def _on_admission_checks(self, status: WorkloadStatus, now: float) -> None:
+        """Provisioning (quota reserved, checks pending) opens a span of its own; each check's outcome is noted
+        (the ProvisioningRequest's words: provisioned, failed and retried, rejected, capacity revoked)."""
+        if status.state is QueueState.PROVISIONING:
+            self.digest.provisioning(now)
+        else:
+            self.digest.provisioned(now)
+        for check in status.checks:
+            if check.state in ("Ready", "Retry", "Rejected") and check.message:
+                said = check.said()
+                if said != self.provisioning_said:
+                    self.provisioning_said = said
+                    self.digest.note_provisioning(now, said)
+
+    def on_workloads_unserved(self, now: float) -> None:
+        """The cluster serves no ``kueue.x-k8s.io/v1beta2`` Workloads (404): Kueue older than v0.15, or none. The
+        wait is read from the JobSet's suspension alone, and said so once, instead of a reason-less "queued"."""
+        self.kueue_unserved = True
+        if self.queue_state == QueueState.NONE.value:
+            self.queue_state_since = now
+        self.queue_reason = KUEUE_UNSERVED
+
     def run_phase(self, now: float) -> RunPhase:
-        """Where the run stands: queued, starting, training, recovering, preempted, in no queue, or ended."""
+        """Where the run stands: queued, provisioning, starting, training, recovering, preempted, in no queue, or
+        ended."""
         if self.phase is JobSetPhase.SUSPENDED:
             if self._not_queued(now):
                 return RunPhase.NOT_QUEUED
+            if self.queue_state == QueueState.PROVISIONING.value:
+                return RunPhase.PROVISIONING
             return RunPhase.QUEUED if self.digest.first_admitted_at is None else RunPhase.PREEMPTED
         if self.phase is not JobSetPhase.ACTIVE:
             return RunPhase.ENDED
@@ -589,12 +627,18 @@ class MonitorState:
             open_span = digest.queue_spans[-1] if digest.suspended else None
             reason = self.queue_reason
             if not self.queue_managed:
-                reason = "the JobSet carries no kueue.x-k8s.io/queue-name label: nothing will admit it"
+                reason = (
+                    "the JobSet carries no kueue.x-k8s.io/queue-name label (and its namespace had no LocalQueue "
+                    "named default to give it one): nothing will admit it"
+                )
+            elif self.queue_state == QueueState.NOT_QUEUED.value and " Rejected" in self.provisioning_said:
+                reason = f"{reason}; {self.provisioning_said}" if reason else self.provisioning_said
             waiting = QueueWait(
                 since=float(open_span[0] or now) if open_span else now,
                 preempted=digest.first_admitted_at is not None,
                 not_queued=self._not_queued(now),
                 reason=reason,
+                provisioning=self.queue_state == QueueState.PROVISIONING.value,
             )
         return Observation(
             now=now,

@@ -63,6 +63,7 @@ class RunPhase(StrEnum):
     RECOVERING = "recovering"  # in process: pathwaysutils' wait for slices, the restore, the first step after
     PREEMPTED = "preempted"  # suspended after an admission
     NOT_QUEUED = "not_queued"  # suspended, and pending in no queue (kubernetes-sigs/kueue #14811)
+    PROVISIONING = "provisioning"  # suspended, quota reserved, its admission checks (a ProvisioningRequest) pending
     ENDED = "ended"  # completed, failed or gone
 
 
@@ -93,6 +94,7 @@ class Reason(StrEnum):
     QUEUED = "queued"
     PREEMPTED = "preempted"
     NOT_QUEUED = "not_queued"
+    PROVISIONING = "provisioning"
     QUEUE_TIMEOUT = "queue_timeout"
     ALREADY_AT_TARGET = "already_at_target"
 
@@ -143,6 +145,7 @@ class QueueWait:
     preempted: bool = False
     not_queued: bool = False  # suspended, but pending in no queue (no Workload, or one neither pending nor admitted)
     reason: str = ""  # Kueue's words: the Workload's QuotaReserved=False or Evicted condition
+    provisioning: bool = False  # quota reserved; waiting for its admission checks (flex-start's ProvisioningRequest)
 
 
 @dataclass(frozen=True)
@@ -299,6 +302,9 @@ def _waiting(obs: Observation, budgets: Budgets) -> Decision:
             "suspended and pending in no Kueue queue (no Workload, or one neither pending nor admitted: "
             "kubernetes-sigs/kueue #14811), so nothing will admit it unless it is requeued"
         )
+    elif wait.provisioning:
+        reason = Reason.PROVISIONING
+        what = "quota reserved by Kueue, waiting for its admission checks (capacity being provisioned)"
     elif wait.preempted:
         reason, what = Reason.PREEMPTED, "preempted by Kueue and waiting to be admitted again"
     else:

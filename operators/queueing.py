@@ -9,6 +9,13 @@ clears the quota reservation (``QuotaReserved=False``, reason ``Pending``, the e
 (``Requeued``). Condition types and reasons are those of ``apis/kueue/v1beta2/workload_types.go``; the JobSet's own
 ``Suspended`` condition (reason ``SuspendedJobs``, ``ResumeJobs`` when resumed) is kubernetes-sigs/jobset's
 ``pkg/constants``.
+
+With admission checks (xpk's ``--flex``: the ``dws-prov`` check and its ProvisioningRequest), quota is reserved first
+(``QuotaReserved=True``) and the Workload is admitted only once every entry of ``status.admissionChecks`` is
+``Ready``; until then it has no ``Admitted`` condition (or ``Admitted=False``, ``UnsatisfiedChecks``): the JobSet waits
+for capacity being provisioned, not for quota. A ``Retry`` check evicts it (reason ``AdmissionCheck``), a ``Rejected``
+one deactivates it (``spec.active: false``, evicted ``DeactivatedDueToAdmissionCheck``); kubernetes-sigs/kueue
+``pkg/controller/core/workload_controller.go`` and ``pkg/controller/admissionchecks/provisioning/controller.go``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,15 @@ from elastic_training.operators.slice_failures import parse_time
 
 Obj = Mapping[str, Any]
 
-__all__ = ["QueueState", "WorkloadStatus", "is_queued_jobset", "jobset_suspension", "workload_status"]
+__all__ = [
+    "CheckState",
+    "QueueState",
+    "WorkloadStatus",
+    "admission_checks",
+    "is_queued_jobset",
+    "jobset_suspension",
+    "workload_status",
+]
 
 # Workload condition types and the reasons read here (apis/kueue/v1beta2/workload_types.go).
 QUOTA_RESERVED = "QuotaReserved"
@@ -42,7 +57,33 @@ class QueueState(StrEnum):
     PENDING = "pending"  # in its queue, no quota reserved
     ADMITTED = "admitted"  # quota reserved and every admission check passed
     EVICTED = "evicted"  # admitted, then evicted (a preemption, ...): its job is being stopped
+    PROVISIONING = "provisioning"  # quota reserved, its admission checks (a ProvisioningRequest, ...) not all Ready
     NOT_QUEUED = "not_queued"  # no Workload, or one neither pending nor admitted (kueue #14811)
+
+
+@dataclass(frozen=True)
+class CheckState:
+    """One entry of a Workload's ``status.admissionChecks``: a check's name, state and message."""
+
+    name: str
+    state: str  # Pending, Ready, Retry or Rejected (apis/kueue/v1beta2/admissioncheck_types.go CheckState)
+    message: str = ""
+
+    def said(self) -> str:
+        return f"admission check {self.name} {self.state}" + (f": {self.message}" if self.message else "")
+
+
+def admission_checks(workload: Obj | None) -> tuple[CheckState, ...]:
+    """The Workload's admission checks, as Kueue's workload controller and the checks' controllers write them."""
+    status = (workload or {}).get("status")
+    found = status.get("admissionChecks") if isinstance(status, Mapping) else None
+    if not isinstance(found, list):
+        return ()
+    return tuple(
+        CheckState(str(c.get("name") or ""), str(c.get("state") or ""), str(c.get("message") or "")[:500])
+        for c in found[:16]
+        if isinstance(c, Mapping)
+    )
 
 
 @dataclass(frozen=True)
@@ -55,6 +96,7 @@ class WorkloadStatus:
     evicted_message: str = ""
     preempted_reason: str = ""  # the Preempted condition's reason while it is true ("InClusterQueue", ...)
     cluster_queue: str = ""
+    checks: tuple[CheckState, ...] = ()  # status.admissionChecks
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -107,11 +149,12 @@ def workload_status(workload: Obj | None) -> WorkloadStatus:
     admission = status.get("admission") if isinstance(status, Mapping) else None
     queue = str(admission.get("clusterQueue") or "") if isinstance(admission, Mapping) else ""
     evicted, preempted = conditions.get(EVICTED), conditions.get(PREEMPTED)
-    evicted_fields = {
+    evicted_fields: dict[str, Any] = {
         "evicted_reason": str(evicted.get("reason") or "") if _true(evicted) and evicted else "",
         "evicted_message": str(evicted.get("message") or "")[:1000] if _true(evicted) and evicted else "",
         "preempted_reason": str(preempted.get("reason") or "") if _true(preempted) and preempted else "",
         "cluster_queue": queue,
+        "checks": admission_checks(workload),
     }
     if _true(conditions.get(FINISHED)):
         return WorkloadStatus(QueueState.NOT_QUEUED, f"its Workload finished ({_said(conditions.get(FINISHED))})")
@@ -122,9 +165,13 @@ def workload_status(workload: Obj | None) -> WorkloadStatus:
         return WorkloadStatus(QueueState.EVICTED, _said(evicted), **evicted_fields)
     if _true(reserved):
         admitted = conditions.get(ADMITTED)
-        if admitted is None or _true(admitted):
-            return WorkloadStatus(QueueState.ADMITTED, _said(admitted or reserved), **evicted_fields)
-        return WorkloadStatus(QueueState.PENDING, _said(admitted), **evicted_fields)  # waiting on admission checks
+        if _true(admitted):
+            return WorkloadStatus(QueueState.ADMITTED, _said(admitted), **evicted_fields)
+        # Quota reserved and not admitted: an admission check is not Ready. Before its first admission the Workload
+        # has no Admitted condition at all (SyncAdmittedCondition, kueue pkg/workload/admissionchecks.go).
+        waiting = [c.said() for c in admission_checks(workload) if c.state != "Ready"]
+        said = "; ".join(waiting) or _said(admitted) or "quota reserved; Kueue has not admitted it yet"
+        return WorkloadStatus(QueueState.PROVISIONING, said[:1000], **evicted_fields)
     requeued = conditions.get(REQUEUED)
     if requeued is not None and not _true(requeued):
         # Evicted, and back in its queue only after a backoff (Requeued=False until BackoffFinished).

@@ -149,6 +149,10 @@ class LogDigest:
     queue_spans: list[list[float | None]] = field(default_factory=list)  # [suspended at, admitted at or None]
     preempted_spans: int = 0  # of queue_spans, those after an admission (preemptions)
     first_admitted_at: float | None = None
+    # Quota reserved and waiting for admission checks (flex-start provisioning): [from, to or None]; and what each
+    # check said when it left Pending ([at, "admission check dws-prov Rejected: ..."]), newest last.
+    provisioning_spans: list[list[float | None]] = field(default_factory=list)
+    provisioning_notes: list[list[Any]] = field(default_factory=list)
 
     def feed(self, at: float, line: str) -> None:
         """Fold one log line logged at ``at`` (Unix seconds)."""
@@ -252,6 +256,26 @@ class LogDigest:
         recovery = self.open_recovery
         if recovery is not None and recovery.kind == PREEMPTION and reason and not recovery.reason:
             recovery.reason = reason[:500]
+
+    def provisioning(self, at: float) -> None:
+        """Quota is reserved and the admission checks are pending from ``at`` (capacity being provisioned)."""
+        if not self.provisioning_spans or self.provisioning_spans[-1][1] is not None:
+            self.provisioning_spans.append([at, None])
+            del self.provisioning_spans[:-MAX_QUEUE_SPANS]
+
+    def provisioned(self, at: float) -> None:
+        """No longer waiting on admission checks (admitted, evicted, or back in the queue) from ``at``."""
+        if self.provisioning_spans and self.provisioning_spans[-1][1] is None:
+            self.provisioning_spans[-1][1] = max(at, float(self.provisioning_spans[-1][0] or 0.0))
+
+    def note_provisioning(self, at: float, said: str) -> None:
+        """An admission check's outcome (Ready, Retry, Rejected and its message), kept once and bounded."""
+        if said and (not self.provisioning_notes or self.provisioning_notes[-1][1] != said):
+            self.provisioning_notes.append([at, said[:500]])
+            del self.provisioning_notes[:-MAX_QUEUE_SPANS]
+
+    def provisioning_seconds(self, now: float) -> float:
+        return sum(max(0.0, (e if e is not None else now) - float(s or 0.0)) for s, e in self.provisioning_spans)
 
     def queued_seconds(self, now: float) -> float:
         """Seconds spent suspended (queued or preempted), an open wait counted until ``now``."""
@@ -357,6 +381,8 @@ class LogDigest:
         opened = values.get("open_recovery")
         values["open_recovery"] = Recovery(**opened) if opened else None
         values["queue_spans"] = [list(span) for span in values.get("queue_spans") or []]
+        values["provisioning_spans"] = [list(span) for span in values.get("provisioning_spans") or []]
+        values["provisioning_notes"] = [list(note) for note in values.get("provisioning_notes") or []]
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
@@ -624,6 +650,9 @@ def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> Cap
         tail_seconds=None if last is None or ended_at is None else round(max(0.0, ended_at - last), 3),
         last_step_at=last,
         queue_spans=tuple((float(s or 0.0), e) for d in digests for s, e in d.queue_spans),
+        provisioning_seconds=round(sum(d.provisioning_seconds(end) for d in digests), 3),
+        provisioning_spans=tuple((float(s or 0.0), e) for d in digests for s, e in d.provisioning_spans),
+        provisioning_notes=tuple((float(at or 0.0), str(said)) for d in digests for at, said in d.provisioning_notes),
     )
 
 

@@ -242,7 +242,9 @@ class Escalation:
 class CapacityTimes:
     """Where the run's time went around its steps: queued, admission to first step, training, the tail after.
 
-    ``queue_spans``: each suspension ``(suspended at, admitted at or None)``, every incarnation's in order.
+    ``queue_spans``: each suspension ``(suspended at, admitted at or None)``, every incarnation's in order;
+    ``provisioning_spans``: the parts of them with quota reserved and admission checks pending (flex-start capacity
+    being provisioned), ``provisioning_seconds`` their sum; ``provisioning_notes``: ``(at, what a check said)``.
     """
 
     queued_seconds: float = 0.0
@@ -251,19 +253,41 @@ class CapacityTimes:
     tail_seconds: float | None = None
     last_step_at: float | None = None
     queue_spans: tuple[tuple[float, float | None], ...] = ()
+    provisioning_seconds: float = 0.0
+    provisioning_spans: tuple[tuple[float, float | None], ...] = ()
+    provisioning_notes: tuple[tuple[float, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "queue_spans": [list(span) for span in self.queue_spans]}
+        return {
+            **dataclasses.asdict(self),
+            "queue_spans": [list(span) for span in self.queue_spans],
+            "provisioning_spans": [list(span) for span in self.provisioning_spans],
+            "provisioning_notes": [list(note) for note in self.provisioning_notes],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CapacityTimes:
-        spans = []
-        for span in _list(data, "queue_spans"):
-            if not isinstance(span, list | tuple) or len(span) != 2:
-                raise ReportError(f"the report holds a value of the wrong type: a queue span {span!r}")
-            start, end = _float({"start": span[0]}, "start"), _float({"end": span[1]}, "end")
-            spans.append((start or 0.0, end))
-        return cls(**_scalars(cls, data), queue_spans=tuple(spans))
+        notes = []
+        for note in _list(data, "provisioning_notes"):
+            if not isinstance(note, list | tuple) or len(note) != 2 or not isinstance(note[1], str):
+                raise ReportError(f"the report holds a value of the wrong type: a provisioning note {note!r}")
+            notes.append((_float({"at": note[0]}, "at") or 0.0, note[1][:500]))
+        return cls(
+            **_scalars(cls, data),
+            queue_spans=_spans(data, "queue_spans"),
+            provisioning_spans=_spans(data, "provisioning_spans"),
+            provisioning_notes=tuple(notes),
+        )
+
+
+def _spans(data: Mapping[str, Any], key: str) -> tuple[tuple[float, float | None], ...]:
+    spans = []
+    for span in _list(data, key):
+        if not isinstance(span, list | tuple) or len(span) != 2:
+            raise ReportError(f"the report holds a value of the wrong type: a queue span {span!r}")
+        start, end = _float({"start": span[0]}, "start"), _float({"end": span[1]}, "end")
+        spans.append((start or 0.0, end))
+    return tuple(spans)
 
 
 @dataclass(frozen=True)

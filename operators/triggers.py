@@ -332,7 +332,9 @@ class _Monitor:
                 self.admitted_once = self.admitted_once or (kind != "DELETED" and _ever_admitted(obj))
             self._open_children()
             self.changed.set()
-        self._open_children(anyway=True)  # Kueue's Workloads are not served: nothing will tell
+        self.state.on_workloads_unserved(time.time())  # Kueue's Workloads are not served: nothing will tell
+        self.changed.set()
+        self._open_children(anyway=True)
 
     async def _watch_pods(self) -> None:
         async for kind, obj in self._subscribe(WatchKind.PODS, self.trigger.name):

@@ -210,7 +210,8 @@ def capacity_view(report: RunReport | None, state: Mapping[str, Any], now: float
 
 
 def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
-    """The timeline's spans: each wait for Kueue (queued, or preempted) and the tail after the last step."""
+    """The timeline's spans: each wait for Kueue (queued, or preempted; within it, provisioning: quota reserved and
+    the admission checks pending) and the tail after the last step."""
     preempted_at = {p.at for p in cap.preemptions}
     found: list[JsonObj] = []
     for start, admitted in cap.times.queue_spans:
@@ -219,6 +220,10 @@ def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
             continue
         kind = "preempted" if start in preempted_at else "queued"
         found.append({"kind": kind, "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)})
+    for start, done in cap.times.provisioning_spans:  # within a wait: quota reserved, capacity being provisioned
+        end = done if done is not None else ended_at
+        if end is not None:
+            found.append({"kind": "provisioning", "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)})
     last, tail = cap.times.last_step_at, cap.times.tail_seconds
     if last is not None and tail is not None:
         ended_at = last + tail  # the report's own tail: the task's end date comes a moment after the report

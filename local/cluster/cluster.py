@@ -36,6 +36,7 @@ from elastic_training.local.cluster.control_plane import ControlPlane
 from elastic_training.local.cluster.faults import FailRule, FaultInjector, LatencyRule
 from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.local.cluster.logs import LogStore
+from elastic_training.local.cluster.provisioning_requests import Rule
 from elastic_training.local.cluster.server import ApiServer
 from elastic_training.local.cluster.store import DEFAULT_WATCH_QUEUE_LIMIT, Store
 from elastic_training.local.cluster.tls import ServingCertificates, generate
@@ -77,9 +78,27 @@ class Faults:
         result: dict[str, Any] = self._cluster.run(lambda: self._injector().lose_host(node, repair_seconds))
         return result
 
-    def provision_on_demand(self, pool: str, seconds: float) -> dict[str, Any]:
-        """An idle node pool loses its nodes; they register ``seconds`` after a pending pod needs them."""
-        result: dict[str, Any] = self._cluster.call(lambda: self._injector().provision_on_demand(pool, seconds))
+    def provision_on_demand(self, pool: str, seconds: float, *, queued: bool = False) -> dict[str, Any]:
+        """An idle node pool loses its nodes; they register ``seconds`` after a pending pod needs them (``queued``:
+        after a ProvisioningRequest takes the pool, GKE's queued provisioning)."""
+        result: dict[str, Any] = self._cluster.call(lambda: self._injector().provision_on_demand(pool, seconds, queued))
+        return result
+
+    def provisioning(
+        self,
+        outcome: str,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        count: int = 1,
+        seconds: float = 0.0,
+        reason: str = "",
+        message: str = "",
+    ) -> dict[str, Any]:
+        """A ProvisioningRequest's outcome (``fail``, ``delay``, ``expire``, ``revoke``): now for the named request,
+        else for the next ``count`` (``seconds``: a delay's length, or how long after provisioning)."""
+        rule = Rule(outcome, count, seconds, reason, message)
+        result: dict[str, Any] = self._cluster.run(lambda: self._injector().provisioning(rule, namespace, name))
         return result
 
     def repair_node_pool(self, pool: str, seconds: float) -> dict[str, Any]:
@@ -366,6 +385,7 @@ class LocalCluster:
             self.control_plane,
             self.control_plane.node_faults if self.control_plane else None,
             self.control_plane.provisioner if self.control_plane else None,
+            self.control_plane.provisioning_requests if self.control_plane else None,
         )
         server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
         self._server = server

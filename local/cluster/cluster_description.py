@@ -14,7 +14,9 @@ A description is YAML (``local/cluster/descriptions/*.yaml``)::
         pods: 110                   # optional, default 110 (the kubelet's maxPods)
         taints: [...]               # optional; a TPU pool defaults to GKE's google.com/tpu=present:NoSchedule
         provisioning: {onDemand: true, delaySeconds: 30}  # optional: no nodes until a pending pod asks,
-                                    # then all of them 30 s later (local/cluster/provisioning.py)
+                                    # then all of them 30 s later (local/cluster/provisioning.py);
+                                    # queued: true: GKE's queued provisioning, nodes only for a
+                                    # ProvisioningRequest (local/cluster/provisioning_requests.py)
         repairSeconds: 120          # optional: how long a lost host keeps the pool NotReady (default 0)
 
 Nodes carry the labels GKE sets (verified against GKE's documentation of node labels and TPU node
@@ -63,6 +65,7 @@ LABEL_MACHINE_FAMILY = "cloud.google.com/machine-family"
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_REGION = "topology.kubernetes.io/region"
+LABEL_GKE_QUEUED = "cloud.google.com/gke-queued"  # a queued-provisioning node pool's (GKE; xpk's --flex selector)
 TPU_TAINT: Mapping[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 DEFAULT_MAX_PODS = 110
 KUBELET_VERSION = "v1.32.4-gke.1000"
@@ -112,6 +115,9 @@ class NodePool:
     # pending pod asks for them, `provisioning_seconds` later (local/cluster/provisioning.py).
     on_demand: bool = False
     provisioning_seconds: float = 0.0
+    # Queued provisioning (`--enable-queued-provisioning`): provisioned only for a ProvisioningRequest, never for a
+    # pending pod; its nodes carry `cloud.google.com/gke-queued: "true"` (local/cluster/provisioning_requests.py).
+    queued: bool = False
     repair_seconds: float = 0.0  # how long a lost host keeps its pool NotReady unless the fault says
 
 
@@ -178,6 +184,8 @@ def node_object(description: ClusterDescription, pool: NodePool, name: str) -> d
         "cloud.google.com/gke-os-distribution": "cos",
     }
     resources: dict[str, str] = {"cpu": pool.cpu, "memory": pool.memory, "pods": str(pool.pods)}
+    if pool.queued:
+        labels[LABEL_GKE_QUEUED] = "true"
     if pool.tpu is not None:
         labels[LABEL_TPU_ACCELERATOR] = pool.tpu.accelerator
         labels[LABEL_TPU_TOPOLOGY] = pool.tpu.topology
@@ -287,7 +295,7 @@ def _pool(raw: Any, where: str) -> NodePool:
             f"host(s), so its node pool has {tpu.hosts} node(s), got {count}"
         )
     taints = _taints(raw["taints"], f"{where}.taints") if "taints" in raw else ((TPU_TAINT,) if tpu else ())
-    on_demand, provisioning = _provisioning(raw.get("provisioning"), f"{where}.provisioning")
+    on_demand, provisioning, queued = _provisioning(raw.get("provisioning"), f"{where}.provisioning")
     repair = _seconds(raw.get("repairSeconds", 0), f"{where}.repairSeconds")
     return NodePool(
         name,
@@ -300,6 +308,7 @@ def _pool(raw: Any, where: str) -> NodePool:
         taints,
         on_demand=on_demand,
         provisioning_seconds=provisioning,
+        queued=queued,
         repair_seconds=repair,
     )
 
@@ -310,16 +319,19 @@ def _seconds(raw: Any, where: str) -> float:
     return float(raw)
 
 
-def _provisioning(raw: Any, where: str) -> tuple[bool, float]:
+def _provisioning(raw: Any, where: str) -> tuple[bool, float, bool]:
     if raw is None:
-        return False, 0.0
+        return False, 0.0, False
     if not isinstance(raw, Mapping):
-        raise DescriptionError(f"{where}: must be a mapping {{onDemand: true, delaySeconds: N}}")
-    _unknown(raw, ("onDemand", "delaySeconds"), where)
-    on_demand = raw.get("onDemand", True)
-    if not isinstance(on_demand, bool):
-        raise DescriptionError(f"{where}.onDemand: must be true or false, got {on_demand!r}")
-    return on_demand, _seconds(raw.get("delaySeconds", 0), f"{where}.delaySeconds")
+        raise DescriptionError(f"{where}: must be a mapping {{onDemand: true, delaySeconds: N, queued: false}}")
+    _unknown(raw, ("onDemand", "delaySeconds", "queued"), where)
+    on_demand, queued = raw.get("onDemand", True), raw.get("queued", False)
+    for key, value in (("onDemand", on_demand), ("queued", queued)):
+        if not isinstance(value, bool):
+            raise DescriptionError(f"{where}.{key}: must be true or false, got {value!r}")
+    if queued and not on_demand:
+        raise DescriptionError(f"{where}.queued: a queued-provisioning pool is provisioned on demand (onDemand: true)")
+    return on_demand, _seconds(raw.get("delaySeconds", 0), f"{where}.delaySeconds"), queued
 
 
 def _tpu(raw: Any, where: str) -> TpuSlice:

@@ -17,13 +17,16 @@ from elastic_training.local.cluster.job_controller import JobController
 from elastic_training.local.cluster.jobset_controller import JobSetController
 from elastic_training.local.cluster.jobset_placement import JobSetPodWebhook
 from elastic_training.local.cluster.kubelet import Kubelet
-from elastic_training.local.cluster.kueue_jobset import KueueController, suspend_on_create
+from elastic_training.local.cluster.kueue_admission_checks import AdmissionCheckController
+from elastic_training.local.cluster.kueue_jobset import KueueController, default_local_queue, suspend_on_create
+from elastic_training.local.cluster.kueue_provisioning import ProvisioningController
 from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.namespace_controller import NamespaceController
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.nodes import register_nodes
 from elastic_training.local.cluster.pod_priority import PodPriority
 from elastic_training.local.cluster.provisioning import NodeProvisioner
+from elastic_training.local.cluster.provisioning_requests import QueuedProvisioning
 from elastic_training.local.cluster.queue_description import register_queues
 from elastic_training.local.cluster.scheduler import Scheduler
 from elastic_training.local.cluster.store import Store
@@ -50,11 +53,14 @@ class ControlPlane:
         self.jobsets = JobSetController(store)
         self.jobs = JobController(store)
         self.kueue = KueueController(store)
+        self.admission_checks = AdmissionCheckController(store)
+        self.kueue_provisioning = ProvisioningController(store)
         self.gc = GarbageCollector(store)
         self.namespaces = NamespaceController(store)
         self.kubelet = Kubelet(store, logs, workdir, pod_env)
         self.node_faults = NodeFaults(store, self.kubelet, description)
         self.provisioner = NodeProvisioner(store, description)
+        self.provisioning_requests = QueuedProvisioning(store, self.provisioner, self.node_faults)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -65,8 +71,19 @@ class ControlPlane:
         register_queues(self.store, self.description.queue_objects)
         self.store.add_admission(self.pod_priority.admit)  # built-in admission runs before webhooks
         self.store.add_admission(self.pod_webhook.admit)
+        self.store.add_admission(default_local_queue(self.store))
         self.store.add_admission(suspend_on_create)
-        for controller in (self.jobsets, self.jobs, self.kueue, self.gc, self.namespaces):
+        controllers = (
+            self.jobsets,
+            self.jobs,
+            self.kueue,
+            self.admission_checks,
+            self.kueue_provisioning,
+            self.provisioning_requests,
+            self.gc,
+            self.namespaces,
+        )
+        for controller in controllers:
             controller.start()
             self._tasks.append(asyncio.create_task(controller.queue.run(), name=controller.queue.name))
         self.scheduler.start()
@@ -81,6 +98,7 @@ class ControlPlane:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         self.node_faults.cancel()
+        self.provisioning_requests.cancel()
         self.provisioner.cancel()
         await self.kubelet.stop(SHUTDOWN_GRACE_CAP_SECONDS)
 

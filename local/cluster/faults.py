@@ -16,7 +16,11 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 - ``POST   /_local/faults/lose-host``       ``{"node", "repairSeconds"?}`` (:mod:`local.cluster.node_faults`)
 - ``POST   /_local/faults/repair-node-pool`` ``{"nodePool", "seconds"}``
 - ``POST   /_local/faults/evict-pod``       ``{"namespace", "name", "reason"?}`` (default ``EvictionByEvictionAPI``)
-- ``POST   /_local/faults/provision-on-demand`` ``{"nodePool", "seconds"}`` (:mod:`local.cluster.provisioning`)
+- ``POST   /_local/faults/provision-on-demand`` ``{"nodePool", "seconds", "queued"?}``
+  (:mod:`local.cluster.provisioning`)
+- ``POST   /_local/faults/provisioning``    ``{"outcome": fail|delay|expire|revoke, "namespace"?, "name"?, "count"?,
+  "seconds"?, "reason"?, "message"?}``: a ProvisioningRequest's outcome (:mod:`local.cluster.provisioning_requests`),
+  now for the named request, else for the next ``count``
 
 All state lives on the cluster's event loop; nothing here is thread-safe by itself.
 """
@@ -36,6 +40,7 @@ from aiohttp import web
 
 from elastic_training.local.cluster.node_faults import DisruptionReason, NodeFaults
 from elastic_training.local.cluster.provisioning import NodeProvisioner
+from elastic_training.local.cluster.provisioning_requests import QueuedProvisioning, Rule
 from elastic_training.local.cluster.resources import PODS, ApiError, bad_request
 from elastic_training.local.cluster.store import Obj, Store
 
@@ -225,12 +230,14 @@ class FaultInjector:
         pods: PodControl | None,
         nodes: NodeFaults | None = None,
         provisioner: NodeProvisioner | None = None,
+        provisioning_requests: QueuedProvisioning | None = None,
     ) -> None:
         self.store = store
         self.api = ApiFaults()
         self._pods = pods
         self._nodes = nodes
         self._provisioner = provisioner
+        self._requests = provisioning_requests
 
     def node_faults(self) -> NodeFaults:
         if self._nodes is None:
@@ -242,11 +249,20 @@ class FaultInjector:
         (None: the pool's ``repairSeconds`` from the cluster description)."""
         return await self.node_faults().lose_host(node, repair_seconds)
 
-    def provision_on_demand(self, pool: str, seconds: float) -> Obj:
-        """Remove an idle pool's nodes; they register ``seconds`` after a pending pod needs them."""
+    def provision_on_demand(self, pool: str, seconds: float, queued: bool = False) -> Obj:
+        """Remove an idle pool's nodes; they register ``seconds`` after a pending pod needs them (``queued``: after
+        a ProvisioningRequest takes the pool)."""
         if self._provisioner is None:
             raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
-        return self._provisioner.provision_on_demand(pool, seconds)
+        return self._provisioner.provision_on_demand(pool, seconds, queued=queued)
+
+    async def provisioning(self, rule: Rule, namespace: str | None = None, name: str | None = None) -> Obj:
+        """A ProvisioningRequest's outcome: now for ``namespace/name``, else for the next ``rule.count`` requests."""
+        if self._requests is None:
+            raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
+        if name:
+            return await self._requests.act(namespace or "default", name, rule)
+        return self._requests.add_rule(rule)
 
     async def repair_node_pool(self, pool: str, seconds: float) -> Obj:
         """GKE auto-repair of ``pool``: its pods evicted, its nodes cordoned and NotReady for ``seconds``."""
@@ -294,6 +310,7 @@ class FaultInjector:
         app.router.add_post(f"{FAULTS_PATH}/repair-node-pool", self._repair_node_pool)
         app.router.add_post(f"{FAULTS_PATH}/evict-pod", self._evict_pod)
         app.router.add_post(f"{FAULTS_PATH}/provision-on-demand", self._provision_on_demand)
+        app.router.add_post(f"{FAULTS_PATH}/provisioning", self._provisioning)
 
     async def _get(self, request: web.Request) -> web.Response:
         return web.json_response(self.api.describe())
@@ -353,9 +370,24 @@ class FaultInjector:
         body = await _json_body(request)
         if "seconds" not in body:
             raise bad_request("seconds is required")
+        queued = body.get("queued", False)
+        if not isinstance(queued, bool):
+            raise bad_request("queued must be true or false")
         return web.json_response(
-            self.provision_on_demand(_required(body, "nodePool"), _optional(body, "seconds", float))
+            self.provision_on_demand(_required(body, "nodePool"), _optional(body, "seconds", float), queued)
         )
+
+    async def _provisioning(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        rule = Rule(
+            _required(body, "outcome"),
+            count=_optional(body, "count", int) or 1,
+            seconds=_optional(body, "seconds", float) or 0.0,
+            reason=_optional(body, "reason", str) or "",
+            message=_optional(body, "message", str) or "",
+        )
+        result = await self.provisioning(rule, _optional(body, "namespace", str), _optional(body, "name", str))
+        return web.json_response(result, status=201)
 
     async def _repair_node_pool(self, request: web.Request) -> web.Response:
         body = await _json_body(request)

@@ -6,8 +6,12 @@ clusterqueue_types.go`` (``queueingStrategy: BestEffortFIFO``; ``preemption`` ``
 ``workload_types.go`` (``active: true``, a podSet's ``name: main``); the validating webhooks in
 ``pkg/webhooks/{clusterqueue,workload}_webhook.go`` (a flavor's resources must be the group's
 ``coveredResources`` in order; a podSet's ``count`` is not negative); ``scheduling.k8s.io/v1``
-PriorityClass's ``value`` is required (``pkg/apis/scheduling/validation``). Only the checks whose
-violation the local Kueue would otherwise misread are made.
+PriorityClass's ``value`` is required (``pkg/apis/scheduling/validation``); ``admissioncheck_types.go``
+and
+``provisioningrequestconfig_types.go`` (``controllerName`` required and immutable; ``retryStrategy`` defaults to
+3 retries, 60 s base, 1800 s max); kubernetes/autoscaler ``apis/provisioningrequest/autoscaling.x-k8s.io/v1/
+types.go`` (a ProvisioningRequest's class and pod sets are required and immutable, each ``count`` at least 1).
+Only the checks whose violation the local Kueue would otherwise misread are made.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from elastic_training.local.cluster.resources import (
+    ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     PRIORITY_CLASSES,
+    PROVISIONING_REQUEST_CONFIGS,
+    PROVISIONING_REQUESTS,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
     Cause,
@@ -29,6 +36,8 @@ Obj = dict[str, Any]
 
 QUEUEING_STRATEGIES = ("BestEffortFIFO", "StrictFIFO")
 WITHIN_CLUSTER_QUEUE = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+# ProvisioningRequestConfig.spec.retryStrategy's default (provisioningrequestconfig_types.go).
+RETRY_DEFAULTS = {"backoffLimitCount": 3, "backoffBaseSeconds": 60, "backoffMaxSeconds": 1800}
 _MAX_PRIORITY = 1_000_000_000  # PriorityClass: user classes above one billion are reserved for the system
 
 
@@ -49,6 +58,11 @@ def apply_defaults(rtype: ResourceType, obj: Obj) -> None:
         for pod_set in spec.get("podSets") or []:
             if isinstance(pod_set, dict):
                 pod_set.setdefault("name", "main")
+    elif rtype == PROVISIONING_REQUEST_CONFIGS and isinstance(spec, dict):
+        retry = spec.setdefault("retryStrategy", dict(RETRY_DEFAULTS))
+        if isinstance(retry, dict):
+            for key, value in RETRY_DEFAULTS.items():
+                retry.setdefault(key, value)
 
 
 def _invalid(field: str, value: Any, why: str) -> Cause:
@@ -119,6 +133,48 @@ def validate_workload(obj: Mapping[str, Any]) -> list[Cause]:
     return causes
 
 
+def validate_admission_check(obj: Mapping[str, Any]) -> list[Cause]:
+    """``controllerName`` is required (MinLength=1); ``parameters`` names all of apiGroup, kind and name."""
+    spec = obj.get("spec") or {}
+    if not spec.get("controllerName"):
+        return [_required("spec.controllerName")]
+    params = spec.get("parameters")
+    if isinstance(params, Mapping):
+        for key in ("apiGroup", "kind", "name"):
+            if not params.get(key):
+                return [_required(f"spec.parameters.{key}")]
+    return []
+
+
+def validate_provisioning_request_config(obj: Mapping[str, Any]) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    if not spec.get("provisioningClassName"):
+        return [_required("spec.provisioningClassName")]
+    retry = spec.get("retryStrategy") or {}
+    for key in RETRY_DEFAULTS:
+        value = retry.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return [_invalid(f"spec.retryStrategy.{key}", value, "must be greater than or equal to 0")]
+    return []
+
+
+def validate_provisioning_request(obj: Mapping[str, Any]) -> list[Cause]:
+    """The CRD's required fields and the pod sets' ``count`` minimum (kubernetes/autoscaler types.go)."""
+    spec = obj.get("spec") or {}
+    if not spec.get("provisioningClassName"):
+        return [_required("spec.provisioningClassName")]
+    pod_sets = spec.get("podSets")
+    if not isinstance(pod_sets, list) or not pod_sets:
+        return [_required("spec.podSets")]
+    for i, pod_set in enumerate(pod_sets):
+        count = pod_set.get("count") if isinstance(pod_set, Mapping) else None
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            return [_invalid(f"spec.podSets[{i}].count", count, "should be greater than or equal to 1")]
+        if not ((pod_set.get("podTemplateRef") or {}).get("name")):
+            return [_required(f"spec.podSets[{i}].podTemplateRef.name")]
+    return []
+
+
 def validate_priority_class(obj: Mapping[str, Any]) -> list[Cause]:
     value = obj.get("value")
     if value is None:
@@ -134,13 +190,24 @@ VALIDATORS = {
     WORKLOADS: validate_workload,
     WORKLOAD_PRIORITY_CLASSES: validate_priority_class,
     PRIORITY_CLASSES: validate_priority_class,
+    ADMISSION_CHECKS: validate_admission_check,
+    PROVISIONING_REQUEST_CONFIGS: validate_provisioning_request_config,
+    PROVISIONING_REQUESTS: validate_provisioning_request,
+}
+
+# The CRDs' ``self == oldSelf`` rules: AdmissionCheck's controllerName, a ProvisioningRequest's spec.
+_IMMUTABLE = {
+    LOCAL_QUEUES: ("clusterQueue",),
+    ADMISSION_CHECKS: ("controllerName",),
+    PROVISIONING_REQUESTS: ("podSets", "provisioningClassName", "parameters"),
 }
 
 
 def validate_update(rtype: ResourceType, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
-    """``LocalQueue.spec.clusterQueue`` is immutable (the CRD's CEL rule ``self == oldSelf``)."""
-    if rtype == LOCAL_QUEUES:
-        before, after = (old.get("spec") or {}).get("clusterQueue"), (new.get("spec") or {}).get("clusterQueue")
+    """The fields the CRDs' CEL rules ``self == oldSelf`` keep (``LocalQueue.spec.clusterQueue``, ...)."""
+    for field in _IMMUTABLE.get(rtype, ()):
+        before, after = (old.get("spec") or {}).get(field), (new.get("spec") or {}).get(field)
         if before != after:
-            return [_invalid("spec.clusterQueue", after, "field is immutable")]
+            message = "Value is immutable" if rtype == PROVISIONING_REQUESTS else "field is immutable"
+            return [_invalid(f"spec.{field}", after, message)]
     return []

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from elastic_training.local.cluster import kueue_admission_checks as ac
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.conditions import find_condition
 from elastic_training.local.cluster.events import NORMAL, record_event
@@ -50,6 +51,9 @@ from elastic_training.local.cluster.workqueue import WorkQueue
 from elastic_training.operators.constants import LABEL_KUEUE_JOB_UID, LABEL_KUEUE_QUEUE_NAME
 
 COMPONENT = "kueue-jobset-controller"
+FINALIZER = "kueue.x-k8s.io/resource-in-use"  # apis/kueue/v1beta2/constants.go ResourceInUseFinalizerName
+LABEL_PODSET = "kueue.x-k8s.io/podset"  # pkg/constants PodSetLabel, on each started pod template
+DEFAULT_LOCAL_QUEUE = "default"  # pkg/controller/constants DefaultLocalQueueName
 SCHEDULE = ("", "", "")  # the scheduler's key in the shared work queue
 Key = tuple[str, str, str]  # ("jobset", namespace, name) or SCHEDULE
 _SCHEDULER_INPUTS = (CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS, NAMESPACES)
@@ -63,6 +67,24 @@ def suspend_on_create(rtype: ResourceType, obj: Obj) -> None:
     """The JobSet webhook's ``Default``: a JobSet with a queue label is created suspended."""
     if rtype == JOBSETS and queue_name(obj) and isinstance(obj.get("spec"), dict):
         obj["spec"]["suspend"] = True
+
+
+def default_local_queue(store: Store) -> Any:
+    """The JobSet webhook's ``ApplyDefaultLocalQueue`` (LocalQueueDefaulting, GA and locked on in v0.17): a JobSet
+    without a queue label, created in a namespace that has a LocalQueue named ``default``, gets
+    ``kueue.x-k8s.io/queue-name: default`` (then :func:`suspend_on_create` suspends it). Registered before it."""
+
+    def admit(rtype: ResourceType, obj: Obj) -> None:
+        if rtype != JOBSETS or queue_name(obj):
+            return
+        meta = obj.setdefault("metadata", {})
+        if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+            return  # IsOwnerManagedByKueueForObject: a child of a managed job keeps its owner's queue
+        if store.find(LOCAL_QUEUES, str(meta.get("namespace") or "default"), DEFAULT_LOCAL_QUEUE) is None:
+            return
+        meta.setdefault("labels", {})[LABEL_KUEUE_QUEUE_NAME] = DEFAULT_LOCAL_QUEUE
+
+    return admit
 
 
 def _pod_template(rjob: Obj) -> Obj:
@@ -121,12 +143,16 @@ class KueueController:
         if event.rtype == JOBSETS:
             if event.type != "DELETED" and queue_name(event.object):
                 self.queue.enqueue(("jobset", meta["namespace"], meta["name"]))
-            if event.type == "DELETED":
+            if event.type == "DELETED" or meta.get("deletionTimestamp"):
+                if meta.get("uid"):
+                    self.queue.enqueue(("workload", meta["namespace"], kw.workload_name(event.object)))
                 self.queue.enqueue(SCHEDULE)
         elif event.rtype == WORKLOADS:
             ref = controller_ref(event.object)
             if ref is not None and ref.get("kind") == "JobSet":
                 self.queue.enqueue(("jobset", meta["namespace"], str(ref["name"])))
+            if event.type != "DELETED" and FINALIZER in (meta.get("finalizers") or []):
+                self.queue.enqueue(("workload", meta["namespace"], meta["name"]))
             self.queue.enqueue(SCHEDULE)
         elif event.rtype in _SCHEDULER_INPUTS:
             self.queue.enqueue(SCHEDULE)
@@ -135,7 +161,10 @@ class KueueController:
         if key == SCHEDULE:
             self.scheduler.schedule()
             return
-        _, namespace, name = key
+        kind, namespace, name = key
+        if kind == "workload":
+            self._finalize(namespace, name)
+            return
         jobset = self._store.find(JOBSETS, namespace, name)
         if jobset is None or jobset["metadata"].get("deletionTimestamp") or not queue_name(jobset):
             return
@@ -174,6 +203,7 @@ class KueueController:
                     f"Workload '{wl['metadata']['namespace']}/{wl['metadata']['name']}' is declared finished",
                     COMPONENT,
                 )
+            self._finalize(wl["metadata"]["namespace"], wl["metadata"]["name"])
             return
         if kw.is_true(wl, kw.FINISHED):
             return
@@ -198,6 +228,33 @@ class KueueController:
         if not kw.is_true(wl, kw.ADMITTED):
             self._stop(jobset, wl, "Not admitted by cluster queue")
 
+    def _finalize(self, namespace: str, name: str) -> None:
+        """Drop the ``resource-in-use`` finalizer once Kueue no longer needs the Workload (``ReconcileGenericJob``
+        and the workload controller): it is being deleted (its JobSet stopped first, if it still runs), it
+        finished, or its JobSet is gone or being deleted (a foreground delete waits for this)."""
+        wl = self._store.find(WORKLOADS, namespace, name)
+        if wl is None or FINALIZER not in (wl["metadata"].get("finalizers") or []):
+            return
+        ref = controller_ref(wl)
+        jobset = self._store.find(JOBSETS, namespace, str(ref["name"])) if ref is not None else None
+        if jobset is not None and ref is not None and jobset["metadata"].get("uid") != ref.get("uid"):
+            jobset = None  # a JobSet of the same name, not this Workload's
+        owner_going = jobset is None or bool(jobset["metadata"].get("deletionTimestamp"))
+        deleting = bool(wl["metadata"].get("deletionTimestamp"))
+        if not (deleting or owner_going or kw.is_true(wl, kw.FINISHED)):
+            return
+        if deleting and jobset is not None and not owner_going:
+            self._stop(jobset, wl, "Workload is deleted")
+
+        def drop(o: Obj) -> None:
+            o["metadata"]["finalizers"] = [f for f in o["metadata"].get("finalizers") or [] if f != FINALIZER]
+
+        try:
+            self._store.mutate(WORKLOADS, namespace, name, drop)
+        except ApiError as err:
+            if err.code != 404:
+                raise
+
     def _create_workload(self, jobset: Obj) -> None:
         meta = jobset["metadata"]
         try:
@@ -215,6 +272,7 @@ class KueueController:
                 "namespace": meta["namespace"],
                 "labels": {LABEL_KUEUE_JOB_UID: str(meta["uid"])},
                 "ownerReferences": [owner_reference(jobset)],
+                "finalizers": [FINALIZER],
             },
             "spec": spec,
         }
@@ -224,6 +282,14 @@ class KueueController:
             if err.code == 409:
                 return
             raise
+        if ac.initial_checks(self._store, copy.deepcopy(created)):  # the workload controller's first sync
+
+            def listed(o: Obj) -> None:
+                ac.initial_checks(self._store, o)
+
+            created = self._store.mutate(
+                WORKLOADS, meta["namespace"], created["metadata"]["name"], listed, subresource="status"
+            )
         record_event(
             self._store,
             jobset,
@@ -238,13 +304,22 @@ class KueueController:
         by_name = {a["name"]: a for a in admission.get("podSetAssignments") or []}
         flavors = {f["metadata"]["name"]: f for f in self._store.list(RESOURCE_FLAVORS)[0]}
 
+        updates = _pod_set_updates(wl)
+
         def start(js: Obj) -> None:
             for rjob in js["spec"].get("replicatedJobs") or []:
                 assignment = by_name.get(rjob["name"]) or {}
-                pod_spec = _pod_template(rjob).setdefault("spec", {})
+                template = _pod_template(rjob)
+                pod_spec = template.setdefault("spec", {})
                 for flavor_name in dict.fromkeys((assignment.get("flavors") or {}).values()):
                     flavor = (flavors.get(flavor_name) or {}).get("spec") or {}
                     _merge(pod_spec, flavor.get("nodeLabels") or {}, flavor.get("tolerations") or [])
+                template_meta = template.setdefault("metadata", {})
+                template_meta.setdefault("labels", {})[LABEL_PODSET] = rjob["name"]
+                for update in updates.get(rjob["name"], []):
+                    _merge(pod_spec, update.get("nodeSelector") or {}, update.get("tolerations") or [])
+                    for field in ("labels", "annotations"):
+                        _merge_map(template_meta, field, update.get(field) or {})
             js["spec"]["suspend"] = False
 
         meta = jobset["metadata"]
@@ -275,12 +350,20 @@ class KueueController:
                 if original is None:
                     continue
                 saved = (original.get("template") or {}).get("spec") or {}
-                pod_spec = _pod_template(rjob).setdefault("spec", {})
+                template = _pod_template(rjob)
+                pod_spec = template.setdefault("spec", {})
                 for field in ("nodeSelector", "tolerations"):
                     if field in saved:
                         pod_spec[field] = copy.deepcopy(saved[field])
                     else:
                         pod_spec.pop(field, None)
+                saved_meta = (original.get("template") or {}).get("metadata") or {}
+                template_meta = template.setdefault("metadata", {})
+                for field in ("labels", "annotations"):  # RestorePodSetsInfo
+                    if field in saved_meta:
+                        template_meta[field] = copy.deepcopy(saved_meta[field])
+                    else:
+                        template_meta.pop(field, None)
 
         meta = jobset["metadata"]
         self._store.mutate(JOBSETS, meta["namespace"], meta["name"], stop)
@@ -293,6 +376,26 @@ class KueueController:
         except ApiError as err:
             if err.code != 404:
                 raise
+
+
+def _pod_set_updates(wl: Obj) -> dict[str, list[Obj]]:
+    """The admission checks' ``podSetUpdates`` by pod set (``getPodSetsInfoFromStatus``)."""
+    out: dict[str, list[Obj]] = {}
+    for check in ac.checks_of(wl):
+        for update in check.get("podSetUpdates") or []:
+            out.setdefault(str(update.get("name")), []).append(update)
+    return out
+
+
+def _merge_map(meta: Obj, field: str, values: dict[str, str]) -> None:
+    """``PodSetInfo.Merge`` of labels or annotations: a different value for a key is a conflict."""
+    current = dict(meta.get(field) or {})
+    for key, value in values.items():
+        if key in current and current[key] != value:
+            raise PodSetMergeError(f"conflict for {field} {key}: {current[key]!r} vs {value!r}")
+        current[key] = value
+    if current:
+        meta[field] = current
 
 
 def _merge(pod_spec: Obj, node_labels: dict[str, str], tolerations: list[Obj]) -> None:

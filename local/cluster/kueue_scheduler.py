@@ -30,7 +30,10 @@ Checked against kubernetes-sigs/kueue v0.17.1 (the release xpk installs):
   ``admittedWorkloads``, ``flavorsReservation``, ``flavorsUsage``, condition ``Active`` (``Ready``, "Can admit
   new workloads" / "Can submit new workloads to localQueue").
 
-Simplified: no cohorts, borrowing or lending, no fair sharing, no admission checks, no topology-aware
+Admission checks: quota reservation lists the checks the admission needs and leaves ``Admitted`` to them
+(``kueue_admission_checks.reserve_quota``, the scheduler's ``prepareWorkload``).
+
+Simplified: no cohorts, borrowing or lending, no fair sharing, no topology-aware
 scheduling, no partial admission, no ``stopPolicy``, no requeuing backoff (``requeueState`` is never set: upstream
 sets it only with ``waitForPodsReady``). A LocalQueue or ClusterQueue that does not exist leaves the Workload
 ``QuotaReserved=False`` reason ``Inadmissible`` ("LocalQueue Q doesn't exist", "ClusterQueue C doesn't exist",
@@ -49,6 +52,7 @@ from typing import Any
 
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.events import NORMAL, WARNING, record_event
+from elastic_training.local.cluster.kueue_admission_checks import reserve_quota
 from elastic_training.local.cluster.quantity import parse_quantity
 from elastic_training.local.cluster.resources import (
     CLUSTER_QUEUES,
@@ -456,7 +460,7 @@ class KueueScheduler:
         """Reserve the quota; the Workload as written (None when it is gone)."""
         waited = (datetime.now(UTC) - kw.queued_since(wl)).total_seconds()
         admission = assignment.admission(cq_name)
-        updated = self._write(wl, lambda o: kw.set_quota_reservation(o, admission))
+        updated = self._write(wl, lambda o: reserve_quota(self._store, o, admission))
         if updated is None:
             return None
         record_event(
@@ -467,14 +471,15 @@ class KueueScheduler:
             f"Quota reserved in ClusterQueue {cq_name}, wait time since queued was {waited:.0f}s",
             COMPONENT,
         )
-        record_event(
-            self._store,
-            updated,
-            NORMAL,
-            "Admitted",
-            f"Admitted by ClusterQueue {cq_name}, wait time since reservation was 0s",
-            COMPONENT,
-        )
+        if kw.is_true(updated, kw.ADMITTED):  # else once its admission checks are Ready (kueue_admission_checks)
+            record_event(
+                self._store,
+                updated,
+                NORMAL,
+                "Admitted",
+                f"Admitted by ClusterQueue {cq_name}, wait time since reservation was 0s",
+                COMPONENT,
+            )
         return updated
 
     def _pending(self, wl: Obj, reason: str, message: str, *, event: bool = True) -> Any:

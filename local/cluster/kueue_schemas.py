@@ -1,14 +1,19 @@
 """OpenAPI v3 schemas of Kueue's kinds (``kueue.x-k8s.io/v1beta2``) and of ``scheduling.k8s.io/v1`` PriorityClass.
 
 Written from kubernetes-sigs/kueue ``apis/kueue/v1beta2/{resourceflavor,clusterqueue,localqueue,workload,
-workloadpriorityclass}_types.go`` (v0.17.1, the release xpk installs): the fields the local Kueue reads or
-writes are declared with the types' enums and defaults, so strict field validation rejects a misspelt
-field where the CRD would; the fields it does not implement (fair sharing, admission checks, topology,
-flavor fungibility, stop policies) are declared open so a manifest written for upstream still applies.
+workloadpriorityclass,admissioncheck,provisioningrequestconfig}_types.go`` (v0.17.1, the release xpk installs),
+and kubernetes/autoscaler ``cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1/types.go``
+(the ProvisioningRequest Kueue's provisioning admission check creates, with the core PodTemplate it refers
+to): the fields the local Kueue reads or writes are declared with the types' enums and defaults, so strict
+field validation rejects a misspelt field where the CRD would; the fields it does not implement (fair
+sharing, topology, flavor fungibility, stop policies) are declared open so a manifest written for upstream
+still applies.
 Pod templates inside a Workload's podSets are left open, as JobSet's Job templates are.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from elastic_training.local.cluster.openapi_schemas import (
     CONDITION,
@@ -37,6 +42,10 @@ _CONDITIONS = array(
     ref(CONDITION, "Condition contains details for one aspect of the current state of this API Resource."),
     **{"x-kubernetes-list-map-keys": ["type"], "x-kubernetes-list-type": "map"},
 )
+# The CRDs' ``self == oldSelf`` CEL rules are checked by kueue_api.validate_update; here they are documented.
+_IMMUTABLE_RULE: dict[str, Any] = {
+    "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "field is immutable"}]
+}
 _PREEMPTION_POLICY = ("Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any")
 
 RESOURCE_FLAVOR = _top_level(
@@ -201,9 +210,33 @@ CLUSTER_QUEUE = _top_level(
                         ),
                     },
                 ),
-                "admissionChecksStrategy": open_object(
+                "admissionChecksStrategy": obj(
                     "admissionChecksStrategy defines a list of strategies to "
-                    "determine which ResourceFlavors require AdmissionChecks."
+                    "determine which ResourceFlavors require AdmissionChecks.",
+                    {
+                        "admissionChecks": array(
+                            "admissionChecks is a list of strategies for AdmissionChecks",
+                            obj(
+                                "AdmissionCheckStrategyRule defines rules for a single AdmissionCheck",
+                                {
+                                    "name": string("name is an AdmissionCheck's name."),
+                                    "onFlavors": array(
+                                        "onFlavors is a list of ResourceFlavors' names that this AdmissionCheck "
+                                        "should run for. If empty, the AdmissionCheck will run for all workloads "
+                                        "submitted to the ClusterQueue.",
+                                        string(""),
+                                        maxItems=64,
+                                        **{"x-kubernetes-list-type": "set"},
+                                    ),
+                                },
+                                ("name",),
+                            ),
+                            minItems=1,
+                            maxItems=64,
+                            **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+                        ),
+                    },
+                    ("admissionChecks",),
                 ),
                 "stopPolicy": string(
                     "stopPolicy - if set to a value different from None, the ClusterQueue is "
@@ -363,6 +396,46 @@ _ADMISSION = obj(
     ("clusterQueue", "podSetAssignments"),
 )
 
+_ADMISSION_CHECK_STATE = obj(
+    "AdmissionCheckState is the state of an admission check on a Workload (workload_types.go).",
+    {
+        "name": string("name identifies the admission check."),
+        "state": string(
+            "state of the admissionCheck, one of Pending, Ready, Retry, Rejected",
+            enum=("Pending", "Ready", "Retry", "Rejected"),
+        ),
+        "lastTransitionTime": string(
+            "lastTransitionTime is the last time the condition transitioned from one status to another.",
+            format="date-time",
+        ),
+        "message": string("message is a human readable message indicating details about the transition."),
+        "retryCount": integer("retryCount is the number of times an admission check has been retried."),
+        "requeueAfterSeconds": integer(
+            "requeueAfterSeconds indicates how long to wait at least before retrying to admit the workload."
+        ),
+        "podSetUpdates": array(
+            "podSetUpdates contains a list of pod set modifications suggested by AdmissionChecks.",
+            obj(
+                "PodSetUpdate contains a list of pod set modifications suggested by AdmissionChecks.",
+                {
+                    "name": string("name of the PodSet to modify. Should match to one of the Workload's PodSets."),
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "tolerations": open_object("tolerations of the PodSet to modify."),
+                },
+                ("name",),
+            ),
+            **{"x-kubernetes-list-type": "atomic"},
+        ),
+    },
+    ("lastTransitionTime", "name", "state"),
+)
+_ADMISSION_CHECK_STATE["properties"]["podSetUpdates"]["items"]["properties"]["tolerations"] = {
+    "type": "array",
+    "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+}
+
 WORKLOAD = _top_level(
     "Workload is the Schema for the workloads API",
     {
@@ -429,8 +502,11 @@ WORKLOAD = _top_level(
                     "reclaimablePods keeps track of the number pods within a podset for "
                     "which the resource reservation is no longer needed."
                 ),
-                "admissionChecks": open_object(
-                    "admissionChecks list all the admission checks required by the workload and the current status"
+                "admissionChecks": array(
+                    "admissionChecks list all the admission checks required by the workload and the current status",
+                    _ADMISSION_CHECK_STATE,
+                    maxItems=8,
+                    **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
                 ),
                 "resourceRequests": open_object(
                     "resourceRequests provides a detailed view of the resources that "
@@ -501,6 +577,179 @@ PRIORITY_CLASS = _top_level(
 )
 PRIORITY_CLASS["required"] = ["value"]
 
+# -- admission checks (apis/kueue/v1beta2/{admissioncheck,provisioningrequestconfig}_types.go) and the cluster
+# autoscaler's ProvisioningRequest (kubernetes/autoscaler apis/provisioningrequest/autoscaling.x-k8s.io/v1/types.go)
+
+_PARAMETERS_REF = obj(
+    "parameters identifies a configuration with additional parameters for the check.",
+    {
+        "apiGroup": string("ApiGroup is the group for the resource being referenced."),
+        "kind": string("Kind is the type of the resource being referenced."),
+        "name": string("Name is the name of the resource being referenced."),
+    },
+    ("apiGroup", "kind", "name"),
+)
+ADMISSION_CHECK = _top_level(
+    "AdmissionCheck is the Schema for the admissionchecks API",
+    {
+        "spec": obj(
+            "spec is the specification of the AdmissionCheck.",
+            {
+                "controllerName": string(
+                    "controllerName identifies the controller that processes the AdmissionCheck, not necessarily a "
+                    "Kubernetes Pod or Deployment name. Cannot be empty.",
+                    **_IMMUTABLE_RULE,
+                ),
+                "parameters": _PARAMETERS_REF,
+            },
+            ("controllerName",),
+        ),
+        "status": obj("status is the status of the AdmissionCheck.", {"conditions": _CONDITIONS}),
+    },
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "AdmissionCheck",
+)
+PROVISIONING_REQUEST_CONFIG = _top_level(
+    "ProvisioningRequestConfig is the Schema for the provisioningrequestconfig API",
+    {
+        "spec": obj(
+            "ProvisioningRequestConfigSpec defines the desired state of ProvisioningRequestConfig",
+            {
+                "provisioningClassName": string(
+                    "ProvisioningClassName describes the different modes of provisioning the resources.",
+                    maxLength=253,
+                ),
+                "parameters": {
+                    "type": "object",
+                    "description": "Parameters contains all other parameters classes may require.",
+                    "additionalProperties": {"type": "string", "maxLength": 255},
+                    "maxProperties": 100,
+                },
+                "managedResources": array(
+                    "managedResources contains the list of resources managed by the autoscaling.",
+                    string(""),
+                    maxItems=100,
+                    **{"x-kubernetes-list-type": "set"},
+                ),
+                "retryStrategy": obj(
+                    "retryStrategy defines strategy for retrying ProvisioningRequest.",
+                    {
+                        "backoffLimitCount": integer(
+                            "BackoffLimitCount defines the maximum number of re-queuing retries.", default=3
+                        ),
+                        "backoffBaseSeconds": integer(
+                            "BackoffBaseSeconds defines the base for the exponential backoff.", default=60
+                        ),
+                        "backoffMaxSeconds": integer(
+                            "BackoffMaxSeconds defines the maximum backoff time.", default=1800
+                        ),
+                    },
+                ),
+                "podSetUpdates": obj(
+                    "podSetUpdates specifies the update of the workload's PodSetUpdates which are used to target "
+                    "the provisioned nodes.",
+                    {
+                        "nodeSelector": array(
+                            "nodeSelector specifies the list of updates for the NodeSelector.",
+                            obj(
+                                "ProvisioningRequestPodSetUpdatesNodeSelector",
+                                {
+                                    "key": string("key specifies the key for the NodeSelector."),
+                                    "valueFromProvisioningClassDetail": string(
+                                        "valueFromProvisioningClassDetail specifies the key of the "
+                                        "ProvisioningRequest.status.provisioningClassDetails from which the value "
+                                        "is used for the update."
+                                    ),
+                                },
+                                ("key", "valueFromProvisioningClassDetail"),
+                            ),
+                            maxItems=8,
+                        ),
+                    },
+                ),
+                "podSetMergePolicy": string(
+                    "podSetMergePolicy specifies the policy for merging PodSets before being passed to the "
+                    "cluster autoscaler.",
+                    enum=("IdenticalPodTemplates", "IdenticalWorkloadSchedulingRequirements"),
+                ),
+            },
+            ("provisioningClassName",),
+        ),
+    },
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "ProvisioningRequestConfig",
+)
+PROVISIONING_REQUEST = _top_level(
+    "ProvisioningRequest is a way to express additional capacity that we would like to provision in the cluster.",
+    {
+        "spec": obj(
+            "Spec contains specification of the ProvisioningRequest object.",
+            {
+                "podSets": array(
+                    "PodSets lists groups of pods for which we would like to provision resources.",
+                    obj(
+                        "PodSet represents one group of pods for Provisioning Request to provision capacity.",
+                        {
+                            "podTemplateRef": obj(
+                                "PodTemplateRef is a reference to a PodTemplate object that is representing pods "
+                                "that will consume this reservation (must be within the same namespace).",
+                                {"name": string("Name of the referenced object.", maxLength=253)},
+                            ),
+                            "count": integer(
+                                "Count contains the number of pods that will be created with a given template.",
+                                minimum=1,
+                            ),
+                        },
+                        ("count", "podTemplateRef"),
+                    ),
+                    minItems=1,
+                    maxItems=32,
+                    **_IMMUTABLE_RULE,
+                ),
+                "provisioningClassName": string(
+                    "ProvisioningClassName describes the different modes of provisioning the resources.",
+                    maxLength=253,
+                    **_IMMUTABLE_RULE,
+                ),
+                "parameters": {
+                    "type": "object",
+                    "description": "Parameters contains all other parameters classes may require.",
+                    "additionalProperties": {"type": "string", "maxLength": 255},
+                    "maxProperties": 100,
+                    **_IMMUTABLE_RULE,
+                },
+            },
+            ("podSets", "provisioningClassName"),
+        ),
+        "status": obj(
+            "Status of the ProvisioningRequest. CA constantly reconciles this field.",
+            {
+                "conditions": _CONDITIONS,
+                "provisioningClassDetails": {
+                    "type": "object",
+                    "description": "ProvisioningClassDetails contains all other values custom provisioning classes "
+                    "may want to pass to end users.",
+                    "additionalProperties": {"type": "string", "maxLength": 32768},
+                    "maxProperties": 64,
+                },
+            },
+        ),
+    },
+    "autoscaling.x-k8s.io",
+    "v1",
+    "ProvisioningRequest",
+)
+PROVISIONING_REQUEST["required"] = ["spec"]
+POD_TEMPLATE = _top_level(
+    "PodTemplate describes a template for creating copies of a predefined pod.",
+    {"template": open_object("Template defines the pods that will be created from this pod template.")},
+    "",
+    "v1",
+    "PodTemplate",
+)
+
 KUEUE_KIND_SCHEMAS: dict[tuple[str, str, str], tuple[str, Schema]] = {
     (KUEUE_GROUP, KUEUE_VERSION, "ResourceFlavor"): ("io.x-k8s.kueue.v1beta2.ResourceFlavor", RESOURCE_FLAVOR),
     (KUEUE_GROUP, KUEUE_VERSION, "ClusterQueue"): ("io.x-k8s.kueue.v1beta2.ClusterQueue", CLUSTER_QUEUE),
@@ -511,4 +760,14 @@ KUEUE_KIND_SCHEMAS: dict[tuple[str, str, str], tuple[str, Schema]] = {
         WORKLOAD_PRIORITY_CLASS,
     ),
     ("scheduling.k8s.io", "v1", "PriorityClass"): ("io.k8s.api.scheduling.v1.PriorityClass", PRIORITY_CLASS),
+    (KUEUE_GROUP, KUEUE_VERSION, "AdmissionCheck"): ("io.x-k8s.kueue.v1beta2.AdmissionCheck", ADMISSION_CHECK),
+    (KUEUE_GROUP, KUEUE_VERSION, "ProvisioningRequestConfig"): (
+        "io.x-k8s.kueue.v1beta2.ProvisioningRequestConfig",
+        PROVISIONING_REQUEST_CONFIG,
+    ),
+    ("autoscaling.x-k8s.io", "v1", "ProvisioningRequest"): (
+        "io.x-k8s.autoscaling.v1.ProvisioningRequest",
+        PROVISIONING_REQUEST,
+    ),
+    ("", "v1", "PodTemplate"): ("io.k8s.api.core.v1.PodTemplate", POD_TEMPLATE),
 }

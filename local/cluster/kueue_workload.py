@@ -4,7 +4,7 @@ Upstream (v0.17.1, the release xpk installs): condition types and reasons from
 ``apis/kueue/v1beta2/workload_types.go``; ``pkg/workload/workload.go`` (``SetQuotaReservation``,
 ``UnsetQuotaReservationWithCondition``, ``SetEvictedCondition``, ``SetPreemptedCondition``,
 ``SetRequeuedCondition``, ``SetFinishedCondition``, ``QueuedWaitTime``); ``pkg/workload/admissionchecks.go``
-(``SyncAdmittedCondition``: with no admission checks, Admitted follows QuotaReserved); workload names from
+(``SyncAdmittedCondition``: Admitted follows QuotaReserved and the admission checks' states); workload names from
 ``pkg/controller/jobframework/workload_names.go`` (``<kind>-<owner>-<first 5 hex of sha1(kind, group, name,
 uid)>``); priority from ``pkg/controller/jobframework/reconciler.go`` ``ExtractPriority`` and
 ``pkg/util/priority/priority.go``: the ``kueue.x-k8s.io/priority-class`` label names a WorkloadPriorityClass;
@@ -35,6 +35,11 @@ REASON_IN_CLUSTER_QUEUE = "InClusterQueue"
 REASON_SUCCEEDED, REASON_FAILED = "Succeeded", "Failed"
 NO_RESERVATION = ("NoReservation", "The workload has no reservation")
 ADMITTED_REASON = ("Admitted", "The workload is admitted")
+UNSATISFIED_CHECKS = ("UnsatisfiedChecks", "The workload has not all checks ready")
+UNSATISFIED_CHECKS_NO_RESERVATION = (
+    "NoReservationUnsatisfiedChecks",
+    "The workload has no reservation and not all checks ready",
+)
 
 Resources = dict[str, Fraction]
 MAX_CONDITION_MESSAGE = 32 * 1024  # api.TruncateConditionMessage
@@ -87,12 +92,22 @@ def set_status_condition(wl: Obj, kind: str, status: bool, reason: str, message:
 
 
 def sync_admitted(wl: Obj) -> bool:
-    """``SyncAdmittedCondition`` without admission checks: Admitted is True exactly while quota is reserved."""
+    """``SyncAdmittedCondition``: Admitted is True exactly while quota is reserved and every admission check in
+    ``status.admissionChecks`` is Ready (none: quota alone); a Workload never admitted gets no condition."""
     reserved = is_true(wl, QUOTA_RESERVED)
-    if is_true(wl, ADMITTED) == reserved:
+    checks_ready = all(c.get("state") == "Ready" for c in (wl.get("status") or {}).get("admissionChecks") or [])
+    admitted = reserved and checks_ready
+    if is_true(wl, ADMITTED) == admitted:
         return False
-    reason, message = ADMITTED_REASON if reserved else NO_RESERVATION
-    return set_status_condition(wl, ADMITTED, reserved, reason, message)
+    if admitted:
+        reason, message = ADMITTED_REASON
+    elif not reserved and not checks_ready:
+        reason, message = UNSATISFIED_CHECKS_NO_RESERVATION
+    elif not reserved:
+        reason, message = NO_RESERVATION
+    else:
+        reason, message = UNSATISFIED_CHECKS
+    return set_status_condition(wl, ADMITTED, admitted, reason, message)
 
 
 def set_quota_reservation(wl: Obj, admission: Obj) -> None:

@@ -145,6 +145,19 @@ class NodeFaults:
         self._store.delete(PODS, namespace, name, grace_period_seconds=None if grace is None else int(grace))
         return {"evicted": name, "reason": str(reason), "deleted": True}
 
+    async def remove_nodes(self, nodes: list[str]) -> list[str]:
+        """The VMs behind ``nodes`` are gone (capacity revoked): each pod on them is handled as PodGC handles a
+        pod whose node no longer exists, then the Node objects are deleted; the pods, ``ns/name``."""
+        failed = []
+        for pod in self._pods_on(nodes):
+            meta = pod["metadata"]
+            await self._kubelet.fail_pod(meta["namespace"], meta["name"], disruption_condition(DisruptionReason.POD_GC))
+            failed.append(f"{meta['namespace']}/{meta['name']}")
+        for name in nodes:
+            if self._store.find(NODES, "", name) is not None:
+                self._store.delete(NODES, "", name)
+        return failed
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _pool_of(self, node: str) -> tuple[str, list[str]]:

@@ -9,15 +9,21 @@ a node of the pool could take triggers a scale-up, recorded on the pod as the Ev
 once, so here all the pool's nodes register together, ``delaySeconds`` after the first pod asked (the
 time GKE takes to obtain and boot the VMs). The scheduler binds the waiting pods when the nodes appear.
 
+A pool declared ``queued: true`` is GKE's queued provisioning (``--enable-queued-provisioning``): a pending pod
+never scales it up; only a ProvisioningRequest does (``local/cluster/provisioning_requests.py`` reserves the pool,
+registers its nodes with the request's labels and, when capacity is revoked, gives the pool back to wait again).
+
 Declared in the cluster description (``provisioning: {onDemand: true, delaySeconds: N}`` on a node pool)
 or at run time with ``elastic-training cluster fault provision-on-demand <pool> --seconds N`` (the pool's
-nodes, which must run no pod, are removed and come back on demand). Simplified: nodes are never scaled
+nodes, which must run no pod, are removed and come back on demand; ``queued: true`` over HTTP makes it a
+queued-provisioning pool). Simplified: nodes are never scaled
 down again; a pod whose affinity fits no pool triggers nothing (it stays unschedulable, as upstream).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 from elastic_training.local.cluster.cluster_description import ClusterDescription, NodePool, node_object
@@ -38,6 +44,7 @@ class _Pending:
     pool: NodePool
     seconds: float
     handle: asyncio.TimerHandle | None = None
+    reserved: bool = False  # taken by a ProvisioningRequest
 
 
 def _unschedulable(pod: Obj) -> bool:
@@ -57,6 +64,8 @@ class NodeProvisioner:
         self._waiting: dict[str, _Pending] = {
             p.name: _Pending(p, p.provisioning_seconds) for p in description.pools if p.on_demand
         }
+        # pools the provision-on-demand fault made queued-provisioning ones, and their delay
+        self._made_queued: dict[str, float] = {}
 
     def start(self) -> None:
         """Watch pods (call on the loop, after the nodes are registered); pods already pending count."""
@@ -72,13 +81,14 @@ class NodeProvisioner:
         if not self._waiting or not needs_scheduling(pod) or not _unschedulable(pod):
             return
         for pending in list(self._waiting.values()):
-            if pending.handle is not None:
-                continue
-            if self._fits(pod, pending.pool):
+            if pending.handle is not None or pending.reserved or pending.pool.queued:
+                continue  # a queued-provisioning pool scales up only for a ProvisioningRequest
+            if self.fits(pod, pending.pool):
                 self._trigger(pod, pending)
                 return
 
-    def _fits(self, pod: Obj, pool: NodePool) -> bool:
+    def fits(self, pod: Obj, pool: NodePool) -> bool:
+        """Whether a node of ``pool`` could take ``pod`` (a pod, or a PodTemplate's ``template``)."""
         template = node_object(self._description, pool, self._description.node_names(pool)[0])
         template["metadata"]["name"] = "template"
         return filter_node(pod, template, [], []) is None
@@ -95,16 +105,63 @@ class NodeProvisioner:
         )
         pending.handle = asyncio.get_running_loop().call_later(pending.seconds, self._provision, pool.name)
 
-    def _provision(self, name: str) -> None:
+    def _provision(self, name: str, labels: dict[str, str] | None = None) -> None:
         pending = self._waiting.pop(name, None)
         if pending is None:
             return
         nodes = [node_object(self._description, pending.pool, n) for n in self._description.node_names(pending.pool)]
+        for node in nodes:
+            node["metadata"]["labels"].update(labels or {})
         create_nodes(self._store, nodes)
 
-    def provision_on_demand(self, pool_name: str, seconds: float) -> Obj:
-        """Take a pool's nodes away; they come back ``seconds`` after a pending pod asks for them (a fault)."""
-        pool = self._description.pool(pool_name)
+    # -- for a ProvisioningRequest (local/cluster/provisioning_requests.py) -------------------------
+
+    def idle_pools(self, *, queued: bool) -> list[NodePool]:
+        """The pools waiting for demand, nothing yet asked of them (queued-provisioning ones, or the others)."""
+        return [
+            p.pool for p in self._waiting.values() if p.handle is None and not p.reserved and p.pool.queued == queued
+        ]
+
+    def delay_of(self, pool_name: str) -> float:
+        """How long the waiting pool takes to register its nodes (its description's, or the fault's)."""
+        pending = self._waiting.get(pool_name)
+        return pending.seconds if pending is not None else 0.0
+
+    def reserve(self, pool_name: str) -> None:
+        """Take a waiting pool for a ProvisioningRequest: no pending pod triggers it any more."""
+        pending = self._waiting.get(pool_name)
+        if pending is not None and pending.handle is None:
+            pending.reserved = True
+
+    def provision_now(self, pool_name: str, labels: dict[str, str]) -> list[str]:
+        """Register a reserved pool's nodes now, with ``labels`` added (the request's); their names."""
+        pending = self._waiting.get(pool_name)
+        if pending is None:
+            return []
+        self._provision(pool_name, labels)
+        return self._description.node_names(pending.pool)
+
+    def release(self, pool_name: str) -> None:
+        """A pool whose nodes went (capacity revoked) or that was never provisioned waits for demand again."""
+        pool = self._pool(pool_name)
+        previous = self._waiting.pop(pool_name, None)
+        if previous is not None and previous.handle is not None:
+            previous.handle.cancel()
+        if pool is not None:
+            self._waiting[pool_name] = _Pending(pool, pool.provisioning_seconds)
+
+    def _pool(self, name: str) -> NodePool | None:
+        pool = self._description.pool(name)
+        if pool is None or name not in self._made_queued:
+            return pool
+        return dataclasses.replace(pool, queued=True, provisioning_seconds=self._made_queued[name])
+
+    def provision_on_demand(self, pool_name: str, seconds: float, *, queued: bool = False) -> Obj:
+        """Take a pool's nodes away; they come back ``seconds`` after a pending pod asks for them (a fault), or,
+        ``queued``, only for a ProvisioningRequest (the pool is then a queued-provisioning one)."""
+        if queued:
+            self._made_queued[pool_name] = seconds
+        pool = self._pool(pool_name)
         if pool is None:
             raise ApiError(404, "NotFound", f'node pool "{pool_name}" not found')
         if not 0 <= seconds <= 86_400:
@@ -125,7 +182,7 @@ class NodeProvisioner:
         self._waiting[pool_name] = _Pending(pool, seconds)
         for pod in self._store.list(PODS)[0]:
             self._consider(pod)
-        return {"nodePool": pool_name, "nodes": names, "seconds": seconds}
+        return {"nodePool": pool_name, "nodes": names, "seconds": seconds, "queued": pool.queued}
 
     def cancel(self) -> None:
         """Forget pending provisioning (cluster shutdown)."""

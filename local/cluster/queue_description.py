@@ -13,8 +13,16 @@ A description may carry (each entry is the upstream object's ``spec`` fields nex
           resourceGroups:
             - coveredResources: [google.com/tpu]
               flavors: [{name: 4xv5litepod-16, resources: [{name: google.com/tpu, nominalQuota: 64}]}]
+          admissionChecks: [dws-prov]        # xpk's v1beta1 list; or admissionChecksStrategy (v1beta2)
       localQueues:
         - {name: multislice-queue, namespace: default, clusterQueue: cluster-queue}
+      admissionChecks:                       # flex-start (xpk --flex): kueue_provisioning.py
+        - {name: dws-prov, controllerName: kueue.x-k8s.io/provisioning-request,
+           parameters: {apiGroup: kueue.x-k8s.io, kind: ProvisioningRequestConfig, name: dws-config}}
+      provisioningRequestConfigs:
+        - {name: dws-config, provisioningClassName: queued-provisioning.gke.io, managedResources: [google.com/tpu],
+           podSetUpdates: {nodeSelector: [{key: autoscaling.gke.io/provisioning-request,
+                                           valueFromProvisioningClassDetail: ResizeRequestName}]}}
       workloadPriorityClasses:
         - {name: urgent, value: 1000}
       priorityClasses:                       # scheduling.k8s.io/v1 PriorityClass
@@ -23,6 +31,8 @@ A description may carry (each entry is the upstream object's ``spec`` fields nex
 Each object goes through the same defaults and checks as one created through the API (:mod:`local.cluster.
 kueue_api`), and a ClusterQueue naming an undeclared flavor or a LocalQueue naming an undeclared
 ClusterQueue is refused here (upstream would accept and leave the queue inactive: in a description it is a typo).
+``cohortName`` is refused: the local Kueue has no cohorts, and a queue that silently lost its borrowing would
+admit differently from the cluster it describes.
 """
 
 from __future__ import annotations
@@ -34,9 +44,11 @@ from typing import Any
 
 from elastic_training.local.cluster import kueue_api
 from elastic_training.local.cluster.resources import (
+    ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     PRIORITY_CLASSES,
+    PROVISIONING_REQUEST_CONFIGS,
     RESOURCE_FLAVORS,
     WORKLOAD_PRIORITY_CLASSES,
     ApiError,
@@ -52,6 +64,8 @@ _SECTIONS: dict[str, tuple[ResourceType, tuple[str, ...], bool]] = {
         (
             "resourceGroups",
             "cohortName",
+            "admissionChecks",
+            "admissionChecksStrategy",
             "queueingStrategy",
             "namespaceSelector",
             "preemption",
@@ -63,6 +77,12 @@ _SECTIONS: dict[str, tuple[ResourceType, tuple[str, ...], bool]] = {
     "localQueues": (LOCAL_QUEUES, ("namespace", "clusterQueue", "stopPolicy"), True),
     "workloadPriorityClasses": (WORKLOAD_PRIORITY_CLASSES, ("value", "description"), False),
     "priorityClasses": (PRIORITY_CLASSES, ("value", "globalDefault", "description", "preemptionPolicy"), False),
+    "provisioningRequestConfigs": (
+        PROVISIONING_REQUEST_CONFIGS,
+        ("provisioningClassName", "parameters", "managedResources", "retryStrategy", "podSetUpdates"),
+        True,
+    ),
+    "admissionChecks": (ADMISSION_CHECKS, ("controllerName", "parameters"), True),
 }
 
 
@@ -119,7 +139,14 @@ def _object(entry: Any, rtype: ResourceType, fields: tuple[str, ...], in_spec: b
     if not isinstance(name, str) or not name:
         raise QueueDescriptionError(f"{here}.name: required")
     metadata: dict[str, Any] = {"name": name}
+    if rtype == CLUSTER_QUEUES and entry.get("cohortName"):
+        raise QueueDescriptionError(
+            f"{here}.cohortName: cohorts are not modelled by the local Kueue (no borrowing, lending or "
+            "reclaimWithinCohort): remove cohortName, or give this ClusterQueue the quota it may use"
+        )
     values = {k: copy.deepcopy(v) for k, v in entry.items() if k not in ("name", "namespace")}
+    if rtype == CLUSTER_QUEUES and "admissionChecks" in values:
+        values = _checks_strategy(values, here)
     if rtype.namespaced:
         metadata["namespace"] = str(entry.get("namespace") or "default")
     body: dict[str, Any] = {"metadata": metadata, **({"spec": values} if in_spec else values)}
@@ -131,6 +158,20 @@ def _object(entry: Any, rtype: ResourceType, fields: tuple[str, ...], in_spec: b
         field = cause.field.removeprefix("spec.")
         raise QueueDescriptionError(f"{here}.{field}: {cause.message}")
     return body
+
+
+def _checks_strategy(values: dict[str, Any], here: str) -> dict[str, Any]:
+    """xpk's v1beta1 ``admissionChecks: [name]`` as v1beta2 stores it (``clusterqueue_conversion.go``): rules
+    without flavors in ``admissionChecksStrategy``."""
+    names = values.pop("admissionChecks")
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise QueueDescriptionError(f"{here}.admissionChecks: must be a list of AdmissionCheck names")
+    if "admissionChecksStrategy" in values:
+        raise QueueDescriptionError(
+            f"{here}.admissionChecks: give admissionChecks or admissionChecksStrategy, not both"
+        )
+    values["admissionChecksStrategy"] = {"admissionChecks": [{"name": n} for n in names]}
+    return values
 
 
 def _check_references(objects: list[QueueObject], where: str) -> None:

@@ -161,13 +161,40 @@ PRIORITY_CLASSES = ResourceType(
     singular="priorityclass",
     short_names=("pc",),
 )
+# Admission checks (kueue apis/kueue/v1beta2/{admissioncheck,provisioningrequestconfig}_types.go, v0.17.1).
+ADMISSION_CHECKS = ResourceType(
+    KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck", namespaced=False, singular="admissioncheck"
+)
+PROVISIONING_REQUEST_CONFIGS = ResourceType(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "provisioningrequestconfigs",
+    "ProvisioningRequestConfig",
+    namespaced=False,
+    has_status=False,
+    singular="provisioningrequestconfig",
+)
 KUEUE_TYPES: tuple[ResourceType, ...] = (
     RESOURCE_FLAVORS,
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     WORKLOADS,
     WORKLOAD_PRIORITY_CLASSES,
+    ADMISSION_CHECKS,
+    PROVISIONING_REQUEST_CONFIGS,
 )
+# The cluster autoscaler's ProvisioningRequest (kubernetes/autoscaler cluster-autoscaler/apis/provisioningrequest/
+# autoscaling.x-k8s.io/v1/types.go: namespaced, status subresource, short names provreq/provreqs), and the core
+# PodTemplate its pod sets refer to.
+PROVISIONING_REQUESTS = ResourceType(
+    "autoscaling.x-k8s.io",
+    "v1",
+    "provisioningrequests",
+    "ProvisioningRequest",
+    singular="provisioningrequest",
+    short_names=("provreq", "provreqs"),
+)
+POD_TEMPLATES = ResourceType("", "v1", "podtemplates", "PodTemplate", has_status=False, singular="podtemplate")
 
 RESOURCE_TYPES: tuple[ResourceType, ...] = (
     PODS,
@@ -179,9 +206,11 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     *ACCESS_TYPES,
     PRIORITY_CLASSES,
     *KUEUE_TYPES,
+    PROVISIONING_REQUESTS,
+    POD_TEMPLATES,
 )
 # Served as a CustomResourceDefinition would be (no strategic merge patch, for one).
-CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS, *KUEUE_TYPES)
+CUSTOM_RESOURCE_TYPES: tuple[ResourceType, ...] = (JOBSETS, *KUEUE_TYPES, PROVISIONING_REQUESTS)
 
 
 def resource_type(group: str, version: str, plural: str) -> ResourceType | None:

@@ -56,6 +56,8 @@ def prepare_for_create(rtype: ResourceType, obj: Obj) -> None:
     elif rtype.has_status:
         kueue_api.apply_defaults(rtype, obj)
         obj.pop("status", None)
+    else:
+        kueue_api.apply_defaults(rtype, obj)  # a CRD without a status subresource (ProvisioningRequestConfig)
 
 
 def after_system_fields(rtype: ResourceType, obj: Obj) -> None:

@@ -38,6 +38,13 @@ from elastic_training.operators.observations import parse_time
 from tests.support.airflow_dags import states, xcom
 from tests.support.control_plane import job_template, jobset_manifest
 from tests.support.elastic_runs import elastic_dag, jobsets_of
+from tests.support.flex import (
+    CHECK,
+    LABEL_PROVISIONING_REQUEST,
+    checks_strategy,
+    create_flex_check,
+    provisioning_requests,
+)
 from tests.support.step_faults import StepFaults
 
 pytestmark = pytest.mark.slow
@@ -338,3 +345,122 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
         ),
         timeout=120,
     )
+
+
+# -- flex-start (xpk --flex: the dws-prov admission check and its ProvisioningRequest) -----------------------------
+
+FLEX_QUEUE = "flex-queue"
+FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")  # made queued-provisioning pools: no nodes until a request takes them
+
+
+def _flex(admin: Cluster, cluster: LocalCluster) -> None:
+    """A second ClusterQueue with xpk's dws-prov check (2 slices of quota) over two queued-provisioning pools."""
+    if admin.custom.list_cluster_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", field_selector=f"metadata.name={FLEX_QUEUE}"
+    )["items"]:
+        return
+    for pool in FLEX_POOLS:
+        cluster.faults.provision_on_demand(pool, 5.0, queued=True)
+    create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
+    admin.custom.create_cluster_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        "clusterqueues",
+        {
+            "metadata": {"name": FLEX_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "admissionChecksStrategy": checks_strategy(CHECK),
+                "resourceGroups": [
+                    {
+                        "coveredResources": [TPU_RESOURCE],
+                        "flavors": [
+                            {"name": "4xv5litepod-16", "resources": [{"name": TPU_RESOURCE, "nominalQuota": 32}]}
+                        ],
+                    },
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": "cpu-user",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 480},
+                                    {"name": "memory", "nominalQuota": "2000G"},
+                                ],
+                            }
+                        ],
+                    },
+                ],
+            },
+        },
+    )
+    admin.custom.create_namespaced_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        NS,
+        "localqueues",
+        {"metadata": {"name": "flex"}, "spec": {"clusterQueue": FLEX_QUEUE}},
+    )
+
+
+def test_a_flex_run_waits_for_provisioning_apart_from_quota_and_trains_on_the_new_slices(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    _flex(admin, cluster_connection)
+    run_name = "kueue-flex"
+    dag_run = queued_dag("kueue_flex", tmp_path, queue_name="flex").test()
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 59 and report["full_restarts"] == 0 and report["slice_restarts"] == 0
+    assert report["provisioning_seconds"] > 0 and report["provisioning_spans"][0][1] is not None
+    assert [said for _, said in report["provisioning_notes"]] == [
+        f"admission check {CHECK} Ready: Capacity is found in the cluster"
+    ]
+    [jobset] = jobsets_of(cluster_connection, run_name)
+    workers = [r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "worker"]
+    selector = workers[0]["template"]["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector[LABEL_PROVISIONING_REQUEST].startswith("resize-")  # Kueue's podSetUpdates, from the request
+    admin.delete(jobset["metadata"]["name"])  # its ProvisioningRequest goes with its Workload: the pools are free again
+    wait_for(
+        "the flex pools given back",
+        lambda: (
+            not [n for n in admin.core.list_node().items if n.metadata.labels.get(LABEL_GKE_NODEPOOL) in FLEX_POOLS]
+        ),
+        timeout=120,
+    )
+
+
+def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    _flex(admin, cluster_connection)
+    run_name = "kueue-flex-revoked"
+    revoked: dict[str, Any] = {}
+
+    def revoke(faults: StepFaults) -> None:
+        [request] = provisioning_requests(admin.custom, NS)
+        revoked.update(
+            cluster_connection.faults.provisioning(
+                "revoke", namespace=NS, name=request["metadata"]["name"], message="the flex-start VMs were reclaimed"
+            )
+        )
+        [jobset] = admin.jobsets_of_run(run_name)
+        revoked["workload"] = wait_for(
+            "its Workload deactivated", lambda: (w := admin.workload_of(jobset)) and is_true(w, "Evicted") and w
+        )
+
+    with StepFaults(cluster_connection, run_name).at(25, revoke) as faults:
+        dag_run = queued_dag("kueue_flex_revoked", tmp_path, queue_name="flex", queue_timeout=30.0).test()
+    assert faults.fired == [25]
+    assert len(revoked["nodes"]) == 8  # both slices' hosts
+    assert states(dag_run) == {"pretrain": "failed"}
+    workload = revoked["workload"]
+    assert workload["spec"]["active"] is False
+    evicted = condition(workload, "Evicted")
+    assert evicted is not None and evicted["reason"] == "DeactivatedDueToAdmissionCheck"
+    report = xcom(dag_run, "pretrain", "report")
+    assert report["full_restarts"] == 0 and len(report["jobsets"]) == 1  # never recreated
+    said = [note for _, note in report["provisioning_notes"]]
+    assert said[-1] == f"admission check {CHECK} Rejected: the flex-start VMs were reclaimed"
+    assert "queue_timeout" in report["failure"] and "Rejected: the flex-start VMs were reclaimed" in report["failure"]

@@ -53,10 +53,28 @@ CASES = [
         "Admitted",
     ),
     (
-        "quota reserved, admission checks pending",
-        workload(cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "False", "NoChecks", "waiting")),
-        QueueState.PENDING,
-        "NoChecks: waiting",
+        "quota reserved, admitted before, an admission check no longer ready",
+        workload(
+            cond("QuotaReserved", "True", "QuotaReserved"),
+            cond("Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready"),
+        ),
+        QueueState.PROVISIONING,
+        "UnsatisfiedChecks: The workload has not all checks ready",
+    ),
+    (
+        # Kueue v0.17.1 SyncAdmittedCondition: no Admitted condition until the first admission (not "admitted")
+        "quota reserved, its admission check pending, no Admitted condition yet",
+        {
+            **workload(cond("QuotaReserved", "True", "QuotaReserved")),
+            "status": {
+                "conditions": [cond("QuotaReserved", "True", "QuotaReserved")],
+                "admissionChecks": [
+                    {"name": "dws-prov", "state": "Pending", "message": "Waiting for the capacity to be provisioned"}
+                ],
+            },
+        },
+        QueueState.PROVISIONING,
+        "admission check dws-prov Pending: Waiting for the capacity to be provisioned",
     ),
     (
         "evicted by preemption, its job being stopped",
@@ -98,7 +116,7 @@ def test_workload_status(found: dict[str, Any] | None, state: QueueState, said: 
 
 
 def test_eviction_reasons_are_kept() -> None:
-    status = workload_status(CASES[5][1])
+    status = workload_status(next(c[1] for c in CASES if c[0] == "evicted by preemption, its job being stopped"))
     assert (status.evicted_reason, status.preempted_reason) == ("Preempted", "InClusterQueue")
     assert status.evicted_message == PREEMPTED_MESSAGE
 

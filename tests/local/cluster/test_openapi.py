@@ -29,6 +29,7 @@ def test_index_lists_each_group_version_at_a_hashed_url(k8s: K8s) -> None:
         "api/v1",
         "apis/authentication.k8s.io/v1",
         "apis/authorization.k8s.io/v1",
+        "apis/autoscaling.x-k8s.io/v1",
         "apis/batch/v1",
         "apis/jobset.x-k8s.io/v1alpha2",
         "apis/kueue.x-k8s.io/v1beta2",
