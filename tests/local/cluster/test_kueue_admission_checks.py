@@ -21,9 +21,7 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.queue_description import QueueDescriptionError, parse_queues
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
-from tests.local.cluster.conftest import K8s
-from tests.local.cluster.control_plane_support import NS, JobSets, job_template, jobset_manifest, pods_of, unique
-from tests.local.cluster.helpers import wait_for
+from tests.support.control_plane import NS, JobSets, job_template, jobset_manifest, pods_of, unique
 from tests.support.flex import (
     CHECK,
     FLEX_NODE_SELECTOR,
@@ -32,6 +30,8 @@ from tests.support.flex import (
     create_flex_check,
     provisioning_requests,
 )
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
 
 KUEUE, V = "kueue.x-k8s.io", "v1beta2"
 Obj = dict[str, Any]
