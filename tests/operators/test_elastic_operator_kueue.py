@@ -359,6 +359,13 @@ def _flex(admin: Cluster, cluster: LocalCluster) -> None:
         KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", field_selector=f"metadata.name={FLEX_QUEUE}"
     )["items"]:
         return
+
+    def idle(pool: str) -> bool:
+        nodes = {n.metadata.name for n in admin.core.list_node(label_selector=f"{LABEL_GKE_NODEPOOL}={pool}").items}
+        return not any(p.spec.node_name in nodes for p in admin.core.list_pod_for_all_namespaces().items)
+
+    # An earlier test's blocker may still be going (its foreground delete): only an idle pool can be taken away.
+    wait_for("the flex pools idle", lambda: all(idle(pool) for pool in FLEX_POOLS), timeout=180)
     for pool in FLEX_POOLS:
         cluster.faults.provision_on_demand(pool, 5.0, queued=True)
     create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
