@@ -458,7 +458,7 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
         )
 
     with StepFaults(cluster_connection, run_name).at(25, revoke) as faults:
-        dag_run = queued_dag("kueue_flex_revoked", tmp_path, queue_name="flex", queue_timeout=30.0).test()
+        dag_run = queued_dag("kueue_flex_revoked", tmp_path, queue_name="flex", queue_timeout=15.0).test()
     assert faults.fired == [25]
     assert len(revoked["nodes"]) == 8  # both slices' hosts
     assert states(dag_run) == {"pretrain": "failed"}
