@@ -57,6 +57,8 @@ FLEX_CHECK, FLEX_CONFIG = "dws-prov", "dws-config"
 FLEX_PROVISION_SECONDS = 5.0  # a queued pool's own delay (a delay fault sets the request's instead)
 REVOKED_MESSAGE = "chaos: the flex-start VMs were reclaimed"
 
+Obj = dict[str, Any]
+
 
 def queue_for(plan: Schedule) -> str:
     """The LocalQueue a Kueue dimension's run goes to."""
@@ -64,78 +66,20 @@ def queue_for(plan: Schedule) -> str:
 
 
 def flex_objects() -> list[tuple[str, Obj]]:
-    """xpk's flex-start Kueue objects (templates/kueue_config.yaml.j2) for ``flex-queue``: (plural, body)."""
+    """xpk's flex-start Kueue objects for ``flex-queue`` (one retry after 1 s): (plural, body)."""
+    from elastic_training.local.cluster import xpk_flex
     from elastic_training.operators.constants import TPU_RESOURCE
 
-    return [
-        (
-            "provisioningrequestconfigs",
-            {
-                "metadata": {"name": FLEX_CONFIG},
-                "spec": {
-                    "provisioningClassName": "queued-provisioning.gke.io",
-                    "managedResources": [TPU_RESOURCE],
-                    "podSetUpdates": {
-                        "nodeSelector": [
-                            {
-                                "key": "autoscaling.gke.io/provisioning-request",
-                                "valueFromProvisioningClassDetail": "ResizeRequestName",
-                            }
-                        ]
-                    },
-                    "retryStrategy": {"backoffLimitCount": 1, "backoffBaseSeconds": 1, "backoffMaxSeconds": 1},
-                },
-            },
-        ),
-        (
-            "admissionchecks",
-            {
-                "metadata": {"name": FLEX_CHECK},
-                "spec": {
-                    "controllerName": "kueue.x-k8s.io/provisioning-request",
-                    "parameters": {
-                        "apiGroup": "kueue.x-k8s.io",
-                        "kind": "ProvisioningRequestConfig",
-                        "name": FLEX_CONFIG,
-                    },
-                },
-            },
-        ),
-        (
-            "clusterqueues",
-            {
-                "metadata": {"name": FLEX_CLUSTER_QUEUE},
-                "spec": {
-                    "namespaceSelector": {},
-                    "preemption": {"withinClusterQueue": "LowerPriority"},
-                    "admissionChecksStrategy": {"admissionChecks": [{"name": FLEX_CHECK}]},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": [TPU_RESOURCE],
-                            "flavors": [
-                                {"name": "4xv5litepod-16", "resources": [{"name": TPU_RESOURCE, "nominalQuota": 32}]}
-                            ],
-                        },
-                        {
-                            "coveredResources": ["cpu", "memory"],
-                            "flavors": [
-                                {
-                                    "name": "cpu-user",
-                                    "resources": [
-                                        {"name": "cpu", "nominalQuota": 480},
-                                        {"name": "memory", "nominalQuota": "2000G"},
-                                    ],
-                                }
-                            ],
-                        },
-                    ],
-                },
-            },
-        ),
+    retry = {"backoffLimitCount": 1, "backoffBaseSeconds": 1, "backoffMaxSeconds": 1}
+    quotas = [
+        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
+        (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
     ]
-
-
-Obj = dict[str, Any]
+    return [
+        ("provisioningrequestconfigs", xpk_flex.provisioning_request_config(FLEX_CONFIG, TPU_RESOURCE, retry)),
+        ("admissionchecks", xpk_flex.admission_check(FLEX_CHECK, FLEX_CONFIG)),
+        ("clusterqueues", xpk_flex.cluster_queue(FLEX_CLUSTER_QUEUE, quotas, FLEX_CHECK)),
+    ]
 
 
 def blocker_manifest(name: str, slices: int) -> Obj:

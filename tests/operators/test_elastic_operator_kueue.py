@@ -41,7 +41,7 @@ from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.flex import (
     CHECK,
     LABEL_PROVISIONING_REQUEST,
-    checks_strategy,
+    cluster_queue,
     create_flex_check,
     provisioning_requests,
 )
@@ -369,38 +369,12 @@ def _flex(admin: Cluster, cluster: LocalCluster) -> None:
     for pool in FLEX_POOLS:
         cluster.faults.provision_on_demand(pool, 5.0, queued=True)
     create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
+    quotas = [
+        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
+        (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
+    ]
     admin.custom.create_cluster_custom_object(
-        KUEUE_GROUP,
-        KUEUE_VERSION,
-        "clusterqueues",
-        {
-            "metadata": {"name": FLEX_QUEUE},
-            "spec": {
-                "namespaceSelector": {},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "admissionChecksStrategy": checks_strategy(CHECK),
-                "resourceGroups": [
-                    {
-                        "coveredResources": [TPU_RESOURCE],
-                        "flavors": [
-                            {"name": "4xv5litepod-16", "resources": [{"name": TPU_RESOURCE, "nominalQuota": 32}]}
-                        ],
-                    },
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": "cpu-user",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": 480},
-                                    {"name": "memory", "nominalQuota": "2000G"},
-                                ],
-                            }
-                        ],
-                    },
-                ],
-            },
-        },
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(FLEX_QUEUE, quotas)
     )
     admin.custom.create_namespaced_custom_object(
         KUEUE_GROUP,
