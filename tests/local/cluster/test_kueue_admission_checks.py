@@ -21,6 +21,7 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.queue_description import QueueDescriptionError, parse_queues
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
+from elastic_training.operators.queueing import is_queued_jobset
 from tests.local.cluster.conftest import K8s
 from tests.local.cluster.control_plane_support import NS, JobSets, job_template, jobset_manifest, pods_of, unique
 from tests.local.cluster.helpers import wait_for
@@ -328,6 +329,7 @@ def test_a_jobset_without_a_label_joins_the_namespaces_default_local_queue(k8s: 
     )
     assert created["metadata"]["labels"] == {LABEL_KUEUE_QUEUE_NAME: "default"}
     assert created["spec"]["suspend"] is True
+    assert is_queued_jobset(created)  # so the operator reads it as queued, not "no label: nothing will admit it"
 
     def admitted() -> Obj | None:
         items = k8s.custom.list_namespaced_custom_object(KUEUE, V, namespace, "workloads")["items"]
