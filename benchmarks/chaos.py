@@ -64,6 +64,7 @@ from benchmarks.chaos_schedule import (
     KILL_TASK,
     KUEUE_DIMENSIONS,
     PREEMPT,
+    PROVISION,
     QUEUE_WAIT,
     SLICE_FAULTS,
     Fault,
@@ -152,9 +153,12 @@ def _kueue_args(plan: Schedule) -> str:
     """The Kueue dimensions' runs go to xpk's LocalQueue at a low priority (a blocker outranks them)."""
     if not plan.kueue:
         return ""
-    from benchmarks.chaos_kueue import QUEUE, RUN_PRIORITY
+    from benchmarks.chaos_kueue import RUN_PRIORITY, queue_for
 
-    return f"\n        queue_name={QUEUE!r},\n        priority_class={RUN_PRIORITY!r},"
+    queue = queue_for(plan)
+    # A flex run's revoked capacity is never admitted again: its queue_timeout ends it (stall timeout + 60 s).
+    timeout = f"\n        queue_timeout={plan.stall_timeout_seconds + 60}.0," if plan.kueue == "provisioning" else ""
+    return f"\n        queue_name={queue!r},\n        priority_class={RUN_PRIORITY!r},{timeout}"
 
 
 def dag_id(plan: Schedule) -> str:
@@ -283,7 +287,8 @@ class RunWatch:
         self.files = files
         self.kill_task = kill_task
         self.gcs_proxy = gcs_proxy
-        self.pending = [f for f in plan.faults if f.kind != QUEUE_WAIT]  # that one acts before the task starts
+        # A queue wait and a provisioning delay or failure act before the task starts; a revocation at its step.
+        self.pending = [f for f in plan.faults if f.kind != QUEUE_WAIT and (f.kind != PROVISION or f.step > 0)]
         self.fired: list[Fired] = []
         self.errors: list[str] = []
         self.max_alive = 0
@@ -492,6 +497,9 @@ class RunWatch:
         elif fault.kind == PREEMPT and self.kueue_actor is not None:
             self.kueue_actor.preempt()
             fired.note = f"blocker {self.kueue_actor.blocker} created"
+        elif fault.kind == PROVISION and self.kueue_actor is not None:
+            self.kueue_actor.revoke()
+            fired.note = "capacity revoked"
         elif fault.kind == GCS_ERRORS and self.gcs_proxy is not None:
             if fault.count:
                 self.gcs_proxy.fail_next(fault.count)
@@ -623,7 +631,7 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
     if plan.kueue:
         from benchmarks.chaos_kueue import KueueActor
 
-        actor = KueueActor(lane.cluster.kubeconfig_path, plan)
+        actor = KueueActor(lane.cluster.kubeconfig_path, plan, lane.cluster.faults)
     watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy, log_path, actor)
     hung = False
     try:
@@ -631,6 +639,10 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
             if plan.kueue_fault is not None and plan.kueue_fault.kind == QUEUE_WAIT:
                 actor.hold_queue()
                 watch.fired.append(Fired(plan.kueue_fault, time.time(), None, None, note=actor.blocker))
+            elif plan.kueue_fault is not None and plan.kueue_fault.kind == PROVISION:
+                actor.prepare_provisioning()
+                if plan.kueue_fault.step == 0:
+                    watch.fired.append(Fired(plan.kueue_fault, time.time(), None, None, note=plan.kueue_fault.outcome))
             actor.start()
         with lock:
             start_task()
@@ -1279,7 +1291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=KUEUE_DIMENSIONS,
         default="",
         help="a Kueue dimension: every run in multislice-queue, preempted mid-training by a higher-priority JobSet "
-        "(preempt) or queued behind one past its stall timeout (queue-wait); no other faults",
+        "(preempt) or queued behind one past its stall timeout (queue-wait); or in a flex-start queue whose "
+        "ProvisioningRequest is delayed, fails once or has its capacity revoked (provisioning); no other faults",
     )
     parser.add_argument(
         "--stall-timeout",

@@ -13,6 +13,13 @@ admin's client as another team's run would be, at ``very-high``: a head on ``cpu
   ("insufficient unused quota") until it has existed for its stall timeout plus the fault's ``seconds``; then the
   blocker is deleted.
 
+- **provisioning** (``--kueue provisioning``): the run goes to a flex-start queue, ``flex`` (the ClusterQueue
+  ``flex-queue`` with xpk's ``dws-prov`` admission check and 2 slices of quota) over two of ``v5e-small``'s v5e-16
+  pools made queued-provisioning ones (``provision-on-demand`` with ``queued``: no nodes until a ProvisioningRequest
+  takes them). Its request then takes the fault's ``seconds`` (``delay``), or fails once and Kueue's retry provisions it
+  in ``seconds`` (``fail``; the config's ``retryStrategy`` is 1 retry after 1 s), or is provisioned and, at the fault's
+  step, its capacity is revoked (``revoke``: ``CapacityRevoked``, the VMs gone; Kueue deactivates the Workload).
+
 The actor notes what it saw (times on the harness's clock, Kueue's words), and :func:`broken_promises` judges the run
 by it and by the operator's report.
 """
@@ -24,7 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.chaos_schedule import PREEMPT, QUEUE_WAIT, Schedule
+from benchmarks.chaos_schedule import (
+    PREEMPT,
+    PROVISION,
+    PROVISION_DELAY,
+    PROVISION_FAIL,
+    PROVISION_REVOKE,
+    QUEUE_WAIT,
+    Fault,
+    Schedule,
+)
 
 NAMESPACE = "default"
 QUEUE = "multislice-queue"
@@ -35,8 +51,35 @@ BLOCKER_RUNNING_BOUND_SECONDS = 180.0
 STEP_WAIT_SECONDS = 300.0  # every other wait on the cluster (suspension, eviction, admission)
 POLL_SECONDS = 0.3
 QUEUED_SECONDS_TOLERANCE = 1.5  # Kubernetes stamps whole seconds
+FLEX_QUEUE, FLEX_CLUSTER_QUEUE = "flex", "flex-queue"
+FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")
+FLEX_CHECK, FLEX_CONFIG = "dws-prov", "dws-config"
+FLEX_PROVISION_SECONDS = 5.0  # a queued pool's own delay (a delay fault sets the request's instead)
+REVOKED_MESSAGE = "chaos: the flex-start VMs were reclaimed"
 
 Obj = dict[str, Any]
+
+
+def queue_for(plan: Schedule) -> str:
+    """The LocalQueue a Kueue dimension's run goes to."""
+    return FLEX_QUEUE if plan.kueue == "provisioning" else QUEUE
+
+
+def flex_objects() -> list[tuple[str, Obj]]:
+    """xpk's flex-start Kueue objects for ``flex-queue`` (one retry after 1 s): (plural, body)."""
+    from elastic_training.local.cluster import xpk_flex
+    from elastic_training.operators.constants import TPU_RESOURCE
+
+    retry = {"backoffLimitCount": 1, "backoffBaseSeconds": 1, "backoffMaxSeconds": 1}
+    quotas = [
+        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
+        (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
+    ]
+    return [
+        ("provisioningrequestconfigs", xpk_flex.provisioning_request_config(FLEX_CONFIG, TPU_RESOURCE, retry)),
+        ("admissionchecks", xpk_flex.admission_check(FLEX_CHECK, FLEX_CONFIG)),
+        ("clusterqueues", xpk_flex.cluster_queue(FLEX_CLUSTER_QUEUE, quotas, FLEX_CHECK)),
+    ]
 
 
 def blocker_manifest(name: str, slices: int) -> Obj:
@@ -97,7 +140,7 @@ def is_true(obj: Obj | None, kind: str) -> bool:
 class KueueActor:
     """The blocker of one run: created, watched and deleted on the schedule's Kueue fault (a thread of its own)."""
 
-    def __init__(self, kubeconfig: Path, plan: Schedule) -> None:
+    def __init__(self, kubeconfig: Path, plan: Schedule, faults: Any = None) -> None:
         from kubernetes import client, config
 
         fault = plan.kueue_fault
@@ -109,6 +152,7 @@ class KueueActor:
         self.custom, self.core = client.CustomObjectsApi(self._api), client.CoreV1Api(self._api)
         self.notes: dict[str, Any] = {"blocker": self.blocker, "blocker_slices": len(fault.slices)}
         self.errors: list[str] = []
+        self._faults = faults  # the cluster's fault facade (LocalCluster.faults): provisioning outcomes
         self._go = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kueue-{plan.run_name}", daemon=True)
@@ -226,6 +270,74 @@ class KueueActor:
         self._create_blocker()
         self._go.set()
 
+    # -- provisioning ----------------------------------------------------------------------
+
+    def prepare_provisioning(self) -> None:
+        """provisioning, before the run's task starts: the flex queue (once per cluster) and the request's fault."""
+        from kubernetes import client
+
+        from elastic_training.operators.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_GKE_NODEPOOL
+
+        if self._faults is None:
+            raise ValueError("the provisioning dimension needs the cluster's faults")
+        found = self.custom.list_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", field_selector=f"metadata.name={FLEX_CLUSTER_QUEUE}"
+        )["items"]
+        if not found:
+
+            def idle() -> bool:
+                nodes = {
+                    n.metadata.name
+                    for pool in FLEX_POOLS
+                    for n in self.core.list_node(label_selector=f"{LABEL_GKE_NODEPOOL}={pool}").items
+                }
+                return not any(p.spec.node_name in nodes for p in self.core.list_pod_for_all_namespaces().items)
+
+            self._wait("the flex pools idle", idle)
+            for pool in FLEX_POOLS:
+                self._faults.provision_on_demand(pool, FLEX_PROVISION_SECONDS, queued=True)
+            for plural, body in flex_objects():
+                try:
+                    self.custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, body)
+                except client.ApiException as error:
+                    if error.status != 409:
+                        raise
+            self.custom.create_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                NAMESPACE,
+                "localqueues",
+                {"metadata": {"name": FLEX_QUEUE}, "spec": {"clusterQueue": FLEX_CLUSTER_QUEUE}},
+            )
+        outcome = self.fault.outcome
+        if outcome == PROVISION_FAIL:
+            self._faults.provisioning("fail", message="chaos: flex-start capacity is out in the zone")
+        if outcome in (PROVISION_DELAY, PROVISION_FAIL):
+            self._faults.provisioning("delay", seconds=self.fault.seconds)
+        self.notes["provisioning"] = outcome
+        self.notes["prepared_at"] = time.time()
+
+    def revoke(self) -> None:
+        """provisioning's revoke, at the scheduled step: the run's request loses its capacity."""
+        if self._faults is None:
+            raise ValueError("the provisioning dimension needs the cluster's faults")
+        jobset = self._run_jobset()
+        workload = self._workload_of(jobset) if jobset is not None else None
+        if workload is None:
+            raise RuntimeError("the run has no Workload: nothing to revoke")
+        request = f"{workload['metadata']['name']}-{FLEX_CHECK}-1"
+        revoked = self._faults.provisioning("revoke", namespace=NAMESPACE, name=request, message=REVOKED_MESSAGE)
+        self.notes["revoked_at"] = time.time()
+        self.notes["revoked_nodes"] = len(revoked.get("nodes") or [])
+        self._go.set()
+
+    def _follow_revocation(self) -> None:
+        jobset = self._wait("the run's JobSet", self._run_jobset)
+        workload = self._wait(
+            "its Workload deactivated", lambda: (w := self._workload_of(jobset)) and is_true(w, "Evicted") and w
+        )
+        self.notes["evicted"] = _reason(condition(workload, "Evicted"))
+
     def start(self) -> None:
         if self.fault.kind == QUEUE_WAIT:
             self._go.set()
@@ -250,6 +362,8 @@ class KueueActor:
                 self._follow_queue_wait()
             elif self.fault.kind == PREEMPT:
                 self._follow_preemption()
+            elif self.fault.kind == PROVISION and self.fault.outcome == PROVISION_REVOKE:
+                self._follow_revocation()
         except InterruptedError:
             pass
         except Exception as error:
@@ -351,6 +465,8 @@ def broken_promises(
     broken: list[str] = []
     if fault is None:
         return broken
+    if fault.kind == PROVISION:
+        return _broken_provisioning(fault, notes, report, outcome, jobsets)
     if outcome != "success":
         broken.append(f"outcome {outcome}")
     for key in ("full_restarts", "slice_restarts", "in_process_recoveries"):
@@ -393,4 +509,48 @@ def broken_promises(
                 broken.append(f"queued_seconds {queued} but the JobSet waited {own:.0f} s")
         else:
             broken.append("no resume on the JobSet to check queued_seconds against")
+    return broken
+
+
+def _broken_provisioning(
+    fault: Fault, notes: dict[str, Any], report: dict[str, Any], outcome: str, jobsets: list[Obj]
+) -> list[str]:
+    """provisioning: one JobSet, no full restart, slice restart or escalation (a capacity event spends no budget), the
+    wait told apart as provisioning with each outcome named in the report. delay: success, provisioning at least the
+    fault's seconds. fail: success, a ``Retry`` and then a ``Ready`` note. revoke: Kueue deactivated the Workload
+    (``DeactivatedDueToAdmissionCheck``); the run fails (nothing admits it again) naming the revocation, and lost no
+    committed step (it never resumed)."""
+    broken: list[str] = []
+    for key in ("full_restarts", "slice_restarts", "in_process_recoveries"):
+        if report.get(key):
+            broken.append(f"{key}={report.get(key)}")
+    if report.get("escalations"):
+        broken.append("escalations " + ", ".join(str(e.get("reason")) for e in report["escalations"]))
+    if len(jobsets) != 1:
+        broken.append(f"{len(jobsets)} JobSets")
+    said = [
+        str(note[1])
+        for note in report.get("provisioning_notes") or []
+        if isinstance(note, list | tuple) and len(note) == 2
+    ]
+    ready = f"admission check {FLEX_CHECK} Ready"
+    if fault.outcome == PROVISION_REVOKE:
+        if outcome != "failed":
+            broken.append(f"outcome {outcome}, not failed naming the revocation")
+        if notes.get("evicted") != "True/DeactivatedDueToAdmissionCheck":
+            broken.append(f"eviction {notes.get('evicted')!r}")
+        if not any(REVOKED_MESSAGE in s and " Rejected" in s for s in said):
+            broken.append("the revocation is not in the report's provisioning notes")
+        if REVOKED_MESSAGE not in str(report.get("failure") or ""):
+            broken.append("the failure does not name the revocation")
+        return broken
+    if outcome != "success":
+        broken.append(f"outcome {outcome}")
+    if not any(s.startswith(ready) for s in said):
+        broken.append("no Ready admission check in the report")
+    if fault.outcome == PROVISION_FAIL and not any(" Retry: Retrying after failure" in s for s in said):
+        broken.append("the failed request's retry is not in the report")
+    waited = float(report.get("provisioning_seconds") or 0.0)
+    if fault.outcome == PROVISION_DELAY and waited + QUEUED_SECONDS_TOLERANCE < fault.seconds:
+        broken.append(f"provisioning_seconds {waited}, the request took {fault.seconds:.0f} s")
     return broken

@@ -5,6 +5,9 @@ same schedules. Each schedule says what the run is (steps, slices, budgets) and 
 which completed training step, and :meth:`Schedule.expected` works out, from the schedule alone, which
 full restarts the operator should make and whether the run fits its budgets.
 
+A third, ``kueue="provisioning"``, runs in a flex-start queue (xpk's ``dws-prov`` admission check, queued-provisioning
+node pools) and meets a delayed, failed or revoked ProvisioningRequest.
+
 Two Kueue dimensions (``kueue="preempt"`` or ``"queue-wait"``) run behind ``v5e-small``'s ``multislice-queue`` at a low
 priority and meet another team's higher-priority JobSet (a blocker): it arrives mid-training and Kueue preempts the
 run, or it holds the whole quota when the run is submitted and the run waits longer than its stall timeout. Their
@@ -33,8 +36,15 @@ KILL_TASK = "kill_task"  # SIGKILL the Airflow task process mid-watch (its inlin
 GCS_ERRORS = "gcs_errors"  # GCS (the emulator) answers 503: the next `count` requests, or all for `seconds`
 PREEMPT = "preempt"  # a higher-priority blocker of `slices` v5e-16 slices arrives; it runs `seconds`, then goes
 QUEUE_WAIT = "queue_wait"  # a blocker holds all the quota at submission, for the stall timeout plus `seconds`
+PROVISION = "provision"  # flex-start: the run's ProvisioningRequest is delayed, fails once, or its capacity is revoked
 
-KUEUE_DIMENSIONS = ("preempt", "queue-wait")
+KUEUE_DIMENSIONS = ("preempt", "queue-wait", "provisioning")
+# Provisioning outcomes (benchmarks/chaos_kueue.py; local/cluster/provisioning_requests.py's faults): the request takes
+# `seconds` (past the stall timeout sometimes: provisioning is waiting, not stalling); fails once and Kueue's retry
+# provisions (in `seconds`); or, at `step`, the capacity is revoked (Kueue deactivates the Workload).
+PROVISION_DELAY, PROVISION_FAIL, PROVISION_REVOKE = "delay", "fail", "revoke"
+PROVISION_OUTCOMES = (PROVISION_DELAY, PROVISION_FAIL, PROVISION_REVOKE)
+PROVISION_SECONDS = (5.0, 90.0)
 QUEUE_CHIPS = 64  # v5e-small's cluster-queue: 4 slices of v5litepod-16
 SLICE_CHIPS = 16
 # A blocker runs this long after its pods all run (preempt), or the run waits this much past its stall timeout.
@@ -61,6 +71,7 @@ class Fault:
     code: int = 0
     count: int = 0
     seconds: float = 0.0
+    outcome: str = ""  # a provision fault's: delay, fail or revoke
 
     def describe(self) -> str:
         if self.kind in SLICE_FAULTS:
@@ -83,6 +94,12 @@ class Fault:
             return f"@{self.step} preempted by {len(self.slices)} slices for {self.seconds:.0f}s"
         if self.kind == QUEUE_WAIT:
             return f"@0 queued behind {len(self.slices)} slices, stall timeout +{self.seconds:.0f}s"
+        if self.kind == PROVISION:
+            if self.outcome == PROVISION_REVOKE:
+                return f"@{self.step} flex capacity revoked"
+            if self.outcome == PROVISION_FAIL:
+                return f"@0 flex provisioning fails once, then {self.seconds:.0f}s"
+            return f"@0 flex provisioning takes {self.seconds:.0f}s"
         return f"@{self.step} {self.kind}"
 
 
@@ -114,17 +131,18 @@ class Schedule:
     checkpoint_period: int = CHECKPOINT_PERIOD
     stall_timeout_seconds: int = STALL_TIMEOUT_SECONDS
     gcs: bool = False  # the run directory is on gs:// (the emulator, behind a proxy that can answer 503)
-    kueue: str = ""  # "preempt" or "queue-wait": the run is in multislice-queue and meets a blocker
+    kueue: str = ""  # "preempt" or "queue-wait": the run is in multislice-queue and meets a blocker; "provisioning":
+    # the run is in a flex-start queue (xpk's dws-prov check) and its ProvisioningRequest meets the fault
 
     @property
     def run_name(self) -> str:
-        kueue = {"preempt": "preempt-", "queue-wait": "queue-"}.get(self.kueue, "")
+        kueue = {"preempt": "preempt-", "queue-wait": "queue-", "provisioning": "prov-"}.get(self.kueue, "")
         return f"chaos-{'gcs-' if self.gcs else ''}{kueue}s{self.seed}-r{self.index}"
 
     @property
     def kueue_fault(self) -> Fault | None:
         """The run's preemption or queue wait, if it has one."""
-        return next((f for f in self.faults if f.kind in (PREEMPT, QUEUE_WAIT)), None)
+        return next((f for f in self.faults if f.kind in (PREEMPT, QUEUE_WAIT, PROVISION)), None)
 
     @property
     def target_step(self) -> int:
@@ -154,9 +172,12 @@ class Schedule:
                 escalations.append("jobset_failed")
                 slice_restarts = 0
         possible = tuple("jobset_failed" for f in self.faults if f.kind == GCS_ERRORS and f.seconds > 0)
+        # Revoked capacity: Kueue deactivates the Workload, nothing admits it again; the operator fails the run at its
+        # queue_timeout, naming the revocation (docs/operators.md), spending no budget.
+        revoked = any(f.kind == PROVISION and f.outcome == PROVISION_REVOKE for f in self.faults)
         return Expected(
             tuple(escalations),
-            survivable=len(escalations) + len(possible) <= self.max_full_restarts,
+            survivable=len(escalations) + len(possible) <= self.max_full_restarts and not revoked,
             possible=possible,
         )
 
@@ -262,12 +283,22 @@ def kueue_schedule(
 
     ``preempt``: at a step from 3 to four before the end (before the first checkpoint sometimes), a blocker
     arrives that needs more chips than the run leaves free (``QUEUE_CHIPS``), so Kueue must preempt the run to
-    admit it. ``queue-wait``: a blocker holds all the chips when the run is submitted.
+    admit it. ``queue-wait``: a blocker holds all the chips when the run is submitted. ``provisioning``: the run's
+    ProvisioningRequest takes 5 to 90 s, or fails once (Kueue retries it: the next provisions in that time), or is
+    provisioned and, at a step from 3 to four before the end, its capacity is revoked.
     """
     if kueue not in KUEUE_DIMENSIONS:
         raise ValueError(f"kueue must be one of {', '.join(KUEUE_DIMENSIONS)}, got {kueue!r}")
     rng = random.Random(f"{seed}-{index}-{kueue}")
-    if kueue == "preempt":
+    if kueue == "provisioning":
+        outcome = rng.choice(PROVISION_OUTCOMES)
+        fault = Fault(
+            step=rng.randint(3, steps - 4) if outcome == PROVISION_REVOKE else 0,
+            kind=PROVISION,
+            seconds=round(rng.uniform(*PROVISION_SECONDS), 1),
+            outcome=outcome,
+        )
+    elif kueue == "preempt":
         free = QUEUE_CHIPS // SLICE_CHIPS - num_slices
         blocker_slices = rng.randint(free + 1, QUEUE_CHIPS // SLICE_CHIPS)
         fault = Fault(

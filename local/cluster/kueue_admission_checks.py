@@ -215,6 +215,7 @@ class AdmissionCheckController:
     def __init__(self, store: Store) -> None:
         self._store = store
         self.queue: WorkQueue[Key] = WorkQueue("kueue-admission-checks", self.reconcile)
+        self._rules: dict[str, dict[str, list[str]] | None] = {}  # ClusterQueue → its checks, as last seen
 
     def start(self) -> None:
         self._store.add_listener(self._on_event)
@@ -225,10 +226,17 @@ class AdmissionCheckController:
         if event.rtype == WORKLOADS and event.type != "DELETED":
             meta = event.object["metadata"]
             self.queue.enqueue((meta["namespace"], meta["name"]))
-        elif event.rtype in (CLUSTER_QUEUES, LOCAL_QUEUES):
+        elif event.rtype == CLUSTER_QUEUES or (event.rtype == LOCAL_QUEUES and event.type == "ADDED"):
+            # The scheduler rewrites the queues' status every pass: only a change of a ClusterQueue's checks (or a
+            # new LocalQueue, whose target is immutable) changes which checks a Workload needs.
+            name = str(event.object["metadata"]["name"])
+            if event.rtype == CLUSTER_QUEUES:
+                rules = None if event.type == "DELETED" else strategy_rules(event.object)
+                if self._rules.get(name) == rules:
+                    return
+                self._rules[name] = rules
             for wl in self._store.view(WORKLOADS)[0]:
-                if checks_of(wl) or strategy_rules(cluster_queue_of(self._store, wl)):
-                    self.queue.enqueue((wl["metadata"]["namespace"], wl["metadata"]["name"]))
+                self.queue.enqueue((wl["metadata"]["namespace"], wl["metadata"]["name"]))
 
     def reconcile(self, key: Key) -> None:
         wl = self._store.find(WORKLOADS, *key)

@@ -580,6 +580,12 @@ PRIORITY_CLASS["required"] = ["value"]
 # -- admission checks (apis/kueue/v1beta2/{admissioncheck,provisioningrequestconfig}_types.go) and the cluster
 # autoscaler's ProvisioningRequest (kubernetes/autoscaler apis/provisioningrequest/autoscaling.x-k8s.io/v1/types.go)
 
+_PARAMETERS: Schema = {
+    "type": "object",
+    "description": "Parameters contains all other parameters classes may require.",
+    "additionalProperties": {"type": "string", "maxLength": 255},
+    "maxProperties": 100,
+}
 _PARAMETERS_REF = obj(
     "parameters identifies a configuration with additional parameters for the check.",
     {
@@ -620,12 +626,7 @@ PROVISIONING_REQUEST_CONFIG = _top_level(
                     "ProvisioningClassName describes the different modes of provisioning the resources.",
                     maxLength=253,
                 ),
-                "parameters": {
-                    "type": "object",
-                    "description": "Parameters contains all other parameters classes may require.",
-                    "additionalProperties": {"type": "string", "maxLength": 255},
-                    "maxProperties": 100,
-                },
+                "parameters": _PARAMETERS,
                 "managedResources": array(
                     "managedResources contains the list of resources managed by the autoscaling.",
                     string(""),
@@ -713,13 +714,7 @@ PROVISIONING_REQUEST = _top_level(
                     maxLength=253,
                     **_IMMUTABLE_RULE,
                 ),
-                "parameters": {
-                    "type": "object",
-                    "description": "Parameters contains all other parameters classes may require.",
-                    "additionalProperties": {"type": "string", "maxLength": 255},
-                    "maxProperties": 100,
-                    **_IMMUTABLE_RULE,
-                },
+                "parameters": {**_PARAMETERS, **_IMMUTABLE_RULE},
             },
             ("podSets", "provisioningClassName"),
         ),

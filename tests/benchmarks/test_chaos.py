@@ -272,3 +272,79 @@ def test_kueue_promises_are_judged_from_the_report_and_what_the_harness_saw() ->
     assert "admitted while the blocker held the quota" in broken_promises(
         queued, {"admitted_before_release": True}, waited, "success", [jobset]
     )
+
+
+def test_the_provisioning_dimension_is_seeded_and_keeps_the_seeds_shape() -> None:
+    from benchmarks.chaos_schedule import PROVISION, PROVISION_OUTCOMES, PROVISION_REVOKE
+
+    plain, plans = schedules(1, 40), schedules(1, 40, kueue="provisioning")
+    assert plans == schedules(1, 40, kueue="provisioning")
+    assert {p.faults[0].outcome for p in plans} == set(PROVISION_OUTCOMES)  # 40 runs meet all three
+    for local, plan in zip(plain, plans, strict=True):
+        assert _shape(plan)[:4] == _shape(local)[:4] and plan.run_name.startswith("chaos-prov-")
+        [fault] = plan.faults
+        assert fault.kind == PROVISION and plan.kueue_fault == fault and 5 <= fault.seconds <= 90
+        revoked = fault.outcome == PROVISION_REVOKE
+        assert (3 <= fault.step <= plan.steps - 4) if revoked else fault.step == 0
+        # A revocation is never survived (Kueue deactivates the Workload) and spends nothing.
+        assert plan.expected().escalations == () and plan.expected().survivable is not revoked
+
+
+def test_dry_run_lists_the_provisioning_dimension() -> None:
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.chaos",
+            "--runs",
+            "3",
+            "--seed",
+            "5",
+            "--dry-run",
+            "--kueue",
+            "provisioning",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    plans = [json.loads(line) for line in finished.stdout.splitlines() if line.startswith("{")]
+    assert [p["run_name"] for p in plans] == [f"chaos-prov-s5-r{i}" for i in range(3)]
+    assert [p["faults"][0]["outcome"] for p in plans] == [
+        p.faults[0].outcome for p in schedules(5, 3, kueue="provisioning")
+    ]
+
+
+def test_provisioning_promises_are_judged_from_the_report_and_what_the_harness_saw() -> None:
+    from benchmarks.chaos_kueue import REVOKED_MESSAGE, broken_promises
+    from benchmarks.chaos_schedule import PROVISION, PROVISION_DELAY, PROVISION_FAIL, PROVISION_REVOKE
+
+    def plan(outcome: str, step: int = 0, seconds: float = 30.0) -> Schedule:
+        return Schedule(
+            1, 0, 40, 2, 3, 1, None, (Fault(step, PROVISION, seconds=seconds, outcome=outcome),), kueue="provisioning"
+        )
+
+    ready = [1.0, "admission check dws-prov Ready: Capacity is found in the cluster"]
+    clean = {"full_restarts": 0, "slice_restarts": 0, "in_process_recoveries": 0, "escalations": []}
+    delayed = {**clean, "provisioning_seconds": 31.0, "provisioning_notes": [ready]}
+    assert broken_promises(plan(PROVISION_DELAY), {}, delayed, "success", [{}]) == []
+    assert broken_promises(plan(PROVISION_DELAY), {}, {**delayed, "provisioning_seconds": 2.0}, "success", [{}]) == [
+        "provisioning_seconds 2.0, the request took 30 s"
+    ]
+    retry = [0.5, "admission check dws-prov Retry: Retrying after failure: chaos: out"]
+    assert (
+        broken_promises(plan(PROVISION_FAIL), {}, {**delayed, "provisioning_notes": [retry, ready]}, "success", [{}])
+        == []
+    )
+    assert broken_promises(plan(PROVISION_FAIL), {}, delayed, "success", [{}]) == [
+        "the failed request's retry is not in the report"
+    ]
+    rejected = [9.0, f"admission check dws-prov Rejected: {REVOKED_MESSAGE}"]
+    revoked = {**clean, "provisioning_notes": [ready, rejected], "failure": f"not admitted ...: {REVOKED_MESSAGE}"}
+    seen = {"evicted": "True/DeactivatedDueToAdmissionCheck"}
+    assert broken_promises(plan(PROVISION_REVOKE, 20), seen, revoked, "failed", [{}]) == []
+    assert broken_promises(plan(PROVISION_REVOKE, 20), seen, {**revoked, "slice_restarts": 2}, "failed", [{}, {}]) == [
+        "slice_restarts=2",
+        "2 JobSets",
+    ]

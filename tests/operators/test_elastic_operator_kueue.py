@@ -41,7 +41,7 @@ from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.flex import (
     CHECK,
     LABEL_PROVISIONING_REQUEST,
-    checks_strategy,
+    cluster_queue,
     create_flex_check,
     provisioning_requests,
 )
@@ -359,41 +359,22 @@ def _flex(admin: Cluster, cluster: LocalCluster) -> None:
         KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", field_selector=f"metadata.name={FLEX_QUEUE}"
     )["items"]:
         return
+
+    def idle(pool: str) -> bool:
+        nodes = {n.metadata.name for n in admin.core.list_node(label_selector=f"{LABEL_GKE_NODEPOOL}={pool}").items}
+        return not any(p.spec.node_name in nodes for p in admin.core.list_pod_for_all_namespaces().items)
+
+    # An earlier test's blocker may still be going (its foreground delete): only an idle pool can be taken away.
+    wait_for("the flex pools idle", lambda: all(idle(pool) for pool in FLEX_POOLS), timeout=180)
     for pool in FLEX_POOLS:
         cluster.faults.provision_on_demand(pool, 5.0, queued=True)
     create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
+    quotas = [
+        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
+        (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
+    ]
     admin.custom.create_cluster_custom_object(
-        KUEUE_GROUP,
-        KUEUE_VERSION,
-        "clusterqueues",
-        {
-            "metadata": {"name": FLEX_QUEUE},
-            "spec": {
-                "namespaceSelector": {},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "admissionChecksStrategy": checks_strategy(CHECK),
-                "resourceGroups": [
-                    {
-                        "coveredResources": [TPU_RESOURCE],
-                        "flavors": [
-                            {"name": "4xv5litepod-16", "resources": [{"name": TPU_RESOURCE, "nominalQuota": 32}]}
-                        ],
-                    },
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": "cpu-user",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": 480},
-                                    {"name": "memory", "nominalQuota": "2000G"},
-                                ],
-                            }
-                        ],
-                    },
-                ],
-            },
-        },
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(FLEX_QUEUE, quotas)
     )
     admin.custom.create_namespaced_custom_object(
         KUEUE_GROUP,
@@ -451,7 +432,7 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
         )
 
     with StepFaults(cluster_connection, run_name).at(25, revoke) as faults:
-        dag_run = queued_dag("kueue_flex_revoked", tmp_path, queue_name="flex", queue_timeout=30.0).test()
+        dag_run = queued_dag("kueue_flex_revoked", tmp_path, queue_name="flex", queue_timeout=15.0).test()
     assert faults.fired == [25]
     assert len(revoked["nodes"]) == 8  # both slices' hosts
     assert states(dag_run) == {"pretrain": "failed"}

@@ -122,3 +122,24 @@ def test_a_cluster_without_v1beta2_workloads_says_so_instead_of_a_reasonless_que
     assert state.run_phase(T0 + 60).value == "queued"
     assert observation.waiting is not None and observation.waiting.reason == KUEUE_UNSERVED
     assert "Kueue older than v0.15" in decide(observation, BUDGETS).message
+
+
+def test_a_request_that_failed_for_good_is_named_once_the_workload_is_deactivated() -> None:
+    failed = workload(RESERVED, checks=[{"name": "dws-prov", "state": "Rejected", "message": "GCE stockout"}])
+    state = MonitorState(started_at=T0)
+    state.on_jobset(jobset(suspended=True), now=T0)
+    state.on_workload(PROVISIONING, now=T0 + 1)
+    retried = workload(
+        RESERVED, checks=[{"name": "dws-prov", "state": "Retry", "message": "Retrying after failure: x"}]
+    )
+    state.on_workload(retried, now=T0 + 2)
+    state.on_workload(failed, now=T0 + 3)
+    state.on_workload(DEACTIVATED, now=T0 + 4)
+    waiting = state.observation(now=T0 + 60, target_step=9, full_restarts_used=0).waiting
+    assert waiting is not None and waiting.not_queued and not waiting.provisioning
+    assert "admission check dws-prov Rejected: GCE stockout" in waiting.reason
+    assert [said for _, said in state.digest.provisioning_notes] == [
+        "admission check dws-prov Retry: Retrying after failure: x",
+        "admission check dws-prov Rejected: GCE stockout",
+    ]
+    assert state.digest.provisioning_spans == [[T0 + 1, T0 + 4]]

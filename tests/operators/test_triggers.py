@@ -329,3 +329,30 @@ async def test_a_final_decision_waits_out_the_settle_time(cluster_connection: Lo
     event = (await asyncio.wait_for(trigger.run().__anext__(), timeout=60)).payload
     assert event["reason"] == "jobset_missing"
     assert time.monotonic() - started >= 3.0
+
+
+async def test_a_cluster_without_v1beta2_workloads_is_said_once_instead_of_a_reasonless_queued(
+    cluster_connection: LocalCluster,
+) -> None:
+    """Kueue older than v0.15 serves no ``kueue.x-k8s.io/v1beta2`` (the Workload list answers 404): the trigger's
+    Workload watch ends, and the wait, read from the JobSet's suspension alone, says why it has no Kueue reason."""
+    from elastic_training.operators.constants import LABEL_KUEUE_QUEUE_NAME
+    from elastic_training.operators.observations import KUEUE_UNSERVED
+
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom = client.CustomObjectsApi(api)
+    name = "old-kueue"
+    manifest = sleeping_jobset(name, 1)
+    manifest["metadata"]["labels"] = {LABEL_KUEUE_QUEUE_NAME: "no-such-queue"}  # Kueue holds it suspended
+    cluster_connection.faults.fail_requests(404, path=r"/apis/kueue\.x-k8s\.io/v1beta2/.*workloads")
+    created = custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, manifest)
+    budgets = {**BUDGETS, "queue_timeout_seconds": 3.0}
+    trigger = fresh_trigger(name, created["metadata"]["uid"], budgets)
+    try:
+        event = (await asyncio.wait_for(first_event(trigger), timeout=60)).payload
+        assert event["reason"] == "queue_timeout"
+        assert KUEUE_UNSERVED in event["message"]
+    finally:
+        cluster_connection.faults.clear()
+        custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
+        api.close()

@@ -1,4 +1,4 @@
-"""xpk's flex-start (DWS) Kueue objects, as ``xpk/templates/kueue_config.yaml.j2`` renders them, and their setup.
+"""xpk's flex-start (DWS) Kueue objects (``local/cluster/xpk_flex.py``) set up through the official client.
 
 xpk (AI-Hypercomputer/xpk ``src/xpk/core/kueue_manager.py``) adds the ``dws-prov`` AdmissionCheck (controller
 ``kueue.x-k8s.io/provisioning-request``, parameters the ProvisioningRequestConfig ``dws-config``: class
@@ -14,41 +14,21 @@ from typing import Any
 
 from kubernetes import client
 
+from elastic_training.local.cluster.xpk_flex import (
+    CHECK,
+    CONFIG,
+    LABEL_PROVISIONING_REQUEST,
+    admission_check,
+    cluster_queue,
+    provisioning_request_config,
+)
+
+__all__ = ["CHECK", "CONFIG", "LABEL_PROVISIONING_REQUEST", "cluster_queue"]
+
 KUEUE, V1BETA2 = "kueue.x-k8s.io", "v1beta2"
-CHECK = "dws-prov"
-CONFIG = "dws-config"
-QUEUED_CLASS = "queued-provisioning.gke.io"
 LABEL_GKE_QUEUED = "cloud.google.com/gke-queued"
-LABEL_PROVISIONING_REQUEST = "autoscaling.gke.io/provisioning-request"
 FLEX_NODE_SELECTOR = {LABEL_GKE_QUEUED: "true"}
 Obj = dict[str, Any]
-
-
-def admission_check(name: str = CHECK, config: str = CONFIG) -> Obj:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "controllerName": "kueue.x-k8s.io/provisioning-request",
-            "parameters": {"apiGroup": KUEUE, "kind": "ProvisioningRequestConfig", "name": config},
-        },
-    }
-
-
-def provisioning_request_config(
-    name: str = CONFIG, managed_resource: str = "google.com/tpu", retry: Obj | None = None
-) -> Obj:
-    spec: Obj = {
-        "provisioningClassName": QUEUED_CLASS,
-        "podSetUpdates": {
-            "nodeSelector": [
-                {"key": LABEL_PROVISIONING_REQUEST, "valueFromProvisioningClassDetail": "ResizeRequestName"}
-            ]
-        },
-        "managedResources": [managed_resource],
-    }
-    if retry is not None:
-        spec["retryStrategy"] = retry
-    return {"metadata": {"name": name}, "spec": spec}
 
 
 def create_flex_check(
@@ -69,11 +49,6 @@ def create_flex_check(
         except client.ApiException as err:
             if err.status != 409:
                 raise
-
-
-def checks_strategy(*checks: str) -> Obj:
-    """A v1beta2 ClusterQueue's ``admissionChecksStrategy`` for xpk's v1beta1 ``admissionChecks: [...]``."""
-    return {"admissionChecks": [{"name": name} for name in checks]}
 
 
 def provisioning_requests(custom: client.CustomObjectsApi, namespace: str) -> list[Obj]:

@@ -21,12 +21,13 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.queue_description import QueueDescriptionError, parse_queues
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
+from elastic_training.operators.queueing import is_queued_jobset
 from tests.support.control_plane import NS, JobSets, job_template, jobset_manifest, pods_of, unique
 from tests.support.flex import (
     CHECK,
     FLEX_NODE_SELECTOR,
     LABEL_PROVISIONING_REQUEST,
-    checks_strategy,
+    cluster_queue,
     create_flex_check,
     provisioning_requests,
 )
@@ -69,32 +70,24 @@ def _no_jobset_left(k8s: K8s) -> Iterator[None]:
     wait_for(lambda: not k8s.custom.list_namespaced_custom_object(KUEUE, V, NS, "workloads")["items"] or None, 60)
 
 
-def _flex_queue(k8s: K8s, check: str, config: str, *, retry: Obj | None = None) -> str:
-    """A flavor, a ClusterQueue with the check and 16 cpu, a LocalQueue; the LocalQueue's name."""
-    flavor, cq, lq = unique("flavor"), unique("cq"), unique("lq")
-    create_flex_check(k8s.custom, check, config, managed_resource="cpu", retry=retry)
+def _cpu_queue(k8s: K8s, cpu: int, namespace: str, local_queue: str, *checks: str) -> None:
+    """A flavor, a ClusterQueue of ``cpu`` cpu for every namespace (with ``checks``), and its LocalQueue."""
+    flavor, cq = unique("flavor"), unique("cq")
     k8s.custom.create_cluster_custom_object(KUEUE, V, "resourceflavors", {"metadata": {"name": flavor}, "spec": {}})
-    k8s.custom.create_cluster_custom_object(
-        KUEUE,
-        V,
-        "clusterqueues",
-        {
-            "metadata": {"name": cq},
-            "spec": {
-                "namespaceSelector": {},
-                "admissionChecksStrategy": checks_strategy(check),
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": 16}]}],
-                    }
-                ],
-            },
-        },
-    )
+    body = cluster_queue(cq, [(["cpu"], flavor, {"cpu": cpu})], *checks)
+    if not checks:
+        body["spec"].pop("admissionChecksStrategy")
+    k8s.custom.create_cluster_custom_object(KUEUE, V, "clusterqueues", body)
     k8s.custom.create_namespaced_custom_object(
-        KUEUE, V, NS, "localqueues", {"metadata": {"name": lq}, "spec": {"clusterQueue": cq}}
+        KUEUE, V, namespace, "localqueues", {"metadata": {"name": local_queue}, "spec": {"clusterQueue": cq}}
     )
+
+
+def _flex_queue(k8s: K8s, check: str, config: str, *, retry: Obj | None = None) -> str:
+    """The check (over cpu), a ClusterQueue with it and 16 cpu, a LocalQueue; the LocalQueue's name."""
+    create_flex_check(k8s.custom, check, config, managed_resource="cpu", retry=retry)
+    lq = unique("lq")
+    _cpu_queue(k8s, 16, NS, lq, check)
     return lq
 
 
@@ -327,28 +320,7 @@ def test_capacity_revoked_mid_run_deactivates_and_stops_the_jobset(k8s: K8s, clu
 def test_a_jobset_without_a_label_joins_the_namespaces_default_local_queue(k8s: K8s) -> None:
     namespace = unique("defaulted")
     k8s.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    flavor, cq = unique("flavor"), unique("cq")
-    k8s.custom.create_cluster_custom_object(KUEUE, V, "resourceflavors", {"metadata": {"name": flavor}, "spec": {}})
-    k8s.custom.create_cluster_custom_object(
-        KUEUE,
-        V,
-        "clusterqueues",
-        {
-            "metadata": {"name": cq},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": 4}]}],
-                    }
-                ],
-            },
-        },
-    )
-    k8s.custom.create_namespaced_custom_object(
-        KUEUE, V, namespace, "localqueues", {"metadata": {"name": "default"}, "spec": {"clusterQueue": cq}}
-    )
+    _cpu_queue(k8s, 4, namespace, "default")
     rjob = job_template("sleep 300", grace=1)
     rjob["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     name = unique("unlabelled")
@@ -357,6 +329,7 @@ def test_a_jobset_without_a_label_joins_the_namespaces_default_local_queue(k8s: 
     )
     assert created["metadata"]["labels"] == {LABEL_KUEUE_QUEUE_NAME: "default"}
     assert created["spec"]["suspend"] is True
+    assert is_queued_jobset(created)  # so the operator reads it as queued, not "no label: nothing will admit it"
 
     def admitted() -> Obj | None:
         items = k8s.custom.list_namespaced_custom_object(KUEUE, V, namespace, "workloads")["items"]

@@ -37,6 +37,7 @@ def test_version_and_discovery(k8s: K8s) -> None:
         "authentication.k8s.io": "authentication.k8s.io/v1",
         "scheduling.k8s.io": "scheduling.k8s.io/v1",
         "kueue.x-k8s.io": "kueue.x-k8s.io/v1beta2",
+        "autoscaling.x-k8s.io": "autoscaling.x-k8s.io/v1",  # the cluster autoscaler's ProvisioningRequest
     }
     core = {r.name for r in k8s.core.get_api_resources().resources}
     assert {"pods", "pods/log", "pods/status", "events", "namespaces"} <= core
