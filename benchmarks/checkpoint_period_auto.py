@@ -9,7 +9,8 @@ are simulated with the quantities the operator measures and the very code that c
 chosen to break the model ``auto`` assumes (Young/Daly's: failures a Poisson process of a known, steady rate,
 saves and steps of known cost). Every schedule is run for ``--seeds`` seeds of ``--nights`` nights:
 
-- ``poisson``: the model's own world (the control): failures a Poisson process, a steady rate;
+- ``calm``, ``poisson``, ``stormy``: the model's own world (the controls): failures a Poisson process of a steady
+  rate, one every 28 h, 2 h and 15 min of a run: no single period suits all three;
 - ``weibull``: gaps between failures Weibull with shape ``k = 0.5`` (a failure is soon followed by another:
   infant mortality after a repair), the same mean gap;
 - ``bursts``: calm stretches (a failure every 14 h of a run) broken by bursts of one to a few stormy nights
@@ -44,7 +45,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import partial
 
 from elastic_training.operators.advice import AUTO_SETTINGS, AutoSettings, auto_period
@@ -195,13 +196,20 @@ def _bursts(rng: random.Random, nights: int) -> list[float]:
 def schedule_nights(name: str, seed: int, *, nights: int, steps: int) -> list[Night]:
     """The nights of schedule ``name`` for ``seed`` (deterministic)."""
     rng = random.Random(f"{name}:{seed}")
-    run_mtbf = {"poisson": 7_200.0, "weibull": 3_600.0, "growing": 20_000.0, "save_failures": 14_400.0}
+    run_mtbf = {
+        "poisson": 7_200.0,
+        "calm": 100_000.0,
+        "stormy": 900.0,
+        "weibull": 3_600.0,
+        "growing": 20_000.0,
+        "save_failures": 14_400.0,
+    }
     mtbfs = _bursts(rng, nights) if name == "bursts" else [run_mtbf.get(name, 0.0)] * nights
     found = []
     for n in range(nights):
         own = rng.getrandbits(64)
         saves: Callable[[], Iterator[tuple[int, float]]] = partial(_failing_saves, own + 1, 0.0)
-        if name in ("poisson", "bursts", "save_failures"):
+        if name in ("poisson", "calm", "stormy", "bursts", "save_failures"):
             failures = partial(_poisson, own, mtbfs[n])
         elif name == "weibull":
             failures = partial(_weibull, own, mtbfs[n], 0.5)
@@ -228,7 +236,7 @@ def schedule_nights(name: str, seed: int, *, nights: int, steps: int) -> list[Ni
     return found
 
 
-SCHEDULES = ("poisson", "weibull", "bursts", "bad_pool", "growing", "save_failures")
+SCHEDULES = ("calm", "poisson", "stormy", "weibull", "bursts", "bad_pool", "growing", "save_failures")
 
 
 # -- the policies ------------------------------------------------------------------------------------------
@@ -286,29 +294,49 @@ class Interval:
     def shown(self) -> str:
         return f"{self.mean:.1%} ± {self.half:.1%}"
 
+    def signed(self) -> str:
+        """In points (a difference of two goodputs)."""
+        return f"{self.mean * 100:+.2f} ± {self.half * 100:.2f}"
+
 
 @dataclass
 class ScheduleResult:
-    """One schedule over its seeds: each policy's per-seed mean goodput, the best fixed period, auto's periods."""
+    """One schedule over its seeds: per seed, per night goodput of each policy; the best fixed period; auto's periods.
+
+    ``nightly[policy][seed index][night]``, the policies being ``default``, ``best fixed``, ``hindsight``, ``auto``.
+    """
 
     name: str
     seeds: tuple[int, ...]
-    default: list[float] = field(default_factory=list)
-    best_fixed: list[float] = field(default_factory=list)
-    best_period: int = 0
-    hindsight: list[float] = field(default_factory=list)
-    auto: list[float] = field(default_factory=list)
-    auto_periods: list[int] = field(default_factory=list)
-    worst_night: tuple[float, float, int, int] = (1.0, 1.0, 0, 0)  # auto's, best fixed's goodput, seed, night
+    best_period: int
+    nightly: dict[str, list[list[float]]]
+    auto_periods: list[int]
+    sweep: dict[int, list[list[float]]]  # period -> per seed, per night goodput
 
-    def intervals(self) -> dict[str, Interval]:
-        return {
-            "default": Interval.of(self.default),
-            "best fixed": Interval.of(self.best_fixed),
-            "hindsight": Interval.of(self.hindsight),
-            "auto": Interval.of(self.auto),
-            "auto - best": Interval.of([a - b for a, b in zip(self.auto, self.best_fixed, strict=True)]),
-        }
+    def with_auto_as(self, period: int) -> ScheduleResult:
+        """This result with ``auto`` replaced by the constant ``period`` of the sweep (the same nights)."""
+        return replace(self, nightly={**self.nightly, "auto": self.sweep[period]}, auto_periods=[period])
+
+    def per_seed(self, policy: str, first_night: int = 0) -> list[float]:
+        """Each seed's mean nightly goodput of ``policy``, from ``first_night`` (0: the first) on."""
+        return [statistics.fmean(nights[first_night:]) for nights in self.nightly[policy]]
+
+    def interval(self, policy: str, first_night: int = 0) -> Interval:
+        return Interval.of(self.per_seed(policy, first_night))
+
+    def against_best(self, first_night: int = 0) -> Interval:
+        """``auto`` minus the best fixed period, paired by seed (the same nights)."""
+        pairs = zip(self.per_seed("auto", first_night), self.per_seed("best fixed", first_night), strict=True)
+        return Interval.of([a - b for a, b in pairs])
+
+    def worst_night(self, first_night: int = 0) -> tuple[float, float, int, int]:
+        """The night ``auto`` did worst against the best fixed period: its goodput, that period's, seed, night."""
+        found = (0.0, 0.0, 0, 0)
+        for i, (mine, best) in enumerate(zip(self.nightly["auto"], self.nightly["best fixed"], strict=True)):
+            for n, (a, b) in enumerate(zip(mine, best, strict=True)):
+                if n >= first_night and b - a > found[1] - found[0]:
+                    found = (a, b, self.seeds[i], n + 1)
+        return found
 
 
 def evaluate(
@@ -321,27 +349,28 @@ def evaluate(
     chooser: Callable[[int], Chooser] = auto_chooser,
 ) -> ScheduleResult:
     """One schedule: the sweep (best fixed, hindsight) and ``chooser(steps)`` (``auto``) on the same nights."""
-    result = ScheduleResult(name, tuple(seeds))
     sweep: dict[int, list[list[float]]] = {p: [] for p in periods}  # period -> per seed, per night goodput
-    auto_runs: list[list[Outcome]] = []
+    auto: list[list[Outcome]] = []
     for seed in seeds:
         drawn = schedule_nights(name, seed, nights=nights, steps=steps)
         for p in periods:
             sweep[p].append([simulate_night(p, night, steps=steps).goodput for night in drawn])
-        auto_runs.append(run_policy(chooser(steps), drawn, steps=steps))
+        auto.append(run_policy(chooser(steps), drawn, steps=steps))
     best = max(periods, key=lambda p: sum(map(sum, sweep[p])))
-    result.best_period = best
-    for i in range(len(seeds)):
-        result.default.append(statistics.fmean(sweep[DEFAULT_PERIOD][i]))
-        result.best_fixed.append(statistics.fmean(sweep[best][i]))
-        result.hindsight.append(statistics.fmean(max(sweep[p][i][n] for p in periods) for n in range(nights)))
-        result.auto.append(statistics.fmean(o.goodput for o in auto_runs[i]))
-        result.auto_periods += [o.period for o in auto_runs[i]]
-        for n, outcome in enumerate(auto_runs[i]):
-            loss = sweep[best][i][n] - outcome.goodput
-            if loss > result.worst_night[1] - result.worst_night[0]:
-                result.worst_night = (outcome.goodput, sweep[best][i][n], seeds[i], n + 1)
-    return result
+    hindsight = [[max(sweep[p][i][n] for p in periods) for n in range(nights)] for i in range(len(seeds))]
+    return ScheduleResult(
+        name=name,
+        seeds=tuple(seeds),
+        best_period=best,
+        nightly={
+            "default": sweep[DEFAULT_PERIOD],
+            "best fixed": sweep[best],
+            "hindsight": hindsight,
+            "auto": [[o.goodput for o in outcomes] for outcomes in auto],
+        },
+        auto_periods=[o.period for outcomes in auto for o in outcomes],
+        sweep=sweep,
+    )
 
 
 # -- the command -------------------------------------------------------------------------------------------
@@ -350,30 +379,26 @@ def evaluate(
 def print_results(results: Sequence[ScheduleResult], args: argparse.Namespace, seconds: float) -> None:
     seeds = results[0].seeds
     print(
-        f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), {args.nights} nights of {args.steps} steps; "
-        f"grid of {len(grid(args.steps, args.grid))} periods; {seconds:.0f} s\n"
+        f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} per schedule), {args.nights} nights of {args.steps} steps each; "
+        f"best fixed and hindsight over {len(grid(args.steps, args.grid))} periods; {seconds:.0f} s of CPU\n"
     )
-    print(
-        "| schedule | default (10) | best fixed (period) | hindsight per night | auto | auto - best | auto's periods |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    header = "| schedule | default (10) | best fixed (its period) | hindsight, per night | auto | auto - best fixed |"
+    print(header + " auto - best fixed, from night 2 | auto's periods: median (quartiles) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
-        iv = r.intervals()
         quartiles = statistics.quantiles(r.auto_periods, n=4)
         print(
-            f"| {r.name} | {iv['default'].shown()} | {iv['best fixed'].shown()} ({r.best_period}) | "
-            f"{iv['hindsight'].shown()} | {iv['auto'].shown()} | {iv['auto - best'].mean:+.1%} ± "
-            f"{iv['auto - best'].half:.1%} | median {statistics.median(r.auto_periods):.0f}, "
-            f"{quartiles[0]:.0f}-{quartiles[2]:.0f} |"
+            f"| {r.name} | {r.interval('default').shown()} | {r.interval('best fixed').shown()} ({r.best_period}) | "
+            f"{r.interval('hindsight').shown()} | {r.interval('auto').shown()} | {r.against_best().signed()} | "
+            f"{r.against_best(1).signed()} | {statistics.median(r.auto_periods):.0f} "
+            f"({quartiles[0]:.0f}-{quartiles[2]:.0f}) |"
         )
-    worst = min(results, key=lambda r: r.intervals()["auto - best"].mean)
-    gap = worst.intervals()["auto - best"]
-    night = max(results, key=lambda r: r.worst_night[1] - r.worst_night[0])
-    g_auto, g_best, seed, n = night.worst_night
-    print(
-        f"\nworst schedule for auto against the best fixed period: {worst.name}, {gap.mean:+.1%} ± {gap.half:.1%}; "
-        f"worst night: {night.name} seed {seed} night {n}, auto {g_auto:.1%} against {g_best:.1%}"
-    )
+    worst = min(results, key=lambda r: r.against_best().mean)
+    print(f"\nworst schedule for auto against the best fixed period: {worst.name}, {worst.against_best().signed()}")
+    for first, what in ((0, "worst night"), (1, "worst night from night 2 (after the fallback's)")):
+        night = max(results, key=lambda r: r.worst_night(first)[1] - r.worst_night(first)[0])
+        g_auto, g_best, seed, n = night.worst_night(first)
+        print(f"{what}: {night.name}, seed {seed}, night {n}: auto {g_auto:.1%}, the best fixed period {g_best:.1%}")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -381,7 +406,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="how many seeds per schedule")
     parser.add_argument("--first-seed", type=int, default=REPORT_SEEDS[0])
     parser.add_argument("--tune", action="store_true", help=f"the tuning seeds ({TUNE_SEEDS[0]}-{TUNE_SEEDS[-1]})")
-    parser.add_argument("--nights", type=int, default=40)
+    parser.add_argument("--nights", type=int, default=90)
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--grid", type=int, default=40, help="periods swept for the best fixed and hindsight")
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
