@@ -23,6 +23,15 @@ Inputs come from the run report (:meth:`operators.run_report.RunReport.advice_in
 recoveries plus the full restarts, the mean recovery downtime is their detection-to-first-step and
 delete-to-recreate times, the save time is measured from Orbax's ``_CHECKPOINT_METADATA`` (init to
 commit timestamps; an upper bound of the blocking cost when saves are asynchronous).
+
+``checkpoint_period="auto"`` (:func:`auto_period`) is the same model over the failure history's runs of the same
+shape (:func:`shape_fingerprint`): the failure rate per slice-second of training, Bayesian with a Gamma posterior
+(the failures seen, weighted by age, plus :attr:`AutoSettings.prior_failures`, over the weighted exposure): the
+period for its mean maximises the expected goodput of the model (linear in the rate), and its
+quantiles, by Wilson and Hilferty's (1931) cube-root approximation of the chi-square, are the interval reported.
+The optimum under failures that saves bring is Young's with each save's cost raised by those failures' cost,
+``tau* = sqrt(2 (C + q (C/2 + R)) M)`` for ``q`` failures per save. The settings were tuned by
+``benchmarks/checkpoint_period_auto.py`` on failure generators that break the model (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
