@@ -1,21 +1,39 @@
-"""``checkpoint_period="auto"`` against fixed periods over a seeded schedule of nightly failures (a model simulation).
+"""``checkpoint_period="auto"`` against the default, the best fixed period and the per-night hindsight optimum.
 
-    .venv/bin/python -m benchmarks.checkpoint_period_auto --seed 1
+    .venv/bin/python -m benchmarks.checkpoint_period_auto                 # the report: seeds 1-30
+    .venv/bin/python -m benchmarks.checkpoint_period_auto --tune          # the tuning: seeds 1001-1030
 
-A cluster run is too slow for the question (the loop needs tens of nights, each hours of training), so this
-simulates the nights with the quantities the operator measures and the very code that chooses the period:
-``operators.advice.auto_period`` over the history the operator would have kept (``RunRecord``s of the last
-``--history-runs`` nights), and ``operators.advice.best_period`` for the oracle that knows each night's true rate.
+A model-level simulation, not a cluster run: the loop needs tens of nights of hours of training each. The nights
+are simulated with the quantities the operator measures and the very code that chooses the period
+(``operators.advice.auto_period`` over the ``RunRecord``s the operator would have kept), on failure generators
+chosen to break the model ``auto`` assumes (Young/Daly's: failures a Poisson process of a known, steady rate,
+saves and steps of known cost). Every schedule is run for ``--seeds`` seeds of ``--nights`` nights:
 
-Each night trains ``--steps`` steps of ``--step-seconds``; a checkpoint every ``period`` steps blocks for
-``--save-seconds`` (the last step is saved too, as MaxText does); failures arrive as a Poisson process in wall time
-whose mean time between failures follows the schedule (calm nights, a stormy week, a bad pool, calm again). A
-failure loses the work since the last committed checkpoint (a save it interrupts is lost too) and costs
-``--recovery-seconds`` of downtime. Every policy meets the same failure times each night (common random numbers:
-one seeded arrival sequence per night), so the difference between columns is the period alone.
+- ``calm``, ``poisson``, ``stormy``: the model's own world (the controls): failures a Poisson process of a steady
+  rate, one every 28 h, 2 h and 15 min of a run: no single period suits all three;
+- ``weibull``: gaps between failures Weibull with shape ``k = 0.5`` (a failure is soon followed by another:
+  infant mortality after a repair), the same mean gap;
+- ``bursts``: calm stretches (a failure every 14 h of a run) broken by bursts of one to a few stormy nights
+  (every 15 min), the lengths drawn per seed;
+- ``bad_pool``: the slices land on 4 of 8 node pools each night; one pool fails every 20 min per slice, the others
+  every 22 h: a night is calm or stormy by where it landed;
+- ``growing``: a rate that grows through the night (ten times higher at the end of a night's nominal length than
+  at its start);
+- ``save_failures``: a steady rate, and besides, 2 % of saves fail the run while they write (losing the segment).
 
-Goodput is as the run report defines it: the steps' compute time over the wall time the run held its slices.
-Printed: one row per night (period and goodput of each policy, auto's predicted goodput), then the totals.
+Every night also has its own step time (2 s, 5 % noise), save time (15 s, 30 %) and recovery downtime (120 s,
+30 %), a queue wait before it (up to an hour) and, one night in seven, a failed try and a retry an hour or two
+later: the history keeps the wall time with them and the training time without, as the operator does. A failure
+loses the work since the last committed checkpoint (a save it interrupts is lost too) and costs the recovery;
+failures during a recovery merge with it. Every policy meets the same nights (the failure times are drawn in
+training time before any policy runs; a save failure is drawn per save, by its index), so columns differ by the
+period alone. Goodput is the run report's: the steps' compute time over the time the run held its slices.
+
+The columns: the nightly form's default period (10), the **best fixed period** (one period for every night and
+seed of the schedule, found by sweeping ``--grid`` periods on the very seeds reported: a hindsight the user does
+not have), the **per-night hindsight optimum** (each night's best period of the grid for that night's failures: an
+upper bound no policy reaches) and ``auto``. Each figure is the mean over the seeds of a seed's mean nightly
+goodput, with its 95 % confidence interval (Student's t over the seeds); ``auto - best`` is the paired difference.
 """
 
 from __future__ import annotations
@@ -23,176 +41,402 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import statistics
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 
-from elastic_training.operators.advice import AdviceInputs, auto_period, best_period
+from elastic_training.operators.advice import AUTO_SETTINGS, AutoSettings, auto_period
 from elastic_training.operators.failure_history import RunRecord
 
-# (nights, mean time between failures in seconds; inf: none)
-DEFAULT_SCHEDULE: tuple[tuple[int, float], ...] = ((5, math.inf), (7, 1800.0), (5, 600.0), (3, 7200.0), (5, math.inf))
+DEFAULT_PERIOD = 10
+STEP_SECONDS, SAVE_SECONDS, RECOVERY_SECONDS = 2.0, 15.0, 120.0
+SLICES = 4
+FINGERPRINT = "v1:benchmark"
+REPORT_SEEDS = range(1, 31)
+TUNE_SEEDS = range(1001, 1031)
+T_95 = {n: t for n, t in ((2, 12.71), (3, 4.30), (4, 3.18), (5, 2.78), (10, 2.26), (20, 2.09), (30, 2.05))}
 
 
 @dataclass(frozen=True)
 class Night:
-    """One simulated night: what it cost, and what the history keeps of it."""
+    """What one night holds, whatever the period (drawn before any policy runs, replayed for each).
+
+    ``failures``: a fresh iterator over the training-time seconds (from the night's first step, recoveries
+    included) at which the run fails, increasing; ``failing_saves``: one over (save index from the night's first,
+    fraction into the save) of the saves that fail. Both are seeded per night, so every policy meets the same.
+    """
+
+    failures: Callable[[], Iterator[float]]
+    failing_saves: Callable[[], Iterator[tuple[int, float]]] = lambda: iter(())
+    step_seconds: float = STEP_SECONDS
+    save_seconds: float = SAVE_SECONDS
+    recovery_seconds: float = RECOVERY_SECONDS
+    waited_seconds: float = 0.0  # queued, and a failed try's retry delay: wall time, not training
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One night under one period."""
 
     period: int
-    wall_seconds: float
+    seconds: float  # from the first step to the last save: what the run held its slices for, queue excluded
     failures: int
     goodput: float
 
 
-def arrivals(rng: random.Random, mtbf: float, horizon: float) -> list[float]:
-    """Failure times in [0, horizon) of a Poisson process with mean gap ``mtbf``."""
-    if math.isinf(mtbf):
-        return []
-    found, t = [], 0.0
+def simulate_night(period: int, night: Night, *, steps: int) -> Outcome:
+    """Train ``steps`` steps with a save every ``period`` (and at the end), failing as ``night`` says.
+
+    From a start at committed step ``c``, save ``k`` ends at ``k`` times (``period`` steps + a save): jumping from
+    failure to failure keeps a night's cost to its failures, not its saves.
+    """
+    step, save, recovery = night.step_seconds, night.save_seconds, night.recovery_seconds
+    segment = period * step + save
+    t, committed, saves, failures = 0.0, 0, 0, 0
+    timed = night.failures()
+    at = next(timed, math.inf)
+    bad_saves = night.failing_saves()
+    bad = next(bad_saves, None)
     while True:
-        t += rng.expovariate(1.0 / mtbf)
-        if t >= horizon:
-            return found
-        found.append(t)
+        left = steps - committed
+        count = math.ceil(left / period)  # saves to the end; the last segment may be short
+        last = left - (count - 1) * period
+        end = t + left * step + count * save
+        while at < t:  # a failure during the recovery merges with it
+            at = next(timed, math.inf)
+        while bad is not None and bad[0] < saves:
+            bad = next(bad_saves, None)
+        save_fails_at = math.inf
+        if bad is not None and bad[0] < saves + count:
+            k = bad[0] - saves
+            save_fails_at = t + k * segment + (period if k < count - 1 else last) * step + bad[1] * save
+        failed_at = min(at, save_fails_at)
+        if failed_at >= end:
+            return Outcome(period=period, seconds=end, failures=failures, goodput=steps * step / end)
+        done = min(int((failed_at - t) // segment), count - 1)
+        started = done + (1 if failed_at > t + done * segment + (period if done < count - 1 else last) * step else 0)
+        saves, committed, failures = saves + started, committed + done * period, failures + 1
+        t = failed_at + recovery
+        if failed_at == save_fails_at:
+            bad = next(bad_saves, None)
 
 
-def simulate_night(
-    period: int, failures_at: Sequence[float], *, steps: int, step: float, save: float, recovery: float
-) -> Night:
-    """Train ``steps`` steps with a checkpoint every ``period``, failing at ``failures_at`` (wall seconds)."""
-    t, committed, failures = 0.0, 0, 0
-    pending = iter(failures_at)
-    next_failure = next(pending, math.inf)
-    while committed < steps:
-        segment = min(period, steps - committed)
-        done_at = t + segment * step + save  # the segment's steps, then its blocking save
-        if next_failure < done_at:
-            failures += 1
-            t = max(t, next_failure) + recovery  # the work since `committed` is lost; downtime to recover
-            next_failure = next(pending, math.inf)
-            while next_failure < t:  # failures during the recovery itself merge with it
-                next_failure = next(pending, math.inf)
-            continue
-        t, committed = done_at, committed + segment
-    return Night(period=period, wall_seconds=t, failures=failures, goodput=steps * step / t)
-
-
-def record(night: Night, n: int, *, step: float, save: float, recovery: float) -> RunRecord:
+def record(night: Night, outcome: Outcome, n: int) -> RunRecord:
     """What the operator's history keeps of a night (its report's measurements)."""
     return RunRecord(
         run_id=f"night-{n}",
         ended_at=float(n),
-        wall_seconds=night.wall_seconds,
-        failures_total=night.failures,
-        mean_step_seconds=step,
-        checkpoint_save_seconds=save,
-        recovery_seconds=recovery if night.failures else None,
-        checkpoint_period=night.period,
-        goodput=night.goodput,
+        slices=SLICES,
+        wall_seconds=outcome.seconds + night.waited_seconds,
+        training_seconds=outcome.seconds,
+        failures_total=outcome.failures,
+        mean_step_seconds=night.step_seconds,
+        checkpoint_save_seconds=night.save_seconds,
+        recovery_seconds=night.recovery_seconds if outcome.failures else None,
+        checkpoint_period=outcome.period,
+        goodput=min(1.0, outcome.goodput),
+        fingerprint=FINGERPRINT,
     )
 
 
-def run(args: argparse.Namespace) -> dict[str, list[Night]]:
-    schedule = [mtbf for count, mtbf in DEFAULT_SCHEDULE for _ in range(count)]
-    rng = random.Random(args.seed)
-    horizon = 50 * args.steps * (args.step_seconds + args.save_seconds)  # far past any night's end
-    nights_failures = [arrivals(rng, mtbf, horizon) for mtbf in schedule]
-    measured = {"step": args.step_seconds, "save": args.save_seconds, "recovery": args.recovery_seconds}
+# -- the failure generators --------------------------------------------------------------------------------
 
-    def oracle(n: int, _history: Sequence[RunRecord]) -> int:
-        mtbf = schedule[n]
-        inputs = AdviceInputs(
-            failures=0 if math.isinf(mtbf) else 1,
-            wall_seconds=1.0 if math.isinf(mtbf) else mtbf,
-            step_seconds=args.step_seconds,
-            checkpoint_save_seconds=args.save_seconds,
-            checkpoint_period=1,
-            steps=args.steps,
-            recovery_seconds=args.recovery_seconds,
-        )
-        return min(best_period(inputs)[0], args.steps // 2)
 
-    def auto(_n: int, history: Sequence[RunRecord]) -> int:
-        return auto_period(history[-args.history_runs :], steps=args.steps, fallback=args.default_period).period
+def _poisson(seed: int, mtbf: float) -> Iterator[float]:
+    rng, t = random.Random(seed), 0.0
+    while not math.isinf(mtbf):
+        t += rng.expovariate(1.0 / mtbf)
+        yield t
 
-    policies: dict[str, Callable[[int, Sequence[RunRecord]], int]] = {
-        f"fixed {args.default_period} (default)": lambda _n, _h: args.default_period,
-        f"fixed {args.hand_period}": lambda _n, _h: args.hand_period,
-        "auto": auto,
-        "oracle (true rate)": oracle,
+
+def _weibull(seed: int, mtbf: float, shape: float) -> Iterator[float]:
+    rng, t = random.Random(seed), 0.0
+    scale = mtbf / math.gamma(1 + 1 / shape)  # the same mean gap as a Poisson process of this MTBF
+    while True:
+        t += rng.weibullvariate(scale, shape)
+        yield t
+
+
+def _growing(seed: int, mtbf: float, growth: float, nominal: float) -> Iterator[float]:
+    """A Poisson process of rate ``(1 + growth * t / nominal) / mtbf`` up to ``nominal``, steady after it (a night
+    that runs long meets the late rate, not one growing without end), by inverting its integrated rate."""
+    rng, total = random.Random(seed), 0.0
+    a, b = growth / (2 * nominal * mtbf), 1 / mtbf
+    at_nominal = b * nominal + a * nominal * nominal
+    while True:
+        total += rng.expovariate(1.0)
+        if total <= at_nominal:
+            yield (-b + math.sqrt(b * b + 4 * a * total)) / (2 * a)
+        else:
+            yield nominal + (total - at_nominal) / (b * (1 + growth))
+
+
+def _failing_saves(seed: int, probability: float) -> Iterator[tuple[int, float]]:
+    """Each save fails with ``probability`` (the gaps between failing saves are geometric), at a uniform point."""
+    rng, index = random.Random(seed), -1
+    while probability > 0:
+        index += 1 + int(math.log(1 - rng.random()) / math.log(1 - probability))
+        yield index, rng.random()
+
+
+def _bursts(rng: random.Random, nights: int) -> list[float]:
+    """Each night's MTBF: calm stretches (mean 6 nights) broken by bursts (mean 1.5 nights)."""
+    found: list[float] = []
+    stormy = False
+    while len(found) < nights:
+        length = 1 + int(rng.expovariate(1 / (0.5 if stormy else 5.0)))
+        found += [900.0 if stormy else 50_000.0] * length
+        stormy = not stormy
+    return found[:nights]
+
+
+def schedule_nights(name: str, seed: int, *, nights: int, steps: int) -> list[Night]:
+    """The nights of schedule ``name`` for ``seed`` (deterministic)."""
+    rng = random.Random(f"{name}:{seed}")
+    run_mtbf = {
+        "poisson": 7_200.0,
+        "calm": 100_000.0,
+        "stormy": 900.0,
+        "weibull": 3_600.0,
+        "growing": 20_000.0,
+        "save_failures": 14_400.0,
     }
-    results: dict[str, list[Night]] = {}
-    predicted: list[float | None] = []
-    for name, choose in policies.items():
-        history: list[RunRecord] = []
-        nights: list[Night] = []
-        for n, failures_at in enumerate(nights_failures):
-            if name == "auto":
-                choice = auto_period(history[-args.history_runs :], steps=args.steps, fallback=args.default_period)
-                predicted.append(choice.predicted_goodput)
-            period = choose(n, history)
-            night = simulate_night(
-                period,
-                failures_at,
-                steps=args.steps,
-                step=measured["step"],
-                save=measured["save"],
-                recovery=measured["recovery"],
+    mtbfs = _bursts(rng, nights) if name == "bursts" else [run_mtbf.get(name, 0.0)] * nights
+    found = []
+    for n in range(nights):
+        own = rng.getrandbits(64)
+        saves: Callable[[], Iterator[tuple[int, float]]] = partial(_failing_saves, own + 1, 0.0)
+        if name in ("poisson", "calm", "stormy", "bursts", "save_failures"):
+            failures = partial(_poisson, own, mtbfs[n])
+        elif name == "weibull":
+            failures = partial(_weibull, own, mtbfs[n], 0.5)
+        elif name == "growing":
+            failures = partial(_growing, own, mtbfs[n], 9.0, steps * STEP_SECONDS)
+        elif name == "bad_pool":
+            pools = rng.sample(range(8), SLICES)
+            failures = partial(_poisson, own, 1 / sum(1 / 1_200.0 if p == 0 else 1 / 80_000.0 for p in pools))
+        else:
+            raise ValueError(f"unknown schedule {name!r}")
+        if name == "save_failures":
+            saves = partial(_failing_saves, own + 1, 0.02)
+        retry = rng.uniform(3_600.0, 7_200.0) if rng.random() < 1 / 7 else 0.0
+        found.append(
+            Night(
+                failures=failures,
+                failing_saves=saves,
+                step_seconds=STEP_SECONDS * rng.lognormvariate(0.0, 0.05),
+                save_seconds=SAVE_SECONDS * rng.lognormvariate(0.0, 0.3),
+                recovery_seconds=RECOVERY_SECONDS * rng.lognormvariate(0.0, 0.3),
+                waited_seconds=rng.uniform(0.0, 3_600.0) + retry,
             )
-            nights.append(night)
-            history.append(record(night, n, **measured))
-        results[name] = nights
-    print_table(results, predicted, schedule, args)
-    return results
+        )
+    return found
 
 
-def print_table(
-    results: dict[str, list[Night]],
-    predicted: Sequence[float | None],
-    schedule: Sequence[float],
-    args: argparse.Namespace,
-) -> None:
-    names = list(results)
-    print(
-        f"seed {args.seed}: {len(schedule)} nights of {args.steps} steps x {args.step_seconds:g} s, a save "
-        f"{args.save_seconds:g} s, a recovery {args.recovery_seconds:g} s; auto looks at the last "
-        f"{args.history_runs} nights\n"
+SCHEDULES = ("calm", "poisson", "stormy", "weibull", "bursts", "bad_pool", "growing", "save_failures")
+
+
+# -- the policies ------------------------------------------------------------------------------------------
+
+Chooser = Callable[[Sequence[RunRecord]], int]
+
+
+def auto_chooser(steps: int, settings: AutoSettings = AUTO_SETTINGS) -> Chooser:
+    """``checkpoint_period="auto"`` as the operator runs it: the history so far, the default as the fallback."""
+
+    def choose(history: Sequence[RunRecord]) -> int:
+        return auto_period(
+            history, steps=steps, fallback=DEFAULT_PERIOD, fingerprint=FINGERPRINT, slices=SLICES, settings=settings
+        ).period
+
+    return choose
+
+
+def run_policy(choose: Chooser, nights: Sequence[Night], *, steps: int) -> list[Outcome]:
+    """The nights in order, each with the period ``choose`` picks from the history of the nights before."""
+    history: list[RunRecord] = []
+    outcomes = []
+    for n, night in enumerate(nights):
+        outcome = simulate_night(choose(history), night, steps=steps)
+        outcomes.append(outcome)
+        history.append(record(night, outcome, n))
+    return outcomes
+
+
+def grid(steps: int, count: int) -> list[int]:
+    """``count`` periods spread evenly in log scale from 5 to half the run, the default among them."""
+    upper = steps // 2
+    found = {round(5 * (upper / 5) ** (i / (count - 1))) for i in range(count)} | {DEFAULT_PERIOD}
+    return sorted(p for p in found if 1 <= p <= upper)
+
+
+# -- the statistics ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over seeds and its 95 % confidence half-width (Student's t)."""
+
+    mean: float
+    half: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Interval:
+        mean = statistics.fmean(values)
+        if len(values) < 2:
+            return cls(mean, math.inf)
+        t = T_95[max(n for n in T_95 if n <= len(values))]
+        return cls(mean, t * statistics.stdev(values) / math.sqrt(len(values)))
+
+    def shown(self) -> str:
+        return f"{self.mean:.1%} ± {self.half:.1%}"
+
+    def signed(self) -> str:
+        """In points (a difference of two goodputs)."""
+        return f"{self.mean * 100:+.2f} ± {self.half * 100:.2f}"
+
+
+@dataclass
+class ScheduleResult:
+    """One schedule over its seeds: per seed, per night goodput of each policy; the best fixed period; auto's periods.
+
+    ``nightly[policy][seed index][night]``, the policies being ``default``, ``best fixed``, ``hindsight``, ``auto``.
+    """
+
+    name: str
+    seeds: tuple[int, ...]
+    best_period: int
+    nightly: dict[str, list[list[float]]]
+    auto_periods: list[int]
+    sweep: dict[int, list[list[float]]]  # period -> per seed, per night goodput
+
+    def with_auto_as(self, period: int) -> ScheduleResult:
+        """This result with ``auto`` replaced by the constant ``period`` of the sweep (the same nights)."""
+        return replace(self, nightly={**self.nightly, "auto": self.sweep[period]}, auto_periods=[period])
+
+    def per_seed(self, policy: str, first_night: int = 0) -> list[float]:
+        """Each seed's mean nightly goodput of ``policy``, from ``first_night`` (0: the first) on."""
+        return [statistics.fmean(nights[first_night:]) for nights in self.nightly[policy]]
+
+    def interval(self, policy: str, first_night: int = 0) -> Interval:
+        return Interval.of(self.per_seed(policy, first_night))
+
+    def against_best(self, first_night: int = 0) -> Interval:
+        """``auto`` minus the best fixed period, paired by seed (the same nights)."""
+        pairs = zip(self.per_seed("auto", first_night), self.per_seed("best fixed", first_night), strict=True)
+        return Interval.of([a - b for a, b in pairs])
+
+    def worst_night(self, first_night: int = 0) -> tuple[float, float, int, int]:
+        """The night ``auto`` did worst against the best fixed period: its goodput, that period's, seed, night."""
+        found = (0.0, 0.0, 0, 0)
+        for i, (mine, best) in enumerate(zip(self.nightly["auto"], self.nightly["best fixed"], strict=True)):
+            for n, (a, b) in enumerate(zip(mine, best, strict=True)):
+                if n >= first_night and b - a > found[1] - found[0]:
+                    found = (a, b, self.seeds[i], n + 1)
+        return found
+
+
+def evaluate(
+    name: str,
+    seeds: Sequence[int],
+    *,
+    nights: int,
+    steps: int,
+    periods: Sequence[int],
+    chooser: Callable[[int], Chooser] = auto_chooser,
+) -> ScheduleResult:
+    """One schedule: the sweep (best fixed, hindsight) and ``chooser(steps)`` (``auto``) on the same nights."""
+    sweep: dict[int, list[list[float]]] = {p: [] for p in periods}  # period -> per seed, per night goodput
+    auto: list[list[Outcome]] = []
+    for seed in seeds:
+        drawn = schedule_nights(name, seed, nights=nights, steps=steps)
+        for p in periods:
+            sweep[p].append([simulate_night(p, night, steps=steps).goodput for night in drawn])
+        auto.append(run_policy(chooser(steps), drawn, steps=steps))
+    best = max(periods, key=lambda p: sum(map(sum, sweep[p])))
+    hindsight = [[max(sweep[p][i][n] for p in periods) for n in range(nights)] for i in range(len(seeds))]
+    return ScheduleResult(
+        name=name,
+        seeds=tuple(seeds),
+        best_period=best,
+        nightly={
+            "default": sweep[DEFAULT_PERIOD],
+            "best fixed": sweep[best],
+            "hindsight": hindsight,
+            "auto": [[o.goodput for o in outcomes] for outcomes in auto],
+        },
+        auto_periods=[o.period for outcomes in auto for o in outcomes],
+        sweep=sweep,
     )
-    header = ["night", "true MTBF s", "failures (auto)"] + [f"{n}: period / goodput" for n in names]
-    header.append("auto predicted")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for n, mtbf in enumerate(schedule):
-        cells = [str(n + 1), "none" if math.isinf(mtbf) else f"{mtbf:.0f}", str(results["auto"][n].failures)]
-        cells += [f"{results[k][n].period} / {results[k][n].goodput:.1%}" for k in names]
-        guess = predicted[n]
-        cells.append("—" if guess is None else f"{guess:.1%}")
-        print("| " + " | ".join(cells) + " |")
-    print()
-    print("| policy | mean goodput | total wall hours | failures |")
-    print("|---|---|---|---|")
-    for name in names:
-        nights = results[name]
-        mean = sum(x.goodput for x in nights) / len(nights)
-        wall = sum(x.wall_seconds for x in nights) / 3600
-        print(f"| {name} | {mean:.1%} | {wall:.2f} | {sum(x.failures for x in nights)} |")
+
+
+# -- the command -------------------------------------------------------------------------------------------
+
+
+def print_results(results: Sequence[ScheduleResult], args: argparse.Namespace, seconds: float) -> None:
+    seeds = results[0].seeds
+    print(
+        f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} per schedule), {args.nights} nights of {args.steps} steps each; "
+        f"best fixed and hindsight over {len(grid(args.steps, args.grid))} periods; {seconds:.0f} s of CPU\n"
+    )
+    header = "| schedule | default (10) | best fixed (its period) | hindsight, per night | auto | auto - best fixed |"
+    print(header + " auto - best fixed, from night 2 | auto's periods: median (quartiles) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        quartiles = statistics.quantiles(r.auto_periods, n=4)
+        print(
+            f"| {r.name} | {r.interval('default').shown()} | {r.interval('best fixed').shown()} ({r.best_period}) | "
+            f"{r.interval('hindsight').shown()} | {r.interval('auto').shown()} | {r.against_best().signed()} | "
+            f"{r.against_best(1).signed()} | {statistics.median(r.auto_periods):.0f} "
+            f"({quartiles[0]:.0f}-{quartiles[2]:.0f}) |"
+        )
+    worst = min(results, key=lambda r: r.against_best().mean)
+    print(f"\nworst schedule for auto against the best fixed period: {worst.name}, {worst.against_best().signed()}")
+    for first, what in ((0, "worst night"), (1, "worst night from night 2 (after the fallback's)")):
+        night = max(results, key=lambda r: r.worst_night(first)[1] - r.worst_night(first)[0])
+        g_auto, g_best, seed, n = night.worst_night(first)
+        print(f"{what}: {night.name}, seed {seed}, night {n}: auto {g_auto:.1%}, the best fixed period {g_best:.1%}")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=len(REPORT_SEEDS), help="how many seeds per schedule")
+    parser.add_argument("--first-seed", type=int, default=REPORT_SEEDS[0])
+    parser.add_argument("--tune", action="store_true", help=f"the tuning seeds ({TUNE_SEEDS[0]}-{TUNE_SEEDS[-1]})")
+    parser.add_argument("--nights", type=int, default=90)
     parser.add_argument("--steps", type=int, default=5000)
-    parser.add_argument("--step-seconds", type=float, default=2.0)
-    parser.add_argument("--save-seconds", type=float, default=15.0)
-    parser.add_argument("--recovery-seconds", type=float, default=120.0)
-    parser.add_argument("--default-period", type=int, default=10, help="the nightly form's default period")
-    parser.add_argument("--hand-period", type=int, default=500, help="a period tuned by hand for calm nights")
-    parser.add_argument("--history-runs", type=int, default=3)
-    return parser.parse_args(argv)
+    parser.add_argument("--grid", type=int, default=40, help="periods swept for the best fixed and hindsight")
+    parser.add_argument("--schedules", default=",".join(SCHEDULES))
+    args = parser.parse_args(argv)
+    if args.tune:
+        args.first_seed = TUNE_SEEDS[0]
+    return args
+
+
+def run(args: argparse.Namespace, settings: AutoSettings = AUTO_SETTINGS) -> list[ScheduleResult]:
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    periods = grid(args.steps, args.grid)
+    return [
+        evaluate(
+            name,
+            seeds,
+            nights=args.nights,
+            steps=args.steps,
+            periods=periods,
+            chooser=lambda steps: auto_chooser(steps, settings),
+        )
+        for name in args.schedules.split(",")
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    run(parse(argv))
+    args = parse(argv)
+    started = time.process_time()
+    results = run(args)
+    print_results(results, args, time.process_time() - started)
     return 0
 
 

@@ -23,14 +23,26 @@ Inputs come from the run report (:meth:`operators.run_report.RunReport.advice_in
 recoveries plus the full restarts, the mean recovery downtime is their detection-to-first-step and
 delete-to-recreate times, the save time is measured from Orbax's ``_CHECKPOINT_METADATA`` (init to
 commit timestamps; an upper bound of the blocking cost when saves are asynchronous).
+
+``checkpoint_period="auto"`` (:func:`auto_period`) is the same model over the failure history's runs of the same
+shape (:func:`shape_fingerprint`): the failure rate per slice-second of training, Bayesian with a Gamma posterior
+(the failures seen, weighted by age, plus :attr:`AutoSettings.prior_failures`, over the weighted exposure): the
+period for its mean maximises the expected goodput of the model (linear in the rate), and its
+quantiles, by Wilson and Hilferty's (1931) cube-root approximation of the chi-square, are the interval reported.
+The optimum under failures that saves bring is Young's with each save's cost raised by those failures' cost,
+``tau* = sqrt(2 (C + q (C/2 + R)) M)`` for ``q`` failures per save. The settings were tuned by
+``benchmarks/checkpoint_period_auto.py`` on failure generators that break the model (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from statistics import NormalDist
+from typing import Any, Protocol
 
 from elastic_training.operators.failure_history import RunRecord
 
@@ -183,17 +195,90 @@ def advise(inputs: AdviceInputs) -> Advice:
     )
 
 
-# -- checkpoint_period="auto": the same model over the last runs' history -----------------------------------
+# -- checkpoint_period="auto": the same model over the history of runs like this one ----------------------------
 
 AUTO_PERIOD = "auto"
-# Failures counted on top of those seen, when estimating the rate from the last runs: calm nights are no proof that
-# failures never come (with none seen in T seconds, 1/T is the rate's usual one-event bound). Without it a few calm
-# runs push the period to half the run, and the first stormy night then loses up to half a run per failure
-# (benchmarks/RESULTS.md, "checkpoint_period=auto").
-PRIOR_FAILURES = 1
+
+
+@dataclass(frozen=True)
+class AutoSettings:
+    """How ``checkpoint_period="auto"`` reads the history; :data:`AUTO_SETTINGS` is what ships.
+
+    Tuned by ``benchmarks/checkpoint_period_auto.py --tune`` on its tuning seeds (never the seeds it reports on);
+    benchmarks/RESULTS.md, "checkpoint_period=auto", says which and what each value bought.
+
+    - ``runs``: the newest runs of the same shape looked at;
+    - ``half_life_runs``: a run's weight halves every this many runs back, so the rate follows a fleet that
+      changes without forgetting last week's storm after three calm nights;
+    - ``prior_failures``: failures counted on top of those seen (weighted evidence plus this): calm nights are no
+      proof failures never come (with none in T seconds, 1/T is the rate's usual one-event bound);
+    - ``min_training_runs``: the fallback is kept until the runs looked at trained, together, at least this many
+      runs of this length (``steps`` times the step time): a run that died in its first minutes says little;
+    - ``max_increase``, ``max_decrease``: the period moves at most by these factors from the last such run's;
+    - ``confidence``: the two-sided level of the reported interval on the failure rate;
+    - ``save_failures``: fit the failures as a rate per second plus a rate per save (:func:`_fit_save_failures`),
+      so failures that saves bring make saves dearer rather than the period shorter (which brings more of them).
+    """
+
+    runs: int = 50
+    half_life_runs: float = 10.0
+    prior_failures: float = 1.0
+    min_training_runs: float = 0.5
+    max_increase: float = 4.0
+    max_decrease: float = 8.0
+    confidence: float = 0.9
+    save_failures: bool = True
+
+    def __post_init__(self) -> None:
+        numbers = (self.half_life_runs, self.prior_failures, self.min_training_runs, self.max_increase)
+        if not (1 <= self.runs <= 1000 and all(math.isfinite(v) and v >= 0 for v in numbers)):
+            raise AdviceError(f"unsound auto settings: {self!r}")
+        if not (self.max_increase >= 1 and self.max_decrease >= 1 and 0 < self.confidence < 1):
+            raise AdviceError(f"unsound auto settings: {self!r}")
+
+
+AUTO_SETTINGS = AutoSettings()
+PRIOR_FAILURES = AUTO_SETTINGS.prior_failures
 STEP_SECONDS_BOUNDS = (1e-6, 1e6)  # a step time read back is clamped to these (a stored history is anyone's edit)
-MAX_SECONDS_READ = 1e9  # a wall, save or recovery time read back is clamped to this
-MAX_FAILURES_READ = 1_000_000  # a run's failure count read back
+
+
+class RunShape(Protocol):
+    """What of a run decides its step and save times (an ``ElasticRunSpec`` is one)."""
+
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def tpu_type(self) -> str | None: ...
+    @property
+    def tpu_topology(self) -> str | None: ...
+    @property
+    def config_file(self) -> str: ...
+    @property
+    def maxtext_args(self) -> Mapping[str, str]: ...
+
+
+# MaxText keys that name where a run reads or writes, or how long it is, rather than what a step computes.
+_NOT_SHAPE_KEYS = frozenset({"run_name", "steps", "checkpoint_period", "base_output_directory"})
+_NOT_SHAPE_SUFFIXES = ("_path", "_dir", "_directory", "_file", "_bucket")
+
+
+def shape_fingerprint(shape: RunShape) -> str:
+    """The fingerprint of what decides a run's step and save times: runtime, accelerator, topology, config, args.
+
+    Left out: the slice count (``auto`` counts failures per slice and scales them), the run's length (rates are per
+    second), the image (a nightly tag would make every run new) and the keys naming paths or the run. Two specs
+    with the same fingerprint train the same model on the same hardware.
+    """
+    args = {
+        str(k): str(v)
+        for k, v in shape.maxtext_args.items()
+        if k not in _NOT_SHAPE_KEYS and not str(k).endswith(_NOT_SHAPE_SUFFIXES)
+    }
+    text = json.dumps(
+        [shape.runtime, shape.tpu_type or "", shape.tpu_topology or "", shape.config_file, sorted(args.items())],
+        separators=(",", ":"),
+    )
+    return "v1:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -201,16 +286,19 @@ class PeriodChoice:
     """The period ``checkpoint_period="auto"`` chose, from what, and the goodput the model predicts for it.
 
     ``bounds``: the periods allowed (at least the steps one save takes, so saves never queue behind each other;
-    at most half the run, the spec's lint). ``clamped``: ``"save_time"`` or ``"run_length"`` when the model's
-    optimum was outside them, else ``None``. ``runs``: how many past runs the rates came from (0: none had the
-    measurements; the period is then ``fallback``).
+    at most half the run, the spec's lint). ``clamped``: ``"save_time"``, ``"run_length"`` or ``"change_bound"``
+    (the period may move only so far from the last run's: :class:`AutoSettings`) when the model's optimum was
+    outside them, else ``None``. ``runs``: how many past runs the rates came from (0: the period is ``fallback``);
+    ``runs_other_shape``: runs left out for another fingerprint. ``failures`` and ``training_seconds``: the
+    evidence, weighted by age; ``mtbf_seconds`` is per run of ``slices`` slices. ``*_low`` / ``*_high``: the
+    interval at ``confidence`` on the failure rate, and the periods and goodputs it spans.
     """
 
     period: int
     predicted_goodput: float | None
     bounds: tuple[int, int]
     runs: int
-    failures: int
+    failures: float
     wall_seconds: float
     mtbf_seconds: float | None
     step_seconds: float | None
@@ -220,6 +308,18 @@ class PeriodChoice:
     clamped: str | None
     reason: str
     mode: str = AUTO_PERIOD
+    training_seconds: float = 0.0
+    slices: int = 1
+    fingerprint: str = ""
+    runs_other_shape: int = 0
+    previous_period: int | None = None
+    confidence: float | None = None
+    mtbf_low_seconds: float | None = None
+    mtbf_high_seconds: float | None = None
+    period_low: int | None = None
+    period_high: int | None = None
+    goodput_low: float | None = None
+    goodput_high: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -232,56 +332,132 @@ def period_bounds(*, steps: int, step_seconds: float | None, save_seconds: float
     upper = max(1, steps // 2)
     lower = 1
     if step_seconds and save_seconds and step_seconds > 0:
-        lower = max(1, math.ceil(save_seconds / step_seconds))
+        lower = max(1, math.ceil(min(save_seconds / step_seconds, upper)))  # min first: a tiny step is no overflow
     return min(lower, upper), upper
 
 
-def auto_period(runs: Sequence[RunRecord], *, steps: int, fallback: int) -> PeriodChoice:
-    """The checkpoint period for a run of ``steps`` steps from the failure rate and save time of ``runs``.
+def auto_period(
+    runs: Sequence[RunRecord],
+    *,
+    steps: int,
+    fallback: int,
+    fingerprint: str = "",
+    slices: int = 1,
+    settings: AutoSettings = AUTO_SETTINGS,
+) -> PeriodChoice:
+    """The checkpoint period for a run of ``steps`` steps on ``slices`` slices, from the history ``runs``.
 
-    Failures and wall time are summed over the runs that measured their step and save times (so the rate is
-    failures per second of all of them, counting :data:`PRIOR_FAILURES` more than were seen), step, save and
-    recovery times averaged; then the model of :func:`advise` gives the best period, clamped to
-    :func:`period_bounds`. Without such runs: ``fallback``.
+    Only runs of the same ``fingerprint`` (:func:`shape_fingerprint`; ``""``: every run) that measured their
+    training, step and save times count, the newest ``settings.runs`` of them, each weighted by its age. The
+    failure rate is per slice and per second of training (queue waits, retry delays and the gaps between tries
+    are not exposure), with ``settings.prior_failures`` more than seen, scaled to ``slices``; step, save and
+    recovery times are weighted means. Young/Daly (:func:`best_period`) gives the period, which moves at most
+    ``settings.max_increase`` / ``max_decrease`` from the last such run's and stays within :func:`period_bounds`.
+    Without enough evidence (``settings.min_training_runs``): ``fallback``.
     """
-    measured = [
-        r
-        for r in runs
-        if _measured(r.wall_seconds)
-        and _measured(r.mean_step_seconds)
-        and _measured(r.checkpoint_save_seconds, zero_ok=True)
+    slices = max(1, slices)
+    alike = [r for r in runs if not fingerprint or r.fingerprint == fingerprint]
+    measured = [r for r in alike if _measured(r)][-settings.runs :]
+    evidence = _Evidence.of(measured, slices=slices, settings=settings) if measured else None
+    if evidence is None or not evidence.enough(steps, settings):
+        return _fallback_choice(
+            runs=runs, alike=len(alike), evidence=evidence, steps=steps, fallback=fallback, slices=slices,
+            fingerprint=fingerprint, settings=settings,
+        )  # fmt: skip
+    lower, upper = period_bounds(steps=steps, step_seconds=evidence.step_seconds, save_seconds=evidence.save_seconds)
+    mtbf = evidence.mtbf_seconds(settings.prior_failures)
+    optimum = _unbounded_best(evidence, mtbf, steps=steps)
+    # The change bound is between the model's choices: the run before may have run the fallback, which is no
+    # evidence-based period to stay near.
+    earlier = _Evidence.of(measured[:-1], slices=slices, settings=settings) if len(measured) > 1 else None
+    previous = measured[-1].checkpoint_period if earlier is not None and earlier.enough(steps, settings) else None
+    period, clamped = optimum, None
+    if previous is not None:
+        low, high = math.ceil(previous / settings.max_decrease), math.floor(previous * settings.max_increase)
+        if not low <= period <= high:
+            period, clamped = min(max(period, low), max(low, high)), "change_bound"
+    if not lower <= period <= upper:
+        period, clamped = min(max(period, lower), upper), "save_time" if period < lower else "run_length"
+    inputs = evidence.inputs(mtbf, steps=steps, period=period)
+    mtbf_low, mtbf_high = evidence.mtbf_interval(settings.prior_failures, settings.confidence)
+    goodputs = [
+        predicted_goodput(evidence.inputs(m, steps=steps, period=period), period) for m in (mtbf_low, mtbf_high)
     ]
-    if not measured:
-        return _fallback_choice(had_runs=bool(runs), steps=steps, fallback=fallback)
-    rates = _PastRates.of(measured)
-    lower, upper = period_bounds(steps=steps, step_seconds=rates.step_seconds, save_seconds=rates.save_seconds)
-    inputs = rates.inputs(steps=steps, period=upper)
-    optimum, _ = best_period(inputs)
-    period = min(max(optimum, lower), upper)
-    clamped = "save_time" if optimum < lower else "run_length" if optimum > upper else None
-    mtbf = inputs.mtbf_seconds
+    periods = [_best(evidence, m, steps=steps, bounds=(lower, upper)) for m in (mtbf_low, mtbf_high)]
     return PeriodChoice(
         period=period,
         predicted_goodput=predicted_goodput(inputs, period),
         bounds=(lower, upper),
-        runs=rates.runs,
-        failures=rates.failures,
-        wall_seconds=round(rates.wall_seconds, 3),
-        mtbf_seconds=None if math.isinf(mtbf) else round(mtbf, 6),
-        step_seconds=round(rates.step_seconds, 6),
-        checkpoint_save_seconds=round(rates.save_seconds, 6),
-        recovery_seconds=round(rates.recovery_seconds, 6),
+        runs=len(measured),
+        failures=round(evidence.failures, 6),
+        wall_seconds=round(sum(float(r.wall_seconds or 0.0) for r in measured), 3),
+        mtbf_seconds=_finite(mtbf),
+        step_seconds=round(evidence.step_seconds, 6),
+        checkpoint_save_seconds=round(evidence.save_seconds, 6),
+        recovery_seconds=round(evidence.recovery_seconds, 6),
         optimal_period=optimum,
         clamped=clamped,
-        reason=rates.reason(mtbf, optimum, clamped, (lower, upper)),
+        reason=evidence.reason(mtbf, optimum, period, clamped, previous, settings),
+        training_seconds=round(evidence.training_seconds, 3),
+        slices=slices,
+        fingerprint=fingerprint,
+        runs_other_shape=len(runs) - len(alike),
+        previous_period=previous,
+        confidence=settings.confidence,
+        mtbf_low_seconds=_finite(mtbf_low),
+        mtbf_high_seconds=_finite(mtbf_high),
+        period_low=min(periods),
+        period_high=max(periods),
+        goodput_low=min(goodputs),
+        goodput_high=max(goodputs),
     )
 
 
-def _fallback_choice(*, had_runs: bool, steps: int, fallback: int) -> PeriodChoice:
-    """``fallback`` within the bounds, when no earlier run measured what the model needs."""
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) else round(value, 6)
+
+
+def _measured(run: RunRecord) -> bool:
+    """Whether a run measured what ``auto`` needs: its training time, step time and save time."""
+    return bool(run.training_seconds and run.mean_step_seconds and run.checkpoint_save_seconds is not None)
+
+
+def _best(evidence: _Evidence, mtbf: float, *, steps: int, bounds: tuple[int, int]) -> int:
+    """The model's best period for ``mtbf``, within ``bounds``."""
+    return min(max(_unbounded_best(evidence, mtbf, steps=steps), bounds[0]), bounds[1])
+
+
+def _unbounded_best(evidence: _Evidence, mtbf: float, *, steps: int) -> int:
+    return best_period(evidence.inputs(mtbf, steps=steps, period=1))[0]
+
+
+def _fallback_choice(
+    *,
+    runs: Sequence[RunRecord],
+    alike: int,
+    evidence: _Evidence | None,
+    steps: int,
+    fallback: int,
+    slices: int,
+    fingerprint: str,
+    settings: AutoSettings,
+) -> PeriodChoice:
+    """``fallback`` within the bounds, when no earlier run of this shape measured enough of what the model needs."""
     lower, upper = period_bounds(steps=steps, step_seconds=None, save_seconds=None)
     period = min(max(fallback, lower), upper)
-    why = "no earlier run measured its step and save times" if had_runs else "no earlier run in the history"
+    if evidence is not None:
+        need = settings.min_training_runs * steps * evidence.step_seconds
+        why = (
+            f"too little evidence: the {evidence.runs} earlier run(s) of this shape trained "
+            f"{evidence.training_seconds:.0f} s, less than {settings.min_training_runs:g} run(s) of {steps} steps "
+            f"({need:.0f} s)"
+        )
+    elif alike:
+        why = "no earlier run of this shape measured its training, step and save times"
+    elif runs:
+        why = f"no earlier run of this shape ({len(runs)} of another, or of an unknown one, left out)"
+    else:
+        why = "no earlier run in the history"
     return PeriodChoice(
         period=period,
         predicted_goodput=None,
@@ -296,68 +472,152 @@ def _fallback_choice(*, had_runs: bool, steps: int, fallback: int) -> PeriodChoi
         optimal_period=None,
         clamped=None,
         reason=f"{why}: checkpoint_period={period}, the default",
+        slices=slices,
+        fingerprint=fingerprint,
+        runs_other_shape=len(runs) - alike,
     )
 
 
 @dataclass(frozen=True)
-class _PastRates:
-    """What ``auto`` reads from the runs that measured it: failures and wall time summed, times averaged."""
+class _Evidence:
+    """What ``auto`` reads from the runs that measured it, each weighted by its age (the newest weighs 1).
+
+    ``failures`` and ``slice_seconds`` (training seconds times slices) are weighted sums; ``training_seconds`` is
+    the plain sum (the minimum-evidence rule); step, save and recovery times are weighted means.
+    """
 
     runs: int
-    failures: int
-    wall_seconds: float
+    slices: int
+    failures: float
+    slice_seconds: float
+    training_seconds: float
     step_seconds: float
     save_seconds: float
     recovery_seconds: float
+    save_failures: float = 0.0  # of ``failures``, those the fit puts on saves
+    saves: float = 0.0  # weighted saves attempted
+
+    @property
+    def per_save(self) -> float:
+        return self.save_failures / self.saves if self.saves > 0 else 0.0
 
     @classmethod
-    def of(cls, measured: Sequence[RunRecord]) -> _PastRates:
-        # Each number read back is bounded (a stored history is anyone's edit): a near-zero step time would
-        # otherwise turn save / step into infinity, and math.ceil of it raises OverflowError.
-        recoveries = [_clamp(r.recovery_seconds, 0.0) for r in measured if _measured(r.recovery_seconds, zero_ok=True)]
+    def of(cls, measured: Sequence[RunRecord], *, slices: int, settings: AutoSettings) -> _Evidence:
+        newest_first = list(reversed(measured))
+        half = settings.half_life_runs
+        weights = [0.5 ** (age / half) if half > 0 else float(age == 0) for age in range(len(newest_first))]
+        total = sum(weights)
+
+        def mean(values: Sequence[tuple[float, float]]) -> float:
+            weight = sum(w for w, _ in values)
+            return sum(w * v for w, v in values) / weight if weight > 0 else 0.0
+
+        pairs = list(zip(weights, newest_first, strict=True))
+        low, high = STEP_SECONDS_BOUNDS
+        failures = sum(w * r.failures_total for w, r in pairs)
+        slice_seconds = sum(w * float(r.training_seconds or 0.0) * max(1, r.slices) for w, r in pairs)
+        on_saves, saves = _fit_save_failures(pairs, settings.prior_failures) if settings.save_failures else (0, 0)
         return cls(
             runs=len(measured),
-            failures=sum(min(r.failures_total, MAX_FAILURES_READ) for r in measured),
-            wall_seconds=sum(_clamp(r.wall_seconds, STEP_SECONDS_BOUNDS[0]) for r in measured),
-            step_seconds=sum(
-                _clamp(r.mean_step_seconds, STEP_SECONDS_BOUNDS[0], STEP_SECONDS_BOUNDS[1]) for r in measured
-            )
-            / len(measured),
-            save_seconds=sum(_clamp(r.checkpoint_save_seconds, 0.0) for r in measured) / len(measured),
-            recovery_seconds=sum(recoveries) / len(recoveries) if recoveries else 0.0,
+            slices=slices,
+            failures=failures - on_saves,
+            save_failures=on_saves,
+            saves=saves,
+            slice_seconds=slice_seconds,
+            training_seconds=sum(float(r.training_seconds or 0.0) for r in measured),
+            # clamped: a near-zero step read back would make save / step overflow (AdviceInputs refuses it)
+            step_seconds=min(max(sum(w * float(r.mean_step_seconds or 0.0) for w, r in pairs) / total, low), high),
+            save_seconds=sum(w * float(r.checkpoint_save_seconds or 0.0) for w, r in pairs) / total,
+            recovery_seconds=mean([(w, float(r.recovery_seconds)) for w, r in pairs if r.recovery_seconds is not None]),
         )
 
-    def inputs(self, *, steps: int, period: int) -> AdviceInputs:
-        """The model's inputs for a run of ``steps`` steps, counting :data:`PRIOR_FAILURES` more failures."""
+    def save_cost(self) -> float:
+        """A save's expected cost: its time, and the failures it brings (each about half a save and a recovery)."""
+        return self.save_seconds + self.per_save * (self.save_seconds / 2 + self.recovery_seconds)
+
+    def enough(self, steps: int, settings: AutoSettings) -> bool:
+        """Whether the runs trained long enough to leave the fallback (``settings.min_training_runs``)."""
+        return self.training_seconds >= settings.min_training_runs * steps * self.step_seconds
+
+    def mtbf_seconds(self, prior_failures: float) -> float:
+        """Seconds between failures of a run on ``slices`` slices: the weighted rate per slice-second, scaled."""
+        failures = self.failures + prior_failures
+        return math.inf if failures <= 0 else self.slice_seconds / (failures * self.slices)
+
+    def mtbf_interval(self, prior_failures: float, confidence: float) -> tuple[float, float]:
+        """The interval at ``confidence`` on that MTBF: the rate's Gamma posterior (shape: the failures plus the
+        prior's, rate: the slice-seconds), its quantiles by Wilson and Hilferty's chi-square approximation."""
+        shape = self.failures + prior_failures
+        if shape <= 0 or self.slice_seconds <= 0:
+            return 0.0, math.inf
+        z = NormalDist().inv_cdf(0.5 + confidence / 2)
+        k = 2 * shape  # chi-square degrees of freedom
+        wh = 2 / (9 * k)
+        high_rate = k * max(0.0, 1 - wh + z * math.sqrt(wh)) ** 3 / (2 * self.slice_seconds)
+        low_rate = k * max(0.0, 1 - wh - z * math.sqrt(wh)) ** 3 / (2 * self.slice_seconds)
+        shortest = 1 / (high_rate * self.slices) if high_rate > 0 else math.inf
+        longest = 1 / (low_rate * self.slices) if low_rate > 0 else math.inf
+        return shortest, longest
+
+    def inputs(self, mtbf: float, *, steps: int, period: int) -> AdviceInputs:
+        """The model's inputs for a run of ``steps`` steps failing every ``mtbf`` seconds (one failure per MTBF)."""
         return AdviceInputs(
-            failures=self.failures + PRIOR_FAILURES,
-            wall_seconds=self.wall_seconds,
+            failures=0 if math.isinf(mtbf) else 1,
+            wall_seconds=1.0 if math.isinf(mtbf) else max(mtbf, 1e-9),
             step_seconds=self.step_seconds,
-            checkpoint_save_seconds=self.save_seconds,
+            checkpoint_save_seconds=self.save_cost(),
             checkpoint_period=period,
             steps=steps,
             recovery_seconds=self.recovery_seconds,
         )
 
-    def reason(self, mtbf: float, optimum: int, clamped: str | None, bounds: tuple[int, int]) -> str:
+    def reason(
+        self,
+        mtbf: float,
+        optimum: int,
+        period: int,
+        clamped: str | None,
+        previous: int | None,
+        settings: AutoSettings,
+    ) -> str:
         """Why ``auto`` chose its period, in one line."""
-        rate = f"{self.failures} failure(s) (+{PRIOR_FAILURES} assumed): one every {mtbf:.0f} s"
+        rate = (
+            f"{self.failures:.3g} failure(s) (+{settings.prior_failures:g} assumed) over {self.slice_seconds:.0f} "
+            f"slice-seconds of training: one every {mtbf:.0f} s on {self.slices} slice(s)"
+        )
         bound = {
-            "save_time": f", raised to {bounds[0]} (a save takes {self.save_seconds:.3g} s)",
-            "run_length": f", cut to {bounds[1]} (half the run)",
+            "save_time": f", raised to {period} (a save takes {self.save_seconds:.3g} s)",
+            "run_length": f", cut to {period} (half the run)",
+            "change_bound": f", moved only to {period} from the last run's {previous} (at most x"
+            f"{settings.max_increase:g} up, /{settings.max_decrease:g} down per run)",
         }
         return (
-            f"the last {self.runs} run(s): {rate} over {self.wall_seconds:.0f} s, a save {self.save_seconds:.3g} s, "
-            f"a step {self.step_seconds:.3g} s: the model's best period is {optimum}{bound.get(clamped or '', '')}"
+            f"the last {self.runs} run(s) of this shape: {rate}, a save {self.save_seconds:.3g} s, a step "
+            f"{self.step_seconds:.3g} s: the model's best period is {optimum}{bound.get(clamped or '', '')}"
         )
 
 
-def _measured(value: float | None, *, zero_ok: bool = False) -> bool:
-    """A measurement ``auto`` reads: present, finite, positive (a save or a recovery may take 0 s)."""
-    if value is None or not math.isfinite(value):
-        return False
-    return value >= 0 if zero_ok else value > 0
+def _fit_save_failures(pairs: Sequence[tuple[float, RunRecord]], prior: float) -> tuple[float, float]:
+    """Of the weighted failures, how many saves brought, and the weighted saves: ``(on saves, saves)``.
 
-
-def _clamp(value: float | None, low: float, high: float = MAX_SECONDS_READ) -> float:
-    return min(high, max(low, float(value or 0.0)))
+    The fit (maximum likelihood by expectation-maximisation, 100 rounds) is of each run's failures as Poisson with
+    mean ``rate * slice-seconds + per_save * saves``, a run's saves being its training time over one period and
+    its save. It tells the two apart only where the runs' saves per second differ (the fallback's short period, a
+    change of period); else it stays near its starting guess, a tenth on saves, close to the rate-only model.
+    """
+    rows = []
+    for w, r in pairs:
+        if r.checkpoint_period is None or not r.mean_step_seconds or not r.training_seconds:
+            continue
+        segment = r.checkpoint_period * r.mean_step_seconds + (r.checkpoint_save_seconds or 0.0)
+        rows.append((w, float(r.failures_total), r.training_seconds * max(1, r.slices), r.training_seconds / segment))
+    saves = sum(w * n for w, _, _, n in rows)
+    exposure = sum(w * e for w, _, e, _ in rows)
+    seen = sum(w * f for w, f, _, _ in rows)
+    if saves <= 0 or exposure <= 0 or seen <= 0:
+        return 0.0, saves
+    rate, per_save, on_saves = (0.9 * seen + prior) / exposure, 0.1 * seen / saves, 0.0
+    for _ in range(100):
+        on_saves = sum(w * f * per_save * n / (rate * e + per_save * n) for w, f, e, n in rows if f > 0)
+        rate, per_save = (seen - on_saves + prior) / exposure, on_saves / saves
+    return on_saves, saves

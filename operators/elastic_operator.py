@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from elastic_training.operators import kube_names, manifests
-from elastic_training.operators.advice import AUTO_PERIOD, auto_period
+from elastic_training.operators.advice import AUTO_PERIOD, auto_period, shape_fingerprint
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.checkpoints import (
     CheckpointReport,
@@ -189,9 +189,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param base_output_directory: ``gs://bucket/prefix`` or an absolute local path. Templated.
     :param steps: training steps (MaxText counts from 0: success needs a committed step ``steps - 1``).
     :param checkpoint_period: steps between checkpoints; well under ``steps``. ``"auto"``: chosen before launch
-        from the last ``failure_history_runs`` runs' failure rate and save time (Young/Daly, as the advice;
-        :func:`operators.advice.auto_period`), between the steps one save takes and ``steps // 2``; the report's
-        ``checkpoint_period_choice`` says what was chosen and the goodput predicted for it.
+        from the history's runs of the same shape (failures per slice-second of training, save and step times;
+        Young/Daly, as the advice; :func:`operators.advice.auto_period`), between the steps one save takes and
+        ``steps // 2``; the report's ``checkpoint_period_choice`` says what was chosen, from what, and the goodput
+        predicted for it with its interval.
     :param num_slices: TPU slices (worker replicas).
     :param maxtext_args: further MaxText keys, e.g. ``{"model_name": "llama2-7b"}``. Values templated.
     :param runtime: ``"gke"`` (MaxText on Pathways) or ``"local"`` (the same JobSet shape running the
@@ -239,7 +240,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         ``failure_history_runs`` runs, as long as the other pools can hold every slice (else run as usual and
         say why, in the report's ``node_pool_avoidance``). Needs ``list`` on ``nodes`` (docs/rbac.md).
     :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
-    :param failure_history_runs: N: the runs the avoidance and ``checkpoint_period="auto"`` look at.
+    :param failure_history_runs: N: the runs the avoidance looks at (``checkpoint_period="auto"`` weighs every run
+        of the same shape the history keeps, the newest most).
     :param failure_history_key: the Airflow Variable holding the failure history (default
         ``elastic_training_failure_history.<dag_id>.<task_id>``, ``.m<map_index>`` after it for a mapped instance);
         tasks that name the same key share one history.
@@ -423,10 +425,14 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         stored: tuple[RunRecord, ...] = ()
         if self.avoid_failing_node_pools or self.auto_period:
             stored = load_history(self._history_key(context), self.log.warning).history.runs
-        runs = stored[-self.failure_history_runs :]
         if self.auto_period:
+            # auto weighs every run of this shape the history keeps, newest first (AUTO_SETTINGS)
             choice = auto_period(
-                runs, steps=spec.steps, fallback=_fallback_period(spec.steps, self.auto_fallback_period)
+                stored,
+                steps=spec.steps,
+                fallback=_fallback_period(spec.steps, self.auto_fallback_period),
+                fingerprint=shape_fingerprint(spec),
+                slices=spec.num_slices,
             )
             self.log.info("checkpoint_period=auto: %s (%s)", choice.period, choice.reason)
             plan["checkpoint_period_choice"] = choice.to_json()
@@ -563,7 +569,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             returned = report.to_json()
             self.log.info("run report: %s", returned)
             self._emit_metrics(context, report)
-            self._record_history(context, report, succeeded=True)
+            self._record_history(context, report, succeeded=True, fingerprint=shape_fingerprint(spec))
             return returned
         if decision.action is Action.FAIL:
             self._fail(context, spec, run, decision.message, committed=committed)
@@ -817,11 +823,13 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             checkpoint_period_choice=period_choice_from_json(plan.get("checkpoint_period_choice")),
         )
 
-    def _record_history(self, context: Context, report: RunReport, *, succeeded: bool) -> None:
+    def _record_history(self, context: Context, report: RunReport, *, succeeded: bool, fingerprint: str = "") -> None:
         """Add this run to the failure history (a courtesy: a failure to write it is a warning, never the run's)."""
         ti = context["ti"]
         try:
-            record = report.history_record(run_id=str(ti.run_id), ended_at=time.time(), succeeded=succeeded)
+            record = report.history_record(
+                run_id=str(ti.run_id), ended_at=time.time(), succeeded=succeeded, fingerprint=fingerprint
+            )
         except (ValueError, TypeError) as error:
             self.log.warning("the run's failure history entry could not be made: %s", error)
             return
@@ -853,7 +861,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run.save(context)
         context["ti"].xcom_push(key="report", value=report.to_json())
         self._emit_metrics(context, report)
-        self._record_history(context, report, succeeded=False)
+        self._record_history(context, report, succeeded=False, fingerprint=shape_fingerprint(spec))
         cluster = self._cluster(context)
         alive = run.monitor.phase in (JobSetPhase.ACTIVE, JobSetPhase.SUSPENDED)
         if alive and not self.keep_jobset_on_kill and self._active is not None:

@@ -133,6 +133,10 @@ class RunRecord:
 
     ``failures_total``: every failure the checkpoint model counts (in-process recoveries and full restarts), which
     may be more than ``failures`` lists (those are the ones placed on a slice); ``None`` where not measured.
+    ``training_seconds``: the time the run spent training (its report's ``capacity.training_seconds``: each
+    incarnation's first to last step, Kueue's suspensions taken out), the exposure ``checkpoint_period="auto"``
+    counts failures over; ``None`` in entries from before it was kept. ``fingerprint``: the shape of the run
+    (:func:`operators.advice.shape_fingerprint`), so ``auto`` learns only from runs like the next; ``""``: unknown.
     """
 
     run_id: str
@@ -149,6 +153,8 @@ class RunRecord:
     checkpoint_period: int | None = None
     goodput: float | None = None
     avoided_pools: tuple[str, ...] = ()
+    training_seconds: float | None = None
+    fingerprint: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,6 +172,8 @@ class RunRecord:
             "checkpoint_period": self.checkpoint_period,
             "goodput": self.goodput,
             "avoided_pools": list(self.avoided_pools),
+            "training_seconds": self.training_seconds,
+            "fingerprint": self.fingerprint,
         }
 
     @classmethod
@@ -198,6 +206,8 @@ class RunRecord:
             checkpoint_period=None if period is None else _whole(entry, "checkpoint_period", minimum=1),
             goodput=_optional_fraction(entry, "goodput"),
             avoided_pools=tuple(name for name in map(_pool, avoided) if name),
+            training_seconds=_optional_duration(entry, "training_seconds"),
+            fingerprint=_text(entry, "fingerprint"),
         )
 
 

@@ -441,8 +441,9 @@ class RunReport:
         found = [float(r.phase_seconds.total or 0.0) for r in self.recoveries]
         return found + [float(e.seconds_to_recreate or 0.0) for e in self.escalations]
 
-    def history_record(self, *, run_id: str, ended_at: float, succeeded: bool) -> RunRecord:
-        """The failure history's entry for this run (:mod:`operators.failure_history`)."""
+    def history_record(self, *, run_id: str, ended_at: float, succeeded: bool, fingerprint: str = "") -> RunRecord:
+        """The failure history's entry for this run (:mod:`operators.failure_history`); ``fingerprint``: its shape
+        (:func:`operators.advice.shape_fingerprint`), which the report does not carry."""
         downtimes = self.downtimes()
         period = self.checkpoint_period
         avoided = self.node_pool_avoidance.avoided if self.node_pool_avoidance is not None else ()
@@ -461,6 +462,8 @@ class RunReport:
             checkpoint_period=period if period is not None and period >= 1 else None,
             goodput=None if self.goodput is None else min(1.0, max(0.0, self.goodput)),
             avoided_pools=avoided,
+            training_seconds=self.capacity.training_seconds if self.capacity is not None else None,
+            fingerprint=fingerprint[:MAX_TEXT],
         )
 
     # -- JSON ------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 failure history (an Airflow Variable), picks the period before launch, runs MaxText with it, and reports the period,
 the goodput the model predicted and the goodput the run got; the run joins the history.
 
-The histories are written as the operator writes them (``FailureHistory.render``): three runs with a failure every
-few seconds against three runs with none, with the step and save times such tiny runs measure.
+The histories are written as the operator writes them (``FailureHistory.render``): three runs of this DAG's shape
+(its fingerprint) with a failure every second of training against three runs with none, with the step and save times
+such tiny runs measure; the choice is the one ``auto_period`` makes of that history for this run's shape and slices.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.advice import auto_period, shape_fingerprint
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
+from elastic_training.operators.spec import ElasticRunSpec
 from tests.support.airflow_dags import dag_from_source, states, xcom
 
 pytestmark = pytest.mark.slow
 
 STEPS = 24
+# The shape of auto_dag's run: the local runtime, no TPU type or topology, MaxText's default config, no extra keys.
+SHAPE = shape_fingerprint(ElasticRunSpec("x", "/x", steps=STEPS, checkpoint_period=1, num_slices=2, runtime="local"))
 HEADER = """\
 from datetime import timedelta
 from airflow.sdk import DAG
@@ -52,7 +57,7 @@ def auto_dag(dag_id: str, base: Path, key: str) -> Any:
     return dag_from_source(dag_id, body, HEADER)
 
 
-def seeded(key: str, *, failures: int) -> None:
+def seeded(key: str, *, failures: int) -> FailureHistory:
     from airflow.models import Variable
 
     history = FailureHistory()
@@ -61,15 +66,19 @@ def seeded(key: str, *, failures: int) -> None:
             RunRecord(
                 run_id=f"seed-{n}",
                 ended_at=1_796_000_000.0 + n,
-                wall_seconds=60.0,
+                slices=2,
+                wall_seconds=90.0,  # queued and retried too: not the exposure
+                training_seconds=60.0,
                 failures_total=failures,
                 mean_step_seconds=0.1,
                 checkpoint_save_seconds=0.2,
                 recovery_seconds=2.0,
                 checkpoint_period=10,
+                fingerprint=SHAPE,
             )
         )
     Variable.set(key, history.render())
+    return history
 
 
 def trainer_args(cluster: LocalCluster, name: str) -> list[str]:
@@ -93,7 +102,9 @@ def test_auto_picks_a_shorter_period_after_frequent_failures(
     chosen: dict[str, dict[str, Any]] = {}
     for label, failures in (("stormy", 60), ("calm", 0)):
         key = f"elastic_training_failure_history.auto-{label}"
-        seeded(key, failures=failures)
+        expected = auto_period(
+            seeded(key, failures=failures).runs, steps=STEPS, fallback=10, fingerprint=SHAPE, slices=2
+        )
         dag_run = auto_dag(f"auto_{label}", tmp_path, key).test()
         assert states(dag_run) == {"pretrain": "success"}
         report = xcom(dag_run, "pretrain")
@@ -104,11 +115,16 @@ def test_auto_picks_a_shorter_period_after_frequent_failures(
         assert lower <= choice["period"] <= upper == STEPS // 2
         assert report["checkpoint_period"] == choice["period"]  # the run trained with it
         assert f"checkpoint_period={choice['period']}" in trainer_args(cluster_connection, report["jobset_name"])
-        assert choice["runs"] == 3 and choice["predicted_goodput"] is not None
+        assert choice["runs"] == 3 and choice["predicted_goodput"] is not None and choice["fingerprint"] == SHAPE
+        assert choice == {**expected.to_json(), "achieved_goodput": report["goodput"]}  # this shape, 2 slices
         assert choice["achieved_goodput"] == report["goodput"] is not None
         # The run joined the history, with the period it trained with.
         history = FailureHistory.parse(Variable.get(key))
         assert len(history.runs) == 4 and history.runs[-1].checkpoint_period == choice["period"]
+        assert history.runs[-1].fingerprint == SHAPE and history.runs[-1].training_seconds  # what auto reads next
         chosen[label] = choice
     assert chosen["stormy"]["period"] < chosen["calm"]["period"] == STEPS // 2
-    assert chosen["calm"]["clamped"] == "run_length" and chosen["stormy"]["mtbf_seconds"] == round(180 / 181, 6)
+    assert (
+        chosen["calm"]["clamped"] == "run_length"
+        and chosen["stormy"]["mtbf_seconds"] < chosen["calm"]["mtbf_seconds"] / 10
+    )

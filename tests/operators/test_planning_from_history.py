@@ -16,6 +16,7 @@ import pytest
 
 from elastic_training.operators import ElasticJobSetOperator
 from elastic_training.operators import elastic_operator as module
+from elastic_training.operators.advice import shape_fingerprint
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.history_store import history_key
 from elastic_training.operators.run_state import RunState
@@ -53,13 +54,16 @@ def plan(operator: ElasticJobSetOperator) -> tuple[Any, RunState]:
 
 
 def test_a_hostile_history_plans_from_its_sound_runs(comms: VariableComms, tmp_path: Path) -> None:
+    shape = shape_fingerprint(auto_operator(tmp_path).build_spec())
     sound = RunRecord(
         run_id="r1",
         ended_at=T0,
         wall_seconds=3600.0,
+        training_seconds=3600.0,
         failures_total=4,
         mean_step_seconds=1.0,
         checkpoint_save_seconds=20.0,
+        fingerprint=shape,
     )
     good = json.loads(FailureHistory().with_run(sound).render())["runs"][0]
     hostile = [
@@ -67,6 +71,8 @@ def test_a_hostile_history_plans_from_its_sound_runs(comms: VariableComms, tmp_p
             "run_id": "tiny",
             "ended_at": T0,
             "wall_seconds": 100.0,
+            "training_seconds": 100.0,
+            "fingerprint": shape,
             "mean_step_seconds": 5e-324,
             "checkpoint_save_seconds": 1.0,
             "failures_total": 1,
