@@ -1,11 +1,12 @@
 """The failure-history store (:mod:`operators.history_store`) through the real Task SDK ``Variable`` calls.
 
 The fault is injected at the SDK's client boundary: ``task_runner.SUPERVISOR_COMMS`` (what a task's
-``Variable.get`` / ``keys`` / ``set`` send their messages through, and what ``dag.test()`` itself replaces with an
-in-process one) is a stand-in that answers from a dict as the supervisor relays the execution API's answers, and
-answers ``ErrorResponse(API_SERVER_ERROR)`` for the message kinds it is told are failing. Everything above it
-(``Variable.get`` -> ``_get_variable`` -> the ``ExecutionAPISecretsBackend``, which turns any error into "not
-found"; ``Variable.keys``, which raises on one) is the installed Airflow's own code.
+``Variable.get`` / ``keys`` / ``set`` / ``delete`` send their messages through, and what ``dag.test()`` itself
+replaces with an in-process one) is a stand-in that answers from a dict as the supervisor relays the execution
+API's answers, and fails the message kinds it is told are failing as a task process sees a 5xx. Everything above
+it (``Variable.get`` -> ``_get_variable`` -> the ``ExecutionAPISecretsBackend``, which turns any error into "not
+found"; ``Variable.keys``, which raises on one) is the installed Airflow's own code. Two real task processes
+writing at once: tests/operators/test_history_concurrency.py.
 """
 
 from __future__ import annotations
@@ -16,8 +17,19 @@ from typing import Any
 
 import pytest
 
-from elastic_training.operators.failure_history import FailureHistory, RunRecord
-from elastic_training.operators.history_store import corrupt_key, history_key, load_history, record_run
+from elastic_training.operators.failure_history import MAX_RUNS, FailureHistory, RunRecord
+from elastic_training.operators.history_store import (
+    MAX_KEY,
+    corrupt_key,
+    history_key,
+    is_run_key,
+    load_history,
+    parse_record,
+    record_run,
+    render_record,
+    run_key,
+    runs_prefix,
+)
 from tests.support.variable_comms import VariableComms, variable_comms
 
 KEY = "elastic_training_failure_history.store-test.pretrain"
@@ -30,18 +42,37 @@ def comms() -> Iterator[VariableComms]:
         yield fake
 
 
-def run(run_id: str) -> RunRecord:
-    return RunRecord(run_id=run_id, ended_at=T0, pools=("tpu-v5e-16-a",), slices=1)
+def run(run_id: str, at: float = T0) -> RunRecord:
+    return RunRecord(run_id=run_id, ended_at=at, pools=("tpu-v5e-16-a",), slices=1)
 
 
-def test_a_missing_history_is_absent_and_the_first_run_starts_it(comms: VariableComms) -> None:
+def noted(warnings: list[str]) -> Any:
+    return lambda *a: warnings.append(a[0] % a[1:])
+
+
+def stored_runs(comms: VariableComms, key: str = KEY) -> list[str]:
+    """The run ids of the sound per-run records under ``key``, oldest first."""
+    records = [parse_record(v) for k, v in comms.values.items() if is_run_key(key, k) and "<script>" not in v]
+    return [r.run_id for r in sorted(records, key=lambda r: (r.ended_at, r.run_id))]
+
+
+def test_a_missing_history_is_absent_and_the_first_run_writes_its_own_variable(comms: VariableComms) -> None:
     warnings: list[str] = []
-    read = load_history(KEY, lambda *a: warnings.append(a[0] % a[1:]))
+    read = load_history(KEY, noted(warnings))
     assert read.certain and read.absent and read.history == FailureHistory()
-    assert "GetVariableKeys" in comms.sent  # "absent" only after the API server said the key is not there
-    written = record_run(KEY, run("r1"), lambda *a: warnings.append(a[0] % a[1:]))
-    assert written is not None and FailureHistory.parse(comms.values[KEY]) == written
-    assert not warnings, warnings
+    assert "GetVariableKeys" in comms.sent  # "absent" only after the API server listed no key
+    written = record_run(KEY, run("r1"), noted(warnings))
+    assert written.history is not None and [r.run_id for r in written.history.runs] == ["r1"]
+    assert list(comms.values) == [run_key(KEY, "r1")] and KEY not in comms.values
+    assert parse_record(comms.values[run_key(KEY, "r1")]) == run("r1")
+    assert not warnings and not written.notes, (warnings, written.notes)
+
+
+def seeded(comms: VariableComms) -> dict[str, str]:
+    """An old single value (r1, r2) beside a per-run record (r3): what an upgrade leaves."""
+    comms.values[KEY] = FailureHistory((run("r1", T0), run("r2", T0 + 1))).render()
+    comms.values[run_key(KEY, "r3")] = render_record(run("r3", T0 + 2))
+    return dict(comms.values)
 
 
 @pytest.mark.parametrize(
@@ -52,69 +83,153 @@ def test_a_missing_history_is_absent_and_the_first_run_starts_it(comms: Variable
     ],
 )
 def test_a_transient_read_error_leaves_the_stored_history_unchanged(comms: VariableComms, failing: set[str]) -> None:
-    stored = FailureHistory().with_run(run("r1")).with_run(run("r2")).render()
-    comms.values[KEY] = stored
+    before = seeded(comms)
     comms.failing = failing
     warnings: list[str] = []
-    warn = lambda *a: warnings.append(a[0] % a[1:])  # noqa: E731
 
-    read = load_history(KEY, warn)
+    read = load_history(KEY, noted(warnings))
     assert not read.certain and not read.absent and read.history == FailureHistory()
-    assert "could not be read" in read.reason
+    assert "could not be read" in read.reason and read.notes
 
-    assert record_run(KEY, run("r3"), warn) is None
-    assert "PutVariable" not in comms.sent
-    assert comms.values[KEY] == stored  # both earlier runs kept, byte for byte
-    assert any("was not updated with run r3" in w for w in warnings), warnings
+    written = record_run(KEY, run("r4", T0 + 3), noted(warnings))
+    assert written.history is None
+    assert "PutVariable" not in comms.sent and "DeleteVariable" not in comms.sent
+    assert comms.values == before  # every stored value kept, byte for byte
+    assert any("was not updated with run r4" in w for w in warnings), warnings
+    assert any("run r4 was not recorded" in n and "could not be read" in n for n in written.notes), written.notes
 
     comms.failing = set()  # the API server is back: the next run is added to the whole history
-    written = record_run(KEY, run("r4"), warn)
-    assert written is not None and [r.run_id for r in written.runs] == ["r1", "r2", "r4"]
+    written = record_run(KEY, run("r5", T0 + 4), noted(warnings))
+    assert written.history is not None and [r.run_id for r in written.history.runs] == ["r1", "r2", "r3", "r5"]
 
 
-def test_garbage_is_copied_aside_before_the_history_is_rewritten(comms: VariableComms) -> None:
-    comms.values[KEY] = "<script>x</script>{"
-    warnings: list[str] = []
-    read = load_history(KEY, lambda *a: warnings.append(a[0] % a[1:]))
-    assert read.certain and read.history == FailureHistory() and "does not parse" in read.reason
-    assert comms.values[KEY] == "<script>x</script>{"  # reading moves nothing
-
-    written = record_run(KEY, run("r1"), lambda *a: warnings.append(a[0] % a[1:]))
-    assert written is not None and [r.run_id for r in written.runs] == ["r1"]
-    [copy] = [k for k in comms.values if k != KEY]
-    assert copy.startswith(f"{KEY}.corrupt-") and comms.values[copy] == "<script>x</script>{"
-    assert any(copy in w for w in warnings), warnings
-
-
-def test_a_bad_run_is_left_out_and_the_value_kept_aside_the_rest_kept(comms: VariableComms) -> None:
-    good = json.loads(FailureHistory().with_run(run("r1")).render())["runs"][0]
-    hostile = {"run_id": "bad", "ended_at": T0, "pools": ["<script>x</script>"], "mean_step_seconds": 1e300}
-    comms.values[KEY] = stored = json.dumps({"version": 1, "runs": [good, hostile]})
-    warnings: list[str] = []
-    read = load_history(KEY, lambda *a: warnings.append(a[0] % a[1:]))
-    assert [r.run_id for r in read.history.runs] == ["r1"] and len(read.dropped) == 1
-    assert any("runs[1] (run 'bad')" in w for w in warnings), warnings
-
-    written = record_run(KEY, run("r2"), lambda *a: warnings.append(a[0] % a[1:]))
-    assert written is not None and [r.run_id for r in written.runs] == ["r1", "r2"]
-    [copy] = [k for k in comms.values if k != KEY]
-    assert comms.values[copy] == stored
-
-
-def test_no_rewrite_when_the_copy_aside_fails(comms: VariableComms) -> None:
-    comms.values[KEY] = "garbage"
+def test_a_record_pruned_between_listing_and_reading_is_gone_not_unreadable(comms: VariableComms) -> None:
+    comms.values[run_key(KEY, "old")] = render_record(run("old", T0))
+    comms.values[run_key(KEY, "new")] = render_record(run("new", T0 + 1))
     original = comms.send
 
-    def refuse_copies(msg: Any) -> Any:
-        if type(msg).__name__ == "PutVariable" and msg.key != KEY:
+    def concurrent_prune(msg: Any) -> Any:  # another writer deletes "old" right after this reader listed it
+        if type(msg).__name__ == "GetVariable" and msg.key == run_key(KEY, "old"):
+            comms.values.pop(msg.key, None)
+        return original(msg)
+
+    comms.send = concurrent_prune  # type: ignore[method-assign]
+    read = load_history(KEY, noted([]))
+    assert read.certain and [r.run_id for r in read.history.runs] == ["new"]
+
+
+def test_the_old_single_value_is_read_moved_to_per_run_variables_then_removed(comms: VariableComms) -> None:
+    seeded(comms)
+    read = load_history(KEY, noted([]))
+    assert [r.run_id for r in read.history.runs] == ["r1", "r2", "r3"]
+    assert KEY in comms.values  # reading moves nothing
+
+    written = record_run(KEY, run("r4", T0 + 3), noted([]))
+    assert written.history is not None and [r.run_id for r in written.history.runs] == ["r1", "r2", "r3", "r4"]
+    assert KEY not in comms.values and stored_runs(comms) == ["r1", "r2", "r3", "r4"]
+    assert any("was moved to per-run Variables (2 run(s) copied)" in n for n in written.notes), written.notes
+
+
+def test_the_old_single_value_is_kept_while_a_copy_of_its_runs_fails(comms: VariableComms) -> None:
+    before = seeded(comms)
+    original = comms.send
+
+    def refuse_r1(msg: Any) -> Any:
+        if type(msg).__name__ == "PutVariable" and msg.key == run_key(KEY, "r1"):
             raise RuntimeError("the API server went away")
         return original(msg)
 
-    comms.send = refuse_copies  # type: ignore[method-assign]
+    comms.send = refuse_r1  # type: ignore[method-assign]
+    written = record_run(KEY, run("r4", T0 + 3), noted([]))
+    assert written.history is not None and comms.values[KEY] == before[KEY]
+    assert any("is kept: moving it failed" in n for n in written.notes), written.notes
+    comms.send = original  # type: ignore[method-assign]
+    assert [r.run_id for r in load_history(KEY, noted([])).history.runs] == ["r1", "r2", "r3", "r4"]
+    record_run(KEY, run("r5", T0 + 4), noted([]))  # the next writer finishes the move
+    assert KEY not in comms.values and stored_runs(comms) == ["r1", "r2", "r3", "r4", "r5"]
+
+
+def test_an_old_value_that_does_not_parse_is_copied_aside_before_it_is_removed(comms: VariableComms) -> None:
+    comms.values[KEY] = "<script>x</script>{"
     warnings: list[str] = []
-    assert record_run(KEY, run("r1"), lambda *a: warnings.append(a[0] % a[1:])) is None
-    assert comms.values == {KEY: "garbage"}
-    assert any("could not be copied aside" in w for w in warnings), warnings
+    read = load_history(KEY, noted(warnings))
+    assert read.certain and read.history == FailureHistory() and "does not parse" in read.notes[0]
+    assert comms.values[KEY] == "<script>x</script>{"  # reading moves nothing
+
+    written = record_run(KEY, run("r1"), noted(warnings))
+    assert written.history is not None and [r.run_id for r in written.history.runs] == ["r1"]
+    [copy] = [k for k in comms.values if ".corrupt-" in k]
+    assert copy.startswith(f"{KEY}.corrupt-") and comms.values[copy] == "<script>x</script>{"
+    assert KEY not in comms.values and any(copy in n for n in written.notes), written.notes
+
+
+def test_a_bad_record_is_left_out_named_and_never_rewritten_or_pruned(comms: VariableComms) -> None:
+    hostile = {"run_id": "bad", "ended_at": T0, "pools": ["<script>x</script>"], "mean_step_seconds": 1e300}
+    bad = run_key(KEY, "bad")
+    comms.values[bad] = json.dumps({"version": 1, "run": hostile})
+    comms.values[run_key(KEY, "r1")] = render_record(run("r1"))
+    warnings: list[str] = []
+    read = load_history(KEY, noted(warnings))
+    assert [r.run_id for r in read.history.runs] == ["r1"] and len(read.dropped) == 1
+    assert bad in read.notes[0] and "not a Kubernetes label value" in read.notes[0]
+    for n in range(MAX_RUNS + 2):  # far past the bound: the bad record, of unknown age, stays
+        written = record_run(KEY, run(f"n{n}", T0 + 10 + n), noted(warnings))
+        assert written.history is not None and written.notes and bad in written.notes[0]
+    assert comms.values[bad] == json.dumps({"version": 1, "run": hostile})
+    assert stored_runs(comms) == [f"n{n}" for n in range(2, MAX_RUNS + 2)]
+
+
+def test_the_newest_writer_prunes_the_oldest_past_the_bound_never_its_own(comms: VariableComms) -> None:
+    for n in range(MAX_RUNS):
+        comms.values[run_key(KEY, f"n{n}")] = render_record(run(f"n{n}", T0 + 100 + n))
+    written = record_run(KEY, run("newest", T0 + 1000), noted([]))
+    assert written.history is not None and len(written.history.runs) == MAX_RUNS
+    assert stored_runs(comms) == [f"n{n}" for n in range(1, MAX_RUNS)] + ["newest"]
+    # A writer whose clock is behind: its own record is the oldest, kept past the bound; the next writer prunes it.
+    written = record_run(KEY, run("skewed", T0), noted([]))
+    assert written.history is not None and "skewed" not in [r.run_id for r in written.history.runs]
+    assert stored_runs(comms) == ["skewed"] + [f"n{n}" for n in range(1, MAX_RUNS)] + ["newest"]
+    record_run(KEY, run("next", T0 + 2000), noted([]))
+    assert stored_runs(comms) == [f"n{n}" for n in range(2, MAX_RUNS)] + ["newest", "next"]
+
+
+def test_a_retry_of_the_same_run_rewrites_its_own_record(comms: VariableComms) -> None:
+    record_run(KEY, run("r1"), noted([]))
+    retried = RunRecord(run_id="r1", ended_at=T0 + 5, succeeded=False)
+    written = record_run(KEY, retried, noted([]))
+    assert written.history is not None and written.history.runs == (retried,)
+    assert list(comms.values) == [run_key(KEY, "r1")]
+
+
+def test_writers_interleaved_at_the_worst_moment_both_recorded(comms: VariableComms) -> None:
+    """Both read before either writes (what the single value lost an entry to): each writes its own key."""
+    comms.values[KEY] = FailureHistory((run("r0", T0),)).render()
+    original = comms.send
+    second: list[Any] = []
+    started: list[bool] = []
+
+    def other_writer_between_read_and_write(msg: Any) -> Any:
+        if type(msg).__name__ == "PutVariable" and not started:
+            started.append(True)
+            second.append(record_run(KEY, run("b", T0 + 2), noted([])))  # B reads, writes, moves, prunes
+        return original(msg)
+
+    comms.send = other_writer_between_read_and_write  # type: ignore[method-assign]
+    first = record_run(KEY, run("a", T0 + 1), noted([]))
+    assert first.history is not None and second[0].history is not None
+    assert stored_runs(comms) == ["r0", "a", "b"] and KEY not in comms.values
+    assert not first.notes and not second[0].notes[1:], (first.notes, second[0].notes)
+
+
+def test_keys_fit_and_never_mix_histories() -> None:
+    assert run_key(KEY, "scheduled__2026-12-04T00:00:00+00:00").startswith(f"{KEY}.r.scheduled__2026-12-04T00_00")
+    assert run_key(KEY, "a/b") != run_key(KEY, "a_b")  # sanitized alike, hashed apart
+    long_a, long_b = "k" * 250, "k" * 249 + "j"
+    assert len(run_key(long_a, "r" * 250)) <= MAX_KEY and runs_prefix(long_a) != runs_prefix(long_b)
+    assert is_run_key(long_a, run_key(long_a, "x")) and not is_run_key(long_b, run_key(long_a, "x"))
+    # A history named "<KEY>.r" is not KEY's: its records' part has a dot after KEY's runs prefix.
+    assert not is_run_key(KEY, run_key(f"{KEY}.r", "x")) and not is_run_key(KEY, corrupt_key(KEY))
+    assert not is_run_key(KEY, run_key(history_key("store-test", "pretrain", 0), "x"))
 
 
 def test_a_copy_name_fits_a_variable_key() -> None:
@@ -133,12 +248,10 @@ def test_mapped_instances_have_keys_of_their_own_an_unmapped_task_keeps_its_key(
 
 
 def test_mapped_instances_recorded_apart(comms: VariableComms) -> None:
-    warn = lambda *a: None  # noqa: E731
     for index in (0, 1):
-        assert record_run(history_key("nightly", "pretrain", index), run(f"run-{index}"), warn) is not None
-    assert record_run(history_key("nightly", "pretrain", 0), run("run-0-again"), warn) is not None
-    stored = {k: [r.run_id for r in FailureHistory.parse(v).runs] for k, v in comms.values.items()}
-    assert stored == {
-        "elastic_training_failure_history.nightly.pretrain.m0": ["run-0", "run-0-again"],
-        "elastic_training_failure_history.nightly.pretrain.m1": ["run-1"],
-    }
+        assert record_run(history_key("nightly", "pretrain", index), run(f"run-{index}"), noted([])).history
+    assert record_run(history_key("nightly", "pretrain", 0), run("run-0-again", T0 + 1), noted([])).history
+    unmapped = history_key("nightly", "pretrain")
+    assert stored_runs(comms, history_key("nightly", "pretrain", 0)) == ["run-0", "run-0-again"]
+    assert stored_runs(comms, history_key("nightly", "pretrain", 1)) == ["run-1"]
+    assert load_history(unmapped, noted([])).absent  # the unmapped key's prefix lists them, and takes none
