@@ -48,7 +48,7 @@ from elastic_training.operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from elastic_training.operators.failure_history import DEFAULT_RUNS, MAX_RUNS, RunRecord
-from elastic_training.operators.history_store import history_key, load_history, record_run
+from elastic_training.operators.history_store import bounded_notes, history_key, load_history, record_run
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
@@ -424,7 +424,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         plan: dict[str, Any] = {"try_number": try_number}
         stored: tuple[RunRecord, ...] = ()
         if self.avoid_failing_node_pools or self.auto_period:
-            stored = load_history(self._history_key(context), self.log.warning).history.runs
+            read = load_history(self._history_key(context), self.log.warning)
+            stored = read.history.runs
+            plan["history_notes"] = list(read.notes)  # what the read left out or could not read: the report says
         if self.auto_period:
             # auto weighs every run of this shape the history keeps, newest first (AUTO_SETTINGS)
             choice = auto_period(
@@ -566,10 +568,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             if decision.reason is Reason.ALREADY_AT_TARGET:
                 report = dataclasses.replace(report, already_at_target=True)
             run.save(context)
+            report = self._record_history(context, report, run, succeeded=True, fingerprint=shape_fingerprint(spec))
             returned = report.to_json()
             self.log.info("run report: %s", returned)
             self._emit_metrics(context, report)
-            self._record_history(context, report, succeeded=True, fingerprint=shape_fingerprint(spec))
             return returned
         if decision.action is Action.FAIL:
             self._fail(context, spec, run, decision.message, committed=committed)
@@ -823,17 +825,24 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             checkpoint_period_choice=period_choice_from_json(plan.get("checkpoint_period_choice")),
         )
 
-    def _record_history(self, context: Context, report: RunReport, *, succeeded: bool, fingerprint: str = "") -> None:
-        """Add this run to the failure history (a courtesy: a failure to write it is a warning, never the run's)."""
+    def _record_history(
+        self, context: Context, report: RunReport, run: RunState, *, succeeded: bool, fingerprint: str = ""
+    ) -> RunReport:
+        """Add this run to the failure history (a courtesy: a failure to write it is a warning, never the run's);
+        ``report`` with the history's key and what its reads and write said (``history_notes``)."""
         ti = context["ti"]
+        key = self._history_key(context)
+        notes = [str(n) for n in ((run.plan or {}).get("history_notes") or [])]
         try:
             record = report.history_record(
                 run_id=str(ti.run_id), ended_at=time.time(), succeeded=succeeded, fingerprint=fingerprint
             )
         except (ValueError, TypeError) as error:
             self.log.warning("the run's failure history entry could not be made: %s", error)
-            return
-        record_run(self._history_key(context), record, self.log.warning)
+            notes.append(f"this run's failure history entry could not be made: {error}")
+        else:
+            notes.extend(record_run(key, record, self.log.warning).notes)
+        return dataclasses.replace(report, history_key=key, history_notes=bounded_notes(notes))
 
     def _emit_metrics(self, context: Context, report: RunReport) -> None:
         ti = context["ti"]
@@ -859,9 +868,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 committed = None
         report = dataclasses.replace(self._report(spec, run, committed), failure=message)
         run.save(context)
+        report = self._record_history(context, report, run, succeeded=False, fingerprint=shape_fingerprint(spec))
         context["ti"].xcom_push(key="report", value=report.to_json())
         self._emit_metrics(context, report)
-        self._record_history(context, report, succeeded=False, fingerprint=shape_fingerprint(spec))
         cluster = self._cluster(context)
         alive = run.monitor.phase in (JobSetPhase.ACTIVE, JobSetPhase.SUSPENDED)
         if alive and not self.keep_jobset_on_kill and self._active is not None:

@@ -73,6 +73,7 @@ RUN_ID_CHARS = 40  # of the run id, sanitized, in its record's key (readable in 
 RUN_HASH_CHARS = 12  # of the run id's SHA-256: two run ids sanitized alike still get keys of their own
 RECORD_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024  # one run's record (MySQL's TEXT column holds 64 KiB)
+MAX_NOTES, MAX_NOTE_CHARS = 10, 600  # what a report carries of the notes
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _RUN_PART_CHARS = RUN_ID_CHARS + 1 + RUN_HASH_CHARS
 _RUN_PART = re.compile(rf"[A-Za-z0-9_-]{{1,{_RUN_PART_CHARS}}}")
@@ -155,6 +156,11 @@ def parse_record(text: Any) -> RunRecord:
         return RunRecord.from_json(body.get("run"))
     except (TypeError, KeyError) as error:
         raise ValueError(str(error)) from None
+
+
+def bounded_notes(notes: Iterable[str]) -> tuple[str, ...]:
+    """``notes`` as a report carries them: each once, each cut to :data:`MAX_NOTE_CHARS`, at most :data:`MAX_NOTES`."""
+    return tuple(dict.fromkeys(str(n)[:MAX_NOTE_CHARS] for n in notes))[:MAX_NOTES]
 
 
 def _newest(runs: Iterable[RunRecord]) -> tuple[RunRecord, ...]:

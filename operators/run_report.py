@@ -401,6 +401,8 @@ class RunReport:
     node_pools: tuple[str, ...] = ()
     node_pool_avoidance: Avoidance | None = None
     checkpoint_period_choice: PeriodChoice | None = None
+    history_key: str | None = None
+    history_notes: tuple[str, ...] = ()
     already_at_target: bool = False
     failure: str | None = None
     version: int = REPORT_VERSION
@@ -490,6 +492,8 @@ class RunReport:
             "num_slices": self.num_slices,
             "slice_failures": [f.to_json() for f in self.slice_failures],
             "node_pools": list(self.node_pools),
+            "history_key": self.history_key,
+            "history_notes": list(self.history_notes),
         }
         if self.node_pool_avoidance is not None:
             data["node_pool_avoidance"] = self.node_pool_avoidance.to_json()
@@ -522,6 +526,7 @@ class RunReport:
             budgets=BudgetAllowances.from_json(_object(data.get("budgets") or {}, "budgets")),
             slice_failures=_objects(data, "slice_failures", _slice_failure),
             node_pools=_strings(data, "node_pools"),
+            history_notes=_strings(data, "history_notes"),
             node_pool_avoidance=None if avoidance is None else Avoidance.from_json(avoidance),
             checkpoint_period_choice=period_choice_from_json(data.get("checkpoint_period_choice")),
         )

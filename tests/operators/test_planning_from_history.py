@@ -19,6 +19,7 @@ from elastic_training.operators import elastic_operator as module
 from elastic_training.operators.advice import shape_fingerprint
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.history_store import history_key
+from elastic_training.operators.run_report import RunReport
 from elastic_training.operators.run_state import RunState
 from tests.support.variable_comms import VariableComms, variable_comms
 
@@ -109,3 +110,26 @@ def test_a_planning_error_runs_without_the_plan_and_says_why(
     assert any("the run goes ahead without the plan" in w for w in warnings), warnings
     # the saved plan is what a resumed try applies: no error again
     assert operator._planned(operator.build_spec(), run).checkpoint_period == 10
+
+
+def test_what_the_history_reads_left_out_or_could_not_read_is_in_the_report(
+    comms: VariableComms, tmp_path: Path
+) -> None:
+    key = history_key("nightly", "pretrain")
+    hostile = {"run_id": "xss", "ended_at": T0, "pools": ["<script>x</script>"]}
+    comms.values[key] = stored = json.dumps({"version": 1, "runs": [hostile]})
+    operator = auto_operator(tmp_path)
+    _, run = plan(operator)
+    report = operator._record_history({"ti": _TI()}, RunReport(target_step=99), run, succeeded=True)
+    assert report.history_key == key
+    assert any("1 stored entr(ies) left out" in n and "'xss'" in n for n in report.history_notes), report
+    [copy] = [k for k in comms.values if ".corrupt-" in k]  # moved to per-run Variables: the old value kept aside
+    assert comms.values[copy] == stored and any(copy in n for n in report.history_notes)
+    assert RunReport.from_json(report.to_json()).history_notes == report.history_notes
+
+    comms.failing = {"GetVariableKeys"}  # the API server stops answering: the plan and the write both say so
+    _, run = plan(operator)
+    report = operator._record_history({"ti": _TI()}, RunReport(target_step=99), run, succeeded=True)
+    assert any("could not be read" in n and n.endswith("not used") for n in report.history_notes), report
+    assert any("run manual__1 was not recorded" in n for n in report.history_notes), report
+    assert report.to_json()["history_notes"] == list(report.history_notes)

@@ -64,6 +64,8 @@ DOCUMENTED_KEYS = set(
         "slice_failures",
         "node_pools",
         "node_pool_avoidance",
+        "history_key",
+        "history_notes",
         "steps_executed",
         "startup_step_seconds",
         "resumed_from_step",

@@ -53,4 +53,6 @@ def full_report() -> RunReport:
         node_pools=("a", "b"),
         node_pool_avoidance=disabled(),
         checkpoint_period_choice=choice,
+        history_key="elastic_training_failure_history.nightly.pretrain",
+        history_notes=("the failure history elastic_training_failure_history.nightly.pretrain: 1 entry left out",),
     )
