@@ -11,10 +11,13 @@ Routes (relative to the mount point):
 
 - ``GET /api/runs?limit=N``: recent elastic runs, newest first;
 - ``GET /api/runs/{dag_id}/{run_id}``: every elastic task of one DAG run, in full (see ``plugin.view``);
-- ``GET /api/history/{dag_id}/{task_id}?runs=N``: the task's failure history over its last N runs (per node pool);
+- ``GET /api/history/{dag_id}/{task_id}?runs=N&key=K``: the task's failure history over its last N runs (per node
+  pool): the history ``K`` (one of the task's, listed in ``keys``: its default key, its mapped instances', a custom
+  ``failure_history_key`` its reports name; the default key when not given);
 - ``GET /ui/`` (recent runs), ``GET /ui/run?dag_id=…&run_id=…`` (one run), ``GET /ui/static/<asset>``:
   plain HTML, JS and CSS shipped in this package (no CDN);
-- ``GET /ui/history?dag_id=…&task_id=…&runs=N``: the failure history page (server-rendered, an inline SVG chart).
+- ``GET /ui/history?dag_id=…&task_id=…&runs=N&key=K``: the failure history page (server-rendered, an inline SVG
+  chart), with links to the task's other histories.
 """
 
 from __future__ import annotations
@@ -140,12 +143,33 @@ def get_run(dag_id: str, run_id: str, user: GetUserDep, session: SessionDep) -> 
     }
 
 
+def _task_history(session: Any, dag_id: str, task_id: str, key: str | None) -> tuple[str, list[str], Any]:
+    """The history ``key`` of the task (its default one when ``None``), the task's history keys, and what was read;
+    404 when ``key`` is not one of the task's (a key names a Variable: only the task's own are served)."""
+    keys = runs.history_keys_of(session, dag_id, task_id)
+    chosen = keys[0] if key is None else key
+    if chosen not in keys:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"{chosen!r} is not a failure history of {dag_id}.{task_id}")
+    return chosen, keys, runs.failure_history_of(session, chosen)
+
+
 def get_history(
-    dag_id: str, task_id: str, session: SessionDep, runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10
+    dag_id: str,
+    task_id: str,
+    session: SessionDep,
+    runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10,
+    key: Annotated[str | None, Query(min_length=1, max_length=250)] = None,
 ) -> dict[str, Any]:
     """The task's failure history over its last ``runs`` runs: each run's failures, and the tally per pool."""
-    history = runs.failure_history_of(session, dag_id, task_id)
-    return {"dag_id": dag_id, "task_id": task_id, **history_json(history, runs_)}
+    chosen, keys, read = _task_history(session, dag_id, task_id, key)
+    return {
+        "dag_id": dag_id,
+        "task_id": task_id,
+        "key": chosen,
+        "keys": keys,
+        "notes": list(read.notes()),
+        **history_json(read.history, runs_),
+    }
 
 
 async def history_ui(
@@ -154,6 +178,7 @@ async def history_ui(
     dag_id: str,
     task_id: str,
     runs_: Annotated[int, Query(alias="runs", ge=1, le=50)] = 10,
+    key: Annotated[str | None, Query(min_length=1, max_length=250)] = None,
 ) -> Response:
     """The failure-history page of one task (a redirect to the login page when there is no user)."""
     _valid_history(dag_id, task_id)
@@ -161,14 +186,17 @@ async def history_ui(
     if isinstance(user, RedirectResponse):
         return user
     requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE)(request, user)
-    history = runs.failure_history_of(session, dag_id, task_id)
+    chosen, keys, read = _task_history(session, dag_id, task_id, key)
     html = history_page(
-        history,
+        read.history,
         dag_id=dag_id,
         task_id=task_id,
         runs=runs_,
         run_url=run_page_url,
         stylesheet=f"{URL_PREFIX}/ui/static/style.css",
+        key=chosen,
+        keys={k: history_page_url(dag_id, task_id, k) for k in keys},
+        notes=read.notes(),
     )
     return HTMLResponse(html)
 
@@ -216,6 +244,7 @@ def run_page_url(dag_id: str, run_id: str) -> str:
     return f"{URL_PREFIX}/ui/run?dag_id={quote(dag_id, safe='')}&run_id={quote(run_id, safe='')}"
 
 
-def history_page_url(dag_id: str, task_id: str) -> str:
-    """The failure-history page of one task, relative to the API server's root."""
-    return f"{URL_PREFIX}/ui/history?dag_id={quote(dag_id, safe='')}&task_id={quote(task_id, safe='')}"
+def history_page_url(dag_id: str, task_id: str, key: str | None = None) -> str:
+    """The failure-history page of one task (of its history ``key``), relative to the API server's root."""
+    url = f"{URL_PREFIX}/ui/history?dag_id={quote(dag_id, safe='')}&task_id={quote(task_id, safe='')}"
+    return url if key is None else f"{url}&key={quote(key, safe='')}"

@@ -1,7 +1,8 @@
 """The failure-history page: slice failures per node pool over a task's last runs, as a chart. Pure: no I/O.
 
-Input is the task's :class:`operators.failure_history.FailureHistory` (read from its Airflow Variable by
-:mod:`plugin.runs`). The page is one server-rendered HTML document with an inline SVG bar chart (one bar per node
+Input is one of the task's :class:`operators.failure_history.FailureHistory` (read from its Airflow Variables by
+:mod:`plugin.runs`), the task's other histories (a mapped instance's, a custom ``failure_history_key``) to link to,
+and what the read left out (each record edited into something unsound is named, as the run report names it). The page is one server-rendered HTML document with an inline SVG bar chart (one bar per node
 pool, stacked by kind, no script and no new dependency), a table of the runs (each run's failures linked to the
 pool they happened on, each run id linked to its run view) and one section per pool listing its failures.
 Every text that came from the history is HTML-escaped: a Variable can be edited by anyone with access to it.
@@ -9,7 +10,7 @@ Every text that came from the history is HTML-escaped: a Variable can be edited 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -95,10 +96,41 @@ def chart_svg(runs: Sequence[RunRecord]) -> str:
     return "".join(parts)
 
 
+def _keys_nav(key: str, keys: Mapping[str, str]) -> str:
+    """The task's histories (its default key, its mapped instances', a custom ``failure_history_key``), linked."""
+    if len(keys) <= 1:
+        return f'<p class="muted" id="history-key">Variable <code>{escape(key)}</code></p>'
+    items = "".join(
+        f'<li class="current"><code>{escape(k)}</code></li>'
+        if k == key
+        else f'<li><a href="{escape(url)}"><code>{escape(k)}</code></a></li>'
+        for k, url in keys.items()
+    )
+    return f'<nav id="history-keys"><p class="muted">This task\'s failure histories:</p><ul>{items}</ul></nav>'
+
+
+def _notes(notes: Sequence[str]) -> str:
+    """What reading the history left out (a record edited by hand, a value that does not parse)."""
+    if not notes:
+        return ""
+    return f'<ul id="history-notes" class="warning">{"".join(f"<li>{escape(n)}</li>" for n in notes)}</ul>'
+
+
 def history_page(
-    history: FailureHistory, *, dag_id: str, task_id: str, runs: int, run_url: Any, stylesheet: str
+    history: FailureHistory,
+    *,
+    dag_id: str,
+    task_id: str,
+    runs: int,
+    run_url: Any,
+    stylesheet: str,
+    key: str = "",
+    keys: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The whole page. ``run_url(dag_id, run_id)`` gives a run view's URL; ``stylesheet`` the plugin's CSS URL."""
+    """The whole page. ``run_url(dag_id, run_id)`` gives a run view's URL; ``stylesheet`` the plugin's CSS URL;
+    ``key`` the history shown, ``keys`` each of the task's histories with its page's URL, ``notes`` what the read
+    left out."""
     looked_at = history.last(runs)
     title = f"Failure history: {dag_id} / {task_id}"
     rows = []
@@ -145,7 +177,7 @@ def history_page(
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f'<link rel="stylesheet" href="{escape(stylesheet)}"></head><body>'
-        f"<h1>{escape(title)}</h1>"
+        f"<h1>{escape(title)}</h1>{_keys_nav(key, keys or {key: ''}) if key else ''}{_notes(notes)}"
         f'<p class="muted">Slice failures per GKE node pool over the last {len(looked_at)} run(s) '
         f"(of {len(history.runs)} kept). Lost hosts and trainer errors count against a pool "
         "(avoid_failing_node_pools); evictions and preemptions are the platform's.</p>"

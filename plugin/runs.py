@@ -13,7 +13,10 @@ Where each fact lives (the same places Airflow's public API reads them from):
 - the rendered template fields (run name, base directory, steps, slices) while no report exists;
 - while the task runs or is deferred: its head pod's recent log, read through the Kubernetes hook and
   folded on top of the persisted state (bounded, cached; :mod:`plugin.live`);
-- a task's failure history across runs: its Airflow Variable (:mod:`operators.history_store`);
+- a task's failure history across runs: its Airflow Variables, one per run (and the single value of earlier
+  releases), assembled as the operator assembles them (:func:`operators.history_store.assemble_history`); a task's
+  histories are its default key, its mapped instances' keys, and any key its run reports name (``history_key``: a
+  custom ``failure_history_key``);
 - the run directory: checkpoint verdicts (:func:`operators.checkpoints.validate_checkpoints`, metadata
   level, no array reads) and the local trainer's ``recoveries.jsonl`` (bounded).
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -36,8 +40,8 @@ from elastic_training.operators.checkpoints import ValidationOptions, validate_c
 from elastic_training.operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
 from elastic_training.operators.checkpoints.timing import save_seconds
 from elastic_training.operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
-from elastic_training.operators.failure_history import FailureHistory
-from elastic_training.operators.history_store import history_key, parse_stored
+from elastic_training.operators.failure_history import MAX_RUNS
+from elastic_training.operators.history_store import Assembled, assemble_history, history_key, is_run_key, runs_prefix
 from elastic_training.operators.run_report import ReportError, RunReport
 from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.plugin import live
@@ -50,6 +54,9 @@ ELASTIC_OPERATORS = ("ElasticJobSetOperator",)
 MAX_RECORDS_BYTES = 1 << 20
 MAX_RECORDS = 1000
 LIVE_STATES = frozenset({"running", "deferred"})
+MAX_HISTORY_ROWS = 4 * MAX_RUNS  # the Variables one history page reads (a prune keeps at most a few past the bound)
+MAX_HISTORY_KEYS = 100  # the histories one task lists
+HISTORY_REPORTS = 50  # the task's newest reports whose history_key is looked at
 VIEW_VALIDATION = ValidationOptions(require_commit_marker=True, check_ocdbt_index=False, max_workers=4)
 
 
@@ -256,15 +263,56 @@ def task_view(session: Session, ti: Any, *, storage: bool = True, reader: live.R
     return view
 
 
-def failure_history_of(session: Session, dag_id: str, task_id: str) -> FailureHistory:
-    """A task's failure history, from its Airflow Variable (``operators.history_store``); empty when unset.
+def failure_history_of(session: Session, key: str) -> Assembled:
+    """The failure history ``key``, from its Airflow Variables (``operators.history_store``); empty when unset.
 
-    A value that does not parse (edited by hand) reads as empty: the page says there is no history, never fails.
+    Read as the operator reads it: each record checked on its own, a bad one left out and named in ``dropped``
+    (the page says so), never a failure of the page.
     """
     from airflow.models.variable import Variable
 
-    row = session.scalar(select(Variable).where(Variable.key == history_key(dag_id, task_id)))
-    try:
-        return parse_stored(None if row is None else row.val)
-    except ValueError:
-        return FailureHistory()
+    rows = session.scalars(
+        select(Variable)
+        .where(or_(Variable.key == key, Variable.key.startswith(runs_prefix(key), autoescape=True)))
+        .order_by(Variable.key)
+        .limit(MAX_HISTORY_ROWS)
+    )
+    values = {row.key: row.val for row in rows if row.key == key or is_run_key(key, row.key)}
+    return assemble_history(key, values)
+
+
+def history_keys_of(session: Session, dag_id: str, task_id: str) -> list[str]:
+    """The failure histories of one task: its default key first, then its mapped instances' keys (``.m<index>``,
+    found by prefix) and the keys its newest run reports name (``history_key``: a custom ``failure_history_key``)."""
+    from airflow.models.variable import Variable
+    from airflow.models.xcom import XComModel
+
+    base = history_key(dag_id, task_id)
+    found: dict[str, None] = {base: None}
+    mapped = re.compile(re.escape(base) + r"\.m(\d{1,9})(?:$|\.r\.)")
+    names = session.scalars(
+        select(Variable.key).where(Variable.key.startswith(f"{base}.m", autoescape=True)).limit(MAX_HISTORY_ROWS * 10)
+    )
+    for name in names:
+        match = mapped.match(name)
+        if match:
+            found.setdefault(history_key(dag_id, task_id, int(match.group(1))), None)
+    reports = session.scalars(
+        select(XComModel)
+        .where(
+            XComModel.dag_id == dag_id,
+            XComModel.task_id == task_id,
+            XComModel.key.in_(("return_value", "report")),
+        )
+        .order_by(XComModel.timestamp.desc())
+        .limit(HISTORY_REPORTS)
+    )
+    for row in reports:
+        try:
+            value = XComModel.deserialize_value(row)
+        except Exception:  # an XCom this reader cannot decode names no history
+            continue
+        named = value.get("history_key") if isinstance(value, Mapping) else None
+        if isinstance(named, str) and 0 < len(named) <= 250:
+            found.setdefault(named, None)
+    return list(found)[:MAX_HISTORY_KEYS]

@@ -587,6 +587,7 @@ def run_view(
         "run_directory": (report.run_directory if report else None) or _run_directory(rendered),
         "report_available": report is not None,
         "failure": report.failure if report else None,
+        "history": {"key": report.history_key, "notes": list(report.history_notes)} if report else None,
         "counts": _counts(seen, cap),
         "capacity": cap.to_json(),
         "budgets": budgets(report, seen.state),

@@ -165,6 +165,12 @@ function kpi(label, value, id) {
   return el("div", { class: "kpi", id }, el("b", {}, value), el("span", {}, label));
 }
 
+// The history this run read and wrote (its report's history_key: a mapped instance's, a custom one), else the task's.
+function historyUrl(t) {
+  const key = t.history && t.history.key ? `&key=${encodeURIComponent(t.history.key)}` : "";
+  return `history?dag_id=${encodeURIComponent(t.dag_id)}&task_id=${encodeURIComponent(t.task_id)}${key}`;
+}
+
 function taskView(t) {
   const g = t.goodput || {};
   const c = t.capacity || {};
@@ -176,7 +182,7 @@ function taskView(t) {
         t.jobset.namespace ? ` in ${t.jobset.namespace}` : "",
         t.slices.configured ? ` · ${t.slices.configured} slices` : "",
         t.slices.live !== null && t.slices.live !== undefined ? ` (${t.slices.live} live)` : "",
-        " · ", el("a", { id: "history-link", href: `history?dag_id=${encodeURIComponent(t.dag_id)}&task_id=${encodeURIComponent(t.task_id)}` }, "failure history"))),
+        " · ", el("a", { id: "history-link", href: historyUrl(t) }, "failure history"))),
     kpi("step / target", `${fmt.num(p.current_step)} / ${fmt.num(p.target_step)}`, "kpi-step"),
     kpi("goodput", fmt.pct(g.goodput), "kpi-goodput"),
     kpi("queued", fmt.secs(c.queued_seconds), "kpi-queued"),
@@ -195,6 +201,9 @@ function taskView(t) {
   if (phase) parts.push(phase);
   if (t.live) parts.push(livePanel(t.live));
   if (t.failure) parts.push(el("div", { class: "failure" }, t.failure));
+  if (t.history && t.history.notes && t.history.notes.length) {
+    parts.push(el("ul", { id: "history-notes", class: "warning" }, ...t.history.notes.map((n) => el("li", {}, n))));
+  }
   if (!t.report_available) {
     parts.push(el("p", { class: "muted" }, "The run has not finished: recoveries and budgets are read from the task state store; cost, goodput and advice come with the run report."));
   }
