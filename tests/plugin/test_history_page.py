@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from elastic_training.operators.failure_history import FailureHistory
+from elastic_training.operators.history_store import history_key, run_key
 from tests.support.airflow_auth import auth
 from tests.support.airflow_dags import dag_from_source, states
 
@@ -28,9 +29,19 @@ def lost(pool, at, host):
 
 
 class ElasticJobSetOperator(BaseOperator):
-    # Records three nights of history as the real operator records one run at its end.
+    # Records three nights of history as the real operator records one run at its end (under its key as the real
+    # operator names it: a custom failure_history_key, else the task's, .m<index> for a mapped instance), and
+    # returns a report naming that key, as the real one does.
+    def __init__(self, failure_history_key=None, night=None, **kwargs):
+        super().__init__(**kwargs)
+        self.failure_history_key, self.night = failure_history_key, night
+
     def execute(self, context):
-        key = history_key(context["ti"].dag_id, context["ti"].task_id)
+        ti = context["ti"]
+        key = self.failure_history_key or history_key(ti.dag_id, ti.task_id, ti.map_index)
+        if self.night is not None:
+            record_run(key, RunRecord(run_id=self.night, ended_at=1796000000.0, pools=("tpu-a",)), self.log.warning)
+            return {"target_step": 9, "history_key": key}
         pools = ("tpu-a", "tpu-b", "tpu-c")
         nights = [
             RunRecord(run_id="night-1", ended_at=1796000000.0, failures=(lost("tpu-b", 1796000000.0, "gke-b-0"),),
@@ -45,7 +56,9 @@ class ElasticJobSetOperator(BaseOperator):
         ]
         for night in nights:
             record_run(key, night, self.log.warning)
+        return {"target_step": 9, "history_key": key}
 """
+CUSTOM = "shared_history.drill"
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +66,11 @@ def history(api: Any) -> None:
     body = f"""
     with DAG({DAG_ID!r}, schedule=None) as dag:
         ElasticJobSetOperator(task_id="pretrain")
+        ElasticJobSetOperator.partial(task_id="sweep").expand(night=["night-m0", "night-m1"])
+        ElasticJobSetOperator(task_id="drill", failure_history_key={CUSTOM!r}, night="drill-1")
     """
     dag_run = dag_from_source(DAG_ID, body, HEADER).test()
-    assert states(dag_run) == {"pretrain": "success"}
+    assert states(dag_run) == {"pretrain": "success", "sweep": "success", "drill": "success"}
 
 
 def test_the_history_api_tallies_failures_per_pool(api: Any, history: None) -> None:
@@ -106,3 +121,45 @@ def test_the_history_is_not_served_anonymously_and_checks_its_input(api: Any, hi
     assert api.get(f"/elastic-training/api/history/{DAG_ID}/pretrain?runs=0", headers=auth(token)).status_code == 422
     bad = api.get("/elastic-training/ui/history?dag_id=%3Cscript%3E&task_id=pretrain", cookies={"_token": token})
     assert bad.status_code == 400
+
+
+def test_a_mapped_instance_and_a_custom_key_each_have_their_history(api: Any, history: None) -> None:
+    token = api.token()
+    sweep = api.get(f"/elastic-training/api/history/{DAG_ID}/sweep", headers=auth(token)).json()
+    base = history_key(DAG_ID, "sweep")
+    assert sweep["key"] == base and sweep["runs"] == []  # the unmapped key holds none of the instances' runs
+    assert set(sweep["keys"]) == {base, f"{base}.m0", f"{base}.m1"}
+    for index in (0, 1):
+        one = api.get(f"/elastic-training/api/history/{DAG_ID}/sweep?key={base}.m{index}", headers=auth(token))
+        assert [r["run_id"] for r in one.json()["runs"]] == [f"night-m{index}"], one.text
+    drill = api.get(f"/elastic-training/api/history/{DAG_ID}/drill", headers=auth(token)).json()
+    assert CUSTOM in drill["keys"]  # named by the task's run report
+    custom = api.get(f"/elastic-training/api/history/{DAG_ID}/drill?key={CUSTOM}", headers=auth(token)).json()
+    assert [r["run_id"] for r in custom["runs"]] == ["drill-1"]
+    page = api.get(
+        f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=sweep&key={base}.m1", cookies={"_token": token}
+    )
+    assert page.status_code == 200 and "night-m1" in page.text and "night-m0" not in page.text
+    assert f'href="/elastic-training/ui/history?dag_id={DAG_ID}&amp;task_id=sweep&amp;key={base}.m0"' in page.text
+    # A key is served only as one of the task's histories: not another task's, not any Variable.
+    other = api.get(f"/elastic-training/api/history/{DAG_ID}/drill?key={base}.m0", headers=auth(token))
+    assert other.status_code == 404
+    ui = api.get(f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=drill&key=secret", cookies={"_token": token})
+    assert ui.status_code == 404
+
+
+def test_a_record_edited_into_garbage_is_named_on_the_page_the_rest_shown(api: Any, history: None) -> None:
+    from airflow.models import Variable
+
+    bad = run_key(history_key(DAG_ID, "pretrain"), "edited")
+    Variable.set(bad, '{"version": 1, "run": {"run_id": "edited", "ended_at": "<b>yesterday</b>"}}')
+    try:
+        token = api.get(f"/elastic-training/api/history/{DAG_ID}/pretrain", headers=auth(api.token())).json()
+        assert token["kept_runs"] == 3 and len(token["notes"]) == 1 and bad in token["notes"][0]
+        page = api.get(
+            f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=pretrain", cookies={"_token": api.token()}
+        )
+        assert 'id="history-notes"' in page.text and bad in page.text and "night-3" in page.text
+        assert "<b>yesterday</b>" not in page.text
+    finally:
+        Variable.delete(bad)
