@@ -399,6 +399,13 @@ def test_the_view_shows_what_the_run_decided_from_earlier_runs() -> None:
         "node_pool_avoidance": None,
         "checkpoint_period_choice": None,
     }
+    # What reading the history left out or could not read, and the history the run used (the page's link).
+    noted = dataclasses.replace(report, history_key="k.m1", history_notes=("the failure history k.m1: 1 left out",))
+    assert run_view(task=task, report=noted, state={}, checkpoints=None)["history"] == {
+        "key": "k.m1",
+        "notes": ["the failure history k.m1: 1 left out"],
+    }
+    assert running["history"] is None  # no report yet
 
 
 def test_budgets_count_stalls_and_start_ups_timed_out_apart() -> None:
