@@ -21,6 +21,7 @@ from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JO
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.spec import ElasticRunSpec
 from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.history_variables import stored_history
 
 pytestmark = pytest.mark.slow
 
@@ -97,8 +98,6 @@ def trainer_args(cluster: LocalCluster, name: str) -> list[str]:
 def test_auto_picks_a_shorter_period_after_frequent_failures(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
-    from airflow.models import Variable
-
     chosen: dict[str, dict[str, Any]] = {}
     for label, failures in (("stormy", 60), ("calm", 0)):
         key = f"elastic_training_failure_history.auto-{label}"
@@ -119,7 +118,7 @@ def test_auto_picks_a_shorter_period_after_frequent_failures(
         assert choice == {**expected.to_json(), "achieved_goodput": report["goodput"]}  # this shape, 2 slices
         assert choice["achieved_goodput"] == report["goodput"] is not None
         # The run joined the history, with the period it trained with.
-        history = FailureHistory.parse(Variable.get(key))
+        history = stored_history(key)  # the seeded single value moved to per-run Variables, the run's beside
         assert len(history.runs) == 4 and history.runs[-1].checkpoint_period == choice["period"]
         assert history.runs[-1].fingerprint == SHAPE and history.runs[-1].training_seconds  # what auto reads next
         chosen[label] = choice

@@ -36,6 +36,7 @@ from elastic_training.operators.constants import (
 from elastic_training.operators.failure_history import FailureHistory, FailureKind, RunRecord, SliceFailure
 from elastic_training.operators.rbac import node_pool_reader_manifests
 from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.history_variables import restore_history, stored_history
 from tests.support.step_faults import StepFaults
 
 pytestmark = pytest.mark.slow
@@ -173,19 +174,6 @@ def fourth_run(cluster: LocalCluster, dag: Any, run_name: str) -> tuple[Any, dic
     return dag_run, xcom(dag_run, "pretrain"), used
 
 
-def stored_history() -> str | None:
-    from airflow.models import Variable
-
-    value = Variable.get(HISTORY_KEY, default_var=None)
-    return value if isinstance(value, str) else None
-
-
-def restore_history(text: str) -> None:
-    from airflow.models import Variable
-
-    Variable.set(HISTORY_KEY, text)
-
-
 def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
     airflow_db: None, node_reader: LocalCluster, tmp_path: Path
 ) -> None:
@@ -206,7 +194,7 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
     assert len(lost) == 1 and lost[0]["node"] in failed[0]["hosts"]
     failing = pool[0]
     # And so does the history it wrote, where the next runs read it.
-    [first] = FailureHistory.parse(stored_history()).runs
+    [first] = stored_history(HISTORY_KEY).runs
     assert [(f.kind, f.pool) for f in first.failures] == [(FailureKind.LOST_HOST, failing)]
     assert lost[0]["node"] in first.failures[0].hosts
 
@@ -221,15 +209,13 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
     # The clean run kept off the failing pool: a clean run on it would weigh its failures down (pool_avoidance.py).
     others = tuple(p for p in first.pools if p != failing)
     clean = RunRecord(run_id="history-run-3", ended_at=first.ended_at + 120, pools=others, slices=3)
-    restore_history(FailureHistory.parse(stored_history()).with_run(again).with_run(clean).render())
-    history_text = stored_history()
-    history = FailureHistory.parse(history_text)
+    restore_history(HISTORY_KEY, FailureHistory((first, again, clean)))
+    history = stored_history(HISTORY_KEY)
     assert len(history.runs) == 3
     assert [sum(f.pool == failing for f in r.failures) for r in history.runs] == [1, 1, 0]
-    assert history_text is not None
 
     # The fourth run, option on: its workers keep off the failing pool.
-    restore_history(history_text)
+    restore_history(HISTORY_KEY, history)
     _, report, used = fourth_run(cluster, history_dag("history_run_4_on", tmp_path, avoid=True), "history-run-4-on")
     avoidance = report["node_pool_avoidance"]
     assert avoidance["avoided"] == [failing], avoidance
@@ -248,14 +234,14 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
 
     # Option off: the same history; the JobSet carries no affinity and the failing pool is used (another pool
     # cordoned, so the scheduler cannot skip it by chance, as the option on could not make it).
-    restore_history(history_text)
+    restore_history(HISTORY_KEY, history)
     with cordoned_but(cluster, [failing]):
         _, report, used = fourth_run(cluster, history_dag("history_run_4_off", tmp_path), "history-run-4-off")
     assert report["node_pool_avoidance"]["enabled"] is False and report["node_pool_avoidance"]["avoided"] == []
     assert len(used) == 3 and failing in used and worker_affinity(cluster, report["jobset_name"]) is None
 
     # Option on, 4 slices: avoiding the pool would leave 3 pools for 4 slices; it is used, and the report says why.
-    restore_history(history_text)
+    restore_history(HISTORY_KEY, history)
     dag = history_dag("history_run_4_four", tmp_path, slices=4, avoid=True)
     _, report, used = fourth_run(cluster, dag, "history-run-4-four")
     avoidance = report["node_pool_avoidance"]
