@@ -2,9 +2,10 @@
 
 Input is one of the task's :class:`operators.failure_history.FailureHistory` (read from its Airflow Variables by
 :mod:`plugin.runs`), the task's other histories (a mapped instance's, a custom ``failure_history_key``) to link to,
-and what the read left out (each record edited into something unsound is named, as the run report names it). The page is one server-rendered HTML document with an inline SVG bar chart (one bar per node
-pool, stacked by kind, no script and no new dependency), a table of the runs (each run's failures linked to the
-pool they happened on, each run id linked to its run view) and one section per pool listing its failures.
+and what the read left out (each record edited into something unsound is named, as the run report names it).
+The page is one server-rendered HTML document with an inline SVG bar chart (one bar per node pool, stacked by
+kind, no script and no new dependency), a table of the runs (each run's failures linked to the pool they happened
+on, each run id linked to its run view) and one section per pool listing its failures.
 Every text that came from the history is HTML-escaped: a Variable can be edited by anyone with access to it.
 """
 

@@ -14,7 +14,6 @@ layout of earlier releases, so both writers also move it at once.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -160,4 +159,4 @@ def _returned(dag_id: str) -> dict[str, object]:
         row = session.query(XComModel).filter_by(dag_id=dag_id, task_id="pretrain", key="return_value").one()
         value = XComModel.deserialize_value(row)
     assert isinstance(value, dict)
-    return json.loads(json.dumps(value))
+    return dict(value)
