@@ -242,9 +242,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
     :param failure_history_runs: N: the runs the avoidance looks at (``checkpoint_period="auto"`` weighs every run
         of the same shape the history keeps, the newest most).
-    :param failure_history_key: the Airflow Variable holding the failure history (default
-        ``elastic_training_failure_history.<dag_id>.<task_id>``, ``.m<map_index>`` after it for a mapped instance);
-        tasks that name the same key share one history.
+    :param failure_history_key: the failure history's key (default
+        ``elastic_training_failure_history.<dag_id>.<task_id>``, ``.m<map_index>`` after it for a mapped instance):
+        its runs are the Airflow Variables ``<key>.r.<run>`` (:mod:`operators.history_store`); tasks that name the
+        same key share one history, each run writing only its own Variable.
     :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
         "unknown", not "invalid") are read again before the task fails for a retry; nothing is moved meanwhile.
 
