@@ -74,6 +74,7 @@ RUN_HASH_CHARS = 12  # of the run id's SHA-256: two run ids sanitized alike stil
 RECORD_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024  # one run's record (MySQL's TEXT column holds 64 KiB)
 MAX_NOTES, MAX_NOTE_CHARS = 10, 600  # what a report carries of the notes
+MAX_RECORDS_READ = 4 * MAX_RUNS  # a prune keeps a few past the bound; more were written by hand (or by an attack)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _RUN_PART_CHARS = RUN_ID_CHARS + 1 + RUN_HASH_CHARS
 _RUN_PART = re.compile(rf"[A-Za-z0-9_-]{{1,{_RUN_PART_CHARS}}}")
@@ -302,8 +303,11 @@ def load_history(key: str, warn: Callable[..., None]) -> HistoryRead:
         return _uncertain(key, f"the failure history {key} could not be read ({str(error)[:300]})", warn)
     if not names:
         return HistoryRead(key, FailureHistory(), certain=True, absent=True, reason="no history yet")
+    # Reading only some is safe to write from: a prune deletes only records older than the newest MAX_RUNS read,
+    # which are older than the newest MAX_RUNS stored too. The history used is then short of some runs: said.
+    unread = names[MAX_RECORDS_READ:]
     values: dict[str, str | None] = {}
-    for name in names:
+    for name in names[:MAX_RECORDS_READ]:
         try:
             text: Any = Variable.get(name)
         except Exception as get_error:
@@ -317,6 +321,9 @@ def load_history(key: str, warn: Callable[..., None]) -> HistoryRead:
             continue  # deleted since it was listed (a concurrent writer pruned it)
         values[name] = text if isinstance(text, str) else json.dumps(text)
     assembled = assemble_history(key, values)
+    if unread:
+        more = f"{len(unread)} stored record(s) past the first {MAX_RECORDS_READ} not read (delete stray ones)"
+        assembled = replace(assembled, dropped=(*assembled.dropped, more))
     notes = assembled.notes()
     for note in notes:
         warn("%s", note)

@@ -25,6 +25,7 @@ So a view of a run works after the run ended and after every Airflow component r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -40,8 +41,14 @@ from elastic_training.operators.checkpoints import ValidationOptions, validate_c
 from elastic_training.operators.checkpoints.storage import FileTooLargeError, StorageError, storage_for
 from elastic_training.operators.checkpoints.timing import save_seconds
 from elastic_training.operators.constants import CHECKPOINTS_DIR, RECOVERY_RECORDS_FILE
-from elastic_training.operators.failure_history import MAX_RUNS
-from elastic_training.operators.history_store import Assembled, assemble_history, history_key, is_run_key, runs_prefix
+from elastic_training.operators.history_store import (
+    MAX_RECORDS_READ,
+    Assembled,
+    assemble_history,
+    history_key,
+    is_run_key,
+    runs_prefix,
+)
 from elastic_training.operators.run_report import ReportError, RunReport
 from elastic_training.operators.run_state import STATE_KEY
 from elastic_training.plugin import live
@@ -54,7 +61,7 @@ ELASTIC_OPERATORS = ("ElasticJobSetOperator",)
 MAX_RECORDS_BYTES = 1 << 20
 MAX_RECORDS = 1000
 LIVE_STATES = frozenset({"running", "deferred"})
-MAX_HISTORY_ROWS = 4 * MAX_RUNS  # the Variables one history page reads (a prune keeps at most a few past the bound)
+MAX_HISTORY_ROWS = MAX_RECORDS_READ  # the Variables one history page reads, as many as the operator reads
 MAX_HISTORY_KEYS = 100  # the histories one task lists
 HISTORY_REPORTS = 50  # the task's newest reports whose history_key is looked at
 VIEW_VALIDATION = ValidationOptions(require_commit_marker=True, check_ocdbt_index=False, max_workers=4)
@@ -275,10 +282,14 @@ def failure_history_of(session: Session, key: str) -> Assembled:
         select(Variable)
         .where(or_(Variable.key == key, Variable.key.startswith(runs_prefix(key), autoescape=True)))
         .order_by(Variable.key)
-        .limit(MAX_HISTORY_ROWS)
+        .limit(MAX_HISTORY_ROWS + 1)
     )
     values = {row.key: row.val for row in rows if row.key == key or is_run_key(key, row.key)}
-    return assemble_history(key, values)
+    assembled = assemble_history(key, dict(list(values.items())[:MAX_HISTORY_ROWS]))
+    if len(values) > MAX_HISTORY_ROWS:
+        more = f"more than {MAX_HISTORY_ROWS} stored Variables: the first {MAX_HISTORY_ROWS} by key are shown"
+        return dataclasses.replace(assembled, dropped=(*assembled.dropped, more))
+    return assembled
 
 
 def history_keys_of(session: Session, dag_id: str, task_id: str) -> list[str]:

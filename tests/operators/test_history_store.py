@@ -20,6 +20,7 @@ import pytest
 from elastic_training.operators.failure_history import MAX_RUNS, FailureHistory, RunRecord
 from elastic_training.operators.history_store import (
     MAX_KEY,
+    MAX_RECORDS_READ,
     corrupt_key,
     history_key,
     is_run_key,
@@ -191,6 +192,21 @@ def test_the_newest_writer_prunes_the_oldest_past_the_bound_never_its_own(comms:
     assert stored_runs(comms) == ["skewed"] + [f"n{n}" for n in range(1, MAX_RUNS)] + ["newest"]
     record_run(KEY, run("next", T0 + 2000), noted([]))
     assert stored_runs(comms) == [f"n{n}" for n in range(2, MAX_RUNS)] + ["newest", "next"]
+
+
+def test_a_history_flooded_with_records_is_read_in_part_said_and_pruned_back(comms: VariableComms) -> None:
+    extra = 5
+    for n in range(MAX_RECORDS_READ + extra):
+        comms.values[run_key(KEY, f"n{n:04d}")] = render_record(run(f"n{n:04d}", T0 + n))
+    read = load_history(KEY, noted([]))
+    assert read.certain and len(read.history.runs) == MAX_RUNS
+    assert f"{extra} stored record(s) past the first {MAX_RECORDS_READ} not read" in read.notes[0]
+    assert comms.sent.count("GetVariable") == MAX_RECORDS_READ  # bounded, whatever the store holds
+    record_run(KEY, run("newest", T0 + 10_000), noted([]))
+    # Only records read and older than the newest 50 read were pruned: the unread (newest) ones stayed.
+    assert len(stored_runs(comms)) == MAX_RUNS + extra
+    record_run(KEY, run("next", T0 + 10_001), noted([]))
+    assert stored_runs(comms)[-2:] == ["newest", "next"] and len(stored_runs(comms)) == MAX_RUNS
 
 
 def test_a_retry_of_the_same_run_rewrites_its_own_record(comms: VariableComms) -> None:
