@@ -46,6 +46,7 @@ CLEAN_RUN_FACTOR = 0.5  # each later clean run on the pool halves a failure's we
 PROBATION_AFTER_RUNS = 2  # a failing pool avoided this many runs in a row is tried again
 MAX_PROBATION_DOUBLINGS = 4  # the wait doubles per failed probation, up to 2 ** 4 times (32 runs)
 RELAX_AFTER_SECONDS = 60.0  # workers unschedulable this long under an avoidance: the avoidance is dropped
+RELAXED_REASON = "node_pool_avoidance_relaxed"  # the escalation record of the recreation that dropped it
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,9 @@ def test_plain_pod_is_bound_to_an_untainted_node_and_runs(k8s: K8s) -> None:
     wait_for(lambda: k8s.core.read_namespaced_pod("plain", "default").status.phase == "Running")
     events = k8s.core.list_namespaced_event("default", field_selector="involvedObject.name=plain").items
     assert any(
-        e.reason == "Scheduled" and e.message == f"Successfully assigned default/plain to {pod.spec.node_name}"
+        e.reason == "Scheduled"
+        and e.action == "Binding"
+        and e.message == f"Successfully assigned default/plain to {pod.spec.node_name}"
         for e in events
     )
     _delete(k8s, "plain")
@@ -127,6 +129,10 @@ def test_tpu_pod_without_toleration_stays_pending_with_kube_scheduler_reasons(k8
     assert pod.spec.containers[0].resources.requests == {"google.com/tpu": "4"}  # limits imply requests
     events = k8s.core.list_namespaced_event("default", field_selector="involvedObject.name=no-toleration").items
     assert [(e.type, e.reason, e.message) for e in events] == [("Warning", "FailedScheduling", message)]
+    # As kube-scheduler's handleSchedulingFailure (pkg/scheduler/schedule_one.go): action, reporter, condition.
+    assert (events[0].action, events[0].reporting_component) == ("Scheduling", "default-scheduler")
+    [condition] = [c for c in pod.status.conditions if c.type == "PodScheduled"]
+    assert (condition.status, condition.reason, condition.message) == ("False", "Unschedulable", message)
     _delete(k8s, "no-toleration")
 
 
