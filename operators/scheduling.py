@@ -20,7 +20,7 @@ from elastic_training.operators.slice_failures import parse_time
 
 POD_SCHEDULED = "PodScheduled"
 UNSCHEDULABLE = "Unschedulable"  # v1.PodReasonUnschedulable
-MAX_MESSAGE = 300  # of the scheduler's message, in a report or a log line
+MAX_MESSAGE = 600  # of the scheduler's message, in a report or a log line (cut with " ...", as upstream cuts)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,10 @@ def unschedulable(pod: Mapping[str, Any]) -> Unschedulable | None:
         since = parse_time(condition.get("lastTransitionTime"))
         if since is None:
             return None
-        return Unschedulable(str(meta.get("name") or ""), since, str(condition.get("message") or "")[:MAX_MESSAGE])
+        message = str(condition.get("message") or "")
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 4] + " ..."
+        return Unschedulable(str(meta.get("name") or "")[:253], since, message)
     return None
 
 
