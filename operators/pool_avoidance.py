@@ -235,7 +235,8 @@ def choose_avoided_pools(
             f"no node pool had a failure weight over {threshold} in its last {exposures} run(s) "
             f"(decayed by time and by clean runs)"
         )
-        return replace(base, reason=why)
+        # nothing to avoid tonight, but a pool that fails later could not be avoided either: say so now
+        return replace(base, reason=f"{why}; {unlisted}" if unlisted else why)
     said = "; ".join(_evidence_text(evidence[p]) for p in failing)
     if unlisted:
         return replace(base, reason=f"not avoiding {', '.join(failing)} ({said}): {unlisted}")
