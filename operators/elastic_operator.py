@@ -557,7 +557,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             why = f"watching JobSet {run.jobset_name} failed: {event.get('message')}"
             raise AirflowException(self._abandoned_message(context, self._active, why))
         if status == EventStatus.UNSCHEDULABLE:
-            return self._relax_avoidance(context, spec, run)
+            return self._relax_avoidance(context, spec, run, str(event.get("message") or ""))
         if status == EventStatus.DEADLINE:
             self._fail(context, spec, run, self._timed_out_message(context, self._active), retryable=True)
         observation = run.monitor.observation(
@@ -674,23 +674,31 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             relax_not_before=relax_not_before,
         )
 
-    def _relax_avoidance(self, context: Context, spec: ElasticRunSpec, run: RunState) -> Any:
+    def _relax_avoidance(self, context: Context, spec: ElasticRunSpec, run: RunState, seen: str) -> Any:
         """Worker pods unschedulable for ``RELAX_AFTER_SECONDS`` under the avoidance (the trigger's event, judged
         again on the pods as they are now): drop the avoidance for the rest of this try and recreate the JobSet
         without it, as a full restart does (deleted and gone first: never two JobSets), spending none. JobSet
         refuses a change of a running JobSet's pod affinity (its webhook keeps ``replicatedJobs`` immutable but
         for labels, annotations, node selectors, tolerations and scheduling gates while suspended), so a new
-        incarnation is the only way to change it."""
+        incarnation is the only way to change it. ``seen``: what the trigger saw, relied on when the pods cannot be
+        read again (the option must not strand the run on a failed read)."""
         now = time.time()
         selector = f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
-        stuck = stranded(self._hook().list_pods(self.namespace, selector), now=now, after=RELAX_AFTER_SECONDS)
-        if not spec.avoid_node_pools or not stuck:
+        try:
+            stuck = stranded(self._hook().list_pods(self.namespace, selector), now=now, after=RELAX_AFTER_SECONDS)
+            seen = describe(stuck, now) if stuck else ""
+        except Exception as error:  # the trigger saw them waiting: a failed second look must not keep them there
+            self.log.warning(
+                "listing the workers of %s again failed (%s): trusting the trigger", run.jobset_name, error
+            )
+            seen = f"{seen} (as the trigger saw it; the pods could not be read again)"
+        if not spec.avoid_node_pools or not seen:
             self.log.info("JobSet %s: its workers are no longer unschedulable: waiting on", run.jobset_name)
             run.save(context)
             return self._wait(context, spec, run, relax_not_before=now + RELAX_AFTER_SECONDS)
         plan = run.plan or {}
         why = (
-            f"{describe(stuck, now)}; after {RELAX_AFTER_SECONDS:.0f} s under the avoidance of "
+            f"{seen}; after {RELAX_AFTER_SECONDS:.0f} s under the avoidance of "
             f"{', '.join(spec.avoid_node_pools)}, JobSet {run.jobset_name} was recreated without it "
             "(no full restart spent)"
         )

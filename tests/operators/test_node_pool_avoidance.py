@@ -15,6 +15,7 @@ real run would record the same thing the same way.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
@@ -428,3 +429,60 @@ def test_a_failing_pool_is_avoided_then_tried_on_probation_and_its_clean_run_for
     # over K=1): it is no longer failing.
     nxt = choose_avoided_pools(runs, candidates=V5E_16, slices=3, threshold=1, now=time.time())
     assert nxt.failing == () and nxt.avoided == (), nxt.reason
+
+
+def test_the_relaxation_survives_as_state_spends_no_budget_and_never_leaves_two_jobsets(
+    node_reader: LocalCluster, custom: client.CustomObjectsApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator driven as the task runner drives it (``execute`` to its deferral, the trigger to its event,
+    ``execute_complete``), with a plan that avoids every v5e-16 pool: every worker is unschedulable. The
+    ``unschedulable`` event relaxes it: the state store keeps the relaxed plan (a worker crash resumes without the
+    avoidance), the full-restart budget of the try is untouched, and only the new JobSet exists."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from elastic_training.operators import elastic_operator, kube_names
+    from elastic_training.operators.lifecycle import first_event
+    from elastic_training.operators.pool_avoidance import Avoidance
+    from elastic_training.operators.run_state import STATE_KEY
+    from tests.support.lifecycle_runs import DAG_ID, _delete_mine, _elastic, _get, _stored, _TaskInstance
+
+    monkeypatch.setattr(elastic_operator, "RELAX_AFTER_SECONDS", 2.0)
+    monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "0")
+    ti = _TaskInstance("pretrain", "manual__relax")
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    plan = Avoidance(enabled=True, avoided=tuple(V5E_16), failing=tuple(V5E_16), reason="avoiding all (a test)")
+    store = _stored("", None, plan={"try_number": 1, "node_pool_avoidance": plan.to_json()})
+    operator = _elastic(
+        tmp_path, "relax", num_slices=1, tpu_type="v5e", tpu_topology="4x4", avoid_failing_node_pools=True
+    )
+    context: Any = {"ti": ti, "task_state_store": store}
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            operator.execute(context)
+        first = store[STATE_KEY]["jobset_name"]
+        assert deferred.value.trigger.relax_after_seconds == 2.0
+        assert worker_affinity(node_reader, first) is not None
+        event = asyncio.run(asyncio.wait_for(first_event(deferred.value.trigger), timeout=120))
+        assert event["status"] == "unschedulable", event
+        with pytest.raises(TaskDeferred) as again:
+            operator.execute_complete(context, event)
+        state = store[STATE_KEY]
+        assert state["jobset_name"] != first and _get(custom, first) is None, "the avoided JobSet is gone first"
+        assert worker_affinity(node_reader, state["jobset_name"]) is None
+        assert state["full_restarts"] == 1 and state["budget_base"] == 1 and not state["escalating"]
+        assert again.value.trigger.full_restarts_used == 0, "the relaxation spent no full restart"
+        assert again.value.trigger.relax_after_seconds is None, "relaxed once: nothing left to drop"
+        relaxed = Avoidance.from_json(state["plan"]["node_pool_avoidance"])
+        assert relaxed.avoided == () and "Unschedulable" in relaxed.relaxed and relaxed.failing == tuple(V5E_16)
+        [record] = state["escalations"]
+        assert record["reason"] == "node_pool_avoidance_relaxed" and record["relaxation"] is True
+        # A worker crash now: the next execute resumes with the relaxed plan (adopts, never re-avoids).
+        with pytest.raises(TaskDeferred) as resumed:
+            _elastic(
+                tmp_path, "relax", num_slices=1, tpu_type="v5e", tpu_topology="4x4", avoid_failing_node_pools=True
+            ).execute(context)
+        assert store[STATE_KEY]["jobset_name"] == state["jobset_name"]
+        assert resumed.value.trigger.relax_after_seconds is None
+        assert len(jobsets_of(node_reader, "relax")) == 1
+    finally:
+        _delete_mine(custom, identity)
