@@ -27,9 +27,12 @@ forbids it) nothing is avoided, and the reason says so.
 The JobSet's worker pods then carry a required node affinity ``cloud.google.com/gke-nodepool NotIn [...]``
 (:func:`operators.manifests.elastic_jobset`), which the scheduler honours as upstream's ``NodeAffinity`` filter
 does (kubernetes ``pkg/scheduler/framework/plugins/nodeaffinity``); JobSet's webhook adds its own pod
-affinities next to it and leaves it alone. If workers still cannot be scheduled (``PodScheduled=False``, reason
-``Unschedulable``, as kube-scheduler's ``FailedScheduling``) for :data:`RELAX_AFTER_SECONDS`, the operator drops
-the avoidance (:func:`relaxed`) and recreates the JobSet without it: the option never strands a run.
+affinities next to it and leaves it alone. If a worker still cannot be scheduled (``PodScheduled=False``, reason
+``Unschedulable``, as kube-scheduler's ``handleSchedulingFailure`` writes it beside its ``FailedScheduling``
+event: :mod:`operators.scheduling`) for :data:`RELAX_AFTER_SECONDS`, whatever the cause (a pool full of other
+pods, a cordon after the plan, a slow scale-up), the trigger wakes the operator, which drops the avoidance for the
+rest of the try (:func:`relaxed`) and recreates the JobSet without it, spending no full restart (its escalation
+record: :data:`RELAXED_REASON`): the option never strands a run, at the cost of one recreation.
 """
 
 from __future__ import annotations
