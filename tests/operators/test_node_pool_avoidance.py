@@ -486,3 +486,27 @@ def test_the_relaxation_survives_as_state_spends_no_budget_and_never_leaves_two_
         assert len(jobsets_of(node_reader, "relax")) == 1
     finally:
         _delete_mine(custom, identity)
+
+
+def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_says_why(
+    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+) -> None:
+    """A deployment that skipped deploy/rbac-node-pools.yaml (the binding deleted here, put back after): listing
+    the nodes is a real 403, the run goes ahead avoiding nothing, and its report names the ClusterRole to bind."""
+    cluster = node_reader
+    _, binding = node_pool_reader_manifests(NAMESPACE)
+    admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    rbac = client.RbacAuthorizationV1Api(admin)
+    try:
+        rbac.delete_cluster_role_binding(binding["metadata"]["name"])
+        restore_history(seeded(time.time(), V5E_16[0], others=tuple(V5E_16[1:])).render())
+        dag = history_dag("history_no_rbac", tmp_path, avoid=True)
+        _, report, used = fourth_run(cluster, dag, "history-no-rbac")
+    finally:
+        utils.create_from_dict(admin, binding)
+        admin.close()
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["enabled"] is True and avoidance["avoided"] == [] and avoidance["failing"] == [V5E_16[0]]
+    assert "RBAC forbids listing nodes, so no pool is avoided" in avoidance["reason"], avoidance["reason"]
+    assert "deploy/rbac-node-pools.yaml" in avoidance["reason"] and "403" in avoidance["reason"]
+    assert worker_affinity(cluster, report["jobset_name"]) is None and len(used) == 3
