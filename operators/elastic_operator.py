@@ -247,7 +247,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param avoid_failing_node_pools: keep the slices off GKE node pools that had more than
         ``node_pool_failure_threshold`` slice failures (lost hosts, trainer errors) in the last
         ``failure_history_runs`` runs, as long as the other pools can hold every slice (else run as usual and
-        say why, in the report's ``node_pool_avoidance``). Needs ``list`` on ``nodes`` (docs/rbac.md).
+        say why, in the report's ``node_pool_avoidance``). Needs ``list`` on ``nodes`` (docs/rbac.md). Workers
+        unschedulable under it for ``RELAX_AFTER_SECONDS`` drop it for the rest of the try (a recreation, no
+        full restart spent; docs/operators.md).
     :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
     :param failure_history_runs: N: the runs the avoidance looks at (``checkpoint_period="auto"`` weighs every run
         of the same shape the history keeps, the newest most).
@@ -678,10 +680,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         """Worker pods unschedulable for ``RELAX_AFTER_SECONDS`` under the avoidance (the trigger's event, judged
         again on the pods as they are now): drop the avoidance for the rest of this try and recreate the JobSet
         without it, as a full restart does (deleted and gone first: never two JobSets), spending none. JobSet
-        refuses a change of a running JobSet's pod affinity (its webhook keeps ``replicatedJobs`` immutable but
-        for labels, annotations, node selectors, tolerations and scheduling gates while suspended), so a new
-        incarnation is the only way to change it. ``seen``: what the trigger saw, relied on when the pods cannot be
-        read again (the option must not strand the run on a failed read)."""
+        refuses a change of a running JobSet's pod affinity (kubernetes-sigs/jobset
+        ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate`` keeps ``replicatedJobs`` immutable but for labels,
+        annotations, node selectors, tolerations and scheduling gates while suspended), so a new incarnation is the
+        only way to change it. ``seen``: what the trigger saw, relied on when the pods cannot be read again (the
+        option must not strand the run on a failed read)."""
         now = time.time()
         selector = f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
         try:
