@@ -11,6 +11,11 @@ The history's first run is a real run of 3 slices, a host lost: it proves the ru
 slice failure where the next runs read it. The two after it (the same pool failing again, then a clean run) are
 added through the product's own history API (`FailureHistory.with_run`, the call `record_run` makes): a second
 real run would record the same thing the same way.
+
+Then, each from a seeded history: an avoidance the cluster cannot honour (a pool full of another team's pods) is
+relaxed and the run proceeds; the relaxation driven step by step (state kept, no budget spent, one JobSet); a
+failing pool avoided, tried on probation and forgiven by its clean run, over real runs of one history, with old
+failures decayed; and a run without the node-reading ClusterRole, whose report says so.
 """
 
 from __future__ import annotations
