@@ -54,12 +54,21 @@ from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.policy import Action, Budgets, JobSetPhase, Reason, decide
-from elastic_training.operators.pool_avoidance import DEFAULT_THRESHOLD, Avoidance, choose_avoided_pools, disabled
+from elastic_training.operators.policy import SHORT_POD_GRACE_SECONDS, Action, Budgets, JobSetPhase, Reason, decide
+from elastic_training.operators.pool_avoidance import (
+    DEFAULT_THRESHOLD,
+    RELAX_AFTER_SECONDS,
+    RELAXED_REASON,
+    Avoidance,
+    choose_avoided_pools,
+    disabled,
+    relaxed,
+)
 from elastic_training.operators.recovery import CostModel, run_report
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
 from elastic_training.operators.run_report import BudgetAllowances, RunReport, escalations_of, period_choice_from_json
 from elastic_training.operators.run_state import RunState
+from elastic_training.operators.scheduling import describe, stranded
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
@@ -238,7 +247,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     :param avoid_failing_node_pools: keep the slices off GKE node pools that had more than
         ``node_pool_failure_threshold`` slice failures (lost hosts, trainer errors) in the last
         ``failure_history_runs`` runs, as long as the other pools can hold every slice (else run as usual and
-        say why, in the report's ``node_pool_avoidance``). Needs ``list`` on ``nodes`` (docs/rbac.md).
+        say why, in the report's ``node_pool_avoidance``). Needs ``list`` on ``nodes`` (docs/rbac.md). Workers
+        unschedulable under it for ``RELAX_AFTER_SECONDS`` drop it for the rest of the try (a recreation, no
+        full restart spent; docs/operators.md).
     :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
     :param failure_history_runs: N: the runs the avoidance looks at (``checkpoint_period="auto"`` weighs every run
         of the same shape the history keeps, the newest most).
@@ -550,6 +561,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             run.save(context)
             why = f"watching JobSet {run.jobset_name} failed: {event.get('message')}"
             raise AirflowException(self._abandoned_message(context, self._active, why))
+        if status == EventStatus.UNSCHEDULABLE:
+            return self._relax_avoidance(context, spec, run, str(event.get("message") or ""))
         if status == EventStatus.DEADLINE:
             self._fail(context, spec, run, self._timed_out_message(context, self._active), retryable=True)
         observation = run.monitor.observation(
@@ -651,7 +664,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         run.monitor = MonitorState(jobset_uid=run.jobset_uid, started_at=time.time())
         self._active = Handle(run.jobset_name, run.jobset_uid)
 
-    def _wait(self, context: Context, spec: ElasticRunSpec, run: RunState) -> Any:
+    def _wait(self, context: Context, spec: ElasticRunSpec, run: RunState, relax_not_before: float = 0.0) -> Any:
         if not run.monitor.started_at:
             run.monitor.started_at = time.time()
         return self._watch(
@@ -661,7 +674,50 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             budgets=self.budgets,
             state=run.monitor.to_json(),
             full_restarts_used=run.budget_used,
+            # only while the workers keep off pools: the one thing this run may drop to get its nodes
+            relax_after_seconds=RELAX_AFTER_SECONDS if spec.avoid_node_pools else None,
+            relax_not_before=relax_not_before,
         )
+
+    def _relax_avoidance(self, context: Context, spec: ElasticRunSpec, run: RunState, seen: str) -> Any:
+        """Worker pods unschedulable for ``RELAX_AFTER_SECONDS`` under the avoidance (the trigger's event, judged
+        again on the pods as they are now): drop the avoidance for the rest of this try and recreate the JobSet
+        without it, as a full restart does (deleted and gone first: never two JobSets), spending none. JobSet
+        refuses a change of a running JobSet's pod affinity (kubernetes-sigs/jobset
+        ``pkg/webhooks/jobset_webhook.go`` ``ValidateUpdate`` keeps ``replicatedJobs`` immutable but for labels,
+        annotations, node selectors, tolerations and scheduling gates while suspended), so a new incarnation is the
+        only way to change it. ``seen``: what the trigger saw, relied on when the pods cannot be read again (the
+        option must not strand the run on a failed read)."""
+        now = time.time()
+        selector = f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
+        try:
+            stuck = stranded(self._hook().list_pods(self.namespace, selector), now=now, after=RELAX_AFTER_SECONDS)
+            seen = describe(stuck, now) if stuck else ""
+        except Exception as error:  # the trigger saw them waiting: a failed second look must not keep them there
+            self.log.warning(
+                "listing the workers of %s again failed (%s): trusting the trigger", run.jobset_name, error
+            )
+            seen = f"{seen} (as the trigger saw it; the pods could not be read again)"
+        if not spec.avoid_node_pools or not seen:
+            self.log.info("JobSet %s: its workers are no longer unschedulable: waiting on", run.jobset_name)
+            run.save(context)
+            return self._wait(context, spec, run, relax_not_before=now + RELAX_AFTER_SECONDS)
+        plan = run.plan or {}
+        why = (
+            f"{seen}; after {RELAX_AFTER_SECONDS:.0f} s under the avoidance of "
+            f"{', '.join(spec.avoid_node_pools)}, JobSet {run.jobset_name} was recreated without it "
+            "(no full restart spent)"
+        )
+        run.plan = {
+            **plan,
+            "node_pool_avoidance": relaxed(Avoidance.from_json(plan.get("node_pool_avoidance")), why).to_json(),
+        }
+        run.budget_base += 1  # the recreation below counts one full restart: not against this try's budget
+        self.log.warning("avoid_failing_node_pools relaxed: %s", why)
+        unavoided = self._planned(self.build_spec(), run)
+        grace = None if run.monitor.digest.steps_executed else SHORT_POD_GRACE_SECONDS  # nothing trained: no save
+        self._escalate(context, unavoided, run, RELAXED_REASON, why, grace, relaxation=True)
+        return self._wait(context, unavoided, run)
 
     def _read_checkpoints(self, spec: ElasticRunSpec) -> tuple[CheckpointReport | None, str | None]:
         """One read of the run's checkpoints, and why its answer is unknown (``None``: known)."""
@@ -732,6 +788,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         reason: str,
         message: str,
         pod_grace_seconds: int | None = None,
+        *,
+        relaxation: bool = False,
     ) -> None:
         """Record the escalation durably, then carry it out (a crash in between resumes it)."""
         self.log.warning("escalating to a full restart of %s: %s", run.jobset_name, message)
@@ -743,6 +801,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 "jobset_name": run.jobset_name,
                 "latest_step": run.monitor.digest.latest_step,
                 "pod_grace_seconds": pod_grace_seconds,
+                **({"relaxation": True} if relaxation else {}),
             }
         )
         run.escalating = True

@@ -14,7 +14,14 @@ Kinds (:class:`FailureKind`), from the pod's ``DisruptionTarget`` condition as u
 (``k8s.io/api/core/v1`` ``PodReason*``, see :mod:`operators.slice_failures`):
 
 - ``lost_host``: ``DeletionByPodGC`` (the node is gone), ``DeletionByTaintManager`` (the node went NotReady or
-  unreachable), or a worker pod deleted before it finished with no reason given;
+  unreachable);
+- ``deleted``: a worker pod deleted before it finished with no disruption reason: ``kubectl delete pod``, the fault
+  drill (``operators.slice_drill``: a forced delete), a descheduler or a script. Upstream gives every deletion its
+  platform makes a ``DisruptionTarget`` reason (PodGC, the taint manager, the Eviction API, the kubelet, the
+  scheduler's preemption: kubernetes ``pkg/controller/podgc``, ``pkg/controller/tainteviction``,
+  ``pkg/registry/core/pod/storage/eviction.go``, ``pkg/kubelet/nodeshutdown``, ``pkg/scheduler/framework/preemption``),
+  so a bare deletion is someone's decision, not the host failing (entries written before this kind record such a
+  deletion as ``lost_host``);
 - ``eviction``: ``EvictionByEvictionAPI`` (a drain, GKE maintenance or auto-repair), ``TerminationByKubelet``
   (node shutdown, Spot reclaim);
 - ``preemption``: ``PreemptionByScheduler``, or Kueue suspending the admitted JobSet (then no pool: the whole
@@ -23,7 +30,8 @@ Kinds (:class:`FailureKind`), from the pod's ``DisruptionTarget`` condition as u
   disruption: the program, or the host under it, failed.
 
 Only ``lost_host`` and ``trainer_error`` say something about a pool's health (:data:`HEALTH_KINDS`): an eviction
-or a preemption was the platform's decision, and spends no slice budget either.
+or a preemption was the platform's decision, and spends no slice budget either; a deletion was a person's or a
+tool's (it does spend the slice budget: the slice was lost all the same).
 
 Everything read back is checked (types, bounds), since anyone allowed to edit Airflow Variables can write it.
 """
@@ -56,6 +64,7 @@ class FailureKind(StrEnum):
     EVICTION = "eviction"
     PREEMPTION = "preemption"
     TRAINER_ERROR = "trainer_error"
+    DELETED = "deleted"
 
 
 HEALTH_KINDS = frozenset({FailureKind.LOST_HOST, FailureKind.TRAINER_ERROR})
@@ -69,7 +78,7 @@ _REASON_KINDS = {
 
 
 DELETED = "Deleted"  # what observations record for a pod deleted before it finished, with no disruption reason
-_REASON_KINDS[DELETED] = FailureKind.LOST_HOST
+_REASON_KINDS[DELETED] = FailureKind.DELETED
 
 
 def kind_of(reasons: Iterable[str]) -> FailureKind:
@@ -77,10 +86,11 @@ def kind_of(reasons: Iterable[str]) -> FailureKind:
 
     Each reason is the pod's ``DisruptionTarget`` reason, :data:`DELETED` for a pod deleted before it finished with
     none, or ``""`` for a container that failed (restarted in place, or its pod ``Failed``). A preemption outranks
-    an eviction, which outranks a lost host: a slice's other pods fail *because* one was taken.
+    an eviction, which outranks a lost host, which outranks a deletion: a slice's other pods fail *because* one was
+    taken.
     """
     kinds = {_REASON_KINDS[r] for r in reasons if r in _REASON_KINDS}
-    for kind in (FailureKind.PREEMPTION, FailureKind.EVICTION, FailureKind.LOST_HOST):
+    for kind in (FailureKind.PREEMPTION, FailureKind.EVICTION, FailureKind.LOST_HOST, FailureKind.DELETED):
         if kind in kinds:
             return kind
     return FailureKind.TRAINER_ERROR

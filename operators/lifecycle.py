@@ -326,8 +326,11 @@ class JobSetTaskOperator(BaseOperator):
         budgets: Budgets,
         state: dict[str, Any],
         full_restarts_used: int = 0,
+        relax_after_seconds: float | None = None,
+        relax_not_before: float = 0.0,
     ) -> Any:
-        """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act; resume there."""
+        """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act (or, with
+        ``relax_after_seconds``, a worker pod stays unschedulable that long); resume there."""
         from elastic_training.operators.triggers import JobSetTrigger
 
         trigger = JobSetTrigger(
@@ -341,6 +344,8 @@ class JobSetTaskOperator(BaseOperator):
             kubernetes_conn_id=self.kubernetes_conn_id,
             poll_interval=self.poll_interval,
             delete_on_kill=not self.keep_jobset_on_kill,
+            relax_after_seconds=relax_after_seconds,
+            relax_not_before=relax_not_before,
         )
         return self._defer_or_wait(context, trigger)
 

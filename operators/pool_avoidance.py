@@ -27,9 +27,12 @@ forbids it) nothing is avoided, and the reason says so.
 The JobSet's worker pods then carry a required node affinity ``cloud.google.com/gke-nodepool NotIn [...]``
 (:func:`operators.manifests.elastic_jobset`), which the scheduler honours as upstream's ``NodeAffinity`` filter
 does (kubernetes ``pkg/scheduler/framework/plugins/nodeaffinity``); JobSet's webhook adds its own pod
-affinities next to it and leaves it alone. If workers still cannot be scheduled (``PodScheduled=False``, reason
-``Unschedulable``, as kube-scheduler's ``FailedScheduling``) for :data:`RELAX_AFTER_SECONDS`, the operator drops
-the avoidance (:func:`relaxed`) and recreates the JobSet without it: the option never strands a run.
+affinities next to it and leaves it alone. If a worker still cannot be scheduled (``PodScheduled=False``, reason
+``Unschedulable``, as kube-scheduler's ``handleSchedulingFailure`` writes it beside its ``FailedScheduling``
+event: :mod:`operators.scheduling`) for :data:`RELAX_AFTER_SECONDS`, whatever the cause (a pool full of other
+pods, a cordon after the plan, a slow scale-up), the trigger wakes the operator, which drops the avoidance for the
+rest of the try (:func:`relaxed`) and recreates the JobSet without it, spending no full restart (its escalation
+record: :data:`RELAXED_REASON`): the option never strands a run, at the cost of one recreation.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ CLEAN_RUN_FACTOR = 0.5  # each later clean run on the pool halves a failure's we
 PROBATION_AFTER_RUNS = 2  # a failing pool avoided this many runs in a row is tried again
 MAX_PROBATION_DOUBLINGS = 4  # the wait doubles per failed probation, up to 2 ** 4 times (32 runs)
 RELAX_AFTER_SECONDS = 60.0  # workers unschedulable this long under an avoidance: the avoidance is dropped
+RELAXED_REASON = "node_pool_avoidance_relaxed"  # the escalation record of the recreation that dropped it
 
 
 @dataclass(frozen=True)
@@ -234,7 +238,8 @@ def choose_avoided_pools(
             f"no node pool had a failure weight over {threshold} in its last {exposures} run(s) "
             f"(decayed by time and by clean runs)"
         )
-        return replace(base, reason=why)
+        # nothing to avoid tonight, but a pool that fails later could not be avoided either: say so now
+        return replace(base, reason=f"{why}; {unlisted}" if unlisted else why)
     said = "; ".join(_evidence_text(evidence[p]) for p in failing)
     if unlisted:
         return replace(base, reason=f"not avoiding {', '.join(failing)} ({said}): {unlisted}")

@@ -585,7 +585,7 @@ def _counted(
         scale_up_recoveries=sum(1 for r in recoveries if r.kind == SCALE_UP),
         preemptions=preemptions,
         preemption_count=len(preemptions),
-        full_restarts=sum(1 for e in escalations if not e.preemption),
+        full_restarts=sum(1 for e in escalations if not (e.preemption or e.relaxation)),
         preemption_recreations=sum(1 for e in escalations if e.preemption),
         jobset_restarts=sum(i.jobset_restarts for i in incarnations),
         escalations=tuple(escalations),

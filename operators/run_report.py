@@ -213,7 +213,9 @@ class PreemptionEntry:
 class Escalation:
     """One full restart: why, when, from which step to which, what it quarantined and how long it took.
 
-    ``preemption``: a recreation a preemption forced (the trainer's exit 0 on SIGTERM), no full restart spent.
+    ``preemption``: a recreation a preemption forced (the trainer's exit 0 on SIGTERM), no full restart spent;
+    ``relaxation``: a recreation that dropped the node-pool avoidance its workers could not be scheduled under
+    (``node_pool_avoidance.relaxed`` says why), no full restart spent.
     """
 
     reason: str = ""
@@ -228,6 +230,7 @@ class Escalation:
     preemption: bool = False
     # The old pods' grace period when the restart shortened it (a trainer past saving: hung, starting, waiting).
     pod_grace_seconds: int | None = None
+    relaxation: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "quarantined": list(self.quarantined)}

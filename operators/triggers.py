@@ -8,7 +8,9 @@ connection, namespace and kind, whatever the number of triggers); a JobSet Kueue
 so its trigger subscribes to its Jobs and pods, and follows the log, only once it is admitted.
 After every change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
 the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
-deadline passed. It is side-effect free: it never creates, deletes or patches anything, so running
+deadline passed; and, for a JobSet whose workers keep off failing node pools (``relax_after_seconds`` set), when a
+worker pod has been unschedulable that long (:mod:`operators.scheduling`), so the operator can drop the avoidance.
+It is side-effect free: it never creates, deletes or patches anything, so running
 it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; transient API
 errors never end it. A refusal does, after a few tries (as the provider's ``watch_pod_events`` gives up on a
 403): a watch's, or a log read's (``get pods/log`` refused, or a kubelet the API server cannot reach), since
@@ -32,10 +34,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from elastic_training.operators import config
 from elastic_training.operators.backoff import Backoff
-from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_UID
+from elastic_training.operators.constants import (
+    HEAD_MAIN_CONTAINER,
+    LABEL_JOBSET_UID,
+    LABEL_REPLICATED_JOB_NAME,
+    WORKER_REPLICATED_JOB,
+)
 from elastic_training.operators.observations import MonitorState, parse_time
 from elastic_training.operators.policy import Action, Budgets, JobSetPhase, RunPhase, decide
 from elastic_training.operators.queueing import QUOTA_RESERVED
+from elastic_training.operators.scheduling import Unschedulable, describe, unschedulable
 from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
 
 if TYPE_CHECKING:
@@ -75,6 +83,7 @@ class EventStatus(StrEnum):
     DECISION = "decision"  # the policy would not continue: terminal JobSet, budget spent, stall
     DEADLINE = "deadline"
     ERROR = "error"
+    UNSCHEDULABLE = "unschedulable"  # a worker pod unschedulable for relax_after_seconds (avoidance to drop)
 
 
 class JobSetTrigger(BaseTrigger):
@@ -93,6 +102,10 @@ class JobSetTrigger(BaseTrigger):
     :param delete_on_kill: delete the JobSet when a user kills the deferred task.
     :param settle_seconds: for this long after it starts, a final decision waits (the watches go on) and is
         made again when the time is up (see :func:`defer_settle_seconds`); an error event waits too.
+    :param relax_after_seconds: yield an ``unschedulable`` event once a worker pod has been unschedulable this long
+        (``None``: never; the operator sets it while the workers avoid node pools).
+    :param relax_not_before: Unix time before which no ``unschedulable`` event is yielded (the operator looked
+        and waits again).
     """
 
     def __init__(
@@ -110,6 +123,8 @@ class JobSetTrigger(BaseTrigger):
         poll_interval: float = 10.0,
         delete_on_kill: bool = True,
         settle_seconds: float = 0.0,
+        relax_after_seconds: float | None = None,
+        relax_not_before: float = 0.0,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.name = name
@@ -124,6 +139,8 @@ class JobSetTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.delete_on_kill = delete_on_kill
         self.settle_seconds = settle_seconds
+        self.relax_after_seconds = relax_after_seconds
+        self.relax_not_before = relax_not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -141,6 +158,8 @@ class JobSetTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "delete_on_kill": self.delete_on_kill,
                 "settle_seconds": self.settle_seconds,
+                "relax_after_seconds": self.relax_after_seconds,
+                "relax_not_before": self.relax_not_before,
             },
         )
 
@@ -203,6 +222,8 @@ class _Monitor:
         self.tasks: list[asyncio.Task[None]] = []
         self.run_phase: RunPhase | None = None
         self.log = trigger.log
+        # worker pods kube-scheduler left unschedulable, by uid (read again from the pods after a rebuild)
+        self.unschedulable: dict[str, Unschedulable] = {}
 
     def event(self, status: EventStatus, reason: str, message: str) -> dict[str, Any]:
         return {
@@ -279,7 +300,12 @@ class _Monitor:
             if decision.action is not Action.CONTINUE and settling <= 0:
                 await self._catch_up_log()
                 return self.event(EventStatus.DECISION, decision.reason.value, decision.message)
+            stranded, relax_at = self._stranded(now)
+            if stranded and settling <= 0:
+                return self.event(EventStatus.UNSCHEDULABLE, EventStatus.UNSCHEDULABLE.value, describe(stranded, now))
             wake = [now + trigger.poll_interval]
+            if relax_at is not None:
+                wake.append(relax_at)
             if decision.action is not Action.CONTINUE:  # settling: watch on, then decide again on what is then
                 wake.append(now + settling)
             if decision.recheck_at is not None:
@@ -289,6 +315,29 @@ class _Monitor:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=max(0.05, min(wake) - now))
+
+    def _stranded(self, now: float) -> tuple[list[Unschedulable], float | None]:
+        """The worker pods unschedulable for ``relax_after_seconds`` (once ``relax_not_before`` is past), and when
+        the next one will be (``None``: no pod waits, or the trigger was not asked)."""
+        after = self.trigger.relax_after_seconds
+        if after is None or not self.unschedulable:
+            return [], None
+        found = sorted(self.unschedulable.values(), key=lambda u: (u.since, u.pod))
+        due = max(found[0].since + after, self.trigger.relax_not_before)
+        if now < due:
+            return [], due
+        return [u for u in found if u.waited(now) >= after], None
+
+    def _note_scheduling(self, pod: dict[str, Any], *, deleted: bool) -> None:
+        labels = pod.get("metadata", {}).get("labels") or {}
+        uid = str(pod.get("metadata", {}).get("uid") or "")
+        if labels.get(LABEL_REPLICATED_JOB_NAME) != WORKER_REPLICATED_JOB or not uid:
+            return
+        waiting = None if deleted else unschedulable(pod)
+        if waiting is None:
+            self.unschedulable.pop(uid, None)
+        else:
+            self.unschedulable[uid] = waiting
 
     def _note_phase(self, now: float, message: str) -> None:
         phase = self.state.run_phase(now)
@@ -342,10 +391,13 @@ class _Monitor:
             if kind == "SYNC":
                 items = [p for p in obj.get("items") or [] if self._ours(p)]
                 self.state.forget_missing(alive_pods={str(p.get("metadata", {}).get("uid")) for p in items})
+                self.unschedulable.clear()
                 for pod in items:
                     self._restarted(self.state.on_pod(pod, deleted=False, now=now))
+                    self._note_scheduling(pod, deleted=False)
             elif self._ours(obj):
                 self._restarted(self.state.on_pod(obj, deleted=kind == "DELETED", now=now))
+                self._note_scheduling(obj, deleted=kind == "DELETED")
             self.pods_changed.set()
             self.changed.set()
 

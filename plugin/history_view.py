@@ -30,8 +30,15 @@ KIND_COLOURS = {
     FailureKind.TRAINER_ERROR: "#e67e22",
     FailureKind.EVICTION: "#2980b9",
     FailureKind.PREEMPTION: "#8e44ad",
+    FailureKind.DELETED: "#7f8c8d",
 }
-KIND_ORDER = (FailureKind.LOST_HOST, FailureKind.TRAINER_ERROR, FailureKind.EVICTION, FailureKind.PREEMPTION)
+KIND_ORDER = (
+    FailureKind.LOST_HOST,
+    FailureKind.TRAINER_ERROR,
+    FailureKind.EVICTION,
+    FailureKind.PREEMPTION,
+    FailureKind.DELETED,
+)
 BAR_HEIGHT, BAR_GAP, LABEL_WIDTH, CHART_WIDTH = 22, 8, 170, 640
 
 

@@ -314,6 +314,14 @@ def test_the_existing_airflow_rbac_grants_the_operators_role_and_a_read_only_liv
     }
     account = docs[("ServiceAccount", "elastic-training")]
     assert account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"].endswith(".iam.gserviceaccount.com")
+    # avoid_failing_node_pools: the node-reading ClusterRole of operators/rbac.py, bound to the tasks' account only.
+    from elastic_training.operators.rbac import node_pool_reader_manifests
+
+    role, _ = node_pool_reader_manifests("airflow")
+    assert docs[("ClusterRole", role["metadata"]["name"])]["rules"] == role["rules"]
+    [binding] = [d for (kind, _), d in docs.items() if kind == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [("airflow", "elastic-training")]
 
 
 # Cloud Composer's API (composer.googleapis.com, v1 `SoftwareConfig`): `pypiPackages` keys are lowercase package

@@ -19,9 +19,18 @@ NORMAL = "Normal"
 WARNING = "Warning"
 
 
-def record_event(store: Store, obj: Obj, event_type: str, reason: str, message: str, component: str) -> Obj | None:
+NOTE_LENGTH_LIMIT = 1024  # k8s.io/apimachinery/pkg/api/validation NoteLengthLimit: an event's message
+
+
+def record_event(
+    store: Store, obj: Obj, event_type: str, reason: str, message: str, component: str, action: str = ""
+) -> Obj | None:
     """Create an Event about ``obj`` (as ``kubectl describe`` and ``kubectl get events`` show them);
-    None when the API refused it."""
+    None when the API refused it. ``action``: what the component was doing (the events API's ``action``, e.g.
+    kube-scheduler's ``Scheduling``); a message past :data:`NOTE_LENGTH_LIMIT` is cut with `` ...`` as
+    kube-scheduler's ``truncateMessage`` cuts it."""
+    if len(message) > NOTE_LENGTH_LIMIT:
+        message = message[: NOTE_LENGTH_LIMIT - 4] + " ..."
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace") or "default"
     stamp = now_rfc3339()
@@ -46,6 +55,8 @@ def record_event(store: Store, obj: Obj, event_type: str, reason: str, message: 
         "reportingComponent": component,
         "reportingInstance": component,
     }
+    if action:
+        event["action"] = action
     try:
         return store.create(EVENTS, event, namespace=namespace)
     except ApiError as err:

@@ -18,8 +18,13 @@ message of ``FitError.Error()`` (``pkg/scheduler/framework/types.go``), also sen
 
 (one line; reasons counted per node and sorted as strings). There is no preemption here, so the
 postfilter part always reports what upstream's ``DefaultPreemption`` reports when it finds no
-victims. The event is recorded when the message changes, not on every retry. Unschedulable pods
-are retried whenever a node changes or a pod is deleted, ends or is bound elsewhere (upstream's
+victims. As ``handleSchedulingFailure`` and ``updatePod`` (``pkg/scheduler/schedule_one.go``) write them: the
+event's ``action`` is ``Scheduling`` (``Binding`` for ``Scheduled``), its message cut at the events API's
+``NoteLengthLimit`` (``truncateMessage``), the condition's message whole, and the condition written only when it
+changes (``podutil.UpdatePodCondition``), so its ``lastTransitionTime`` is when the pod first failed to schedule
+(what :mod:`operators.scheduling` reads). The event is recorded when the message changes, not on every retry:
+upstream records one per attempt, which its event broadcaster folds into one event with a ``series`` count.
+Unschedulable pods are retried whenever a node changes or a pod is deleted, ends or is bound elsewhere (upstream's
 queueing hints), never by polling.
 """
 
@@ -231,6 +236,7 @@ class Scheduler:
             "Scheduled",
             f"Successfully assigned {namespace}/{name} to {node_name}",
             SCHEDULER_NAME,
+            action="Binding",
         )
         return pod
 
@@ -253,4 +259,4 @@ class Scheduler:
             )
         except ApiError:
             return
-        record_event(self._store, pod, WARNING, "FailedScheduling", message, SCHEDULER_NAME)
+        record_event(self._store, pod, WARNING, "FailedScheduling", message, SCHEDULER_NAME, action="Scheduling")

@@ -433,6 +433,7 @@ function planPanel(plan) {
   if (avoid) {
     const avoided = (avoid.avoided || []).join(", ") || "none";
     parts.push(el("p", { id: "plan-pools" }, `Node pools avoided: ${avoided}`), el("p", { class: "muted" }, avoid.reason || ""));
+    if (avoid.relaxed) parts.push(el("p", { id: "plan-relaxed" }, `Avoidance relaxed (its workers could not be scheduled): ${avoid.relaxed}`));
   }
   if (choice) {
     parts.push(el("p", { id: "plan-period" }, `checkpoint_period=auto chose ${choice.period} steps (allowed ${choice.bounds[0]}–${choice.bounds[1]}); `

@@ -10,6 +10,7 @@ import pytest
 
 from elastic_training.operators.constants import LABEL_GKE_NODEPOOL
 from elastic_training.operators.failure_history import (
+    HEALTH_KINDS,
     MAX_FAILURES_PER_RUN,
     MAX_RUNS,
     FailureHistory,
@@ -40,7 +41,9 @@ def run(run_id: str, *failures: SliceFailure, pools: tuple[str, ...] = ("a", "b"
     [
         (["DeletionByPodGC"] * 4, LOST),
         (["DeletionByTaintManager"], LOST),
-        (["Deleted"], LOST),
+        (["Deleted"], FailureKind.DELETED),  # kubectl delete pod, the drill: no DisruptionTarget reason
+        (["Deleted", ""], FailureKind.DELETED),  # its slice's other workers fail because one was deleted
+        (["DeletionByPodGC", "Deleted"], LOST),
         ([""], TRAINER),
         (["", ""], TRAINER),
         (["EvictionByEvictionAPI", "Deleted", "Deleted"], EVICTED),  # the others fail because one was evicted
@@ -210,3 +213,20 @@ def test_a_slice_failure_names_its_pool_its_hosts_and_its_kind() -> None:
     # The pools survive the trigger's serialisation.
     again = MonitorState.from_json(json.loads(json.dumps(state.to_json())))
     assert again.slice_failures("js-1") == found
+
+
+def test_a_worker_deleted_without_a_disruption_reason_is_a_deletion_not_a_lost_host() -> None:
+    """The fault drill's forced delete (and ``kubectl delete pod``): the pod goes with no ``DisruptionTarget``
+    condition, so its slice failure is ``deleted``, which no pool's health is judged on."""
+    state = MonitorState(started_at=T0)
+    state.on_job(job("j0", 0), deleted=False, now=T0)
+    for i in range(4):
+        state.on_pod(placed(f"s0p{i}", 0, "pool-a", f"pool-a-{i}"), deleted=False, now=T0)
+    state.on_pod(placed("s0p1", 0, "pool-a", "pool-a-1", deleting=T0 + 40), deleted=True, now=T0 + 41)
+    # The slice's other workers fail because one was taken (their containers exit): still the deletion's doing.
+    state.on_pod(placed("s0p2", 0, "pool-a", "pool-a-2", restarts=1, finished=T0 + 41), deleted=False, now=T0 + 42)
+    [found] = state.slice_failures("js-1")
+    assert (found.kind, found.pool) == (FailureKind.DELETED, "pool-a")
+    assert found.kind not in HEALTH_KINDS
+    record = run("drill-run", found, pools=("pool-a",))
+    assert FailureHistory.parse(FailureHistory().with_run(record).render()).runs[0].failures[0].kind is found.kind

@@ -11,11 +11,18 @@ The history's first run is a real run of 3 slices, a host lost: it proves the ru
 slice failure where the next runs read it. The two after it (the same pool failing again, then a clean run) are
 added through the product's own history API (`FailureHistory.with_run`, the call `record_run` makes): a second
 real run would record the same thing the same way.
+
+Then, each from a seeded history: an avoidance the cluster cannot honour (a pool full of another team's pods) is
+relaxed and the run proceeds; the relaxation driven step by step (state kept, no budget spent, one JobSet); a
+failing pool avoided, tried on probation and forgiven by its clean run, over real runs of one history, with old
+failures decayed; and a run without the node-reading ClusterRole, whose report says so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +41,7 @@ from elastic_training.operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from elastic_training.operators.failure_history import FailureHistory, FailureKind, RunRecord, SliceFailure
+from elastic_training.operators.pool_avoidance import choose_avoided_pools
 from elastic_training.operators.rbac import node_pool_reader_manifests
 from tests.support.airflow_dags import dag_from_source, states, xcom
 from tests.support.history_variables import restore_history, stored_history
@@ -248,3 +256,248 @@ def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
     assert avoidance["avoided"] == [] and avoidance["failing"] == [failing]
     assert "cannot hold 4 slice(s)" in avoidance["reason"], avoidance["reason"]
     assert failing in used and len(used) == 4 and worker_affinity(cluster, report["jobset_name"]) is None
+
+
+V5E_16 = [f"tpu-v5e-16-{n}" for n in range(4)]  # the v5e-small pools a slice of these runs fits (4 hosts each)
+
+
+def seeded(now: float, failing: str, *, others: tuple[str, ...] = ()) -> FailureHistory:
+    """Two runs of 3 slices, a host of ``failing`` lost in each (weight 2: failing at K=1), on ``failing`` and the
+    first two ``others`` pools."""
+    pools = (failing, *others[:2])
+    history = FailureHistory()
+    for n in (1, 2):
+        lost = SliceFailure(now - 7200 + 60 * n, FailureKind.LOST_HOST, failing, (f"gke-{failing}-node-{n}",), 0)
+        history = history.with_run(
+            RunRecord(run_id=f"seed-{n}", ended_at=now - 7200 + 60 * n + 30, failures=(lost,), pools=pools, slices=3)
+        )
+    return history
+
+
+@contextlib.contextmanager
+def squatted(cluster: LocalCluster, pool: str) -> Iterator[None]:
+    """Another team's pods holding every TPU chip of ``pool``: its nodes stay Ready and uncordoned (so the plan
+    counts it), but no slice of ours fits there: capacity the plan cannot see, which only the scheduler tells."""
+    admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    core = client.CoreV1Api(admin)
+    names = [f"squatter-{pool}-{n}" for n in range(4)]
+    try:
+        for name in names:
+            core.create_namespaced_pod(
+                NAMESPACE,
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 0,
+                        "nodeSelector": {LABEL_GKE_NODEPOOL: pool},
+                        "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
+                        "containers": [
+                            {
+                                "name": "hold",
+                                "image": "local",
+                                "command": ["sleep", "3600"],
+                                "resources": {"limits": {"google.com/tpu": "4"}},
+                            }
+                        ],
+                    },
+                },
+            )
+        deadline = time.monotonic() + 60
+        while not all(core.read_namespaced_pod(n, NAMESPACE).spec.node_name for n in names):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the squatters of {pool} were not scheduled in 60 s")
+            time.sleep(0.2)
+        yield
+    finally:
+        for name in names:
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+        admin.close()
+
+
+def note_pools_by_jobset(used: dict[str, set[str]]) -> Callable[[StepFaults], None]:
+    """Note the pools the running workers are bound to, by the JobSet they belong to."""
+
+    def act(faults: StepFaults) -> None:
+        for pod in _running_workers(faults):
+            jobset = pod.metadata.labels.get("jobset.sigs.k8s.io/jobset-name", "")
+            used.setdefault(jobset, set()).add(_pool_of_node(faults, pod.spec.node_name))
+
+    return act
+
+
+def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        found = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, label_selector=f"{LABEL_RUN_NAME}={run_name}"
+        )
+    finally:
+        api.close()
+    return [j for j in found["items"] if not j["metadata"].get("deletionTimestamp")]
+
+
+def test_an_avoidance_the_cluster_cannot_honour_is_relaxed_and_the_run_proceeds(
+    airflow_db: None, node_reader: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan avoids a failing pool with 3 pools left for 3 slices, but one of those is full (another team's
+    pods): a slice's workers stay ``Unschedulable``. After ``RELAX_AFTER_SECONDS`` (5 s here instead of 60: the
+    same code path, a shorter wait) the JobSet is recreated without the avoidance, spending no full restart, and
+    the run trains to its end on the failing pool, its report saying why."""
+    from elastic_training.operators import elastic_operator
+
+    monkeypatch.setattr(elastic_operator, "RELAX_AFTER_SECONDS", 5.0)
+    cluster = node_reader
+    failing, full = V5E_16[0], V5E_16[1]
+    restore_history(seeded(time.time(), failing, others=tuple(V5E_16[1:])).render())
+    by_jobset: dict[str, set[str]] = {}
+    with squatted(cluster, full), StepFaults(cluster, "history-relaxed") as faults:
+        faults.at(3, note_pools_by_jobset(by_jobset))
+        dag_run = history_dag("history_relaxed", tmp_path, avoid=True).test()
+    assert states(dag_run) == {"pretrain": "success"} and not faults.errors, faults.errors
+    report = xcom(dag_run, "pretrain")
+    used = by_jobset.get(report["jobset_name"], set())
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["failing"] == [failing] and avoidance["avoided"] == [], avoidance
+    assert "Unschedulable" in avoidance["relaxed"] and "Insufficient google.com/tpu" in avoidance["relaxed"]
+    assert f"avoidance of {failing}" in avoidance["relaxed"] and "relaxed:" in avoidance["reason"]
+    # One recreation, no full restart spent; the first JobSet is gone, never two at once.
+    [relaxation] = report["escalations"]
+    assert relaxation["reason"] == "node_pool_avoidance_relaxed" and relaxation["relaxation"] is True
+    assert report["full_restarts"] == 0
+    [left] = jobsets_of(cluster, "history-relaxed")
+    assert left["metadata"]["name"] == report["jobset_name"] != relaxation["jobset_name"]
+    assert worker_affinity(cluster, report["jobset_name"]) is None
+    assert failing in used and full not in used and len(used) == 3
+    # The run recorded where it really ran: on the failing pool, not avoiding it.
+    [*_, recorded] = FailureHistory.parse(stored_history()).runs
+    assert failing in recorded.pools and recorded.avoided_pools == ()
+
+
+def test_a_failing_pool_is_avoided_then_tried_on_probation_and_its_clean_run_forgives_it(
+    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+) -> None:
+    """One history, runs of the operator one after another: a pool failing in two runs (2 h ago) is avoided by
+    the first run; another pool's two failures of 9 days ago have decayed (3-day half-life: weight 0.25) and are
+    not held against it. The run after that one tries the failing pool on probation (avoided 2 runs in a row:
+    the seeded one and the first), on it (another pool cordoned so the scheduler cannot skip it), and records a
+    clean run on it; the plan after that no longer finds it failing."""
+    cluster = node_reader
+    failing, old = V5E_16[0], V5E_16[3]
+    now = time.time()
+    history = seeded(now, failing, others=(V5E_16[1], V5E_16[2]))
+    stale = tuple(SliceFailure(now - 9 * 86400, FailureKind.LOST_HOST, old, (f"gke-{old}-n",), 0) for _ in range(2))
+    history = FailureHistory(
+        (RunRecord("stale", ended_at=now - 9 * 86400 + 60, failures=stale, pools=(old,), slices=1), *history.runs)
+    )
+    # A run since that kept off the failing pool (as the option on recorded it).
+    skipped = RunRecord("seed-3", ended_at=now - 3600, pools=tuple(V5E_16[1:]), avoided_pools=(failing,), slices=3)
+    restore_history(history.with_run(skipped).render())
+
+    # First run: the pool is avoided (avoided 1 run since it was last used: not yet on probation); the old pool's
+    # failures have decayed and it is not failing.
+    _, report, used = fourth_run(cluster, history_dag("history_avoid", tmp_path, avoid=True), "history-avoid")
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["failing"] == [failing] and avoidance["avoided"] == [failing], avoidance
+    assert avoidance["evidence"][failing]["avoided_since"] == 1 and avoidance["probation"] == []
+    assert old not in avoidance["failing"] and failing not in used
+    [*_, first] = FailureHistory.parse(stored_history()).runs
+    assert first.avoided_pools == (failing,) and failing not in first.pools
+
+    # Second run: avoided 2 runs in a row, so on probation: not avoided, and used.
+    with cordoned_but(cluster, [failing]):
+        dag = history_dag("history_probation", tmp_path, avoid=True)
+        _, report, used = fourth_run(cluster, dag, "history-probation")
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["probation"] == [failing] and avoidance["avoided"] == [], avoidance
+    assert f"on probation (tried again this run): {failing}" in avoidance["reason"]
+    assert failing in used and worker_affinity(cluster, report["jobset_name"]) is None
+    # Its result is recorded like any run's: a clean run on the pool.
+    runs = FailureHistory.parse(stored_history()).runs
+    assert failing in runs[-1].pools and not runs[-1].failures and runs[-1].avoided_pools == ()
+
+    # The plan the next run makes from that history: the clean run halved the pool's failures (weight 1.0, not
+    # over K=1): it is no longer failing.
+    nxt = choose_avoided_pools(runs, candidates=V5E_16, slices=3, threshold=1, now=time.time())
+    assert nxt.failing == () and nxt.avoided == (), nxt.reason
+
+
+def test_the_relaxation_survives_as_state_spends_no_budget_and_never_leaves_two_jobsets(
+    node_reader: LocalCluster, custom: client.CustomObjectsApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator driven as the task runner drives it (``execute`` to its deferral, the trigger to its event,
+    ``execute_complete``), with a plan that avoids every v5e-16 pool: every worker is unschedulable. The
+    ``unschedulable`` event relaxes it: the state store keeps the relaxed plan (a worker crash resumes without the
+    avoidance), the full-restart budget of the try is untouched, and only the new JobSet exists."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from elastic_training.operators import elastic_operator, kube_names
+    from elastic_training.operators.lifecycle import first_event
+    from elastic_training.operators.pool_avoidance import Avoidance
+    from elastic_training.operators.run_state import STATE_KEY
+    from tests.support.lifecycle_runs import DAG_ID, _delete_mine, _elastic, _get, _stored, _TaskInstance
+
+    monkeypatch.setattr(elastic_operator, "RELAX_AFTER_SECONDS", 2.0)
+    monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "0")
+    ti = _TaskInstance("pretrain", "manual__relax")
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    plan = Avoidance(enabled=True, avoided=tuple(V5E_16), failing=tuple(V5E_16), reason="avoiding all (a test)")
+    store = _stored("", None, plan={"try_number": 1, "node_pool_avoidance": plan.to_json()})
+    operator = _elastic(
+        tmp_path, "relax", num_slices=1, tpu_type="v5e", tpu_topology="4x4", avoid_failing_node_pools=True
+    )
+    context: Any = {"ti": ti, "task_state_store": store}
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            operator.execute(context)
+        first = store[STATE_KEY]["jobset_name"]
+        assert deferred.value.trigger.relax_after_seconds == 2.0
+        assert worker_affinity(node_reader, first) is not None
+        event = asyncio.run(asyncio.wait_for(first_event(deferred.value.trigger), timeout=120))
+        assert event["status"] == "unschedulable", event
+        with pytest.raises(TaskDeferred) as again:
+            operator.execute_complete(context, event)
+        state = store[STATE_KEY]
+        assert state["jobset_name"] != first and _get(custom, first) is None, "the avoided JobSet is gone first"
+        assert worker_affinity(node_reader, state["jobset_name"]) is None
+        assert state["full_restarts"] == 1 and state["budget_base"] == 1 and not state["escalating"]
+        assert again.value.trigger.full_restarts_used == 0, "the relaxation spent no full restart"
+        assert again.value.trigger.relax_after_seconds is None, "relaxed once: nothing left to drop"
+        relaxed = Avoidance.from_json(state["plan"]["node_pool_avoidance"])
+        assert relaxed.avoided == () and "Unschedulable" in relaxed.relaxed and relaxed.failing == tuple(V5E_16)
+        [record] = state["escalations"]
+        assert record["reason"] == "node_pool_avoidance_relaxed" and record["relaxation"] is True
+        # A worker crash now: the next execute resumes with the relaxed plan (adopts, never re-avoids).
+        with pytest.raises(TaskDeferred) as resumed:
+            _elastic(
+                tmp_path, "relax", num_slices=1, tpu_type="v5e", tpu_topology="4x4", avoid_failing_node_pools=True
+            ).execute(context)
+        assert store[STATE_KEY]["jobset_name"] == state["jobset_name"]
+        assert resumed.value.trigger.relax_after_seconds is None
+        assert len(jobsets_of(node_reader, "relax")) == 1
+    finally:
+        _delete_mine(custom, identity)
+
+
+def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_says_why(
+    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+) -> None:
+    """A deployment that skipped deploy/rbac-node-pools.yaml (the binding deleted here, put back after): listing
+    the nodes is a real 403, the run goes ahead avoiding nothing, and its report names the ClusterRole to bind."""
+    cluster = node_reader
+    _, binding = node_pool_reader_manifests(NAMESPACE)
+    admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    rbac = client.RbacAuthorizationV1Api(admin)
+    try:
+        rbac.delete_cluster_role_binding(binding["metadata"]["name"])
+        restore_history(seeded(time.time(), V5E_16[0], others=tuple(V5E_16[1:])).render())
+        dag = history_dag("history_no_rbac", tmp_path, avoid=True)
+        _, report, used = fourth_run(cluster, dag, "history-no-rbac")
+    finally:
+        utils.create_from_dict(admin, binding)
+        admin.close()
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["enabled"] is True and avoidance["avoided"] == [] and avoidance["failing"] == [V5E_16[0]]
+    assert "RBAC forbids listing nodes, so no pool is avoided" in avoidance["reason"], avoidance["reason"]
+    assert "deploy/rbac-node-pools.yaml" in avoidance["reason"] and "403" in avoidance["reason"]
+    assert worker_affinity(cluster, report["jobset_name"]) is None and len(used) == 3

@@ -44,9 +44,10 @@ def test_nothing_is_avoided_when_the_other_pools_cannot_hold_the_slices() -> Non
     assert unknown.avoided == () and "cannot hold 1 slice(s)" in unknown.reason
 
 
-def test_evictions_and_preemptions_are_not_held_against_a_pool() -> None:
+def test_evictions_preemptions_and_deletions_are_not_held_against_a_pool() -> None:
     runs = [run("r1", "np-1", kind=FailureKind.EVICTION), run("r2", "np-1", kind=FailureKind.PREEMPTION)]
     runs.append(run("r3", "np-1", kind=FailureKind.TRAINER_ERROR))
+    runs += [run(f"drill-{n}", "np-1", "np-1", kind=FailureKind.DELETED) for n in range(3)]  # the drill, kubectl
     decision = choose_avoided_pools(runs, candidates=POOLS, slices=3, threshold=1, now=NOW)
     assert decision.avoided == () and "no node pool had a failure weight over 1" in decision.reason
     assert disabled().to_json()["enabled"] is False
@@ -126,3 +127,6 @@ def test_nothing_is_avoided_when_the_nodes_cannot_be_listed_and_the_reason_says_
     why = "RBAC forbids listing nodes, so no pool is avoided"
     decision = choose_avoided_pools(runs, candidates=[], slices=1, now=NOW, unlisted=why)
     assert decision.avoided == () and why in decision.reason
+    # Nothing failing tonight: the report still says the option cannot work here.
+    clean = choose_avoided_pools([run("r1")], candidates=[], slices=1, now=NOW, unlisted=why)
+    assert clean.avoided == () and clean.reason.endswith(f"; {why}")

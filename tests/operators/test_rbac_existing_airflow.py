@@ -3,7 +3,8 @@
 The file is applied as the admin (the local cluster validates RBAC objects as the API server does); then, for
 each of the chart's accounts, a SelfSubjectAccessReview impersonating it says what it may do in the JobSet
 namespace: the tasks that ask for `elastic-training` and the triggerer get the operators' Role, the api-server
-the live view's reads, and an account the file does not name (the chart's worker) nothing.
+the live view's reads, and an account the file does not name (the chart's worker) nothing; only the tasks' account
+may list nodes (the ClusterRole ``avoid_failing_node_pools`` needs).
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ def allowed_for(cluster: LocalCluster, account: str, namespace: str) -> set[tupl
         api.close()
 
 
+def lists_nodes(cluster: LocalCluster, account: str) -> bool:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    api.set_default_header("Impersonate-User", account)
+    try:
+        review = client.AuthorizationV1Api(api).create_self_subject_access_review(
+            {"spec": {"resourceAttributes": {"group": "", "resource": "nodes", "verb": "list"}}}
+        )
+        return bool(review.status.allowed)
+    finally:
+        api.close()
+
+
 def test_each_charts_account_gets_exactly_what_its_component_needs(cluster: LocalCluster) -> None:
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
@@ -71,6 +84,12 @@ def test_each_charts_account_gets_exactly_what_its_component_needs(cluster: Loca
     assert allowed_for(cluster, account("airflow-api-server"), "tpu-jobs") == LIVE_VIEW
     assert allowed_for(cluster, account("airflow-worker"), "tpu-jobs") == set()  # the other DAGs' tasks
     assert allowed_for(cluster, account("elastic-training"), "airflow") == set()  # only the JobSet namespace
+    # avoid_failing_node_pools: the tasks may list nodes (cluster-scoped), and no other account may.
+    assert [
+        name
+        for name in ("elastic-training", "airflow-triggerer", "airflow-api-server", "airflow-worker")
+        if lists_nodes(cluster, account(name))
+    ] == ["elastic-training"]
 
 
 def test_the_pod_override_runs_only_that_task_as_the_operators_account() -> None:

@@ -126,6 +126,25 @@ def test_run_report_with_an_escalation() -> None:
     json.dumps(report)
 
 
+def test_a_recreation_that_dropped_the_node_pool_avoidance_is_no_full_restart() -> None:
+    relaxed = {"reason": "node_pool_avoidance_relaxed", "at": 10.0, "steps_lost": 0, "relaxation": True}
+    report = run_report(
+        incarnations=[
+            Incarnation("run-a", 0, 0, LogDigest()),
+            Incarnation("run-a-r1", 0, 0, LogDigest().feed_all(steps(0, 100, 20.0))),
+        ],
+        escalations=escalations_of([relaxed]),
+        namespace="default",
+        run_directory="/data/run-a",
+        target_step=99,
+        final_step=99,
+        wall_seconds=200.0,
+        costs=CostModel(chips=8, price_per_chip_hour=1.0),
+    ).to_json()
+    assert report["full_restarts"] == 0 and report["escalations"][0]["relaxation"] is True
+    assert report["jobsets"] == ["run-a", "run-a-r1"]
+
+
 def test_a_scale_up_is_a_recovery_in_the_report() -> None:
     # elastic_min_slice_count let the run go on with 2 of 3 slices; the third came back after the save at step 40.
     log = [

@@ -1,14 +1,16 @@
 """The slice-failure drill against the local cluster over HTTP: a stand-in head pod logs MaxText's step lines,
-the drill force-deletes the chosen slice's worker pod once the step is logged, and gives up when the run ends."""
+the drill force-deletes the chosen slice's worker pod once the step is logged (a deletion, which counts against no
+node pool), and gives up when the run ends."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import (
@@ -19,7 +21,10 @@ from elastic_training.operators.constants import (
     LABEL_RUN_NAME,
     WORKER_REPLICATED_JOB,
 )
+from elastic_training.operators.failure_history import HEALTH_KINDS, FailureKind
+from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.slice_drill import RESULT_PREFIX, drill_command, parse_result, run_drill
+from elastic_training.operators.slice_failures import disruption
 
 STEPS_SCRIPT = (
     "import sys, time\n"
@@ -76,11 +81,34 @@ def pod_names(core: Any, run_name: str) -> set[str]:
 
 def test_the_worker_pod_of_the_slice_is_gone_at_once_after_the_step(core: Any) -> None:
     fake_run(core, "drill-fires", steps=40, linger=30)
+    deleted: list[dict[str, Any]] = []
+    seen = threading.Thread(target=watch_deletions, args=(core, "drill-fires", deleted), daemon=True)
+    seen.start()
     result = run_drill(core, namespace="default", run_name="drill-fires", at_step=10, slice_index=1, timeout=120)
     assert result["fired"] and result["pod"] == "drill-fires-worker-1" and result["step_seen"] >= 10
     # Force deletion: no graceful stop (the worker would hold for its 30 s grace period otherwise).
     assert pod_names(core, "drill-fires") == {"drill-fires-head", "drill-fires-worker-0"}
     assert time.time() - result["deleted_at"] < 30
+    # The pod leaves with no DisruptionTarget reason (a plain DELETE sets none, upstream as here): the slice failure
+    # it makes is a deletion, which the failure history holds against no node pool.
+    seen.join(timeout=30)
+    [gone] = [p for p in deleted if p["metadata"]["name"] == "drill-fires-worker-1"]
+    assert disruption(gone) is None
+    state = MonitorState(started_at=time.time() - 60)
+    state.on_pod(gone, deleted=True, now=time.time())
+    assert [f.kind for f in state.slice_failures()] == [FailureKind.DELETED]
+    assert FailureKind.DELETED not in HEALTH_KINDS
+
+
+def watch_deletions(core: Any, run_name: str, into: list[dict[str, Any]]) -> None:
+    """The DELETED watch events of the run's pods (their last state, as a trigger receives it), until one comes."""
+    stream = watch.Watch().stream(
+        core.list_namespaced_pod, "default", label_selector=f"{LABEL_RUN_NAME}={run_name}", timeout_seconds=120
+    )
+    for event in stream:
+        if event["type"] == "DELETED":
+            into.append(core.api_client.sanitize_for_serialization(event["object"]))
+            return
 
 
 def test_a_run_that_ends_before_the_step_is_reported_and_nothing_is_deleted(core: Any) -> None:

@@ -44,6 +44,8 @@ def test_serialize() -> None:
             "poll_interval": 10.0,
             "delete_on_kill": True,
             "settle_seconds": 0.0,
+            "relax_after_seconds": None,
+            "relax_not_before": 0.0,
         },
     )
     rebuilt = JobSetTrigger(**trigger.serialize()[1])
@@ -355,4 +357,71 @@ async def test_a_cluster_without_v1beta2_workloads_is_said_once_instead_of_a_rea
     finally:
         cluster_connection.faults.clear()
         custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
+        api.close()
+
+
+async def test_a_worker_left_unschedulable_wakes_the_operator_only_when_asked(cluster_connection: LocalCluster) -> None:
+    """A slice whose worker no node takes (its node affinity excludes every node, as an avoidance left without
+    capacity does): the local kube-scheduler leaves it ``PodScheduled=False``/``Unschedulable`` with the FitError
+    message and a ``FailedScheduling`` event; a trigger asked to (``relax_after_seconds``) wakes the operator once
+    it has waited that long, by the condition's own time, and one not asked does not."""
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    name = "stranded"
+    body = sleeping_jobset(name, 1)
+    worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
+    nowhere = {
+        "key": "kubernetes.io/hostname",
+        "operator": "NotIn",
+        "values": [n.metadata.name for n in core.list_node().items],
+    }
+    worker["template"]["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [nowhere]}]}
+        }
+    }
+    uid = custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, body)[
+        "metadata"
+    ]["uid"]
+    selector = f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
+
+    def waiting() -> Any:
+        pods = core.list_namespaced_pod("default", label_selector=selector).items
+        return next(
+            (
+                p
+                for p in pods
+                if any(c.type == "PodScheduled" and c.status == "False" for c in p.status.conditions or [])
+            ),
+            None,
+        )
+
+    try:
+        pod = await wait_for("the worker marked unschedulable", waiting)
+        [condition] = [c for c in pod.status.conditions if c.type == "PodScheduled"]
+        assert condition.reason == "Unschedulable" and "didn't match Pod's node affinity/selector" in condition.message
+        events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={pod.metadata.name}").items
+        failed = [e for e in events if e.reason == "FailedScheduling"]
+        assert failed and failed[0].type == "Warning" and failed[0].message == condition.message
+        assert failed[0].action == "Scheduling" and failed[0].reporting_component == "default-scheduler"
+
+        # Not asked: the budgets never run out, so nothing wakes it.
+        quiet = asyncio.create_task(first_event(fresh_trigger(name, uid)))
+        asked = fresh_trigger(name, uid)
+        asked.relax_after_seconds = 1.0
+        event = (await asyncio.wait_for(first_event(asked), timeout=60)).payload
+        assert event["status"] == "unschedulable", event
+        assert pod.metadata.name in event["message"] and "node affinity/selector" in event["message"]
+        assert not quiet.done()
+        quiet.cancel()
+        # Told to look again later: not before that time, whatever the pod's age.
+        not_before = time.time() + 3
+        later = JobSetTrigger(**{**asked.serialize()[1], "relax_not_before": not_before})
+        again = (await asyncio.wait_for(first_event(later), timeout=60)).payload
+        assert again["status"] == "unschedulable" and time.time() >= not_before
+    finally:
+        custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
         api.close()

@@ -107,7 +107,9 @@ def test_plain_pod_is_bound_to_an_untainted_node_and_runs(k8s: K8s) -> None:
     wait_for(lambda: k8s.core.read_namespaced_pod("plain", "default").status.phase == "Running")
     events = k8s.core.list_namespaced_event("default", field_selector="involvedObject.name=plain").items
     assert any(
-        e.reason == "Scheduled" and e.message == f"Successfully assigned default/plain to {pod.spec.node_name}"
+        e.reason == "Scheduled"
+        and e.action == "Binding"
+        and e.message == f"Successfully assigned default/plain to {pod.spec.node_name}"
         for e in events
     )
     _delete(k8s, "plain")
@@ -127,6 +129,10 @@ def test_tpu_pod_without_toleration_stays_pending_with_kube_scheduler_reasons(k8
     assert pod.spec.containers[0].resources.requests == {"google.com/tpu": "4"}  # limits imply requests
     events = k8s.core.list_namespaced_event("default", field_selector="involvedObject.name=no-toleration").items
     assert [(e.type, e.reason, e.message) for e in events] == [("Warning", "FailedScheduling", message)]
+    # As kube-scheduler's handleSchedulingFailure (pkg/scheduler/schedule_one.go): action, reporter, condition.
+    assert (events[0].action, events[0].reporting_component) == ("Scheduling", "default-scheduler")
+    [condition] = [c for c in pod.status.conditions if c.type == "PodScheduled"]
+    assert (condition.status, condition.reason, condition.message) == ("False", "Unschedulable", message)
     _delete(k8s, "no-toleration")
 
 
@@ -261,3 +267,18 @@ def test_node_affinity_not_in_a_node_pool_keeps_the_pod_off_it(k8s: K8s) -> None
     message = wait_for(lambda: _unschedulable(k8s, "off-both"))
     assert message.startswith("0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector."), message
     _delete(k8s, "off-a-0", "off-a-1", "off-both")
+
+
+def test_an_event_message_is_cut_at_the_events_apis_note_limit() -> None:
+    """As kube-scheduler's ``truncateMessage`` (pkg/scheduler/schedule_one.go): a FitError message over
+    ``NoteLengthLimit`` (1024) is cut to it, ending in `` ...``; the pod's condition keeps it whole."""
+    from elastic_training.local.cluster.events import NOTE_LENGTH_LIMIT, WARNING, record_event
+    from elastic_training.local.cluster.store import Store
+
+    store = Store()  # it has the "default" namespace, as an API server does
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "uid": "u"}}
+    long = "0/5000 nodes are available: " + "x" * 2000
+    event = record_event(store, pod, WARNING, "FailedScheduling", long, "default-scheduler", action="Scheduling")
+    assert event is not None and len(event["message"]) == NOTE_LENGTH_LIMIT == 1024
+    assert event["message"].endswith(" ...") and long.startswith(event["message"][:-4])
+    assert event["action"] == "Scheduling"
