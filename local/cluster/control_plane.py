@@ -49,7 +49,7 @@ class ControlPlane:
         self.pod_webhook = JobSetPodWebhook(store)
         self.jobsets = JobSetController(store)
         self.jobs = JobController(store)
-        self.kueue = KueueController(store)
+        self.kueue = KueueController(store, description.kueue_configuration)
         self.gc = GarbageCollector(store)
         self.namespaces = NamespaceController(store)
         self.kubelet = Kubelet(store, logs, workdir, pod_env)
