@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from elastic_training.operators.advice import Advice, AdviceError, AdviceInputs, PeriodChoice, advise
 from elastic_training.operators.failure_history import MAX_TEXT, RunRecord, SliceFailure
+from elastic_training.operators.kueue_config import PodsReadyTimeouts
 from elastic_training.operators.policy import Budgets
 from elastic_training.operators.pool_avoidance import Avoidance
 
@@ -292,12 +293,22 @@ class BudgetAllowances:
     pods_ready_recovery_timeout_seconds: float | None = None
 
     @classmethod
-    def of(cls, budgets: Budgets, *, jobset_max_restarts: int, elastic_max_retries: int) -> BudgetAllowances:
-        """The operator's own budgets, with JobSet's ``maxRestarts`` and MaxText's attempts beside them."""
+    def of(
+        cls,
+        budgets: Budgets,
+        *,
+        jobset_max_restarts: int,
+        elastic_max_retries: int,
+        pods_ready: PodsReadyTimeouts | None = None,
+    ) -> BudgetAllowances:
+        """The operator's own budgets, with JobSet's ``maxRestarts``, MaxText's attempts and Kueue's
+        ``waitForPodsReady`` timeouts (as far as they are known) beside them."""
         return cls(
             **dataclasses.asdict(budgets),
             jobset_max_restarts=jobset_max_restarts,
             elastic_max_retries=elastic_max_retries,
+            pods_ready_timeout_seconds=pods_ready.timeout_seconds if pods_ready else None,
+            pods_ready_recovery_timeout_seconds=pods_ready.recovery_timeout_seconds if pods_ready else None,
         )
 
     def to_json(self) -> dict[str, Any]:
