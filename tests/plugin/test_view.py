@@ -425,3 +425,48 @@ def test_budgets_count_stalls_and_start_ups_timed_out_apart() -> None:
     assert rows["start-ups timed out"]["used"] == 2
     assert rows["start-ups timed out"]["detail"] == "a trainer not training 1800 s after its start escalates"
     assert RunReport.from_json(report.to_json()).budgets.startup_timeout_seconds == 1800.0  # the report carries it
+
+
+def test_an_eviction_that_is_not_a_preemption_is_shown_as_what_it_was() -> None:
+    """A PodsReady timeout: its own span and failure label, counted apart from preemptions, against its limit."""
+    digest = LogDigest()
+    digest.queued(0.0, preempted=False)
+    digest.admitted(10.0)
+    for i, step in enumerate(range(30)):
+        digest.feed(20.0 + i, f"completed step: {step}, seconds: 1.000")
+    said = "PodsReadyTimeout: Exceeded the PodsReady timeout default/jobset-js-1a2b3"
+    digest.queued(60.0, preempted=True, reason=said, eviction="pods_ready_timeout")
+    digest.admitted(90.0)
+    digest.feed(95.0, "restoring from this run's directory step 20")
+    for i, step in enumerate(range(21, 60)):
+        digest.feed(100.0 + i, f"completed step: {step}, seconds: 1.000")
+    report = run_report(
+        incarnations=[Incarnation("js", 0, 0, digest)],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=59,
+        final_step=59,
+        wall_seconds=150.0,
+        costs=CostModel(chips=8),
+        ended_at=150.0,
+        budgets=BudgetAllowances(max_pods_ready_evictions=3, pods_ready_recovery_timeout_seconds=180.0),
+    )
+    assert (report.preemption_count, report.pods_ready_evictions, report.evictions) == (0, 1, 1)
+    task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": 150.0}
+    state = {"jobset_name": "js", "monitor": {"phase": "completed", "digest": digest.to_json()}}
+    view = run_view(task=task, report=report, state=state, checkpoints=None)
+    label = "evicted: pods not ready in time (Kueue's waitForPodsReady)"
+    [evicted] = [s for s in view["timeline"]["spans"] if s["kind"] == "evicted"]
+    assert (evicted["from"], evicted["to"], evicted["eviction"]) == (60.0, 90.0, label)
+    assert [f["kind"] for f in view["timeline"]["failures"]] == [label]
+    counts = view["counts"]
+    assert (counts["preemptions"], counts["pods_ready_evictions"], counts["evictions"]) == (0, 1, 1)
+    [entry] = view["capacity"]["preemptions"]
+    assert entry["eviction"] == "pods_ready_timeout" and entry["reason"] == said
+    rows = {row["name"]: row for row in budgets(report, {})}
+    assert (rows["pods-ready evictions"]["used"], rows["pods-ready evictions"]["allowed"]) == (1, 3)
+    assert "Kueue's recoveryTimeout: 180 s" in rows["pods-ready evictions"]["detail"]
+    # While it runs (no report yet), the same from the state store.
+    live = {row["name"]: row for row in budgets(None, {"jobset_name": "js", "monitor": {"digest": digest.to_json()}})}
+    assert live["pods-ready evictions"]["used"] == 1 and live["pods-ready evictions"]["allowed"] is None
