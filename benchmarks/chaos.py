@@ -63,6 +63,8 @@ from benchmarks.chaos_schedule import (
     GCS_ERRORS,
     KILL_TASK,
     KUEUE_DIMENSIONS,
+    PODS_READY,
+    PODS_READY_RECOVERY_TIMEOUT_SECONDS,
     PREEMPT,
     QUEUE_WAIT,
     SLICE_FAULTS,
@@ -154,7 +156,10 @@ def _kueue_args(plan: Schedule) -> str:
         return ""
     from benchmarks.chaos_kueue import QUEUE, RUN_PRIORITY
 
-    return f"\n        queue_name={QUEUE!r},\n        priority_class={RUN_PRIORITY!r},"
+    args = f"\n        queue_name={QUEUE!r},\n        priority_class={RUN_PRIORITY!r},"
+    if plan.kueue == "pods-ready":  # the operator cannot read Kueue's ConfigMap here: it is told
+        args += f"\n        kueue_recovery_timeout={float(PODS_READY_RECOVERY_TIMEOUT_SECONDS)!r},"
+    return args
 
 
 def dag_id(plan: Schedule) -> str:
@@ -492,6 +497,10 @@ class RunWatch:
         elif fault.kind == PREEMPT and self.kueue_actor is not None:
             self.kueue_actor.preempt()
             fired.note = f"blocker {self.kueue_actor.blocker} created"
+        elif fault.kind == PODS_READY and self.kueue_actor is not None:
+            if not all(self._slice_ready(jobset, index, fired.at) for index in fault.slices):
+                return  # the slice is not whole yet: its repair must take a running slice
+            fired.note = self.kueue_actor.repair_slice(pods, jobset)
         elif fault.kind == GCS_ERRORS and self.gcs_proxy is not None:
             if fault.count:
                 self.gcs_proxy.fail_next(fault.count)
@@ -623,7 +632,7 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
     if plan.kueue:
         from benchmarks.chaos_kueue import KueueActor
 
-        actor = KueueActor(lane.cluster.kubeconfig_path, plan)
+        actor = KueueActor(lane.cluster.kubeconfig_path, plan, lane.cluster.faults)
     watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy, log_path, actor)
     hung = False
     try:
@@ -631,6 +640,8 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
             if plan.kueue_fault is not None and plan.kueue_fault.kind == QUEUE_WAIT:
                 actor.hold_queue()
                 watch.fired.append(Fired(plan.kueue_fault, time.time(), None, None, note=actor.blocker))
+            elif plan.kueue_fault is not None and plan.kueue_fault.kind == PODS_READY:
+                actor.hold_other_pools()
             actor.start()
         with lock:
             start_task()
@@ -1279,7 +1290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=KUEUE_DIMENSIONS,
         default="",
         help="a Kueue dimension: every run in multislice-queue, preempted mid-training by a higher-priority JobSet "
-        "(preempt) or queued behind one past its stall timeout (queue-wait); no other faults",
+        "(preempt), queued behind one past its stall timeout (queue-wait), or evicted by Kueue's waitForPodsReady when "
+        "a slice's node-pool repair outlasts its recoveryTimeout (pods-ready); no other faults",
     )
     parser.add_argument(
         "--stall-timeout",

@@ -9,7 +9,10 @@ Two Kueue dimensions (``kueue="preempt"`` or ``"queue-wait"``) run behind ``v5e-
 priority and meet another team's higher-priority JobSet (a blocker): it arrives mid-training and Kueue preempts the
 run, or it holds the whole quota when the run is submitted and the run waits longer than its stall timeout. Their
 runs keep the seed's shape (steps, slices, budgets) and carry that one Kueue fault and no other: the promise is
-absolute (no full restart, no slice restart), which the other faults would legitimately break.
+absolute (no full restart, no slice restart), which the other faults would legitimately break. A third
+(``kueue="pods-ready"``) runs with Kueue's ``waitForPodsReady`` on: GKE repairs the node pool of one of the run's slices
+for longer than Kueue's ``recoveryTimeout`` while a blocker holds every other pool, so Kueue evicts the whole JobSet
+(``PodsReadyTimeout``) and the run must wait it out and resume from its checkpoint, spending no budget.
 """
 
 from __future__ import annotations
@@ -33,8 +36,14 @@ KILL_TASK = "kill_task"  # SIGKILL the Airflow task process mid-watch (its inlin
 GCS_ERRORS = "gcs_errors"  # GCS (the emulator) answers 503: the next `count` requests, or all for `seconds`
 PREEMPT = "preempt"  # a higher-priority blocker of `slices` v5e-16 slices arrives; it runs `seconds`, then goes
 QUEUE_WAIT = "queue_wait"  # a blocker holds all the quota at submission, for the stall timeout plus `seconds`
+PODS_READY = "pods_ready"  # slice `slices[0]`'s node pool repaired for `seconds`, past Kueue's recoveryTimeout
 
-KUEUE_DIMENSIONS = ("preempt", "queue-wait")
+KUEUE_DIMENSIONS = ("preempt", "queue-wait", "pods-ready")
+# pods-ready: Kueue's recoveryTimeout, under the runs' elastic_timeout_seconds (half the stall timeout), so Kueue
+# evicts while MaxText still waits for the slice; the repair outlasts it by 13 to 48 s.
+PODS_READY_RECOVERY_TIMEOUT_SECONDS = 12
+PODS_READY_BACKOFF_SECONDS = 5
+PODS_READY_REPAIR_SECONDS = (25.0, 60.0)
 QUEUE_CHIPS = 64  # v5e-small's cluster-queue: 4 slices of v5litepod-16
 SLICE_CHIPS = 16
 # A blocker runs this long after its pods all run (preempt), or the run waits this much past its stall timeout.
@@ -83,6 +92,10 @@ class Fault:
             return f"@{self.step} preempted by {len(self.slices)} slices for {self.seconds:.0f}s"
         if self.kind == QUEUE_WAIT:
             return f"@0 queued behind {len(self.slices)} slices, stall timeout +{self.seconds:.0f}s"
+        if self.kind == PODS_READY:
+            return (
+                f"@{self.step} slice {','.join(map(str, self.slices))} repaired {self.seconds:.0f}s (> recoveryTimeout)"
+            )
         return f"@{self.step} {self.kind}"
 
 
@@ -118,13 +131,13 @@ class Schedule:
 
     @property
     def run_name(self) -> str:
-        kueue = {"preempt": "preempt-", "queue-wait": "queue-"}.get(self.kueue, "")
+        kueue = {"preempt": "preempt-", "queue-wait": "queue-", "pods-ready": "ready-"}.get(self.kueue, "")
         return f"chaos-{'gcs-' if self.gcs else ''}{kueue}s{self.seed}-r{self.index}"
 
     @property
     def kueue_fault(self) -> Fault | None:
         """The run's preemption or queue wait, if it has one."""
-        return next((f for f in self.faults if f.kind in (PREEMPT, QUEUE_WAIT)), None)
+        return next((f for f in self.faults if f.kind in (PREEMPT, QUEUE_WAIT, PODS_READY)), None)
 
     @property
     def target_step(self) -> int:
@@ -262,7 +275,8 @@ def kueue_schedule(
 
     ``preempt``: at a step from 3 to four before the end (before the first checkpoint sometimes), a blocker
     arrives that needs more chips than the run leaves free (``QUEUE_CHIPS``), so Kueue must preempt the run to
-    admit it. ``queue-wait``: a blocker holds all the chips when the run is submitted.
+    admit it. ``queue-wait``: a blocker holds all the chips when the run is submitted. ``pods-ready``: at a step from 3
+    to four before the end, one of the run's slices has its node pool repaired for longer than Kueue's recoveryTimeout.
     """
     if kueue not in KUEUE_DIMENSIONS:
         raise ValueError(f"kueue must be one of {', '.join(KUEUE_DIMENSIONS)}, got {kueue!r}")
@@ -275,6 +289,13 @@ def kueue_schedule(
             kind=PREEMPT,
             slices=tuple(range(blocker_slices)),
             seconds=round(rng.uniform(*PREEMPT_HOLD_SECONDS), 1),
+        )
+    elif kueue == "pods-ready":
+        fault = Fault(
+            step=rng.randint(3, steps - 4),
+            kind=PODS_READY,
+            slices=(rng.randrange(num_slices),),
+            seconds=round(rng.uniform(*PODS_READY_REPAIR_SECONDS), 1),
         )
     else:
         fault = Fault(
