@@ -17,6 +17,7 @@ from elastic_training.local.cluster.job_controller import JobController
 from elastic_training.local.cluster.jobset_controller import JobSetController
 from elastic_training.local.cluster.jobset_placement import JobSetPodWebhook
 from elastic_training.local.cluster.kubelet import Kubelet
+from elastic_training.local.cluster.kueue_config import OFF, publish
 from elastic_training.local.cluster.kueue_jobset import KueueController, suspend_on_create
 from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.namespace_controller import NamespaceController
@@ -63,6 +64,8 @@ class ControlPlane:
             return
         register_nodes(self.store, self.description)
         register_queues(self.store, self.description.queue_objects)
+        if self.description.queue_objects or self.description.kueue_configuration != OFF:
+            publish(self.store, self.description.kueue_configuration)  # Kueue is installed: its ConfigMap
         self.store.add_admission(self.pod_priority.admit)  # built-in admission runs before webhooks
         self.store.add_admission(self.pod_webhook.admit)
         self.store.add_admission(suspend_on_create)

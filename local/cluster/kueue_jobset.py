@@ -38,7 +38,7 @@ from typing import Any
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.conditions import find_condition
 from elastic_training.local.cluster.events import NORMAL, record_event
-from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration
+from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration, publish
 from elastic_training.local.cluster.kueue_scheduler import KueueScheduler
 from elastic_training.local.cluster.kueue_workload_controller import WorkloadController, sync_pods_ready
 from elastic_training.local.cluster.owners import controller_ref, owner_reference
@@ -121,6 +121,7 @@ class KueueController:
     def configure(self, configuration: KueueConfiguration) -> None:
         """Take a new manager Configuration (upstream: the ConfigMap edited and the manager restarted)."""
         self.configuration = self.scheduler.configuration = self.workloads.configuration = configuration
+        publish(self._store, configuration)
         for wl in self._store.view(WORKLOADS)[0]:
             self.queue.enqueue(("workload", wl["metadata"]["namespace"], wl["metadata"]["name"]))
         for jobset in self._store.view(JOBSETS)[0]:
