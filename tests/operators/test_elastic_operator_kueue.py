@@ -343,8 +343,8 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
 
 # Kueue's waitForPodsReady on this cluster for the next test: a slice not back within RECOVERY_TIMEOUT seconds gets
 # the whole JobSet evicted (PodsReadyTimeout), requeued after a 5 s backoff.
-RECOVERY_TIMEOUT = 15
-REPAIR_SECONDS = 45.0  # GKE's auto-repair of the slice's node pool: longer than Kueue's recoveryTimeout
+RECOVERY_TIMEOUT = 10
+REPAIR_SECONDS = 30.0  # GKE's auto-repair of the slice's node pool: longer than Kueue's recoveryTimeout
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
@@ -167,6 +168,9 @@ def test_kueue_faults_over_http_and_bad_ones_refused(cluster: LocalCluster, k8s:
     applied = _control(cluster, "/kueue-configuration", {"waitForPodsReady": {"timeout": "2m"}})
     assert applied["waitForPodsReady"]["timeout"] == "2m0s"
     assert applied["waitForPodsReady"]["recoveryTimeout"] == "2m0s"  # defaults to the timeout
+    # Published where Kueue's manifests install it, for whoever reads Kueue's configuration.
+    published = k8s.core.read_namespaced_config_map("kueue-manager-config", "kueue-system").data
+    assert yaml.safe_load(published["controller_manager_config.yaml"]) == applied
     cq, _ = queues(k8s)
     stopped = _control(cluster, "/stop-queue", {"clusterQueue": cq, "stopPolicy": "Hold"})
     assert stopped["spec"]["stopPolicy"] == "Hold"
