@@ -464,13 +464,7 @@ def broken_promises(
             broken.append(f"eviction {notes.get('evicted')!r}, {notes.get('preempted')!r}")
         if len(preemptions) != 1:
             broken.append(f"{len(preemptions)} preemptions in the report")
-        for preemption in preemptions[:1]:
-            restored = preemption.get("restored_step")
-            lost = preemption.get("steps_lost")
-            if restored is not None and restored % plan.checkpoint_period != 0:
-                broken.append(f"restored step {restored}, not a checkpoint")
-            if lost is None or not 0 <= int(lost) <= plan.checkpoint_period:
-                broken.append(f"steps lost {lost}")
+        broken += _resumed_within_a_period(plan, preemptions)
         if len(jobsets) != 1 + recreated:
             broken.append(f"{len(jobsets)} JobSets, {recreated} recreated for the preemption")
     else:
@@ -511,12 +505,19 @@ def _pods_ready_broken(
         broken.append(f"evictions in the report {kinds}, pods_ready_evictions={report.get('pods_ready_evictions')}")
     if report.get("preemption_count"):
         broken.append(f"preemption_count={report.get('preemption_count')}: a PodsReady timeout is no preemption")
+    broken += _resumed_within_a_period(plan, entries)
+    if len(jobsets) != 1 + recreated:
+        broken.append(f"{len(jobsets)} JobSets, {recreated} recreated for the eviction")
+    return broken
+
+
+def _resumed_within_a_period(plan: Schedule, entries: list[Obj]) -> list[str]:
+    """The first eviction resumed from a committed step (a multiple of the period), at most one period lost."""
+    broken = []
     for entry in entries[:1]:
         restored, lost = entry.get("restored_step"), entry.get("steps_lost")
         if restored is not None and restored % plan.checkpoint_period != 0:
             broken.append(f"restored step {restored}, not a checkpoint")
         if lost is None or not 0 <= int(lost) <= plan.checkpoint_period:
             broken.append(f"steps lost {lost}")
-    if len(jobsets) != 1 + recreated:
-        broken.append(f"{len(jobsets)} JobSets, {recreated} recreated for the eviction")
     return broken
