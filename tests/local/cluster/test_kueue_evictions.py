@@ -13,9 +13,7 @@ by the ``pods_ready`` fixture and put back to "off" after each test. Timeouts ar
 
 from __future__ import annotations
 
-import json
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.kueue_config import ConfigurationError, parse_configuration
 from elastic_training.local.cluster.queue_description import QueueDescriptionError, parse_kueue_configuration
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
+from tests.support.cluster_faults import _control
 from tests.support.control_plane import NS, JobSets, job_template, jobset_manifest, pods_of, unique
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
@@ -151,41 +150,28 @@ def test_wait_for_pods_ready_takes_upstreams_defaults_and_refuses_what_it_cannot
         parse_kueue_configuration({"configuration": {"waitForPodsReady": {"timeout": "-1s"}}})
 
 
-def _control(cluster: LocalCluster, path: str, body: Obj) -> Obj:
-    """The fault endpoint over HTTP, as the CLI and the chaos benchmark reach it."""
-    request = urllib.request.Request(
-        f"{cluster.url}/_local/faults{path}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10, context=cluster.ssl_context()) as response:
-        answer: Obj = json.loads(response.read())
-        return answer
-
-
 def test_kueue_faults_over_http_and_bad_ones_refused(cluster: LocalCluster, k8s: K8s) -> None:
-    applied = _control(cluster, "/kueue-configuration", {"waitForPodsReady": {"timeout": "2m"}})
+    applied = _control(cluster, "kueue-configuration", {"waitForPodsReady": {"timeout": "2m"}})
     assert applied["waitForPodsReady"]["timeout"] == "2m0s"
     assert applied["waitForPodsReady"]["recoveryTimeout"] == "2m0s"  # defaults to the timeout
     # Published where Kueue's manifests install it, for whoever reads Kueue's configuration.
     published = k8s.core.read_namespaced_config_map("kueue-manager-config", "kueue-system").data
     assert yaml.safe_load(published["controller_manager_config.yaml"]) == applied
     cq, _ = queues(k8s)
-    stopped = _control(cluster, "/stop-queue", {"clusterQueue": cq, "stopPolicy": "Hold"})
+    stopped = _control(cluster, "stop-queue", {"clusterQueue": cq, "stopPolicy": "Hold"})
     assert stopped["spec"]["stopPolicy"] == "Hold"
     for path, bad in (
-        ("/kueue-configuration", {"waitForPodsReady": {"timeout": "soon"}}),
-        ("/kueue-configuration", {"waitForPodsReady": {"blockAdmission": True}}),
-        ("/stop-queue", {"clusterQueue": cq, "stopPolicy": "Pause"}),
-        ("/stop-queue", {"stopPolicy": "Hold"}),
-        ("/deactivate-workload", {"jobSet": "no-such-jobset-x"}),
-        ("/deactivate-workload", {"jobSet": "x", "active": "no"}),
+        ("kueue-configuration", {"waitForPodsReady": {"timeout": "soon"}}),
+        ("kueue-configuration", {"waitForPodsReady": {"blockAdmission": True}}),
+        ("stop-queue", {"clusterQueue": cq, "stopPolicy": "Pause"}),
+        ("stop-queue", {"stopPolicy": "Hold"}),
+        ("deactivate-workload", {"jobSet": "no-such-jobset-x"}),
+        ("deactivate-workload", {"jobSet": "x", "active": "no"}),
     ):
         with pytest.raises(urllib.error.HTTPError) as error:
             _control(cluster, path, bad)
         assert error.value.code in (400, 404), bad
-    assert _control(cluster, "/stop-queue", {"clusterQueue": cq, "stopPolicy": "None"})["spec"]["stopPolicy"] == "None"
+    assert _control(cluster, "stop-queue", {"clusterQueue": cq, "stopPolicy": "None"})["spec"]["stopPolicy"] == "None"
 
 
 # -- PodsReadyTimeout ------------------------------------------------------------------------------------
