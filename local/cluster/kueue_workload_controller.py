@@ -37,8 +37,12 @@ scheduler_test.go`` ("Should re-admit a timed out workload and deactivate a work
 limit"), ``test/integration/singlecluster/controller/core/workload_controller_test.go``,
 ``pkg/controller/core/workload_controller_test.go``.
 
+The ``AdmissionCheck`` eviction (a ``Retry`` check) and the ``DeactivationTarget`` of a ``Rejected`` one are
+:mod:`local.cluster.kueue_admission_checks`'; the deactivation and backoff that follow are this controller's, as for
+every other cause.
+
 Not modelled: ``NodeFailures`` (Kueue v0.17 sets it only with topology-aware scheduling's failed-node replacement,
-which the local Kueue does not do), ``AdmissionCheck`` evictions (admission checks), ``maximumExecutionTimeSeconds``.
+which the local Kueue does not do), ``maximumExecutionTimeSeconds``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from elastic_training.local.cluster import kueue_admission_checks as ac
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.events import NORMAL, record_event
 from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration
@@ -249,15 +254,15 @@ class WorkloadController:
     def _evict(
         self, wl: Obj, reason: str, message: str, *, cause: str = "", prepare: Callable[[Obj], Any] | None = None
     ) -> None:
-        """``workload.Evict``: the custom preparation, ``Evicted=True``, and (for a Workload that held an
-        admission) the Event ``EvictedDueTo<reason>``."""
+        """``workload.Evict``: the custom preparation, ``Evicted=True`` with the admission checks reset
+        (``prepareForEviction``), and (for a Workload that held an admission) the Event ``EvictedDueTo<reason>``."""
         had_admission = (wl.get("status") or {}).get("admission") is not None
         event: list[str] = []
 
         def change(o: Obj) -> None:
             if prepare is not None:
                 prepare(o)
-            event.append(kw.set_evicted(o, reason, message, cause))
+            event.append(ac.evict(o, reason, message, cause))
 
         updated = self._write(wl, change)
         if updated is not None and had_admission and event:
