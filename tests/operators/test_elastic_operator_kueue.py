@@ -348,109 +348,6 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
     )
 
 
-# -- flex-start (xpk --flex: the dws-prov admission check and its ProvisioningRequest) -----------------------------
-
-FLEX_QUEUE = "flex-queue"
-FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")  # made queued-provisioning pools: no nodes until a request takes them
-
-
-def _flex(admin: Cluster, cluster: LocalCluster) -> None:
-    """A second ClusterQueue with xpk's dws-prov check (2 slices of quota) over two queued-provisioning pools."""
-    if admin.custom.list_cluster_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", field_selector=f"metadata.name={FLEX_QUEUE}"
-    )["items"]:
-        return
-
-    def idle(pool: str) -> bool:
-        nodes = {n.metadata.name for n in admin.core.list_node(label_selector=f"{LABEL_GKE_NODEPOOL}={pool}").items}
-        return not any(p.spec.node_name in nodes for p in admin.core.list_pod_for_all_namespaces().items)
-
-    # An earlier test's blocker may still be going (its foreground delete): only an idle pool can be taken away.
-    wait_for("the flex pools idle", lambda: all(idle(pool) for pool in FLEX_POOLS), timeout=180)
-    for pool in FLEX_POOLS:
-        cluster.faults.provision_on_demand(pool, 5.0, queued=True)
-    create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
-    quotas = [
-        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
-        (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
-    ]
-    admin.custom.create_cluster_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(FLEX_QUEUE, quotas)
-    )
-    admin.custom.create_namespaced_custom_object(
-        KUEUE_GROUP,
-        KUEUE_VERSION,
-        NS,
-        "localqueues",
-        {"metadata": {"name": "flex"}, "spec": {"clusterQueue": FLEX_QUEUE}},
-    )
-
-
-def test_a_flex_run_waits_for_provisioning_apart_from_quota_and_trains_on_the_new_slices(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
-) -> None:
-    _flex(admin, cluster_connection)
-    run_name = "kueue-flex"
-    dag_run = queued_dag("kueue_flex", tmp_path, queue_name="flex").test()
-    assert states(dag_run) == {"pretrain": "success"}
-    report = xcom(dag_run, "pretrain")
-    assert report["final_step"] == 59 and report["full_restarts"] == 0 and report["slice_restarts"] == 0
-    assert report["provisioning_seconds"] > 0 and report["provisioning_spans"][0][1] is not None
-    assert [said for _, said in report["provisioning_notes"]] == [
-        f"admission check {CHECK} Ready: Capacity is found in the cluster"
-    ]
-    [jobset] = jobsets_of(cluster_connection, run_name)
-    workers = [r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "worker"]
-    selector = workers[0]["template"]["spec"]["template"]["spec"]["nodeSelector"]
-    assert selector[LABEL_PROVISIONING_REQUEST].startswith("resize-")  # Kueue's podSetUpdates, from the request
-    admin.delete(jobset["metadata"]["name"])  # its ProvisioningRequest goes with its Workload: the pools are free again
-    wait_for(
-        "the flex pools given back",
-        lambda: (
-            not [n for n in admin.core.list_node().items if n.metadata.labels.get(LABEL_GKE_NODEPOOL) in FLEX_POOLS]
-        ),
-        timeout=120,
-    )
-
-
-def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
-) -> None:
-    _flex(admin, cluster_connection)
-    run_name = "kueue-flex-revoked"
-    revoked: dict[str, Any] = {}
-
-    def revoke(faults: StepFaults) -> None:
-        [request] = provisioning_requests(admin.custom, NS)
-        revoked.update(
-            cluster_connection.faults.provisioning(
-                "revoke", namespace=NS, name=request["metadata"]["name"], message="the flex-start VMs were reclaimed"
-            )
-        )
-        [jobset] = admin.jobsets_of_run(run_name)
-        revoked["workload"] = wait_for(
-            "its Workload deactivated", lambda: (w := admin.workload_of(jobset)) and is_true(w, "Evicted") and w
-        )
-
-    with StepFaults(cluster_connection, run_name).at(25, revoke) as faults:
-        dag_run = queued_dag("kueue_flex_revoked", tmp_path, queue_name="flex", queue_timeout=15.0).test()
-    assert faults.fired == [25]
-    assert len(revoked["nodes"]) == 8  # both slices' hosts
-    assert states(dag_run) == {"pretrain": "failed"}
-    workload = revoked["workload"]
-    assert workload["spec"]["active"] is False
-    evicted = condition(workload, "Evicted")
-    assert evicted is not None and evicted["reason"] == "DeactivatedDueToAdmissionCheck"
-    report = xcom(dag_run, "pretrain", "report")
-    assert report["full_restarts"] == 0 and len(report["jobsets"]) == 1  # never recreated
-    said = [note for _, note in report["provisioning_notes"]]
-    assert said[-1] == f"admission check {CHECK} Rejected: the flex-start VMs were reclaimed"
-    # Ended by the Deactivated rule at once (nothing admits it again), not by queue_timeout, naming the revocation.
-    assert report["failure"].startswith("Kueue will not admit the JobSet again: it was deactivated")
-    assert "queue_timeout" not in report["failure"]
-    assert "Rejected: the flex-start VMs were reclaimed" in report["failure"]
-
-
 # Kueue's waitForPodsReady on this cluster for the next test: a slice not back within RECOVERY_TIMEOUT seconds gets
 # the whole JobSet evicted (PodsReadyTimeout), requeued after a 5 s backoff.
 RECOVERY_TIMEOUT = 10
@@ -551,3 +448,108 @@ def test_a_slice_repair_outlasting_recovery_timeout_is_evicted_by_kueue_and_resu
     assert report["budgets"]["max_pods_ready_evictions"] == 3
     assert report["budgets"]["pods_ready_recovery_timeout_seconds"] == RECOVERY_TIMEOUT
     assert len(jobsets_of(cluster_connection, run_name)) == 1  # the same JobSet, resumed
+
+
+# -- flex-start (xpk --flex: the dws-prov admission check and its ProvisioningRequest) -----------------------------
+# Last in the module: they make two of its cluster's v5e-16 pools queued-provisioning ones for good (only a
+# ProvisioningRequest brings their nodes back), which a later run outside the flex queue could not schedule on.
+
+FLEX_QUEUE = "flex-queue"
+FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")  # made queued-provisioning pools: no nodes until a request takes them
+
+
+def _flex(admin: Cluster, cluster: LocalCluster) -> None:
+    """A second ClusterQueue with xpk's dws-prov check (2 slices of quota) over two queued-provisioning pools."""
+    if admin.custom.list_cluster_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", field_selector=f"metadata.name={FLEX_QUEUE}"
+    )["items"]:
+        return
+
+    def idle(pool: str) -> bool:
+        nodes = {n.metadata.name for n in admin.core.list_node(label_selector=f"{LABEL_GKE_NODEPOOL}={pool}").items}
+        return not any(p.spec.node_name in nodes for p in admin.core.list_pod_for_all_namespaces().items)
+
+    # An earlier test's blocker may still be going (its foreground delete): only an idle pool can be taken away.
+    wait_for("the flex pools idle", lambda: all(idle(pool) for pool in FLEX_POOLS), timeout=180)
+    for pool in FLEX_POOLS:
+        cluster.faults.provision_on_demand(pool, 5.0, queued=True)
+    create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
+    quotas = [
+        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
+        (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
+    ]
+    admin.custom.create_cluster_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(FLEX_QUEUE, quotas)
+    )
+    admin.custom.create_namespaced_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        NS,
+        "localqueues",
+        {"metadata": {"name": "flex"}, "spec": {"clusterQueue": FLEX_QUEUE}},
+    )
+
+
+def test_a_flex_run_waits_for_provisioning_apart_from_quota_and_trains_on_the_new_slices(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    _flex(admin, cluster_connection)
+    run_name = "kueue-flex"
+    dag_run = queued_dag("kueue_flex", tmp_path, queue_name="flex").test()
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 59 and report["full_restarts"] == 0 and report["slice_restarts"] == 0
+    assert report["provisioning_seconds"] > 0 and report["provisioning_spans"][0][1] is not None
+    assert [said for _, said in report["provisioning_notes"]] == [
+        f"admission check {CHECK} Ready: Capacity is found in the cluster"
+    ]
+    [jobset] = jobsets_of(cluster_connection, run_name)
+    workers = [r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "worker"]
+    selector = workers[0]["template"]["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector[LABEL_PROVISIONING_REQUEST].startswith("resize-")  # Kueue's podSetUpdates, from the request
+    admin.delete(jobset["metadata"]["name"])  # its ProvisioningRequest goes with its Workload: the pools are free again
+    wait_for(
+        "the flex pools given back",
+        lambda: (
+            not [n for n in admin.core.list_node().items if n.metadata.labels.get(LABEL_GKE_NODEPOOL) in FLEX_POOLS]
+        ),
+        timeout=120,
+    )
+
+
+def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    _flex(admin, cluster_connection)
+    run_name = "kueue-flex-revoked"
+    revoked: dict[str, Any] = {}
+
+    def revoke(faults: StepFaults) -> None:
+        [request] = provisioning_requests(admin.custom, NS)
+        revoked.update(
+            cluster_connection.faults.provisioning(
+                "revoke", namespace=NS, name=request["metadata"]["name"], message="the flex-start VMs were reclaimed"
+            )
+        )
+        [jobset] = admin.jobsets_of_run(run_name)
+        revoked["workload"] = wait_for(
+            "its Workload deactivated", lambda: (w := admin.workload_of(jobset)) and is_true(w, "Evicted") and w
+        )
+
+    with StepFaults(cluster_connection, run_name).at(25, revoke) as faults:
+        dag_run = queued_dag("kueue_flex_revoked", tmp_path, queue_name="flex", queue_timeout=15.0).test()
+    assert faults.fired == [25]
+    assert len(revoked["nodes"]) == 8  # both slices' hosts
+    assert states(dag_run) == {"pretrain": "failed"}
+    workload = revoked["workload"]
+    assert workload["spec"]["active"] is False
+    evicted = condition(workload, "Evicted")
+    assert evicted is not None and evicted["reason"] == "DeactivatedDueToAdmissionCheck"
+    report = xcom(dag_run, "pretrain", "report")
+    assert report["full_restarts"] == 0 and len(report["jobsets"]) == 1  # never recreated
+    said = [note for _, note in report["provisioning_notes"]]
+    assert said[-1] == f"admission check {CHECK} Rejected: the flex-start VMs were reclaimed"
+    # Ended by the Deactivated rule at once (nothing admits it again), not by queue_timeout, naming the revocation.
+    assert report["failure"].startswith("Kueue will not admit the JobSet again: it was deactivated")
+    assert "queue_timeout" not in report["failure"]
+    assert "Rejected: the flex-start VMs were reclaimed" in report["failure"]
