@@ -50,6 +50,15 @@ from elastic_training.operators.constants import (
 from elastic_training.operators.failure_history import DEFAULT_RUNS, MAX_RUNS, RunRecord
 from elastic_training.operators.history_store import bounded_notes, history_key, load_history, record_run
 from elastic_training.operators.images import enforce_allowed_images
+from elastic_training.operators.kueue_config import (
+    CONFIG_MAP_NAME,
+    CONFIG_MAP_NAMESPACE,
+    KueueConfigError,
+    PodsReadyTimeouts,
+    from_config_map,
+    from_options,
+    pods_ready_warnings,
+)
 from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
@@ -72,6 +81,7 @@ from elastic_training.operators.scheduling import describe, stranded
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     DEFAULT_HEAD_NODE_POOL,
+    ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS,
     INT32_MAX,
     PATHWAYS_PROXY_IMAGE,
     PATHWAYS_SERVER_IMAGE,
@@ -89,6 +99,7 @@ if TYPE_CHECKING:
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
 AUTO_FALLBACK_PERIOD = 10  # checkpoint_period="auto" with no history to learn from: the nightly form's default
 MAX_QUARANTINES_PER_ESCALATION = 3
+DEFAULT_MAX_PODS_READY_EVICTIONS = 3
 
 
 def _as_int(field: str, value: Any) -> int:
@@ -146,10 +157,13 @@ def _budgets(
     queue_timeout: timedelta | float | None,
     elastic_timeout_seconds: int,
     startup_timeout: timedelta | float,
+    max_pods_ready_evictions: int | None = None,
 ) -> Budgets:
     """The constructor's budgets, each checked naming its parameter (`TypeError`/`ValueError`)."""
     _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
     _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
+    if max_pods_ready_evictions is not None:
+        _count("max_pods_ready_evictions", max_pods_ready_evictions, INT32_MAX)
     return Budgets(
         max_slice_restarts=max_slice_restarts,
         slice_restart_window_seconds=_seconds("slice_restart_window", slice_restart_window),
@@ -163,6 +177,7 @@ def _budgets(
             else None
         ),
         startup_timeout_seconds=_seconds("startup_timeout", startup_timeout),
+        max_pods_ready_evictions=max_pods_ready_evictions,
     )
 
 
@@ -225,6 +240,14 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         and what Kueue said. ``None`` (the default): as long as it takes (``execution_timeout`` still applies).
     :param queue_name: the Kueue LocalQueue: the JobSet gets the ``kueue.x-k8s.io/queue-name`` label (``None``: no
         label, Kueue leaves it alone). ``kueue_queue`` is its former name, still accepted.
+    :param max_pods_ready_evictions: Kueue evictions for a PodsReady timeout (``waitForPodsReady``: the pods not
+        all ready in time) the run may take; each is waited out like a preemption, spending no restart budget, and
+        one more fails the task (``pods_ready_evictions_exceeded``). ``None``: any number (``queue_timeout`` still
+        bounds each wait). Default 3.
+    :param kueue_pods_ready_timeout: :param kueue_recovery_timeout: Kueue's ``waitForPodsReady`` ``timeout`` and
+        ``recoveryTimeout``, for when the operator cannot read Kueue's ConfigMap (``kueue-system/
+        kueue-manager-config``, which needs an optional Role: docs/rbac.md); used for the launch warnings and shown
+        in the report. ``None``: unknown.
     :param workload_priority_class: a Kueue WorkloadPriorityClass: the ``kueue.x-k8s.io/priority-class`` label.
     :param elastic_slices: the slices the run may lose (the proxy's ``--num_elastic_slices``, xpk's
         ``--elastic-slices``); default 1, or ``num_slices - elastic_min_slice_count`` when that is set.
@@ -326,6 +349,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         node_pool_failure_threshold: int = DEFAULT_THRESHOLD,
         failure_history_runs: int = DEFAULT_RUNS,
         failure_history_key: str | None = None,
+        max_pods_ready_evictions: int | None = DEFAULT_MAX_PODS_READY_EVICTIONS,
+        kueue_pods_ready_timeout: timedelta | float | None = None,
+        kueue_recovery_timeout: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -344,7 +370,19 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         window, timeout = slice_restart_window, elastic_timeout_seconds
         self.budgets = _budgets(
-            max_slice_restarts, window, stall_timeout, max_full_restarts, queue_timeout, timeout, startup_timeout
+            max_slice_restarts,
+            window,
+            stall_timeout,
+            max_full_restarts,
+            queue_timeout,
+            timeout,
+            startup_timeout,
+            max_pods_ready_evictions,
+        )
+        pods_ready_timeout, recovery_timeout = kueue_pods_ready_timeout, kueue_recovery_timeout
+        self.kueue_pods_ready = (
+            None if pods_ready_timeout is None else _seconds("kueue_pods_ready_timeout", pods_ready_timeout),
+            None if recovery_timeout is None else _number("kueue_recovery_timeout", recovery_timeout, positive=False),
         )
         self.jobset_max_restarts = jobset_max_restarts
         self.elastic_min_slice_count = elastic_min_slice_count
@@ -465,6 +503,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             )
             self.log.info("avoid_failing_node_pools: %s", avoidance.reason)
         plan["node_pool_avoidance"] = avoidance.to_json()
+        if self.gke_knobs.get("queue_name"):
+            pods_ready = self._pods_ready_timeouts()
+            if pods_ready is not None:
+                plan["kueue_pods_ready"] = pods_ready.to_json()
+                self._warn_pods_ready(spec, pods_ready)
         run.plan = plan
 
     def _planned_or_not(self, context: Context, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
@@ -480,6 +523,45 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             try_number = int(getattr(context["ti"], "try_number", 1) or 1)  # as _plan keys it: not re-planned
             run.plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
             return self._planned(spec, run)
+
+    def _pods_ready_timeouts(self) -> PodsReadyTimeouts | None:
+        """Kueue's waitForPodsReady: its ConfigMap where the Role lets the operator read it, else the task's options."""
+        where = f"the ConfigMap {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME}"
+        options = from_options(*self.kueue_pods_ready)
+        fallback = "using the task's kueue_* options" if options is not None else "its waitForPodsReady is unknown"
+        try:
+            data = self._hook().read_config_map(CONFIG_MAP_NAME, CONFIG_MAP_NAMESPACE)
+        except Exception as error:  # 403 where the Role does not grant it (docs/rbac.md), or no cluster
+            self.log.info("Kueue's configuration (%s) could not be read (%s): %s", where, str(error)[:200], fallback)
+            return options
+        if data is None:
+            self.log.info("Kueue's configuration (%s) does not exist: %s", where, fallback)
+            return options
+        try:
+            found = from_config_map(data, where)
+        except KueueConfigError as error:  # stored input: reported, never the run's failure
+            self.log.warning("Kueue's configuration could not be read: %s; %s", error, fallback)
+            return options
+        return options if found.enabled is None and options is not None else found
+
+    def _warn_pods_ready(self, spec: ElasticRunSpec, pods_ready: PodsReadyTimeouts) -> None:
+        self.log.info(
+            "Kueue's waitForPodsReady (%s): %s",
+            pods_ready.source,
+            "off"
+            if pods_ready.enabled is False
+            else "not configured (off on Kueue v0.17; on from v0.19, 30 min)"
+            if pods_ready.enabled is None
+            else f"timeout {pods_ready.timeout_seconds} s, recoveryTimeout {pods_ready.recovery_timeout_seconds} s",
+        )
+        repair = float(ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS) if spec.runtime == "gke" else None
+        for warning in pods_ready_warnings(
+            pods_ready,
+            elastic_timeout_seconds=float(spec.elastic_timeout_seconds),
+            slice_repair_seconds=repair,
+            max_pods_ready_evictions=self.budgets.max_pods_ready_evictions,
+        ):
+            self.log.warning("Kueue: %s", warning)
 
     def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str, str]:
         """The node pools a slice of this run can land on (the schedulable nodes its workers select, by their GKE
@@ -667,6 +749,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def _wait(self, context: Context, spec: ElasticRunSpec, run: RunState, relax_not_before: float = 0.0) -> Any:
         if not run.monitor.started_at:
             run.monitor.started_at = time.time()
+        # max_pods_ready_evictions spans the run: the trigger counts this incarnation's on top of the earlier ones.
+        run.monitor.earlier_pods_ready_evictions = run.closed_pods_ready_evictions()
         return self._watch(
             context,
             Handle(run.jobset_name, run.jobset_uid),
@@ -870,6 +954,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 self.budgets,
                 jobset_max_restarts=self.jobset_max_restarts,
                 elastic_max_retries=spec.effective_elastic_max_retries,
+                pods_ready=PodsReadyTimeouts.from_json((run.plan or {}).get("kueue_pods_ready")),
             ),
             checkpoint_period=spec.checkpoint_period,
             checkpoint_save_seconds=mean_save_seconds(self._newest_valid_steps),

@@ -292,7 +292,10 @@ class PretrainOperator(ElasticJobSetOperator):
         self.checkpoint_period = AUTO_PERIOD if config.auto_checkpoint_period else config.checkpoint_period
         self.auto_fallback_period = config.checkpoint_period
         self.avoid_failing_node_pools = config.avoid_failing_node_pools
-        self.budgets = config.budgets(elastic_timeout_seconds=self.budgets.elastic_timeout_seconds)
+        self.budgets = config.budgets(
+            elastic_timeout_seconds=self.budgets.elastic_timeout_seconds,
+            max_pods_ready_evictions=self.budgets.max_pods_ready_evictions,
+        )
 
     def _rendered_spec(self) -> ElasticRunSpec:
         spec = super()._rendered_spec()

@@ -128,8 +128,11 @@ class PipelineConfig:
         }
         return ElasticRunSpec(**fields) if onto is None else dataclasses.replace(onto, **fields)
 
-    def budgets(self, elastic_timeout_seconds: float | None = None) -> Budgets:
-        """The pretraining's budgets; ``elastic_timeout_seconds`` is the operator's (MaxText's wait for slices)."""
+    def budgets(
+        self, elastic_timeout_seconds: float | None = None, max_pods_ready_evictions: int | None = None
+    ) -> Budgets:
+        """The pretraining's budgets; ``elastic_timeout_seconds`` (MaxText's wait for slices) and
+        ``max_pods_ready_evictions`` are the operator's."""
         return Budgets(
             max_slice_restarts=self.max_slice_restarts,
             slice_restart_window_seconds=60.0 * self.slice_restart_window_minutes,
@@ -138,6 +141,7 @@ class PipelineConfig:
             queue_timeout_seconds=self.queue_timeout_seconds,
             elastic_timeout_seconds=elastic_timeout_seconds,
             startup_timeout_seconds=60.0 * self.startup_timeout_minutes,
+            max_pods_ready_evictions=max_pods_ready_evictions,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def test_the_pretrain_stage_runs_the_configurations_spec_with_its_own_knobs(tmp_
     spec = operator.build_spec()
     assert spec == config.spec(onto=spec)  # every run field is the configuration's
     assert (spec.elastic_timeout_seconds, spec.queue_name, spec.max_slice_restarts) == (400, None, 5)
-    assert operator.budgets == config.budgets(elastic_timeout_seconds=400.0)
+    assert operator.budgets == config.budgets(elastic_timeout_seconds=400.0, max_pods_ready_evictions=3)
 
 
 def test_a_rule_of_the_run_is_the_spec_lints_named_by_the_param(tmp_path: Path) -> None:
