@@ -216,8 +216,8 @@ class CheckpointValidationOperator(BaseOperator):
         }
 
     def _emit_outcome(self, context: Context, outcome: ValidationOutcome) -> None:
-        ti = context["ti"]
         try:
+            ti = context["ti"]
             emit_validation_outcome(outcome, dag_id=ti.dag_id, task_id=ti.task_id)
         except Exception:  # metrics are a courtesy: a broken StatsD/OTel backend must not fail the validation
             self.log.warning("sending the validation's metric failed", exc_info=True)
