@@ -27,6 +27,7 @@ from elastic_training.operators.spec import ElasticRunSpec
 FACET_NAME = "elasticTraining"
 MAX_PATH = 1024  # a longer value is not a path anyone wrote; it names nothing
 MAX_INPUTS = 32
+MAX_RECOVERIES = 50  # the newest ones: an event stays small however long the run
 
 # MaxText keys (src/MaxText/configs/base.yml) that name data a run reads: the tfds directory, Grain's and Hugging
 # Face's file patterns (";"-separated mixtures, each "pattern[,weight]"), the tokenizer, a checkpoint to start from.
@@ -87,7 +88,8 @@ def maxtext_inputs(args: Mapping[str, Any]) -> list[LineageDataset]:
 
 
 def run_facet_fields(report: RunReport) -> dict[str, Any]:
-    """The custom run facet's fields: what the run's recoveries cost and its goodput."""
+    """The custom run facet's fields: the run's recoveries (each, the newest :data:`MAX_RECOVERIES`) and what they
+    cost, its full restarts and its goodput."""
     return {
         "targetStep": report.target_step,
         "finalStep": report.final_step,
@@ -97,6 +99,16 @@ def run_facet_fields(report: RunReport) -> dict[str, Any]:
         "preemptions": report.preemption_count,
         "stepsLost": report.steps_lost,
         "goodput": report.goodput,
+        "recoveries": [
+            {
+                "kind": r.kind,
+                "failedStep": r.failed_step,
+                "restoredStep": r.restored_step,
+                "stepsLost": r.steps_lost,
+                "seconds": r.phase_seconds.total,
+            }
+            for r in report.recoveries[-MAX_RECOVERIES:]
+        ],
         "jobsets": list(report.jobsets),
         "failure": report.failure,
     }

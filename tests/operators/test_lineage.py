@@ -92,6 +92,10 @@ REPORT = RunReport.from_json(
         "goodput": 0.81,
         "jobsets": ["run-a-r0", "run-a-r1"],
         "failure": "full-restart budget spent: max_full_restarts=1",
+        "recoveries": [
+            {"failed_step": 35, "restored_step": 30, "steps_lost": 5, "phase_seconds": {"total": 4.5}},
+            {"kind": "scale_up", "failed_step": 60, "restored_step": 60, "steps_lost": 0},
+        ],
     }
 )
 
@@ -112,6 +116,10 @@ def test_the_providers_operator_lineage_with_the_runs_facet() -> None:
         "preemptions": 0,
         "stepsLost": 7,
         "goodput": 0.81,
+        "recoveries": [
+            {"kind": "slice_down", "failedStep": 35, "restoredStep": 30, "stepsLost": 5, "seconds": 4.5},
+            {"kind": "scale_up", "failedStep": 60, "restoredStep": 60, "stepsLost": 0},  # unknown: left out
+        ],
         "jobsets": ["run-a-r0", "run-a-r1"],
         "failure": "full-restart budget spent: max_full_restarts=1",  # on failure, why
     }

@@ -152,6 +152,13 @@ def test_the_runs_lineage_reached_openlineage(finished_run: Any, lineage_events:
     assert facet["fullRestarts"] == 0 and facet["stepsLost"] == report["steps_lost"]
     assert facet["goodput"] == report["goodput"] and facet["finalStep"] == 59
     assert facet["jobsets"] == report["jobsets"]
+    [recovery] = facet["recoveries"]
+    [reported] = report["recoveries"]
+    assert (recovery["failedStep"], recovery["restoredStep"], recovery["stepsLost"]) == (
+        reported["failed_step"],
+        reported["restored_step"],
+        reported["steps_lost"],
+    )
 
 
 FRESH_APP = textwrap.dedent(
