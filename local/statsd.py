@@ -12,7 +12,7 @@ configuration that points an Airflow at it.
 from __future__ import annotations
 
 import socket
-import time
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -52,15 +52,21 @@ class Metric:
 
 
 class StatsdServer:
-    """A UDP socket on 127.0.0.1 (a free port) and the metrics read from it so far (:meth:`read`)."""
+    """A UDP socket on 127.0.0.1 (a free port) and a thread that reads it as packets arrive, so none is dropped for a
+    full socket buffer while the caller waits (a run sends Airflow's own metrics too); :meth:`read` returns them."""
 
     def __init__(self, prefix: str = "airflow") -> None:
         self.prefix = prefix
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.socket.bind(("127.0.0.1", 0))
+        self.socket.settimeout(0.2)
         self.port = int(self.socket.getsockname()[1])
         self.received: list[Metric] = []
         self.dropped: list[str] = []
+        self._arrived = threading.Condition()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"statsd-{self.port}", daemon=True)
+        self._thread.start()
 
     @property
     def address(self) -> str:
@@ -76,28 +82,35 @@ class StatsdServer:
             "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
         }
 
-    def read(self, until: Callable[[list[Metric]], bool] = lambda _: False, timeout: float = 0.0) -> list[Metric]:
-        """Read packets until ``until(every metric so far)`` or ``timeout`` seconds (0: what is waiting now)."""
-        deadline = time.monotonic() + timeout
-        while not until(self.received):
-            left = deadline - time.monotonic()
-            self.socket.settimeout(min(left, 1.0) if left > 0 else 0.0)  # 0.0: non-blocking, what is waiting
+    def _serve(self) -> None:
+        while True:
             try:
                 data = self.socket.recv(MAX_PACKET)
-            except (BlockingIOError, TimeoutError):
-                if left <= 0:
-                    break
+            except TimeoutError:  # nothing waiting: the end, once asked to close
+                if self._closed.is_set():
+                    return
                 continue
-            for line in data.decode(errors="replace").splitlines():
-                try:
-                    self.received.append(Metric.parse(line, self.prefix))
-                except ValueError:
-                    self.dropped.append(line[:200])
-        return self.received
+            with self._arrived:
+                for line in data.decode(errors="replace").splitlines():
+                    try:
+                        self.received.append(Metric.parse(line, self.prefix))
+                    except ValueError:
+                        self.dropped.append(line[:200])
+                self._arrived.notify_all()
+
+    def read(self, until: Callable[[list[Metric]], bool] = lambda _: True, timeout: float = 0.0) -> list[Metric]:
+        """The metrics read so far, once ``until(them)`` or after ``timeout`` seconds, whichever comes first."""
+        with self._arrived:
+            self._arrived.wait_for(lambda: until(self.received), timeout=timeout)
+            return list(self.received)
 
     def named(self, prefix: str) -> list[Metric]:
-        """The metrics read whose name starts with ``prefix``."""
-        return [m for m in self.received if m.name.startswith(prefix)]
+        """The metrics read so far whose name starts with ``prefix``."""
+        with self._arrived:
+            return [m for m in self.received if m.name.startswith(prefix)]
 
     def close(self) -> None:
+        """Read what is waiting, then stop; :attr:`received` holds everything that arrived."""
+        self._closed.set()
+        self._thread.join(timeout=30)
         self.socket.close()

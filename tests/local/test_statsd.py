@@ -38,7 +38,7 @@ def test_a_packet_of_several_lines_and_a_bad_one() -> None:
             client.sendto(b"airflow.gorets:1|c\nairflow.glork:320|ms\nnonsense", ("127.0.0.1", server.port))
         received = server.read(lambda got: len(got) >= 2, timeout=30)
         assert [(m.name, m.kind) for m in received] == [("gorets", "c"), ("glork", "ms")]
-        assert server.dropped == ["nonsense"] and server.read() == received  # nothing more waiting
+        assert server.dropped == ["nonsense"] and server.read() == received  # nothing more arrived
         assert server.airflow_environment()["AIRFLOW__METRICS__STATSD_PORT"] == str(server.port)
     finally:
         server.close()
