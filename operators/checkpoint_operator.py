@@ -181,7 +181,7 @@ class CheckpointValidationOperator(BaseOperator):
             raise
         fallback = chosen is not report.target
         self._emit_outcome(context, ValidationOutcome.FALLBACK if fallback else ValidationOutcome.VALID)
-        if chosen is not report.target:
+        if fallback:
             self.log.warning(
                 "step %s is not valid; falling back to step %s (%s)",
                 report.target_step,

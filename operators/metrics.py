@@ -14,6 +14,7 @@ verdict (docs/operations.md, "Metrics", lists every name); nothing in the pure p
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Protocol
@@ -64,7 +65,8 @@ def detection_seconds(report: RunReport, recovery: RecoveryEntry) -> float | Non
 
 
 def run_metrics(report: RunReport) -> list[tuple[str, str, float]]:
-    """(kind, name, value) of every metric of ``report``, in sending order; an unknown value sends nothing."""
+    """(kind, name, value) of every metric of ``report``, in sending order; an unknown value sends nothing (nor a
+    value no measurement gives)."""
     sent: list[tuple[str, str, float | None]] = [
         ("incr", f"{PREFIX}.{name}", getattr(report, name))
         for name in ("slice_restarts", "in_process_recoveries", "full_restarts", "preemption_count", "steps_lost")
@@ -77,7 +79,8 @@ def run_metrics(report: RunReport) -> list[tuple[str, str, float]]:
         sent.extend(("timing", f"{PREFIX}.recovery_time.{phase}", seconds) for phase, seconds in phases)
     if report.goodput is not None:
         sent.append(("gauge", f"{PREFIX}.goodput", report.goodput))
-    return [(kind, name, value) for kind, name, value in sent if value is not None and value >= 0]
+    # A stored report is anyone's edit: a negative, NaN or infinite value is no measurement.
+    return [(kind, name, value) for kind, name, value in sent if value is not None and 0 <= value < math.inf]
 
 
 def emit_run_metrics(report: RunReport, *, dag_id: str, task_id: str, stats: StatsSink | None = None) -> list[str]:

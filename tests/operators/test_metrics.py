@@ -84,6 +84,11 @@ def test_unknown_values_send_nothing_and_wrong_ones_never_reach_the_metrics() ->
     for wrong in ({"slice_restarts": "3"}, {"recoveries": ["x"]}, {"goodput": "high"}):
         with pytest.raises(ReportError, match="wrong type"):
             RunReport.from_json({"target_step": 9, **wrong})
+    hostile = RunReport.from_json(
+        {"target_step": 9, "goodput": float("nan"), "queued_seconds": float("inf"), "steps_lost": -3}
+    )
+    sent = [name.removeprefix("elastic_training.") for _, name, _ in run_metrics(hostile)]
+    assert sent == ["slice_restarts", "in_process_recoveries", "full_restarts", "preemption_count", "provisioning_time"]
     names = [name for _, name, _ in run_metrics(RunReport(target_step=9, recoveries=(RecoveryEntry(),)))]
     assert names == [
         f"elastic_training.{name}"
