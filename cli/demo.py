@@ -6,7 +6,9 @@ then runs the DAG ``elastic_training_nightly`` from the repository's ``dags/`` w
 cluster wired in as the ``kubernetes_default`` connection. The run's trigger form asks for a fault drill:
 a drill pod force-deletes one worker pod at a chosen step, the trainer recovers in-process, and the
 pipeline goes on to validate the checkpoint, evaluate it, gate on the loss, synthesize data and publish it.
-It prints progress lines while it runs and a report at the end (cli/demo_pipeline.py).
+It prints progress lines while it runs and a report at the end (cli/demo_pipeline.py), then the metrics the
+operators sent: Airflow's ``[metrics]`` points at a StatsD server of this process (``local/statsd.py``), as a team's
+would point at theirs (docs/operations.md, "Metrics").
 
 Airflow runs in a child process (its configuration is read from the environment at import, and must
 not leak into or from the caller); this process owns the cluster. Ctrl-C or a timeout stops the child,
@@ -25,6 +27,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from elastic_training.local.statsd import StatsdServer
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = REPOSITORY / "dags"
@@ -89,8 +95,10 @@ def say(message: str) -> None:
 
 def _run(args: argparse.Namespace, workdir: Path) -> int:
     from elastic_training.local.cluster import LocalCluster
+    from elastic_training.local.statsd import StatsdServer
 
     started = time.monotonic()
+    statsd = StatsdServer()
     say(f"work directory: {workdir}")
     # The default description: four v5e-16 node pools, tpu-v5e-4 (the stages) and cpu-np, where the GKE
     # JobSets schedule as on GKE.
@@ -107,7 +115,7 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
             "failure_at_step": args.kill_at_step,
             "failure_slice": args.slices - 1,
         }
-        env = airflow_environment(workdir, cluster.kubeconfig_path)
+        env = {**airflow_environment(workdir, cluster.kubeconfig_path), **statsd.airflow_environment()}
         command = [sys.executable, "-m", "elastic_training.cli.demo_pipeline", "--conf", json.dumps(conf)]
         command += ["--kubeconfig", str(cluster.kubeconfig_path), "--log", str(workdir / "airflow.log")]
         child = subprocess.Popen(command, env=env, cwd=REPOSITORY, start_new_session=True)
@@ -122,8 +130,23 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
             _stop(child)
             code = 130
         say("stopping the local cluster and every pod it runs")
+    say_metrics(statsd)
     say(f"done in {time.monotonic() - started:.0f} s")
     return code
+
+
+def say_metrics(statsd: StatsdServer) -> None:
+    """Where the operators' metrics went, and each one."""
+    statsd.close()  # what Airflow sent before it exited, read
+    sent = statsd.named("elastic_training.")
+    say(
+        f"metrics: {len(sent)} sent by the operators through Airflow's StatsD backend to the demo's StatsD at "
+        f"{statsd.address} (a team's own: [metrics] statsd_host/otel_host, docs/operations.md)"
+    )
+    units = {"c": "", "ms": " ms", "g": ""}
+    for metric in sent:
+        where = metric.tags.get("task_id", "?")
+        say(f"  {metric.name} {metric.value:g}{units.get(metric.kind, '')} ({where})")
 
 
 def airflow_environment(workdir: Path, kubeconfig: Path) -> dict[str, str]:

@@ -178,6 +178,13 @@ def _main(console: Console, conf: dict[str, Any], args: argparse.Namespace) -> i
     from airflow.utils import db
 
     db.resetdb()
+    # dag.test() runs each task in this process, where the task runner's main(), which initialises Airflow's stats
+    # from [metrics], never runs: do what it does, so the operators' metrics reach the demo's StatsD.
+    from airflow.sdk.observability import stats
+    from airflow.sdk.observability.metrics import stats_utils
+
+    legacy = airflow_conf.getboolean("metrics", "legacy_names_on")
+    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=legacy)
     bag = DagBag(dag_folder=airflow_conf.get("core", "dags_folder"))
     if DAG_ID not in bag.dags:
         console.say(f"the DAG {DAG_ID} did not load: {bag.import_errors}")

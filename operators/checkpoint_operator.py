@@ -24,6 +24,7 @@ from elastic_training.operators.checkpoints import (
 )
 from elastic_training.operators.checkpoints.answers import Answer, answer
 from elastic_training.operators.checkpoints.storage import CredentialsError, is_gcs, split_gcs
+from elastic_training.operators.metrics import ValidationOutcome, emit_validation_outcome
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -172,8 +173,15 @@ class CheckpointValidationOperator(BaseOperator):
         except MissingLibraryError as exc:  # a retry on the same worker image cannot install it
             raise AirflowFailException(str(exc)) from None
         context["ti"].xcom_push(key="report", value=report.to_json())
-        chosen = self._choose(report)
-        if chosen is not report.target:
+        try:
+            chosen = self._choose(report)
+        except AirflowException as refused:
+            unknown = not isinstance(refused, AirflowFailException)
+            self._emit_outcome(context, ValidationOutcome.UNKNOWN if unknown else ValidationOutcome.INVALID)
+            raise
+        fallback = chosen is not report.target
+        self._emit_outcome(context, ValidationOutcome.FALLBACK if fallback else ValidationOutcome.VALID)
+        if fallback:
             self.log.warning(
                 "step %s is not valid; falling back to step %s (%s)",
                 report.target_step,
@@ -206,6 +214,13 @@ class CheckpointValidationOperator(BaseOperator):
             "layout": chosen.layout,
             "deep": chosen.deep,
         }
+
+    def _emit_outcome(self, context: Context, outcome: ValidationOutcome) -> None:
+        try:
+            ti = context["ti"]
+            emit_validation_outcome(outcome, dag_id=ti.dag_id, task_id=ti.task_id)
+        except Exception:  # metrics are a courtesy: a broken StatsD/OTel backend must not fail the validation
+            self.log.warning("sending the validation's metric failed", exc_info=True)
 
     def _choose(self, report: CheckpointReport) -> StepVerdict:
         target = report.target

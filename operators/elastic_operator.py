@@ -60,6 +60,7 @@ from elastic_training.operators.kueue_config import (
     pods_ready_warnings,
 )
 from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
+from elastic_training.operators.lineage import elastic_run_lineage
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
@@ -990,11 +991,28 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         return dataclasses.replace(report, history_key=key, history_notes=bounded_notes(notes))
 
     def _emit_metrics(self, context: Context, report: RunReport) -> None:
+        self._finished_report = report  # the run's end: its lineage facets read it too
         ti = context["ti"]
         try:
             emit_run_metrics(report, dag_id=ti.dag_id, task_id=ti.task_id)
         except Exception:  # metrics are a courtesy: a broken StatsD/OTel backend must not fail the run
             self.log.warning("sending the run's metrics failed", exc_info=True)
+
+    # -- OpenLineage (the provider calls these after the task ran; operators/lineage.py) ----------------
+
+    _finished_report: RunReport | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The run's MaxText inputs, its checkpoint directory and its recoveries (``None``: no provider)."""
+        try:
+            spec = self._rendered_spec()
+        except (SpecError, TypeError, ValueError):
+            return None
+        return elastic_run_lineage(spec, self._finished_report)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """As on completion: the report carries the failure (none when the task failed before its run ended)."""
+        return self.get_openlineage_facets_on_complete(task_instance)
 
     def _fail(
         self,

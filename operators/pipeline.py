@@ -46,6 +46,7 @@ from elastic_training.operators.eval_results import (
 )
 from elastic_training.operators.jobset_operator import JobSetOperator
 from elastic_training.operators.lifecycle import JobSetLifecycle
+from elastic_training.operators.lineage import stage_lineage
 from elastic_training.operators.manifests import JobSpec
 from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
@@ -320,6 +321,7 @@ class StageJobSetOperator(JobSetOperator):
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         super().__init__(name=stage, image="local", command=["true"], runtime="local", stage=stage, **kwargs)
         self.host: StageHost | None = None
+        self.lineage_paths: tuple[list[str], list[str]] | None = None  # (read, written), set by `configure`
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -333,9 +335,17 @@ class StageJobSetOperator(JobSetOperator):
         self.command = list(job.command)
         self.args = evaluate_args(config, step) if self.stage == "evaluate" else synthesize_args(config, step)
         self.host = stage_host(config)
+        evaluate = self.stage == "evaluate"
+        written = eval_results_directory(config) if evaluate else synthetic_output_directory(config, step)
+        self.lineage_paths = ([config.spec().checkpoint_directory], [written])
         # The same queue as the pretraining, and the same waiting: queued and preempted are never failures.
         self.queue_name = config.queue_name
         self.queue_timeout = config.queue_timeout_seconds
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (operators/lineage.py): the checkpoint directory in, the eval results or the synthetic
+        dataset out (``None``: not configured, or no provider)."""
+        return None if self.lineage_paths is None else stage_lineage(*self.lineage_paths)
 
     def build_job(self) -> JobSpec:
         """The job on one TPU host of the run's type, rendered as for GKE whichever the runtime."""

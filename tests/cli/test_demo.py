@@ -41,6 +41,11 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     assert "Synthetic samples    : 8 in " in out
     assert "Result: OK: every stage succeeded; 1 in-process recovery" in out
     assert "stopping the local cluster and every pod it runs" in out
+    # Where the metrics went: the demo's StatsD, through Airflow's own backend (docs/operations.md, "Metrics").
+    assert re.search(r"metrics: \d+ sent by the operators through Airflow's StatsD backend to the demo's StatsD", out)
+    assert "elastic_training.slice_restarts 1 (pretrain)" in out
+    assert "elastic_training.in_process_recoveries 1 (pretrain)" in out
+    assert "elastic_training.checkpoint_validation.valid 1 (validate_checkpoint)" in out
     # What the stages wrote stays in the given work directory; Airflow's own log went to a file.
     assert (
         len(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,16 @@ from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JO
 from elastic_training.operators.elastic_operator import LABEL_FULL_RESTART
 from elastic_training.operators.lifecycle import first_event
 from elastic_training.operators.run_state import STATE_KEY
-from tests.support.lifecycle_runs import DAG_ID, _delete_mine, _elastic, _get, _one_pod_jobset, _stored, _TaskInstance
+from tests.support.lifecycle_runs import (
+    DAG_ID,
+    _delete_mine,
+    _elastic,
+    _get,
+    _one_pod_jobset,
+    _StateStore,
+    _stored,
+    _TaskInstance,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -77,3 +87,41 @@ def test_maxtexts_already_at_target_exit_after_a_full_restart_is_success(
         assert _get(custom, state["jobset_name"].replace("-r1", "-r2")) is None, "no further incarnation"
     finally:
         _delete_mine(custom, identity)
+
+
+@pytest.mark.parametrize("provider", ["installed", "blocked"])
+def test_a_run_without_the_openlineage_provider_runs_the_same_and_has_no_facets(
+    custom: client.CustomObjectsApi,
+    orbax_runs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    provider: str,
+) -> None:
+    """The operator's pre-launch look finds the run done (steps 0, 10, 20 committed, 21 steps) and succeeds without
+    a JobSet. With the OpenLineage provider's imports blocked, as where the ``[lineage]`` extra is not installed, it
+    runs the same and its facets are ``None`` (the provider's extractor: no facets); with it, the checkpoint
+    directory and the report's facet."""
+    if provider == "blocked":
+        for module in ("airflow.providers.openlineage", "airflow.providers.openlineage.extractors", "openlineage"):
+            monkeypatch.setitem(sys.modules, module, None)
+    shutil.copytree(orbax_runs["ocdbt"], tmp_path / RUN)
+    ti = _TaskInstance("pretrain", f"manual__lineage-{provider}")
+    operator = _elastic(tmp_path, RUN, steps=21, maxtext_args={"dataset_path": "gs://corpus/tfds"})
+    report = operator.execute({"ti": ti, "task_state_store": _StateStore()})  # type: ignore[arg-type]
+    assert report["already_at_target"] is True and report["final_step"] == 20
+    identity = kube_names.identity_labels(dag_id=DAG_ID, task_id="pretrain", run_id=ti.run_id, map_index=-1)
+    selector = kube_names.label_selector(identity)
+    assert (
+        custom.list_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, label_selector=selector
+        )["items"]
+        == []
+    )
+    lineage = operator.get_openlineage_facets_on_complete(ti)
+    if provider == "blocked":
+        assert lineage is None and operator.get_openlineage_facets_on_failure(ti) is None
+        return
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("gs://corpus", "tfds")]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [("file", f"{tmp_path}/{RUN}/checkpoints")]
+    facet = lineage.run_facets["elasticTraining"]
+    assert (facet.finalStep, facet.targetStep, facet.fullRestarts) == (20, 20, 0)

@@ -10,6 +10,7 @@ import pytest
 
 from elastic_training.operators.checkpoint_operator import _optional_int, checkpoint_asset_uri
 from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.statsd_listener import StatsdListener, airflow_stats_from_environment
 
 
 def _asset_events(uri: str) -> list[dict[str, Any]]:
@@ -97,8 +98,23 @@ def test_invalid_newest_step_fails_or_falls_back(airflow_db: None, run_copy: Cal
             )
         """,
     )
-    dag_run = dag.test()
-    assert states(dag_run) == {"strict": "failed", "fallback": "success", "behind": "failed"}
+    statsd = StatsdListener()
+    try:
+        with airflow_stats_from_environment(statsd.environment()):
+            dag_run = dag.test()
+        assert states(dag_run) == {"strict": "failed", "fallback": "success", "behind": "failed"}
+        # Each verdict counted under its outcome, tagged with its task (docs/operations.md, "Metrics").
+        statsd.wait_for(lambda got: len([d for d in got if "checkpoint_validation" in d.name]) >= 3)
+    finally:
+        statsd.close()
+    counted = sorted(
+        (d.tags["task_id"], d.name, d.value) for d in statsd.named("elastic_training.checkpoint_validation.")
+    )
+    assert counted == [
+        ("behind", "elastic_training.checkpoint_validation.invalid", 1),
+        ("fallback", "elastic_training.checkpoint_validation.fallback", 1),
+        ("strict", "elastic_training.checkpoint_validation.invalid", 1),
+    ]
     strict_report = xcom(dag_run, "strict", "report")
     assert strict_report["steps"][0]["problems"][0]["code"] == "ocdbt_manifest_missing"
     verdict = xcom(dag_run, "fallback")

@@ -1,8 +1,11 @@
-"""A real elastic run with a slice killed mid-run: the operator's report of it, then the run read back by a freshly
-started API app and seen in a real browser through a real ``airflow api-server`` with login required.
+"""A real elastic run with a slice killed mid-run: the operator's report of it, its metrics and lineage where
+Airflow sent them, then the run read back by a freshly started API app and seen in a real browser through a real
+``airflow api-server`` with login required.
 
 The run: ``ElasticJobSetOperator`` through ``dag.test()`` on the local cluster, the JAX trainer and
-real Orbax checkpoints; a worker of slice 1 is killed at step 25 (tests/support/step_faults.py).
+real Orbax checkpoints; a worker of slice 1 is killed at step 25 (tests/support/step_faults.py). It runs in a
+fresh Python process (tests/support/observed_run.py) whose Airflow is configured by its environment alone: StatsD
+to a socket this test listens on, OpenLineage's file transport to a file it reads (docs/operations.md).
 Afterwards nothing of that process is reused: the API app is built in a new Python process, and the
 browser talks to a new ``airflow api-server`` process, both reading only what was persisted.
 """
@@ -26,10 +29,15 @@ from urllib.parse import quote
 import pytest
 
 from elastic_training.local.cluster import LocalCluster
+from elastic_training.operators.metrics import run_metrics
+from elastic_training.operators.run_report import RunReport
 from tests.support.airflow_auth import USERS
 from tests.support.airflow_dags import states, xcom
 from tests.support.browser import DevTools
-from tests.support.elastic_runs import elastic_dag, jobsets_of
+from tests.support.elastic_runs import jobsets_of
+from tests.support.lineage_events import lineage_environment, read_events, task_events
+from tests.support.observed_run import run_observed
+from tests.support.statsd_listener import StatsdListener
 from tests.support.step_faults import StepFaults, kill_worker
 
 pytestmark = pytest.mark.slow
@@ -38,26 +46,45 @@ OUTPUT = Path(os.environ.get("ELASTIC_TRAINING_TEST_OUTPUT", "test-output")) / "
 
 
 @pytest.fixture(scope="module")
+def statsd() -> Iterator[StatsdListener]:
+    listener = StatsdListener()
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+@pytest.fixture(scope="module")
+def lineage_events(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the run's OpenLineage events go: the provider's file transport, one JSON event a line."""
+    return tmp_path_factory.mktemp("lineage") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
 def finished_run(
     login_required: dict[str, str],
     airflow_db: None,
     cluster_connection: LocalCluster,
     tmp_path_factory: pytest.TempPathFactory,
+    statsd: StatsdListener,
+    lineage_events: Path,
 ) -> Any:
     # The trainer must still be training when its worker dies: the tiny model trains its 60 steps in about a second
     # (a run here completed 0.7 s after the kill, before it was noticed: no in-process recovery). 0.3 s a step, as an
     # accelerator's, leaves the 35 steps after the kill over 10 s, and load slows the steps with the kill.
-    dag = elastic_dag(
-        "elastic_ui",
-        tmp_path_factory.mktemp("ui-run"),
-        stall_timeout="timedelta(minutes=6)",
-        price_per_chip_hour=2.5,
-        local_env={"LOCAL_STEP_SECONDS": "0.3"},
-    )
+    base = tmp_path_factory.mktemp("ui-run")
     with StepFaults(cluster_connection, "elastic-ui").at(25, kill_worker(1)) as faults:
-        dag_run = dag.test()
+        dag_run = run_observed(
+            "elastic_ui",
+            base,
+            {**statsd.environment(), **lineage_environment(lineage_events)},
+            stall_timeout="timedelta(minutes=6)",
+            price_per_chip_hour=2.5,
+            local_env={"LOCAL_STEP_SECONDS": "0.3"},
+            maxtext_args={"dataset_type": "grain", "grain_train_files": str(base / "data" / "train-*.arrayrecord")},
+        )
     assert faults.fired == [25]
-    assert states(dag_run) == {"pretrain": "success"}
+    assert states(dag_run) == {"pretrain": "success"}, dag_run.log[-6000:]
     return dag_run
 
 
@@ -83,6 +110,55 @@ def test_slice_killed_mid_run_recovers_in_process(finished_run: Any, cluster_con
     assert 0 < report["goodput"] <= 1
     assert xcom(finished_run, "pretrain", "jobset_name") == report["jobset_name"]
     assert len(jobsets_of(cluster_connection, "elastic-ui")) == 1
+
+
+def test_the_runs_metrics_reached_statsd(finished_run: Any, statsd: StatsdListener) -> None:
+    """Every metric of the report (operators/metrics.py), sent by Airflow's own StatsD backend to the socket its
+    ``[metrics]`` named, tagged with the task (docs/operations.md, "Metrics")."""
+    report = xcom(finished_run, "pretrain")
+    expected = run_metrics(RunReport.from_json(report))
+    statsd.wait_for(lambda got: len([d for d in got if d.name.startswith("elastic_training.")]) >= len(expected))
+    sent = statsd.named("elastic_training.")
+    units = {"incr": ("c", 1), "timing": ("ms", 1000), "gauge": ("g", 1)}
+    assert [(d.name, d.kind, d.value) for d in sent] == [
+        (name, units[kind][0], pytest.approx(value * units[kind][1], abs=0.01)) for kind, name, value in expected
+    ]
+    assert all(d.tags == {"dag_id": "elastic_ui", "task_id": "pretrain"} for d in sent)
+    values = {d.name: d.value for d in sent}
+    assert values["elastic_training.slice_restarts"] == 1 and values["elastic_training.in_process_recoveries"] == 1
+    assert values["elastic_training.full_restarts"] == 0 and values["elastic_training.steps_lost"] >= 0
+    assert 0 < values["elastic_training.goodput"] <= 1
+    # The recovery's phases, the detection among them: the kill (the pod's own time) to MaxText's elastic event.
+    for phase in ("detection", "wait_for_slices", "restore", "first_step", "total"):
+        assert f"elastic_training.recovery_time.{phase}" in values, phase
+    assert "elastic_training.queued_time" in values
+
+
+def test_the_runs_lineage_reached_openlineage(finished_run: Any, lineage_events: Path) -> None:
+    """The provider's listener asked the operator for its facets and sent them in the task's COMPLETE event:
+    the data MaxText read in, the checkpoint directory out, the run's recoveries (docs/operations.md, "Lineage")."""
+    report = xcom(finished_run, "pretrain")
+    events = read_events(lineage_events, lambda found: any(e["eventType"] == "COMPLETE" for e in found))
+    [complete] = [e for e in task_events(events, "pretrain") if e["eventType"] == "COMPLETE"]
+    assert complete["job"]["namespace"] == "elastic-training-tests"
+    base = Path(report["run_directory"]).parent
+    assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [("file", str(base / "data"))]
+    assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [
+        ("file", f"{report['run_directory']}/checkpoints")
+    ]
+    facet = complete["run"]["facets"]["elasticTraining"]
+    assert facet["sliceRestarts"] == report["slice_restarts"] == 1
+    assert facet["inProcessRecoveries"] == report["in_process_recoveries"] == 1
+    assert facet["fullRestarts"] == 0 and facet["stepsLost"] == report["steps_lost"]
+    assert facet["goodput"] == report["goodput"] and facet["finalStep"] == 59
+    assert facet["jobsets"] == report["jobsets"]
+    [recovery] = facet["recoveries"]
+    [reported] = report["recoveries"]
+    assert (recovery["failedStep"], recovery["restoredStep"], recovery["stepsLost"]) == (
+        reported["failed_step"],
+        reported["restored_step"],
+        reported["steps_lost"],
+    )
 
 
 FRESH_APP = textwrap.dedent(
