@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.support.airflow_dags",
     "tests.support.airflow_stack",
     "tests.support.real_maxtext",
+    "tests.support.postgres",
 ]
 
 
