@@ -253,8 +253,8 @@ class _Stack:
             self.database_url = os.environ[CONN_VARIABLE]
             try:
                 url = make_url(self.database_url)
-            except Exception as exc:
-                raise StartupError(f"${CONN_VARIABLE} is not a database URL: {exc}") from None
+            except Exception:  # its message quotes the URL, password and all
+                raise StartupError(f"${CONN_VARIABLE} is not a SQLAlchemy database URL") from None
             where = f"{url.host}:{url.port}/{url.database}" if url.host else str(url.database)
             return f"{url.get_backend_name()} at {where} (external, from ${CONN_VARIABLE})"
         from elastic_training.cli.postgres import EmbeddedPostgres, PostgresError

@@ -261,7 +261,7 @@ async def _async_select_1(url: str) -> Any:
         await engine.dispose()
 
 
-def test_sqlite_is_the_file_in_the_home_and_external_needs_its_url(
+def test_sqlite_is_the_file_in_the_home_and_external_is_the_environments_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stack = _Stack(tmp_path, tmp_path, 8080, 60.0, db="sqlite")
@@ -273,6 +273,16 @@ def test_sqlite_is_the_file_in_the_home_and_external_needs_its_url(
     assert main([*argv, "--port", str(free_port())]) == 2
     assert "--db external needs $AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in capsys.readouterr().err
     assert not (tmp_path / "h").exists()
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "no URL, s3cret")
+    with pytest.raises(StartupError, match="is not a SQLAlchemy database URL") as refused:
+        _Stack(tmp_path, tmp_path, 8080, 60.0, db="external")._start_database(time.monotonic() + 60)
+    assert "s3cret" not in str(refused.value)
+    external = "postgresql+psycopg2://airflow:s3cret@127.0.0.1:5432/teams_airflow"
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", external)
+    stack = _Stack(tmp_path, tmp_path, 8080, 60.0, db="external")
+    line = stack._start_database(time.monotonic() + 60)
+    assert line == "postgresql at 127.0.0.1:5432/teams_airflow (external, from $AIRFLOW__DATABASE__SQL_ALCHEMY_CONN)"
+    assert stack._environment()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == external
 
 
 def test_an_unusable_postgres_home_is_a_clear_start_up_error(tmp_path: Path) -> None:
