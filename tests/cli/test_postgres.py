@@ -8,6 +8,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from elastic_training.cli.postgres import (
     running,
 )
 from tests.support.postgres import postgres_database, reachable_dir
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -180,3 +183,32 @@ def test_the_session_server_takes_a_database_per_caller(postgres_server: Running
     name = postgres_url.rsplit("/", 1)[1]
     assert postgres_url == postgres_server.url(name)
     assert _scalar(postgres_server, "SELECT current_database()", name) == name
+
+
+def test_a_server_whose_owner_is_killed_stops_with_it(base: Path) -> None:
+    """``kill -9`` of the launcher (or of pytest) leaves no server behind: it gets SIGTERM as its parent dies."""
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from elastic_training.cli.postgres import EmbeddedPostgres\n"
+        f"server = EmbeddedPostgres(Path({str(base / 'home')!r}), durable=False).start()\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        postmaster = psutil.Process(int(owner.stdout.readline()))
+        assert postmaster.is_running()
+    finally:
+        owner.kill()
+        owner.wait()
+    wait_for(lambda: _gone(postmaster), timeout=60)
+    assert "database system is shut down" in (base / "home" / "postgres.log").read_text()
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
