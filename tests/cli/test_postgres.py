@@ -1,6 +1,7 @@
 """The embedded PostgreSQL server (``elastic_training.cli.postgres``): made once per home, started on loopback with a
 generated password, its data kept between starts, stopped; and each home or port it cannot use refused with a
-clear error and nothing left behind. Every test starts and stops a real server from the wheel (about a second)."""
+clear error and nothing left behind. Every test starts and stops a real server from the wheel (under a second:
+without fsync, which only crash safety needs; the launcher's homes keep it)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def _scalar(server: RunningPostgres, query: str, database: str = DATABASE) -> ob
 
 def test_starts_on_loopback_with_a_private_generated_password_and_stops(base: Path) -> None:
     home = base / "home"
-    server = EmbeddedPostgres(home).start()
+    server = EmbeddedPostgres(home, durable=False).start()
     try:
         assert server.version.startswith(f"{MAJOR}.")
         assert server.describe() == f"PostgreSQL {server.version} at {HOST}:{server.port} (embedded, {home}/postgres)"
@@ -93,7 +94,7 @@ def test_starts_on_loopback_with_a_private_generated_password_and_stops(base: Pa
 
 def test_a_second_start_of_the_same_home_keeps_its_data_and_password(base: Path) -> None:
     home = base / "home"
-    with running(home) as first:
+    with running(home, durable=False) as first:
         connection = first.connect(DATABASE)
         with connection.cursor() as cursor:
             cursor.execute("CREATE TABLE kept (value text)")
@@ -101,14 +102,14 @@ def test_a_second_start_of_the_same_home_keeps_its_data_and_password(base: Path)
         connection.close()
         password = first.password
     made = (home / "postgres" / "PG_VERSION").stat().st_ino
-    with running(home) as second:
+    with running(home, durable=False) as second:
         assert second.password == password
         assert _scalar(second, "SELECT value FROM kept") == "across restarts"
     assert (home / "postgres" / "PG_VERSION").stat().st_ino == made  # not made again
 
 
 def test_databases_on_one_server_are_separate(base: Path) -> None:
-    with running(base / "home", databases=()) as server:
+    with running(base / "home", durable=False, databases=()) as server:
         one, two = postgres_database(server, "stack"), postgres_database(server, "stack")
         assert one != two
         connection = server.connect(one)
@@ -134,7 +135,7 @@ def test_a_data_directory_of_another_major_is_refused_and_kept(base: Path) -> No
     (data / "PG_VERSION").write_text("16\n")
     (base / "home" / "postgres.password").write_text("x\n")
     with pytest.raises(PostgresError, match=f"holds PostgreSQL 16's data and this wheel runs PostgreSQL {MAJOR}"):
-        EmbeddedPostgres(base / "home").start()
+        EmbeddedPostgres(base / "home", durable=False).start()
     assert sorted(p.name for p in data.iterdir()) == ["PG_VERSION"]
 
 
@@ -143,21 +144,21 @@ def test_something_else_at_the_data_path_is_refused_and_kept(base: Path) -> None
     data.mkdir(parents=True)
     (data / "notes.txt").write_text("mine")
     with pytest.raises(PostgresError, match="is not a PostgreSQL data directory"):
-        EmbeddedPostgres(base / "home").start()
+        EmbeddedPostgres(base / "home", durable=False).start()
     assert (data / "notes.txt").read_text() == "mine"
     assert not (base / "home" / "postgres.password").exists()
 
 
 def test_data_whose_password_is_lost_or_wrong_is_refused_not_remade(base: Path) -> None:
     home = base / "home"
-    with running(home):
+    with running(home, durable=False):
         pass
     (home / "postgres.password").write_text("wrong\n")
     with pytest.raises(PostgresError, match="does not hold the password"):
-        EmbeddedPostgres(home).start()
+        EmbeddedPostgres(home, durable=False).start()
     (home / "postgres.password").unlink()
     with pytest.raises(PostgresError, match="which is missing"):
-        EmbeddedPostgres(home).start()
+        EmbeddedPostgres(home, durable=False).start()
     assert (home / "postgres" / "PG_VERSION").is_file()
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(home / "postgres") in (p.info["cmdline"] or [])]
 
@@ -166,7 +167,7 @@ def test_a_failed_initdb_leaves_nothing(base: Path, monkeypatch: pytest.MonkeyPa
     # The real initdb refuses a superuser name PostgreSQL reserves ("pg_" prefix): a real failure part-way.
     monkeypatch.setattr("elastic_training.cli.postgres.USER", "pg_reserved")
     with pytest.raises(PostgresError, match="initdb failed"):
-        EmbeddedPostgres(base / "home").start()
+        EmbeddedPostgres(base / "home", durable=False).start()
     assert sorted(os.listdir(base / "home")) == []
 
 
