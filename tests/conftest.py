@@ -19,11 +19,13 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS", "0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# Shared fixtures: a GCS emulator the tests start themselves, real Orbax checkpoints, real MaxText's runs.
+# Shared fixtures: a GCS emulator the tests start themselves, real Orbax checkpoints, real MaxText's runs, a
+# PostgreSQL server per test process.
 pytest_plugins = [
     "tests.support.gcs_emulator",
     "tests.support.orbax_checkpoints",
     "tests.support.airflow_dags",
+    "tests.support.postgres",  # before airflow_stack, which imports it
     "tests.support.airflow_stack",
     "tests.support.real_maxtext",
 ]

@@ -9,26 +9,38 @@ suite longer.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import json
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+from airflow.settings import _get_async_conn_uri_from_sync
 
+from elastic_training.cli.airflow import StartupError, _Stack
+from elastic_training.cli.main import main
+from elastic_training.cli.postgres import MAJOR, free_port
 from tests.support.airflow_stack import (
     ROOT,
     SMOKE,
     STARTUP_SECONDS,
+    WRITER,
+    WRITER_COUNT,
+    WRITER_STOP,
     Stack,
     _launcher_env,
 )
+from tests.support.postgres import reachable_dir
 
 RUN_SECONDS = 900.0
 # The session's stack starts inside the first test that uses it: the suite's 300 s default would cut a slow start.
@@ -96,6 +108,57 @@ def test_dag_triggered_over_the_rest_api_succeeds_through_the_triggerer(stack: S
     assert fired, f"no trigger ran in the triggerer process: {trigger_logs}"
 
 
+UI_CALLS = 30  # rounds of the UI's calls while the runs write; bounded in count, not time
+
+
+@pytest.mark.slow
+def test_the_uis_unpause_trigger_and_clear_never_answer_500_while_a_run_writes(stack: Stack) -> None:
+    """Issue 40: on SQLite the UI's unpause toggle answered 500 (``database is locked``) while a task wrote."""
+    assert stack.token, "needs the login test's token"
+    line = r"\] Airflow metadata database: postgresql at 127\.0\.0\.1:\d+/stack_\S+ \(external"
+    assert re.search(line, stack.text()), stack.text()
+    dag = f"/api/v2/dags/{WRITER}"
+    answers: list[tuple[str, int]] = []
+
+    def call(method: str, path: str, body: object = None) -> Any:
+        status, answer = stack.call(method, path, body)
+        answers.append((f"{method} {path}", status))
+        assert status < 500, f"{method} {path} answered {status}: {answer}"
+        return answer
+
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while stack.call("GET", dag)[0] != 200:
+        assert time.monotonic() < deadline, f"the dag-processor never parsed {WRITER}"
+        time.sleep(2)
+    call("PATCH", dag, {"is_paused": False})
+    writing = f"{dag}/dagRuns/{call('POST', f'{dag}/dagRuns', {'logical_date': None})['dag_run_id']}"
+    deadline = time.monotonic() + RUN_SECONDS
+    while (before := _written(stack)) < 1:  # the run's task writes from here on
+        assert time.monotonic() < deadline, f"the writer never wrote:\n{_task_logs(stack)}"
+        time.sleep(1)
+    extra = f"{dag}/dagRuns/{call('POST', f'{dag}/dagRuns', {'logical_date': None})['dag_run_id']}"
+    for round_ in range(UI_CALLS):
+        call("PATCH", dag, {"is_paused": round_ % 2 == 0})  # the toggle, both ways
+        call("POST", f"{extra}/clear", {"dry_run": False})
+        call("GET", f"{writing}/taskInstances")
+    call("PATCH", dag, {"is_paused": False})
+    assert _written(stack) > before, "the calls did not overlap the run's writes"
+    call("POST", "/api/v2/variables", {"key": WRITER_STOP, "value": "1"})
+    for run in (writing, extra):
+        while (state := call("GET", run)["state"]) not in ("success", "failed"):
+            assert time.monotonic() < deadline, f"{run} is still {state}"
+            time.sleep(2)
+        assert state == "success", _task_logs(stack)
+    assert {status for _, status in answers} <= {200, 201}, answers  # 201: the Variable created
+
+
+def _written(stack: Stack) -> int:
+    """The writer's last count (0 before its first write)."""
+    status, answer = stack.call("GET", f"/api/v2/variables/{WRITER_COUNT}")
+    assert status in (200, 404), answer
+    return int(answer["value"]) if status == 200 else 0
+
+
 @pytest.mark.slow
 def test_every_listening_socket_is_on_loopback(stack: Stack) -> None:
     stack.snapshot()
@@ -161,3 +224,77 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None
     assert result.returncode == 2
     assert f"port {port} on 127.0.0.1 is in use" in result.stderr
     assert not (tmp_path / "home" / "airflow.db").exists()
+    assert not (tmp_path / "home" / "postgres").exists()
+
+
+def test_the_default_database_is_an_embedded_postgres_in_the_home(tmp_path: Path) -> None:
+    base = reachable_dir()
+    try:
+        home = base / "home"
+        home.mkdir()
+        stack = _Stack(home, tmp_path, 8080, 60.0)
+        line = stack._start_database(time.monotonic() + 60)
+        assert stack.postgres is not None
+        try:
+            assert re.fullmatch(rf"PostgreSQL {MAJOR}\.\d+ at 127\.0\.0\.1:\d+ \(embedded, {home}/postgres\)", line)
+            url = stack._environment()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+            assert url == stack.postgres.url() and url.startswith("postgresql+psycopg2://airflow:")
+            # The async engine's URL, as Airflow derives it (no sql_alchemy_conn_async set), logs in with asyncpg.
+            async_url = _get_async_conn_uri_from_sync(url)
+            assert async_url.startswith("postgresql+asyncpg://")
+            assert asyncio.run(_async_select_1(async_url)) == 1
+        finally:
+            stack.postgres.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def _async_select_1(url: str) -> Any:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as connection:
+            return (await connection.execute(text("SELECT 1"))).scalar()
+    finally:
+        await engine.dispose()
+
+
+def test_sqlite_is_the_file_in_the_home_and_external_is_the_environments_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = _Stack(tmp_path, tmp_path, 8080, 60.0, db="sqlite")
+    assert stack._start_database(time.monotonic() + 60) == f"SQLite at {tmp_path / 'airflow.db'}"
+    assert stack._environment()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{tmp_path / 'airflow.db'}"
+    assert stack.postgres is None
+    monkeypatch.delenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", raising=False)
+    argv = ["airflow", "--home", str(tmp_path / "h"), "--dags-folder", str(tmp_path), "--db", "external"]
+    assert main([*argv, "--port", str(free_port())]) == 2
+    assert "--db external needs $AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "no URL, s3cret")
+    with pytest.raises(StartupError, match="is not a SQLAlchemy database URL") as refused:
+        _Stack(tmp_path, tmp_path, 8080, 60.0, db="external")._start_database(time.monotonic() + 60)
+    assert "s3cret" not in str(refused.value)
+    external = "postgresql+psycopg2://airflow:s3cret@127.0.0.1:5432/teams_airflow"
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", external)
+    stack = _Stack(tmp_path, tmp_path, 8080, 60.0, db="external")
+    line = stack._start_database(time.monotonic() + 60)
+    assert line == "postgresql at 127.0.0.1:5432/teams_airflow (external, from $AIRFLOW__DATABASE__SQL_ALCHEMY_CONN)"
+    assert stack._environment()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == external
+
+
+def test_an_unusable_postgres_home_is_a_clear_start_up_error(tmp_path: Path) -> None:
+    base = reachable_dir()
+    try:
+        data = base / "home" / "postgres"
+        data.mkdir(parents=True)
+        (data / "PG_VERSION").write_text("15\n")
+        stack = _Stack(base / "home", tmp_path, 8080, 60.0)
+        with pytest.raises(StartupError, match=r"the embedded PostgreSQL did not start: .* holds PostgreSQL 15.s data"):
+            stack._start_database(time.monotonic() + 60)
+        assert stack.postgres is None
+        assert sorted(p.name for p in data.iterdir()) == ["PG_VERSION"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -3,21 +3,39 @@
 from __future__ import annotations
 
 import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from elastic_training.cli.demo import airflow_environment
 from elastic_training.cli.main import main
+from tests.support.postgres import reachable_dir
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A work directory the embedded PostgreSQL's account can enter when the suite runs as root (not tmp_path)."""
+    path = reachable_dir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    workdir: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "--workdir", str(tmp_path), "--steps", "60", "--kill-at-step", "25", "--samples", "8"]) == 0
+    assert main(["demo", "--workdir", str(workdir), "--steps", "60", "--kill-at-step", "25", "--samples", "8"]) == 0
     out = capfd.readouterr().out
+    # On the embedded PostgreSQL by default (docs/deploy.md, section D), stopped before the cluster.
+    home = workdir / "airflow"
+    assert re.search(
+        rf"Airflow metadata database: PostgreSQL 18\.\d+ at 127\.0\.0\.1:\d+ \(embedded, {home}/postgres\)", out
+    )
+    assert "creating Airflow's metadata database (PostgreSQL)" in out
+    assert out.index("stopping PostgreSQL") < out.index("stopping the local cluster")
     assert "running elastic_training_nightly with dag.test()" in out
     assert "pretrain: completed step" in out  # progress while it runs
     stages = ["validate_params", "arm_slice_failure", "pretrain", "slice_failure_result", "validate_checkpoint"]
@@ -49,13 +67,13 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     # What the stages wrote stays in the given work directory; Airflow's own log went to a file.
     assert (
         len(
-            (next((tmp_path / "data").glob("demo-*")) / "synthetic" / "step_59" / "samples.jsonl")
+            (next((workdir / "data").glob("demo-*")) / "synthetic" / "step_59" / "samples.jsonl")
             .read_text()
             .splitlines()
         )
         == 8
     )
-    assert (tmp_path / "airflow.log").stat().st_size > 0
+    assert (workdir / "airflow.log").stat().st_size > 0
 
 
 def test_the_demo_airflow_is_private_and_wired_to_the_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

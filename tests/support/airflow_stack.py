@@ -1,11 +1,16 @@
 """One ``elastic-training airflow`` (what ``make airflow`` runs: the api-server, scheduler, dag-processor,
 triggerer and the local cluster) for the whole session, shared by the tests that need a real stack.
 
-Its DAGs folder holds copies of the repository's ``dags/`` (the browser journey runs the shipped DAGs) and a
-one-task smoke DAG (a deferrable ``ElasticJobSetOperator`` on the local runtime) for the CLI's own test.
+Its DAGs folder holds copies of the repository's ``dags/`` (the browser journey runs the shipped DAGs), a
+one-task smoke DAG (a deferrable ``ElasticJobSetOperator`` on the local runtime) for the CLI's own test, and a
+one-task DAG that writes to the metadata database until told to stop (the UI-under-load test's).
 Starting a stack costs a minute or two of both cores; the CLI's test and the browser journey used one each.
 tests/conftest.py sends both files to one xdist process as one unit, so it starts once, and orders the CLI's
 tests after the journey: their Ctrl-C test stops it.
+
+Its metadata database is a database of its own on the test process's PostgreSQL server (tests/support/postgres.py,
+``--db external``), as teams run Airflow: the launcher's own embedded server (its default) is tested in
+tests/cli/test_airflow.py and tests/cli/test_postgres.py.
 """
 
 from __future__ import annotations
@@ -30,8 +35,14 @@ from typing import Any
 import psutil
 import pytest
 
+from elastic_training.cli.postgres import RunningPostgres
+from tests.support.postgres import postgres_database
+
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = "launcher_smoke"
+WRITER = "launcher_writer"
+WRITER_STOP = "launcher_writer_stop"
+WRITER_COUNT = "launcher_writer_count"
 STARTUP_SECONDS = 600.0
 CALL_SECONDS = 180.0
 
@@ -79,12 +90,45 @@ def _smoke_dag(folder: Path, base: Path) -> None:
     )
 
 
+def _writer_dag(folder: Path) -> None:
+    """A one-task DAG whose task writes to the metadata database (through the execution API) until told to stop.
+
+    Each round sets a Variable and pushes a 200 kB XCom, as a task that reports progress does, as fast as the API
+    takes them; it stops when the Variable ``WRITER_STOP`` exists, after 2000 rounds, or after 600 s, whichever is
+    first. On SQLite that made the UI's calls answer 500 (``database is locked`` on the audit log's insert).
+    """
+    (folder / f"{WRITER}.py").write_text(
+        textwrap.dedent(
+            f"""\
+            import time
+
+            from airflow.sdk import DAG, Variable, task
+
+            with DAG({WRITER!r}, schedule=None, tags=["test"]) as dag:
+
+                @task
+                def write(ti=None):
+                    ends = time.monotonic() + 600
+                    for count in range(1, 2001):
+                        if Variable.get({WRITER_STOP!r}, default=None) is not None or time.monotonic() > ends:
+                            return count
+                        Variable.set({WRITER_COUNT!r}, str(count))
+                        ti.xcom_push(key="progress", value={{"count": count, "log": "x" * 200_000}})
+                    return count
+
+                write()
+            """
+        )
+    )
+
+
 def _dags_folder(folder: Path, runs: Path) -> Path:
     """The repository's DAG files, copied as they are (the dag-processor skips symlinked files), and the smoke DAG."""
     folder.mkdir(parents=True, exist_ok=True)
     for dag_file in sorted((ROOT / "dags").glob("*.py")):
         shutil.copyfile(dag_file, folder / dag_file.name)
     _smoke_dag(folder, runs)
+    _writer_dag(folder)
     return folder
 
 
@@ -141,17 +185,20 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """``elastic-training airflow`` on the shipped DAGs and the smoke DAG, started once, in a home of its own."""
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory, postgres_server: RunningPostgres) -> Iterator[Stack]:
+    """``elastic-training airflow`` on the shipped DAGs and the smoke DAG, started once, in a home of its own, on a
+    database of its own on the session's PostgreSQL server."""
     home = tmp_path_factory.mktemp("airflow-home")
     dags = _dags_folder(home / "dags", tmp_path_factory.mktemp("runs"))
     port = _free_port()
     output = home / "launcher.out"
     argv = [sys.executable, "-m", "elastic_training.cli", "airflow", "--port", str(port), "--home", str(home)]
-    argv += ["--dags-folder", str(dags), "--startup-timeout", str(STARTUP_SECONDS)]
+    argv += ["--dags-folder", str(dags), "--startup-timeout", str(STARTUP_SECONDS), "--db", "external"]
+    env = _launcher_env(home)
+    env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = postgres_server.url(postgres_database(postgres_server, "stack"))
     with output.open("wb") as sink:
         process = subprocess.Popen(
-            argv, cwd=ROOT, env=_launcher_env(home), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            argv, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
     running = Stack(process, output, home, f"http://127.0.0.1:{port}", SMOKE)
     try:

