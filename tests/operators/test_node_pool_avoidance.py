@@ -349,7 +349,7 @@ def test_an_avoidance_the_cluster_cannot_honour_is_relaxed_and_the_run_proceeds(
     monkeypatch.setattr(elastic_operator, "RELAX_AFTER_SECONDS", 5.0)
     cluster = node_reader
     failing, full = V5E_16[0], V5E_16[1]
-    restore_history(seeded(time.time(), failing, others=tuple(V5E_16[1:])).render())
+    restore_history(HISTORY_KEY, seeded(time.time(), failing, others=tuple(V5E_16[1:])))
     by_jobset: dict[str, set[str]] = {}
     with squatted(cluster, full), StepFaults(cluster, "history-relaxed") as faults:
         faults.at(3, note_pools_by_jobset(by_jobset))
@@ -370,7 +370,7 @@ def test_an_avoidance_the_cluster_cannot_honour_is_relaxed_and_the_run_proceeds(
     assert worker_affinity(cluster, report["jobset_name"]) is None
     assert failing in used and full not in used and len(used) == 3
     # The run recorded where it really ran: on the failing pool, not avoiding it.
-    [*_, recorded] = FailureHistory.parse(stored_history()).runs
+    [*_, recorded] = stored_history(HISTORY_KEY).runs
     assert failing in recorded.pools and recorded.avoided_pools == ()
 
 
@@ -392,7 +392,7 @@ def test_a_failing_pool_is_avoided_then_tried_on_probation_and_its_clean_run_for
     )
     # A run since that kept off the failing pool (as the option on recorded it).
     skipped = RunRecord("seed-3", ended_at=now - 3600, pools=tuple(V5E_16[1:]), avoided_pools=(failing,), slices=3)
-    restore_history(history.with_run(skipped).render())
+    restore_history(HISTORY_KEY, history.with_run(skipped))
 
     # First run: the pool is avoided (avoided 1 run since it was last used: not yet on probation); the old pool's
     # failures have decayed and it is not failing.
@@ -401,7 +401,7 @@ def test_a_failing_pool_is_avoided_then_tried_on_probation_and_its_clean_run_for
     assert avoidance["failing"] == [failing] and avoidance["avoided"] == [failing], avoidance
     assert avoidance["evidence"][failing]["avoided_since"] == 1 and avoidance["probation"] == []
     assert old not in avoidance["failing"] and failing not in used
-    [*_, first] = FailureHistory.parse(stored_history()).runs
+    [*_, first] = stored_history(HISTORY_KEY).runs
     assert first.avoided_pools == (failing,) and failing not in first.pools
 
     # Second run: avoided 2 runs in a row, so on probation: not avoided, and used.
@@ -413,7 +413,7 @@ def test_a_failing_pool_is_avoided_then_tried_on_probation_and_its_clean_run_for
     assert f"on probation (tried again this run): {failing}" in avoidance["reason"]
     assert failing in used and worker_affinity(cluster, report["jobset_name"]) is None
     # Its result is recorded like any run's: a clean run on the pool.
-    runs = FailureHistory.parse(stored_history()).runs
+    runs = stored_history(HISTORY_KEY).runs
     assert failing in runs[-1].pools and not runs[-1].failures and runs[-1].avoided_pools == ()
 
     # The plan the next run makes from that history: the clean run halved the pool's failures (weight 1.0, not
@@ -490,7 +490,7 @@ def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_
     rbac = client.RbacAuthorizationV1Api(admin)
     try:
         rbac.delete_cluster_role_binding(binding["metadata"]["name"])
-        restore_history(seeded(time.time(), V5E_16[0], others=tuple(V5E_16[1:])).render())
+        restore_history(HISTORY_KEY, seeded(time.time(), V5E_16[0], others=tuple(V5E_16[1:])))
         dag = history_dag("history_no_rbac", tmp_path, avoid=True)
         _, report, used = fourth_run(cluster, dag, "history-no-rbac")
     finally:
