@@ -326,8 +326,10 @@ class JobSetTaskOperator(BaseOperator):
         budgets: Budgets,
         state: dict[str, Any],
         full_restarts_used: int = 0,
+        alerts: Mapping[str, Any] | None = None,
     ) -> Any:
-        """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act; resume there."""
+        """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act (or, with ``alerts``, has
+        news for its notifiers); resume there."""
         from elastic_training.operators.triggers import JobSetTrigger
 
         trigger = JobSetTrigger(
@@ -341,6 +343,7 @@ class JobSetTaskOperator(BaseOperator):
             kubernetes_conn_id=self.kubernetes_conn_id,
             poll_interval=self.poll_interval,
             delete_on_kill=not self.keep_jobset_on_kill,
+            alerts=alerts,
         )
         return self._defer_or_wait(context, trigger)
 

@@ -8,7 +8,9 @@ connection, namespace and kind, whatever the number of triggers); a JobSet Kueue
 so its trigger subscribes to its Jobs and pods, and follows the log, only once it is admitted.
 After every change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
 the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
-deadline passed. It is side-effect free: it never creates, deletes or patches anything, so running
+deadline passed; and, when it is given ``alerts``, when something the operator tells its notifiers about happened
+while it waited (a preemption, an eviction, a wait for admission past its threshold: :func:`operators.alerts.news`),
+with status ``notice``. It is side-effect free: it never creates, deletes or patches anything, so running
 it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; transient API
 errors never end it. A refusal does, after a few tries (as the provider's ``watch_pod_events`` gives up on a
 403): a watch's, or a log read's (``get pods/log`` refused, or a kubelet the API server cannot reach), since
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from elastic_training.operators import config
+from elastic_training.operators.alerts import Seen, news, next_news_at
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, LABEL_JOBSET_UID
 from elastic_training.operators.observations import MonitorState, parse_time
@@ -75,6 +78,7 @@ class EventStatus(StrEnum):
     DECISION = "decision"  # the policy would not continue: terminal JobSet, budget spent, stall
     DEADLINE = "deadline"
     ERROR = "error"
+    NOTICE = "notice"  # news for the operator's alerts (operators.alerts.news); the run goes on
 
 
 class JobSetTrigger(BaseTrigger):
@@ -93,6 +97,8 @@ class JobSetTrigger(BaseTrigger):
     :param delete_on_kill: delete the JobSet when a user kills the deferred task.
     :param settle_seconds: for this long after it starts, a final decision waits (the watches go on) and is
         made again when the time is up (see :func:`defer_settle_seconds`); an error event waits too.
+    :param alerts: ``{"seen": Seen JSON, "queued_after": seconds or None}``: wake the operator (``notice``) on
+        :func:`operators.alerts.news` since ``seen`` (``None``: never; the operator has no notifiers).
     """
 
     def __init__(
@@ -110,6 +116,7 @@ class JobSetTrigger(BaseTrigger):
         poll_interval: float = 10.0,
         delete_on_kill: bool = True,
         settle_seconds: float = 0.0,
+        alerts: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.name = name
@@ -124,6 +131,7 @@ class JobSetTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.delete_on_kill = delete_on_kill
         self.settle_seconds = settle_seconds
+        self.alerts = dict(alerts) if alerts is not None else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -141,6 +149,7 @@ class JobSetTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "delete_on_kill": self.delete_on_kill,
                 "settle_seconds": self.settle_seconds,
+                "alerts": self.alerts,
             },
         )
 
@@ -279,7 +288,14 @@ class _Monitor:
             if decision.action is not Action.CONTINUE and settling <= 0:
                 await self._catch_up_log()
                 return self.event(EventStatus.DECISION, decision.reason.value, decision.message)
+            told = self._news(now)
+            if told and settling <= 0:
+                return self.event(EventStatus.NOTICE, told[0], told[1])
             wake = [now + trigger.poll_interval]
+            if told:
+                wake.append(now + settling)
+            if (news_at := self._news_at()) is not None:
+                wake.append(news_at)
             if decision.action is not Action.CONTINUE:  # settling: watch on, then decide again on what is then
                 wake.append(now + settling)
             if decision.recheck_at is not None:
@@ -289,6 +305,22 @@ class _Monitor:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=max(0.05, min(wake) - now))
+
+    def _news(self, now: float) -> tuple[str, str] | None:
+        """The first piece of news for the operator's alerts since what it told (``None``: none, or no alerts)."""
+        alerts = self.trigger.alerts
+        if alerts is None:
+            return None
+        seen = Seen.from_json(alerts.get("seen"), jobset_uid=self.trigger.uid)
+        found = news(self.state, seen, now=now, queued_after=alerts.get("queued_after"))
+        return (found[0].event.value, found[0].message) if found else None
+
+    def _news_at(self) -> float | None:
+        alerts = self.trigger.alerts
+        if alerts is None:
+            return None
+        seen = Seen.from_json(alerts.get("seen"), jobset_uid=self.trigger.uid)
+        return next_news_at(self.state, seen, queued_after=alerts.get("queued_after"))
 
     def _note_phase(self, now: float, message: str) -> None:
         phase = self.state.run_phase(now)

@@ -44,6 +44,7 @@ def test_serialize() -> None:
             "poll_interval": 10.0,
             "delete_on_kill": True,
             "settle_seconds": 0.0,
+            "alerts": None,
         },
     )
     rebuilt = JobSetTrigger(**trigger.serialize()[1])
