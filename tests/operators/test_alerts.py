@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,33 @@ def test_an_alert_payload_names_its_task() -> None:
     assert (
         payload["dag_id"] == "nightly" and payload["task_id"] == "pretrain" and payload["event"] == "checkpoint_unknown"
     )
+
+
+def test_the_trigger_wakes_the_operator_with_a_notice_for_news_and_only_when_it_has_notifiers() -> None:
+    """The trigger's decide loop over a JobSet queued for 100 s: with ``alerts`` (a 50 s threshold) it yields a
+    ``notice``; told already (``seen``), or without alerts, it goes on waiting (cut off here by a deadline)."""
+    from elastic_training.operators.triggers import EventStatus, JobSetTrigger, _Monitor
+    from tests.support.trigger_runs import BUDGETS
+
+    now = time.time()
+    state = _queued(now - 100)
+
+    def first(alerts_kwarg: dict[str, Any] | None, deadline: float | None = None) -> dict[str, Any]:
+        trigger = JobSetTrigger(
+            name="run-1",
+            namespace="ml",
+            uid="u-1",
+            target_step=9,
+            budgets=BUDGETS,
+            alerts=alerts_kwarg,
+            deadline=deadline,
+            poll_interval=0.05,
+        )
+        monitor = _Monitor(trigger, MonitorState.from_json(state.to_json()), hook=None, watches=object())  # type: ignore[arg-type]
+        return asyncio.run(monitor._decide_loop([]))
+
+    event = first({"seen": Seen(jobset_uid="u-1").to_json(), "queued_after": 50})
+    assert (event["status"], event["reason"]) == (EventStatus.NOTICE.value, "queued_too_long")
+    seen = alerts.told(state, Seen(jobset_uid="u-1"), now=now, queued_after=50).to_json()
+    for quiet in ({"seen": seen, "queued_after": 50}, None):
+        assert first(quiet, deadline=time.time() + 0.5)["status"] == EventStatus.DEADLINE.value
