@@ -7,6 +7,7 @@ local cluster) and tests/plugin/test_alerts_stack.py (the real scheduler and tri
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -151,6 +152,7 @@ def test_the_route_is_read_from_the_config_and_bad_values_name_their_option(monk
     monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__ALERT_QUEUED_AFTER", "600")
     route = AlertRoute.from_config()
     assert route == AlertRoute(NOTIFIER, {"path": "/tmp/inbox"}, 600.0)
+    notifier: Any
     [notifier] = route.alerts().notifiers
     assert isinstance(notifier, FileNotifier) and notifier.path == "/tmp/inbox"
     monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__NIGHTLY_DEADLINE", "08:00")
@@ -234,3 +236,36 @@ def test_the_trigger_wakes_the_operator_with_a_notice_for_news_and_only_when_it_
     seen = alerts.told(state, Seen(jobset_uid="u-1"), now=now, queued_after=50).to_json()
     for quiet in ({"seen": seen, "queued_after": 50}, None):
         assert first(quiet, deadline=time.time() + 0.5)["status"] == EventStatus.DEADLINE.value
+
+
+def test_the_documented_smtp_example_builds_and_renders_each_alert_on_its_own() -> None:
+    """docs/operations.md's working example, the SMTP provider's own ``SmtpNotifier`` (nothing is sent: its templates
+    are rendered as its ``notify`` renders them, on the copy each alert gets)."""
+    route = AlertRoute(
+        "airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+        {
+            "to": "ml-oncall@example.com",
+            "subject": "{{ elastic_training_alert.title }}",
+            "html_content": "{{ elastic_training_alert.message }}",
+        },
+    )
+    notifier: Any
+    [notifier] = route.alerts().notifiers
+    subjects = []
+    for alert in (
+        alerts.full_restart("stalled", "full restart 1 of 2: stalled", used=1, allowed=2, latest_step=3),
+        alerts.checkpoint_unknown("gs://b/run/checkpoints", "503 from storage"),
+    ):
+        called = copy.copy(notifier)
+        called.render_template_fields({"ti": _TI(), alerts.CONTEXT_KEY: alert.payload({"ti": _TI()})})
+        subjects.append((called.subject, called.html_content))
+    assert subjects == [
+        ("elastic run escalated to full restart 1 of 2", "full restart 1 of 2: stalled (1 full restart(s) left)"),
+        (
+            "checkpoints could not be checked",
+            "the checkpoints under gs://b/run/checkpoints could not be checked (unknown, not invalid: nothing was "
+            "moved): 503 from storage",
+        ),
+    ]
+    assert (notifier.subject, notifier.to) == ("{{ elastic_training_alert.title }}", "ml-oncall@example.com")
+    assert route.deadline("6h") is not None
