@@ -466,8 +466,11 @@ async def deadline_missed(
 ) -> str:
     """The ``AsyncCallback`` of the DAG's deadline: the notifier built in the triggerer, told the missed deadline.
 
-    A notifier with ``async_notify`` is awaited (as Airflow's deadline docs use them); one with only ``notify`` runs
-    in a thread, so the triggerer's event loop never blocks on it.
+    Airflow 3.3 calls it so (apache/airflow ``airflow/models/deadline.py``, ``Deadline.handle_miss``: the callback's
+    kwargs plus ``context`` = ``{"dag_run": <the run as the REST API shows it>, "deadline": {"id", "deadline_time"}}``;
+    ``airflow/triggers/callback.py``, ``CallbackTrigger.run``: the path imported and awaited in the triggerer, its
+    result or error stored on the callback). A notifier with ``async_notify`` is awaited (as Airflow's deadline docs
+    use them); one with only ``notify`` runs in a thread, so the triggerer's event loop never blocks on it.
     """
     called: dict[str, Any] = dict(context or {})
     called[CONTEXT_KEY] = deadline_alert(called, finished_by)
