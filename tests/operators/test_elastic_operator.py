@@ -34,12 +34,14 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     # restart the restore, has startup_timeout, generous): 40 s is only the freeze's, against steps of ~0.1 s (a few
     # seconds on a 7x-loaded 2-core box) and saves that log their start and end. elastic_timeout_seconds under it,
     # as the lint requires; 30 s is what the first attempt's wait for the workers needs on a loaded box.
+    inbox = tmp_path / "inbox.jsonl"
     dag = elastic_dag(
         "elastic_stall",
         tmp_path,
         stall_timeout="timedelta(seconds=40)",
         startup_timeout="timedelta(minutes=10)",
         elastic_timeout_seconds=30,
+        alerts=f"FileNotifier(path={str(inbox)!r})",
     )
     checkpoints = tmp_path / "elastic-stall" / "checkpoints"
     rotted: dict[str, int] = {}
@@ -67,6 +69,14 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     assert (rotted_moved / "items").is_dir()
     assert all(m.parent.name == "quarantine" and m.is_dir() for m in moved)
     assert escalation["resumed_from_step"] == rotted["before"]
+    # Told: the escalation and its reason, then each step moved aside and where it went.
+    events = [r["alert"] for r in told(inbox)]
+    assert events[0]["event"] == "full_restart" and events[0]["details"]["reason"] == "stalled"
+    invalid = [e for e in events[1:] if e["event"] == "checkpoint_invalid"]
+    assert len(invalid) == len(moved) == len(events) - 1
+    assert {e["details"]["moved_to"] for e in invalid} == {str(m) for m in moved}
+    [told_rot] = [e for e in invalid if e["details"]["step"] == rotted["newest"]]
+    assert any(p.startswith("commit_marker_missing") for p in told_rot["details"]["problems"]), told_rot
     log = head_log(cluster_connection, report["jobsets"][1])
     assert f"restoring from this run's directory step {rotted['before']}" in log
     # A hung trainer has nothing to save: the old pods were stopped with a 1 s grace period, not their own 30 s
