@@ -100,6 +100,10 @@ class Alerts:
 
     def __post_init__(self) -> None:
         for notifier in self.notifiers:
+            if isinstance(notifier, type):  # calling the class would only build a notifier, never send
+                raise TypeError(
+                    f"alerts: {notifier.__qualname__} is a class; pass an instance of it, built with its arguments"
+                )
             if not callable(notifier):
                 raise TypeError(f"alerts: a notifier must be a BaseNotifier or a callable, got {shown(notifier)}")
         if self.queued_after is not None:

@@ -113,6 +113,8 @@ def test_the_alerts_argument_refuses_what_cannot_be_called(value: Any, error: ty
         Alerts.of(value)
     with pytest.raises(ValueError, match="queued_after must be a positive number"):
         Alerts((print,), queued_after=0)
+    with pytest.raises(TypeError, match="FileNotifier is a class; pass an instance"):
+        Alerts.of([FileNotifier])
 
 
 def test_the_alerts_argument_takes_one_notifier_or_a_list() -> None:
