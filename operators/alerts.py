@@ -76,16 +76,29 @@ class Alert:
     def payload(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """What a notifier finds under ``elastic_training_alert``: the alert and the task it came from."""
         ti = context.get("ti")
+        index = getattr(ti, "map_index", None)
+        return self.payload_of(
+            dag_id=str(getattr(ti, "dag_id", "") or ""),
+            task_id=str(getattr(ti, "task_id", "") or ""),
+            run_id=str(getattr(ti, "run_id", "") or ""),
+            map_index=int(index) if index is not None else -1,
+            try_number=int(getattr(ti, "try_number", 0) or 0),
+        )
+
+    def payload_of(
+        self, *, dag_id: str, run_id: str, task_id: str = "", map_index: int = -1, try_number: int = 0
+    ) -> dict[str, Any]:
+        """The payload for a run (and task) named outright: a deadline is the DAG run's, no task's."""
         return {
             "event": self.event.value,
             "title": self.title,
             "message": self.message,
             "details": dict(self.details),
-            "dag_id": str(getattr(ti, "dag_id", "") or ""),
-            "task_id": str(getattr(ti, "task_id", "") or ""),
-            "run_id": str(getattr(ti, "run_id", "") or ""),
-            "map_index": int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
-            "try_number": int(getattr(ti, "try_number", 0) or 0),
+            "dag_id": dag_id,
+            "task_id": task_id,
+            "run_id": run_id,
+            "map_index": map_index,
+            "try_number": try_number,
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
 
@@ -440,25 +453,20 @@ def deadline_interval(finished_by: str) -> tuple[timedelta, bool] | None:
 
 def deadline_alert(context: Mapping[str, Any], finished_by: str) -> dict[str, Any]:
     """The payload of a missed deadline, from the context Airflow's scheduler gives the callback."""
-    run = context.get("dag_run") if isinstance(context.get("dag_run"), Mapping) else {}
-    deadline = context.get("deadline") if isinstance(context.get("deadline"), Mapping) else {}
-    assert isinstance(run, Mapping) and isinstance(deadline, Mapping)
+    found_run, found_deadline = context.get("dag_run"), context.get("deadline")
+    run: Mapping[str, Any] = found_run if isinstance(found_run, Mapping) else {}
+    deadline: Mapping[str, Any] = found_deadline if isinstance(found_deadline, Mapping) else {}
     due = deadline.get("deadline_time")
     due_text = due.isoformat() if isinstance(due, datetime) else str(due or "")
     dag_id, run_id = str(run.get("dag_id") or ""), str(run.get("dag_run_id") or run.get("run_id") or "")
-    return {
-        "event": AlertEvent.DEADLINE_MISSED.value,
-        "title": f"{dag_id} missed its deadline",
-        "message": f"DAG run {run_id} of {dag_id} was not finished by {due_text} (finished by {finished_by}); "
+    alert = Alert(
+        AlertEvent.DEADLINE_MISSED,
+        f"{dag_id} missed its deadline",
+        f"DAG run {run_id} of {dag_id} was not finished by {due_text} (finished by {finished_by}); "
         f"it is {run.get('state') or 'still running'}",
-        "details": {"deadline_time": due_text, "finished_by": finished_by, "state": run.get("state")},
-        "dag_id": dag_id,
-        "task_id": "",
-        "run_id": run_id,
-        "map_index": -1,
-        "try_number": 0,
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+        {"deadline_time": due_text, "finished_by": finished_by, "state": run.get("state")},
+    )
+    return alert.payload_of(dag_id=dag_id, run_id=run_id)
 
 
 async def deadline_missed(
