@@ -13,6 +13,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
 from elastic_training.operators import CheckpointValidationOperator
+from elastic_training.operators.alerts import AlertRoute, configured_deadline
 from elastic_training.operators.pipeline import (
     CONFIG_TASK,
     PRETRAIN_TASK,
@@ -29,6 +30,14 @@ from elastic_training.operators.pipeline_params import pipeline_params
 
 DAG_ID = "elastic_training_nightly"
 CONFIG = f"ti.xcom_pull(task_ids='{CONFIG_TASK}')"
+# Where the alerts and a missed deadline go (docs/operations.md, "Alerts"): one Airflow notifier, in one place. By
+# default the one a deployment names in its Airflow config ([elastic_training] alert_notifier and
+# alert_notifier_kwargs; none: no alerts); or name it here, e.g.
+#   AlertRoute("airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+#              {"to": "ml-oncall@example.com", "subject": "{{ elastic_training_alert.title }}",
+#               "html_content": "{{ elastic_training_alert.message }}"})
+ALERT_ROUTE = AlertRoute.from_config()
+ALERTS = ALERT_ROUTE.alerts() if ALERT_ROUTE is not None else None
 
 with DAG(
     DAG_ID,
@@ -42,11 +51,13 @@ with DAG(
     params=pipeline_params(),
     render_template_as_native_obj=True,
     dagrun_timeout=timedelta(hours=24),
+    # [elastic_training] nightly_deadline: "finished by HH:MM" (UTC) or a duration; missed: told to ALERT_ROUTE
+    deadline=configured_deadline(ALERT_ROUTE),
     doc_md=__doc__,
 ) as dag:
     validate = PythonOperator(task_id=CONFIG_TASK, python_callable=resolve_params)
     arm = SliceFailureDrillOperator(task_id="arm_slice_failure")
-    pretrain = PretrainOperator(task_id=PRETRAIN_TASK, poll_interval=5.0)
+    pretrain = PretrainOperator(task_id=PRETRAIN_TASK, poll_interval=5.0, alerts=ALERTS)
     drill_result = PythonOperator(
         task_id="slice_failure_result", python_callable=collect_drill, trigger_rule="all_done"
     )
@@ -55,6 +66,7 @@ with DAG(
         path=f"{{{{ {CONFIG}['run_directory'] }}}}",
         expected_min_step=f"{{{{ ti.xcom_pull(task_ids='{PRETRAIN_TASK}')['final_step'] }}}}",
         asset_alias=f"checkpoints:{DAG_ID}",
+        alerts=ALERTS,
     )
     evaluate = StageJobSetOperator(task_id="evaluate", stage="evaluate", poll_interval=5.0)
     gate = PythonOperator(task_id="gate_on_eval", python_callable=gate_on_eval)

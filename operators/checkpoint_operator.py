@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from elastic_training.operators import alerts as alerting
 from elastic_training.operators.checkpoints import (
     CheckpointReport,
     DeepOptions,
@@ -99,6 +100,8 @@ class CheckpointValidationOperator(BaseOperator):
         the consumers watch; the event's ``extra.root`` names the resolved checkpoints root).
     :param asset_alias: with a templated `path`, the alias under which ``Asset(<rendered path>)``
         is emitted (default ``checkpoints:<task_id>``).
+    :param alerts: Airflow notifiers (or an :class:`operators.alerts.Alerts`) told when the step is judged invalid
+        (``checkpoint_invalid``, a fallback too) or unknown (``checkpoint_unknown``); docs/operations.md, "Alerts".
 
     The return value (XCom ``return_value``) is the chosen step's verdict; the full report is
     pushed under the key ``report`` before a failure, too. A rendered value that cannot be meant
@@ -123,6 +126,7 @@ class CheckpointValidationOperator(BaseOperator):
         fallback_to_latest_valid: bool = False,
         asset: Asset | None = None,
         asset_alias: str | None = None,
+        alerts: Any = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(path, os.PathLike):
@@ -148,6 +152,7 @@ class CheckpointValidationOperator(BaseOperator):
         self.require_commit_marker = require_commit_marker
         self.required_items = tuple(required_items)
         self.fallback_to_latest_valid = fallback_to_latest_valid
+        self.alerts = alerting.Alerts.of(alerts)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate, push the verdict, emit the Asset event; fail with the problems listed."""
@@ -178,10 +183,12 @@ class CheckpointValidationOperator(BaseOperator):
         except AirflowException as refused:
             unknown = not isinstance(refused, AirflowFailException)
             self._emit_outcome(context, ValidationOutcome.UNKNOWN if unknown else ValidationOutcome.INVALID)
+            self._alert_judged(context, report, str(refused), unknown=unknown)
             raise
         fallback = chosen is not report.target
         self._emit_outcome(context, ValidationOutcome.FALLBACK if fallback else ValidationOutcome.VALID)
         if fallback:
+            self._alert_judged(context, report, f"fell back to step {chosen.step}", unknown=False)
             self.log.warning(
                 "step %s is not valid; falling back to step %s (%s)",
                 report.target_step,
@@ -243,6 +250,17 @@ class CheckpointValidationOperator(BaseOperator):
             # Could not look (a storage outage): unknown, not invalid; the task's retries read it again.
             raise AirflowException(f"{reasons}{hint} (unknown: storage could not be read; retrying may succeed)")
         raise AirflowFailException(f"{reasons}{hint}")
+
+    def _alert_judged(self, context: Context, report: CheckpointReport, said: str, *, unknown: bool) -> None:
+        if unknown:
+            alert = alerting.checkpoint_unknown(report.root, said)
+        else:
+            target = report.target
+            problems = list(target.problems) if target is not None else [report.error or said]
+            alert = alerting.checkpoint_invalid(
+                report.target_step, target.path if target is not None else report.root, problems, moved_to=None
+            )
+        alerting.send(self.alerts, context, alert, self.log)
 
     @staticmethod
     def _describe(report: CheckpointReport) -> str:

@@ -79,7 +79,53 @@ DEFER_SETTLE_SECONDS = Option(
     example="0",
 )
 
-OPTIONS: tuple[Option, ...] = (GKE_PROJECT, GKE_LOCATION, GKE_CLUSTER, VIEW_KUBERNETES_CONN_ID, DEFER_SETTLE_SECONDS)
+ALERT_NOTIFIER = Option(
+    "alert_notifier",
+    "string",
+    "",
+    "Import path of the Airflow notifier class (a ``BaseNotifier``) the shipped nightly DAG sends its alerts and its "
+    "missed deadline to, built with ``alert_notifier_kwargs``; it must import in the workers and the triggerer. "
+    'Empty: no alerts (docs/operations.md, "Alerts").',
+    example="airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+)
+ALERT_NOTIFIER_KWARGS = Option(
+    "alert_notifier_kwargs",
+    "string",
+    "",
+    "The keyword arguments of ``alert_notifier``, as a JSON object (empty: none; its templates may use "
+    "``{{ elastic_training_alert.title }}`` and the rest of the alert).",
+    example='{"to": "ml-oncall@example.com", "subject": "{{ elastic_training_alert.title }}", '
+    '"html_content": "{{ elastic_training_alert.message }}"}',
+)
+ALERT_QUEUED_AFTER = Option(
+    "alert_queued_after",
+    "float",
+    "1800",
+    "Seconds a nightly run may wait for Kueue's admission (queued, or preempted and waiting) before it is alerted; "
+    "empty: never.",
+    example="600",
+)
+NIGHTLY_DEADLINE = Option(
+    "nightly_deadline",
+    "string",
+    "",
+    "When the shipped nightly DAG's run must be finished: HH:MM (UTC, of the run's logical day: the run of 00:00 done "
+    "by 08:00) or a duration from when the run was queued (90m, 6h, 45s). A run past it alerts through "
+    "``alert_notifier`` (Airflow's DeadlineAlert). Empty: no deadline.",
+    example="08:00",
+)
+
+OPTIONS: tuple[Option, ...] = (
+    GKE_PROJECT,
+    GKE_LOCATION,
+    GKE_CLUSTER,
+    VIEW_KUBERNETES_CONN_ID,
+    DEFER_SETTLE_SECONDS,
+    ALERT_NOTIFIER,
+    ALERT_NOTIFIER_KWARGS,
+    ALERT_QUEUED_AFTER,
+    NIGHTLY_DEADLINE,
+)
 
 
 def get_option(option: Option) -> str:

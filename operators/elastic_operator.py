@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from elastic_training.operators import alerts as alerting
 from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.advice import AUTO_PERIOD, auto_period, shape_fingerprint
 from elastic_training.operators.backoff import Backoff
@@ -98,6 +99,13 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LABEL_FULL_RESTART = f"{PROJECT_PREFIX}/full-restart"
+# The failures that are a budget spent (alerted as such): the budget's parameter, by the decision's reason.
+_BUDGETS: Mapping[Reason, str] = {
+    Reason.FULL_RESTART_BUDGET: "max_full_restarts",
+    Reason.QUEUE_TIMEOUT: "queue_timeout",
+    Reason.PODS_READY_EVICTIONS: "max_pods_ready_evictions",
+    Reason.REQUEUING_LIMIT_EXCEEDED: "Kueue's waitForPodsReady.requeuingStrategy.backoffLimitCount",
+}
 AUTO_FALLBACK_PERIOD = 10  # checkpoint_period="auto" with no history to learn from: the nightly form's default
 MAX_QUARANTINES_PER_ESCALATION = 3
 DEFAULT_MAX_PODS_READY_EVICTIONS = 3
@@ -283,6 +291,12 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         same key share one history, each run writing only its own Variable.
     :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
         "unknown", not "invalid") are read again before the task fails for a retry; nothing is moved meanwhile.
+    :param alerts: Airflow notifiers to call (``BaseNotifier`` instances such as the SMTP provider's
+        ``SmtpNotifier``, or callables taking the context), a list of them, or an
+        :class:`operators.alerts.Alerts` (with ``queued_after``, the seconds a wait for admission lasts before it is
+        told; default 30 min). Called with the task context and ``elastic_training_alert`` in it on a full restart,
+        a budget spent, a preemption or eviction, a long wait for admission, a checkpoint invalid or unknown
+        (docs/operations.md, "Alerts"); a notifier's error is logged, never the run's.
 
     Returns the run report (see docs/operators.md); pushes ``jobset_name`` and ``namespace`` to XCom
     before the first wait, and the report under ``report`` before failing.
@@ -353,10 +367,12 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         max_pods_ready_evictions: int | None = DEFAULT_MAX_PODS_READY_EVICTIONS,
         kueue_pods_ready_timeout: timedelta | float | None = None,
         kueue_recovery_timeout: timedelta | float | None = None,
+        alerts: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_runtime(runtime)
+        self.alerts = alerting.Alerts.of(alerts)
         self.run_name = run_name
         self.base_output_directory = base_output_directory
         self.steps = steps
@@ -418,6 +434,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self.auto_fallback_period: int | None = None  # "auto" with no history: this period (default 10)
         self._active: Handle | None = None
         self._newest_valid_steps: list[str] = []
+        self._alert_context: Context | None = None
 
     # -- spec --------------------------------------------------------------------------------
 
@@ -608,6 +625,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
+        self._alert_context = context
         spec = self.build_spec()
         # Placeholder name: the images depend on the spec alone, and nothing may be created before this check.
         enforce_allowed_images(manifests.elastic_jobset(spec, name="image-check", namespace=self.namespace, labels={}))
@@ -632,13 +650,15 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         return self._wait(context, spec, run)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        """Resume after the trigger fired: decide, then succeed, fail, escalate or wait again."""
+        """Resume after the trigger fired: tell its news, decide, then succeed, fail, escalate or wait again."""
+        self._alert_context = context
         run = RunState.load(context)
         spec = self._planned(self.build_spec(), run)
         if event.get("name") != run.jobset_name:
             raise AirflowException(f"trigger event for {event.get('name')!r}, expected {run.jobset_name!r}")
         self._active = Handle(run.jobset_name, run.jobset_uid)  # a kill from here on deletes it
         run.monitor = MonitorState.from_json(event.get("state"))
+        self._tell_news(context, run)
         status = event.get("status")
         if status == EventStatus.ERROR:
             run.save(context)
@@ -647,7 +667,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         if status == EventStatus.UNSCHEDULABLE:
             return self._relax_avoidance(context, spec, run, str(event.get("message") or ""))
         if status == EventStatus.DEADLINE:
-            self._fail(context, spec, run, self._timed_out_message(context, self._active), retryable=True)
+            timed_out = self._timed_out_message(context, self._active)
+            self._alert_budget(run, "execution_timeout", "deadline", timed_out)
+            self._fail(context, spec, run, timed_out, retryable=True)
         observation = run.monitor.observation(
             now=time.time(),
             target_step=spec.target_step,
@@ -671,6 +693,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             self._emit_metrics(context, report)
             return returned
         if decision.action is Action.FAIL:
+            if decision.reason in _BUDGETS:
+                self._alert_budget(run, _BUDGETS[decision.reason], decision.reason.value, decision.message)
             self._fail(context, spec, run, decision.message, committed=committed)
         if decision.action is Action.ESCALATE:
             self._escalate(context, spec, run, decision.reason.value, decision.message, decision.pod_grace_seconds)
@@ -762,6 +786,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             # only while the workers keep off pools: the one thing this run may drop to get its nodes
             relax_after_seconds=RELAX_AFTER_SECONDS if spec.avoid_node_pools else None,
             relax_not_before=relax_not_before,
+            alerts=None if self.alerts is None else self.alerts.trigger_kwargs(self._seen(run)),
         )
 
     def _relax_avoidance(self, context: Context, spec: ElasticRunSpec, run: RunState, seen: str) -> Any:
@@ -804,6 +829,25 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         self._escalate(context, unavoided, run, RELAXED_REASON, why, grace, relaxation=True)
         return self._wait(context, unavoided, run)
 
+    # -- alerts ------------------------------------------------------------------------------
+
+    def _alert(self, alert: alerting.Alert) -> None:
+        """Tell the notifiers (the context is the one of the task's current start: execute or its resume)."""
+        if self._alert_context is not None:
+            alerting.send(self.alerts, self._alert_context, alert, self.log)
+
+    def _seen(self, run: RunState) -> alerting.Seen:
+        return alerting.Seen.from_json(run.alerted, jobset_uid=run.jobset_uid)
+
+    def _tell_news(self, context: Context, run: RunState) -> None:
+        """What the trigger saw happen while it waited (preemptions, evictions, a long wait), told once."""
+        if self.alerts is None:
+            return
+        now, seen, after = time.time(), self._seen(run), self.alerts.queued_after
+        for alert in alerting.news(run.monitor, seen, now=now, queued_after=after):
+            self._alert(alert)
+        run.alerted = alerting.told(run.monitor, seen, now=now, queued_after=after).to_json()
+
     def _read_checkpoints(self, spec: ElasticRunSpec) -> tuple[CheckpointReport | None, str | None]:
         """One read of the run's checkpoints, and why its answer is unknown (``None``: known)."""
         try:
@@ -826,6 +870,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             if report is not None and why is None:
                 return report
             if time.monotonic() >= deadline:
+                self._alert(alerting.checkpoint_unknown(spec.checkpoint_directory, str(why)))
                 raise AirflowException(
                     f"the checkpoints under {spec.checkpoint_directory} could not be checked (unknown, not invalid: "
                     f"nothing was moved): {why}"
@@ -891,7 +936,21 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         )
         run.escalating = True
         run.save(context)
+        if not relaxation:  # a relaxation's recreation spends no full restart: nothing to alert
+            self._alert(
+                alerting.full_restart(
+                    reason,
+                    message,
+                    used=run.budget_used + 1,
+                    allowed=self.budgets.max_full_restarts,
+                    latest_step=run.monitor.digest.latest_step,
+                )
+            )
         self._finish_escalation(context, spec, run)
+
+    def _alert_budget(self, run: RunState, budget: str, reason: str, message: str) -> None:
+        used, allowed = run.budget_used, self.budgets.max_full_restarts
+        self._alert(alerting.budget_spent(budget, message, reason=reason, full_restarts_used=used, allowed=allowed))
 
     def _finish_escalation(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
         """Delete the JobSet and wait until it is gone, quarantine an invalid newest step, create the next."""
@@ -935,6 +994,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             step_name = os.path.basename(newest.path.rstrip("/"))
             destination = quarantine_step(report.root, step_name)
             self.log.warning("step %s is not valid (%s); moved aside to %s", newest.step, newest.problems, destination)
+            self._alert(alerting.checkpoint_invalid(newest.step, newest.path, newest.problems, moved_to=destination))
             moved.append(destination)
         return moved
 

@@ -328,9 +328,11 @@ class JobSetTaskOperator(BaseOperator):
         full_restarts_used: int = 0,
         relax_after_seconds: float | None = None,
         relax_not_before: float = 0.0,
+        alerts: Mapping[str, Any] | None = None,
     ) -> Any:
         """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act (or, with
-        ``relax_after_seconds``, a worker pod stays unschedulable that long); resume there."""
+        ``relax_after_seconds``, a worker pod stays unschedulable that long; or, with ``alerts``, has news for its
+        notifiers); resume there."""
         from elastic_training.operators.triggers import JobSetTrigger
 
         trigger = JobSetTrigger(
@@ -346,6 +348,7 @@ class JobSetTaskOperator(BaseOperator):
             delete_on_kill=not self.keep_jobset_on_kill,
             relax_after_seconds=relax_after_seconds,
             relax_not_before=relax_not_before,
+            alerts=alerts,
         )
         return self._defer_or_wait(context, trigger)
 

@@ -41,6 +41,9 @@ class RunState:
         # the pools avoided and the period chosen before the first launch (kept for every incarnation of this try)
         plan = data.get("plan")
         self.plan: dict[str, Any] | None = dict(plan) if isinstance(plan, Mapping) else None
+        # what the alerts told about the incarnation watched now (operators.alerts.Seen's JSON)
+        alerted = data.get("alerted")
+        self.alerted: dict[str, Any] = dict(alerted) if isinstance(alerted, Mapping) else {}
 
     @classmethod
     def load(cls, context: Context) -> RunState:
@@ -74,6 +77,7 @@ class RunState:
                     "history": self.history,
                     "monitor": self.monitor.to_json(),
                     "plan": self.plan,
+                    "alerted": self.alerted,
                 },
             ),
         )

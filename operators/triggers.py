@@ -8,9 +8,11 @@ connection, namespace and kind, whatever the number of triggers); a JobSet Kueue
 so its trigger subscribes to its Jobs and pods, and follows the log, only once it is admitted.
 After every change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
 the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
-deadline passed; and, for a JobSet whose workers keep off failing node pools (``relax_after_seconds`` set), when a
-worker pod has been unschedulable that long (:mod:`operators.scheduling`), so the operator can drop the avoidance.
-It is side-effect free: it never creates, deletes or patches anything, so running
+deadline passed; for a JobSet whose workers keep off failing node pools (``relax_after_seconds`` set), when a
+worker pod has been unschedulable that long (:mod:`operators.scheduling`), so the operator can drop the avoidance;
+and, when it is given ``alerts``, when something the operator tells its notifiers about happened while it waited
+(a preemption, an eviction, a wait for admission past its threshold: :func:`operators.alerts.news`), with status
+``notice``. It is side-effect free: it never creates, deletes or patches anything, so running
 it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; transient API
 errors never end it. A refusal does, after a few tries (as the provider's ``watch_pod_events`` gives up on a
 403): a watch's, or a log read's (``get pods/log`` refused, or a kubelet the API server cannot reach), since
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from elastic_training.operators import config
+from elastic_training.operators.alerts import Seen, news, next_news_at
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
@@ -84,6 +87,7 @@ class EventStatus(StrEnum):
     DEADLINE = "deadline"
     ERROR = "error"
     UNSCHEDULABLE = "unschedulable"  # a worker pod unschedulable for relax_after_seconds (avoidance to drop)
+    NOTICE = "notice"  # news for the operator's alerts (operators.alerts.news); the run goes on
 
 
 class JobSetTrigger(BaseTrigger):
@@ -106,6 +110,8 @@ class JobSetTrigger(BaseTrigger):
         (``None``: never; the operator sets it while the workers avoid node pools).
     :param relax_not_before: Unix time before which no ``unschedulable`` event is yielded (the operator looked
         and waits again).
+    :param alerts: ``{"seen": Seen JSON, "queued_after": seconds or None}``: wake the operator (``notice``) on
+        :func:`operators.alerts.news` since ``seen`` (``None``: never; the operator has no notifiers).
     """
 
     def __init__(
@@ -125,6 +131,7 @@ class JobSetTrigger(BaseTrigger):
         settle_seconds: float = 0.0,
         relax_after_seconds: float | None = None,
         relax_not_before: float = 0.0,
+        alerts: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.name = name
@@ -141,6 +148,7 @@ class JobSetTrigger(BaseTrigger):
         self.settle_seconds = settle_seconds
         self.relax_after_seconds = relax_after_seconds
         self.relax_not_before = relax_not_before
+        self.alerts = dict(alerts) if alerts is not None else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -160,6 +168,7 @@ class JobSetTrigger(BaseTrigger):
                 "settle_seconds": self.settle_seconds,
                 "relax_after_seconds": self.relax_after_seconds,
                 "relax_not_before": self.relax_not_before,
+                "alerts": self.alerts,
             },
         )
 
@@ -303,9 +312,16 @@ class _Monitor:
             stranded, relax_at = self._stranded(now)
             if stranded and settling <= 0:
                 return self.event(EventStatus.UNSCHEDULABLE, EventStatus.UNSCHEDULABLE.value, describe(stranded, now))
+            told = self._news(now)
+            if told and settling <= 0:
+                return self.event(EventStatus.NOTICE, told[0], told[1])
             wake = [now + trigger.poll_interval]
             if relax_at is not None:
                 wake.append(relax_at)
+            if told:
+                wake.append(now + settling)
+            if (news_at := self._news_at()) is not None:
+                wake.append(news_at)
             if decision.action is not Action.CONTINUE:  # settling: watch on, then decide again on what is then
                 wake.append(now + settling)
             if decision.recheck_at is not None:
@@ -338,6 +354,22 @@ class _Monitor:
             self.unschedulable.pop(uid, None)
         else:
             self.unschedulable[uid] = waiting
+
+    def _news(self, now: float) -> tuple[str, str] | None:
+        """The first piece of news for the operator's alerts since what it told (``None``: none, or no alerts)."""
+        alerts = self.trigger.alerts
+        if alerts is None:
+            return None
+        seen = Seen.from_json(alerts.get("seen"), jobset_uid=self.trigger.uid)
+        found = news(self.state, seen, now=now, queued_after=alerts.get("queued_after"))
+        return (found[0].event.value, found[0].message) if found else None
+
+    def _news_at(self) -> float | None:
+        alerts = self.trigger.alerts
+        if alerts is None:
+            return None
+        seen = Seen.from_json(alerts.get("seen"), jobset_uid=self.trigger.uid)
+        return next_news_at(self.state, seen, queued_after=alerts.get("queued_after"))
 
     def _note_phase(self, now: float, message: str) -> None:
         phase = self.state.run_phase(now)

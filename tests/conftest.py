@@ -37,7 +37,8 @@ pytest_plugins = [
 # suite instead of alone at its end: a file of 60 s or more that comes late is what one process ends on while the
 # other idles (node-pool avoidance did, in the 2026-12-02 05:25 run).
 LONGEST_FIRST = (
-    "tests/plugin/test_browser_journey.py",  # with tests/cli/test_airflow.py: one unit (SHARED_UNITS)
+    "tests/plugin/test_browser_journey.py",  # with the two below: one unit (SHARED_UNITS)
+    "tests/dags/test_alerts_stack.py",
     "tests/cli/test_airflow.py",
     "tests/benchmarks/test_chaos.py",
     "tests/operators/test_elastic_operator_kueue.py",
@@ -76,11 +77,12 @@ LONGEST_FIRST = (
     "tests/operators/checkpoints/test_gcs.py",
 )
 # Files that share a session fixture or a process's warm-up go to one process as one unit, so it is paid once: the
-# Airflow stack (tests/support/airflow_stack.py), the first `dag.test()`. The CLI's tests follow the journey: their
-# Ctrl-C test stops the stack.
+# Airflow stack (tests/support/airflow_stack.py), the first `dag.test()`. The CLI's tests follow the journey and the
+# alerts' run: their Ctrl-C test stops the stack.
 # (pytest-xdist's own `loadgroup` cannot do it with this pytest: its renamed node ids are not used.)
 SHARED_UNITS = {
     "tests/plugin/test_browser_journey.py": "airflow-stack",
+    "tests/dags/test_alerts_stack.py": "airflow-stack",
     "tests/cli/test_airflow.py": "airflow-stack",
     # The first `dag.test()` of a process pays ~10 s idle that no later one does: the in-process execution API's
     # Cadwyn builds its versioned routes on its first request (py-spy), plus Airflow's imports. These test-fast

@@ -10,6 +10,7 @@ import pytest
 
 from elastic_training.operators.checkpoint_operator import _optional_int, checkpoint_asset_uri
 from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.alert_notifier import told
 from tests.support.statsd_listener import StatsdListener, airflow_stats_from_environment
 
 
@@ -39,7 +40,10 @@ def test_helpers() -> None:
 
 
 def _dag_from_source(dag_id: str, body: str) -> Any:
-    header = "from airflow.sdk import DAG, task\nfrom operators import CheckpointValidationOperator"
+    header = (
+        "from airflow.sdk import DAG, task\nfrom operators import CheckpointValidationOperator\n"
+        "from tests.support.alert_notifier import FileNotifier"
+    )
     return dag_from_source(dag_id, body, header)
 
 
@@ -85,13 +89,15 @@ def test_valid_checkpoint_pushes_verdict_and_asset_event(airflow_db: None, orbax
 def test_invalid_newest_step_fails_or_falls_back(airflow_db: None, run_copy: Callable[[str], Path]) -> None:
     run = run_copy("ocdbt")
     (run / "checkpoints" / "20" / "items" / "manifest.ocdbt").unlink()
+    inbox = run.parent / "inbox.jsonl"
     dag = _dag_from_source(
         "ckpt_bad",
         f"""
         with DAG("ckpt_bad", schedule=None, params={{"run": {str(run)!r}}}) as dag:
-            CheckpointValidationOperator(task_id="strict", path={str(run)!r})
+            CheckpointValidationOperator(task_id="strict", path={str(run)!r}, alerts=FileNotifier(path={str(inbox)!r}))
             CheckpointValidationOperator(
-                task_id="fallback", path="{{{{ params.run }}}}", fallback_to_latest_valid=True, asset_alias="ckpt"
+                task_id="fallback", path="{{{{ params.run }}}}", fallback_to_latest_valid=True, asset_alias="ckpt",
+                alerts=[FileNotifier(path={str(inbox)!r})],
             )
             CheckpointValidationOperator(
                 task_id="behind", path={str(run)!r}, expected_min_step=21, fallback_to_latest_valid=True
@@ -121,6 +127,13 @@ def test_invalid_newest_step_fails_or_falls_back(airflow_db: None, run_copy: Cal
     assert (verdict["step"], verdict["fallback"], verdict["requested_step"]) == (10, True, 20)
     # The alias resolved to the rendered path: one event, for step 10.
     assert [e["step"] for e in _asset_events(f"file://{run}")] == [10]
+    # Both judged step 20 invalid and told their notifier so (the fallback too: it succeeded on an older step).
+    alerts = {r["alert"]["task_id"]: r["alert"] for r in told(inbox)}
+    assert set(alerts) == {"strict", "fallback"}
+    for alert in alerts.values():
+        assert alert["event"] == "checkpoint_invalid" and alert["details"]["step"] == 20
+        assert alert["details"]["path"] == str(run / "checkpoints" / "20") and alert["details"]["moved_to"] is None
+        assert any(p.startswith("ocdbt_manifest_missing") for p in alert["details"]["problems"])
 
 
 def test_failure_message_lists_the_problems(run_copy: Callable[[str], Path]) -> None:

@@ -14,6 +14,7 @@ import pytest
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import HEAD_REPLICATED_JOB
 from tests.support.airflow_dags import states, xcom
+from tests.support.alert_notifier import told
 from tests.support.elastic_runs import committed_steps, elastic_dag, head_log, jobsets_of
 from tests.support.step_faults import StepFaults, kill_worker
 
@@ -33,12 +34,14 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     # restart the restore, has startup_timeout, generous): 40 s is only the freeze's, against steps of ~0.1 s (a few
     # seconds on a 7x-loaded 2-core box) and saves that log their start and end. elastic_timeout_seconds under it,
     # as the lint requires; 30 s is what the first attempt's wait for the workers needs on a loaded box.
+    inbox = tmp_path / "inbox.jsonl"
     dag = elastic_dag(
         "elastic_stall",
         tmp_path,
         stall_timeout="timedelta(seconds=40)",
         startup_timeout="timedelta(minutes=10)",
         elastic_timeout_seconds=30,
+        alerts=f"FileNotifier(path={str(inbox)!r})",
     )
     checkpoints = tmp_path / "elastic-stall" / "checkpoints"
     rotted: dict[str, int] = {}
@@ -66,6 +69,14 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
     assert (rotted_moved / "items").is_dir()
     assert all(m.parent.name == "quarantine" and m.is_dir() for m in moved)
     assert escalation["resumed_from_step"] == rotted["before"]
+    # Told: the escalation and its reason, then each step moved aside and where it went.
+    events = [r["alert"] for r in told(inbox)]
+    assert events[0]["event"] == "full_restart" and events[0]["details"]["reason"] == "stalled"
+    invalid = [e for e in events[1:] if e["event"] == "checkpoint_invalid"]
+    assert len(invalid) == len(moved) == len(events) - 1
+    assert {e["details"]["moved_to"] for e in invalid} == {str(m) for m in moved}
+    [told_rot] = [e for e in invalid if e["details"]["step"] == rotted["newest"]]
+    assert any(p.startswith("commit_marker_missing") for p in told_rot["details"]["problems"]), told_rot
     log = head_log(cluster_connection, report["jobsets"][1])
     assert f"restoring from this run's directory step {rotted['before']}" in log
     # A hung trainer has nothing to save: the old pods were stopped with a 1 s grace period, not their own 30 s
@@ -97,6 +108,45 @@ def test_full_restart_budget_spent_fails_naming_it(
     # Nothing left burning TPUs: the JobSet ended (its worker Job's backoffLimit) or was deleted with the task.
     for jobset in jobsets_of(cluster_connection, "elastic-spent"):
         assert jobset["metadata"].get("deletionTimestamp") or jobset["status"].get("terminalState") == "Failed"
+
+
+def test_a_full_restart_and_then_a_spent_budget_are_told_to_the_notifiers_and_a_broken_one_changes_nothing(
+    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+) -> None:
+    """The operator calls its notifiers (a real ``BaseNotifier`` subclass writing a file, and one that raises) at the
+    escalation, with its reason and the budget left, and when the next slice loss finds the budget spent."""
+    inbox = tmp_path / "inbox.jsonl"
+    dag = elastic_dag(
+        "elastic_alerts",
+        tmp_path,
+        max_slice_restarts=0,
+        max_full_restarts=1,
+        stall_timeout="timedelta(minutes=6)",
+        alerts=f"[FileNotifier(path={str(inbox)!r}, fail=True), FileNotifier(path={str(inbox)!r})]",
+    )
+    # The second loss comes in the second incarnation: it resumes from step 10 or later, and trains on to 40.
+    with StepFaults(cluster_connection, "elastic-alerts").at(15, kill_worker(1)).at(40, kill_worker(0)) as faults:
+        dag_run = dag.test()
+    assert faults.fired == [15, 40]
+    assert states(dag_run) == {"pretrain": "failed"}  # the budget's failure, not the broken notifier's
+    report = xcom(dag_run, "pretrain", "report")
+    assert report["full_restarts"] == 1 and "full-restart budget spent" in report["failure"]
+    restart, spent = [r["alert"] for r in told(inbox)]
+    assert [r["line"] for r in told(inbox)] == [
+        "full_restart: elastic run escalated to full restart 1 of 1",
+        "budget_spent: elastic run failed: max_full_restarts spent",
+    ]
+    assert restart["details"]["reason"] == report["escalations"][0]["reason"]
+    assert restart["details"]["full_restarts_left"] == 0 and restart["details"]["max_full_restarts"] == 1
+    assert restart["message"].startswith("full restart 1 of 1: ") and "(0 full restart(s) left)" in restart["message"]
+    assert spent["details"] == {
+        "budget": "max_full_restarts",
+        "reason": "full_restart_budget_spent",
+        "full_restarts_used": 1,
+        "max_full_restarts": 1,
+    }
+    assert spent["message"] in report["failure"]
+    assert (restart["dag_id"], restart["task_id"], restart["run_id"]) == ("elastic_alerts", "pretrain", dag_run.run_id)
 
 
 def test_a_preemption_exit_short_of_the_target_is_a_full_restart_through_api_throttling(

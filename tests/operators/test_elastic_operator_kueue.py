@@ -37,6 +37,7 @@ from elastic_training.operators.constants import (
 )
 from elastic_training.operators.observations import parse_time
 from tests.support.airflow_dags import states, xcom
+from tests.support.alert_notifier import told
 from tests.support.control_plane import job_template, jobset_manifest
 from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.flex import (
@@ -222,8 +223,11 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
         waited["released_at"] = time.time()
         admin.delete(holder["metadata"]["name"])
 
+    inbox = tmp_path / "inbox.jsonl"
     with Background(release_after_a_long_wait):
-        dag_run = queued_dag("kueue_queued", tmp_path).test()
+        dag_run = queued_dag(
+            "kueue_queued", tmp_path, alerts=f"Alerts((FileNotifier(path={str(inbox)!r}),), queued_after=10)"
+        ).test()
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
     assert report["final_step"] == 59
@@ -238,6 +242,11 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
     assert report["queued_seconds"] >= STALL_SECONDS + 5  # longer than the stall timeout, and not a stall
     assert report["admission_to_first_step_seconds"] is not None and report["admission_to_first_step_seconds"] >= 0
     assert report["queue_spans"][0][1] is not None and report["tail_seconds"] is not None
+    # Its notifier was told once, while it waited (the trigger woke the operator for it), with Kueue's reason.
+    [told_queued] = [r["alert"] for r in told(inbox)]
+    assert told_queued["event"] == "queued_too_long" and told_queued["details"]["queued_after"] == 10
+    assert 10 <= told_queued["details"]["queued_seconds"] < report["queued_seconds"]
+    assert told_queued["details"]["reason"], told_queued
 
 
 def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jobset(
@@ -245,6 +254,7 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
 ) -> None:
     run_name = "kueue-preempted"
     seen: dict[str, Any] = {}
+    inbox = tmp_path / "inbox.jsonl"
 
     def preempt(faults: StepFaults) -> None:
         # 3 slices (48 chips) more than the 32 free: Kueue preempts the lower-priority run to admit it.
@@ -273,7 +283,11 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
         StepFaults(cluster_connection, run_name).at(25, preempt) as faults,
     ):
         dag_run = queued_dag(
-            "kueue_preempted", tmp_path, stall_timeout="timedelta(minutes=6)", elastic_timeout_seconds=300
+            "kueue_preempted",
+            tmp_path,
+            stall_timeout="timedelta(minutes=6)",
+            elastic_timeout_seconds=300,
+            alerts=f"Alerts((FileNotifier(path={str(inbox)!r}),), queued_after=None)",
         ).test()
     assert faults.fired == [25]
     assert states(dag_run) == {"pretrain": "success"}
@@ -293,6 +307,9 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
     # deleteJobPods takes their tracking finalizer off first), so the suspended head Job never completes by it.
     assert report["preemption_recreations"] == 0 and preemption["recreated"] is False
     assert len(jobsets_of(cluster_connection, run_name)) == 1
+    [told_preempted] = [r["alert"] for r in told(inbox)]  # told once, no full restart or budget to tell
+    assert told_preempted["event"] == "preempted" and told_preempted["details"]["preemptions"] == 1
+    assert "no budget spent" in told_preempted["message"]
 
 
 def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(

@@ -46,6 +46,7 @@ def test_serialize() -> None:
             "settle_seconds": 0.0,
             "relax_after_seconds": None,
             "relax_not_before": 0.0,
+            "alerts": None,
         },
     )
     rebuilt = JobSetTrigger(**trigger.serialize()[1])

@@ -9,6 +9,10 @@ with its ``pretrain`` task and a non-zero goodput. First ``elastic_training_nigh
 ``elastic_training_fault_drill``, whose tab must show the recovery and its phases. While ``pretrain``
 runs, the view is read as the page reads it, to see the live step from the head pod's log.
 
+Then the GKE connection form (Admin > Connections > Add, type *GKE cluster (elastic training)*): its Project,
+Location, Cluster and Namespace fields with their labels and descriptions, the standard fields it hides not there
+(docs/images/gke-connection-form.png is its picture).
+
 Screenshots go to ``$ELASTIC_TRAINING_TEST_OUTPUT/browser-journey/<dag_id>/`` (default ``test-output``).
 """
 
@@ -26,7 +30,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.support.airflow_stack import STARTUP_SECONDS, Stack
+from elastic_training.operators.gke_connection import FIELDS
+from tests.support.airflow_stack import STARTUP_SECONDS, Stack, admin_password, logged_in
 from tests.support.browser import DevTools
 
 RUN_SECONDS = 900.0
@@ -42,20 +47,7 @@ FRAME_DOC = "document.querySelector('iframe[title=\"{title}\"]')"
 def stack(airflow_stack: Stack) -> Stack:
     """The session's ``elastic-training airflow`` (tests/support/airflow_stack.py, on the repository's ``dags/``),
     logged in over REST too, once the dag-processor has parsed both shipped DAGs."""
-    running = airflow_stack
-    status, answer = running.call("POST", "/auth/token", {"username": "admin", "password": password(running)})
-    assert status == 201, answer
-    running.token = answer["access_token"]
-    deadline = time.monotonic() + STARTUP_SECONDS
-    for dag_id in (NIGHTLY, DRILL):
-        while running.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
-            assert time.monotonic() < deadline, f"the dag-processor never parsed {dag_id}"
-            time.sleep(2)  # polls the REST API with the deadline above
-    return running
-
-
-def password(stack: Stack) -> str:
-    return str(json.loads((stack.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"])
+    return logged_in(airflow_stack, (NIGHTLY, DRILL))
 
 
 async def click(tools: DevTools, element: str) -> None:
@@ -114,7 +106,7 @@ async def log_in(tools: DevTools, stack: Stack, dag_id: str, out: Path, seen: di
     submit = "document.querySelector('button[type=submit]')"
     for attempt in range(1, 4):  # a page still hydrating can drop what was typed: a person types it again
         await type_into(tools, "input[name=username]", "admin")
-        await type_into(tools, "input[name=password]", password(stack))
+        await type_into(tools, "input[name=password]", admin_password(stack))
         await tools.until(f"{submit} && !{submit}.disabled")
         await click(tools, submit)
         try:
@@ -377,3 +369,76 @@ def test_fault_drill_view_shows_the_recovery_and_its_phases(drill: dict[str, Any
     assert row[6] == "1" and percent(row[8]) > 0, row  # recoveries, goodput
     assert drill["history"]["runs"] == [drill["run_id"]], drill["history"]  # the run joined its failure history
     assert all(Path(p).stat().st_size > 10_000 for p in drill["screenshots"])
+
+
+CONNECTION_FIELDS = [label for _, label, _ in FIELDS]  # Project, Location, Cluster, Namespace
+
+
+async def connection_form(devtools_http: str, stack: Stack) -> dict[str, Any]:
+    """Admin > Connections > Add Connection, type *GKE cluster (elastic training)* chosen as a person chooses it
+    (typed into the type picker, Enter), its Extra Fields section opened: what the form shows."""
+    import aiohttp
+
+    out = OUTPUT / "connection-form"
+    seen: dict[str, Any] = {}
+    dialog = "document.querySelector('[role=dialog]')"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{devtools_http}/json/list") as listed:
+            [page] = [t for t in await listed.json() if t["type"] == "page"][:1]
+        async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+            tools = DevTools(ws)
+            await tools.call("Page.enable")
+            await tools.call(
+                "Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False
+            )
+            try:
+                await tools.call("Page.navigate", url=f"{stack.url}/connections")
+                add = "[...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Add Connection')"
+                await tools.until(f"!!document.querySelector('input[name=username]') || !!{add}", timeout=180)
+                if await tools.js("!!document.querySelector('input[name=username]')"):  # not signed in yet
+                    await log_in(tools, stack, NIGHTLY, out, seen)
+                    await tools.call("Page.navigate", url=f"{stack.url}/connections")
+                await tools.until(f"!!{add}", timeout=120)
+                await click_until(tools, add, f"!!{dialog}", "Add Connection opened no form")
+                await type_into(tools, "[role=dialog] input[name=connection_id]", "gke_tpu")
+                picker = f"{dialog}.querySelector('input[aria-autocomplete=list]')"
+                await tools.js(f"{picker}.focus()")
+                await tools.call("Input.insertText", text="GKE cluster")
+                option = "[...document.querySelectorAll('[role=option]')].find(o => o.innerText.includes('(elastic'))"
+                await tools.until(f"!!{option}", timeout=30)
+                for kind in ("keyDown", "keyUp"):
+                    await tools.call(
+                        "Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13
+                    )
+                sections = f"[...{dialog}.querySelectorAll('button[aria-expanded]')]"
+                extra = f"{sections}.find(b => b.innerText.trim() === 'Extra Fields')"
+                await tools.until(f"!!{extra}", timeout=60)
+                seen["type"] = await tools.js(f"{dialog}.innerText.includes('GKE cluster (elastic training)')")
+                seen["standard"] = await tools.js(
+                    f"[...{dialog}.querySelectorAll('label')].map(l => l.innerText.trim()).filter(Boolean)"
+                )
+                await open_section(tools, extra)
+                await tools.settled(dialog)
+                seen["labels"] = await tools.js(
+                    f"[...{dialog}.querySelectorAll('label')].map(l => l.innerText.trim()).filter(Boolean)"
+                )
+                seen["text"] = await tools.js(f"{dialog}.innerText")
+                await tools.js(f"{extra}.scrollIntoView({{block: 'start', behavior: 'instant'}})")
+                await shot(tools, out, "gke-connection-form.png", seen)
+            except (TimeoutError, AssertionError) as error:
+                picture = await tools.screenshot(out / "failure.png")
+                where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
+                raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
+    (out / "seen.json").write_text(json.dumps(seen, indent=1))
+    return seen
+
+
+def test_the_gke_connection_form_shows_its_fields_with_their_labels(stack: Stack, browser: str) -> None:
+    seen = asyncio.run(connection_form(browser, stack))
+    assert seen["type"], seen
+    # The standard fields the type hides (host, port, login, password, schema) are not in its form.
+    assert not {"Host", "Port", "Login", "Password", "Schema"} & set(seen["standard"]), seen["standard"]
+    labels = seen["labels"]
+    assert [label for label in labels if label in CONNECTION_FIELDS] == CONNECTION_FIELDS, labels
+    assert all(description in seen["text"] for _, _, description in FIELDS), seen["text"]  # each under its field
+    assert all(Path(p).stat().st_size > 10_000 for p in seen["screenshots"])

@@ -4,6 +4,9 @@ triggerer and the local cluster) for the whole session, shared by the tests that
 Its DAGs folder holds copies of the repository's ``dags/`` (the browser journey runs the shipped DAGs), a
 one-task smoke DAG (a deferrable ``ElasticJobSetOperator`` on the local runtime) for the CLI's own test, and a
 one-task DAG that writes to the metadata database until told to stop (the UI-under-load test's).
+Its alerts go to a real notifier (tests/support/alert_notifier.py's ``FileNotifier``, writing ``<home>/alerts.jsonl``:
+``ALERTS``) through the ``[elastic_training]`` options a deployment sets, and the nightly DAG's deadline is short
+(``NIGHTLY_DEADLINE``): every nightly run it runs is past it, and says so there.
 Starting a stack costs a minute or two of both cores; the CLI's test and the browser journey used one each.
 tests/conftest.py sends both files to one xdist process as one unit, so it starts once, and orders the CLI's
 tests after the journey: their Ctrl-C test stops it.
@@ -45,6 +48,8 @@ WRITER_STOP = "launcher_writer_stop"
 WRITER_COUNT = "launcher_writer_count"
 STARTUP_SECONDS = 600.0
 CALL_SECONDS = 180.0
+ALERTS = "alerts.jsonl"
+NIGHTLY_DEADLINE = "20s"
 
 
 def _free_port() -> int:
@@ -61,6 +66,11 @@ def _launcher_env(home: Path) -> dict[str, str]:
     # Unpausing the nightly DAG would also start today's scheduled run, and max_active_runs=1 would queue
     # the test's run behind a whole second pipeline: the scheduler runs triggered runs only.
     env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
+    # The alerts' notifier is the tests' own: importable by the workers, the triggerer and the dag-processor.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER"] = "tests.support.alert_notifier.FileNotifier"
+    env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER_KWARGS"] = json.dumps({"path": str(home / ALERTS)})
+    env["AIRFLOW__ELASTIC_TRAINING__NIGHTLY_DEADLINE"] = NIGHTLY_DEADLINE
     return env
 
 
@@ -182,6 +192,24 @@ class Stack:
                 return int(response.status), json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
             return int(error.code), error.read().decode(errors="replace")
+
+
+def admin_password(stack: Stack) -> str:
+    """The admin's generated password (Airflow's simple auth manager writes it to the home)."""
+    return str(json.loads((stack.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"])
+
+
+def logged_in(stack: Stack, dag_ids: tuple[str, ...]) -> Stack:
+    """``stack`` with a REST token, once the dag-processor has parsed ``dag_ids``."""
+    status, answer = stack.call("POST", "/auth/token", {"username": "admin", "password": admin_password(stack)})
+    assert status == 201, answer
+    stack.token = answer["access_token"]
+    deadline = time.monotonic() + STARTUP_SECONDS
+    for dag_id in dag_ids:
+        while stack.call("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
+            assert time.monotonic() < deadline, f"the dag-processor never parsed {dag_id}"
+            time.sleep(2)  # polls the REST API with the deadline above
+    return stack
 
 
 @pytest.fixture(scope="session")

@@ -43,11 +43,16 @@ def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
             {rendered},
         )
     """
-    return dag_from_source(dag_id, body, HEADER)
+    alerting = (
+        "from elastic_training.operators.alerts import Alerts\nfrom tests.support.alert_notifier import FileNotifier\n"
+    )
+    header = HEADER + (alerting if "alerts" in arguments else "")
+    return dag_from_source(dag_id, body, header)
 
 
-# Arguments written as code in the DAG file rather than as literals.
-_CODE = {"stall_timeout", "startup_timeout", "slice_restart_window"}
+# Arguments written as code in the DAG file rather than as literals (``alerts``: e.g. "[FileNotifier(path=...)]",
+# "Alerts((FileNotifier(path=...),), queued_after=10)").
+_CODE = {"stall_timeout", "startup_timeout", "slice_restart_window", "alerts"}
 
 
 def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
