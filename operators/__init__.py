@@ -1,7 +1,7 @@
 """Airflow operators for elastic MaxText JobSets on Kubernetes.
 
 Public names are imported lazily so that the pure parts of the library (spec, policy,
-checkpoint validation) can be used without importing Airflow.
+checkpoint validation, the operators' option groups) can be used without importing Airflow.
 """
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+_OPTIONS = "elastic_training.operators.options"
 _PUBLIC = {
+    "Budgets": _OPTIONS,
+    "Capacity": _OPTIONS,
+    "ElasticTrainingDeprecationWarning": _OPTIONS,
+    "History": _OPTIONS,
+    "Scale": _OPTIONS,
+    "Training": _OPTIONS,
     "CheckpointValidationOperator": "elastic_training.operators.checkpoint_operator",
     "ElasticJobSetOperator": "elastic_training.operators.elastic_operator",
     "JobSetOperator": "elastic_training.operators.jobset_operator",

@@ -10,17 +10,19 @@ from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
+from elastic_training.operators.options import GROUPS, flat_names
 from tests.support.airflow_dags import dag_from_source
 
 HEADER = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from elastic_training.operators import ElasticJobSetOperator
+from elastic_training.operators import Budgets, Capacity, ElasticJobSetOperator, History, Scale, Training
 """
 
 
 def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
-    """A one-task DAG running a short elastic local run; ``overrides`` replace operator arguments."""
+    """A one-task DAG running a short elastic local run; ``overrides`` replace operator arguments, a group's field
+    by its name (``max_slice_restarts=0``), written in its group in the DAG file (``budgets=Budgets(...)``)."""
     arguments: dict[str, Any] = {
         "run_name": dag_id.replace("_", "-"),
         "base_output_directory": str(base),
@@ -35,7 +37,17 @@ def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
         "poll_interval": 1.0,
     }
     arguments.update(overrides)
-    rendered = ",\n        ".join(f"{k}={v}" if k in _CODE else f"{k}={v!r}" for k, v in arguments.items())
+    names = flat_names()
+    groups: dict[str, list[str]] = {}
+    top: list[str] = []
+    for key, value in arguments.items():
+        written = f"{key}={value}" if key in _CODE else f"{key}={value!r}"
+        if key in names:
+            groups.setdefault(names[key][0], []).append(f"{names[key][1]}={written.split('=', 1)[1]}")
+        else:
+            top.append(written)
+    made = [f"{group}={GROUPS[group].__name__}({', '.join(fields)})" for group, fields in groups.items()]
+    rendered = ",\n            ".join([*made, *top])
     body = f"""
     with DAG({dag_id!r}, schedule=None) as dag:
         ElasticJobSetOperator(
