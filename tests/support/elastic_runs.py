@@ -3,6 +3,7 @@ the tests read back from the local cluster (a run's JobSets, the head's log) and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +38,12 @@ def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
         "poll_interval": 1.0,
     }
     arguments.update(overrides)
-    names = flat_names()
-    groups: dict[str, list[str]] = {}
-    top: list[str] = []
-    for key, value in arguments.items():
-        written = f"{key}={value}" if key in _CODE else f"{key}={value!r}"
-        if key in names:
-            groups.setdefault(names[key][0], []).append(f"{names[key][1]}={written.split('=', 1)[1]}")
-        else:
-            top.append(written)
-    made = [f"{group}={GROUPS[group].__name__}({', '.join(fields)})" for group, fields in groups.items()]
-    rendered = ",\n            ".join([*made, *top])
+    fields, top = split_into_groups(arguments)
+    made = [
+        f"{group}={GROUPS[group].__name__}({', '.join(_written(k, v) for k, v in values.items())})"
+        for group, values in fields.items()
+    ]
+    rendered = ",\n            ".join([*made, *(_written(k, v) for k, v in top.items())])
     body = f"""
     with DAG({dag_id!r}, schedule=None) as dag:
         ElasticJobSetOperator(
@@ -60,6 +56,30 @@ def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
 
 # Arguments written as code in the DAG file rather than as literals.
 _CODE = {"stall_timeout", "startup_timeout", "slice_restart_window"}
+
+
+def _written(key: str, value: Any) -> str:
+    return f"{key}={value}" if key in _CODE else f"{key}={value!r}"
+
+
+def split_into_groups(arguments: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Operator arguments spelled flat (``max_slice_restarts=0``) as ``({group: {field: value}}, the others)``."""
+    names = flat_names()
+    fields: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for key, value in arguments.items():
+        if key in names:
+            group, field = names[key]
+            fields.setdefault(group, {})[field] = value
+        else:
+            top[key] = value
+    return fields, top
+
+
+def in_groups(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``ElasticJobSetOperator`` keyword arguments with the flat ones made into their option groups."""
+    fields, top = split_into_groups(arguments)
+    return {**top, **{group: GROUPS[group](**values) for group, values in fields.items()}}
 
 
 def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
