@@ -371,7 +371,7 @@ def grouped(
             )
         fields.setdefault(group, {})[field_name] = value
     by_group: dict[str, list[str]] = {}
-    for name, value in used.items():
+    for name in used:
         by_group.setdefault(names[name][0], []).append(name)
     spelled = "; ".join(
         ", ".join(f"{name}={shown(used[name])}" for name in flat_of)
