@@ -63,6 +63,8 @@ from benchmarks.chaos_schedule import (
     GCS_ERRORS,
     KILL_TASK,
     KUEUE_DIMENSIONS,
+    PODS_READY,
+    PODS_READY_RECOVERY_TIMEOUT_SECONDS,
     PREEMPT,
     PROVISION,
     QUEUE_WAIT,
@@ -100,25 +102,29 @@ MIN_SECONDS_TO_START = 200.0
 DAG_TEMPLATE = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from elastic_training.operators import ElasticJobSetOperator
+from elastic_training.operators import Budgets, Capacity, ElasticJobSetOperator, Scale, Training
 
 with DAG({dag_id!r}, schedule=None) as dag:
     ElasticJobSetOperator(
         task_id="pretrain",
-        run_name={run_name!r},
-        base_output_directory={base!r},
-        steps={steps},
-        checkpoint_period={period},
-        num_slices={slices},
+        training=Training(
+            run_name={run_name!r},
+            base_output_directory={base!r},
+            steps={steps},
+            checkpoint_period={period},
+            maxtext_args={maxtext_args!r},
+            local_env={local_env!r},
+        ),
+        scale=Scale(num_slices={slices}),
+        budgets=Budgets(
+            max_slice_restarts={max_slice_restarts},
+            max_full_restarts={max_full_restarts},
+            stall_timeout=timedelta(seconds={stall}),
+            elastic_timeout_seconds={elastic_timeout},
+        ),{kueue_args}
         runtime="local",
-        maxtext_args={maxtext_args!r},
-        max_slice_restarts={max_slice_restarts},
-        max_full_restarts={max_full_restarts},
-        stall_timeout=timedelta(seconds={stall}),
-        elastic_timeout_seconds={elastic_timeout},
         deferrable=True,
         poll_interval=1.0,
-        local_env={local_env!r},{kueue_args}
     )
 """
 
@@ -155,10 +161,14 @@ def _kueue_args(plan: Schedule) -> str:
         return ""
     from benchmarks.chaos_kueue import RUN_PRIORITY, queue_for
 
-    queue = queue_for(plan)
-    # A flex run's revoked capacity is never admitted again: its queue_timeout ends it (stall timeout + 60 s).
-    timeout = f"\n        queue_timeout={plan.stall_timeout_seconds + 60}.0," if plan.kueue == "provisioning" else ""
-    return f"\n        queue_name={queue!r},\n        priority_class={RUN_PRIORITY!r},{timeout}"
+    args = f"queue_name={queue_for(plan)!r}, priority_class={RUN_PRIORITY!r}"
+    if plan.kueue == "provisioning":
+        # A revoked flex run is deactivated and its Deactivated rule ends it; queue_timeout (stall timeout + 60 s)
+        # only bounds a run that rule missed (the promise checks which ended it).
+        args += f", queue_timeout={plan.stall_timeout_seconds + 60}.0"
+    if plan.kueue == "pods-ready":  # the operator cannot read Kueue's ConfigMap here: it is told
+        args += f", kueue_recovery_timeout={float(PODS_READY_RECOVERY_TIMEOUT_SECONDS)!r}"
+    return f"\n        capacity=Capacity({args}),"
 
 
 def dag_id(plan: Schedule) -> str:
@@ -500,6 +510,10 @@ class RunWatch:
         elif fault.kind == PROVISION and self.kueue_actor is not None:
             self.kueue_actor.revoke()
             fired.note = "capacity revoked"
+        elif fault.kind == PODS_READY and self.kueue_actor is not None:
+            if not all(self._slice_ready(jobset, index, fired.at) for index in fault.slices):
+                return  # the slice is not whole yet: its repair must take a running slice
+            fired.note = self.kueue_actor.repair_slice(pods, jobset)
         elif fault.kind == GCS_ERRORS and self.gcs_proxy is not None:
             if fault.count:
                 self.gcs_proxy.fail_next(fault.count)
@@ -643,6 +657,8 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
                 actor.prepare_provisioning()
                 if plan.kueue_fault.step == 0:
                     watch.fired.append(Fired(plan.kueue_fault, time.time(), None, None, note=plan.kueue_fault.outcome))
+            elif plan.kueue_fault is not None and plan.kueue_fault.kind == PODS_READY:
+                actor.hold_other_pools()
             actor.start()
         with lock:
             start_task()
@@ -1291,7 +1307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=KUEUE_DIMENSIONS,
         default="",
         help="a Kueue dimension: every run in multislice-queue, preempted mid-training by a higher-priority JobSet "
-        "(preempt) or queued behind one past its stall timeout (queue-wait); or in a flex-start queue whose "
+        "(preempt), queued behind one past its stall timeout (queue-wait), or evicted by Kueue's waitForPodsReady when "
+        "a slice's node-pool repair outlasts its recoveryTimeout (pods-ready); or in a flex-start queue whose "
         "ProvisioningRequest is delayed, fails once or has its capacity revoked (provisioning); no other faults",
     )
     parser.add_argument(

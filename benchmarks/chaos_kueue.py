@@ -12,7 +12,13 @@ admin's client as another team's run would be, at ``very-high``: a head on ``cpu
 - **queue-wait**: the blocker takes all 64 chips before the run's task starts; the run's JobSet waits suspended
   ("insufficient unused quota") until it has existed for its stall timeout plus the fault's ``seconds``; then the
   blocker is deleted.
-
+- **pods-ready**: Kueue's ``waitForPodsReady`` is switched on (``recoveryTimeout`` 12 s, a 5 s requeue backoff: the
+  local cluster's ``kueue-configuration`` fault, standing for an edited ``kueue-manager-config``) and the blocker
+  takes every v5e-16 pool the run does not use, one slice per pool, before the run's task starts. At the scheduled
+  step GKE auto-repairs the node pool of one of the run's slices for the fault's ``seconds`` (``repair-node-pool``:
+  its pods evicted, the pool cordoned): the slice cannot come back inside ``recoveryTimeout``, so Kueue evicts the
+  whole JobSet (``Evicted`` reason ``PodsReadyTimeout``, cause ``WaitForRecovery``) and requeues it after its
+  backoff; the run is admitted again once the pool is back. Kueue's configuration is switched off at the run's end.
 - **provisioning** (``--kueue provisioning``): the run goes to a flex-start queue, ``flex`` (the ClusterQueue
   ``flex-queue`` with xpk's ``dws-prov`` admission check and 2 slices of quota) over two of ``v5e-small``'s v5e-16
   pools made queued-provisioning ones (``provision-on-demand`` with ``queued``: no nodes until a ProvisioningRequest
@@ -32,12 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.chaos_schedule import (
+    PODS_READY,
+    PODS_READY_BACKOFF_SECONDS,
+    PODS_READY_RECOVERY_TIMEOUT_SECONDS,
     PREEMPT,
     PROVISION,
     PROVISION_DELAY,
     PROVISION_FAIL,
     PROVISION_REVOKE,
+    QUEUE_CHIPS,
     QUEUE_WAIT,
+    SLICE_CHIPS,
     Fault,
     Schedule,
 )
@@ -82,9 +93,25 @@ def flex_objects() -> list[tuple[str, Obj]]:
     ]
 
 
-def blocker_manifest(name: str, slices: int) -> Obj:
-    """Another team's run in the run's queue: a head on ``cpu-np`` and ``slices`` v5e-16 slices, idling."""
+def pods_ready_configuration() -> Obj:
+    """Kueue's waitForPodsReady for the pods-ready dimension (the cluster's ``kueue-configuration`` fault)."""
+    return {
+        "waitForPodsReady": {
+            "timeout": "10m",
+            "recoveryTimeout": f"{PODS_READY_RECOVERY_TIMEOUT_SECONDS}s",
+            "requeuingStrategy": {
+                "backoffBaseSeconds": PODS_READY_BACKOFF_SECONDS,
+                "backoffMaxSeconds": 2 * PODS_READY_BACKOFF_SECONDS,
+            },
+        }
+    }
+
+
+def blocker_manifest(name: str, slices: int, *, exclusive: bool = False) -> Obj:
+    """Another team's run in the run's queue: a head on ``cpu-np`` and ``slices`` v5e-16 slices, idling
+    (``exclusive``: one slice per node pool, as the run's own JobSet places them)."""
     from elastic_training.operators.constants import (
+        ANNOTATION_EXCLUSIVE_TOPOLOGY,
         JOBSET_GROUP,
         JOBSET_VERSION,
         LABEL_GKE_NODEPOOL,
@@ -117,10 +144,13 @@ def blocker_manifest(name: str, slices: int) -> Obj:
         tolerations=[{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         priorityClassName=BLOCKER_PRIORITY,
     )
+    metadata: Obj = {"name": name, "labels": {LABEL_KUEUE_QUEUE_NAME: QUEUE}}
+    if exclusive:
+        metadata["annotations"] = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}
     return {
         "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
         "kind": "JobSet",
-        "metadata": {"name": name, "labels": {LABEL_KUEUE_QUEUE_NAME: QUEUE}},
+        "metadata": metadata,
         "spec": {"replicatedJobs": [head, worker]},
     }
 
@@ -146,13 +176,17 @@ class KueueActor:
         fault = plan.kueue_fault
         if fault is None:
             raise ValueError(f"{plan.run_name} has no Kueue fault")
+        if fault.kind == PODS_READY and faults is None:
+            raise ValueError("the pods-ready dimension needs the cluster's faults (its Kueue configuration, repairs)")
         self.plan, self.fault = plan, fault
         self.blocker = f"blocker-{plan.run_name}"
         self._api = config.new_client_from_config(config_file=str(kubeconfig))
         self.custom, self.core = client.CustomObjectsApi(self._api), client.CoreV1Api(self._api)
-        self.notes: dict[str, Any] = {"blocker": self.blocker, "blocker_slices": len(fault.slices)}
+        slices = QUEUE_CHIPS // SLICE_CHIPS - plan.num_slices if fault.kind == PODS_READY else len(fault.slices)
+        self.notes: dict[str, Any] = {"blocker": self.blocker, "blocker_slices": slices}
         self.errors: list[str] = []
-        self._faults = faults  # the cluster's fault facade (LocalCluster.faults): provisioning outcomes
+        # the cluster's fault facade (LocalCluster.faults): provisioning outcomes, Kueue's configuration, repairs
+        self._faults = faults
         self._go = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kueue-{plan.run_name}", daemon=True)
@@ -236,12 +270,13 @@ class KueueActor:
     def _create_blocker(self) -> None:
         from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 
+        exclusive = self.fault.kind == PODS_READY
         self.custom.create_namespaced_custom_object(
             JOBSET_GROUP,
             JOBSET_VERSION,
             NAMESPACE,
             JOBSET_PLURAL,
-            blocker_manifest(self.blocker, len(self.fault.slices)),
+            blocker_manifest(self.blocker, int(self.notes["blocker_slices"]), exclusive=exclusive),
         )
         self.notes["blocker_created_at"] = time.time()
 
@@ -264,6 +299,35 @@ class KueueActor:
         self._create_blocker()
         self._wait("the blocker admitted", lambda: self._admitted(self.blocker))
         self.notes["blocker_admitted_at"] = time.time()
+
+    def hold_other_pools(self) -> None:
+        """pods-ready, before the run's task starts: Kueue's waitForPodsReady on, and the blocker admitted on every
+        v5e-16 pool the run will not use (so a repaired slice can only come back where it was)."""
+        self.notes["kueue_configuration"] = self._faults.configure_kueue(pods_ready_configuration())
+        if int(self.notes["blocker_slices"]) > 0:
+            self.hold_queue()
+
+    def repair_slice(self, pods: list[Obj], jobset: str) -> str:
+        """pods-ready, at the scheduled step: GKE repairs the node pool of the fault's slice; what was done."""
+        from elastic_training.operators.constants import LABEL_GKE_NODEPOOL, LABEL_JOB_INDEX, LABEL_REPLICATED_JOB_NAME
+
+        index = str(self.fault.slices[0])
+        nodes = [
+            str(p["spec"].get("nodeName"))
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == jobset
+            and (p["metadata"].get("labels") or {}).get(LABEL_REPLICATED_JOB_NAME) == "worker"
+            and (p["metadata"].get("labels") or {}).get(LABEL_JOB_INDEX) == index
+            and p["spec"].get("nodeName")
+        ]
+        if not nodes:
+            raise RuntimeError(f"slice {index} of {jobset} runs on no node")
+        pool = str((self.core.read_node(nodes[0]).metadata.labels or {})[LABEL_GKE_NODEPOOL])
+        repaired = self._faults.repair_node_pool(pool, self.fault.seconds)
+        self.notes["repaired_pool"], self.notes["repaired_at"] = pool, time.time()
+        self.notes["repair_evicted"] = len(repaired.get("evictedPods") or [])
+        self._go.set()
+        return f"node pool {pool} repaired for {self.fault.seconds:.0f}s"
 
     def preempt(self) -> None:
         """preempt, at the scheduled step: the blocker arrives (the thread follows what Kueue does with it)."""
@@ -351,6 +415,8 @@ class KueueActor:
             self.delete_blocker()
         except Exception as error:
             self.errors.append(f"deleting the blocker: {type(error).__name__}: {error}")
+        if self.fault.kind == PODS_READY and self._faults is not None:
+            self._faults.configure_kueue(None)  # off again, as Kueue v0.17 is: the next run starts clean
         self._api.close()
 
     def _run(self) -> None:
@@ -364,6 +430,8 @@ class KueueActor:
                 self._follow_preemption()
             elif self.fault.kind == PROVISION and self.fault.outcome == PROVISION_REVOKE:
                 self._follow_revocation()
+            elif self.fault.kind == PODS_READY:
+                self._follow_pods_ready_eviction()
         except InterruptedError:
             pass
         except Exception as error:
@@ -425,6 +493,27 @@ class KueueActor:
         self._wait("the run resumed", lambda: (self._jobset(name) or {}).get("spec", {}).get("suspend") is False)
         self.notes["resumed_seen_at"] = time.time()
 
+    def _follow_pods_ready_eviction(self) -> None:
+        jobset = self._wait("the run's JobSet", self._run_jobset)
+        name = jobset["metadata"]["name"]
+        workload = self._wait(
+            "Kueue's PodsReady timeout",
+            lambda: (
+                (w := self._workload_of(jobset))
+                and (c := condition(w, "Evicted"))
+                and c.get("status") == "True"
+                and c.get("reason") != "Preempted"
+                and w
+            ),
+        )
+        self.notes["evicted"] = _reason(condition(workload, "Evicted"))
+        self.notes["evicted_at"] = time.time()
+        stats = ((workload.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+        self.notes["eviction_causes"] = sorted(str(e.get("underlyingCause")) for e in stats)
+        self._wait("the run suspended", lambda: (self._jobset(name) or {}).get("spec", {}).get("suspend") is True)
+        self._wait("the run resumed", lambda: (self._jobset(name) or {}).get("spec", {}).get("suspend") is False)
+        self.notes["resumed_seen_at"] = time.time()
+
 
 def _said(found: Obj | None) -> str:
     if found is None:
@@ -469,26 +558,24 @@ def broken_promises(
         return _broken_provisioning(fault, notes, report, outcome, jobsets)
     if outcome != "success":
         broken.append(f"outcome {outcome}")
+    # pods-ready: the repair's slice loss opens an in-process recovery that Kueue's eviction cuts short.
+    allowed = {"in_process_recoveries": 1} if fault.kind == PODS_READY else {}
     for key in ("full_restarts", "slice_restarts", "in_process_recoveries"):
-        if report.get(key):
+        if int(report.get(key) or 0) > allowed.get(key, 0):
             broken.append(f"{key}={report.get(key)}")
     preemptions = report.get("preemptions") or []
     recreated = int(report.get("preemption_recreations") or 0)
     unexplained = [e for e in report.get("escalations") or [] if not e.get("preemption")]
     if unexplained:
         broken.append("escalations " + ", ".join(str(e.get("reason")) for e in unexplained))
+    if fault.kind == PODS_READY:
+        return broken + _pods_ready_broken(plan, notes, report, jobsets, recreated)
     if fault.kind == PREEMPT:
         if notes.get("evicted") != "True/Preempted" or notes.get("preempted") != "True/InClusterQueue":
             broken.append(f"eviction {notes.get('evicted')!r}, {notes.get('preempted')!r}")
         if len(preemptions) != 1:
             broken.append(f"{len(preemptions)} preemptions in the report")
-        for preemption in preemptions[:1]:
-            restored = preemption.get("restored_step")
-            lost = preemption.get("steps_lost")
-            if restored is not None and restored % plan.checkpoint_period != 0:
-                broken.append(f"restored step {restored}, not a checkpoint")
-            if lost is None or not 0 <= int(lost) <= plan.checkpoint_period:
-                broken.append(f"steps lost {lost}")
+        broken += _resumed_within_a_period(plan, preemptions)
         if len(jobsets) != 1 + recreated:
             broken.append(f"{len(jobsets)} JobSets, {recreated} recreated for the preemption")
     else:
@@ -518,8 +605,10 @@ def _broken_provisioning(
     """provisioning: one JobSet, no full restart, slice restart or escalation (a capacity event spends no budget), the
     wait told apart as provisioning with each outcome named in the report. delay: success, provisioning at least the
     fault's seconds. fail: success, a ``Retry`` and then a ``Ready`` note. revoke: Kueue deactivated the Workload
-    (``DeactivatedDueToAdmissionCheck``); the run fails (nothing admits it again) naming the revocation, and lost no
-    committed step (it never resumed)."""
+    (``DeactivatedDueToAdmissionCheck``); the run fails at once on the deactivation (nothing admits it again) naming
+    the revocation, and lost no committed step (it never resumed)."""
+    from elastic_training.operators.queueing import EVICTION_WORDS, EvictionKind
+
     broken: list[str] = []
     for key in ("full_restarts", "slice_restarts", "in_process_recoveries"):
         if report.get(key):
@@ -541,8 +630,11 @@ def _broken_provisioning(
             broken.append(f"eviction {notes.get('evicted')!r}")
         if not any(REVOKED_MESSAGE in s and " Rejected" in s for s in said):
             broken.append("the revocation is not in the report's provisioning notes")
-        if REVOKED_MESSAGE not in str(report.get("failure") or ""):
+        failure = str(report.get("failure") or "")
+        if REVOKED_MESSAGE not in failure:
             broken.append("the failure does not name the revocation")
+        if f"it was {EVICTION_WORDS[EvictionKind.DEACTIVATED]}" not in failure:
+            broken.append("the run did not end on its Workload's deactivation (queue_timeout ended it?)")
         return broken
     if outcome != "success":
         broken.append(f"outcome {outcome}")
@@ -553,4 +645,39 @@ def _broken_provisioning(
     waited = float(report.get("provisioning_seconds") or 0.0)
     if fault.outcome == PROVISION_DELAY and waited + QUEUED_SECONDS_TOLERANCE < fault.seconds:
         broken.append(f"provisioning_seconds {waited}, the request took {fault.seconds:.0f} s")
+    return broken
+
+
+def _pods_ready_broken(
+    plan: Schedule, notes: dict[str, Any], report: dict[str, Any], jobsets: list[Obj], recreated: int
+) -> list[str]:
+    """pods-ready: Kueue evicted the run for its recoveryTimeout (``PodsReadyTimeout``, ``WaitForRecovery``), the
+    report names that eviction and no preemption, it resumed from a committed step with at most one period lost,
+    and one JobSet unless the operator recreated it for the eviction."""
+    broken = []
+    if notes.get("evicted") != "True/PodsReadyTimeout" or notes.get("eviction_causes") != ["WaitForRecovery"]:
+        broken.append(f"eviction {notes.get('evicted')!r}, causes {notes.get('eviction_causes')!r}")
+    if notes.get("repair_evicted", 0) < 1:
+        broken.append("the repair evicted no pod")
+    entries = report.get("preemptions") or []
+    kinds = [e.get("eviction") for e in entries]
+    if kinds != ["pods_ready_timeout"] or report.get("pods_ready_evictions") != 1:
+        broken.append(f"evictions in the report {kinds}, pods_ready_evictions={report.get('pods_ready_evictions')}")
+    if report.get("preemption_count"):
+        broken.append(f"preemption_count={report.get('preemption_count')}: a PodsReady timeout is no preemption")
+    broken += _resumed_within_a_period(plan, entries)
+    if len(jobsets) != 1 + recreated:
+        broken.append(f"{len(jobsets)} JobSets, {recreated} recreated for the eviction")
+    return broken
+
+
+def _resumed_within_a_period(plan: Schedule, entries: list[Obj]) -> list[str]:
+    """The first eviction resumed from a committed step (a multiple of the period), at most one period lost."""
+    broken = []
+    for entry in entries[:1]:
+        restored, lost = entry.get("restored_step"), entry.get("steps_lost")
+        if restored is not None and restored % plan.checkpoint_period != 0:
+            broken.append(f"restored step {restored}, not a checkpoint")
+        if lost is None or not 0 <= int(lost) <= plan.checkpoint_period:
+            broken.append(f"steps lost {lost}")
     return broken

@@ -12,7 +12,10 @@ Two Kueue dimensions (``kueue="preempt"`` or ``"queue-wait"``) run behind ``v5e-
 priority and meet another team's higher-priority JobSet (a blocker): it arrives mid-training and Kueue preempts the
 run, or it holds the whole quota when the run is submitted and the run waits longer than its stall timeout. Their
 runs keep the seed's shape (steps, slices, budgets) and carry that one Kueue fault and no other: the promise is
-absolute (no full restart, no slice restart), which the other faults would legitimately break.
+absolute (no full restart, no slice restart), which the other faults would legitimately break. A third
+(``kueue="pods-ready"``) runs with Kueue's ``waitForPodsReady`` on: GKE repairs the node pool of one of the run's slices
+for longer than Kueue's ``recoveryTimeout`` while a blocker holds every other pool, so Kueue evicts the whole JobSet
+(``PodsReadyTimeout``) and the run must wait it out and resume from its checkpoint, spending no budget.
 """
 
 from __future__ import annotations
@@ -37,14 +40,21 @@ GCS_ERRORS = "gcs_errors"  # GCS (the emulator) answers 503: the next `count` re
 PREEMPT = "preempt"  # a higher-priority blocker of `slices` v5e-16 slices arrives; it runs `seconds`, then goes
 QUEUE_WAIT = "queue_wait"  # a blocker holds all the quota at submission, for the stall timeout plus `seconds`
 PROVISION = "provision"  # flex-start: the run's ProvisioningRequest is delayed, fails once, or its capacity is revoked
+PODS_READY = "pods_ready"  # slice `slices[0]`'s node pool repaired for `seconds`, past Kueue's recoveryTimeout
 
-KUEUE_DIMENSIONS = ("preempt", "queue-wait", "provisioning")
+KUEUE_DIMENSIONS = ("preempt", "queue-wait", "provisioning", "pods-ready")
+_RUN_NAME_PREFIXES = {"preempt": "preempt-", "queue-wait": "queue-", "provisioning": "prov-", "pods-ready": "ready-"}
 # Provisioning outcomes (benchmarks/chaos_kueue.py; local/cluster/provisioning_requests.py's faults): the request takes
 # `seconds` (past the stall timeout sometimes: provisioning is waiting, not stalling); fails once and Kueue's retry
 # provisions (in `seconds`); or, at `step`, the capacity is revoked (Kueue deactivates the Workload).
 PROVISION_DELAY, PROVISION_FAIL, PROVISION_REVOKE = "delay", "fail", "revoke"
 PROVISION_OUTCOMES = (PROVISION_DELAY, PROVISION_FAIL, PROVISION_REVOKE)
 PROVISION_SECONDS = (5.0, 90.0)
+# pods-ready: Kueue's recoveryTimeout, under the runs' elastic_timeout_seconds (half the stall timeout), so Kueue
+# evicts while MaxText still waits for the slice; the repair outlasts it by 13 to 48 s.
+PODS_READY_RECOVERY_TIMEOUT_SECONDS = 12
+PODS_READY_BACKOFF_SECONDS = 5
+PODS_READY_REPAIR_SECONDS = (25.0, 60.0)
 QUEUE_CHIPS = 64  # v5e-small's cluster-queue: 4 slices of v5litepod-16
 SLICE_CHIPS = 16
 # A blocker runs this long after its pods all run (preempt), or the run waits this much past its stall timeout.
@@ -100,6 +110,10 @@ class Fault:
             if self.outcome == PROVISION_FAIL:
                 return f"@0 flex provisioning fails once, then {self.seconds:.0f}s"
             return f"@0 flex provisioning takes {self.seconds:.0f}s"
+        if self.kind == PODS_READY:
+            return (
+                f"@{self.step} slice {','.join(map(str, self.slices))} repaired {self.seconds:.0f}s (> recoveryTimeout)"
+            )
         return f"@{self.step} {self.kind}"
 
 
@@ -132,17 +146,18 @@ class Schedule:
     stall_timeout_seconds: int = STALL_TIMEOUT_SECONDS
     gcs: bool = False  # the run directory is on gs:// (the emulator, behind a proxy that can answer 503)
     kueue: str = ""  # "preempt" or "queue-wait": the run is in multislice-queue and meets a blocker; "provisioning":
-    # the run is in a flex-start queue (xpk's dws-prov check) and its ProvisioningRequest meets the fault
+    # the run is in a flex-start queue (xpk's dws-prov check) and its ProvisioningRequest meets the fault;
+    # "pods-ready": Kueue's waitForPodsReady is on and a slice's repair outlasts its recoveryTimeout
 
     @property
     def run_name(self) -> str:
-        kueue = {"preempt": "preempt-", "queue-wait": "queue-", "provisioning": "prov-"}.get(self.kueue, "")
+        kueue = _RUN_NAME_PREFIXES.get(self.kueue, "")
         return f"chaos-{'gcs-' if self.gcs else ''}{kueue}s{self.seed}-r{self.index}"
 
     @property
     def kueue_fault(self) -> Fault | None:
-        """The run's preemption or queue wait, if it has one."""
-        return next((f for f in self.faults if f.kind in (PREEMPT, QUEUE_WAIT, PROVISION)), None)
+        """The run's Kueue fault, if any: a preemption, a queue wait, a provisioning outcome or a pods-ready repair."""
+        return next((f for f in self.faults if f.kind in (PREEMPT, QUEUE_WAIT, PROVISION, PODS_READY)), None)
 
     @property
     def target_step(self) -> int:
@@ -285,7 +300,8 @@ def kueue_schedule(
     arrives that needs more chips than the run leaves free (``QUEUE_CHIPS``), so Kueue must preempt the run to
     admit it. ``queue-wait``: a blocker holds all the chips when the run is submitted. ``provisioning``: the run's
     ProvisioningRequest takes 5 to 90 s, or fails once (Kueue retries it: the next provisions in that time), or is
-    provisioned and, at a step from 3 to four before the end, its capacity is revoked.
+    provisioned and, at a step from 3 to four before the end, its capacity is revoked. ``pods-ready``: at a step from 3
+    to four before the end, one of the run's slices has its node pool repaired for longer than Kueue's recoveryTimeout.
     """
     if kueue not in KUEUE_DIMENSIONS:
         raise ValueError(f"kueue must be one of {', '.join(KUEUE_DIMENSIONS)}, got {kueue!r}")
@@ -306,6 +322,13 @@ def kueue_schedule(
             kind=PREEMPT,
             slices=tuple(range(blocker_slices)),
             seconds=round(rng.uniform(*PREEMPT_HOLD_SECONDS), 1),
+        )
+    elif kueue == "pods-ready":
+        fault = Fault(
+            step=rng.randint(3, steps - 4),
+            kind=PODS_READY,
+            slices=(rng.randrange(num_slices),),
+            seconds=round(rng.uniform(*PODS_READY_REPAIR_SECONDS), 1),
         )
     else:
         fault = Fault(

@@ -6,6 +6,9 @@ elastic-training cluster fault --kubeconfig ./kubeconfig delete-pod default trai
 elastic-training cluster fault --kubeconfig ./kubeconfig fail-requests --code 429 --count 3 --path jobsets
 elastic-training cluster fault --kubeconfig ./kubeconfig lose-host gke-local-tpu-v5e-16-0-2 --repair-seconds 60
 elastic-training cluster fault --kubeconfig ./kubeconfig provision-on-demand tpu-v5e-16-3 --seconds 20
+elastic-training cluster fault --kubeconfig ./kubeconfig stop-queue --cluster-queue cluster-queue --policy HoldAndDrain
+elastic-training cluster fault --kubeconfig ./kubeconfig deactivate-workload default my-run-jobset
+elastic-training cluster fault --kubeconfig ./kubeconfig kueue-configuration kueue-config.yaml   # waitForPodsReady
 """
 
 from __future__ import annotations
@@ -46,6 +49,23 @@ _seconds = _bounded(float, 0.0, 600.0, "seconds (0-600)")
 _repair_seconds = _bounded(float, 0.0, 86400.0, "seconds (0-86400)")
 _burst_seconds = _bounded(float, 0.001, 3600.0, "seconds (over 0, up to 3600)")
 _retry_after = _bounded(int, 0, 600, "seconds (0-600)")
+
+
+def _yaml_mapping(path: str) -> dict[str, Any]:
+    """A YAML file holding a mapping ('-': an empty one)."""
+    if path == "-":
+        return {}
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc}") from exc
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise argparse.ArgumentTypeError(f"{path} is not a YAML mapping (a Kueue Configuration)")
+    return loaded
 
 
 def _regex(text: str) -> str:
@@ -149,6 +169,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="EvictionByEvictionAPI",
         help="the DisruptionTarget reason (default EvictionByEvictionAPI)",
     )
+    stop = kinds.add_parser(
+        "stop-queue", help="a Kueue queue's stopPolicy (HoldAndDrain evicts its admitted Workloads)"
+    )
+    queue = stop.add_mutually_exclusive_group(required=True)
+    queue.add_argument("--cluster-queue", help="a ClusterQueue by name")
+    queue.add_argument("--local-queue", help="a LocalQueue as NAMESPACE/NAME")
+    stop.add_argument("--policy", choices=("Hold", "HoldAndDrain", "None"), default="HoldAndDrain")
+    deactivate = kinds.add_parser("deactivate-workload", help="spec.active=false on a JobSet's Kueue Workload")
+    deactivate.add_argument("namespace")
+    deactivate.add_argument("jobset")
+    deactivate.add_argument("--activate", action="store_true", help="set it true again (Kueue requeues it)")
+    configure = kinds.add_parser(
+        "kueue-configuration", help="Kueue's manager Configuration (waitForPodsReady), as an edited ConfigMap"
+    )
+    configure.add_argument("file", type=_yaml_mapping, help="a YAML Kueue Configuration; '-' for none (off)")
     kinds.add_parser("clear", help="remove every API fault rule")
     kinds.add_parser("show", help="print the active API fault rules")
 
@@ -267,6 +302,14 @@ def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] |
     if args.fault == "evict-pod":
         body = {"namespace": args.namespace, "name": args.name, "reason": args.reason}
         return "POST", f"{FAULTS_PATH}/evict-pod", body
+    if args.fault == "stop-queue":
+        body = present(clusterQueue=args.cluster_queue, localQueue=args.local_queue, stopPolicy=args.policy)
+        return "POST", f"{FAULTS_PATH}/stop-queue", body
+    if args.fault == "deactivate-workload":
+        body = {"namespace": args.namespace, "jobSet": args.jobset, "active": bool(args.activate)}
+        return "POST", f"{FAULTS_PATH}/deactivate-workload", body
+    if args.fault == "kueue-configuration":
+        return "POST", f"{FAULTS_PATH}/kueue-configuration", args.file
     if args.fault == "clear":
         return "DELETE", FAULTS_PATH, None
     return "GET", FAULTS_PATH, None

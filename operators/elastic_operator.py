@@ -50,6 +50,15 @@ from elastic_training.operators.constants import (
 from elastic_training.operators.failure_history import RunRecord
 from elastic_training.operators.history_store import history_key, load_history, record_run
 from elastic_training.operators.images import enforce_allowed_images
+from elastic_training.operators.kueue_config import (
+    CONFIG_MAP_NAME,
+    CONFIG_MAP_NAMESPACE,
+    KueueConfigError,
+    PodsReadyTimeouts,
+    from_config_map,
+    from_options,
+    pods_ready_warnings,
+)
 from elastic_training.operators.lifecycle import Handle, JobSet, JobSetLifecycle, JobSetTaskOperator
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
@@ -73,7 +82,13 @@ from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
 from elastic_training.operators.run_report import BudgetAllowances, RunReport, escalations_of, period_choice_from_json
 from elastic_training.operators.run_state import RunState
 from elastic_training.operators.shown import shown
-from elastic_training.operators.spec import ElasticRunSpec, check_runtime, lint, lint_warnings
+from elastic_training.operators.spec import (
+    ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS,
+    ElasticRunSpec,
+    check_runtime,
+    lint,
+    lint_warnings,
+)
 from elastic_training.operators.triggers import EventStatus
 
 if TYPE_CHECKING:
@@ -285,6 +300,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             )
             self.log.info("avoid_failing_node_pools: %s", avoidance.reason)
         plan["node_pool_avoidance"] = avoidance.to_json()
+        if self.capacity.queue_name:
+            pods_ready = self._pods_ready_timeouts()
+            if pods_ready is not None:
+                plan["kueue_pods_ready"] = pods_ready.to_json()
+                self._warn_pods_ready(spec, pods_ready)
         run.plan = plan
 
     def _planned_or_not(self, context: Context, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
@@ -300,6 +320,45 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             try_number = int(getattr(context["ti"], "try_number", 1) or 1)  # as _plan keys it: not re-planned
             run.plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
             return self._planned(spec, run)
+
+    def _pods_ready_timeouts(self) -> PodsReadyTimeouts | None:
+        """Kueue's waitForPodsReady: its ConfigMap where the Role lets the operator read it, else the task's options."""
+        where = f"the ConfigMap {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME}"
+        options = from_options(*self.capacity.kueue_pods_ready_seconds)
+        fallback = "using the task's kueue_* options" if options is not None else "its waitForPodsReady is unknown"
+        try:
+            data = self._hook().read_config_map(CONFIG_MAP_NAME, CONFIG_MAP_NAMESPACE)
+        except Exception as error:  # 403 where the Role does not grant it (docs/rbac.md), or no cluster
+            self.log.info("Kueue's configuration (%s) could not be read (%s): %s", where, str(error)[:200], fallback)
+            return options
+        if data is None:
+            self.log.info("Kueue's configuration (%s) does not exist: %s", where, fallback)
+            return options
+        try:
+            found = from_config_map(data, where)
+        except KueueConfigError as error:  # stored input: reported, never the run's failure
+            self.log.warning("Kueue's configuration could not be read: %s; %s", error, fallback)
+            return options
+        return options if found.enabled is None and options is not None else found
+
+    def _warn_pods_ready(self, spec: ElasticRunSpec, pods_ready: PodsReadyTimeouts) -> None:
+        self.log.info(
+            "Kueue's waitForPodsReady (%s): %s",
+            pods_ready.source,
+            "off"
+            if pods_ready.enabled is False
+            else "not configured (off on Kueue v0.17; on from v0.19, 30 min)"
+            if pods_ready.enabled is None
+            else f"timeout {pods_ready.timeout_seconds} s, recoveryTimeout {pods_ready.recovery_timeout_seconds} s",
+        )
+        repair = float(ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS) if spec.runtime == "gke" else None
+        for warning in pods_ready_warnings(
+            pods_ready,
+            elastic_timeout_seconds=float(spec.elastic_timeout_seconds),
+            slice_repair_seconds=repair,
+            max_pods_ready_evictions=self.budgets.max_pods_ready_evictions,
+        ):
+            self.log.warning("Kueue: %s", warning)
 
     def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str, str]:
         """The node pools a slice of this run can land on (the schedulable nodes its workers select, by their GKE
@@ -485,6 +544,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def _wait(self, context: Context, spec: ElasticRunSpec, run: RunState) -> Any:
         if not run.monitor.started_at:
             run.monitor.started_at = time.time()
+        # max_pods_ready_evictions spans the run: the trigger counts this incarnation's on top of the earlier ones.
+        run.monitor.earlier_pods_ready_evictions = run.closed_pods_ready_evictions()
         return self._watch(
             context,
             Handle(run.jobset_name, run.jobset_uid),
@@ -642,6 +703,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 self.policy_budgets,
                 jobset_max_restarts=self.budgets.jobset_max_restarts,
                 elastic_max_retries=spec.effective_elastic_max_retries,
+                pods_ready=PodsReadyTimeouts.from_json((run.plan or {}).get("kueue_pods_ready")),
             ),
             checkpoint_period=spec.checkpoint_period,
             checkpoint_save_seconds=mean_save_seconds(self._newest_valid_steps),

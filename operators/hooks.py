@@ -464,6 +464,18 @@ class JobSetHook(KubernetesHook):
                 schedulable[pool] = schedulable.get(pool, 0) + 1
         return sorted(p for p, count in schedulable.items() if count >= hosts)
 
+    @api_retry
+    def read_config_map(self, name: str, namespace: str) -> dict[str, str] | None:
+        """A ConfigMap's ``data`` (``None``: no such ConfigMap); ``ApiException`` 403 where the Role does not let
+        the operator read it (Kueue's configuration in ``kueue-system``: docs/rbac.md, optional)."""
+        try:
+            found = self.core_v1_client.read_namespaced_config_map(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return {str(k): str(v) for k, v in (found.data or {}).items()}
+
     @_explained("get", "pods/log")
     @api_retry
     def read_log_tail(self, name: str, namespace: str, container: str, *, tail_lines: int = 40) -> str:

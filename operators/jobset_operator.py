@@ -144,6 +144,11 @@ class JobSetOperator(JobSetTaskOperator):
         self.capacity = grouped_capacity or Capacity()
         if self.capacity.priority_class is not None:
             raise ValueError(f"{owner}: Capacity.priority_class is not supported: a plain JobSet sets no PriorityClass")
+        if self.capacity.kueue_pods_ready_seconds != (None, None):
+            raise ValueError(
+                f"{owner}: Capacity.kueue_pods_ready_timeout and kueue_recovery_timeout are the elastic operator's "
+                "(its launch warnings and report); a plain JobSet takes neither"
+            )
         self._active: Handle | None = None
 
     def build_job(self) -> JobSpec:

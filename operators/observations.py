@@ -7,10 +7,12 @@ The cluster is the source of truth; this module turns its objects into the facts
   (kubernetes-sigs/jobset sets both; the reason of ``Failed`` is ``FailedJobs``,
   ``ReachedMaxRestarts`` or ``FailJobSetFailurePolicyAction``), its suspension (``spec.suspend`` and the
   ``Suspended`` condition: Kueue holds it, :mod:`operators.queueing`), and ``status.restarts``;
-- the Kueue Workload of a JobSet with a queue label: pending (and Kueue's reason), admitted, evicted, or in no queue.
-  A suspension before any admission is queue time; one after an admission is a preemption. Neither is a failure:
-  the pods Kueue's suspension deletes (they terminate normally) are no slice failures, nor are the failures a
-  suspended worker Job counts;
+- the Kueue Workload of a JobSet with a queue label: pending (and Kueue's reason), admitted, evicted, deactivated, or
+  in no queue. A suspension before any admission is queue time; one after an admission is a preemption, or another
+  kind of eviction (:class:`operators.queueing.EvictionKind`, from the Workload's ``Evicted`` reason: a PodsReady
+  timeout, a stopped queue, ...), which the policy judges by its kind and which
+  :meth:`MonitorState.pods_ready_evictions` counts over the run. None is a failure: the pods Kueue's suspension
+  deletes (they terminate normally) are no slice failures, nor are the failures a suspended worker Job counts;
 - slice restarts by ``job-index``, counted in slices, not pods, and dated by Kubernetes' own clock
   (:mod:`operators.slice_failures` says how): every worker pod failure is one record, keyed by what it
   is (the pod's uid and its ``restartCount`` for an in-place restart under ``restartPolicy: OnFailure``;
@@ -58,6 +60,7 @@ from elastic_training.operators.failure_history import DELETED, SliceFailure, ki
 from elastic_training.operators.failure_history import FailureKind as HistoryKind
 from elastic_training.operators.policy import JobSetPhase, Observation, QueueWait, RunPhase
 from elastic_training.operators.queueing import (
+    EvictionKind,
     QueueState,
     WorkloadStatus,
     is_queued_jobset,
@@ -245,6 +248,12 @@ class MonitorState:
     queue_reason: str = ""  # Kueue's words on the Workload (QuotaReserved=False, Evicted, ...)
     provisioning_said: str = ""  # the last admission check outcome: "admission check dws-prov Rejected: ..."
     kueue_unserved: bool = False  # the cluster answers 404 for kueue.x-k8s.io/v1beta2 Workloads
+    queue_eviction: str = ""  # the kind of the Workload's eviction in force (EvictionKind), "" when none
+    queue_evicted: str = ""  # its Evicted condition's reason and message, while it holds
+    queue_requeue_at: float | None = None  # the end of Kueue's requeuing backoff (requeueState.requeueAt)
+    # PodsReady-timeout evictions of the run's earlier incarnations (set by the operator before each wait), so the
+    # limit max_pods_ready_evictions spans the run, not one JobSet.
+    earlier_pods_ready_evictions: int = 0
     trainer_up_since: float | None = None  # the head's trainer container runs since (Kubernetes' time)
     # worker Job uid -> the GKE node pool its pods run on now: a follower pod's nodeSelector, which JobSet's
     # exclusive placement sets to the leader's pool (a Job's pods may move to another pool after a failure)
@@ -278,7 +287,8 @@ class MonitorState:
             seen = math.floor(now) - 1.0 if now is not None else None
             start = since or (created if first else None) or seen or self.started_at
             evicted = self.queue_state == QueueState.EVICTED.value
-            digest.queued(start, preempted=not first, reason=self.queue_reason if evicted else "")
+            said = self.queue_evicted or (self.queue_reason if evicted else "")
+            digest.queued(start, preempted=not first, reason=said, eviction=self.queue_eviction)
             self.trainer_up_since = None
         elif not suspended and (digest.suspended or digest.first_admitted_at is None):
             resumed = since if digest.queue_spans else (created or since)
@@ -290,10 +300,13 @@ class MonitorState:
         if status.state.value != self.queue_state:
             self.queue_state, self.queue_state_since = status.state.value, now
         self.queue_reason = status.reason
+        self.queue_eviction, self.queue_requeue_at = status.eviction, status.requeue_at
+        self.queue_evicted = ""
         self._on_admission_checks(status, now)
         if status.evicted_reason:
             said = ": ".join(p for p in (status.evicted_reason, status.evicted_message) if p)
-            self.digest.note_preemption_reason(said)
+            self.queue_evicted = said[:1000]
+            self.digest.note_preemption_reason(said, status.eviction)
 
     def _on_admission_checks(self, status: WorkloadStatus, now: float) -> None:
         """Provisioning (quota reserved, checks pending) opens a span of its own; each check's outcome is noted
@@ -318,14 +331,18 @@ class MonitorState:
         self.queue_reason = KUEUE_UNSERVED
 
     def run_phase(self, now: float) -> RunPhase:
-        """Where the run stands: queued, provisioning, starting, training, recovering, preempted, in no queue, or
-        ended."""
+        """Where the run stands: queued, provisioning, starting, training, recovering, preempted, evicted otherwise,
+        deactivated, in no queue, or ended."""
         if self.phase is JobSetPhase.SUSPENDED:
+            if self.queue_state == QueueState.DEACTIVATED.value:
+                return RunPhase.DEACTIVATED
             if self._not_queued(now):
                 return RunPhase.NOT_QUEUED
             if self.queue_state == QueueState.PROVISIONING.value:
                 return RunPhase.PROVISIONING
-            return RunPhase.QUEUED if self.digest.first_admitted_at is None else RunPhase.PREEMPTED
+            if self.digest.first_admitted_at is None:
+                return RunPhase.QUEUED
+            return RunPhase.PREEMPTED if self._wait_eviction() in ("", EvictionKind.PREEMPTED) else RunPhase.EVICTED
         if self.phase is not JobSetPhase.ACTIVE:
             return RunPhase.ENDED
         digest = self.digest
@@ -336,12 +353,28 @@ class MonitorState:
             return RunPhase.RECOVERING
         return RunPhase.TRAINING
 
+    def _deactivated(self) -> bool:
+        return self.queue_state == QueueState.DEACTIVATED.value
+
     def _not_queued(self, now: float) -> bool:
         if not self.queue_managed:
             return True  # suspended, and no queue label: nothing admits it
         if self.queue_state != QueueState.NOT_QUEUED.value:
             return False
         return now - (self.queue_state_since or now) >= NOT_QUEUED_GRACE_SECONDS
+
+    def _wait_eviction(self) -> str:
+        """The kind of the eviction the JobSet waits out: its Workload's deactivation, else the open preemption's
+        (or the Workload's eviction in force when the recovery has not learnt it); "" when unknown."""
+        if self.queue_state == QueueState.DEACTIVATED.value:
+            return self.queue_eviction
+        opened = self.digest.open_recovery
+        found = opened.eviction if opened is not None and opened.kind == PREEMPTION else ""
+        return found or self.queue_eviction
+
+    def pods_ready_evictions(self) -> int:
+        """Kueue's evictions for a PodsReady timeout in the run so far: the earlier incarnations' and this one's."""
+        return self.earlier_pods_ready_evictions + self.digest.evictions(EvictionKind.PODS_READY_TIMEOUT.value)
 
     def _in_queue_span(self, at: float) -> bool:
         return any(float(start or 0.0) <= at and (end is None or at <= end) for start, end in self.digest.queue_spans)
@@ -631,7 +664,7 @@ class MonitorState:
                     "the JobSet carries no kueue.x-k8s.io/queue-name label (and its namespace had no LocalQueue "
                     "named default to give it one): nothing will admit it"
                 )
-            elif self.queue_state == QueueState.NOT_QUEUED.value and " Rejected" in self.provisioning_said:
+            elif self._deactivated() and " Rejected" in self.provisioning_said:
                 reason = f"{reason}; {self.provisioning_said}" if reason else self.provisioning_said
             waiting = QueueWait(
                 since=float(open_span[0] or now) if open_span else now,
@@ -639,6 +672,9 @@ class MonitorState:
                 not_queued=self._not_queued(now),
                 reason=reason,
                 provisioning=self.queue_state == QueueState.PROVISIONING.value,
+                eviction=self._wait_eviction() if digest.first_admitted_at is not None or self._deactivated() else "",
+                pods_ready_evictions=self.pods_ready_evictions(),
+                requeue_at=self.queue_requeue_at,
             )
         return Observation(
             now=now,

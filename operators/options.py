@@ -55,6 +55,7 @@ Duration = timedelta | float | int
 """A duration: a `timedelta`, or seconds."""
 
 MAX_FAILURE_HISTORY_KEY: Final = 250
+DEFAULT_MAX_PODS_READY_EVICTIONS: Final = 3
 
 
 class ElasticTrainingDeprecationWarning(DeprecationWarning):
@@ -206,6 +207,10 @@ class Budgets(OptionGroup):
         ``elastic_timeout_seconds``.
     :param storage_retry_timeout: how long checkpoints storage cannot read ("unknown", not "invalid") are read
         again before the task fails for a retry (0: not read again).
+    :param max_pods_ready_evictions: Kueue evictions for a PodsReady timeout (``waitForPodsReady``: the pods not
+        all ready in time) the run may take; each is waited out like a preemption, spending no restart budget, and
+        one more fails the task (``pods_ready_evictions_exceeded``). ``None``: any number
+        (:attr:`Capacity.queue_timeout` still bounds each wait).
 
     The counts are checked here (``TypeError``/``ValueError`` naming ``Budgets.<field>``); the rules between
     fields (``stall_timeout`` over ``elastic_timeout_seconds``, ``elastic_max_retries`` against
@@ -221,9 +226,12 @@ class Budgets(OptionGroup):
     stall_timeout: Duration = timedelta(minutes=30)
     startup_timeout: Duration = timedelta(minutes=30)
     storage_retry_timeout: Duration = timedelta(minutes=5)
+    max_pods_ready_evictions: int | None = DEFAULT_MAX_PODS_READY_EVICTIONS
 
     def __post_init__(self) -> None:
         _count("Budgets.max_slice_restarts", self.max_slice_restarts)
+        if self.max_pods_ready_evictions is not None:
+            _count("Budgets.max_pods_ready_evictions", self.max_pods_ready_evictions)
         _count("Budgets.max_full_restarts", self.max_full_restarts, MAX_ATTEMPT)
         for name in ("slice_restart_window", "stall_timeout", "startup_timeout"):
             seconds(f"Budgets.{name}", getattr(self, name))
@@ -248,6 +256,7 @@ class Budgets(OptionGroup):
             # Out of range here is None; the spec's lint then refuses the value with its reason.
             elastic_timeout_seconds=float(timeout) if usable else None,
             startup_timeout_seconds=seconds("startup_timeout", self.startup_timeout),
+            max_pods_ready_evictions=self.max_pods_ready_evictions,
         )
 
 
@@ -262,6 +271,10 @@ class Capacity(OptionGroup):
     :param queue_timeout: how long one wait for Kueue's admission may last (queued before the start, or preempted
         and waiting to be admitted again); then the JobSet is deleted and the task fails, saying how long it waited
         and what Kueue said. ``None`` (the default): as long as it takes (``execution_timeout`` still applies).
+    :param kueue_pods_ready_timeout: :param kueue_recovery_timeout: Kueue's ``waitForPodsReady`` ``timeout`` and
+        ``recoveryTimeout`` (0: Kueue's ``0s``, no recovery check), for when the operator cannot read Kueue's
+        ConfigMap (``kueue-system/kueue-manager-config``, which needs an optional Role: docs/rbac.md); used for the
+        launch warnings and shown in the report. ``None``: unknown.
 
     ``queue_timeout`` lives here, not in :class:`Budgets`: it bounds a wait for capacity, spends no restart budget,
     and :class:`~operators.jobset_operator.JobSetOperator` takes this group too.
@@ -271,12 +284,27 @@ class Capacity(OptionGroup):
     workload_priority_class: str | None = None
     priority_class: str | None = None
     queue_timeout: Duration | None = None
+    kueue_pods_ready_timeout: Duration | None = None
+    kueue_recovery_timeout: Duration | None = None
 
     def __post_init__(self) -> None:
         for name in ("queue_name", "workload_priority_class", "priority_class"):
             _optional_text(f"Capacity.{name}", getattr(self, name))
         if self.queue_timeout is not None:
             seconds("Capacity.queue_timeout", self.queue_timeout)
+        if self.kueue_pods_ready_timeout is not None:
+            seconds("Capacity.kueue_pods_ready_timeout", self.kueue_pods_ready_timeout)
+        if self.kueue_recovery_timeout is not None:
+            seconds("Capacity.kueue_recovery_timeout", self.kueue_recovery_timeout, positive=False)
+
+    @property
+    def kueue_pods_ready_seconds(self) -> tuple[float | None, float | None]:
+        """``(kueue_pods_ready_timeout, kueue_recovery_timeout)`` in seconds (``None``: unknown)."""
+        timeout, recovery = self.kueue_pods_ready_timeout, self.kueue_recovery_timeout
+        return (
+            None if timeout is None else seconds("kueue_pods_ready_timeout", timeout),
+            None if recovery is None else seconds("kueue_recovery_timeout", recovery, positive=False),
+        )
 
     @property
     def queue_timeout_seconds(self) -> float | None:

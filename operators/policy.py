@@ -29,14 +29,25 @@ no budget and is never escalated: it is waited out, bounded only by ``queue_time
 how long it waited and what Kueue said), and one suspended in no queue at all (kubernetes-sigs/kueue #14811) is
 reported as such under the same bound. Admitted but with its trainer's container not up yet (pods scheduling,
 nodes being provisioned, images pulling) no clock runs either: neither the start-up's nor the stall's.
+
+Each eviction reason is judged on its own (:data:`operators.queueing.EVICTION_COSTS`): a preemption, a stopped
+queue, an admission check's retry or node failures are free and waited out as above; an eviction for a PodsReady
+timeout (Kueue's ``waitForPodsReady``: the pods not all ready in time, e.g. a slice repair longer than its
+``recoveryTimeout``) is waited out too, spending no restart budget, but counts toward ``max_pods_ready_evictions``:
+one more than that fails the task (the run keeps losing its admission, and a restart would not mend it); a
+deactivated Workload (``spec.active: false``, by a person, or by Kueue once its requeuing limit was reached) will
+not be admitted again: the task fails at once, saying so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
+
+from elastic_training.operators.queueing import EVICTION_COSTS, EVICTION_WORDS, EvictionCost, EvictionKind
 
 # The termination grace of an escalation's old pods when their trainer has nothing left to save (hung, starting up,
 # or waiting for slices in an in-process recovery): 1 s, the kubelet's least (0 would force-delete the pod object
@@ -64,6 +75,8 @@ class RunPhase(StrEnum):
     PREEMPTED = "preempted"  # suspended after an admission
     NOT_QUEUED = "not_queued"  # suspended, and pending in no queue (kubernetes-sigs/kueue #14811)
     PROVISIONING = "provisioning"  # suspended, quota reserved, its admission checks (a ProvisioningRequest) pending
+    EVICTED = "evicted"  # suspended after an eviction that is not a preemption (pods-ready timeout, queue stopped, ...)
+    DEACTIVATED = "deactivated"  # suspended, its Workload deactivated: nothing admits it
     ENDED = "ended"  # completed, failed or gone
 
 
@@ -97,6 +110,12 @@ class Reason(StrEnum):
     PROVISIONING = "provisioning"
     QUEUE_TIMEOUT = "queue_timeout"
     ALREADY_AT_TARGET = "already_at_target"
+    PODS_READY_TIMEOUT = "pods_ready_timeout"  # evicted for a PodsReady timeout, waiting to be requeued
+    QUEUE_STOPPED = "queue_stopped"  # evicted because its queue was stopped, waiting for it to start again
+    EVICTED = "evicted"  # evicted for another reason (an admission check, node failures), waiting
+    PODS_READY_EVICTIONS = "pods_ready_evictions_exceeded"  # more than max_pods_ready_evictions
+    DEACTIVATED = "deactivated"  # its Workload deactivated: nothing will admit it
+    REQUEUING_LIMIT_EXCEEDED = "requeuing_limit_exceeded"  # deactivated by Kueue at backoffLimitCount
 
 
 @dataclass(frozen=True)
@@ -106,7 +125,9 @@ class Budgets:
     ``queue_timeout_seconds``: how long one wait for Kueue's admission may last (``None``: as long as it takes);
     ``elastic_timeout_seconds``: MaxText's per-attempt wait for slices, the bound of that wait as progress;
     ``startup_timeout_seconds``: how long a trainer container may run before it trains (``None``: bounded by
-    ``stall_timeout_seconds``, as budgets written before this bound existed were).
+    ``stall_timeout_seconds``, as budgets written before this bound existed were);
+    ``max_pods_ready_evictions``: Kueue evictions for a PodsReady timeout the run may take (``None``: any number,
+    as budgets written before this bound existed were).
     """
 
     max_slice_restarts: int
@@ -116,10 +137,13 @@ class Budgets:
     queue_timeout_seconds: float | None = None
     elastic_timeout_seconds: float | None = None
     startup_timeout_seconds: float | None = None
+    max_pods_ready_evictions: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_slice_restarts < 0 or self.max_full_restarts < 0:
             raise ValueError("restart budgets must be >= 0")
+        if self.max_pods_ready_evictions is not None and self.max_pods_ready_evictions < 0:
+            raise ValueError("max_pods_ready_evictions must be >= 0, or None")
         if self.slice_restart_window_seconds <= 0 or self.stall_timeout_seconds <= 0:
             raise ValueError("the slice-restart window and the stall timeout must be positive")
         for name in ("queue_timeout_seconds", "elastic_timeout_seconds", "startup_timeout_seconds"):
@@ -146,6 +170,9 @@ class QueueWait:
     not_queued: bool = False  # suspended, but pending in no queue (no Workload, or one neither pending nor admitted)
     reason: str = ""  # Kueue's words: the Workload's QuotaReserved=False or Evicted condition
     provisioning: bool = False  # quota reserved; waiting for its admission checks (flex-start's ProvisioningRequest)
+    eviction: str = ""  # the eviction's kind (operators.queueing.EvictionKind), "" when none is known
+    pods_ready_evictions: int = 0  # Kueue evictions for a PodsReady timeout in the run so far, this one included
+    requeue_at: float | None = None  # the end of Kueue's requeuing backoff (status.requeueState.requeueAt)
 
 
 @dataclass(frozen=True)
@@ -292,10 +319,14 @@ def _starting(obs: Observation, budgets: Budgets) -> Decision:
 
 
 def _waiting(obs: Observation, budgets: Budgets) -> Decision:
-    """Suspended by Kueue: wait, spending nothing, until admitted again or ``queue_timeout`` has passed."""
+    """Suspended by Kueue: wait, spending nothing, until admitted again or ``queue_timeout`` has passed; a deactivated
+    Workload or one pods-ready eviction too many fails at once."""
     wait = obs.waiting or QueueWait(since=obs.now)
     waited = max(0.0, obs.now - wait.since)
     said = f"; Kueue: {wait.reason}" if wait.reason else ""
+    ended = _evicted_for_good(wait, budgets, said)
+    if ended is not None:
+        return ended
     if wait.not_queued:
         reason = Reason.NOT_QUEUED
         what = (
@@ -306,7 +337,7 @@ def _waiting(obs: Observation, budgets: Budgets) -> Decision:
         reason = Reason.PROVISIONING
         what = "quota reserved by Kueue, waiting for its admission checks (capacity being provisioned)"
     elif wait.preempted:
-        reason, what = Reason.PREEMPTED, "preempted by Kueue and waiting to be admitted again"
+        reason, what = _evicted_wait(wait, budgets)
     else:
         reason, what = Reason.QUEUED, "queued by Kueue and waiting for admission"
     timeout = budgets.queue_timeout_seconds
@@ -322,6 +353,58 @@ def _waiting(obs: Observation, budgets: Budgets) -> Decision:
         f"{what} for {_duration(waited)} (no budget spent){said}",
         recheck_at=None if timeout is None else wait.since + timeout,
     )
+
+
+def _evicted_wait(wait: QueueWait, budgets: Budgets) -> tuple[Reason, str]:
+    """Why an admitted JobSet waits again, by its eviction's kind (a preemption when none is known)."""
+    kind = _eviction(wait.eviction)
+    if kind is EvictionKind.PODS_READY_TIMEOUT:
+        limit = budgets.max_pods_ready_evictions
+        count = f"pods-ready eviction {wait.pods_ready_evictions}" + ("" if limit is None else f" of at most {limit}")
+        backoff = (
+            "" if wait.requeue_at is None else f"; Kueue requeues it after its backoff, at {_clock(wait.requeue_at)}"
+        )
+        return Reason.PODS_READY_TIMEOUT, f"{EVICTION_WORDS[kind]}, and waiting to be admitted again ({count}{backoff})"
+    if kind is EvictionKind.QUEUE_STOPPED:
+        return Reason.QUEUE_STOPPED, f"{EVICTION_WORDS[kind]}, and waiting for the queue to be started again"
+    if kind is EvictionKind.PREEMPTED:
+        return Reason.PREEMPTED, "preempted by Kueue and waiting to be admitted again"
+    return Reason.EVICTED, f"{EVICTION_WORDS[kind]}, and waiting to be admitted again"
+
+
+def _evicted_for_good(wait: QueueWait, budgets: Budgets, said: str) -> Decision | None:
+    """The failure of a run Kueue will not admit again (deactivated), or one evicted too often for its pods'
+    readiness; ``None`` for any other wait."""
+    kind = _eviction(wait.eviction)
+    if EVICTION_COSTS.get(kind) is EvictionCost.ENDS_RUN:
+        reason = (
+            Reason.REQUEUING_LIMIT_EXCEEDED if kind is EvictionKind.REQUEUING_LIMIT_EXCEEDED else Reason.DEACTIVATED
+        )
+        return Decision(
+            Action.FAIL,
+            reason,
+            f"Kueue will not admit the JobSet again: it was {EVICTION_WORDS[kind]}, and stays suspended until someone "
+            f"sets the Workload's spec.active back to true; the run directory is untouched, a new try resumes it from "
+            f"its last committed checkpoint{said}",
+        )
+    limit = budgets.max_pods_ready_evictions
+    if kind is EvictionKind.PODS_READY_TIMEOUT and limit is not None and wait.pods_ready_evictions > limit:
+        return Decision(
+            Action.FAIL,
+            Reason.PODS_READY_EVICTIONS,
+            f"Kueue evicted the JobSet {wait.pods_ready_evictions} times because its pods were not all ready in time "
+            f"(PodsReadyTimeout), more than max_pods_ready_evictions={limit}: its pods keep missing Kueue's "
+            "waitForPodsReady timeout or recoveryTimeout (a slice repair or pod scheduling slower than Kueue waits), "
+            f"which a restart cannot mend; raise Kueue's recoveryTimeout, or the limit{said}",
+        )
+    return None
+
+
+def _eviction(value: str) -> EvictionKind:
+    try:
+        return EvictionKind(value) if value else EvictionKind.PREEMPTED
+    except ValueError:
+        return EvictionKind.OTHER
 
 
 def _completed(obs: Observation, budgets: Budgets) -> Decision:
@@ -417,3 +500,8 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def _clock(at: float) -> str:
+    """A Unix time as UTC wall-clock time (``HH:MM:SS UTC``), for messages."""
+    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S UTC")

@@ -16,6 +16,18 @@ With admission checks (xpk's ``--flex``: the ``dws-prov`` check and its Provisio
 for capacity being provisioned, not for quota. A ``Retry`` check evicts it (reason ``AdmissionCheck``), a ``Rejected``
 one deactivates it (``spec.active: false``, evicted ``DeactivatedDueToAdmissionCheck``); kubernetes-sigs/kueue
 ``pkg/controller/core/workload_controller.go`` and ``pkg/controller/admissionchecks/provisioning/controller.go``.
+
+Every eviction reason is told apart (:class:`EvictionKind`, :func:`eviction_kind`), because each costs the run
+something different (:data:`EVICTION_COSTS`): Kueue v0.17.1 evicts for ``Preempted``, ``PodsReadyTimeout`` (with
+``waitForPodsReady``: its pods not all ready within ``timeout`` of the admission, or not back within
+``recoveryTimeout`` of one failing; ``status.requeueState`` counts the requeues and ``requeueAt`` ends the backoff),
+``ClusterQueueStopped`` / ``LocalQueueStopped`` (a ``stopPolicy`` of ``HoldAndDrain``), ``AdmissionCheck`` (a check
+asked for a retry), ``NodeFailures`` (topology-aware scheduling found no replacement node) and ``Deactivated``
+(``spec.active: false``; ``DeactivatedDueTo<cause>`` when Kueue deactivated it itself, e.g.
+``DeactivatedDueToRequeuingLimitExceeded`` once ``backoffLimitCount`` requeues were spent). Upstream:
+``pkg/controller/core/workload_controller.go``, ``pkg/workload/workload.go`` (``ReasonWithCause``),
+``pkg/controller/jobframework/reconciler.go`` (``Requeued`` is True at once only for ``Preempted`` and
+``NodeFailures``).
 """
 
 from __future__ import annotations
@@ -31,10 +43,14 @@ from elastic_training.operators.slice_failures import parse_time
 Obj = Mapping[str, Any]
 
 __all__ = [
+    "EVICTION_COSTS",
     "CheckState",
+    "EvictionCost",
+    "EvictionKind",
     "QueueState",
     "WorkloadStatus",
     "admission_checks",
+    "eviction_kind",
     "is_queued_jobset",
     "jobset_suspension",
     "workload_status",
@@ -47,7 +63,75 @@ EVICTED = "Evicted"
 PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
 FINISHED = "Finished"
+DEACTIVATION_TARGET = "DeactivationTarget"
 EVICTED_BY_PREEMPTION = "Preempted"
+DEACTIVATED_REASON = "Deactivated"
+REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+
+
+class EvictionKind(StrEnum):
+    """Why Kueue took an admitted JobSet's quota back, as the run is judged for it."""
+
+    PREEMPTED = "preempted"  # Preempted: a higher-priority workload took the quota
+    PODS_READY_TIMEOUT = "pods_ready_timeout"  # PodsReadyTimeout: pods not ready within waitForPodsReady's timeout
+    QUEUE_STOPPED = "queue_stopped"  # ClusterQueueStopped / LocalQueueStopped: an admin drained the queue
+    ADMISSION_CHECK = "admission_check"  # AdmissionCheck: a check (provisioning) asked for a retry
+    NODE_FAILURES = "node_failures"  # NodeFailures: no replacement for a failed node
+    DEACTIVATED = "deactivated"  # Deactivated: spec.active set false (by a person, or Kueue for another cause)
+    REQUEUING_LIMIT_EXCEEDED = "requeuing_limit_exceeded"  # DeactivatedDueToRequeuingLimitExceeded
+    OTHER = "other"  # a reason this release does not know: waited out, as a preemption is
+
+
+class EvictionCost(StrEnum):
+    """What an eviction costs the run."""
+
+    FREE = "free"  # spends no budget: waited out, the same JobSet resumed from its checkpoint on re-admission
+    LIMITED = "limited"  # spends no restart budget, but counts toward its own limit (max_pods_ready_evictions)
+    ENDS_RUN = "ends_run"  # nothing will admit it again: the run fails, saying why
+
+
+EVICTION_COSTS: Mapping[EvictionKind, EvictionCost] = {
+    EvictionKind.PREEMPTED: EvictionCost.FREE,
+    EvictionKind.QUEUE_STOPPED: EvictionCost.FREE,
+    EvictionKind.ADMISSION_CHECK: EvictionCost.FREE,
+    EvictionKind.NODE_FAILURES: EvictionCost.FREE,
+    EvictionKind.OTHER: EvictionCost.FREE,
+    EvictionKind.PODS_READY_TIMEOUT: EvictionCost.LIMITED,
+    EvictionKind.DEACTIVATED: EvictionCost.ENDS_RUN,
+    EvictionKind.REQUEUING_LIMIT_EXCEEDED: EvictionCost.ENDS_RUN,
+}
+# How the log, the report's readers and the view say what each eviction was.
+EVICTION_WORDS: Mapping[EvictionKind, str] = {
+    EvictionKind.PREEMPTED: "preempted by a higher-priority workload",
+    EvictionKind.PODS_READY_TIMEOUT: "evicted because its pods were not all ready within Kueue's waitForPodsReady "
+    "timeout (after the admission, or after a pod failed: recoveryTimeout)",
+    EvictionKind.QUEUE_STOPPED: "evicted because its Kueue queue was stopped (stopPolicy: HoldAndDrain)",
+    EvictionKind.ADMISSION_CHECK: "evicted by an admission check (its capacity is being provisioned again)",
+    EvictionKind.NODE_FAILURES: "evicted after node failures Kueue could not replace",
+    EvictionKind.DEACTIVATED: "deactivated (its Workload's spec.active was set false)",
+    EvictionKind.REQUEUING_LIMIT_EXCEEDED: "deactivated by Kueue after its requeuing limit "
+    "(waitForPodsReady.requeuingStrategy.backoffLimitCount) was reached",
+    EvictionKind.OTHER: "evicted by Kueue",
+}
+_EVICTION_REASONS: Mapping[str, EvictionKind] = {
+    "Preempted": EvictionKind.PREEMPTED,
+    "PodsReadyTimeout": EvictionKind.PODS_READY_TIMEOUT,
+    "ClusterQueueStopped": EvictionKind.QUEUE_STOPPED,
+    "LocalQueueStopped": EvictionKind.QUEUE_STOPPED,
+    "AdmissionCheck": EvictionKind.ADMISSION_CHECK,
+    "NodeFailures": EvictionKind.NODE_FAILURES,
+    DEACTIVATED_REASON: EvictionKind.DEACTIVATED,
+}
+
+
+def eviction_kind(reason: str) -> EvictionKind:
+    """The kind of an ``Evicted`` condition's reason (``DeactivatedDueTo<cause>`` is a deactivation, with its own
+    kind when the cause is the requeuing limit)."""
+    if reason == f"{DEACTIVATED_REASON}DueTo{REQUEUING_LIMIT_EXCEEDED}":
+        return EvictionKind.REQUEUING_LIMIT_EXCEEDED
+    if reason.startswith(f"{DEACTIVATED_REASON}DueTo"):
+        return EvictionKind.DEACTIVATED
+    return _EVICTION_REASONS.get(reason, EvictionKind.OTHER)
 
 
 class QueueState(StrEnum):
@@ -59,6 +143,7 @@ class QueueState(StrEnum):
     EVICTED = "evicted"  # admitted, then evicted (a preemption, ...): its job is being stopped
     PROVISIONING = "provisioning"  # quota reserved, its admission checks (a ProvisioningRequest, ...) not all Ready
     NOT_QUEUED = "not_queued"  # no Workload, or one neither pending nor admitted (kueue #14811)
+    DEACTIVATED = "deactivated"  # spec.active: false: nothing admits it until someone sets it true again
 
 
 @dataclass(frozen=True)
@@ -97,6 +182,11 @@ class WorkloadStatus:
     preempted_reason: str = ""  # the Preempted condition's reason while it is true ("InClusterQueue", ...)
     cluster_queue: str = ""
     checks: tuple[CheckState, ...] = ()  # status.admissionChecks
+    # The kind of the eviction in force (the Evicted condition's reason; a deactivation's, from DeactivationTarget
+    # until Kueue writes it), "" when none.
+    eviction: str = ""
+    requeue_count: int | None = None  # status.requeueState.count: requeues after PodsReady timeouts so far
+    requeue_at: float | None = None  # status.requeueState.requeueAt: the end of the requeuing backoff
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -155,11 +245,14 @@ def workload_status(workload: Obj | None) -> WorkloadStatus:
         "preempted_reason": str(preempted.get("reason") or "") if _true(preempted) and preempted else "",
         "cluster_queue": queue,
         "checks": admission_checks(workload),
+        **_requeue_state(status),
     }
+    if evicted_fields["evicted_reason"]:
+        evicted_fields["eviction"] = eviction_kind(evicted_fields["evicted_reason"]).value
     if _true(conditions.get(FINISHED)):
         return WorkloadStatus(QueueState.NOT_QUEUED, f"its Workload finished ({_said(conditions.get(FINISHED))})")
     if isinstance(spec, Mapping) and spec.get("active") is False:
-        return WorkloadStatus(QueueState.NOT_QUEUED, "its Workload was deactivated (spec.active: false)")
+        return _deactivated(conditions, evicted_fields)
     reserved = conditions.get(QUOTA_RESERVED)
     if _true(evicted) and _true(reserved):
         return WorkloadStatus(QueueState.EVICTED, _said(evicted), **evicted_fields)
@@ -177,3 +270,34 @@ def workload_status(workload: Obj | None) -> WorkloadStatus:
         # Evicted, and back in its queue only after a backoff (Requeued=False until BackoffFinished).
         return WorkloadStatus(QueueState.PENDING, _said(requeued), **evicted_fields)
     return WorkloadStatus(QueueState.PENDING, _said(reserved) or "waiting for quota", **evicted_fields)
+
+
+def _requeue_state(status: Any) -> dict[str, Any]:
+    """``status.requeueState`` (``count``, ``requeueAt``), unreadable parts left out."""
+    state = status.get("requeueState") if isinstance(status, Mapping) else None
+    if not isinstance(state, Mapping):
+        return {}
+    found: dict[str, Any] = {}
+    count = state.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        found["requeue_count"] = count
+    at = parse_time(state.get("requeueAt"))
+    if at is not None:
+        found["requeue_at"] = at
+    return found
+
+
+def _deactivated(conditions: Mapping[str, Obj], fields: Mapping[str, Any]) -> WorkloadStatus:
+    """A Workload with ``spec.active: false``: deactivated by someone, or by Kueue itself (its cause in the
+    ``Evicted`` reason once written, in ``DeactivationTarget`` before)."""
+    evicted, target = conditions.get(EVICTED), conditions.get(DEACTIVATION_TARGET)
+    if _true(evicted) and evicted is not None and str(evicted.get("reason") or "").startswith(DEACTIVATED_REASON):
+        kind, said = eviction_kind(str(evicted.get("reason"))), _said(evicted)
+    elif _true(target) and target is not None:
+        cause = str(target.get("reason") or "")
+        kind = eviction_kind(f"{DEACTIVATED_REASON}DueTo{cause}" if cause else DEACTIVATED_REASON)
+        said = _said(target)
+    else:
+        kind, said = EvictionKind.DEACTIVATED, "spec.active: false"
+    reason = f"its Workload was deactivated ({said})"
+    return WorkloadStatus(QueueState.DEACTIVATED, reason, **{**fields, "eviction": kind.value})

@@ -15,7 +15,10 @@ already exists at step M`` (the run had already reached its target).
 
 The digest also holds the run's time in Kueue's hands, told by the JobSet rather than the log (:meth:`queued`,
 :meth:`admitted`): the spans it waited for admission, and each preemption (suspended after an admission) as a
-recovery of kind ``preemption``, whose restore and first step come from the log when the run is admitted again.
+recovery of kind ``preemption``, whose restore and first step come from the log when the run is admitted again. That
+recovery carries the eviction's kind (:class:`operators.queueing.EvictionKind`): a Kueue eviction for a PodsReady
+timeout, a stopped queue or an admission check is folded the same way, and the report counts each kind apart
+(``preemption_count`` the preemptions, ``pods_ready_evictions`` the PodsReady timeouts, ``evictions`` all).
 :class:`LogDigest` folds timestamped lines into those phases without keeping the lines, so it can
 travel in a trigger's kwargs and the task state store: its size grows with recoveries, not steps.
 
@@ -57,6 +60,7 @@ from elastic_training.operators.constants import (
     SUFFICIENT_SLICES_RE,
     TRAINING_STOPPED_RE,
 )
+from elastic_training.operators.queueing import EvictionKind
 from elastic_training.operators.run_report import (
     BudgetAllowances,
     CapacityTimes,
@@ -71,6 +75,7 @@ MAX_RECOVERIES_KEPT = 200  # a hostile or broken trainer must not grow a trigger
 MAX_STEP_POINTS = 240  # the step series is thinned (every 2nd, 4th, ... step) to stay this small
 MAX_QUEUE_SPANS = 200
 SLICE_DOWN, SCALE_UP, PREEMPTION = "slice_down", "scale_up", "preemption"
+PREEMPTED, PODS_READY_TIMEOUT = EvictionKind.PREEMPTED.value, EvictionKind.PODS_READY_TIMEOUT.value
 
 
 @dataclass
@@ -91,6 +96,9 @@ class Recovery:
     first_step_at: float | None = None
     kind: str = SLICE_DOWN
     reason: str = ""  # a preemption: what Kueue said (its Workload's Evicted condition)
+    # A preemption: the eviction's kind (operators.queueing.EvictionKind: preempted, pods_ready_timeout, ...), "" when
+    # Kueue's reason was not seen (read as a preemption).
+    eviction: str = ""
 
     @property
     def complete(self) -> bool:
@@ -219,7 +227,7 @@ class LogDigest:
 
     # -- Kueue: told by the JobSet, not the log ---------------------------------------------------
 
-    def queued(self, at: float, *, preempted: bool, reason: str = "") -> None:
+    def queued(self, at: float, *, preempted: bool, reason: str = "", eviction: str = "") -> None:
         """The JobSet is suspended from ``at``: waiting for its (first, or next) admission."""
         if self.queue_spans and self.queue_spans[-1][1] is None:
             return
@@ -234,7 +242,9 @@ class LogDigest:
                 # suspended): Kueue took the slices, so it is this preemption, not an in-process recovery.
                 self.open_recovery, failed_step = None, opened.failed_step
             self._close_open()
-            self.open_recovery = Recovery(detected_at=at, failed_step=failed_step, kind=PREEMPTION, reason=reason)
+            self.open_recovery = Recovery(
+                detected_at=at, failed_step=failed_step, kind=PREEMPTION, reason=reason, eviction=eviction
+            )
 
     def admitted(self, at: float) -> None:
         """The JobSet runs (again) from ``at``."""
@@ -252,10 +262,19 @@ class LogDigest:
         opened = self.open_recovery
         return opened is not None and opened.kind == PREEMPTION and opened.restored_at is None
 
-    def note_preemption_reason(self, reason: str) -> None:
+    def note_preemption_reason(self, reason: str, eviction: str = "") -> None:
+        """What Kueue said of the open preemption (its Evicted condition) and the eviction's kind, when not known."""
         recovery = self.open_recovery
-        if recovery is not None and recovery.kind == PREEMPTION and reason and not recovery.reason:
+        if recovery is None or recovery.kind != PREEMPTION:
+            return
+        if reason and not recovery.reason:
             recovery.reason = reason[:500]
+        if eviction and not recovery.eviction:
+            recovery.eviction = eviction
+
+    def evictions(self, kind: str) -> int:
+        """Kueue evictions of this incarnation of the kind ``kind`` (``operators.queueing.EvictionKind``)."""
+        return sum(1 for r in self.all_recoveries if r.kind == PREEMPTION and r.eviction == kind)
 
     def provisioning(self, at: float) -> None:
         """Quota is reserved and the admission checks are pending from ``at`` (capacity being provisioned)."""
@@ -448,6 +467,7 @@ def preemption_report(recovery: Recovery, *, mean_step_seconds: float | None, co
         chip_seconds_lost=redo if lost is not None else None,
         complete=recovery.complete,
         recreated=False,
+        eviction=recovery.eviction,
     )
 
 
@@ -584,7 +604,9 @@ def _counted(
         in_process_recoveries=len(recoveries),
         scale_up_recoveries=sum(1 for r in recoveries if r.kind == SCALE_UP),
         preemptions=preemptions,
-        preemption_count=len(preemptions),
+        preemption_count=sum(1 for p in preemptions if p.eviction in ("", PREEMPTED)),
+        pods_ready_evictions=sum(1 for p in preemptions if p.eviction == PODS_READY_TIMEOUT),
+        evictions=len(preemptions),
         full_restarts=sum(1 for e in escalations if not e.preemption),
         preemption_recreations=sum(1 for e in escalations if e.preemption),
         jobset_restarts=sum(i.jobset_restarts for i in incarnations),

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from elastic_training.operators.advice import Advice, AdviceError, AdviceInputs, PeriodChoice, advise
 from elastic_training.operators.failure_history import MAX_TEXT, RunRecord, SliceFailure
+from elastic_training.operators.kueue_config import PodsReadyTimeouts
 from elastic_training.operators.policy import Budgets
 from elastic_training.operators.pool_avoidance import Avoidance
 
@@ -183,9 +184,12 @@ class RecoveryEntry:
 
 @dataclass(frozen=True)
 class PreemptionEntry:
-    """One Kueue preemption: when, Kueue's reason, the wait to be admitted again, the steps it cost.
+    """One Kueue eviction after an admission (a preemption, or another kind): when, Kueue's reason, the wait to be
+    admitted again, the steps it cost.
 
     ``recreated``: the preemption ended its JobSet and a new one resumed the run (its restore is that one's).
+    ``eviction``: its kind (``operators.queueing.EvictionKind``: ``preempted``, ``pods_ready_timeout``,
+    ``queue_stopped``, ...; ``""`` in a report from before kinds were told apart, or when Kueue's reason was not seen).
     """
 
     at: float | None = None
@@ -200,6 +204,7 @@ class PreemptionEntry:
     chip_seconds_lost: float | None = None
     complete: bool = False
     recreated: bool = False
+    eviction: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -306,14 +311,28 @@ class BudgetAllowances:
     elastic_timeout_seconds: float | None = None
     jobset_max_restarts: int | None = None
     elastic_max_retries: int | None = None
+    max_pods_ready_evictions: int | None = None
+    # Kueue's waitForPodsReady, as the operator learnt it (its ConfigMap, or the operator's options)
+    pods_ready_timeout_seconds: float | None = None
+    pods_ready_recovery_timeout_seconds: float | None = None
 
     @classmethod
-    def of(cls, budgets: Budgets, *, jobset_max_restarts: int, elastic_max_retries: int) -> BudgetAllowances:
-        """The operator's own budgets, with JobSet's ``maxRestarts`` and MaxText's attempts beside them."""
+    def of(
+        cls,
+        budgets: Budgets,
+        *,
+        jobset_max_restarts: int,
+        elastic_max_retries: int,
+        pods_ready: PodsReadyTimeouts | None = None,
+    ) -> BudgetAllowances:
+        """The operator's own budgets, with JobSet's ``maxRestarts``, MaxText's attempts and Kueue's
+        ``waitForPodsReady`` timeouts (as far as they are known) beside them."""
         return cls(
             **dataclasses.asdict(budgets),
             jobset_max_restarts=jobset_max_restarts,
             elastic_max_retries=elastic_max_retries,
+            pods_ready_timeout_seconds=pods_ready.timeout_seconds if pods_ready else None,
+            pods_ready_recovery_timeout_seconds=pods_ready.recovery_timeout_seconds if pods_ready else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -372,6 +391,8 @@ class RunReport:
     in_process_recoveries: int = 0
     scale_up_recoveries: int = 0
     preemption_count: int = 0
+    pods_ready_evictions: int = 0
+    evictions: int = 0
     full_restarts: int = 0
     preemption_recreations: int = 0
     jobset_restarts: int = 0
@@ -533,6 +554,8 @@ _COUNTS = (
     "in_process_recoveries",
     "scale_up_recoveries",
     "preemption_count",
+    "pods_ready_evictions",
+    "evictions",
     "full_restarts",
     "preemption_recreations",
     "jobset_restarts",

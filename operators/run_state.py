@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from elastic_training.operators.failure_history import SliceFailure
 from elastic_training.operators.kube_names import TaskIdentity
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.recovery import Incarnation, LogDigest
+from elastic_training.operators.recovery import PODS_READY_TIMEOUT, Incarnation, LogDigest
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY, parse_run_history, render_run_history
 
 if TYPE_CHECKING:
@@ -102,6 +102,11 @@ class RunState:
             )
             for h in self.history
         ]
+
+    def closed_pods_ready_evictions(self) -> int:
+        """Kueue's evictions for a PodsReady timeout in the closed incarnations (max_pods_ready_evictions spans the
+        run)."""
+        return sum(i.digest.evictions(PODS_READY_TIMEOUT) for i in self.incarnations())
 
     def slice_failures(self) -> list[SliceFailure]:
         """Every incarnation's slice failures (pool, hosts, kind), oldest first."""

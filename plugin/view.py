@@ -16,11 +16,15 @@ trained nothing, or unknown when the log was not read) in words the page shows a
 ``startup`` splits the time before the first step into waiting for the trainer and its first
 (compiling) step, so the page labels that span for what it is.
 
-``capacity`` is the run's time in Kueue's hands and around its steps: where it stands now (queued, starting,
-training, recovering, preempted, in no queue), Kueue's reason, the time queued, from admission to the first step,
-training, and after the last step; the preemptions with when and the steps they cost. The timeline's ``spans``
-draw the queue waits, the preemptions and the tail after the last step (final save, shutdown, completion seen)
-as spans of their own, so an idle stretch is never read as training badput.
+``capacity`` is the run's time in Kueue's hands and around its steps: where it stands now (queued, provisioning,
+starting, training, recovering, preempted, evicted for another reason, deactivated, in no queue), Kueue's reason,
+the time queued, from admission to the first step, training, and after the last step; the preemptions and every
+other eviction (each with its ``eviction`` kind: a PodsReady timeout, a stopped queue, ...) with when and the steps
+they cost. The timeline's ``spans`` draw the queue waits, the preemptions, the other evictions (kind ``evicted``,
+named by their ``eviction``), the provisioning within a wait and the tail after the last step (final save,
+shutdown, completion seen) as spans of their own, so an idle stretch is never read as training badput; the budgets
+show the PodsReady-timeout evictions against
+``max_pods_ready_evictions``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from elastic_training.operators import run_layout
 from elastic_training.operators.advice import PeriodChoice
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.pool_avoidance import Avoidance
+from elastic_training.operators.queueing import EvictionKind
 from elastic_training.operators.recovery import (
     PREEMPTION,
     SCALE_UP,
@@ -110,6 +115,41 @@ def _escalations(report: RunReport | None, state: Mapping[str, Any]) -> tuple[Es
         return ()
 
 
+def eviction_label(kind: str) -> str:
+    """How the view names a Kueue eviction after an admission (a preemption when its kind is not known)."""
+    try:
+        known = EvictionKind(kind) if kind else EvictionKind.PREEMPTED
+    except ValueError:
+        known = EvictionKind.OTHER
+    return _EVICTION_LABELS[known]
+
+
+_EVICTION_LABELS = {
+    EvictionKind.PREEMPTED: "preemption",
+    EvictionKind.PODS_READY_TIMEOUT: "evicted: pods not ready in time (Kueue's waitForPodsReady)",
+    EvictionKind.QUEUE_STOPPED: "evicted: its Kueue queue was stopped",
+    EvictionKind.ADMISSION_CHECK: "evicted: an admission check asked for a retry",
+    EvictionKind.NODE_FAILURES: "evicted: node failures",
+    EvictionKind.DEACTIVATED: "deactivated",
+    EvictionKind.REQUEUING_LIMIT_EXCEEDED: "deactivated: Kueue's requeuing limit reached",
+    EvictionKind.OTHER: "evicted by Kueue",
+}
+
+
+def _pods_ready_row(report: RunReport | None, allowed: BudgetAllowances, seen: list[Any]) -> JsonObj:
+    """Kueue's evictions for a PodsReady timeout, against max_pods_ready_evictions (free of every restart budget)."""
+    used = (
+        report.pods_ready_evictions
+        if report is not None
+        else sum(d.evictions(EvictionKind.PODS_READY_TIMEOUT) for _, d, _ in seen)
+    )
+    recovery = allowed.pods_ready_recovery_timeout_seconds
+    detail = "Kueue evictions for a PodsReady timeout; one more than allowed fails the run"
+    if recovery is not None:
+        detail += f" (Kueue's recoveryTimeout: {recovery:.0f} s)"
+    return {"name": "pods-ready evictions", "used": used, "allowed": allowed.max_pods_ready_evictions, "detail": detail}
+
+
 def budgets(report: RunReport | None, state: Mapping[str, Any]) -> list[JsonObj]:
     """Each budget, used against allowed (``allowed`` is ``None`` when the report did not carry it)."""
     allowed = report.budgets if report is not None else BudgetAllowances()
@@ -162,6 +202,7 @@ def budgets(report: RunReport | None, state: Mapping[str, Any]) -> list[JsonObj]
             if startup_timeout is None
             else f"a trainer not training {startup_timeout:.0f} s after its start escalates",
         },
+        _pods_ready_row(report, allowed, seen),
     ]
 
 
@@ -210,16 +251,21 @@ def capacity_view(report: RunReport | None, state: Mapping[str, Any], now: float
 
 
 def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
-    """The timeline's spans: each wait for Kueue (queued, or preempted; within it, provisioning: quota reserved and
-    the admission checks pending) and the tail after the last step."""
-    preempted_at = {p.at for p in cap.preemptions}
+    """The timeline's spans: each wait for Kueue (queued, preempted, or evicted for another reason, which the span
+    names; within it, provisioning: quota reserved and the admission checks pending) and the tail after the last
+    step."""
+    evicted_at = {p.at: p.eviction for p in cap.preemptions}
     found: list[JsonObj] = []
     for start, admitted in cap.times.queue_spans:
         end = admitted if admitted is not None else ended_at
         if end is None:
             continue
-        kind = "preempted" if start in preempted_at else "queued"
-        found.append({"kind": kind, "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)})
+        span: JsonObj = {"kind": "queued", "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)}
+        if start in evicted_at:
+            eviction = evicted_at[start]
+            span["kind"] = "preempted" if eviction in ("", EvictionKind.PREEMPTED) else "evicted"
+            span["eviction"] = eviction_label(eviction)
+        found.append(span)
     for start, done in cap.times.provisioning_spans:  # within a wait: quota reserved, capacity being provisioned
         end = done if done is not None else ended_at
         if end is not None:
@@ -276,7 +322,7 @@ class _Line:
     def preemption(self, p: PreemptionEntry) -> None:
         if p.at is None:
             return
-        self.failure(p.at, p.step, "preemption")
+        self.failure(p.at, p.step, eviction_label(p.eviction))
         if p.restored_at is not None and p.restored_step is not None:
             self.rewind(p.restored_at, p.step, p.restored_step)
 
@@ -483,7 +529,9 @@ def _counts(seen: _Seen, cap: _Capacity) -> JsonObj:
         "recoveries": len(seen.recoveries),
         "full_restarts": report.full_restarts if report else _int(seen.state.get("full_restarts")),
         "steps_lost": report.steps_lost if report else None,
-        "preemptions": len(cap.preemptions),
+        "preemptions": sum(1 for p in cap.preemptions if p.eviction in ("", EvictionKind.PREEMPTED)),
+        "pods_ready_evictions": sum(1 for p in cap.preemptions if p.eviction == EvictionKind.PODS_READY_TIMEOUT),
+        "evictions": len(cap.preemptions),
     }
 
 

@@ -112,6 +112,27 @@ class Faults:
         result: dict[str, Any] = self._cluster.run(lambda: self._injector().evict_pod(namespace, name, reason))
         return result
 
+    def stop_queue(
+        self, *, cluster_queue: str | None = None, local_queue: str | None = None, policy: str = "HoldAndDrain"
+    ) -> dict[str, Any]:
+        """A Kueue ClusterQueue's (by name) or LocalQueue's (``namespace/name``) ``stopPolicy``."""
+        result: dict[str, Any] = self._cluster.call(
+            lambda: self._injector().stop_queue(cluster_queue=cluster_queue, local_queue=local_queue, policy=policy)
+        )
+        return result
+
+    def deactivate_workload(self, namespace: str, jobset: str, active: bool = False) -> dict[str, Any]:
+        """``spec.active`` of the JobSet's Kueue Workload (false: Kueue evicts it, reason ``Deactivated``)."""
+        result: dict[str, Any] = self._cluster.call(
+            lambda: self._injector().deactivate_workload(namespace, jobset, active)
+        )
+        return result
+
+    def configure_kueue(self, configuration: dict[str, Any] | None) -> dict[str, Any]:
+        """A new Kueue manager Configuration (``waitForPodsReady``; ``None``/``{}``: off); the one now in force."""
+        result: dict[str, Any] = self._cluster.call(lambda: self._injector().configure_kueue(configuration))
+        return result
+
     def fail_requests(
         self,
         code: int = 500,
@@ -386,6 +407,7 @@ class LocalCluster:
             self.control_plane.node_faults if self.control_plane else None,
             self.control_plane.provisioner if self.control_plane else None,
             self.control_plane.provisioning_requests if self.control_plane else None,
+            self.control_plane.kueue if self.control_plane else None,
         )
         server = ApiServer(self.store, self.logs, self._injector, self.token, self.watch_options)
         self._server = server

@@ -30,7 +30,8 @@ slice is one node pool whose node count is the slice's host count (GKE creates a
 node pool atomically with exactly that many nodes), which is why ``nodeCount`` is checked.
 
 A description may also declare Kueue's ResourceFlavors, ClusterQueues (quotas), LocalQueues and priority
-classes under ``kueue:`` (:mod:`local.cluster.queue_description`); they are created when the cluster starts.
+classes under ``kueue:`` (:mod:`local.cluster.queue_description`); they are created when the cluster starts. Its
+``kueue.configuration`` is Kueue's manager Configuration (``waitForPodsReady``: :mod:`local.cluster.kueue_config`).
 
 Without a description the cluster has :data:`SINGLE_NODE`: one untainted node ``local-node`` with
 room for any plain pod (the behaviour before node pools existed).
@@ -47,8 +48,14 @@ from typing import Any
 
 import yaml
 
+from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration
 from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
-from elastic_training.local.cluster.queue_description import QueueDescriptionError, QueueObject, parse_queues
+from elastic_training.local.cluster.queue_description import (
+    QueueDescriptionError,
+    QueueObject,
+    parse_kueue_configuration,
+    parse_queues,
+)
 from elastic_training.local.cluster.store import now_rfc3339
 from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
@@ -129,6 +136,7 @@ class ClusterDescription:
     zone: str
     pools: tuple[NodePool, ...] = field(default_factory=tuple)
     queue_objects: tuple[QueueObject, ...] = ()  # Kueue's flavors, queues and priority classes (`kueue:`)
+    kueue_configuration: KueueConfiguration = OFF  # Kueue's manager Configuration (`kueue.configuration`)
 
     def node_names(self, pool: NodePool) -> list[str]:
         """The names of ``pool``'s nodes, ``gke-<cluster>-<pool>-<index>`` unless given."""
@@ -263,9 +271,12 @@ def parse_description(raw: Any) -> ClusterDescription:
         seen.add(pool.name)
     try:
         queue_objects = parse_queues(raw.get("kueue"))
+        configuration = parse_kueue_configuration(raw.get("kueue"))
     except QueueDescriptionError as exc:
         raise DescriptionError(str(exc)) from exc
-    return ClusterDescription(cluster=cluster, zone=zone, pools=pools, queue_objects=queue_objects)
+    return ClusterDescription(
+        cluster=cluster, zone=zone, pools=pools, queue_objects=queue_objects, kueue_configuration=configuration
+    )
 
 
 def _pool(raw: Any, where: str) -> NodePool:

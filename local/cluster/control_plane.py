@@ -18,6 +18,7 @@ from elastic_training.local.cluster.jobset_controller import JobSetController
 from elastic_training.local.cluster.jobset_placement import JobSetPodWebhook
 from elastic_training.local.cluster.kubelet import Kubelet
 from elastic_training.local.cluster.kueue_admission_checks import AdmissionCheckController
+from elastic_training.local.cluster.kueue_config import OFF, publish
 from elastic_training.local.cluster.kueue_jobset import KueueController, default_local_queue, suspend_on_create
 from elastic_training.local.cluster.kueue_provisioning import ProvisioningController
 from elastic_training.local.cluster.logs import LogStore
@@ -52,7 +53,7 @@ class ControlPlane:
         self.pod_webhook = JobSetPodWebhook(store)
         self.jobsets = JobSetController(store)
         self.jobs = JobController(store)
-        self.kueue = KueueController(store)
+        self.kueue = KueueController(store, description.kueue_configuration)
         self.admission_checks = AdmissionCheckController(store)
         self.kueue_provisioning = ProvisioningController(store)
         self.gc = GarbageCollector(store)
@@ -69,6 +70,8 @@ class ControlPlane:
             return
         register_nodes(self.store, self.description)
         register_queues(self.store, self.description.queue_objects)
+        if self.description.queue_objects or self.description.kueue_configuration != OFF:
+            publish(self.store, self.description.kueue_configuration)  # Kueue is installed: its ConfigMap
         self.store.add_admission(self.pod_priority.admit)  # built-in admission runs before webhooks
         self.store.add_admission(self.pod_webhook.admit)
         self.store.add_admission(default_local_queue(self.store))

@@ -21,6 +21,10 @@ demo, benchmarks and the CLI can inject faults into a cluster running in another
 - ``POST   /_local/faults/provisioning``    ``{"outcome": fail|delay|expire|revoke, "namespace"?, "name"?, "count"?,
   "seconds"?, "reason"?, "message"?}``: a ProvisioningRequest's outcome (:mod:`local.cluster.provisioning_requests`),
   now for the named request, else for the next ``count``
+- ``POST   /_local/faults/stop-queue``      ``{"clusterQueue" | "localQueue": "ns/name", "stopPolicy"}``
+  (:mod:`local.cluster.kueue_faults`)
+- ``POST   /_local/faults/deactivate-workload`` ``{"namespace"?, "jobSet", "active"?}`` (default ``active: false``)
+- ``POST   /_local/faults/kueue-configuration`` ``{...}``: a Kueue Configuration (``waitForPodsReady``)
 
 All state lives on the cluster's event loop; nothing here is thread-safe by itself.
 """
@@ -38,6 +42,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from elastic_training.local.cluster import kueue_faults
+from elastic_training.local.cluster.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
 from elastic_training.local.cluster.node_faults import DisruptionReason, NodeFaults
 from elastic_training.local.cluster.provisioning import NodeProvisioner
 from elastic_training.local.cluster.provisioning_requests import QueuedProvisioning, Rule
@@ -59,6 +65,12 @@ _REASONS = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
+
+
+class KueueControl(Protocol):
+    """The part of the local Kueue a new configuration goes to."""
+
+    def configure(self, configuration: KueueConfiguration) -> None: ...
 
 
 class PodControl(Protocol):
@@ -231,6 +243,7 @@ class FaultInjector:
         nodes: NodeFaults | None = None,
         provisioner: NodeProvisioner | None = None,
         provisioning_requests: QueuedProvisioning | None = None,
+        kueue: KueueControl | None = None,
     ) -> None:
         self.store = store
         self.api = ApiFaults()
@@ -238,6 +251,7 @@ class FaultInjector:
         self._nodes = nodes
         self._provisioner = provisioner
         self._requests = provisioning_requests
+        self._kueue = kueue
 
     def node_faults(self) -> NodeFaults:
         if self._nodes is None:
@@ -271,6 +285,25 @@ class FaultInjector:
     async def evict_pod(self, namespace: str, name: str, reason: str = DisruptionReason.EVICTION_API) -> Obj:
         """Mark a pod ``DisruptionTarget`` with ``reason`` and terminate it as that component does."""
         return await self.node_faults().evict_pod(namespace, name, parse_reason(reason))
+
+    def stop_queue(self, *, cluster_queue: str | None, local_queue: str | None, policy: str) -> Obj:
+        """A ClusterQueue's or LocalQueue's ``stopPolicy`` (``Hold``, ``HoldAndDrain``, ``None``)."""
+        return kueue_faults.stop_queue(self.store, cluster_queue=cluster_queue, local_queue=local_queue, policy=policy)
+
+    def deactivate_workload(self, namespace: str, jobset: str, active: bool = False) -> Obj:
+        """``spec.active`` of a JobSet's Kueue Workload (false: Kueue evicts it, ``Deactivated``)."""
+        return kueue_faults.set_workload_active(self.store, namespace, jobset, active)
+
+    def configure_kueue(self, configuration: Any) -> Obj:
+        """A new Kueue Configuration (its ``waitForPodsReady``), as after editing the ConfigMap and a restart."""
+        if self._kueue is None:
+            raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
+        try:
+            parsed = parse_configuration(configuration)
+        except ConfigurationError as exc:
+            raise bad_request(str(exc)) from exc
+        self._kueue.configure(parsed)
+        return parsed.manifest()
 
     def expire_watches(self, compact: bool = False) -> int:
         """End every open watch; with ``compact`` also forget history, so resuming gets 410."""
@@ -311,6 +344,9 @@ class FaultInjector:
         app.router.add_post(f"{FAULTS_PATH}/evict-pod", self._evict_pod)
         app.router.add_post(f"{FAULTS_PATH}/provision-on-demand", self._provision_on_demand)
         app.router.add_post(f"{FAULTS_PATH}/provisioning", self._provisioning)
+        app.router.add_post(f"{FAULTS_PATH}/stop-queue", self._stop_queue)
+        app.router.add_post(f"{FAULTS_PATH}/deactivate-workload", self._deactivate_workload)
+        app.router.add_post(f"{FAULTS_PATH}/kueue-configuration", self._kueue_configuration)
 
     async def _get(self, request: web.Request) -> web.Response:
         return web.json_response(self.api.describe())
@@ -401,6 +437,27 @@ class FaultInjector:
         body = await _json_body(request)
         reason = _optional(body, "reason", str) or DisruptionReason.EVICTION_API
         return web.json_response(await self.evict_pod(_required(body, "namespace"), _required(body, "name"), reason))
+
+    async def _stop_queue(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        return web.json_response(
+            self.stop_queue(
+                cluster_queue=_optional(body, "clusterQueue", str),
+                local_queue=_optional(body, "localQueue", str),
+                policy=_required(body, "stopPolicy"),
+            )
+        )
+
+    async def _deactivate_workload(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        active = body.get("active", False)
+        if not isinstance(active, bool):
+            raise bad_request("active: must be true or false")
+        namespace = _optional(body, "namespace", str) or "default"
+        return web.json_response(self.deactivate_workload(namespace, _required(body, "jobSet"), active))
+
+    async def _kueue_configuration(self, request: web.Request) -> web.Response:
+        return web.json_response(self.configure_kueue(await _json_body(request)))
 
 
 def parse_reason(value: str) -> DisruptionReason:

@@ -12,10 +12,11 @@ Checked against kubernetes-sigs/kueue v0.17.1 (the release xpk installs; v0.19.2
   ``Rejected`` check sets the ``DeactivationTarget`` condition (reason ``AdmissionCheck``, "Admission check(s): N,
   were rejected") and a Warning Event ``AdmissionCheckRejected``; a ``Retry`` check evicts (``Evicted`` reason
   ``AdmissionCheck``, "At least one admission check is false"); ``NeedsRequeueAtUpdate`` copies the latest
-  ``Retry`` check's ``lastTransitionTime + requeueAfterSeconds`` into ``requeueState.requeueAt``; after the backoff
-  ``Requeued=True`` (``BackoffFinished``, "The workload backoff was finished"); a ``DeactivationTarget`` turns
-  ``spec.active`` false, and an inactive Workload is evicted with reason ``DeactivatedDueTo<cause>`` and "The
-  workload is deactivated due to <message>" (``workload.Evict``, ``ReasonWithCause``), the target removed.
+  ``Retry`` check's ``lastTransitionTime + requeueAfterSeconds`` into ``requeueState.requeueAt``. The rest of that
+  controller's work, the same for every cause, is :mod:`local.cluster.kueue_workload_controller`'s: after the
+  backoff ``Requeued=True`` (``BackoffFinished``); a ``DeactivationTarget`` turns ``spec.active`` false, and the
+  inactive Workload is evicted ``DeactivatedDueTo<cause>`` "The workload is deactivated due to <message>"
+  (``workload.Evict``, ``ReasonWithCause``), the target removed. Every eviction resets the checks (:func:`evict`).
 - ``pkg/workload/admissionchecks.go``: ``SetAdmissionCheckState`` (the transition time moves only with the state),
   ``resetChecksOnEviction`` (each non-Pending check back to ``Pending``, "Reset to Pending after eviction.
   Previously: S", a ``Retry`` counting in ``retryCount``); the scheduler's ``prepareWorkload``
@@ -46,10 +47,8 @@ from elastic_training.local.cluster.workqueue import WorkQueue
 
 COMPONENT = "kueue-admission-checks"
 PENDING, READY, RETRY, REJECTED = "Pending", "Ready", "Retry", "Rejected"
-DEACTIVATION_TARGET = "DeactivationTarget"
-REASON_ADMISSION_CHECK = "AdmissionCheck"  # WorkloadEvictedByAdmissionCheck
-REASON_DEACTIVATED = "Deactivated"
-REASON_BACKOFF_FINISHED = "BackoffFinished"
+DEACTIVATION_TARGET = kw.DEACTIVATION_TARGET
+REASON_ADMISSION_CHECK = kw.REASON_ADMISSION_CHECK  # WorkloadEvictedByAdmissionCheck
 Key = tuple[str, str]  # (namespace, name) of a Workload
 
 
@@ -159,10 +158,12 @@ def reset_checks_on_eviction(wl: Obj) -> None:
         wl["status"]["admissionChecks"] = out
 
 
-def evict(wl: Obj, reason: str, message: str) -> None:
-    """``workload.Evict``'s status change: ``Evicted=True`` and every check reset to Pending."""
-    kw.set_status_condition(wl, kw.EVICTED, True, reason, message)
+def evict(wl: Obj, reason: str, message: str, cause: str = "") -> str:
+    """``workload.Evict``'s status change (``prepareForEviction``): ``Evicted=True``, counted in
+    ``schedulingStats``, and every check reset to Pending; the Event reason to record."""
+    event = kw.set_evicted(wl, reason, message, cause)
     reset_checks_on_eviction(wl)
+    return event
 
 
 def initial_checks(store: Store, wl: Obj) -> bool:
@@ -242,8 +243,8 @@ class AdmissionCheckController:
         wl = self._store.find(WORKLOADS, *key)
         if wl is None or wl["metadata"].get("deletionTimestamp") or kw.is_true(wl, kw.FINISHED):
             return
-        if self._deactivate(wl) or self._after_backoff(wl):
-            return
+        if kw.is_true(wl, DEACTIVATION_TARGET) or self._requeue_at_update(wl):
+            return  # a deactivation, and the end of the backoff, are the Workload controller's
         cq = cluster_queue_of(self._store, wl)
         if cq is None:
             return
@@ -257,55 +258,16 @@ class AdmissionCheckController:
 
     # -- the steps, in the workload controller's order ---------------------------------------
 
-    def _deactivate(self, wl: Obj) -> bool:
-        """A ``DeactivationTarget`` turns ``spec.active`` false; an inactive Workload with one is evicted."""
-        target = kw.find(wl, DEACTIVATION_TARGET)
-        if target is None or target.get("status") != "True":
-            return False
-        meta = wl["metadata"]
-        if (wl.get("spec") or {}).get("active") is not False:
-            self._store.mutate(WORKLOADS, meta["namespace"], meta["name"], _set_inactive)
-            return True
-        cause = str(target.get("reason") or "")
-        reason = f"{REASON_DEACTIVATED}DueTo{cause}" if cause else REASON_DEACTIVATED
-        message = f"The workload is deactivated due to {target.get('message', '')}"
-
-        def change(o: Obj) -> None:
-            conditions = kw.conditions_of(o)
-            conditions[:] = [c for c in conditions if c.get("type") != DEACTIVATION_TARGET]
-            o.setdefault("status", {}).pop("requeueState", None)
-            if not kw.is_true(o, kw.EVICTED):
-                evict(o, reason, message)
-
-        updated = self._write(wl, change)
-        if updated is not None and kw.is_true(updated, kw.EVICTED):
-            record_event(self._store, updated, NORMAL, f"EvictedDueTo{reason}", message, COMPONENT)
-        return True
-
-    def _after_backoff(self, wl: Obj) -> bool:
-        """Copy a Retry check's time into ``requeueState``; once it has passed, ``Requeued=True``."""
+    def _requeue_at_update(self, wl: Obj) -> bool:
+        """``NeedsRequeueAtUpdate``: copy a Retry check's time into ``requeueState.requeueAt`` (the Workload
+        controller ends the backoff, :mod:`local.cluster.kueue_workload_controller`)."""
         at = _requeue_at(wl)
-        now = datetime.now(UTC)
         state = (wl.get("status") or {}).get("requeueState") or {}
-        if at is not None and at > now and state.get("requeueAt") != _stamp(at):
-            self._write(
-                wl, lambda o: o.setdefault("status", {}).setdefault("requeueState", {}).update(requeueAt=_stamp(at))
-            )
-            return True
-        requeued = kw.find(wl, kw.REQUEUED)
-        if requeued is None or requeued.get("status") != "False" or requeued.get("reason") != REASON_ADMISSION_CHECK:
+        if at is None or at <= datetime.now(UTC) or state.get("requeueAt") == _stamp(at):
             return False
-        due = state.get("requeueAt")
-        if due and parse_rfc3339(str(due)) > now:
-            wait = (parse_rfc3339(str(due)) - now).total_seconds()
-            self.queue.enqueue_after((wl["metadata"]["namespace"], wl["metadata"]["name"]), wait + 0.05)
-            return True
-
-        def finished(o: Obj) -> None:
-            (o.get("status") or {}).get("requeueState", {}).pop("requeueAt", None)
-            kw.set_status_condition(o, kw.REQUEUED, True, REASON_BACKOFF_FINISHED, "The workload backoff was finished")
-
-        self._write(wl, finished)
+        self._write(
+            wl, lambda o: o.setdefault("status", {}).setdefault("requeueState", {}).update(requeueAt=_stamp(at))
+        )
         return True
 
     def _sync_admitted(self, wl: Obj) -> bool:
@@ -356,9 +318,10 @@ class AdmissionCheckController:
             return
         if any(c.get("state") == RETRY for c in checks):
             message = "At least one admission check is false"
-            updated = self._write(wl, lambda o: evict(o, REASON_ADMISSION_CHECK, message))
-            if updated is not None:
-                record_event(self._store, updated, NORMAL, f"EvictedDueTo{REASON_ADMISSION_CHECK}", message, COMPONENT)
+            event: list[str] = []
+            updated = self._write(wl, lambda o: event.append(evict(o, REASON_ADMISSION_CHECK, message)))
+            if updated is not None and event:
+                record_event(self._store, updated, NORMAL, event[0], message, COMPONENT)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -376,7 +339,3 @@ class AdmissionCheckController:
 
 def _ignore(_: Any) -> None:
     return None
-
-
-def _set_inactive(wl: Obj) -> None:
-    wl.setdefault("spec", {})["active"] = False

@@ -38,6 +38,7 @@ QUEUEING_STRATEGIES = ("BestEffortFIFO", "StrictFIFO")
 WITHIN_CLUSTER_QUEUE = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
 # ProvisioningRequestConfig.spec.retryStrategy's default (provisioningrequestconfig_types.go).
 RETRY_DEFAULTS = {"backoffLimitCount": 3, "backoffBaseSeconds": 60, "backoffMaxSeconds": 1800}
+STOP_POLICIES = ("None", "Hold", "HoldAndDrain")  # the CRDs' enum for spec.stopPolicy
 _MAX_PRIORITY = 1_000_000_000  # PriorityClass: user classes above one billion are reserved for the system
 
 
@@ -86,6 +87,7 @@ def validate_cluster_queue(obj: Mapping[str, Any]) -> list[Cause]:
     within = (spec.get("preemption") or {}).get("withinClusterQueue")
     if within not in WITHIN_CLUSTER_QUEUE:
         causes.append(_unsupported("spec.preemption.withinClusterQueue", within, WITHIN_CLUSTER_QUEUE))
+    causes.extend(_stop_policy(spec))
     seen: set[str] = set()
     for g, group in enumerate(spec.get("resourceGroups") or []):
         covered = list(group.get("coveredResources") or [])
@@ -115,10 +117,16 @@ def validate_cluster_queue(obj: Mapping[str, Any]) -> list[Cause]:
     return causes
 
 
+def _stop_policy(spec: Mapping[str, Any]) -> list[Cause]:
+    policy = spec.get("stopPolicy", "None")
+    return [] if policy in STOP_POLICIES else [_unsupported("spec.stopPolicy", policy, STOP_POLICIES)]
+
+
 def validate_local_queue(obj: Mapping[str, Any]) -> list[Cause]:
-    if not (obj.get("spec") or {}).get("clusterQueue"):
+    spec = obj.get("spec") or {}
+    if not spec.get("clusterQueue"):
         return [_required("spec.clusterQueue")]
-    return []
+    return _stop_policy(spec)
 
 
 def validate_workload(obj: Mapping[str, Any]) -> list[Cause]:

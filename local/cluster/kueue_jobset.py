@@ -21,6 +21,11 @@ Checked against kubernetes-sigs/kueue v0.17.1 (the release xpk installs):
   ``Started`` "Admitted by clusterQueue C"); running but not admitted → stop it ("Not admitted by cluster
   queue").
 
+With ``waitForPodsReady`` configured, the Workload's ``PodsReady`` condition is kept current first (step 5 of
+``ReconcileGenericJob``; :func:`local.cluster.kueue_workload_controller.pods_ready_condition`), and an eviction
+other than ``Preempted``/``NodeFailures`` leaves ``Requeued=False`` with its reason until the Workload controller
+(:mod:`local.cluster.kueue_workload_controller`) requeues it.
+
 The JobSet controller (``local/cluster/jobset_controller.py``) then suspends or resumes the child Jobs, and
 copies the pod templates' node selectors and tolerations to them on resume, as kubernetes-sigs/jobset does.
 """
@@ -34,7 +39,9 @@ from elastic_training.local.cluster import kueue_admission_checks as ac
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.conditions import find_condition
 from elastic_training.local.cluster.events import NORMAL, record_event
+from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration, publish
 from elastic_training.local.cluster.kueue_scheduler import KueueScheduler
+from elastic_training.local.cluster.kueue_workload_controller import WorkloadController, sync_pods_ready
 from elastic_training.local.cluster.owners import controller_ref, owner_reference
 from elastic_training.local.cluster.resources import (
     CLUSTER_QUEUES,
@@ -55,7 +62,7 @@ FINALIZER = "kueue.x-k8s.io/resource-in-use"  # apis/kueue/v1beta2/constants.go 
 LABEL_PODSET = "kueue.x-k8s.io/podset"  # pkg/constants PodSetLabel, on each started pod template
 DEFAULT_LOCAL_QUEUE = "default"  # pkg/controller/constants DefaultLocalQueueName
 SCHEDULE = ("", "", "")  # the scheduler's key in the shared work queue
-Key = tuple[str, str, str]  # ("jobset", namespace, name) or SCHEDULE
+Key = tuple[str, str, str]  # ("jobset" or "workload", namespace, name) or SCHEDULE
 _SCHEDULER_INPUTS = (CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS, NAMESPACES)
 
 
@@ -126,10 +133,23 @@ class PodSetMergeError(ValueError):
 class KueueController:
     """The local Kueue: the JobSet integration and the scheduler, on one work queue."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, configuration: KueueConfiguration = OFF) -> None:
         self._store = store
-        self.scheduler = KueueScheduler(store)
+        self.scheduler = KueueScheduler(store, configuration)
+        self.workloads = WorkloadController(store, configuration)
+        self.configuration = configuration
         self.queue: WorkQueue[Key] = WorkQueue("kueue-controller-manager", self.reconcile)
+
+    def configure(self, configuration: KueueConfiguration) -> None:
+        """Take a new manager Configuration (upstream: the ConfigMap edited and the manager restarted)."""
+        self.configuration = self.scheduler.configuration = self.workloads.configuration = configuration
+        publish(self._store, configuration)
+        for wl in self._store.view(WORKLOADS)[0]:
+            self.queue.enqueue(("workload", wl["metadata"]["namespace"], wl["metadata"]["name"]))
+        for jobset in self._store.view(JOBSETS)[0]:
+            if queue_name(jobset):
+                self.queue.enqueue(("jobset", jobset["metadata"]["namespace"], jobset["metadata"]["name"]))
+        self.queue.enqueue(SCHEDULE)
 
     def start(self) -> None:
         """Subscribe to store events; the JobSet webhook is registered by the control plane."""
@@ -148,14 +168,19 @@ class KueueController:
                     self.queue.enqueue(("workload", meta["namespace"], kw.workload_name(event.object)))
                 self.queue.enqueue(SCHEDULE)
         elif event.rtype == WORKLOADS:
+            if event.type != "DELETED":
+                self.queue.enqueue(("workload", meta["namespace"], meta["name"]))
             ref = controller_ref(event.object)
             if ref is not None and ref.get("kind") == "JobSet":
                 self.queue.enqueue(("jobset", meta["namespace"], str(ref["name"])))
-            if event.type != "DELETED" and FINALIZER in (meta.get("finalizers") or []):
-                self.queue.enqueue(("workload", meta["namespace"], meta["name"]))
             self.queue.enqueue(SCHEDULE)
         elif event.rtype in _SCHEDULER_INPUTS:
             self.queue.enqueue(SCHEDULE)
+            old = event.old_object
+            if event.rtype in (CLUSTER_QUEUES, LOCAL_QUEUES) and (old or {}).get("spec") != event.object.get("spec"):
+                # A queue's stopPolicy moved: its Workloads are reconciled (upstream's workloadQueueHandler).
+                for wl in self._store.view(WORKLOADS)[0]:
+                    self.queue.enqueue(("workload", wl["metadata"]["namespace"], wl["metadata"]["name"]))
 
     def reconcile(self, key: Key) -> None:
         if key == SCHEDULE:
@@ -164,6 +189,7 @@ class KueueController:
         kind, namespace, name = key
         if kind == "workload":
             self._finalize(namespace, name)
+            self.workloads.reconcile(namespace, name, lambda delay: self.queue.enqueue_after(key, delay))
             return
         jobset = self._store.find(JOBSETS, namespace, name)
         if jobset is None or jobset["metadata"].get("deletionTimestamp") or not queue_name(jobset):
@@ -207,13 +233,15 @@ class KueueController:
             return
         if kw.is_true(wl, kw.FINISHED):
             return
+        if self.configuration.wait_for_pods_ready is not None and sync_pods_ready(self._store, jobset, wl):
+            return  # upstream returns after writing PodsReady; the Workload's event brings the JobSet back
         evicted = kw.find(wl, kw.EVICTED)
         if evicted is not None and evicted.get("status") == "True":
             self._stop(jobset, wl, str(evicted.get("message", "")))
             current = self._store.find(JOBSETS, jobset["metadata"]["namespace"], jobset["metadata"]["name"])
             if kw.is_true(wl, kw.QUOTA_RESERVED) and current is not None and not is_active(current):
                 reason, text = str(evicted.get("reason", "")), str(evicted.get("message", ""))
-                requeue = reason in (kw.REASON_EVICTED_BY_PREEMPTION, "NodeFailures")
+                requeue = reason in (kw.REASON_EVICTED_BY_PREEMPTION, kw.REASON_NODE_FAILURES)
 
                 def release(o: Obj) -> None:
                     kw.set_status_condition(o, kw.REQUEUED, requeue, reason, text)

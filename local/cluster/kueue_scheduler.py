@@ -30,13 +30,23 @@ Checked against kubernetes-sigs/kueue v0.17.1 (the release xpk installs):
   ``admittedWorkloads``, ``flavorsReservation``, ``flavorsUsage``, condition ``Active`` (``Ready``, "Can admit
   new workloads" / "Can submit new workloads to localQueue").
 
+- ``stopPolicy`` (``pkg/cache/scheduler/clusterqueue.go`` ``inactiveReason``, ``pkg/controller/core/
+  localqueue_controller.go``): a stopped ClusterQueue (``Hold`` or ``HoldAndDrain``) admits nothing and says
+  ``Active=False`` reason ``Stopped`` "Can't admit new workloads: is stopped."; a stopped LocalQueue ``Stopped``
+  "LocalQueue is stopped", one whose ClusterQueue is stopped ``ClusterQueueIsInactive``; their pending Workloads are
+  ``Inadmissible`` "LocalQueue Q is inactive" / "ClusterQueue C is inactive" (the Workload controller's messages).
+  Draining the admitted ones is the Workload controller's (:mod:`local.cluster.kueue_workload_controller`).
+- Requeuing backoff: a pending Workload whose ``requeueState.requeueAt`` is in the future is not tried
+  (``pkg/cache/queue/cluster_queue.go`` ``backoffWaitingTimeExpired``); with ``waitForPodsReady``'s requeuing
+  ``timestamp: Eviction`` one evicted by a PodsReady timeout queues from that eviction (``pkg/workload/
+  workload.go`` ``GetQueueOrderTimestamp``).
+
 Admission checks: quota reservation lists the checks the admission needs and leaves ``Admitted`` to them
 (``kueue_admission_checks.reserve_quota``, the scheduler's ``prepareWorkload``).
 
-Simplified: no cohorts, borrowing or lending, no fair sharing, no topology-aware
-scheduling, no partial admission, no ``stopPolicy``, no requeuing backoff (``requeueState`` is never set: upstream
-sets it only with ``waitForPodsReady``). A LocalQueue or ClusterQueue that does not exist leaves the Workload
-``QuotaReserved=False`` reason ``Inadmissible`` ("LocalQueue Q doesn't exist", "ClusterQueue C doesn't exist",
+Simplified: no cohorts, borrowing or lending, no fair sharing, no topology-aware scheduling, no partial admission,
+no ``blockAdmission``. A LocalQueue or ClusterQueue that does not exist leaves the Workload ``QuotaReserved=False``
+reason ``Inadmissible`` ("LocalQueue Q doesn't exist", "ClusterQueue C doesn't exist",
 ``pkg/controller/core/workload_controller.go``).
 """
 
@@ -53,6 +63,7 @@ from typing import Any
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.events import NORMAL, WARNING, record_event
 from elastic_training.local.cluster.kueue_admission_checks import reserve_quota
+from elastic_training.local.cluster.kueue_config import EVICTION_TIMESTAMP, OFF, KueueConfiguration
 from elastic_training.local.cluster.quantity import parse_quantity
 from elastic_training.local.cluster.resources import (
     CLUSTER_QUEUES,
@@ -60,7 +71,6 @@ from elastic_training.local.cluster.resources import (
     NAMESPACES,
     RESOURCE_FLAVORS,
     WORKLOADS,
-    ApiError,
 )
 from elastic_training.local.cluster.scheduler_filters import tolerates
 from elastic_training.local.cluster.store import Obj, Store
@@ -257,8 +267,9 @@ def _stamp(condition: Obj | None, fallback: str) -> str:
 class KueueScheduler:
     """One scheduling pass over every ClusterQueue (level-triggered: run whenever anything Kueue reads changes)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, configuration: KueueConfiguration = OFF) -> None:
         self._store = store
+        self.configuration = configuration
         self._order = itertools.count()
         self._seen: dict[str, int] = {}  # Workload uid → arrival order (creation times have 1 s resolution)
         # Workload uid → what its last inadmissible try saw. Upstream parks an inadmissible Workload
@@ -274,7 +285,22 @@ class KueueScheduler:
         return self._seen[uid]
 
     def _queue_key(self, wl: Obj) -> tuple[int, str, int]:
-        return (-kw.priority(wl), str(wl["metadata"].get("creationTimestamp", "")), self._arrival(wl))
+        return (-kw.priority(wl), self._queue_stamp(wl), self._arrival(wl))
+
+    def _queue_stamp(self, wl: Obj) -> str:
+        """``GetQueueOrderTimestamp``: with ``waitForPodsReady``'s ``timestamp: Eviction``, a Workload evicted by a
+        PodsReady timeout queues from that eviction, behind those that waited meanwhile; else from its creation."""
+        pods_ready = self.configuration.wait_for_pods_ready
+        evicted = kw.find(wl, kw.EVICTED)
+        if (
+            pods_ready is not None
+            and pods_ready.requeuing.timestamp == EVICTION_TIMESTAMP
+            and evicted is not None
+            and evicted.get("status") == "True"
+            and evicted.get("reason") == kw.REASON_PODS_READY_TIMEOUT
+        ):
+            return str(evicted.get("lastTransitionTime") or "")
+        return str(wl["metadata"].get("creationTimestamp", ""))
 
     def schedule(self) -> None:
         flavors = {f["metadata"]["name"]: f for f in self._store.list(RESOURCE_FLAVORS)[0]}
@@ -299,9 +325,15 @@ class KueueScheduler:
             if local is None:
                 self._pending(wl, kw.REASON_INADMISSIBLE, f"LocalQueue {queue_name} doesn't exist", event=False)
                 continue
+            if stopped(local):
+                self._pending(wl, kw.REASON_INADMISSIBLE, f"LocalQueue {queue_name} is inactive", event=False)
+                continue
             cq_name = str((local.get("spec") or {}).get("clusterQueue") or "")
             if cq_name not in by_queue:
                 self._pending(wl, kw.REASON_INADMISSIBLE, f"ClusterQueue {cq_name} doesn't exist", event=False)
+                continue
+            if stopped(queues[cq_name]):
+                self._pending(wl, kw.REASON_INADMISSIBLE, f"ClusterQueue {cq_name} is inactive", event=False)
                 continue
             by_queue[cq_name].append(wl)
         live = {str(wl["metadata"]["uid"]) for waiting in by_queue.values() for wl in waiting}
@@ -322,9 +354,13 @@ class KueueScheduler:
         usage = _usage_of(reserving)
         inputs = _inputs(cq, flavors, reserving)
         blocked = False
+        now = datetime.now(UTC)
         for wl in pending:
             if (wl.get("spec") or {}).get("active") is False:
                 continue
+            at = kw.requeue_at(wl)
+            if at is not None and at > now:
+                continue  # backing off (backoffWaitingTimeExpired): the Workload controller requeues it
             if blocked:
                 continue
             namespace = wl["metadata"]["namespace"]
@@ -497,13 +533,7 @@ class KueueScheduler:
         return (updated or wl)["metadata"].get("resourceVersion")
 
     def _write(self, wl: Obj, change: Callable[[Obj], Any]) -> Obj | None:
-        meta = wl["metadata"]
-        try:
-            return self._store.mutate(WORKLOADS, meta["namespace"], meta["name"], change, subresource="status")
-        except ApiError as err:
-            if err.code == 404:
-                return None
-            raise
+        return kw.write_status(self._store, wl, change)
 
     # -- queue status ------------------------------------------------------------------------
 
@@ -529,6 +559,8 @@ class KueueScheduler:
                 )
             ]
             status = _queue_status(cq, mine, "Can admit new workloads", cq)
+            if stopped(cq):  # clusterQueue.inactiveReason
+                _set_inactive(status, cq, "Stopped", "Can't admit new workloads: is stopped.")
             self._write_status(CLUSTER_QUEUES, "", name, status)
         for (namespace, lq_name), lq in local_queues.items():
             mine = [
@@ -538,11 +570,13 @@ class KueueScheduler:
             ]
             backing = queues.get(lq_target[(namespace, lq_name)])
             status = _queue_status(backing or {}, mine, "Can submit new workloads to localQueue", lq)
-            if backing is None:
-                holder: Obj = {"status": status, "metadata": lq["metadata"]}
-                kw.set_status_condition(
-                    holder, "Active", False, "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue"
-                )
+            # The LocalQueue controller's order: stopped, then its ClusterQueue missing, then inactive.
+            if stopped(lq):
+                _set_inactive(status, lq, "Stopped", "LocalQueue is stopped")
+            elif backing is None:
+                _set_inactive(status, lq, "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue")
+            elif stopped(backing):
+                _set_inactive(status, lq, "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue")
             self._write_status(LOCAL_QUEUES, namespace, lq_name, status)
 
     def _write_status(self, rtype: Any, namespace: str, name: str, status: Obj) -> None:
@@ -559,6 +593,16 @@ class KueueScheduler:
         if merged == old:
             return
         self._store.mutate(rtype, namespace, name, lambda o: o.__setitem__("status", merged), subresource="status")
+
+
+def stopped(queue: Obj) -> bool:
+    """A ClusterQueue's or LocalQueue's ``stopPolicy`` is ``Hold`` or ``HoldAndDrain``: it admits nothing new."""
+    return str((queue.get("spec") or {}).get("stopPolicy") or "None") != "None"
+
+
+def _set_inactive(status: Obj, queue: Obj, reason: str, message: str) -> None:
+    holder: Obj = {"status": status, "metadata": queue["metadata"]}
+    kw.set_status_condition(holder, "Active", False, reason, message)
 
 
 def _queue_status(cq: Obj, workloads: list[Obj], ready_message: str, queue: Obj) -> Obj:

@@ -4,7 +4,11 @@ Upstream (v0.17.1, the release xpk installs): condition types and reasons from
 ``apis/kueue/v1beta2/workload_types.go``; ``pkg/workload/workload.go`` (``SetQuotaReservation``,
 ``UnsetQuotaReservationWithCondition``, ``SetEvictedCondition``, ``SetPreemptedCondition``,
 ``SetRequeuedCondition``, ``SetFinishedCondition``, ``QueuedWaitTime``); ``pkg/workload/admissionchecks.go``
-(``SyncAdmittedCondition``: Admitted follows QuotaReserved and the admission checks' states); workload names from
+(``SyncAdmittedCondition``: Admitted follows QuotaReserved and the admission checks' states); evictions as
+``Evict`` and ``prepareForEviction`` write them (``Evicted=True`` with the reason, ``Deactivated`` joined to its
+underlying cause as ``DeactivatedDueTo<cause>`` by ``ReasonWithCause``, ``schedulingStats.evictions`` counted by
+reason and cause, the Event ``EvictedDueTo<reason>``), ``UpdateRequeueState``/``SetRequeueState`` (``requeueState``
+``count`` and ``requeueAt``) and ``SetDeactivationTarget``; workload names from
 ``pkg/controller/jobframework/workload_names.go`` (``<kind>-<owner>-<first 5 hex of sha1(kind, group, name,
 uid)>``); priority from ``pkg/controller/jobframework/reconciler.go`` ``ExtractPriority`` and
 ``pkg/util/priority/priority.go``: the ``kueue.x-k8s.io/priority-class`` label names a WorkloadPriorityClass;
@@ -15,24 +19,37 @@ PriorityClass (the lowest if several); else 0.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from fractions import Fraction
+from typing import Any
 
 from elastic_training.local.cluster.logs import parse_rfc3339
 from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
-from elastic_training.local.cluster.resources import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES, ApiError
+from elastic_training.local.cluster.resources import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES, WORKLOADS, ApiError
 from elastic_training.local.cluster.store import Obj, Store, now_rfc3339
 from elastic_training.operators.constants import KUEUE_GROUP, LABEL_KUEUE_PRIORITY_CLASS
 
 # Condition types (workload_types.go).
 QUOTA_RESERVED, ADMITTED, FINISHED = "QuotaReserved", "Admitted", "Finished"
 EVICTED, PREEMPTED, REQUEUED = "Evicted", "Preempted", "Requeued"
+PODS_READY, DEACTIVATION_TARGET = "PodsReady", "DeactivationTarget"
 # Reasons.
 REASON_PENDING = "Pending"
 REASON_INADMISSIBLE = "Inadmissible"
 REASON_EVICTED_BY_PREEMPTION = "Preempted"
 REASON_IN_CLUSTER_QUEUE = "InClusterQueue"
 REASON_SUCCEEDED, REASON_FAILED = "Succeeded", "Failed"
+# Evictions other than a preemption, and the requeues that end them (workload_types.go).
+REASON_PODS_READY_TIMEOUT = "PodsReadyTimeout"
+REASON_DEACTIVATED = "Deactivated"
+REASON_CLUSTER_QUEUE_STOPPED, REASON_LOCAL_QUEUE_STOPPED = "ClusterQueueStopped", "LocalQueueStopped"
+REASON_NODE_FAILURES, REASON_ADMISSION_CHECK = "NodeFailures", "AdmissionCheck"
+REASON_REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+REASON_BACKOFF_FINISHED, REASON_REACTIVATED = "BackoffFinished", "Reactivated"
+REASON_CLUSTER_QUEUE_RESTARTED, REASON_LOCAL_QUEUE_RESTARTED = "ClusterQueueRestarted", "LocalQueueRestarted"
+# PodsReady's reasons (workload_types.go; pkg/controller/jobframework/reconciler.go generatePodsReadyCondition).
+WAIT_FOR_START, WAIT_FOR_RECOVERY, STARTED, RECOVERED = "WaitForStart", "WaitForRecovery", "Started", "Recovered"
 NO_RESERVATION = ("NoReservation", "The workload has no reservation")
 ADMITTED_REASON = ("Admitted", "The workload is admitted")
 UNSATISFIED_CHECKS = ("UnsatisfiedChecks", "The workload has not all checks ready")
@@ -130,6 +147,81 @@ def unset_quota_reservation(wl: Obj, reason: str, message: str) -> bool:
         status.pop("admission")
         changed = True
     return sync_admitted(wl) or changed
+
+
+def write_status(store: Store, wl: Obj, change: Callable[[Obj], Any]) -> Obj | None:
+    """``change`` the Workload's status as stored now; the Workload as written, None when it is gone."""
+    meta = wl["metadata"]
+    try:
+        return store.mutate(WORKLOADS, meta["namespace"], meta["name"], change, subresource="status")
+    except ApiError as err:
+        if err.code == 404:
+            return None
+        raise
+
+
+def remove_condition(wl: Obj, kind: str) -> bool:
+    """``apimeta.RemoveStatusCondition``; whether there was one."""
+    conditions = conditions_of(wl)
+    kept = [c for c in conditions if c.get("type") != kind]
+    if len(kept) == len(conditions):
+        return False
+    conditions[:] = kept
+    return True
+
+
+def reason_with_cause(reason: str, cause: str) -> str:
+    """``ReasonWithCause``: ``<reason>DueTo<cause>``."""
+    return f"{reason}DueTo{cause}"
+
+
+def set_evicted(wl: Obj, reason: str, message: str, cause: str = "") -> str:
+    """``Evict``'s patch (``prepareForEviction``): ``Evicted=True`` with ``reason`` (``Deactivated`` with a cause
+    becomes ``DeactivatedDueTo<cause>``), and the eviction counted in ``schedulingStats.evictions`` by reason and
+    underlying cause. Returns the Event reason ``reportEvictedWorkload`` records."""
+    written = reason_with_cause(reason, cause) if reason == REASON_DEACTIVATED and cause else reason
+    set_status_condition(wl, EVICTED, True, written, message)
+    stats = wl.setdefault("status", {}).setdefault("schedulingStats", {}).setdefault("evictions", [])
+    entry = next((e for e in stats if e.get("reason") == reason and e.get("underlyingCause", "") == cause), None)
+    if entry is None:
+        stats.append({"reason": reason, "underlyingCause": cause, "count": 1})
+    else:
+        entry["count"] = int(entry.get("count") or 0) + 1
+    event = reason_with_cause(EVICTED, reason)
+    return reason_with_cause(event, cause) if reason == REASON_DEACTIVATED and cause else event
+
+
+def set_requeued(wl: Obj, reason: str, message: str, status: bool) -> bool:
+    """``SetRequeuedCondition``."""
+    return set_status_condition(wl, REQUEUED, status, reason, message)
+
+
+def requeue_at(wl: Obj) -> datetime | None:
+    """``status.requeueState.requeueAt`` (None when unset or unreadable)."""
+    stamp = (((wl.get("status") or {}).get("requeueState")) or {}).get("requeueAt")
+    try:
+        return parse_rfc3339(str(stamp)) if stamp else None
+    except ValueError:
+        return None
+
+
+def requeue_count(wl: Obj) -> int:
+    return int((((wl.get("status") or {}).get("requeueState")) or {}).get("count") or 0)
+
+
+def update_requeue_state(wl: Obj, wait_seconds: float) -> None:
+    """``UpdateRequeueState``: one more requeue, ``requeueAt`` ``wait_seconds`` from now (never moved earlier)."""
+    state = wl.setdefault("status", {}).setdefault("requeueState", {})
+    wanted = now_rfc3339(wait_seconds)
+    current = state.get("requeueAt")
+    if current is None or parse_rfc3339(str(current)) < parse_rfc3339(wanted):
+        state["requeueAt"] = wanted
+    state["count"] = requeue_count(wl) + 1
+
+
+def is_active(wl: Obj) -> bool:
+    """``IsActive``: ``spec.active``, true unless set false."""
+    return (wl.get("spec") or {}).get("active") is not False
 
 
 def queued_since(wl: Obj) -> datetime:

@@ -624,6 +624,28 @@ EVENT = _top_level(
     "v1",
     "Event",
 )
+CONFIG_MAP = _top_level(
+    "ConfigMap holds configuration data for pods to consume.",
+    {
+        "data": {
+            **_STRING_MAP,
+            "description": "Data contains the configuration data. Each key must consist of alphanumeric characters, "
+            "'-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field.",
+        },
+        "binaryData": {
+            **_STRING_MAP,
+            "description": "BinaryData contains the binary data. Each key must consist of alphanumeric characters, "
+            "'-', '_' or '.'.",
+        },
+        "immutable": boolean(
+            "Immutable, if set to true, ensures that data stored in the ConfigMap cannot be updated (only object "
+            "metadata can be modified)."
+        ),
+    },
+    "",
+    "v1",
+    "ConfigMap",
+)
 JOB = _top_level(
     "Job represents the configuration of a single job.",
     {
@@ -641,6 +663,7 @@ KIND_SCHEMAS: dict[tuple[str, str, str], tuple[str, Schema]] = {
     ("", "v1", "Namespace"): ("io.k8s.api.core.v1.Namespace", NAMESPACE),
     ("", "v1", "Event"): ("io.k8s.api.core.v1.Event", EVENT),
     ("", "v1", "Node"): ("io.k8s.api.core.v1.Node", NODE),
+    ("", "v1", "ConfigMap"): ("io.k8s.api.core.v1.ConfigMap", CONFIG_MAP),
     ("batch", "v1", "Job"): ("io.k8s.api.batch.v1.Job", JOB),
     (JOBSET_GROUP, JOBSET_VERSION, JOBSET_KIND): ("io.x-k8s.jobset.v1alpha2.JobSet", JOBSET),
 }

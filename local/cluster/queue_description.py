@@ -27,6 +27,12 @@ A description may carry (each entry is the upstream object's ``spec`` fields nex
         - {name: urgent, value: 1000}
       priorityClasses:                       # scheduling.k8s.io/v1 PriorityClass
         - {name: high, value: 750, description: High}
+      configuration:                         # Kueue's manager Configuration (local/cluster/kueue_config.py)
+        waitForPodsReady:                    # absent: off (v0.17.1); {}: v0.19's defaults (timeout 30m)
+          timeout: 5m
+          recoveryTimeout: 3m                # default: the timeout; "0s": no recovery check
+          requeuingStrategy: {timestamp: Eviction, backoffBaseSeconds: 60, backoffMaxSeconds: 3600,
+                              backoffLimitCount: 3}   # backoffLimitCount absent: requeued forever
 
 Each object goes through the same defaults and checks as one created through the API (:mod:`local.cluster.
 kueue_api`), and a ClusterQueue naming an undeclared flavor or a LocalQueue naming an undeclared
@@ -43,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastic_training.local.cluster import kueue_api
+from elastic_training.local.cluster.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
 from elastic_training.local.cluster.resources import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
@@ -86,8 +93,21 @@ _SECTIONS: dict[str, tuple[ResourceType, tuple[str, ...], bool]] = {
 }
 
 
+CONFIGURATION = "configuration"
+
+
 class QueueDescriptionError(ValueError):
     """A bad ``kueue`` section; the message names the field."""
+
+
+def parse_kueue_configuration(raw: Any, where: str = "kueue") -> KueueConfiguration:
+    """The section's ``configuration`` (Kueue's manager Configuration), checked; off when absent."""
+    if not isinstance(raw, Mapping):
+        return parse_configuration(None)
+    try:
+        return parse_configuration(raw.get(CONFIGURATION), f"{where}.{CONFIGURATION}")
+    except ConfigurationError as exc:
+        raise QueueDescriptionError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -109,8 +129,9 @@ def parse_queues(raw: Any, where: str = "kueue") -> tuple[QueueObject, ...]:
     if not isinstance(raw, Mapping):
         raise QueueDescriptionError(f"{where}: must be a mapping with {', '.join(_SECTIONS)}")
     for key in raw:
-        if key not in _SECTIONS:
-            raise QueueDescriptionError(f"{where}.{key}: unknown field (known: {', '.join(_SECTIONS)})")
+        if key not in _SECTIONS and key != CONFIGURATION:
+            known = ", ".join((*_SECTIONS, CONFIGURATION))
+            raise QueueDescriptionError(f"{where}.{key}: unknown field (known: {known})")
     objects: list[QueueObject] = []
     for section, (rtype, fields, in_spec) in _SECTIONS.items():
         entries = raw.get(section) or []

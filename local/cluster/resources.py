@@ -55,6 +55,10 @@ NAMESPACES = ResourceType(
 NODES = ResourceType("", "v1", "nodes", "Node", namespaced=False, singular="node", short_names=("no",))
 JOBS = ResourceType("batch", "v1", "jobs", "Job", singular="job", categories=("all",))
 JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, JOBSET_KIND, singular="jobset")
+# Served for what reads configuration from one: Kueue's manager Configuration (kueue-system/kueue-manager-config).
+CONFIG_MAPS = ResourceType(
+    "", "v1", "configmaps", "ConfigMap", has_status=False, singular="configmap", short_names=("cm",)
+)
 
 # Access control (local/cluster/rbac.py): ServiceAccounts (with the TokenRequest subresource), the RBAC
 # kinds, and the review kinds that are answered and never stored (create only).
@@ -203,6 +207,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     NODES,
     JOBS,
     JOBSETS,
+    CONFIG_MAPS,
     *ACCESS_TYPES,
     PRIORITY_CLASSES,
     *KUEUE_TYPES,

@@ -25,6 +25,7 @@ from elastic_training.local.cluster.resources import (
     CLUSTER_QUEUES,
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
+    CONFIG_MAPS,
     EVENTS,
     JOBS,
     JOBSETS,
@@ -490,6 +491,11 @@ def _secrets(account: Obj, now: datetime) -> str:
     return str(len(account.get("secrets") or []))
 
 
+def _data_count(config_map: Obj, now: datetime) -> int:
+    """printConfigMap: the number of ``data`` and ``binaryData`` keys."""
+    return len(config_map.get("data") or {}) + len(config_map.get("binaryData") or {})
+
+
 def _created_at(obj: Obj, now: datetime) -> str:
     return str(obj.get("metadata", {}).get("creationTimestamp", ""))
 
@@ -602,6 +608,7 @@ COLUMNS: dict[ResourceType, tuple[Column, ...]] = {
         _AGE,
     ),
     SERVICE_ACCOUNTS: (_NAME, Column("Secrets", "string", "Secrets is the list of secrets.", _secrets), _AGE),
+    CONFIG_MAPS: (_NAME, Column("Data", "integer", "Data contains the configuration data.", _data_count), _AGE),
     ROLES: (_NAME, Column("Created At", "date", _AGE_DOC, _created_at)),
     CLUSTER_ROLES: (_NAME, Column("Created At", "date", _AGE_DOC, _created_at)),
     ROLE_BINDINGS: _BINDING_COLUMNS,

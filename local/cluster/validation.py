@@ -13,7 +13,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from elastic_training.local.cluster import kueue_api, pod_failure_policy, rbac_validation
-from elastic_training.local.cluster.resources import EVENTS, JOBS, JOBSETS, NAMESPACES, NODES, PODS, Cause, ResourceType
+from elastic_training.local.cluster.resources import (
+    CONFIG_MAPS,
+    EVENTS,
+    JOBS,
+    JOBSETS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    Cause,
+    ResourceType,
+)
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -370,6 +380,39 @@ def validate_event(obj: Mapping[str, Any]) -> list[Cause]:
     return causes
 
 
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+MAX_CONFIG_MAP_BYTES = 1024 * 1024  # core/validation: "must have at most 1048576 bytes"
+
+
+def validate_config_map(obj: Mapping[str, Any]) -> list[Cause]:
+    """``ValidateConfigMap``: keys of alphanumerics, '-', '_' or '.', string values, at most 1 MiB in all."""
+    causes = validate_metadata(obj.get("metadata"), namespaced=True)
+    total = 0
+    for field in ("data", "binaryData"):
+        values = obj.get(field)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            causes.append(_invalid(field, values, "must be a map of string keys to string values"))
+            continue
+        for key, value in values.items():
+            if not isinstance(key, str) or not _CONFIG_KEY.match(key) or len(key) > 253:
+                causes.append(
+                    _invalid(
+                        f"{field}[{key}]",
+                        key,
+                        "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+                    )
+                )
+            if not isinstance(value, str):
+                causes.append(_invalid(f"{field}[{key}]", value, "must be a string"))
+            else:
+                total += len(value.encode())
+    if total > MAX_CONFIG_MAP_BYTES:
+        causes.append(Cause("", f"Too long: must have at most {MAX_CONFIG_MAP_BYTES} bytes", "FieldValueTooLong"))
+    return causes
+
+
 def validate_node(obj: Mapping[str, Any]) -> list[Cause]:
     return validate_metadata(obj.get("metadata"), namespaced=False)
 
@@ -381,6 +424,7 @@ _VALIDATORS: dict[ResourceType, Callable[[Mapping[str, Any]], list[Cause]]] = {
     JOBSETS: validate_jobset,
     NAMESPACES: validate_namespace,
     EVENTS: validate_event,
+    CONFIG_MAPS: validate_config_map,
     **rbac_validation.VALIDATORS,
     **kueue_api.VALIDATORS,
 }

@@ -183,6 +183,7 @@ function taskView(t) {
     kpi("mean step time", fmt.secs(g.mean_step_seconds), "kpi-step-time"),
     kpi("recoveries", fmt.num(t.counts.recoveries), "kpi-recoveries"),
     kpi("preemptions", fmt.num(t.counts.preemptions), "kpi-preemptions"),
+    t.counts.evictions > t.counts.preemptions ? kpi("other evictions", fmt.num(t.counts.evictions - t.counts.preemptions), "kpi-evictions") : null,
     kpi("full restarts", fmt.num(t.counts.full_restarts), "kpi-full"),
     kpi("steps lost", fmt.num(t.counts.steps_lost), "kpi-lost"),
     kpi("chip time lost", fmt.secs(g.chip_seconds_lost), "kpi-chip"),
@@ -214,18 +215,21 @@ function capacityNote(c) {
   const words = { queued: "Queued by Kueue, waiting for admission", starting: "Admitted; pods starting (scheduling, nodes, images)",
     training: "Training", recovering: "Recovering in process (waiting for slices, restoring)",
     preempted: "Preempted by Kueue; waiting to be admitted again", not_queued: "Suspended and in no Kueue queue: nothing will admit it",
-    provisioning: "Quota reserved; waiting for capacity to be provisioned (Kueue admission checks)" };
+    provisioning: "Quota reserved; waiting for capacity to be provisioned (Kueue admission checks)",
+    evicted: "Evicted by Kueue (not a preemption); waiting to be admitted again", deactivated: "Kueue deactivated its Workload: nothing will admit it" };
   const bits = [];
   if (c.phase && words[c.phase]) bits.push(el("b", { id: "run-phase", class: `phase ${c.phase}` }, words[c.phase]));
-  if (c.queue_reason && ["queued", "preempted", "not_queued", "provisioning"].includes(c.phase)) bits.push(` (Kueue: ${c.queue_reason})`);
+  if (c.queue_reason && ["queued", "preempted", "evicted", "deactivated", "not_queued", "provisioning"].includes(c.phase)) bits.push(` (Kueue: ${c.queue_reason})`);
   const times = [];
   if (c.queued_seconds) times.push(`queued ${fmt.secs(c.queued_seconds)}`);
   if (c.provisioning_seconds) times.push(`of which provisioning ${fmt.secs(c.provisioning_seconds)}`);
   if (c.admission_to_first_step_seconds !== null && c.admission_to_first_step_seconds !== undefined) times.push(`admission to first step ${fmt.secs(c.admission_to_first_step_seconds)}`);
   if (c.training_seconds) times.push(`training ${fmt.secs(c.training_seconds)}`);
   if (c.tail_seconds) times.push(`after the last step ${fmt.secs(c.tail_seconds)}`);
-  const pre = c.preemptions || [];
+  const all = c.preemptions || [];
+  const pre = all.filter((p) => !p.eviction || p.eviction === "preempted"), other = all.filter((p) => p.eviction && p.eviction !== "preempted");
   if (pre.length) times.push(`${pre.length} preemption${pre.length === 1 ? "" : "s"} (${pre.map((p) => `at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
+  if (other.length) times.push(`${other.length} other eviction${other.length === 1 ? "" : "s"} (${other.map((p) => `${p.eviction.replaceAll("_", " ")} at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
   const notes = c.provisioning_notes || [];  // each admission check outcome: provisioned, retried, rejected, revoked
   if (notes.length) times.push(`provisioning: ${notes.map((n) => n[1]).join("; ")}`);
   if (!bits.length && !times.length) return null;
@@ -285,9 +289,10 @@ function timelineChart(t) {
         `pods and trainer ${fmt.secs(su.before_first_step_seconds)}, first step (compile) ${fmt.secs(su.first_step_seconds)}`));
   }
   // Queue waits, preemptions and the tail after the last step: spans of their own, not training.
-  const spanStyle = { queued: ["#fefcbf", "queued"], preempted: ["#feebc8", "preempted"], provisioning: ["#c6f6d5", "provisioning"], tail: ["#e2e8f0", "after the last step"] };
+  const spanStyle = { queued: ["#fefcbf", "queued"], preempted: ["#feebc8", "preempted"], evicted: ["#fed7d7", "evicted"], provisioning: ["#c6f6d5", "provisioning"], tail: ["#e2e8f0", "after the last step"] };
   for (const sp of tl.spans || []) {
-    const [fill, label] = spanStyle[sp.kind] || ["#edf2f7", sp.kind];
+    const [fill, style] = spanStyle[sp.kind] || ["#edf2f7", sp.kind];
+    const label = sp.kind === "evicted" && sp.eviction ? sp.eviction : style;
     const a = x(Math.max(sp.from, t0)), b = x(Math.min(sp.to, t1));
     if (b <= a) continue;
     chart.append(svg("rect", { x: a, y: T, width: b - a, height: H - T - B, fill, "fill-opacity": 0.8, class: `span span-${sp.kind}` },
@@ -315,7 +320,7 @@ function timelineChart(t) {
     el("span", {}, el("i", { style: "background:#2b6cb0" }), tl.source === "checkpoints" ? "step at each checkpoint commit (no step was read from the trainer's log)" : "step, from the trainer's log"),
     el("span", {}, el("i", { style: "background:var(--bad)" }), "failure ▼ and rewind ┆"),
     el("span", {}, el("i", { style: "background:var(--ok)" }), "committed checkpoint"),
-    (tl.spans || []).length ? el("span", {}, el("i", { style: "background:#fefcbf" }), "queued / ", el("i", { style: "background:#feebc8" }), "preempted / ", el("i", { style: "background:#c6f6d5" }), "provisioning / ", el("i", { style: "background:#e2e8f0" }), "after the last step") : null);
+    (tl.spans || []).length ? el("span", {}, el("i", { style: "background:#fefcbf" }), "queued / ", el("i", { style: "background:#feebc8" }), "preempted / ", el("i", { style: "background:#fed7d7" }), "evicted / ", el("i", { style: "background:#c6f6d5" }), "provisioning / ", el("i", { style: "background:#e2e8f0" }), "after the last step") : null);
   return el("div", {}, chart, legend);
 }
 

@@ -341,10 +341,83 @@ def test_provisioning_promises_are_judged_from_the_report_and_what_the_harness_s
         "the failed request's retry is not in the report"
     ]
     rejected = [9.0, f"admission check dws-prov Rejected: {REVOKED_MESSAGE}"]
-    revoked = {**clean, "provisioning_notes": [ready, rejected], "failure": f"not admitted ...: {REVOKED_MESSAGE}"}
+    failure = (
+        "Kueue will not admit the JobSet again: it was deactivated (its Workload's spec.active was set false), "
+        f"...: {REVOKED_MESSAGE}"
+    )
+    revoked = {**clean, "provisioning_notes": [ready, rejected], "failure": failure}
     seen = {"evicted": "True/DeactivatedDueToAdmissionCheck"}
     assert broken_promises(plan(PROVISION_REVOKE, 20), seen, revoked, "failed", [{}]) == []
+    # Ended by queue_timeout instead of its deactivation: the Deactivated rule missed it.
+    timed_out = {**revoked, "failure": f"not admitted by Kueue within queue_timeout ...: {REVOKED_MESSAGE}"}
+    assert broken_promises(plan(PROVISION_REVOKE, 20), seen, timed_out, "failed", [{}]) == [
+        "the run did not end on its Workload's deactivation (queue_timeout ended it?)"
+    ]
     assert broken_promises(plan(PROVISION_REVOKE, 20), seen, {**revoked, "slice_restarts": 2}, "failed", [{}, {}]) == [
         "slice_restarts=2",
         "2 JobSets",
+    ]
+
+
+def test_the_pods_ready_dimension_repairs_one_of_the_runs_slices_past_kueues_recovery_timeout() -> None:
+    from benchmarks.chaos import dag_source
+    from benchmarks.chaos_kueue import pods_ready_configuration
+    from benchmarks.chaos_schedule import (
+        PODS_READY,
+        PODS_READY_RECOVERY_TIMEOUT_SECONDS,
+        PODS_READY_REPAIR_SECONDS,
+        STALL_TIMEOUT_SECONDS,
+    )
+
+    plain = schedules(1, 40)
+    plans = schedules(1, 40, kueue="pods-ready")
+    assert plans == schedules(1, 40, kueue="pods-ready")  # one seed, one schedule
+    for local, plan in zip(plain, plans, strict=True):
+        assert _shape(plan)[:4] == _shape(local)[:4] and plan.kill_during_save_step is None
+        [fault] = plan.faults
+        assert fault.kind == PODS_READY and plan.kueue_fault == fault and plan.run_name.startswith("chaos-ready-")
+        assert plan.expected().escalations == () and plan.expected().survivable
+        assert 3 <= fault.step <= plan.steps - 4 and len(fault.slices) == 1 and 0 <= fault.slices[0] < plan.num_slices
+        # The repair outlasts Kueue's recoveryTimeout, which is under MaxText's wait for slices (half the stall
+        # timeout): Kueue evicts while the trainer still waits in process.
+        assert PODS_READY_REPAIR_SECONDS[0] <= fault.seconds <= PODS_READY_REPAIR_SECONDS[1]
+        assert fault.seconds > PODS_READY_RECOVERY_TIMEOUT_SECONDS
+        assert PODS_READY_RECOVERY_TIMEOUT_SECONDS < STALL_TIMEOUT_SECONDS // 2
+    source = dag_source(plans[0], "/tmp/runs")
+    assert "queue_name='multislice-queue'" in source and "kueue_recovery_timeout=12.0" in source
+    wait = pods_ready_configuration()["waitForPodsReady"]
+    assert wait["recoveryTimeout"] == f"{PODS_READY_RECOVERY_TIMEOUT_SECONDS}s"
+
+
+def test_pods_ready_promises_are_judged_from_the_report_and_what_the_harness_saw() -> None:
+    from benchmarks.chaos_kueue import broken_promises
+
+    plan = schedule(1, 0, kueue="pods-ready")
+    notes = {"evicted": "True/PodsReadyTimeout", "eviction_causes": ["WaitForRecovery"], "repair_evicted": 4}
+    kept = {
+        "full_restarts": 0,
+        "slice_restarts": 0,
+        "in_process_recoveries": 1,  # the slice loss began one; Kueue's eviction cut it short
+        "escalations": [],
+        "preemptions": [{"eviction": "pods_ready_timeout", "restored_step": 10, "steps_lost": 6}],
+        "preemption_count": 0,
+        "pods_ready_evictions": 1,
+        "preemption_recreations": 0,
+    }
+    assert broken_promises(plan, notes, kept, "success", [{}]) == []
+    as_preemption = {**kept, "preemptions": [{"eviction": "preempted", "restored_step": 10, "steps_lost": 6}]}
+    assert broken_promises(plan, notes, {**as_preemption, "preemption_count": 1}, "success", [{}]) == [
+        "evictions in the report ['preempted'], pods_ready_evictions=1",
+        "preemption_count=1: a PodsReady timeout is no preemption",
+    ]
+    spent = {**kept, "full_restarts": 1, "in_process_recoveries": 2}
+    assert broken_promises(plan, notes, spent, "failed", [{}, {}]) == [
+        "outcome failed",
+        "full_restarts=1",
+        "in_process_recoveries=2",
+        "2 JobSets, 0 recreated for the eviction",
+    ]
+    started = {**notes, "eviction_causes": ["WaitForStart"]}
+    assert broken_promises(plan, started, kept, "success", [{}]) == [
+        "eviction 'True/PodsReadyTimeout', causes ['WaitForStart']"
     ]

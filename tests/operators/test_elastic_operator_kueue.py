@@ -22,6 +22,7 @@ from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.kueue_workload import find as condition
 from elastic_training.local.cluster.kueue_workload import is_true
 from elastic_training.operators.constants import (
+    ANNOTATION_EXCLUSIVE_TOPOLOGY,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -347,7 +348,111 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
     )
 
 
+# Kueue's waitForPodsReady on this cluster for the next test: a slice not back within RECOVERY_TIMEOUT seconds gets
+# the whole JobSet evicted (PodsReadyTimeout), requeued after a 5 s backoff.
+RECOVERY_TIMEOUT = 10
+REPAIR_SECONDS = 30.0  # GKE's auto-repair of the slice's node pool: longer than Kueue's recoveryTimeout
+
+
+@pytest.fixture
+def pods_ready(cluster_connection: LocalCluster) -> Iterator[None]:
+    cluster_connection.faults.configure_kueue(
+        {
+            "waitForPodsReady": {
+                "timeout": "10m",
+                "recoveryTimeout": f"{RECOVERY_TIMEOUT}s",
+                "requeuingStrategy": {"backoffBaseSeconds": 5, "backoffMaxSeconds": 10},
+            }
+        }
+    )
+    yield
+    cluster_connection.faults.configure_kueue(None)  # off again, as v0.17 is
+
+
+def test_a_slice_repair_outlasting_recovery_timeout_is_evicted_by_kueue_and_resumed_from_its_checkpoint(
+    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, pods_ready: None, tmp_path: Path
+) -> None:
+    """GKE repairs the node pool of one slice for longer than Kueue's ``recoveryTimeout``, with every other pool
+    held (another team's admitted run): Kueue evicts the whole JobSet for a PodsReady timeout while Pathways waits
+    for the slice in process. The run waits it out as a recovery of its own kind: the same JobSet, admitted again
+    after Kueue's backoff, resumes from its last committed checkpoint; no full restart, no slice restart (a repair's
+    drain is an eviction), the eviction named in the report and counted against max_pods_ready_evictions."""
+    run_name = "kueue-pods-ready"
+    holder = blocker("blocker-pods-ready", slices=2, priority="very-high")
+    holder["metadata"]["annotations"] = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}  # a slice per pool
+    admin.create(holder)  # 2 of the 4 v5e-16 pools
+    wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-pods-ready"))
+    seen: dict[str, Any] = {}
+
+    def repair_slice_1(faults: StepFaults) -> None:
+        pods = faults.core.list_namespaced_pod(
+            NS, label_selector=f"elastic-training.airflow.apache.org/run-name={run_name},jobset.sigs.k8s.io/job-index=1"
+        ).items
+        node = next(p.spec.node_name for p in pods if p.status.phase == "Running" and p.spec.node_name)
+        pool = (faults.core.read_node(node).metadata.labels or {})[LABEL_GKE_NODEPOOL]
+        seen["repair"] = faults.cluster.faults.repair_node_pool(pool, REPAIR_SECONDS)
+
+    def watch_the_eviction(stop: threading.Event) -> None:
+        found = wait_for("the run's JobSet", lambda: admin.jobsets_of_run(run_name) or stop.is_set(), timeout=300)
+        if found is True:
+            return
+        [jobset] = found
+        workload = wait_for(
+            "Kueue's PodsReady timeout",
+            lambda: (
+                (
+                    (w := admin.workload_of(jobset))
+                    and (c := condition(w, "Evicted"))
+                    and c["status"] == "True"
+                    and c["reason"] == "PodsReadyTimeout"
+                    and w
+                )
+                or stop.is_set()
+            ),
+            timeout=600,
+        )
+        if workload is True:
+            return
+        seen["evicted"] = condition(workload, "Evicted")
+        seen["evictions"] = ((workload.get("status") or {}).get("schedulingStats") or {}).get("evictions")
+        seen["requeue_state"] = (workload.get("status") or {}).get("requeueState")
+
+    with (
+        Background(watch_the_eviction),
+        StepFaults(cluster_connection, run_name).at(25, repair_slice_1) as faults,
+    ):
+        dag_run = queued_dag(
+            "kueue_pods_ready",
+            tmp_path,
+            # 0.3 s a step: still training when the repair starts, and the steps after it take a while.
+            local_env={"LOCAL_STEP_SECONDS": "0.3"},
+            kueue_recovery_timeout=float(RECOVERY_TIMEOUT),  # the operator cannot read the ConfigMap here
+            stall_timeout="timedelta(minutes=6)",
+        ).test()
+    assert faults.fired == [25], faults.errors
+    assert states(dag_run) == {"pretrain": "success"}
+    assert seen["evicted"]["message"].startswith("Exceeded the PodsReady timeout default/jobset-")
+    # The slice failed after the pods were ready: Kueue's recoveryTimeout evicted it, not the start's timeout.
+    assert seen["evictions"] == [{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForRecovery", "count": 1}]
+    assert seen["requeue_state"]["count"] == 1
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 59
+    # Nothing spent: no full restart, no slice restart (the repair's drain is an eviction), no preemption counted.
+    assert report["full_restarts"] == 0 and report["escalations"] == [] and report["slice_restarts"] == 0
+    assert (report["pods_ready_evictions"], report["evictions"], report["preemption_count"]) == (1, 1, 0)
+    [eviction] = report["preemptions"]
+    assert eviction["eviction"] == "pods_ready_timeout" and eviction["reason"].startswith("PodsReadyTimeout")
+    assert eviction["step"] >= 25 and eviction["restored_step"] % 10 == 0
+    assert 0 <= eviction["steps_lost"] <= 10  # resumed from its last committed checkpoint
+    assert eviction["readmitted_at"] > eviction["at"] and eviction["recreated"] is False
+    assert report["budgets"]["max_pods_ready_evictions"] == 3
+    assert report["budgets"]["pods_ready_recovery_timeout_seconds"] == RECOVERY_TIMEOUT
+    assert len(jobsets_of(cluster_connection, run_name)) == 1  # the same JobSet, resumed
+
+
 # -- flex-start (xpk --flex: the dws-prov admission check and its ProvisioningRequest) -----------------------------
+# Last in the module: they make two of its cluster's v5e-16 pools queued-provisioning ones for good (only a
+# ProvisioningRequest brings their nodes back), which a later run outside the flex queue could not schedule on.
 
 FLEX_QUEUE = "flex-queue"
 FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")  # made queued-provisioning pools: no nodes until a request takes them
@@ -444,4 +549,7 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
     assert report["full_restarts"] == 0 and len(report["jobsets"]) == 1  # never recreated
     said = [note for _, note in report["provisioning_notes"]]
     assert said[-1] == f"admission check {CHECK} Rejected: the flex-start VMs were reclaimed"
-    assert "queue_timeout" in report["failure"] and "Rejected: the flex-start VMs were reclaimed" in report["failure"]
+    # Ended by the Deactivated rule at once (nothing admits it again), not by queue_timeout, naming the revocation.
+    assert report["failure"].startswith("Kueue will not admit the JobSet again: it was deactivated")
+    assert "queue_timeout" not in report["failure"]
+    assert "Rejected: the flex-start VMs were reclaimed" in report["failure"]

@@ -669,3 +669,102 @@ def test_maxtexts_config_error_line_is_permanent_whatever_its_exit_code() -> Non
     assert failed.failure_detail.startswith(said)
     again = MonitorState.from_json(state.to_json()).observation(now=4.0, target_step=9, full_restarts_used=0)
     assert again.permanent and again.failure_detail == failed.failure_detail
+
+
+def pods_ready_evicted(*, released: bool, count: int) -> dict[str, Any]:
+    """A Workload Kueue evicted for a PodsReady timeout: its job being stopped, or released and backing off."""
+    message = "Exceeded the PodsReady timeout default/jobset-run-1a2b3"
+    quota = {"type": "QuotaReserved", "status": "False" if released else "True", "reason": "Pending"}
+    return {
+        "spec": {"active": True},
+        "status": {
+            "conditions": [
+                quota,
+                {"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout", "message": message},
+                *([{"type": "Requeued", "status": "False", "reason": "PodsReadyTimeout"}] if released else []),
+            ],
+            "requeueState": {"count": count, "requeueAt": stamp(T0 + 500)},
+        },
+    }
+
+
+def test_a_pods_ready_eviction_is_a_wait_of_its_own_kind_counted_over_the_run() -> None:
+    state = running()
+    state.earlier_pods_ready_evictions = 1  # an earlier incarnation's
+    state.on_jobset(queued_jobset(suspended=False, at=T0), now=T0)
+    state.on_workload(ADMITTED, now=T0)
+    state.on_pod(head("h", started=T0 + 5), deleted=False, now=T0 + 5)
+    state.on_log_line(stamp(T0 + 50), "completed step: 27, seconds: 0.1", "h")
+    # The JobSet suspended first, the Workload's eviction seen after: the recovery learns its kind then.
+    state.on_jobset(queued_jobset(suspended=True, at=T0 + 100), now=T0 + 100)
+    state.on_workload(pods_ready_evicted(released=True, count=1), now=T0 + 101)
+    [eviction] = state.digest.all_recoveries
+    assert (eviction.kind, eviction.eviction) == ("preemption", "pods_ready_timeout")
+    assert eviction.reason.startswith("PodsReadyTimeout: Exceeded the PodsReady timeout")
+    assert state.run_phase(T0 + 200).value == "evicted"
+    assert state.pods_ready_evictions() == 2
+    waiting = state.observation(now=T0 + 200, target_step=99, full_restarts_used=0).waiting
+    assert waiting is not None and waiting.preempted
+    assert (waiting.eviction, waiting.pods_ready_evictions, waiting.requeue_at) == ("pods_ready_timeout", 2, T0 + 500)
+    limited = Budgets(
+        max_slice_restarts=1, slice_restart_window_seconds=600, stall_timeout_seconds=300, max_full_restarts=0
+    )
+    assert decide(state.observation(now=T0 + 200, target_step=99, full_restarts_used=0), limited).reason.value == (
+        "pods_ready_timeout"
+    )
+    over = replace(limited, max_pods_ready_evictions=1)
+    failed = decide(state.observation(now=T0 + 200, target_step=99, full_restarts_used=0), over)
+    assert (failed.action, failed.reason.value) == (Action.FAIL, "pods_ready_evictions_exceeded")
+    # Kept through the trigger's kwargs and the state store.
+    rebuilt = MonitorState.from_json(json.loads(json.dumps(state.to_json())))
+    assert rebuilt.pods_ready_evictions() == 2 and rebuilt.run_phase(T0 + 200).value == "evicted"
+    # Admitted again: resumed from its checkpoint in the same JobSet, a wait like a preemption's.
+    state.on_jobset(queued_jobset(suspended=False, at=T0 + 600), now=T0 + 600)
+    state.on_workload(ADMITTED, now=T0 + 600)
+    state.on_pod(head("h2", started=T0 + 610), deleted=False, now=T0 + 610)
+    state.on_log_line(stamp(T0 + 620), "restoring from this run's directory step 20", "h2")
+    state.on_log_line(stamp(T0 + 625), "completed step: 21, seconds: 0.1", "h2")
+    assert (eviction.slices_ready_at, eviction.restored_step, eviction.steps_lost) == (T0 + 600, 20, 7)
+    assert state.run_phase(T0 + 626).value == "training" and state.slice_restarts == 0
+
+
+def test_a_preemption_is_still_a_preemption() -> None:
+    state = running()
+    state.on_jobset(queued_jobset(suspended=False, at=T0), now=T0)
+    state.on_workload(EVICTED, now=T0 + 100)
+    state.on_jobset(queued_jobset(suspended=True, at=T0 + 100), now=T0 + 100)
+    assert [r.eviction for r in state.digest.all_recoveries] == ["preempted"]
+    assert state.run_phase(T0 + 200).value == "preempted" and state.pods_ready_evictions() == 0
+
+
+def test_a_deactivated_workload_fails_the_run_whether_it_ran_or_not() -> None:
+    deactivated = {
+        "spec": {"active": False},
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending"},
+                {
+                    "type": "Evicted",
+                    "status": "True",
+                    "reason": "Deactivated",
+                    "message": "The workload is deactivated",
+                },
+            ]
+        },
+    }
+    budgets = Budgets(
+        max_slice_restarts=1, slice_restart_window_seconds=600, stall_timeout_seconds=300, max_full_restarts=1
+    )
+    queued = MonitorState(started_at=T0)
+    queued.on_jobset(queued_jobset(suspended=True, at=T0), now=T0)
+    queued.on_workload(deactivated, now=T0 + 1)
+    assert queued.run_phase(T0 + 2).value == "deactivated"
+    decision = decide(queued.observation(now=T0 + 2, target_step=9, full_restarts_used=0), budgets)
+    assert (decision.action, decision.reason.value) == (Action.FAIL, "deactivated")
+    assert "Kueue: its Workload was deactivated (Deactivated: The workload is deactivated)" in decision.message
+    ran = running()
+    ran.on_jobset(queued_jobset(suspended=False, at=T0), now=T0)
+    ran.on_jobset(queued_jobset(suspended=True, at=T0 + 100), now=T0 + 100)
+    ran.on_workload(deactivated, now=T0 + 101)
+    decision = decide(ran.observation(now=T0 + 102, target_step=9, full_restarts_used=0), budgets)
+    assert (decision.action, decision.reason.value) == (Action.FAIL, "deactivated")

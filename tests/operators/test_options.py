@@ -56,6 +56,17 @@ FLAT: dict[str, Any] = {
         (lambda: Budgets(startup_timeout="30m"), TypeError, "Budgets.startup_timeout must be a timedelta or a number"),
         (lambda: Budgets(slice_restart_window=float("nan")), ValueError, "Budgets.slice_restart_window must be a"),
         (lambda: Budgets(storage_retry_timeout=-1), ValueError, "Budgets.storage_retry_timeout must be a non-negative"),
+        (lambda: Budgets(max_pods_ready_evictions=-1), ValueError, "Budgets.max_pods_ready_evictions must be ≥ 0"),
+        (
+            lambda: Capacity(kueue_pods_ready_timeout=0),
+            ValueError,
+            "Capacity.kueue_pods_ready_timeout must be a positive",
+        ),
+        (
+            lambda: Capacity(kueue_recovery_timeout=-1),
+            ValueError,
+            "Capacity.kueue_recovery_timeout must be a non-negative",
+        ),
         (lambda: Capacity(queue_timeout=0), ValueError, "Capacity.queue_timeout must be a positive finite duration"),
         (lambda: Capacity(queue_name=5), TypeError, "Capacity.queue_name must be text or None, got 5"),
         (lambda: History(avoid_failing_node_pools="yes"), TypeError, "History.avoid_failing_node_pools must be True"),
@@ -81,7 +92,7 @@ def test_each_group_refuses_a_bad_field_naming_it(make: Any, error: type[Excepti
 
 def test_groups_are_frozen_and_have_working_defaults() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Budgets().max_slice_restarts = 5  # type: ignore[misc]
+        Budgets().max_slice_restarts = 5
     budgets = Budgets().policy(queue_timeout_seconds=None)
     assert (budgets.max_slice_restarts, budgets.slice_restart_window_seconds, budgets.max_full_restarts) == (3, 3600, 2)
     assert (budgets.stall_timeout_seconds, budgets.startup_timeout_seconds, budgets.elastic_timeout_seconds) == (
@@ -96,7 +107,8 @@ def _grouped(**groups: Any) -> ElasticJobSetOperator:
 
 
 def test_flat_arguments_make_the_same_operator_and_warn_with_the_new_spelling() -> None:
-    more = {"max_slice_restarts": 5, "queue_name": "team", "avoid_failing_node_pools": True, "elastic_slices": 1}
+    more: dict[str, Any] = {"max_slice_restarts": 5, "queue_name": "team", "avoid_failing_node_pools": True}
+    more["elastic_slices"] = 1
     more["image"] = "us-docker.pkg.dev/p/r/maxtext:1"
     with pytest.warns(ElasticTrainingDeprecationWarning) as caught:
         flat = ElasticJobSetOperator(task_id="pretrain", **FLAT, **more)
@@ -137,6 +149,21 @@ def test_a_former_name_still_works_and_two_that_disagree_are_refused() -> None:
         assert ElasticJobSetOperator(task_id="t", **FLAT, kueue_queue="q").capacity == Capacity(queue_name="q")
     with pytest.raises(ValueError, match=r"queue_name='a' and kueue_queue='b' \(its former name\) disagree"):
         ElasticJobSetOperator(task_id="t", **FLAT, queue_name="a", kueue_queue="b")
+
+
+def test_the_kueue_options_are_in_their_groups() -> None:
+    """max_pods_ready_evictions is a budget (a count the run may spend); Kueue's waitForPodsReady timeouts describe
+    the capacity the run waits for."""
+    with pytest.warns(ElasticTrainingDeprecationWarning) as caught:
+        flat = ElasticJobSetOperator(
+            task_id="t", **FLAT, runtime="local", max_pods_ready_evictions=None, kueue_recovery_timeout=0
+        )
+    text = str(caught[0].message)
+    assert "max_pods_ready_evictions=None → budgets=Budgets(max_pods_ready_evictions=None)" in text
+    assert "kueue_recovery_timeout=0 → capacity=Capacity(kueue_recovery_timeout=0)" in text
+    assert flat.policy_budgets.max_pods_ready_evictions is None
+    assert flat.capacity.kueue_pods_ready_seconds == (None, 0.0)
+    assert _grouped().policy_budgets.max_pods_ready_evictions == 3  # the default
 
 
 def test_a_flat_argument_beside_its_own_group_is_refused() -> None:
@@ -211,6 +238,8 @@ def test_the_plain_operator_takes_the_capacity_group() -> None:
     assert grouped.capacity.queue_timeout_seconds == flat.capacity.queue_timeout_seconds == 300.0
     with pytest.raises(ValueError, match=r"Capacity.priority_class is not supported"):
         JobSetOperator(**base, capacity=Capacity(priority_class="high"))
+    with pytest.raises(ValueError, match=r"kueue_recovery_timeout are the elastic operator's"):
+        JobSetOperator(**base, capacity=Capacity(kueue_recovery_timeout=60))
     with pytest.raises(TypeError, match=r"queue_name='q' and capacity=Capacity\(\.\.\.\) both given"):
         JobSetOperator(**base, capacity=Capacity(), queue_name="q")
 

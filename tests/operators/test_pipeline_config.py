@@ -118,6 +118,7 @@ def test_it_builds_the_budgets_in_seconds(tmp_path: Path) -> None:
         queue_timeout_seconds=300.0,
         elastic_timeout_seconds=300.0,
         startup_timeout_seconds=1800.0,
+        max_pods_ready_evictions=3,
     )
 
 
@@ -139,6 +140,7 @@ def test_the_pretrain_stage_runs_the_configurations_spec_with_its_own_knobs(tmp_
     assert (spec.elastic_timeout_seconds, spec.queue_name, spec.max_slice_restarts) == (400, None, 5)
     assert spec.stall_timeout_seconds == 480.0
     assert operator.policy_budgets == config.options(onto=operator.options).policy_budgets()
+    assert operator.policy_budgets.max_pods_ready_evictions == 3  # the operator's (the form has none)
 
 
 def test_a_rule_of_the_run_is_the_spec_lints_named_by_the_param(tmp_path: Path) -> None:

@@ -482,3 +482,120 @@ def test_no_grace_is_chosen_for_anything_but_an_escalation() -> None:
     spent = decide(obs(progress_at=NOW - 400, full_restarts_used=1), BUDGETS)
     assert spent.reason is Reason.FULL_RESTART_BUDGET and spent.pod_grace_seconds is None
     assert decide(obs(), BUDGETS).pod_grace_seconds is None
+
+
+# -- every eviction reason, judged on its own ----------------------------------------------------------------
+
+LIMITED = replace(QUEUED, max_pods_ready_evictions=2)
+
+
+def evicted(kind: str, *, count: int = 0, since: float = NOW - 60, **wait: object) -> Observation:
+    waiting = QueueWait(since=since, preempted=True, eviction=kind, pods_ready_evictions=count, **wait)  # type: ignore[arg-type]
+    return obs(phase=SUSPENDED, progress_at=None, waiting=waiting, full_restarts_used=1)
+
+
+EVICTION_CASES = [
+    # (id, observation, budgets, action, reason): which evictions are free, which count, which end the run
+    ("preempted: free", evicted("preempted"), LIMITED, Action.CONTINUE, Reason.PREEMPTED),
+    ("no kind known: a preemption, as before", evicted(""), LIMITED, Action.CONTINUE, Reason.PREEMPTED),
+    ("a stopped queue: waited out", evicted("queue_stopped"), LIMITED, Action.CONTINUE, Reason.QUEUE_STOPPED),
+    ("an admission check's retry: free", evicted("admission_check"), LIMITED, Action.CONTINUE, Reason.EVICTED),
+    ("node failures: free", evicted("node_failures"), LIMITED, Action.CONTINUE, Reason.EVICTED),
+    ("an unknown kind: waited out", evicted("bogus"), LIMITED, Action.CONTINUE, Reason.EVICTED),
+    (
+        "pods-ready timeouts within the limit: waits, no budget spent",
+        evicted("pods_ready_timeout", count=2),
+        LIMITED,
+        Action.CONTINUE,
+        Reason.PODS_READY_TIMEOUT,
+    ),
+    (
+        "one pods-ready timeout more than the limit: fails",
+        evicted("pods_ready_timeout", count=3),
+        LIMITED,
+        Action.FAIL,
+        Reason.PODS_READY_EVICTIONS,
+    ),
+    (
+        "pods-ready timeouts with no limit set (budgets from before it): waited out",
+        evicted("pods_ready_timeout", count=30),
+        QUEUED,
+        Action.CONTINUE,
+        Reason.PODS_READY_TIMEOUT,
+    ),
+    (
+        "a limit of 0: the first pods-ready eviction fails",
+        evicted("pods_ready_timeout", count=1),
+        replace(QUEUED, max_pods_ready_evictions=0),
+        Action.FAIL,
+        Reason.PODS_READY_EVICTIONS,
+    ),
+    (
+        "pods-ready timeout past queue_timeout",
+        evicted("pods_ready_timeout", count=1, since=NOW - 1800),
+        LIMITED,
+        Action.FAIL,
+        Reason.QUEUE_TIMEOUT,
+    ),
+    (
+        "queue stopped past queue_timeout",
+        evicted("queue_stopped", since=NOW - 1800),
+        LIMITED,
+        Action.FAIL,
+        Reason.QUEUE_TIMEOUT,
+    ),
+    ("deactivated: ends the run at once", evicted("deactivated", since=NOW), LIMITED, Action.FAIL, Reason.DEACTIVATED),
+    (
+        "deactivated by Kueue at its requeuing limit: ends the run at once",
+        evicted("requeuing_limit_exceeded", count=1, since=NOW),
+        BUDGETS,
+        Action.FAIL,
+        Reason.REQUEUING_LIMIT_EXCEEDED,
+    ),
+    (
+        "deactivated while still queued (never admitted): ends the run",
+        obs(phase=SUSPENDED, progress_at=None, waiting=QueueWait(since=NOW - 5, eviction="deactivated")),
+        BUDGETS,
+        Action.FAIL,
+        Reason.DEACTIVATED,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("observation", "budgets", "action", "reason"),
+    [c[1:] for c in EVICTION_CASES],
+    ids=[c[0] for c in EVICTION_CASES],
+)
+def test_each_eviction_is_judged_by_its_kind(
+    observation: Observation, budgets: Budgets, action: Action, reason: Reason
+) -> None:
+    decision = decide(observation, budgets)
+    assert (decision.action, decision.reason) == (action, reason)
+    assert decision.action is not Action.ESCALATE  # no eviction ever spends a full restart
+
+
+def test_a_pods_ready_eviction_says_its_count_its_limit_and_the_backoff() -> None:
+    waiting = evicted("pods_ready_timeout", count=2, requeue_at=1_796_155_260.0, reason="PodsReadyTimeout: Exceeded")
+    message = decide(waiting, LIMITED).message
+    assert "pods were not all ready within Kueue's waitForPodsReady timeout" in message
+    assert "pods-ready eviction 2 of at most 2" in message
+    assert "Kueue requeues it after its backoff, at 20:01:00 UTC" in message
+    assert "(no budget spent)" in message
+    over = decide(evicted("pods_ready_timeout", count=3), LIMITED).message
+    assert "evicted the JobSet 3 times" in over and "more than max_pods_ready_evictions=2" in over
+
+
+def test_a_deactivation_says_nothing_will_admit_it_and_how_to_resume() -> None:
+    said = "DeactivatedDueToRequeuingLimitExceeded: The workload is deactivated due to exceeding the maximum"
+    message = decide(evicted("requeuing_limit_exceeded", reason=said), LIMITED).message
+    assert "Kueue will not admit the JobSet again" in message
+    assert "backoffLimitCount" in message and "spec.active back to true" in message
+    assert f"Kueue: {said}" in message
+
+
+def test_budgets_refuse_a_negative_pods_ready_limit_and_carry_it_through_json() -> None:
+    with pytest.raises(ValueError, match="max_pods_ready_evictions"):
+        replace(BUDGETS, max_pods_ready_evictions=-1)
+    assert Budgets.from_json(LIMITED.to_json()) == LIMITED
+    assert "max_pods_ready_evictions" not in BUDGETS.to_json()  # unset: as budgets written before it

@@ -107,9 +107,15 @@ def test_capacity_revoked_mid_run_is_named_when_the_workload_is_deactivated() ->
     state.on_workload(REVOKED, now=T0 + 100)
     state.on_workload(DEACTIVATED, now=T0 + 101)
     state.on_jobset(jobset(suspended=True), now=T0 + 102)
-    waiting = state.observation(now=T0 + 200, target_step=9, full_restarts_used=0).waiting
-    assert waiting is not None and waiting.not_queued  # deactivated: nothing will admit it again
+    observation = state.observation(now=T0 + 200, target_step=9, full_restarts_used=0)
+    waiting = observation.waiting
+    # Deactivated (DeactivatedDueToAdmissionCheck): nothing will admit it again, the run fails at once on it.
+    assert waiting is not None and waiting.eviction == "deactivated" and not waiting.not_queued
+    assert state.run_phase(T0 + 200).value == "deactivated"
     assert "admission check dws-prov Rejected: maxRunDuration reached" in waiting.reason
+    decision = decide(observation, BUDGETS)
+    assert (decision.action, decision.reason.value) == (Action.FAIL, "deactivated")
+    assert "admission check dws-prov Rejected: maxRunDuration reached" in decision.message
     notes = [said for _, said in state.digest.provisioning_notes]
     assert notes[-1] == "admission check dws-prov Rejected: maxRunDuration reached"
 
@@ -135,9 +141,14 @@ def test_a_request_that_failed_for_good_is_named_once_the_workload_is_deactivate
     state.on_workload(retried, now=T0 + 2)
     state.on_workload(failed, now=T0 + 3)
     state.on_workload(DEACTIVATED, now=T0 + 4)
-    waiting = state.observation(now=T0 + 60, target_step=9, full_restarts_used=0).waiting
-    assert waiting is not None and waiting.not_queued and not waiting.provisioning
+    observation = state.observation(now=T0 + 60, target_step=9, full_restarts_used=0)
+    waiting = observation.waiting
+    assert waiting is not None and waiting.eviction == "deactivated" and not waiting.provisioning
     assert "admission check dws-prov Rejected: GCE stockout" in waiting.reason
+    # Never admitted, yet deactivated: the Deactivated rule ends it at once (not queue_timeout).
+    decision = decide(observation, BUDGETS)
+    assert (decision.action, decision.reason.value) == (Action.FAIL, "deactivated")
+    assert "admission check dws-prov Rejected: GCE stockout" in decision.message
     assert [said for _, said in state.digest.provisioning_notes] == [
         "admission check dws-prov Retry: Retrying after failure: x",
         "admission check dws-prov Rejected: GCE stockout",

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 
 from elastic_training.operators.queueing import (
+    EVICTION_COSTS,
+    EvictionCost,
+    EvictionKind,
     QueueState,
+    eviction_kind,
     is_queued_jobset,
     jobset_suspension,
     workload_status,
@@ -99,10 +103,10 @@ CASES = [
         "Pending: Preempted to accommodate",
     ),
     (
-        "deactivated: in no queue",
-        workload(cond("QuotaReserved", "False", "Pending"), active=False),
-        QueueState.NOT_QUEUED,
         "deactivated",
+        workload(cond("QuotaReserved", "False", "Pending"), active=False),
+        QueueState.DEACTIVATED,
+        "deactivated (spec.active: false)",
     ),
     ("finished", workload(cond("Finished", "True", "Succeeded", "done")), QueueState.NOT_QUEUED, "finished"),
 ]
@@ -151,3 +155,140 @@ def test_a_jobset_is_queued_by_its_label() -> None:
     assert is_queued_jobset({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "multislice-queue"}}})
     assert not is_queued_jobset({"metadata": {"labels": {}}})
     assert not is_queued_jobset(None)
+
+
+# -- every eviction reason, told apart -----------------------------------------------------------------------
+
+TIMEOUT_MESSAGE = "Exceeded the PodsReady timeout default/jobset-run-1a2b3"
+REQUEUE_AT = "2026-12-01T20:01:00Z"
+
+
+def requeue_state(wl: dict[str, Any], count: int, at: str | None = REQUEUE_AT) -> dict[str, Any]:
+    wl["status"]["requeueState"] = {"count": count, **({"requeueAt": at} if at else {})}
+    return wl
+
+
+EVICTIONS = [
+    (
+        "a PodsReady timeout, its job being stopped",
+        requeue_state(
+            workload(
+                cond("QuotaReserved", "True", "QuotaReserved"),
+                cond("Admitted", "True", "Admitted"),
+                cond("PodsReady", "False", "WaitForRecovery", "At least one pod has failed, waiting for recovery"),
+                cond("Evicted", "True", "PodsReadyTimeout", TIMEOUT_MESSAGE),
+            ),
+            1,
+        ),
+        QueueState.EVICTED,
+        EvictionKind.PODS_READY_TIMEOUT,
+        (1, 1_796_155_260.0),
+    ),
+    (
+        "a PodsReady timeout, released and backing off (Requeued=False until BackoffFinished)",
+        requeue_state(
+            workload(
+                cond("QuotaReserved", "False", "Pending", TIMEOUT_MESSAGE),
+                cond("Evicted", "True", "PodsReadyTimeout", TIMEOUT_MESSAGE),
+                cond("Requeued", "False", "PodsReadyTimeout", TIMEOUT_MESSAGE),
+            ),
+            2,
+        ),
+        QueueState.PENDING,
+        EvictionKind.PODS_READY_TIMEOUT,
+        (2, 1_796_155_260.0),
+    ),
+    (
+        "a drained ClusterQueue",
+        workload(
+            cond("QuotaReserved", "False", "Inadmissible", "ClusterQueue cq is inactive"),
+            cond("Evicted", "True", "ClusterQueueStopped", "The ClusterQueue is stopped"),
+            cond("Requeued", "False", "ClusterQueueStopped", "The ClusterQueue is stopped"),
+        ),
+        QueueState.PENDING,
+        EvictionKind.QUEUE_STOPPED,
+        (None, None),
+    ),
+    (
+        "deactivated by Kueue at the requeuing limit",
+        workload(
+            cond("QuotaReserved", "False", "Pending"),
+            cond(
+                "Evicted",
+                "True",
+                "DeactivatedDueToRequeuingLimitExceeded",
+                "The workload is deactivated due to exceeding the maximum number of re-queuing retries",
+            ),
+            active=False,
+        ),
+        QueueState.DEACTIVATED,
+        EvictionKind.REQUEUING_LIMIT_EXCEEDED,
+        (None, None),
+    ),
+    (
+        "deactivated by Kueue, before it wrote the eviction (DeactivationTarget)",
+        requeue_state(
+            workload(
+                cond("QuotaReserved", "True", "QuotaReserved"),
+                cond("DeactivationTarget", "True", "RequeuingLimitExceeded", "exceeding the maximum number"),
+                active=False,
+            ),
+            3,
+            None,
+        ),
+        QueueState.DEACTIVATED,
+        EvictionKind.REQUEUING_LIMIT_EXCEEDED,
+        (3, None),
+    ),
+    (
+        "deactivated by a person",
+        workload(cond("Evicted", "True", "Deactivated", "The workload is deactivated"), active=False),
+        QueueState.DEACTIVATED,
+        EvictionKind.DEACTIVATED,
+        (None, None),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("found", "state", "kind", "requeue"), [c[1:] for c in EVICTIONS], ids=[c[0] for c in EVICTIONS]
+)
+def test_each_eviction_is_read_with_its_kind_and_requeue_state(
+    found: dict[str, Any], state: QueueState, kind: EvictionKind, requeue: tuple[int | None, float | None]
+) -> None:
+    status = workload_status(found)
+    assert (status.state, status.eviction) == (state, kind.value)
+    assert (status.requeue_count, status.requeue_at) == requeue
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "cost"),
+    [
+        ("Preempted", EvictionKind.PREEMPTED, EvictionCost.FREE),
+        ("PodsReadyTimeout", EvictionKind.PODS_READY_TIMEOUT, EvictionCost.LIMITED),
+        ("ClusterQueueStopped", EvictionKind.QUEUE_STOPPED, EvictionCost.FREE),
+        ("LocalQueueStopped", EvictionKind.QUEUE_STOPPED, EvictionCost.FREE),
+        ("AdmissionCheck", EvictionKind.ADMISSION_CHECK, EvictionCost.FREE),
+        ("NodeFailures", EvictionKind.NODE_FAILURES, EvictionCost.FREE),
+        ("Deactivated", EvictionKind.DEACTIVATED, EvictionCost.ENDS_RUN),
+        ("DeactivatedDueToRequeuingLimitExceeded", EvictionKind.REQUEUING_LIMIT_EXCEEDED, EvictionCost.ENDS_RUN),
+        ("DeactivatedDueToAdmissionCheck", EvictionKind.DEACTIVATED, EvictionCost.ENDS_RUN),
+        ("DeactivatedDueToMaximumExecutionTimeExceeded", EvictionKind.DEACTIVATED, EvictionCost.ENDS_RUN),
+        ("EvictedOnManagerCluster", EvictionKind.OTHER, EvictionCost.FREE),
+        ("", EvictionKind.OTHER, EvictionCost.FREE),
+    ],
+)
+def test_every_eviction_reason_has_a_kind_and_a_cost(reason: str, kind: EvictionKind, cost: EvictionCost) -> None:
+    assert eviction_kind(reason) is kind
+    assert EVICTION_COSTS[kind] is cost
+
+
+def test_every_kind_has_a_cost() -> None:
+    assert set(EVICTION_COSTS) == set(EvictionKind)
+
+
+def test_an_unreadable_requeue_state_is_left_out() -> None:
+    wl = workload(cond("Evicted", "True", "PodsReadyTimeout"))
+    wl["status"]["requeueState"] = {"count": "many", "requeueAt": "soon"}
+    status = workload_status(wl)
+    assert (status.requeue_count, status.requeue_at, status.eviction) == (None, None, "pods_ready_timeout")

@@ -3,6 +3,7 @@ the local cluster, which enforces RBAC, grants the operators' kubeconfig exactly
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -188,3 +189,52 @@ def test_the_node_pools_cluster_role_is_one_read_verb_and_its_file_is_rendered()
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "airflow-worker", "namespace": "ml"}]
     shipped = DEPLOY.parent / "rbac-node-pools.yaml"
     assert list(yaml.safe_load_all(shipped.read_text())) == node_pool_reader_manifests("default")
+
+
+def test_kueues_configuration_is_read_only_with_the_opt_in_role_and_its_file_is_rendered(
+    cluster_connection: LocalCluster,
+) -> None:
+    """Kueue's ConfigMap (kueue-system/kueue-manager-config, which the local Kueue publishes as its manifests
+    install it) is outside the operators' Role: their read is a 403 and they fall back to their options; with the
+    opt-in Role (deploy/rbac-kueue-config.yaml) the same read returns Kueue's waitForPodsReady."""
+    from kubernetes import utils
+
+    from elastic_training.operators import Capacity, ElasticJobSetOperator, Scale, Training
+    from elastic_training.operators.kueue_config import from_config_map
+    from elastic_training.operators.rbac import kueue_config_reader_manifests
+
+    role, binding = kueue_config_reader_manifests("ml", "airflow-worker")
+    assert role["rules"][0]["resourceNames"] == ["kueue-manager-config"] and role["rules"][0]["verbs"] == ["get"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "airflow-worker", "namespace": "ml"}]
+    shipped = DEPLOY.parent / "rbac-kueue-config.yaml"
+    assert list(yaml.safe_load_all(shipped.read_text())) == kueue_config_reader_manifests("default")
+
+    operator = ElasticJobSetOperator(
+        task_id="pretrain",
+        training=Training(
+            run_name="kueue-config-read", base_output_directory="/tmp/unused", steps=20, checkpoint_period=5
+        ),
+        scale=Scale(num_slices=2),
+        capacity=Capacity(queue_name="multislice-queue", kueue_recovery_timeout=120.0),
+        runtime="local",
+    )
+    refused = operator._pods_ready_timeouts()  # 403: the operators' options stand in
+    assert refused is not None and refused.source.startswith("the task's kueue_pods_ready_timeout")
+    assert refused.recovery_timeout_seconds == 120.0
+    cluster_connection.faults.configure_kueue({"waitForPodsReady": {"timeout": "7m", "recoveryTimeout": "4m"}})
+    admin = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    try:
+        for manifest in kueue_config_reader_manifests("default"):
+            utils.create_from_dict(admin, manifest)
+        found = operator._pods_ready_timeouts()
+        assert found is not None and found.source == "the ConfigMap kueue-system/kueue-manager-config"
+        assert (found.enabled, found.timeout_seconds, found.recovery_timeout_seconds) == (True, 420.0, 240.0)
+        data = client.CoreV1Api(admin).read_namespaced_config_map("kueue-manager-config", "kueue-system").data
+        assert from_config_map(data, "x") == dataclasses.replace(found, source="x")
+    finally:
+        cluster_connection.faults.configure_kueue(None)
+        rbac = client.RbacAuthorizationV1Api(admin)
+        for manifest in reversed(kueue_config_reader_manifests("default")):
+            delete = rbac.delete_namespaced_role if manifest["kind"] == "Role" else rbac.delete_namespaced_role_binding
+            delete(manifest["metadata"]["name"], "kueue-system")
+        admin.close()

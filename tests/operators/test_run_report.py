@@ -34,6 +34,8 @@ DOCUMENTED_KEYS = set(
         "scale_up_recoveries",
         "preemptions",
         "preemption_count",
+        "pods_ready_evictions",
+        "evictions",
         "preemption_recreations",
         "queued_seconds",
         "queue_spans",

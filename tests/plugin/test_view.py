@@ -257,15 +257,18 @@ def test_the_step_series_stays_bounded_on_a_long_run() -> None:
     assert len(json.dumps(digest.to_json())) < 20_000
 
 
-def _queued_preempted_digest() -> LogDigest:
-    """Queued 100 s, steps 0..29, preempted at 140 for 200 s, restored step 20, steps 21..59 to t=398."""
+def _queued_preempted_digest(
+    reason: str = "Preempted: to accommodate a higher-priority workload", eviction: str = ""
+) -> LogDigest:
+    """Queued 100 s, steps 0..29, preempted (or evicted: ``eviction``) at 140 for 200 s, restored step 20, steps
+    21..59 to t=398."""
     digest = LogDigest()
     digest.queued(0.0, preempted=False)
     digest.admitted(100.0)
     digest.feed(105.0, "No existing checkpoints found, not restoring checkpoint.")
     for i, step in enumerate(range(30)):
         digest.feed(110.0 + i, f"completed step: {step}, seconds: 1.000")
-    digest.queued(140.0, preempted=True, reason="Preempted: to accommodate a higher-priority workload")
+    digest.queued(140.0, preempted=True, reason=reason, eviction=eviction)
     digest.admitted(340.0)
     digest.feed(350.0, "restoring from this run's directory step 20")
     for i, step in enumerate(range(21, 60)):
@@ -273,9 +276,11 @@ def _queued_preempted_digest() -> LogDigest:
     return digest
 
 
-def _queued_preempted_view(*, task_ended_at: float) -> dict[str, Any]:
+def _queued_preempted_view(
+    *, task_ended_at: float, digest: LogDigest | None = None, budgets: BudgetAllowances | None = None
+) -> dict[str, Any]:
     """The view of that run, its report written at t=430 and its task ended at ``task_ended_at``."""
-    digest = _queued_preempted_digest()
+    digest = digest or _queued_preempted_digest()
     report = run_report(
         incarnations=[Incarnation("js", 0, 0, digest)],
         escalations=[],
@@ -286,6 +291,7 @@ def _queued_preempted_view(*, task_ended_at: float) -> dict[str, Any]:
         wall_seconds=430.0,
         costs=CostModel(chips=8),
         ended_at=430.0,
+        budgets=budgets,
     )
     task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": task_ended_at}
     state = {"jobset_name": "js", "monitor": {"phase": "completed", "digest": digest.to_json()}}
@@ -425,3 +431,25 @@ def test_budgets_count_stalls_and_start_ups_timed_out_apart() -> None:
     assert rows["start-ups timed out"]["used"] == 2
     assert rows["start-ups timed out"]["detail"] == "a trainer not training 1800 s after its start escalates"
     assert RunReport.from_json(report.to_json()).budgets.startup_timeout_seconds == 1800.0  # the report carries it
+
+
+def test_an_eviction_that_is_not_a_preemption_is_shown_as_what_it_was() -> None:
+    """A PodsReady timeout: its own span and failure label, counted apart from preemptions, against its limit."""
+    said = "PodsReadyTimeout: Exceeded the PodsReady timeout default/jobset-js-1a2b3"
+    digest = _queued_preempted_digest(reason=said, eviction="pods_ready_timeout")
+    allowed = BudgetAllowances(max_pods_ready_evictions=3, pods_ready_recovery_timeout_seconds=180.0)
+    view = _queued_preempted_view(task_ended_at=430.0, digest=digest, budgets=allowed)
+    label = "evicted: pods not ready in time (Kueue's waitForPodsReady)"
+    [evicted] = [s for s in view["timeline"]["spans"] if s["kind"] == "evicted"]
+    assert (evicted["from"], evicted["to"], evicted["eviction"]) == (140.0, 340.0, label)
+    assert [f["kind"] for f in view["timeline"]["failures"]] == [label]
+    counts = view["counts"]
+    assert (counts["preemptions"], counts["pods_ready_evictions"], counts["evictions"]) == (0, 1, 1)
+    [entry] = view["capacity"]["preemptions"]
+    assert entry["eviction"] == "pods_ready_timeout" and entry["reason"] == said
+    rows = {row["name"]: row for row in view["budgets"]}
+    assert (rows["pods-ready evictions"]["used"], rows["pods-ready evictions"]["allowed"]) == (1, 3)
+    assert "Kueue's recoveryTimeout: 180 s" in rows["pods-ready evictions"]["detail"]
+    # While it runs (no report yet), the same from the state store.
+    live = {row["name"]: row for row in budgets(None, {"jobset_name": "js", "monitor": {"digest": digest.to_json()}})}
+    assert live["pods-ready evictions"]["used"] == 1 and live["pods-ready evictions"]["allowed"] is None

@@ -11,7 +11,12 @@ from pathlib import Path
 from kubernetes import client
 
 import elastic_training.operators.constants as constants
-from elastic_training.operators.rbac import RULES, node_pool_reader_manifests, rbac_manifests
+from elastic_training.operators.rbac import (
+    RULES,
+    kueue_config_reader_manifests,
+    node_pool_reader_manifests,
+    rbac_manifests,
+)
 
 OPERATORS = Path(__file__).resolve().parents[2] / "operators"
 HOOKS = OPERATORS / "hooks.py"
@@ -43,6 +48,8 @@ _METHOD = re.compile(
 )
 # Cluster-scoped: granted by the opt-in ClusterRole (`node_pool_reader_manifests`), never by the namespaced Role.
 NODE_POOLS_GRANTS = {("", "nodes", "list")}
+# In kueue-system, one ConfigMap: granted by the opt-in Role (`kueue_config_reader_manifests`), never by the operators'.
+KUEUE_CONFIG_GRANTS = {("", "configmaps", "get")}
 
 
 def _api_method_names() -> set[str]:
@@ -128,7 +135,13 @@ def test_the_role_grants_exactly_what_the_hooks_call() -> None:
         for v in rule["verbs"]
     }
     assert cluster_role == NODE_POOLS_GRANTS and not granted & cluster_role
-    used = used_grants(HOOKS.read_text()) - NODE_POOLS_GRANTS
+    [kueue_role] = [m for m in kueue_config_reader_manifests("default") if m["kind"] == "Role"]
+    assert kueue_role["metadata"]["namespace"] == "kueue-system"
+    assert kueue_role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kueue-manager-config"], "verbs": ["get"]}
+    ]
+    assert used_grants(HOOKS.read_text()) & KUEUE_CONFIG_GRANTS == KUEUE_CONFIG_GRANTS  # Kueue's waitForPodsReady
+    used = used_grants(HOOKS.read_text()) - NODE_POOLS_GRANTS - KUEUE_CONFIG_GRANTS
     assert (
         used_grants(HOOKS.read_text()) & NODE_POOLS_GRANTS == NODE_POOLS_GRANTS
     )  # avoid_failing_node_pools lists nodes

@@ -222,6 +222,16 @@ def test_fault_commands_reach_a_running_cluster(
     assert (code, on_demand["nodePool"], len(on_demand["nodes"]), on_demand["seconds"]) == (0, "tpu-v5e-16-3", 4, 0)
     assert fault("provision-on-demand", "no-such-pool", "--seconds", "1")[0] == 1
     assert fault("evict-pod", "default", "missing", "--reason", "PreemptionByScheduler")[0] == 1
+    # Kueue's own faults: a queue stopped, a Workload deactivated, a new manager Configuration.
+    code, held = fault("stop-queue", "--cluster-queue", "cluster-queue", "--policy", "Hold")
+    assert (code, held["spec"]["stopPolicy"]) == (0, "Hold")
+    assert fault("stop-queue", "--local-queue", "default/multislice-queue", "--policy", "None")[0] == 0
+    assert fault("deactivate-workload", "default", "missing")[0] == 1
+    configuration = kubeconfig.parent / "kueue-config.yaml"
+    configuration.write_text("waitForPodsReady:\n  timeout: 5m\n  recoveryTimeout: 90s\n")
+    code, applied = fault("kueue-configuration", str(configuration))
+    assert (code, applied["waitForPodsReady"]["recoveryTimeout"]) == (0, "1m30s")
+    assert "waitForPodsReady" not in fault("kueue-configuration", "-")[1]  # off again
 
 
 @pytest.mark.parametrize(
