@@ -7,10 +7,13 @@ killed, a slice lost and back); the full restarts are tests/operators/test_elast
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from airflow.utils.session import create_session
 
 from elastic_training.local.cluster import LocalCluster
+from elastic_training.plugin.runs import rendered_of
 from tests.support.airflow_dags import states, xcom
 from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.step_faults import StepFaults, kill_worker
@@ -57,6 +60,11 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
     report = xcom(dag_run, "pretrain")
     assert report["slice_restarts"] == 1 and report["full_restarts"] == 0 and report["final_step"] == 59
     assert report["run_directory"] == f"{tmp_path}/elastic-flaky" and report["target_step"] == 59
+    # The rendered fields Airflow keeps (the Rendered Template view; the plugin's view before a report exists).
+    ti = SimpleNamespace(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id="pretrain", map_index=-1)
+    with create_session() as session:
+        rendered = rendered_of(session, ti)
+    assert (rendered["training.run_name"], rendered["steps"], rendered["num_slices"]) == ("elastic-flaky", "60", 2)
 
 
 def test_task_killed_mid_watch_and_run_again_adopts_its_jobset(
