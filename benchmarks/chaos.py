@@ -102,25 +102,29 @@ MIN_SECONDS_TO_START = 200.0
 DAG_TEMPLATE = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from elastic_training.operators import ElasticJobSetOperator
+from elastic_training.operators import Budgets, Capacity, ElasticJobSetOperator, Scale, Training
 
 with DAG({dag_id!r}, schedule=None) as dag:
     ElasticJobSetOperator(
         task_id="pretrain",
-        run_name={run_name!r},
-        base_output_directory={base!r},
-        steps={steps},
-        checkpoint_period={period},
-        num_slices={slices},
+        training=Training(
+            run_name={run_name!r},
+            base_output_directory={base!r},
+            steps={steps},
+            checkpoint_period={period},
+            maxtext_args={maxtext_args!r},
+            local_env={local_env!r},
+        ),
+        scale=Scale(num_slices={slices}),
+        budgets=Budgets(
+            max_slice_restarts={max_slice_restarts},
+            max_full_restarts={max_full_restarts},
+            stall_timeout=timedelta(seconds={stall}),
+            elastic_timeout_seconds={elastic_timeout},
+        ),{kueue_args}
         runtime="local",
-        maxtext_args={maxtext_args!r},
-        max_slice_restarts={max_slice_restarts},
-        max_full_restarts={max_full_restarts},
-        stall_timeout=timedelta(seconds={stall}),
-        elastic_timeout_seconds={elastic_timeout},
         deferrable=True,
         poll_interval=1.0,
-        local_env={local_env!r},{kueue_args}
     )
 """
 
@@ -157,14 +161,14 @@ def _kueue_args(plan: Schedule) -> str:
         return ""
     from benchmarks.chaos_kueue import RUN_PRIORITY, queue_for
 
-    args = f"\n        queue_name={queue_for(plan)!r},\n        priority_class={RUN_PRIORITY!r},"
+    args = f"queue_name={queue_for(plan)!r}, priority_class={RUN_PRIORITY!r}"
     if plan.kueue == "provisioning":
         # A revoked flex run is deactivated and its Deactivated rule ends it; queue_timeout (stall timeout + 60 s)
         # only bounds a run that rule missed (the promise checks which ended it).
-        args += f"\n        queue_timeout={plan.stall_timeout_seconds + 60}.0,"
+        args += f", queue_timeout={plan.stall_timeout_seconds + 60}.0"
     if plan.kueue == "pods-ready":  # the operator cannot read Kueue's ConfigMap here: it is told
-        args += f"\n        kueue_recovery_timeout={float(PODS_READY_RECOVERY_TIMEOUT_SECONDS)!r},"
-    return args
+        args += f", kueue_recovery_timeout={float(PODS_READY_RECOVERY_TIMEOUT_SECONDS)!r}"
+    return f"\n        capacity=Capacity({args}),"
 
 
 def dag_id(plan: Schedule) -> str:

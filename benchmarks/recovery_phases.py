@@ -61,24 +61,26 @@ FIRST_LOGICAL_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 DAG_TEMPLATE = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from elastic_training.operators import ElasticJobSetOperator
+from elastic_training.operators import Budgets, ElasticJobSetOperator, Scale, Training
 
 with DAG({dag_id!r}, schedule=None) as dag:
     ElasticJobSetOperator(
         task_id="pretrain",
-        run_name={run_name!r},
-        base_output_directory={base!r},
-        steps={steps},
-        checkpoint_period={period},
-        num_slices={slices},
+        training=Training(
+            run_name={run_name!r},
+            base_output_directory={base!r},
+            steps={steps},
+            checkpoint_period={period},
+            maxtext_args={maxtext_args!r},
+            local_env={local_env!r},
+        ),
+        scale=Scale(num_slices={slices}),
+        budgets=Budgets(
+            max_slice_restarts={max_slice_restarts}, max_full_restarts=1, stall_timeout=timedelta(minutes=5)
+        ),
         runtime="local",
-        maxtext_args={maxtext_args!r},
-        max_slice_restarts={max_slice_restarts},
-        max_full_restarts=1,
-        stall_timeout=timedelta(minutes=5),
         deferrable=True,
         poll_interval=1.0,
-        local_env={local_env!r},
     )
 """
 

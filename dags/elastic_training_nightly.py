@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from elastic_training.operators import CheckpointValidationOperator
+from elastic_training.operators import Budgets, CheckpointValidationOperator
 from elastic_training.operators.alerts import AlertRoute, configured_deadline
 from elastic_training.operators.pipeline import (
     CONFIG_TASK,
@@ -27,6 +27,7 @@ from elastic_training.operators.pipeline import (
     synthetic_alias,
 )
 from elastic_training.operators.pipeline_params import pipeline_params
+from elastic_training.operators.spec import DEFAULT_ELASTIC_TIMEOUT_SECONDS
 
 DAG_ID = "elastic_training_nightly"
 CONFIG = f"ti.xcom_pull(task_ids='{CONFIG_TASK}')"
@@ -57,7 +58,14 @@ with DAG(
 ) as dag:
     validate = PythonOperator(task_id=CONFIG_TASK, python_callable=resolve_params)
     arm = SliceFailureDrillOperator(task_id="arm_slice_failure")
-    pretrain = PretrainOperator(task_id=PRETRAIN_TASK, poll_interval=5.0, alerts=ALERTS)
+    # Its option groups: the form's fields fill them when the task starts (PipelineConfig.options; docs/pipeline.md,
+    # "Where the params go"); what the form has not is written here, e.g. MaxText's wait for slices.
+    pretrain = PretrainOperator(
+        task_id=PRETRAIN_TASK,
+        budgets=Budgets(elastic_timeout_seconds=DEFAULT_ELASTIC_TIMEOUT_SECONDS),
+        poll_interval=5.0,
+        alerts=ALERTS,
+    )
     drill_result = PythonOperator(
         task_id="slice_failure_result", python_callable=collect_drill, trigger_rule="all_done"
     )

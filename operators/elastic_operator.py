@@ -23,13 +23,13 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from elastic_training.operators import alerts as alerting
 from elastic_training.operators import kube_names, manifests
-from elastic_training.operators.advice import AUTO_PERIOD, auto_period, shape_fingerprint
+from elastic_training.operators.advice import auto_period, shape_fingerprint
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.checkpoints import (
     CheckpointReport,
@@ -48,7 +48,7 @@ from elastic_training.operators.constants import (
     PROJECT_PREFIX,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.failure_history import DEFAULT_RUNS, MAX_RUNS, RunRecord
+from elastic_training.operators.failure_history import RunRecord
 from elastic_training.operators.history_store import bounded_notes, history_key, load_history, record_run
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.kueue_config import (
@@ -65,9 +65,20 @@ from elastic_training.operators.lineage import elastic_run_lineage
 from elastic_training.operators.links import ElasticTrainingViewLink, GkeLogsLink, GkeWorkloadLink
 from elastic_training.operators.metrics import emit_run_metrics
 from elastic_training.operators.observations import MonitorState
-from elastic_training.operators.policy import SHORT_POD_GRACE_SECONDS, Action, Budgets, JobSetPhase, Reason, decide
+from elastic_training.operators.options import (
+    GROUPS,
+    Budgets,
+    Capacity,
+    History,
+    OptionGroup,
+    RunOptions,
+    Scale,
+    Training,
+    grouped,
+)
+from elastic_training.operators.policy import SHORT_POD_GRACE_SECONDS, Action, JobSetPhase, Reason, decide
+from elastic_training.operators.policy import Budgets as PolicyBudgets
 from elastic_training.operators.pool_avoidance import (
-    DEFAULT_THRESHOLD,
     RELAX_AFTER_SECONDS,
     RELAXED_REASON,
     Avoidance,
@@ -82,11 +93,7 @@ from elastic_training.operators.run_state import RunState
 from elastic_training.operators.scheduling import describe, stranded
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
-    DEFAULT_HEAD_NODE_POOL,
     ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS,
-    INT32_MAX,
-    PATHWAYS_PROXY_IMAGE,
-    PATHWAYS_SERVER_IMAGE,
     ElasticRunSpec,
     SpecError,
     check_runtime,
@@ -108,32 +115,6 @@ _BUDGETS: Mapping[Reason, str] = {
 }
 AUTO_FALLBACK_PERIOD = 10  # checkpoint_period="auto" with no history to learn from: the nightly form's default
 MAX_QUARANTINES_PER_ESCALATION = 3
-DEFAULT_MAX_PODS_READY_EVICTIONS = 3
-
-
-def _as_int(field: str, value: Any) -> int:
-    """A rendered integer field: an int, or text of ASCII digits (Jinja renders to text); `SpecError` otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = value.strip() if isinstance(value, str) else ""
-    if text.isascii() and text.lstrip("-").isdecimal() and len(text) <= 20:
-        return int(text)
-    raise SpecError(field, f"must be an integer, got {shown(value)}")
-
-
-def _rendered_args(args: Any) -> dict[str, Any]:
-    """Rendered ``maxtext_args`` as they are, for `lint` to judge (NaN, lists, huge ints, keys that are not text)."""
-    if not isinstance(args, Mapping):
-        raise SpecError("maxtext_args", f"must be a mapping of MaxText keys to values, got {type(args).__name__}")
-    return dict(args)
-
-
-def _count(field: str, value: Any, maximum: int) -> None:
-    """A constructor count: an integer from 0 to `maximum` (`TypeError`/`ValueError` naming the parameter)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field} must be an integer, got {shown(value)}")
-    if not 0 <= value <= maximum:
-        raise ValueError(f"{field} must be 0..{maximum}, got {shown(value)}")
 
 
 def _number(field: str, value: Any, *, positive: bool) -> float:
@@ -150,147 +131,47 @@ def _number(field: str, value: Any, *, positive: bool) -> float:
     return number
 
 
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _required(owner: str, name: str, group: OptionGroup | None, example: str) -> Any:
+    if group is None:
+        raise TypeError(f"{owner} needs {name}={example}")
+    expected = GROUPS[name]
+    if not isinstance(group, expected):
+        raise TypeError(f"{owner}: {name} must be a {expected.__name__}, got {shown(group)}")
+    return group
 
 
-def _seconds(field: str, value: timedelta | float | int) -> float:
-    return _number(field, value, positive=True)
-
-
-def _budgets(
-    max_slice_restarts: int,
-    slice_restart_window: timedelta,
-    stall_timeout: timedelta,
-    max_full_restarts: int,
-    queue_timeout: timedelta | float | None,
-    elastic_timeout_seconds: int,
-    startup_timeout: timedelta | float,
-    max_pods_ready_evictions: int | None = None,
-) -> Budgets:
-    """The constructor's budgets, each checked naming its parameter (`TypeError`/`ValueError`)."""
-    _count("max_full_restarts", max_full_restarts, kube_names.MAX_ATTEMPT)
-    _count("max_slice_restarts", max_slice_restarts, INT32_MAX)
-    if max_pods_ready_evictions is not None:
-        _count("max_pods_ready_evictions", max_pods_ready_evictions, INT32_MAX)
-    return Budgets(
-        max_slice_restarts=max_slice_restarts,
-        slice_restart_window_seconds=_seconds("slice_restart_window", slice_restart_window),
-        stall_timeout_seconds=_seconds("stall_timeout", stall_timeout),
-        max_full_restarts=max_full_restarts,
-        queue_timeout_seconds=None if queue_timeout is None else _seconds("queue_timeout", queue_timeout),
-        # Out of range here is None; the spec's lint then refuses the value with its reason.
-        elastic_timeout_seconds=(
-            float(elastic_timeout_seconds)
-            if _is_positive_int(elastic_timeout_seconds) and elastic_timeout_seconds < 2**53
-            else None
-        ),
-        startup_timeout_seconds=_seconds("startup_timeout", startup_timeout),
-        max_pods_ready_evictions=max_pods_ready_evictions,
-    )
-
-
-def _former_name(name: str, value: str | None, former: str, former_value: str | None) -> str | None:
-    """``value``, or the one given under the parameter's ``former`` name (`ValueError` when both differ)."""
-    if former_value is not None and value is not None and former_value != value:
-        raise ValueError(f"{name}={value!r} and {former}={former_value!r} (its former name) disagree")
-    return value if value is not None else former_value
-
-
-def _merged_env(env: Any, more: Mapping[str, str]) -> Any:
-    """``env`` (copied) with ``more`` over it; anything but a mapping reaches the lint, which names the field."""
-    if isinstance(env, Mapping):
-        return {**env, **more}
-    return env or dict(more)
-
-
-def _check_history_options(avoid: Any, threshold: Any, runs: Any, key: Any) -> None:
-    """The failure-history options (``avoid_failing_node_pools`` and the rest), each refused naming it."""
-    if not isinstance(avoid, bool):
-        raise ValueError(f"avoid_failing_node_pools must be True or False, got {shown(avoid)}")
-    _count("node_pool_failure_threshold", threshold, INT32_MAX)
-    _count("failure_history_runs", runs, MAX_RUNS)
-    if key is not None and not (isinstance(key, str) and 0 < len(key) <= 250):
-        raise ValueError(f"failure_history_key must be a Variable key of 1 to 250 characters, got {shown(key)}")
+def _optional(owner: str, name: str, group: OptionGroup | None) -> Any:
+    return GROUPS[name]() if group is None else _required(owner, name, group, "")
 
 
 class ElasticJobSetOperator(JobSetTaskOperator):
     """Run an elastic MaxText pretraining JobSet to its final step, recovering what can be recovered.
 
-    :param run_name: MaxText ``run_name`` (DNS-1123); the run directory is
-        ``<base_output_directory>/<run_name>``. Templated.
-    :param base_output_directory: ``gs://bucket/prefix`` or an absolute local path. Templated.
-    :param steps: training steps (MaxText counts from 0: success needs a committed step ``steps - 1``).
-    :param checkpoint_period: steps between checkpoints; well under ``steps``. ``"auto"``: chosen before launch
-        from the history's runs of the same shape (failures per slice-second of training, save and step times;
-        Young/Daly, as the advice; :func:`operators.advice.auto_period`), between the steps one save takes and
-        ``steps // 2``; the report's ``checkpoint_period_choice`` says what was chosen, from what, and the goodput
-        predicted for it with its interval.
-    :param num_slices: TPU slices (worker replicas).
-    :param maxtext_args: further MaxText keys, e.g. ``{"model_name": "llama2-7b"}``. Values templated.
+    Its options come in five groups (:mod:`operators.options`, each checked when made, naming the field)::
+
+        ElasticJobSetOperator(
+            task_id="pretrain",
+            training=Training(run_name="llama", base_output_directory="gs://b/runs", steps=10_000,
+                              checkpoint_period=200, image="…/maxtext:1"),
+            scale=Scale(num_slices=4, tpu_type="v5p", tpu_topology="2x2x2"),
+            budgets=Budgets(max_slice_restarts=3, stall_timeout=timedelta(minutes=30)),
+            capacity=Capacity(queue_name="tpu-queue"),
+            history=History(avoid_failing_node_pools=True),
+        )
+
+    :param training: what to train (:class:`~operators.options.Training`; required).
+    :param scale: how many slices of which TPU (:class:`~operators.options.Scale`; required).
+    :param budgets: the restart budgets and timeouts (:class:`~operators.options.Budgets`; default ``Budgets()``).
+    :param capacity: the Kueue queue, priorities and the queue's timeout (:class:`~operators.options.Capacity`).
+    :param history: learning from earlier runs (:class:`~operators.options.History`).
     :param runtime: ``"gke"`` (MaxText on Pathways) or ``"local"`` (the same JobSet shape running the
         local stand-in workloads).
-    :param image: the MaxText image (``gke``). :param tpu_type: e.g. ``v5p``. :param tpu_topology: e.g. ``2x2x1``.
-    :param namespace: Kubernetes namespace. :param kubernetes_conn_id: the cncf-kubernetes connection.
-    :param max_slice_restarts: slice restarts allowed within ``slice_restart_window`` before a full
-        restart; also sets the worker Job's ``backoffLimit``.
-    :param slice_restart_window: the sliding window of that budget.
-    :param stall_timeout: no training progress for this long while the stall clock runs → full restart. The clock
-        runs only while the JobSet is admitted and its trainer trains: from the trainer's first step after its
-        container started (not while Kueue holds it, nor while its pods are scheduled, images pulled, nor during
-        the start-up); it must exceed ``elastic_timeout_seconds``.
-    :param startup_timeout: how long a trainer container may run before it trains (JAX's start, pathwaysutils'
-        first wait for slices, the restore, the step function's compilation: many minutes for a big model on GKE)
-        → full restart (``startup_timed_out``). Every new trainer container starts up again (after a JobSet
-        restart, a preemption, a full restart). Its own bound, so ``stall_timeout`` need not cover a start-up and
-        a hang in training is caught sooner; it must exceed ``elastic_timeout_seconds``.
-    :param queue_timeout: how long one wait for Kueue's admission may last (queued before the start, or preempted
-        and waiting to be admitted again); then the JobSet is deleted and the task fails, saying how long it waited
-        and what Kueue said. ``None`` (the default): as long as it takes (``execution_timeout`` still applies).
-    :param queue_name: the Kueue LocalQueue: the JobSet gets the ``kueue.x-k8s.io/queue-name`` label (``None``: no
-        label, Kueue leaves it alone). ``kueue_queue`` is its former name, still accepted.
-    :param max_pods_ready_evictions: Kueue evictions for a PodsReady timeout (``waitForPodsReady``: the pods not
-        all ready in time) the run may take; each is waited out like a preemption, spending no restart budget, and
-        one more fails the task (``pods_ready_evictions_exceeded``). ``None``: any number (``queue_timeout`` still
-        bounds each wait). Default 3.
-    :param kueue_pods_ready_timeout: :param kueue_recovery_timeout: Kueue's ``waitForPodsReady`` ``timeout`` and
-        ``recoveryTimeout``, for when the operator cannot read Kueue's ConfigMap (``kueue-system/
-        kueue-manager-config``, which needs an optional Role: docs/rbac.md); used for the launch warnings and shown
-        in the report. ``None``: unknown.
-    :param workload_priority_class: a Kueue WorkloadPriorityClass: the ``kueue.x-k8s.io/priority-class`` label.
-    :param elastic_slices: the slices the run may lose (the proxy's ``--num_elastic_slices``, xpk's
-        ``--elastic-slices``); default 1, or ``num_slices - elastic_min_slice_count`` when that is set.
-    :param max_full_restarts: full restarts (delete and recreate the JobSet) allowed before failing.
-    :param jobset_max_restarts: the JobSet's own ``failurePolicy.maxRestarts`` (set explicitly).
-    :param elastic_min_slice_count: MaxText's ``elastic_min_slice_count`` (-1: wait for every slice).
-    :param elastic_timeout_seconds: MaxText's per-attempt wait for slices.
-    :param elastic_max_retries: MaxText's ``elastic_max_retries`` (attempts, the first run included; default
-        ``max_slice_restarts + 1``). Every slice loss spends one, evictions too, which spend no slice budget.
+    :param namespace: Kubernetes namespace (templated). :param kubernetes_conn_id: the cncf-kubernetes connection.
+    :param service_account: the pods' Kubernetes service account.
     :param price_per_chip_hour: for the cost of lost chip time in the report.
     :param keep_jobset_on_kill: leave the JobSet running when the task is killed.
     :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks when nothing changes.
-    :param local_env: more trainer env (``jax-tpu``), merged over ``trainer_env``: the same manifest on both
-        runtimes; the tests put the local stand-ins' fault knobs here.
-    :param pathways_server_image: :param pathways_proxy_image: :param head_node_pool: :param service_account:
-        :param priority_class: :param image_pull_policy: :param trainer_env:
-        :param worker_env: the GKE JobSet's knobs, as the ``ElasticRunSpec`` fields of the same names
-        (docs/operators.md, "GKE knobs").
-    :param avoid_failing_node_pools: keep the slices off GKE node pools that had more than
-        ``node_pool_failure_threshold`` slice failures (lost hosts, trainer errors) in the last
-        ``failure_history_runs`` runs, as long as the other pools can hold every slice (else run as usual and
-        say why, in the report's ``node_pool_avoidance``). Needs ``list`` on ``nodes`` (docs/rbac.md). Workers
-        unschedulable under it for ``RELAX_AFTER_SECONDS`` drop it for the rest of the try (a recreation, no
-        full restart spent; docs/operators.md).
-    :param node_pool_failure_threshold: K: a pool with more than K failures in those runs is avoided.
-    :param failure_history_runs: N: the runs the avoidance looks at (``checkpoint_period="auto"`` weighs every run
-        of the same shape the history keeps, the newest most).
-    :param failure_history_key: the failure history's key (default
-        ``elastic_training_failure_history.<dag_id>.<task_id>``, ``.m<map_index>`` after it for a mapped instance):
-        its runs are the Airflow Variables ``<key>.r.<run>`` (:mod:`operators.history_store`); tasks that name the
-        same key share one history, each run writing only its own Variable.
-    :param storage_retry_timeout: how long checkpoints that cannot be read (a storage outage: the answer is
-        "unknown", not "invalid") are read again before the task fails for a retry; nothing is moved meanwhile.
     :param alerts: Airflow notifiers to call (``BaseNotifier`` instances such as the SMTP provider's
         ``SmtpNotifier``, or callables taking the context), a list of them, or an
         :class:`operators.alerts.Alerts` (with ``queued_after``, the seconds a wait for admission lasts before it is
@@ -298,143 +179,89 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         a budget spent, a preemption or eviction, a long wait for admission, a checkpoint invalid or unknown
         (docs/operations.md, "Alerts"); a notifier's error is logged, never the run's.
 
+    Templated: the groups' ``TEMPLATED`` fields (``training.run_name``, ``training.steps``, ``scale.num_slices``,
+    ...) and ``namespace``: the operator renders each group into a new one (``render_template``). The flat keyword
+    arguments of earlier releases (``max_slice_restarts=3``) still work for one release, with an
+    :class:`~operators.options.ElasticTrainingDeprecationWarning` saying the new spelling
+    (``budgets=Budgets(max_slice_restarts=3)``); a flat argument and its group together are refused.
+
     Returns the run report (see docs/operators.md); pushes ``jobset_name`` and ``namespace`` to XCom
     before the first wait, and the report under ``report`` before failing.
     """
 
-    template_fields: Sequence[str] = (
-        "run_name",
-        "base_output_directory",
-        "steps",
-        "checkpoint_period",
-        "num_slices",
-        "maxtext_args",
-        "image",
-        "tpu_type",
-        "tpu_topology",
-        "namespace",
-    )
+    template_fields: Sequence[str] = ("training", "scale", "namespace")
+    # Airflow's Rendered Template view (and the plugin's view) show these nested fields one by one.
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        **{f"training.{name}": "py" for name in Training.TEMPLATED},
+        **{f"scale.{name}": "py" for name in Scale.TEMPLATED},
+    }
     ui_color = "#fdebd0"
     operator_extra_links = (ElasticTrainingViewLink(), GkeWorkloadLink(), GkeLogsLink())
 
     def __init__(
         self,
         *,
-        run_name: str,
-        base_output_directory: str,
-        steps: int | str,
-        checkpoint_period: int | str,
-        num_slices: int | str,
-        maxtext_args: Mapping[str, Any] | None = None,
+        training: Training | None = None,
+        scale: Scale | None = None,
+        budgets: Budgets | None = None,
+        capacity: Capacity | None = None,
+        history: History | None = None,
         runtime: str = "gke",
-        image: str | None = None,
-        tpu_type: str | None = None,
-        tpu_topology: str | None = None,
         namespace: str = "default",
         kubernetes_conn_id: str = "kubernetes_default",
-        max_slice_restarts: int = 3,
-        slice_restart_window: timedelta = timedelta(hours=1),
-        stall_timeout: timedelta = timedelta(minutes=30),
-        startup_timeout: timedelta = timedelta(minutes=30),
-        max_full_restarts: int = 2,
-        jobset_max_restarts: int = 0,
-        elastic_min_slice_count: int = -1,
-        elastic_timeout_seconds: int = 300,
-        elastic_max_retries: int | None = None,
+        service_account: str | None = None,
         price_per_chip_hour: float = 0.0,
         keep_jobset_on_kill: bool = False,
         deferrable: bool = True,
         poll_interval: float = 10.0,
-        local_env: Mapping[str, str] | None = None,
-        pathways_server_image: str = PATHWAYS_SERVER_IMAGE,
-        pathways_proxy_image: str = PATHWAYS_PROXY_IMAGE,
-        head_node_pool: str = DEFAULT_HEAD_NODE_POOL,
-        service_account: str | None = None,
-        priority_class: str | None = None,
-        queue_name: str | None = None,
-        image_pull_policy: str | None = None,
-        trainer_env: Mapping[str, str] | None = None,
-        worker_env: Mapping[str, str] | None = None,
-        storage_retry_timeout: timedelta | float = timedelta(minutes=5),
-        queue_timeout: timedelta | float | None = None,
-        workload_priority_class: str | None = None,
-        elastic_slices: int | None = None,
-        kueue_queue: str | None = None,
-        avoid_failing_node_pools: bool = False,
-        node_pool_failure_threshold: int = DEFAULT_THRESHOLD,
-        failure_history_runs: int = DEFAULT_RUNS,
-        failure_history_key: str | None = None,
-        max_pods_ready_evictions: int | None = DEFAULT_MAX_PODS_READY_EVICTIONS,
-        kueue_pods_ready_timeout: timedelta | float | None = None,
-        kueue_recovery_timeout: timedelta | float | None = None,
         alerts: Any = None,
         **kwargs: Any,
     ) -> None:
+        owner = type(self).__name__
+        given: dict[str, OptionGroup | None] = {
+            "training": training,
+            "scale": scale,
+            "budgets": budgets,
+            "capacity": capacity,
+            "history": history,
+        }
+        groups = grouped(owner, given, kwargs, stacklevel=4)
         super().__init__(**kwargs)
         check_runtime(runtime)
+        example = "Training(run_name=..., base_output_directory=..., steps=..., checkpoint_period=...)"
+        self.training: Training = _required(owner, "training", groups["training"], example)
+        self.scale: Scale = _required(owner, "scale", groups["scale"], "Scale(num_slices=...)")
+        self.budgets: Budgets = _optional(owner, "budgets", groups["budgets"])
+        self.capacity: Capacity = _optional(owner, "capacity", groups["capacity"])
+        self.history: History = _optional(owner, "history", groups["history"])
         self.alerts = alerting.Alerts.of(alerts)
-        self.run_name = run_name
-        self.base_output_directory = base_output_directory
-        self.steps = steps
-        self.checkpoint_period = checkpoint_period
-        self.num_slices = num_slices
-        self.maxtext_args = dict(maxtext_args or {})
         self.runtime = runtime
-        self.image = image
-        self.tpu_type = tpu_type
-        self.tpu_topology = tpu_topology
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        window, timeout = slice_restart_window, elastic_timeout_seconds
-        self.budgets = _budgets(
-            max_slice_restarts,
-            window,
-            stall_timeout,
-            max_full_restarts,
-            queue_timeout,
-            timeout,
-            startup_timeout,
-            max_pods_ready_evictions,
-        )
-        pods_ready_timeout, recovery_timeout = kueue_pods_ready_timeout, kueue_recovery_timeout
-        self.kueue_pods_ready = (
-            None if pods_ready_timeout is None else _seconds("kueue_pods_ready_timeout", pods_ready_timeout),
-            None if recovery_timeout is None else _number("kueue_recovery_timeout", recovery_timeout, positive=False),
-        )
-        self.jobset_max_restarts = jobset_max_restarts
-        self.elastic_min_slice_count = elastic_min_slice_count
-        self.elastic_timeout_seconds = elastic_timeout_seconds
-        self.elastic_max_retries = elastic_max_retries
+        self.service_account = service_account
         self.price_per_chip_hour = _number("price_per_chip_hour", price_per_chip_hour, positive=False)
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
         self.poll_interval = _number("poll_interval", poll_interval, positive=True)
-        self.storage_retry_timeout = _number("storage_retry_timeout", storage_retry_timeout, positive=False)
-        self.local_env = dict(local_env or {})
-        self.gke_knobs: dict[str, Any] = {
-            "pathways_server_image": pathways_server_image,
-            "pathways_proxy_image": pathways_proxy_image,
-            "head_node_pool": head_node_pool,
-            "service_account": service_account,
-            "priority_class": priority_class,
-            "queue_name": _former_name("queue_name", queue_name, "kueue_queue", kueue_queue),
-            "workload_priority_class": workload_priority_class,
-            "elastic_slices": elastic_slices,
-            "image_pull_policy": image_pull_policy,
-            "trainer_env": _merged_env(trainer_env, self.local_env),
-            "worker_env": _merged_env(worker_env, {}),
-        }
-        _check_history_options(
-            avoid_failing_node_pools, node_pool_failure_threshold, failure_history_runs, failure_history_key
-        )
-        self.avoid_failing_node_pools = avoid_failing_node_pools
-        self.node_pool_failure_threshold = node_pool_failure_threshold
-        self.failure_history_runs = failure_history_runs
-        self.failure_history_key = failure_history_key
         self.auto_fallback_period: int | None = None  # "auto" with no history: this period (default 10)
         self._active: Handle | None = None
         self._newest_valid_steps: list[str] = []
         self._alert_context: Context | None = None
+
+    @property
+    def options(self) -> RunOptions:
+        """The run's five groups (rendered, once the task has rendered its templates)."""
+        return RunOptions(self.training, self.scale, self.budgets, self.capacity, self.history)
+
+    @options.setter
+    def options(self, options: RunOptions) -> None:
+        self.training, self.scale, self.budgets = options.training, options.scale, options.budgets
+        self.capacity, self.history = options.capacity, options.history
+
+    @property
+    def policy_budgets(self) -> PolicyBudgets:
+        """The budgets the policy decides with (:class:`operators.policy.Budgets`, in seconds)."""
+        return self.options.policy_budgets()
 
     # -- spec --------------------------------------------------------------------------------
 
@@ -451,37 +278,18 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         return spec
 
     def _rendered_spec(self) -> ElasticRunSpec:
-        """The spec of the rendered fields and the operator's knobs, not linted yet."""
-        return ElasticRunSpec(
-            run_name=self.run_name,
-            base_output_directory=self.base_output_directory,
-            steps=_as_int("steps", self.steps),
-            # "auto": a placeholder until the run's plan replaces it (`_planned`)
-            checkpoint_period=1 if self.auto_period else _as_int("checkpoint_period", self.checkpoint_period),
-            num_slices=_as_int("num_slices", self.num_slices),
-            runtime=self.runtime,  # type: ignore[arg-type]
-            maxtext_args=_rendered_args(self.maxtext_args),
-            image=self.image,
-            tpu_type=self.tpu_type,
-            tpu_topology=self.tpu_topology,
-            max_slice_restarts=self.budgets.max_slice_restarts,
-            jobset_max_restarts=self.jobset_max_restarts,
-            elastic_timeout_seconds=self.elastic_timeout_seconds,
-            elastic_min_slice_count=self.elastic_min_slice_count,
-            elastic_max_retries=self.elastic_max_retries,
-            stall_timeout_seconds=self.budgets.stall_timeout_seconds,
-            startup_timeout_seconds=self.budgets.startup_timeout_seconds,
-            **self.gke_knobs,
-        )
+        """The spec of the rendered groups and the operator's knobs, not linted yet."""
+        # "auto": a placeholder period until the run's plan replaces it (`_planned`)
+        return self.options.spec(runtime=self.runtime, service_account=self.service_account)  # type: ignore[arg-type]
 
     @property
     def auto_period(self) -> bool:
         """Whether ``checkpoint_period="auto"`` (chosen from the failure history before launch)."""
-        return isinstance(self.checkpoint_period, str) and self.checkpoint_period.strip() == AUTO_PERIOD
+        return self.options.auto_period
 
     def _history_key(self, context: Context) -> str:
         ti = context["ti"]
-        return self.failure_history_key or history_key(ti.dag_id, ti.task_id, getattr(ti, "map_index", -1))
+        return self.history.failure_history_key or history_key(ti.dag_id, ti.task_id, getattr(ti, "map_index", -1))
 
     def _plan(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
         """Once per task try, before its first launch: the pools to avoid and the checkpoint period, from history
@@ -491,7 +299,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             return
         plan: dict[str, Any] = {"try_number": try_number}
         stored: tuple[RunRecord, ...] = ()
-        if self.avoid_failing_node_pools or self.auto_period:
+        if self.history.avoid_failing_node_pools or self.auto_period:
             read = load_history(self._history_key(context), self.log.warning)
             stored = read.history.runs
             plan["history_notes"] = list(read.notes)  # what the read left out or could not read: the report says
@@ -507,21 +315,21 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             self.log.info("checkpoint_period=auto: %s (%s)", choice.period, choice.reason)
             plan["checkpoint_period_choice"] = choice.to_json()
         avoidance = disabled()
-        if self.avoid_failing_node_pools:
+        if self.history.avoid_failing_node_pools:
             candidates, source, unlisted = self._candidate_pools(context, spec)
             avoidance = choose_avoided_pools(
                 stored,
                 candidates=candidates,
                 slices=spec.num_slices,
-                threshold=self.node_pool_failure_threshold,
+                threshold=self.history.node_pool_failure_threshold,
                 source=source,
                 now=time.time(),
-                exposures=self.failure_history_runs,
+                exposures=self.history.failure_history_runs,
                 unlisted=unlisted,
             )
             self.log.info("avoid_failing_node_pools: %s", avoidance.reason)
         plan["node_pool_avoidance"] = avoidance.to_json()
-        if self.gke_knobs.get("queue_name"):
+        if self.capacity.queue_name:
             pods_ready = self._pods_ready_timeouts()
             if pods_ready is not None:
                 plan["kueue_pods_ready"] = pods_ready.to_json()
@@ -537,7 +345,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         except Exception as error:
             why = f"planning from the failure history failed ({type(error).__name__}: {str(error)[:300]})"
             self.log.warning("%s: the run goes ahead without the plan", why)
-            unplanned = Avoidance(enabled=self.avoid_failing_node_pools, reason=f"{why}: no pool avoided")
+            unplanned = Avoidance(enabled=self.history.avoid_failing_node_pools, reason=f"{why}: no pool avoided")
             try_number = int(getattr(context["ti"], "try_number", 1) or 1)  # as _plan keys it: not re-planned
             run.plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
             return self._planned(spec, run)
@@ -545,7 +353,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def _pods_ready_timeouts(self) -> PodsReadyTimeouts | None:
         """Kueue's waitForPodsReady: its ConfigMap where the Role lets the operator read it, else the task's options."""
         where = f"the ConfigMap {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME}"
-        options = from_options(*self.kueue_pods_ready)
+        options = from_options(*self.capacity.kueue_pods_ready_seconds)
         fallback = "using the task's kueue_* options" if options is not None else "its waitForPodsReady is unknown"
         try:
             data = self._hook().read_config_map(CONFIG_MAP_NAME, CONFIG_MAP_NAMESPACE)
@@ -607,7 +415,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         """``spec`` with the plan applied (the avoided pools, the chosen period), linted again."""
         plan = run.plan or {}
         avoided = tuple(Avoidance.from_json(plan.get("node_pool_avoidance")).avoided)
-        if not self.avoid_failing_node_pools:  # turned off since the plan was made: never applied
+        if not self.history.avoid_failing_node_pools:  # turned off since the plan was made: never applied
             avoided = ()
         choice = plan.get("checkpoint_period_choice")
         period = spec.checkpoint_period
@@ -674,13 +482,13 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             now=time.time(),
             target_step=spec.target_step,
             full_restarts_used=run.budget_used,
-            elastic_timeout_seconds=self.budgets.elastic_timeout_seconds,
+            elastic_timeout_seconds=self.policy_budgets.elastic_timeout_seconds,
         )
         # A JobSet failed by MaxText's "checkpoint already exists" refusal may be done: its storage says.
         refused_done = run.monitor.phase is JobSetPhase.FAILED and observation.already_at_target
         read = run.monitor.phase is JobSetPhase.COMPLETED or refused_done
         committed = self._committed_step(spec) if read else None
-        decision = decide(_with_committed(observation, committed), self.budgets)
+        decision = decide(_with_committed(observation, committed), self.policy_budgets)
         self.log.info("JobSet %s: %s (%s): %s", run.jobset_name, decision.action, decision.reason, decision.message)
         if decision.action is Action.SUCCEED:
             report = self._report(spec, run, committed)
@@ -780,7 +588,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             context,
             Handle(run.jobset_name, run.jobset_uid),
             target_step=spec.target_step,
-            budgets=self.budgets,
+            budgets=self.policy_budgets,
             state=run.monitor.to_json(),
             full_restarts_used=run.budget_used,
             # only while the workers keep off pools: the one thing this run may drop to get its nodes
@@ -863,7 +671,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
 
         Still unknown after ``storage_retry_timeout``: `AirflowException` (the task retries; nothing was moved).
         """
-        deadline = time.monotonic() + self.storage_retry_timeout
+        deadline = time.monotonic() + self.budgets.storage_retry_seconds
         backoff = Backoff(base=2.0, cap=30.0)
         while True:
             report, why = self._read_checkpoints(spec)
@@ -1012,8 +820,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
             ended_at=time.time(),
             budgets=BudgetAllowances.of(
-                self.budgets,
-                jobset_max_restarts=self.jobset_max_restarts,
+                self.policy_budgets,
+                jobset_max_restarts=self.budgets.jobset_max_restarts,
                 elastic_max_retries=spec.effective_elastic_max_retries,
                 pods_ready=PodsReadyTimeouts.from_json((run.plan or {}).get("kueue_pods_ready")),
             ),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -22,6 +21,7 @@ from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.lifecycle import Handle, JobSetTaskOperator
 from elastic_training.operators.manifests import JobSpec, lint_job
 from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.options import Capacity, OptionGroup, grouped
 from elastic_training.operators.policy import Budgets, JobSetPhase, Reason
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import SpecError, check_runtime
@@ -46,6 +46,8 @@ def _argv_item(value: Any) -> Any:
     return value
 
 
+# The groups a plain JobSet takes: its Kueue queue (the elastic operator's other groups are about slices).
+_GROUPS: dict[str, type[OptionGroup]] = {"capacity": Capacity}
 _AIRFLOW_RESOURCES = frozenset({"cpus", "ram", "disk", "gpus"})
 
 
@@ -76,11 +78,14 @@ class JobSetOperator(JobSetTaskOperator):
     :param keep_jobset_on_kill: leave the JobSet when the task is killed.
     :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks.
-    :param queue_name: the Kueue LocalQueue (the ``kueue.x-k8s.io/queue-name`` label on the JobSet; ``None``: none).
-    :param workload_priority_class: a Kueue WorkloadPriorityClass (the ``kueue.x-k8s.io/priority-class`` label).
-    :param queue_timeout: how long one wait for Kueue's admission may last (queued, or preempted and requeued):
-        then the JobSet is deleted and the task fails, saying how long it waited and why. ``None``: no bound.
-        A preemption suspends the JobSet (its pod stops) and the stage runs again once admitted: it is waited out.
+    :param capacity: the Kueue queue (:class:`~operators.options.Capacity`, as the elastic operator's):
+        ``queue_name`` (the ``kueue.x-k8s.io/queue-name`` label; ``None``: none), ``workload_priority_class`` (the
+        ``kueue.x-k8s.io/priority-class`` label) and ``queue_timeout``: how long one wait for Kueue's admission may
+        last (queued, or preempted and requeued), then the JobSet is deleted and the task fails, saying how long it
+        waited and why (``None``: no bound). A preemption suspends the JobSet (its pod stops) and the stage runs
+        again once admitted: it is waited out. Its ``priority_class`` is refused: a plain JobSet sets none. The flat
+        ``queue_name=``, ``workload_priority_class=``, ``queue_timeout=`` still work for one release, with an
+        :class:`~operators.options.ElasticTrainingDeprecationWarning`.
 
     Returns ``{"jobset_name", "namespace", "stage", "seconds"}``.
     """
@@ -107,12 +112,12 @@ class JobSetOperator(JobSetTaskOperator):
         keep_jobset_on_kill: bool = False,
         deferrable: bool = True,
         poll_interval: float = 10.0,
-        queue_name: str | None = None,
-        workload_priority_class: str | None = None,
-        queue_timeout: timedelta | float | None = None,
+        capacity: Capacity | None = None,
         **kwargs: Any,
     ) -> None:
         _refuse_kubernetes_resources(kwargs.get("resources"))
+        owner = type(self).__name__
+        grouped_capacity = grouped(owner, {"capacity": capacity}, kwargs, groups=_GROUPS, stacklevel=4)["capacity"]
         super().__init__(**kwargs)
         check_runtime(runtime)
         for argv in (command, args):
@@ -134,13 +139,16 @@ class JobSetOperator(JobSetTaskOperator):
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
         self.poll_interval = poll_interval
-        self.queue_name = queue_name
-        self.workload_priority_class = workload_priority_class
-        if isinstance(queue_timeout, timedelta):
-            queue_timeout = queue_timeout.total_seconds()
-        if queue_timeout is not None and (isinstance(queue_timeout, bool) or not queue_timeout > 0):
-            raise ValueError(f"queue_timeout must be a positive duration or None, got {shown(queue_timeout)}")
-        self.queue_timeout = None if queue_timeout is None else float(queue_timeout)
+        if grouped_capacity is not None and not isinstance(grouped_capacity, Capacity):
+            raise TypeError(f"{owner}: capacity must be a Capacity, got {shown(grouped_capacity)}")
+        self.capacity = grouped_capacity or Capacity()
+        if self.capacity.priority_class is not None:
+            raise ValueError(f"{owner}: Capacity.priority_class is not supported: a plain JobSet sets no PriorityClass")
+        if self.capacity.kueue_pods_ready_seconds != (None, None):
+            raise ValueError(
+                f"{owner}: Capacity.kueue_pods_ready_timeout and kueue_recovery_timeout are the elastic operator's "
+                "(its launch warnings and report); a plain JobSet takes neither"
+            )
         self._active: Handle | None = None
 
     def build_job(self) -> JobSpec:
@@ -165,8 +173,8 @@ class JobSetOperator(JobSetTaskOperator):
             active_deadline_seconds=self.active_deadline_seconds,
             resources=self.container_resources,
             service_account=self.service_account,
-            queue_name=self.queue_name,
-            workload_priority_class=self.workload_priority_class,
+            queue_name=self.capacity.queue_name,
+            workload_priority_class=self.capacity.workload_priority_class,
         )
         lint_job(job)
         return job
@@ -200,7 +208,7 @@ class JobSetOperator(JobSetTaskOperator):
         context["ti"].xcom_push(key="jobset_name", value=name)
         context["ti"].xcom_push(key="namespace", value=self.namespace)
         state = MonitorState(jobset_uid=uid, started_at=time.time()).to_json()
-        budgets = replace(_NO_BUDGETS, queue_timeout_seconds=self.queue_timeout)
+        budgets = replace(_NO_BUDGETS, queue_timeout_seconds=self.capacity.queue_timeout_seconds)
         return self._watch(context, self._active, target_step=0, budgets=budgets, state=state)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

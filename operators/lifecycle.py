@@ -40,6 +40,7 @@ from elastic_training.operators import kube_names
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.constants import LABEL_JOBSET_UID
 from elastic_training.operators.observations import jobset_phase
+from elastic_training.operators.options import OptionGroup
 from elastic_training.operators.policy import Budgets, JobSetPhase
 from elastic_training.operators.spec import SpecError
 
@@ -291,6 +292,21 @@ class JobSetTaskOperator(BaseOperator):
     deferrable: bool
     poll_interval: float
     _active: Handle | None = None
+
+    def render_template(
+        self, content: Any, context: Any, jinja_env: Any = None, seen_oids: set[int] | None = None
+    ) -> Any:
+        """Airflow's rendering, and an option group (:mod:`operators.options`) rendered into a new, frozen one.
+
+        Airflow renders an object that is not text or a collection in place, through its ``template_fields`` and
+        ``setattr`` (the Task SDK's ``Templater._render_nested_template_fields``), which a frozen group refuses;
+        every template field, a mapped task's too, is rendered through this method.
+        """
+        if isinstance(content, OptionGroup):
+            return content.rendered(
+                lambda value: super(JobSetTaskOperator, self).render_template(value, context, jinja_env, seen_oids)
+            )
+        return super().render_template(content, context, jinja_env, seen_oids)
 
     def _hook(self) -> JobSetHook:
         # Imported here, not at the top: the Kubernetes clients are most of a DAG file's import (4.2 of its 4.7

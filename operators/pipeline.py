@@ -25,7 +25,6 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from elastic_training.operators import kube_names, manifests
-from elastic_training.operators.advice import AUTO_PERIOD
 from elastic_training.operators.checkpoint_operator import checkpoint_asset_uri
 from elastic_training.operators.checkpoints.storage import EntryKind, StorageError, storage_for
 from elastic_training.operators.constants import (
@@ -48,6 +47,7 @@ from elastic_training.operators.jobset_operator import JobSetOperator
 from elastic_training.operators.lifecycle import JobSetLifecycle
 from elastic_training.operators.lineage import stage_lineage
 from elastic_training.operators.manifests import JobSpec
+from elastic_training.operators.options import Scale, Training
 from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
     VARIABLES,
@@ -58,7 +58,7 @@ from elastic_training.operators.pipeline_params import (
 from elastic_training.operators.run_report import RunReport
 from elastic_training.operators.slice_drill import drill_command
 from elastic_training.operators.slice_drill import parse_result as parse_drill_result
-from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, ElasticRunSpec, render_value
+from elastic_training.operators.spec import DEFAULT_CONFIG_FILE, render_value
 from elastic_training.operators.tpu_types import TPU_TYPES
 
 if TYPE_CHECKING:
@@ -263,22 +263,20 @@ def synthesize_args(config: PipelineConfig, step: int) -> list[str]:
 
 
 class PretrainOperator(ElasticJobSetOperator):
-    """``ElasticJobSetOperator`` whose spec and budgets come from the pipeline's configuration.
+    """``ElasticJobSetOperator`` whose options come from the pipeline's configuration.
 
-    The constructor's run fields are placeholders (a DAG file has no configuration yet); when the task renders its
-    templates, on every start, :meth:`configure` takes the configuration's spec fields and budgets, while the
-    operator's own arguments (the elastic timeouts, the Pathways images, ``poll_interval``, ...) stay its own.
+    The groups it is given are the defaults under the form (a DAG file has no configuration yet): when the task
+    renders its templates, on every start, :meth:`configure` puts the form's fields over them
+    (:meth:`PipelineConfig.options`), while the fields the form has not (the elastic timeouts, the Pathways images,
+    ...) stay the operator's.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self, *, training: Training | None = None, scale: Scale | None = None, runtime: str = "local", **kwargs: Any
+    ) -> None:
+        placeholder = Training(run_name="", base_output_directory="", steps=0, checkpoint_period=0)
         super().__init__(
-            run_name="",
-            base_output_directory="",
-            steps=0,
-            checkpoint_period=0,
-            num_slices=0,
-            runtime="local",
-            **kwargs,
+            training=training or placeholder, scale=scale or Scale(num_slices=0), runtime=runtime, **kwargs
         )
         self.run_config: PipelineConfig | None = None
 
@@ -287,20 +285,12 @@ class PretrainOperator(ElasticJobSetOperator):
         self.configure(pipeline_config(context))
 
     def configure(self, config: PipelineConfig) -> None:
-        """Run the pretraining of ``config``: its spec fields (:meth:`PipelineConfig.spec`) and its budgets."""
+        """Run the pretraining of ``config``: its option groups (:meth:`PipelineConfig.options`) and runtime."""
         self.run_config = config
+        self.options = config.options(onto=self.options)
+        self.runtime = config.runtime
         # "auto": chosen from the history, the form's period the fallback while there is none
-        self.checkpoint_period = AUTO_PERIOD if config.auto_checkpoint_period else config.checkpoint_period
         self.auto_fallback_period = config.checkpoint_period
-        self.avoid_failing_node_pools = config.avoid_failing_node_pools
-        self.budgets = config.budgets(
-            elastic_timeout_seconds=self.budgets.elastic_timeout_seconds,
-            max_pods_ready_evictions=self.budgets.max_pods_ready_evictions,
-        )
-
-    def _rendered_spec(self) -> ElasticRunSpec:
-        spec = super()._rendered_spec()
-        return spec if self.run_config is None else self.run_config.spec(onto=spec)
 
 
 class StageJobSetOperator(JobSetOperator):
@@ -339,8 +329,7 @@ class StageJobSetOperator(JobSetOperator):
         written = eval_results_directory(config) if evaluate else synthetic_output_directory(config, step)
         self.lineage_paths = ([config.spec().checkpoint_directory], [written])
         # The same queue as the pretraining, and the same waiting: queued and preempted are never failures.
-        self.queue_name = config.queue_name
-        self.queue_timeout = config.queue_timeout_seconds
+        self.capacity = config.capacity(self.capacity)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (operators/lineage.py): the checkpoint directory in, the eval results or the synthetic

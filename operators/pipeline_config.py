@@ -3,8 +3,9 @@
 :func:`operators.pipeline_params.validate_params` makes it from the trigger form (the params and the Airflow
 Variables) and the DAG run; the ``validate_params`` task returns :meth:`PipelineConfig.to_json` as its XCom
 (the keys the DAG's templates read, ``run_directory`` among them), and every stage reads it back with
-:meth:`PipelineConfig.from_json`. It builds what the pretraining runs from, the run spec (:meth:`PipelineConfig.spec`)
-and the budgets (:meth:`PipelineConfig.budgets`), so no stage copies its fields one by one. Pure.
+:meth:`PipelineConfig.from_json`. It builds what the pretraining runs from, the operator's
+option groups (:meth:`PipelineConfig.options`, and the run spec of them), so no stage copies its fields one by
+one. Pure.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Final, Literal
 
 from elastic_training.operators import run_layout
-from elastic_training.operators.policy import Budgets
+from elastic_training.operators.advice import AUTO_PERIOD
+from elastic_training.operators.options import Capacity, RunOptions, Scale, Training
 from elastic_training.operators.spec import ElasticRunSpec, Runtime, render_value
 
 Stage = Literal["evaluate", "synthesize"]
@@ -104,45 +107,56 @@ class PipelineConfig:
         """The image and command of the ``evaluate`` or ``synthesize`` stage."""
         return self.evaluate if name == "evaluate" else self.synthesize
 
-    def spec(self, onto: ElasticRunSpec | None = None) -> ElasticRunSpec:
-        """The pretraining's run spec: this configuration's fields over ``onto``'s (the operator's own knobs).
+    def options(self, onto: RunOptions | None = None) -> RunOptions:
+        """The pretraining's option groups (:mod:`operators.options`): the form's fields over ``onto``'s (the
+        operator's own: its elastic timeouts, Pathways images, ...). The one place the form's params become the
+        operator's options (docs/pipeline.md lists which param fills which field).
+
+        ``auto_checkpoint_period``: ``Training.checkpoint_period="auto"``; the form's ``checkpoint_period`` is then
+        the fallback while there is no history (the operator's ``auto_fallback_period``).
+        """
+        if onto is None:
+            onto = RunOptions(
+                training=Training(run_name="", base_output_directory="", steps=0, checkpoint_period=0),
+                scale=Scale(num_slices=0),
+            )
+        return RunOptions(
+            training=dataclasses.replace(
+                onto.training,
+                run_name=self.run_name,
+                base_output_directory=self.base_output_directory,
+                steps=self.steps,
+                checkpoint_period=AUTO_PERIOD if self.auto_checkpoint_period else self.checkpoint_period,
+                maxtext_args={key: render_value(value) for key, value in self.maxtext_args.items()},
+                image=self.image,
+            ),
+            scale=dataclasses.replace(
+                onto.scale, num_slices=self.num_slices, tpu_type=self.tpu_type, tpu_topology=self.tpu_topology
+            ),
+            budgets=dataclasses.replace(
+                onto.budgets,
+                max_slice_restarts=self.max_slice_restarts,
+                slice_restart_window=timedelta(minutes=self.slice_restart_window_minutes),
+                max_full_restarts=self.max_full_restarts,
+                stall_timeout=timedelta(minutes=self.stall_timeout_minutes),
+                startup_timeout=timedelta(minutes=self.startup_timeout_minutes),
+            ),
+            capacity=self.capacity(onto.capacity),
+            history=dataclasses.replace(onto.history, avoid_failing_node_pools=self.avoid_failing_node_pools),
+        )
+
+    def capacity(self, onto: Capacity | None = None) -> Capacity:
+        """The form's queue and its timeout over ``onto``: the pretraining's and the stages' (one queue, one wait)."""
+        timeout = None if self.queue_timeout_minutes is None else timedelta(minutes=self.queue_timeout_minutes)
+        return dataclasses.replace(onto or Capacity(), queue_name=self.queue_name, queue_timeout=timeout)
+
+    def spec(self) -> ElasticRunSpec:
+        """The pretraining's run spec of :meth:`options` (``auto``: linted with the form's period, its fallback).
 
         Not linted here: the form lints it (:func:`operators.pipeline_params.validate_params`) and the operator
-        lints it again with its knobs before anything is created.
+        lints it again with its own options before anything is created.
         """
-        fields: dict[str, Any] = {
-            "run_name": self.run_name,
-            "base_output_directory": self.base_output_directory,
-            "steps": self.steps,
-            "checkpoint_period": self.checkpoint_period,
-            "num_slices": self.num_slices,
-            "runtime": self.runtime,
-            "maxtext_args": {key: render_value(value) for key, value in self.maxtext_args.items()},
-            "image": self.image,
-            "tpu_type": self.tpu_type,
-            "tpu_topology": self.tpu_topology,
-            "max_slice_restarts": self.max_slice_restarts,
-            "stall_timeout_seconds": 60.0 * self.stall_timeout_minutes,
-            "startup_timeout_seconds": 60.0 * self.startup_timeout_minutes,
-            "queue_name": self.queue_name,
-        }
-        return ElasticRunSpec(**fields) if onto is None else dataclasses.replace(onto, **fields)
-
-    def budgets(
-        self, elastic_timeout_seconds: float | None = None, max_pods_ready_evictions: int | None = None
-    ) -> Budgets:
-        """The pretraining's budgets; ``elastic_timeout_seconds`` (MaxText's wait for slices) and
-        ``max_pods_ready_evictions`` are the operator's."""
-        return Budgets(
-            max_slice_restarts=self.max_slice_restarts,
-            slice_restart_window_seconds=60.0 * self.slice_restart_window_minutes,
-            stall_timeout_seconds=60.0 * self.stall_timeout_minutes,
-            max_full_restarts=self.max_full_restarts,
-            queue_timeout_seconds=self.queue_timeout_seconds,
-            elastic_timeout_seconds=elastic_timeout_seconds,
-            startup_timeout_seconds=60.0 * self.startup_timeout_minutes,
-            max_pods_ready_evictions=max_pods_ready_evictions,
-        )
+        return self.options().spec(runtime=self.runtime, auto_period=self.checkpoint_period)
 
     def to_json(self) -> dict[str, Any]:
         """The ``validate_params`` task's XCom: every field, then ``run_directory`` and ``target_step``."""

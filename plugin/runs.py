@@ -161,11 +161,25 @@ def state_of(session: Session, ti: Any) -> dict[str, Any] | None:
 
 
 def rendered_of(session: Session, ti: Any) -> dict[str, Any]:
-    """The task's rendered template fields (run name, directory, steps, slices)."""
+    """The task's rendered template fields (run name, directory, steps, slices), by their flat names.
+
+    The operator's option groups are rendered as ``training.steps``, ``scale.num_slices`` (its
+    ``template_fields_renderers``); a run of an earlier release has ``steps``, ``num_slices``.
+    """
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
 
     fields = session.scalar(select(RTIF.rendered_fields).where(*_rows_of(RTIF, ti)))
-    return dict(fields) if isinstance(fields, Mapping) else {}
+    return flat_rendered(fields) if isinstance(fields, Mapping) else {}
+
+
+def flat_rendered(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Rendered fields with the groups' ``<group>.<field>`` keys (``training.steps``) also under ``<field>``."""
+    flat = dict(fields)
+    for key, value in fields.items():
+        group, dot, name = str(key).partition(".")
+        if dot and group in ("training", "scale") and name not in flat:
+            flat[name] = value
+    return flat
 
 
 def checkpoints_of(run_directory: str | None) -> dict[str, Any] | None:

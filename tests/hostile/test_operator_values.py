@@ -5,6 +5,7 @@ run before anything is created."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import timedelta
 from typing import Any
@@ -67,6 +68,16 @@ def _elastic(**changes: Any) -> Any:
     return ElasticJobSetOperator(**{**BASE, **changes})
 
 
+def _rendered(operator: Any, name: str, value: Any) -> None:
+    """What template rendering does, after construction: a group's field rendered into a new group."""
+    for group in ("training", "scale"):
+        options = getattr(operator, group)
+        if name in options.TEMPLATED:
+            setattr(operator, group, dataclasses.replace(options, **{name: value}))
+            return
+    setattr(operator, name, value)
+
+
 def _build(operator: Any) -> str | None:
     """The field `build_spec` names, or None when the rendered values make a linted spec."""
     from airflow.sdk.exceptions import AirflowFailException
@@ -84,7 +95,7 @@ def _build(operator: Any) -> str | None:
 @given(name=st.sampled_from(TEMPLATED), value=st.one_of(anything(), numbers_ish()))
 def test_any_rendered_value(name: str, value: Any) -> None:
     operator = _elastic()
-    setattr(operator, name, value)  # what template rendering does, after construction
+    _rendered(operator, name, value)
     field = _build(operator)
     # steps and checkpoint_period are checked together: a small step count is the period's error.
     related = {"steps": ("steps", "checkpoint_period"), "checkpoint_period": ("checkpoint_period",)}
@@ -106,7 +117,7 @@ def test_any_rendered_value(name: str, value: Any) -> None:
 def test_integers_rendered_as_text(value: Any) -> None:
     """Jinja renders to text: "100" is an integer; "1e3", "nan", True, 100.0 and huge numbers are not."""
     operator = _elastic()
-    operator.steps = value
+    _rendered(operator, "steps", value)
     field = _build(operator)
     plain = isinstance(value, str) and value.strip().isascii() and value.strip().isdecimal()
     if plain and 20 <= int(value) <= 2**31 - 1:

@@ -7,10 +7,13 @@ killed, a slice lost and back); the full restarts are tests/operators/test_elast
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from airflow.utils.session import create_session
 
 from elastic_training.local.cluster import LocalCluster
+from elastic_training.plugin.runs import rendered_of
 from tests.support.airflow_dags import states, xcom
 from tests.support.elastic_runs import elastic_dag, jobsets_of
 from tests.support.step_faults import StepFaults, kill_worker
@@ -29,7 +32,15 @@ pytestmark = pytest.mark.slow
 def test_api_errors_and_expiring_watches_never_fail_the_task(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
-    dag = elastic_dag("elastic_flaky", tmp_path, stall_timeout="timedelta(minutes=6)")
+    # Its run name and steps are Jinja in the frozen Training group: rendered when the task runs (the run
+    # directory, the JobSet's run-name label the faults find it by, and the final step say so).
+    dag = elastic_dag(
+        "elastic_flaky",
+        tmp_path,
+        run_name="{{ dag.dag_id | replace('_', '-') }}",
+        steps="{{ 30 * 2 }}",
+        stall_timeout="timedelta(minutes=6)",
+    )
     faults_api = cluster_connection.faults
     faults_api.fail_requests(500, probability=0.3, path="jobsets")
     faults_api.add_latency(0.05, path="jobsets")
@@ -48,6 +59,12 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
     assert report["slice_restarts"] == 1 and report["full_restarts"] == 0 and report["final_step"] == 59
+    assert report["run_directory"] == f"{tmp_path}/elastic-flaky" and report["target_step"] == 59
+    # The rendered fields Airflow keeps (the Rendered Template view; the plugin's view before a report exists).
+    ti = SimpleNamespace(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id="pretrain", map_index=-1)
+    with create_session() as session:
+        rendered = rendered_of(session, ti)
+    assert (rendered["training.run_name"], rendered["steps"], rendered["num_slices"]) == ("elastic-flaky", "60", 2)
 
 
 def test_task_killed_mid_watch_and_run_again_adopts_its_jobset(

@@ -1,4 +1,4 @@
-"""`PipelineConfig`: the run's configuration as one typed value, its XCom form, and the spec and budgets it builds."""
+"""`PipelineConfig`: the run's configuration as one typed value, its XCom form, and the option groups it builds."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from elastic_training.operators.options import Budgets, Capacity, History, RunOptions, Scale, Training
 from elastic_training.operators.pipeline import PretrainOperator
 from elastic_training.operators.pipeline_config import PipelineConfig, StageCommand
 from elastic_training.operators.pipeline_params import ParamError
-from elastic_training.operators.policy import Budgets
-from elastic_training.operators.spec import ElasticRunSpec, checkpoint_period_error, lint
+from elastic_training.operators.policy import Budgets as PolicyBudgets
+from elastic_training.operators.spec import checkpoint_period_error, lint
 from tests.support.pipeline_params import GKE_VARIABLES, check
 
 # The keys of the validate_params task's XCom: the DAG's templates (`['run_directory']`), the CLI's demo report
@@ -89,17 +90,27 @@ def test_it_builds_the_spec_the_form_linted(tmp_path: Path) -> None:
     assert spec.maxtext_keys()[-1] == "per_device_batch_size=8"
 
 
-def test_the_spec_keeps_the_operators_own_knobs(tmp_path: Path) -> None:
-    onto = ElasticRunSpec(
-        run_name="", base_output_directory="", steps=0, checkpoint_period=0, num_slices=0, elastic_timeout_seconds=900
+def test_the_options_keep_the_operators_own_fields(tmp_path: Path) -> None:
+    onto = RunOptions(
+        training=Training(
+            run_name="", base_output_directory="", steps=0, checkpoint_period=0, image_pull_policy="Always"
+        ),
+        scale=Scale(num_slices=0, elastic_min_slice_count=1),
+        budgets=Budgets(elastic_timeout_seconds=900, jobset_max_restarts=2),
+        capacity=Capacity(workload_priority_class="nightly"),
+        history=History(failure_history_runs=7),
     )
-    spec = check(tmp_path).spec(onto=onto)
-    assert spec.elastic_timeout_seconds == 900 and spec.run_name == "nightly-20261130"
+    options = check(tmp_path).options(onto=onto)
+    assert options.training.run_name == "nightly-20261130" and options.training.image_pull_policy == "Always"
+    assert (options.budgets.elastic_timeout_seconds, options.budgets.jobset_max_restarts) == (900, 2)
+    assert options.scale.elastic_min_slice_count == 1 and options.scale.num_slices == 2
+    assert options.capacity.workload_priority_class == "nightly" and options.history.failure_history_runs == 7
+    assert options.spec(runtime="local").elastic_timeout_seconds == 900
 
 
 def test_it_builds_the_budgets_in_seconds(tmp_path: Path) -> None:
     config = check(tmp_path, slice_restart_window_minutes=30, queue_timeout_minutes=5)
-    assert config.budgets(elastic_timeout_seconds=300.0) == Budgets(
+    assert config.options().policy_budgets() == PolicyBudgets(
         max_slice_restarts=3,
         slice_restart_window_seconds=1800.0,
         stall_timeout_seconds=600.0,
@@ -107,6 +118,7 @@ def test_it_builds_the_budgets_in_seconds(tmp_path: Path) -> None:
         queue_timeout_seconds=300.0,
         elastic_timeout_seconds=300.0,
         startup_timeout_seconds=1800.0,
+        max_pods_ready_evictions=3,
     )
 
 
@@ -118,12 +130,17 @@ def test_the_stage_commands(tmp_path: Path) -> None:
 
 def test_the_pretrain_stage_runs_the_configurations_spec_with_its_own_knobs(tmp_path: Path) -> None:
     config = check(tmp_path, max_slice_restarts=5, stall_timeout_minutes=8, queue_name=None)
-    operator = PretrainOperator(task_id="pretrain", elastic_timeout_seconds=400, stall_timeout=timedelta(hours=2))
+    operator = PretrainOperator(
+        task_id="pretrain", budgets=Budgets(elastic_timeout_seconds=400, stall_timeout=timedelta(hours=2))
+    )
     operator.configure(config)
     spec = operator.build_spec()
-    assert spec == config.spec(onto=spec)  # every run field is the configuration's
+    mine = config.options(onto=operator.options).spec(runtime=config.runtime)
+    assert spec == mine  # every run field is the configuration's, the others the operator's
     assert (spec.elastic_timeout_seconds, spec.queue_name, spec.max_slice_restarts) == (400, None, 5)
-    assert operator.budgets == config.budgets(elastic_timeout_seconds=400.0, max_pods_ready_evictions=3)
+    assert spec.stall_timeout_seconds == 480.0
+    assert operator.policy_budgets == config.options(onto=operator.options).policy_budgets()
+    assert operator.policy_budgets.max_pods_ready_evictions == 3  # the operator's (the form has none)
 
 
 def test_a_rule_of_the_run_is_the_spec_lints_named_by_the_param(tmp_path: Path) -> None:

@@ -36,6 +36,6 @@ def test_the_pretrain_stage_gets_them(tmp_path: Path, monkeypatch: pytest.Monkey
         lambda self, context, jinja_env=None: None,
     )
     operator.render_template_fields({})  # type: ignore[arg-type]
-    assert operator.checkpoint_period == AUTO_PERIOD and operator.auto_period
+    assert operator.training.checkpoint_period == AUTO_PERIOD and operator.auto_period
     assert operator.auto_fallback_period == config.checkpoint_period
-    assert operator.avoid_failing_node_pools is True
+    assert operator.history.avoid_failing_node_pools is True

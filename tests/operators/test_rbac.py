@@ -199,7 +199,7 @@ def test_kueues_configuration_is_read_only_with_the_opt_in_role_and_its_file_is_
     opt-in Role (deploy/rbac-kueue-config.yaml) the same read returns Kueue's waitForPodsReady."""
     from kubernetes import utils
 
-    from elastic_training.operators import ElasticJobSetOperator
+    from elastic_training.operators import Capacity, ElasticJobSetOperator, Scale, Training
     from elastic_training.operators.kueue_config import from_config_map
     from elastic_training.operators.rbac import kueue_config_reader_manifests
 
@@ -211,14 +211,12 @@ def test_kueues_configuration_is_read_only_with_the_opt_in_role_and_its_file_is_
 
     operator = ElasticJobSetOperator(
         task_id="pretrain",
-        run_name="kueue-config-read",
-        base_output_directory="/tmp/unused",
-        steps=20,
-        checkpoint_period=5,
-        num_slices=2,
+        training=Training(
+            run_name="kueue-config-read", base_output_directory="/tmp/unused", steps=20, checkpoint_period=5
+        ),
+        scale=Scale(num_slices=2),
+        capacity=Capacity(queue_name="multislice-queue", kueue_recovery_timeout=120.0),
         runtime="local",
-        queue_name="multislice-queue",
-        kueue_recovery_timeout=120.0,
     )
     refused = operator._pods_ready_timeouts()  # 403: the operators' options stand in
     assert refused is not None and refused.source.startswith("the task's kueue_pods_ready_timeout")

@@ -80,18 +80,19 @@ def _smoke_dag(folder: Path, base: Path) -> None:
         textwrap.dedent(
             f"""\
             from airflow.sdk import DAG
-            from elastic_training.operators import ElasticJobSetOperator
+            from elastic_training.operators import ElasticJobSetOperator, Scale, Training
 
             with DAG({SMOKE!r}, schedule=None, tags=["test"]) as dag:
                 ElasticJobSetOperator(
                     task_id="pretrain",
-                    run_name="launcher-smoke",
-                    base_output_directory={str(base)!r},
-                    steps=40,
-                    checkpoint_period=10,
-                    num_slices=2,
+                    training=Training(
+                        run_name="launcher-smoke",
+                        base_output_directory={str(base)!r},
+                        steps=40,
+                        checkpoint_period=10,
+                    ),
+                    scale=Scale(num_slices=2),
                     runtime="local",
-                    maxtext_args={{}},
                     deferrable=True,
                     poll_interval=1.0,
                 )

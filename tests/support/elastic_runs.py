@@ -3,6 +3,7 @@ the tests read back from the local cluster (a run's JobSets, the head's log) and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,17 +11,19 @@ from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
+from elastic_training.operators.options import GROUPS, flat_names
 from tests.support.airflow_dags import dag_from_source
 
 HEADER = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from elastic_training.operators import ElasticJobSetOperator
+from elastic_training.operators import Budgets, Capacity, ElasticJobSetOperator, History, Scale, Training
 """
 
 
 def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
-    """A one-task DAG running a short elastic local run; ``overrides`` replace operator arguments."""
+    """A one-task DAG running a short elastic local run; ``overrides`` replace operator arguments, a group's field
+    by its name (``max_slice_restarts=0``), written in its group in the DAG file (``budgets=Budgets(...)``)."""
     arguments: dict[str, Any] = {
         "run_name": dag_id.replace("_", "-"),
         "base_output_directory": str(base),
@@ -35,7 +38,12 @@ def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
         "poll_interval": 1.0,
     }
     arguments.update(overrides)
-    rendered = ",\n        ".join(f"{k}={v}" if k in _CODE else f"{k}={v!r}" for k, v in arguments.items())
+    fields, top = split_into_groups(arguments)
+    made = [
+        f"{group}={GROUPS[group].__name__}({', '.join(_written(k, v) for k, v in values.items())})"
+        for group, values in fields.items()
+    ]
+    rendered = ",\n            ".join([*made, *(_written(k, v) for k, v in top.items())])
     body = f"""
     with DAG({dag_id!r}, schedule=None) as dag:
         ElasticJobSetOperator(
@@ -53,6 +61,30 @@ def elastic_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
 # Arguments written as code in the DAG file rather than as literals (``alerts``: e.g. "[FileNotifier(path=...)]",
 # "Alerts((FileNotifier(path=...),), queued_after=10)").
 _CODE = {"stall_timeout", "startup_timeout", "slice_restart_window", "alerts"}
+
+
+def _written(key: str, value: Any) -> str:
+    return f"{key}={value}" if key in _CODE else f"{key}={value!r}"
+
+
+def split_into_groups(arguments: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Operator arguments spelled flat (``max_slice_restarts=0``) as ``({group: {field: value}}, the others)``."""
+    names = flat_names()
+    fields: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for key, value in arguments.items():
+        if key in names:
+            group, field = names[key]
+            fields.setdefault(group, {})[field] = value
+        else:
+            top[key] = value
+    return fields, top
+
+
+def in_groups(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``ElasticJobSetOperator`` keyword arguments with the flat ones made into their option groups."""
+    fields, top = split_into_groups(arguments)
+    return {**top, **{group: GROUPS[group](**values) for group, values in fields.items()}}
 
 
 def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:

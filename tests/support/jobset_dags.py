@@ -6,10 +6,15 @@ from typing import Any
 
 from tests.support.airflow_dags import dag_from_source
 
-HEADER = "from airflow.sdk import DAG\nfrom operators import JobSetOperator"
+HEADER = "from airflow.sdk import DAG\nfrom operators import Capacity, JobSetOperator"
+# JobSetOperator's Kueue arguments, written in its Capacity group.
+_CAPACITY = ("queue_name", "workload_priority_class", "queue_timeout")
 
 
 def one_job_dag(dag_id: str, command: list[str], **extra: Any) -> Any:
+    capacity = ", ".join(f"{k}={extra.pop(k)!r}" for k in _CAPACITY if k in extra)
+    if capacity:
+        extra["capacity"] = _Code(f"Capacity({capacity})")
     arguments = ", ".join(f"{k}={v!r}" for k, v in extra.items())
     body = f"""
     with DAG({dag_id!r}, schedule=None) as dag:
@@ -19,3 +24,10 @@ def one_job_dag(dag_id: str, command: list[str], **extra: Any) -> Any:
         )
     """
     return dag_from_source(dag_id, body, HEADER)
+
+
+class _Code(str):
+    """Text written into the DAG file as code, not as a string literal."""
+
+    def __repr__(self) -> str:
+        return str(self)

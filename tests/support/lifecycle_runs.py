@@ -25,6 +25,7 @@ from elastic_training.operators.constants import (
     JOBSET_VERSION,
 )
 from elastic_training.operators.run_state import STATE_KEY
+from tests.support.elastic_runs import in_groups
 
 DAG_ID = "lifecycle_dag"
 
@@ -111,7 +112,7 @@ def _elastic(tmp_path: Path | str, run_name: str, **kwargs: Any) -> ElasticJobSe
         "max_full_restarts": 1,
     }
     arguments.update(kwargs)
-    return ElasticJobSetOperator(**arguments)
+    return ElasticJobSetOperator(**in_groups(arguments))
 
 
 def _stored(name: str, uid: str | None, **more: Any) -> _StateStore:
