@@ -371,7 +371,8 @@ def grouped(
     groups: Mapping[str, type[OptionGroup]] = GROUPS,
     stacklevel: int = 3,
 ) -> dict[str, OptionGroup | None]:
-    """The groups of ``given``, with the deprecated flat keyword arguments of ``flat`` (popped from it) folded in.
+    """The groups of ``given``, with the deprecated flat keyword arguments of ``flat`` (popped from it) folded in,
+    and those of its ``default_args`` (a DAG's, as Airflow passes them) for a group the call does not give.
 
     A flat argument whose group is given too is refused (`TypeError`: which value would win is anyone's guess);
     the rest make their group (its defaults for the fields not named) and one
@@ -379,6 +380,12 @@ def grouped(
     stays ``None``.
     """
     names = flat_names(groups)
+    # Airflow fills only the constructor's parameters from a DAG's default_args (the Task SDK's apply_defaults),
+    # and the flat names are none: read them there too, or a DAG that set one there would silently lose it. A
+    # default yields to the call: to its own flat argument, and to the group it gives.
+    for name, value in dict(flat.get("default_args") or {}).items():
+        if name in names and name not in flat and given.get(names[name][0]) is None:
+            flat[name] = value
     used = {name: flat.pop(name) for name in list(flat) if name in names}
     if not used:
         return dict(given)

@@ -183,6 +183,25 @@ def test_a_flat_argument_of_another_group_goes_with_a_group() -> None:
     assert operator.capacity == Capacity(queue_name="q") and operator.budgets == Budgets(max_full_restarts=1)
 
 
+def test_a_dags_default_args_with_flat_names_still_apply_to_the_groups_not_given() -> None:
+    """Airflow fills only the constructor's parameters from ``default_args``; the flat names are none, so they
+    would be silently dropped: they go into a group the task does not give (with the warning), never over one."""
+    from airflow.sdk import DAG
+
+    defaults = {"max_full_restarts": 4, "queue_name": "team", "retries": 1}
+    with DAG("defaults", schedule=None, default_args=defaults):
+        with pytest.warns(ElasticTrainingDeprecationWarning, match=r"max_full_restarts=4 → budgets=Budgets"):
+            flat = ElasticJobSetOperator(task_id="flat", training=TRAINING, scale=SCALE)
+        with pytest.warns(ElasticTrainingDeprecationWarning, match=r"queue_name=.team. → capacity"):
+            given = ElasticJobSetOperator(
+                task_id="given", training=TRAINING, scale=SCALE, budgets=Budgets(max_full_restarts=1)
+            )
+    assert flat.budgets == Budgets(max_full_restarts=4) and flat.capacity == Capacity(queue_name="team")
+    assert flat.retries == 1  # Airflow's own default_args as ever
+    assert given.budgets == Budgets(max_full_restarts=1)  # the group given wins over the default
+    assert given.capacity == Capacity(queue_name="team")
+
+
 def test_missing_or_mistaken_groups_are_named() -> None:
     with pytest.raises(TypeError, match=r"^ElasticJobSetOperator needs training=Training\(run_name=\.\.\."):
         ElasticJobSetOperator(task_id="t", scale=SCALE)
