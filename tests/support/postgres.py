@@ -6,6 +6,11 @@
 - ``postgres_database(server, prefix)``: a new, empty database; returns its name (``server.url(name)`` is its
   SQLAlchemy URL, ``server.url(name, "asyncpg")`` the async one Airflow derives).
 - ``postgres_url`` (function scope): a fresh database per test, as a ``postgresql+psycopg2://`` URL.
+- ``migrated_airflow_database(server, prefix)``: a new database with Airflow's schema (``airflow db migrate`` in a
+  process of its own); returns its URL, for the ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` of the processes a test starts.
+- ``airflow_sessions_on(url)``: while inside, this test process's Airflow sessions (``create_session``, the models'
+  ``provide_session``) use ``url`` instead of the worker's SQLite: the test's own set-up and reads of what its
+  processes wrote on PostgreSQL.
 
 Run by root, the server runs as ``nobody`` (PostgreSQL refuses root), which must reach its data directory:
 ``reachable_dir()`` is a temporary directory others may enter (but not list), outside pytest's 0700 tmp tree.
@@ -16,8 +21,11 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,6 +47,37 @@ def postgres_database(server: RunningPostgres, prefix: str = "test") -> str:
     name = f"{prefix}_{os.getpid()}_{next(_names)}"
     server.create_database(name)
     return name
+
+
+def migrated_airflow_database(server: RunningPostgres, prefix: str = "airflow") -> str:
+    """A new database on ``server`` with Airflow's schema; returns its SQLAlchemy URL."""
+    url = server.url(postgres_database(server, prefix))
+    env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return url
+
+
+@contextmanager
+def airflow_sessions_on(url: str) -> Iterator[None]:
+    """This process's Airflow sessions on the database ``url`` while inside, the worker's own again after."""
+    from airflow import settings
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import scoped_session, sessionmaker
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool)  # no connection outlives the block
+    saved = (settings.engine, settings.NonScopedSession, settings.Session)
+    maker = sessionmaker(engine, autoflush=False, expire_on_commit=False)
+    settings.engine, settings.NonScopedSession, settings.Session = engine, maker, scoped_session(maker)
+    try:
+        yield
+    finally:
+        settings.Session.remove()
+        settings.engine, settings.NonScopedSession, settings.Session = saved
+        engine.dispose()
 
 
 @pytest.fixture(scope="session")
