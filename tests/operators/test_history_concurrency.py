@@ -15,9 +15,6 @@ layout of earlier releases, so both writers also move it at once.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,7 @@ from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.history_store import is_run_key
 from tests.support.airflow_dags import dag_from_source
 from tests.support.history_variables import stored_history
-from tests.support.postgres import airflow_sessions_on, migrated_airflow_database
+from tests.support.postgres import DAG_TEST, airflow_process, airflow_sessions_on, migrated_airflow_database
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -83,16 +80,6 @@ class HistoryWriter(BaseOperator):
         return {"recorded": written.history is not None, "notes": list(written.notes)}
 """
 
-RUNNER = """\
-import importlib.util, json, sys
-
-spec = importlib.util.spec_from_file_location("writer_dag", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-dag_run = module.dag.test()
-print("STATE " + json.dumps(str(dag_run.state)))
-"""
-
 
 @pytest.fixture(scope="module")
 def history_db(postgres_server: RunningPostgres) -> str:
@@ -119,7 +106,7 @@ def test_two_task_processes_writing_at_once_are_both_recorded(history_db: str, t
     # database, and two syncs at once collide on inserting the same DAG rows (not what this test is about).
     processes = []
     for path, dag_id in zip(files, WRITERS, strict=True):
-        processes.append(start(path, tmp_path / f"{dag_id}.out", history_db))
+        processes.append(airflow_process(DAG_TEST, path, tmp_path / f"{dag_id}.out", history_db))
         wait_for(
             lambda: (tmp_path / f"started-{dag_id}").exists() or processes[-1].poll() is not None,  # noqa: B023
             timeout=DEADLINE_SECONDS,
@@ -138,21 +125,6 @@ def test_two_task_processes_writing_at_once_are_both_recorded(history_db: str, t
     assert sorted(r.run_id for r in history.runs) == sorted(["earlier", *WRITERS])
     assert KEY not in names  # the single value moved, once its run was listed as a record of its own
     assert len([n for n in names if is_run_key(KEY, n)]) == 3
-
-
-def start(path: str, output: Path, database: str) -> subprocess.Popen[bytes]:
-    """``dag.test()`` of the DAG file ``path`` in a process of its own, on ``database``, with this session's other
-    Airflow settings."""
-    from airflow.configuration import conf
-
-    # Unit-test mode makes a Fernet key per process: without this one, neither could read what the other wrote.
-    env = {
-        **os.environ,
-        "AIRFLOW__CORE__FERNET_KEY": conf.get("core", "fernet_key"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
-    }
-    with output.open("wb") as sink:
-        return subprocess.Popen([sys.executable, "-c", RUNNER, path], stdout=sink, stderr=subprocess.STDOUT, env=env)
 
 
 def _set(key: str, value: str) -> None:

@@ -25,9 +25,6 @@ reads the new try's state and its save replaces it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +33,7 @@ import pytest
 from elastic_training.cli.postgres import RunningPostgres
 from elastic_training.operators.run_state import STATE_KEY
 from tests.support.airflow_dags import dag_from_source
-from tests.support.postgres import airflow_sessions_on, migrated_airflow_database
+from tests.support.postgres import DAG_TEST, airflow_process, airflow_sessions_on, migrated_airflow_database
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -91,16 +88,6 @@ class StateWriter(BaseOperator):
         return seen
 """
 
-FIRST = """\
-import importlib.util, json, sys
-
-spec = importlib.util.spec_from_file_location("state_dag", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-dag_run = module.dag.test()
-print("STATE " + json.dumps(str(dag_run.state)))
-"""
-
 # The try after the clear, started as dag.test() starts a task (the API wants it QUEUED), after the scheduler's
 # step: a cleared task instance's next try has the next try number.
 SECOND = """\
@@ -141,7 +128,7 @@ def test_a_cleared_try_never_overwrites_the_state_of_the_try_after_it(state_db: 
     dag_from_source(DAG_ID, body, HEADER)
     path = str(Path(_dags_folder()) / f"{DAG_ID}.py")
 
-    first = _start(FIRST, path, tmp_path / "first.out", state_db)
+    first = airflow_process(DAG_TEST, path, tmp_path / "first.out", state_db)
     wait_for(lambda: (barrier / "first-saved").exists() or first.poll() is not None, timeout=DEADLINE_SECONDS)
     assert (barrier / "first-saved").exists(), (tmp_path / "first.out").read_text(errors="replace")[-4000:]
     with airflow_sessions_on(state_db):
@@ -149,7 +136,7 @@ def test_a_cleared_try_never_overwrites_the_state_of_the_try_after_it(state_db: 
         _clear()  # what the UI's Clear does to a running task instance
     assert before is not None and before["jobset_name"] == "train-r0", before
 
-    second = _start(SECOND, path, tmp_path / "second.out", state_db)
+    second = airflow_process(SECOND, path, tmp_path / "second.out", state_db)
     second.wait(timeout=DEADLINE_SECONDS + 300)
     second_output = (tmp_path / "second.out").read_text(errors="replace")
     assert second.returncode == 0 and 'STATE "success"' in second_output, second_output[-4000:]
@@ -177,20 +164,6 @@ def test_a_cleared_try_never_overwrites_the_state_of_the_try_after_it(state_db: 
         1,
         False,
     ), after
-
-
-def _start(script: str, path: str, output: Path, database: str) -> subprocess.Popen[bytes]:
-    """``script`` on the DAG file ``path`` in a process of its own, on ``database``, with this session's other
-    Airflow settings (the Fernet key too: unit-test mode makes one per process)."""
-    from airflow.configuration import conf
-
-    env = {
-        **os.environ,
-        "AIRFLOW__CORE__FERNET_KEY": conf.get("core", "fernet_key"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
-    }
-    with output.open("wb") as sink:
-        return subprocess.Popen([sys.executable, "-c", script, path], stdout=sink, stderr=subprocess.STDOUT, env=env)
 
 
 def _clear() -> None:

@@ -8,6 +8,9 @@
 - ``postgres_url`` (function scope): a fresh database per test, as a ``postgresql+psycopg2://`` URL.
 - ``migrated_airflow_database(server, prefix)``: a new database with Airflow's schema (``airflow db migrate`` in a
   process of its own); returns its URL, for the ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` of the processes a test starts.
+- ``airflow_process(script, path, output, url)``: ``python -c script path`` on the database ``url`` with this
+  session's other Airflow settings and its Fernet key; ``DAG_TEST`` is the script that runs ``dag.test()`` of the
+  DAG file ``path`` and prints ``STATE "<state>"``.
 - ``airflow_sessions_on(url)``: while inside, this test process's Airflow sessions (``create_session``, the models'
   ``provide_session``) use ``url`` instead of the worker's SQLite: the test's own set-up and reads of what its
   processes wrote on PostgreSQL.
@@ -33,6 +36,15 @@ import pytest
 from elastic_training.cli.postgres import EmbeddedPostgres, RunningPostgres
 
 _names = itertools.count(1)
+DAG_TEST = """\
+import importlib.util, json, sys
+
+spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+dag_run = module.dag.test()
+print("STATE " + json.dumps(str(dag_run.state)))
+"""
 
 
 def reachable_dir(prefix: str = "elastic-training-pg-") -> Path:
@@ -58,6 +70,20 @@ def migrated_airflow_database(server: RunningPostgres, prefix: str = "airflow") 
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return url
+
+
+def airflow_process(script: str, path: str, output: Path, url: str) -> subprocess.Popen[bytes]:
+    """``script`` on ``path`` in a process of its own on the database ``url``, its output in ``output``."""
+    from airflow.configuration import conf
+
+    # Unit-test mode makes a Fernet key per process: without this one, neither could read what the other wrote.
+    env = {
+        **os.environ,
+        "AIRFLOW__CORE__FERNET_KEY": conf.get("core", "fernet_key"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
+    }
+    with output.open("wb") as sink:
+        return subprocess.Popen([sys.executable, "-c", script, path], stdout=sink, stderr=subprocess.STDOUT, env=env)
 
 
 @contextmanager
