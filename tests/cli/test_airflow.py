@@ -124,6 +124,10 @@ def test_a_cleared_elastic_task_whose_trigger_fires_at_once_resumes_once_on_its_
     no second JobSet with the task's labels). Two HA triggerers taking one trigger is not the race tested: Airflow
     assigns a trigger under ``SELECT ... FOR UPDATE SKIP LOCKED`` and, were it run twice, ``submit_event`` only
     resumes a task instance still deferred on it.
+
+    Upstream saw the failure with a scheduler busy with hundreds of deferred tasks (apache/airflow#72716): with one
+    task here, the stack with ``defer_settle_seconds=0`` resumed once and succeeded in 9 clears out of 9, so this
+    guards the path (a second resume, a third try or a second JobSet fails it) rather than meeting the race each run.
     """
     from kubernetes import client, config
 
