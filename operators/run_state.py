@@ -4,6 +4,14 @@ The entry ``elastic_run`` holds the incarnation watched now (JobSet name and uid
 :class:`~operators.observations.MonitorState`), the full restarts used and this try's share of them, whether an
 escalation is half done, and the escalations and closed incarnations the run report is built from. Pure: no
 Airflow import at run time, so the plugin reads the same key and shape without the Task SDK.
+
+The store is written whole, last writer wins (Airflow 3.3's ``airflow/state/metastore.py`` upserts the row). Two
+tries of one task instance can run at once: a task cleared while it runs gets a new task-instance id at once
+(``clear_task_instances``) and the next try may start before the old process's heartbeat stops it. Airflow's
+execution API scopes every store call by the caller's id (``execution_api/routes/task_state_store.py``), so the old
+try's writes are refused with a 404 and its reads find nothing; :meth:`RunState.save` turns that refusal into
+:class:`StateRefused`, which stops the old try before it acts on the cluster again
+(tests/operators/test_run_state_concurrency.py).
 """
 
 from __future__ import annotations
@@ -21,6 +29,11 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 STATE_KEY = "elastic_run"
+NOT_FOUND = 404
+
+
+class StateRefused(RuntimeError):
+    """The task state store refused this try's write: its task instance was cleared or retried while it ran."""
 
 
 class RunState:
@@ -62,6 +75,18 @@ class RunState:
         store = context.get("task_state_store")
         if store is None:
             return
+        try:
+            self._set(store)
+        except Exception as error:
+            if getattr(getattr(error, "response", None), "status_code", None) != NOT_FOUND:
+                raise
+            raise StateRefused(
+                f"the task state store refused {STATE_KEY!r} of {self.dag_id}.{self.task_id} (run {self.run_id}, "
+                f"map index {self.map_index}): this try's task instance is gone (cleared or retried while it ran; "
+                "HTTP 404), so this try stops here and the next one goes on from the state stored"
+            ) from error
+
+    def _set(self, store: Any) -> None:
         store.set(
             STATE_KEY,
             cast(

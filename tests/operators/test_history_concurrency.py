@@ -1,10 +1,11 @@
 """Two task processes writing one failure history at once, through the real Task SDK path, both recorded.
 
 Two DAGs name the same ``failure_history_key`` (what docs/operators.md suggests for a drill DAG beside the nightly
-one); each is run by ``dag.test()`` in a process of its own, against the test session's metadata database (its
-``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``: SQLite today, PostgreSQL unchanged once the suite's stacks run on it).
-Each task calls :func:`operators.history_store.record_run`, whose ``Variable`` calls go through Airflow's own
-supervisor (``InProcessTestSupervisor``) and execution API to the database.
+one); each is run by ``dag.test()`` in a process of its own, on PostgreSQL (a database of this module's on the
+session's server, ``tests/support/postgres.py``): the database teams run, where two writers really write at once
+(SQLite serialises every write, so a lost update between read and write could hide there). Each task calls
+:func:`operators.history_store.record_run`, whose ``Variable`` calls go through Airflow's own supervisor
+(``InProcessTestSupervisor``) and execution API to the database.
 
 The worst interleaving is forced, not hoped for: each task's ``SUPERVISOR_COMMS`` is wrapped so that its first
 ``PutVariable`` waits until the other task has reached its own, i.e. both have read the history before either
@@ -14,17 +15,16 @@ layout of earlier releases, so both writers also move it at once.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from elastic_training.cli.postgres import RunningPostgres
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.history_store import is_run_key
 from tests.support.airflow_dags import dag_from_source
 from tests.support.history_variables import stored_history
+from tests.support.postgres import DAG_TEST, airflow_process, airflow_sessions_on, migrated_airflow_database
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -80,24 +80,17 @@ class HistoryWriter(BaseOperator):
         return {"recorded": written.history is not None, "notes": list(written.notes)}
 """
 
-RUNNER = """\
-import importlib.util, json, sys
 
-spec = importlib.util.spec_from_file_location("writer_dag", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-dag_run = module.dag.test()
-print("STATE " + json.dumps(str(dag_run.state)))
-"""
+@pytest.fixture(scope="module")
+def history_db(postgres_server: RunningPostgres) -> str:
+    """This module's metadata database on the session's PostgreSQL server, migrated once."""
+    return migrated_airflow_database(postgres_server, "history")
 
 
-def test_two_task_processes_writing_at_once_are_both_recorded(airflow_db: None, tmp_path: Path) -> None:
-    from airflow.models import Variable
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
+def test_two_task_processes_writing_at_once_are_both_recorded(history_db: str, tmp_path: Path) -> None:
     earlier = FailureHistory((RunRecord(run_id="earlier", ended_at=1_796_000_000.0, pools=("tpu-b",), slices=1),))
-    Variable.set(KEY, earlier.render())  # as a release before per-run records left it
+    with airflow_sessions_on(history_db):
+        _set(KEY, earlier.render())  # as a release before per-run records left it
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     files = []
@@ -113,7 +106,7 @@ def test_two_task_processes_writing_at_once_are_both_recorded(airflow_db: None, 
     # database, and two syncs at once collide on inserting the same DAG rows (not what this test is about).
     processes = []
     for path, dag_id in zip(files, WRITERS, strict=True):
-        processes.append(start(path, tmp_path / f"{dag_id}.out"))
+        processes.append(airflow_process(DAG_TEST, path, tmp_path / f"{dag_id}.out", history_db))
         wait_for(
             lambda: (tmp_path / f"started-{dag_id}").exists() or processes[-1].poll() is not None,  # noqa: B023
             timeout=DEADLINE_SECONDS,
@@ -123,26 +116,30 @@ def test_two_task_processes_writing_at_once_are_both_recorded(airflow_db: None, 
     outputs = [(tmp_path / f"{dag_id}.out").read_text(errors="replace") for dag_id in WRITERS]
     for process, output in zip(processes, outputs, strict=True):
         assert process.returncode == 0 and 'STATE "success"' in output, output[-4000:]
-    returned = {dag_id: _returned(dag_id) for dag_id in WRITERS}
+    with airflow_sessions_on(history_db):
+        returned = {dag_id: _returned(dag_id) for dag_id in WRITERS}
+        history = stored_history(KEY)
+        names = _names_from(KEY)
     assert all(r["recorded"] is True for r in returned.values()), returned
     assert sorted(p.name for p in barrier.iterdir()) == sorted(WRITERS)  # both met between read and write
-
-    history = stored_history(KEY)
     assert sorted(r.run_id for r in history.runs) == sorted(["earlier", *WRITERS])
-    with create_session() as session:
-        names = set(session.scalars(select(Variable.key).where(Variable.key.startswith(KEY))))
     assert KEY not in names  # the single value moved, once its run was listed as a record of its own
     assert len([n for n in names if is_run_key(KEY, n)]) == 3
 
 
-def start(path: str, output: Path) -> subprocess.Popen[bytes]:
-    """``dag.test()`` of the DAG file ``path`` in a process of its own, with this session's Airflow settings."""
-    from airflow.configuration import conf
+def _set(key: str, value: str) -> None:
+    from airflow.models import Variable
 
-    # Unit-test mode makes a Fernet key per process: without this one, neither could read what the other wrote.
-    env = {**os.environ, "AIRFLOW__CORE__FERNET_KEY": conf.get("core", "fernet_key")}
-    with output.open("wb") as sink:
-        return subprocess.Popen([sys.executable, "-c", RUNNER, path], stdout=sink, stderr=subprocess.STDOUT, env=env)
+    Variable.set(key, value)
+
+
+def _names_from(key: str) -> set[str]:
+    from airflow.models import Variable
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return set(session.scalars(select(Variable.key).where(Variable.key.startswith(key))))
 
 
 def _dags_folder() -> str:

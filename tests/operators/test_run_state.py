@@ -7,7 +7,9 @@ import sys
 from types import SimpleNamespace
 from typing import Any, cast
 
-from elastic_training.operators.run_state import STATE_KEY, RunState
+import pytest
+
+from elastic_training.operators.run_state import STATE_KEY, RunState, StateRefused
 
 
 class _Store(dict[str, Any]):
@@ -36,3 +38,26 @@ def test_saved_state_loads_back() -> None:
     again = RunState.load(context)
     assert store[STATE_KEY]["full_restarts"] == 2 and again.budget_used == 1
     assert [i.jobset_name for i in again.incarnations()] == ["run-a"] and again.escalations == [{"reason": "stalled"}]
+
+
+class _Refusing:
+    """A store whose writes fail as the Task SDK's client raises an execution API answer (``.response``)."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def set(self, key: str, value: Any) -> None:
+        error = RuntimeError("Server returned error")
+        error.response = SimpleNamespace(status_code=self.status)  # type: ignore[attr-defined]
+        raise error
+
+
+def test_a_refused_write_says_the_try_is_gone_and_other_errors_pass_unchanged() -> None:
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=2)
+    gone = cast(Any, {"ti": ti, "task_state_store": _Refusing(404)})
+    with pytest.raises(StateRefused, match=r"'elastic_run' of d\.t \(run r, map index 2\).*cleared or retried"):
+        RunState.load(cast(Any, {"ti": ti})).save(gone)
+    broken = cast(Any, {"ti": ti, "task_state_store": _Refusing(500)})
+    with pytest.raises(RuntimeError, match=r"^Server returned error$") as raised:
+        RunState.load(cast(Any, {"ti": ti})).save(broken)
+    assert type(raised.value) is RuntimeError  # not a refusal: the store's own error, as it was

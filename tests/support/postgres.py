@@ -6,6 +6,14 @@
 - ``postgres_database(server, prefix)``: a new, empty database; returns its name (``server.url(name)`` is its
   SQLAlchemy URL, ``server.url(name, "asyncpg")`` the async one Airflow derives).
 - ``postgres_url`` (function scope): a fresh database per test, as a ``postgresql+psycopg2://`` URL.
+- ``migrated_airflow_database(server, prefix)``: a new database with Airflow's schema (``airflow db migrate`` in a
+  process of its own); returns its URL, for the ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` of the processes a test starts.
+- ``airflow_process(script, path, output, url)``: ``python -c script path`` on the database ``url`` with this
+  session's other Airflow settings and its Fernet key; ``DAG_TEST`` is the script that runs ``dag.test()`` of the
+  DAG file ``path`` and prints ``STATE "<state>"``.
+- ``airflow_sessions_on(url)``: while inside, this test process's Airflow sessions (``create_session``, the models'
+  ``provide_session``) use ``url`` instead of the worker's SQLite: the test's own set-up and reads of what its
+  processes wrote on PostgreSQL.
 
 Run by root, the server runs as ``nobody`` (PostgreSQL refuses root), which must reach its data directory:
 ``reachable_dir()`` is a temporary directory others may enter (but not list), outside pytest's 0700 tmp tree.
@@ -16,8 +24,11 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +36,15 @@ import pytest
 from elastic_training.cli.postgres import EmbeddedPostgres, RunningPostgres
 
 _names = itertools.count(1)
+DAG_TEST = """\
+import importlib.util, json, sys
+
+spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+dag_run = module.dag.test()
+print("STATE " + json.dumps(str(dag_run.state)))
+"""
 
 
 def reachable_dir(prefix: str = "elastic-training-pg-") -> Path:
@@ -39,6 +59,51 @@ def postgres_database(server: RunningPostgres, prefix: str = "test") -> str:
     name = f"{prefix}_{os.getpid()}_{next(_names)}"
     server.create_database(name)
     return name
+
+
+def migrated_airflow_database(server: RunningPostgres, prefix: str = "airflow") -> str:
+    """A new database on ``server`` with Airflow's schema; returns its SQLAlchemy URL."""
+    url = server.url(postgres_database(server, prefix))
+    env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return url
+
+
+def airflow_process(script: str, path: str, output: Path, url: str) -> subprocess.Popen[bytes]:
+    """``script`` on ``path`` in a process of its own on the database ``url``, its output in ``output``."""
+    from airflow.configuration import conf
+
+    # Unit-test mode makes a Fernet key per process: without this one, neither could read what the other wrote.
+    env = {
+        **os.environ,
+        "AIRFLOW__CORE__FERNET_KEY": conf.get("core", "fernet_key"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
+    }
+    with output.open("wb") as sink:
+        return subprocess.Popen([sys.executable, "-c", script, path], stdout=sink, stderr=subprocess.STDOUT, env=env)
+
+
+@contextmanager
+def airflow_sessions_on(url: str) -> Iterator[None]:
+    """This process's Airflow sessions on the database ``url`` while inside, the worker's own again after."""
+    from airflow import settings
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import scoped_session, sessionmaker
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool)  # no connection outlives the block
+    saved = (settings.engine, settings.NonScopedSession, settings.Session)
+    maker = sessionmaker(engine, autoflush=False, expire_on_commit=False)
+    settings.engine, settings.NonScopedSession, settings.Session = engine, maker, scoped_session(maker)
+    try:
+        yield
+    finally:
+        settings.Session.remove()
+        settings.engine, settings.NonScopedSession, settings.Session = saved
+        engine.dispose()
 
 
 @pytest.fixture(scope="session")
