@@ -17,7 +17,10 @@ to leave stops it, as a trigger ends with its deferral.
 A subscription yields what a hook's watch yields, narrowed to its JobSet: ``("SYNC", {"items": [...]})`` when it
 joins a listed watch and after every relist, then ``(type, object)`` per change. A watch that ends (a resource
 the cluster does not serve) ends every subscription; one that gives up (refused access) raises its error in every
-subscription, and the next subscriber starts a new one.
+subscription, and the next subscriber starts a new one. :meth:`SharedWatches.subscribers` counts each open
+watch's subscriptions and :meth:`SharedWatches.synced` names those whose list is done (client-go's
+``HasSynced``), read-only views for whoever runs the loop: how many streams it holds, and whether a watch is stuck
+listing.
 """
 
 from __future__ import annotations
@@ -230,6 +233,13 @@ class SharedWatches:
     def subscribers(self) -> dict[WatchKey, int]:
         """How many subscriptions each open watch serves."""
         return {key: sum(map(len, w.subscribers.values())) for key, w in self._watches.items()}
+
+    def synced(self) -> set[WatchKey]:
+        """The open watches whose list is done (client-go's ``HasSynced``): each of their subscriptions has been
+        given what the watch holds (its ``SYNC``, ahead of any later change), so nothing that happens from now on
+        misses a subscriber. An open watch not in it is still listing (an API server slow to answer, or refusing).
+        """
+        return {key for key, w in self._watches.items() if w.synced}
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedWatches] = weakref.WeakKeyDictionary()

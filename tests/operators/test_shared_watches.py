@@ -282,6 +282,32 @@ async def test_a_subscriber_that_leaves_does_not_stop_the_others(
     assert registry.subscribers() == {}, "the last subscriber to leave closed the watch"
 
 
+async def test_a_watch_is_synced_only_once_its_list_is_answered(
+    cluster_connection: LocalCluster, admin: client.ApiClient
+) -> None:
+    """``SharedWatches.synced()``, what a caller waits on before it acts on the cluster: not while the API server
+    refuses the list (503: retried, never given up), and once it answers, with the subscription given the list."""
+    create(admin, suspended_jobset("synced-a"))
+    registry = SharedWatches()
+    key = WatchKey("kubernetes_default", NAMESPACE, WatchKind.JOBSETS)
+    seen: list[tuple[str, Obj]] = []
+    cluster_connection.faults.fail_requests(503, path=rf"/namespaces/{NAMESPACE}/{JOBSET_PLURAL}$")
+    task = asyncio.create_task(collect(registry.subscribe(key, "synced-a"), seen))
+    try:
+        await wait_for("subscribed", lambda: registry.subscribers() == {key: 1})
+        await asyncio.sleep(1)  # a negative window: a refused list syncs nothing; load only shortens it
+        assert registry.synced() == set() and seen == []
+        cluster_connection.faults.clear()
+        await wait_for("synced", lambda: registry.synced() == {key} and seen)
+        assert seen[0][0] == "SYNC" and names_in(seen[0]) == ["synced-a"]
+    finally:
+        cluster_connection.faults.clear()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        delete(admin, "synced-a")
+    assert registry.synced() == set(), "a closed watch is not synced"
+
+
 async def test_a_relist_after_410_reaches_every_subscriber(
     cluster_connection: LocalCluster, admin: client.ApiClient
 ) -> None:

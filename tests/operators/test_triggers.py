@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from typing import Any
@@ -21,6 +22,7 @@ from elastic_training.operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.shared_watches import WatchKind, shared_watches
 from elastic_training.operators.triggers import JobSetTrigger
 from tests.support.trigger_runs import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
 
@@ -53,17 +55,20 @@ def test_serialize() -> None:
     assert rebuilt.serialize() == trigger.serialize()
 
 
-async def watches_open(cluster: LocalCluster, since: int, *resources: str) -> None:
-    """Until the trigger's watches of ``resources`` have reached the API server (its audit log records each at
-    ``RequestReceived``): each resumes from its list's resourceVersion, so no change after that is missed."""
-
-    def opened() -> bool:
-        return set(resources) <= {e.resource for e in cluster.audit_events(since) if e.verb == "watch"}
-
-    await wait_for(f"the trigger's watches of {', '.join(resources)}", opened)
+CHILD_KINDS = (WatchKind.JOBSETS, WatchKind.JOBS, WatchKind.PODS)  # watched by a running JobSet's trigger
 
 
-CHILD_WATCHES = ("jobsets", "jobs", "pods")  # what a trigger of a running JobSet watches before it judges a restart
+async def synced(*kinds: WatchKind) -> None:
+    """Until the test's loop (the triggerer's) watches ``kinds`` with their lists done: every subscription, the
+    trigger's, has been given what the cluster held (ahead of any later change), so no change from now on is
+    missed; true too of a trigger that joined watches another one had opened (no new request reaches the API
+    server, so its audit log cannot tell)."""
+
+    def done() -> bool:
+        watches = shared_watches()
+        return set(kinds) <= {key.kind for key in watches.synced() if watches.subscribers().get(key)}
+
+    await wait_for(f"the {', '.join(kinds)} watches synced", done)
 
 
 async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connection: LocalCluster) -> None:
@@ -92,19 +97,23 @@ async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connectio
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: running_worker(i)) for i in (0, 1)]
-        since = cluster_connection.audit_position()
         original = fresh_trigger(name, uid)
         watching = asyncio.create_task(first_event(original))
-        await watches_open(cluster_connection, since, *CHILD_WATCHES)
+        await synced(*CHILD_KINDS)
         cluster_connection.faults.delete_pod("default", first[0].metadata.name)  # restart 1: within budget
         await wait_for("slice 0 replaced", lambda: running_worker(0, first[0].metadata.uid))
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # a negative window: no decision on one restart; load only shortens it
         assert not watching.done(), "one restart is within the budget"
-        watching.cancel()  # the triggerer dies
+        watching.cancel()  # the triggerer dies, and its watches with it (the last subscriber closes each)
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        assert shared_watches().subscribers() == {}
 
         rebuilt = JobSetTrigger(**original.serialize()[1])  # a new triggerer: the kwargs saved at defer time
         watching = asyncio.create_task(first_event(rebuilt))
-        await asyncio.sleep(3)
+        # Ready once it holds what the cluster holds (the restart seen before the failover among it): a double
+        # count would decide on it, and shows in the final state below whenever it did.
+        await synced(*CHILD_KINDS)
         assert not watching.done(), "the restart seen before the failover is not counted twice"
         cluster_connection.faults.delete_pod("default", first[1].metadata.name)  # restart 2: over budget
         event = (await asyncio.wait_for(watching, timeout=60)).payload
@@ -148,10 +157,9 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
-        since = cluster_connection.audit_position()
         trigger = fresh_trigger(name, uid)
         watching = asyncio.create_task(first_event(trigger))
-        await watches_open(cluster_connection, since, *CHILD_WATCHES)
+        await synced(*CHILD_KINDS)
         # All 4 pods of slice 0 at once, as a host event takes its slice: one call, no grace period.
         core.delete_collection_namespaced_pod(
             "default",
@@ -160,7 +168,7 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
         )
         gone = frozenset(p.metadata.uid for p in first[0])
         await wait_for("slice 0 replaced", lambda: workers(0, not_uids=gone))
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # a negative window: no decision on one slice restart; load only shortens it
         assert not watching.done(), "4 pods of one slice are one slice restart, within the budget of 1"
         for pod in first[1]:  # all 4 of slice 1 killed: restarted in place
             cluster_connection.faults.signal_pod("default", pod.metadata.name, signal.SIGKILL)
@@ -215,11 +223,10 @@ async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_
         # Kubernetes dated the loss by now, however long a loaded cluster took to act on it: once this is more
         # than a window ago, the restart is out of the window.
         replaced_at = time.time()
-        await asyncio.sleep(max(0.0, replaced_at + window + 2 - time.time()))
+        await asyncio.sleep(max(0.0, replaced_at + window + 2 - time.time()))  # time passing is the point
 
-        since = cluster_connection.audit_position()
         watching = asyncio.create_task(first_event(JobSetTrigger(**deferred)))
-        await watches_open(cluster_connection, since, *CHILD_WATCHES)
+        await synced(*CHILD_KINDS)
         await asyncio.sleep(3)  # a window for a wrong decision on the old restart; load only shortens it
         assert not watching.done(), "a restart older than the window does not spend the budget after a rebuild"
         for pod in first[1][:1]:  # a new restart does
@@ -266,15 +273,14 @@ async def test_an_evicted_slice_spends_no_budget(cluster_connection: LocalCluste
 
     try:
         first = [await wait_for(f"slice {i} running", lambda i=i: workers(i)) for i in (0, 1)]
-        since = cluster_connection.audit_position()
         trigger = fresh_trigger(name, uid, budgets=BUDGETS | {"max_slice_restarts": 0})
         watching = asyncio.create_task(first_event(trigger))
-        await watches_open(cluster_connection, since, *CHILD_WATCHES)
+        await synced(*CHILD_KINDS)
         for pod in first[0]:
             cluster_connection.faults.evict_pod("default", pod.metadata.name)
         gone = frozenset(p.metadata.uid for p in first[0])
         await wait_for("slice 0 replaced", lambda: workers(0, gone))
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # a negative window: no decision on an eviction; load only shortens it
         assert not watching.done(), "an eviction spends no slice budget"
         cluster_connection.faults.delete_pod("default", first[1][0].metadata.name)
         event = (await asyncio.wait_for(watching, timeout=60)).payload
@@ -306,8 +312,8 @@ async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalClu
     trigger = JobSetTrigger(name=name, namespace="default", uid=uid, target_step=1, budgets=BUDGETS, poll_interval=0.5)
     try:
         watching = asyncio.create_task(first_event(trigger))
-        if deleted:
-            await asyncio.sleep(1)
+        if deleted:  # once it holds the JobSet, so that the deletion is a change it is told of, not a list
+            await synced(WatchKind.JOBSETS)
             custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
         event = (await asyncio.wait_for(watching, timeout=60)).payload
         assert event["reason"] == "jobset_missing"
