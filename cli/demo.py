@@ -9,7 +9,16 @@ form asks for a fault drill: a drill pod force-deletes one worker pod at a chose
 in-process, and the pipeline goes on to validate the checkpoint, evaluate it, gate on the loss, synthesize data
 and publish it. It prints progress lines while it runs and a report at the end (cli/demo_pipeline.py), then the
 metrics the operators sent: Airflow's ``[metrics]`` points at a StatsD server of this process
-(``local/statsd.py``), as a team's would point at theirs (docs/operations.md, "Metrics").
+(``local/statsd.py``), as a team's would point at theirs (docs/operations.md, "Metrics"); the alerts the run told:
+``[elastic_training] alert_notifier`` names ``local/alert_inbox.py``'s notifier, writing a file, where a team names
+the SMTP or Slack provider's ("Alerts"); and the OpenLineage events, when the provider is installed: ``[openlineage]
+transport`` is its file transport ("Lineage").
+
+Airflow runs outside the repository's root (its working directory is the work directory, the root is not on its
+``sys.path``): there the editable install's ``elastic_training.egg-info`` would be a second copy of the provider's
+plugin, and the Task SDK 1.3.2's plugin loader stops at a plugin name it has seen (apache/airflow
+``task-sdk/src/airflow/sdk/plugins_manager.py``, ``_get_plugins``' ``__register_plugins``: ``return`` where
+airflow-core's ``plugins_manager.py`` has ``continue``), so OpenLineage's plugin, listed after it, would not load.
 
 Airflow runs in a child process (its configuration is read from the environment at import, and must
 not leak into or from the caller); this process owns the cluster and the database server. Ctrl-C or a timeout
@@ -29,15 +38,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from elastic_training.local.statsd import StatsdServer
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = REPOSITORY / "dags"
+ALERTS_FILE = "alerts.jsonl"  # in the work directory: what local/alert_inbox.py's notifier was told
+LINEAGE_FILE = "openlineage.jsonl"  # in the work directory: the OpenLineage provider's file transport
+DEMO_NOTIFIER = "elastic_training.local.alert_inbox.InboxNotifier"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,6 +140,8 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
             code = 1
         say("stopping the local cluster and every pod it runs")
     say_metrics(statsd)
+    say_alerts(workdir / ALERTS_FILE)
+    say_lineage(workdir / LINEAGE_FILE)
     say(f"done in {time.monotonic() - started:.0f} s")
     return code
 
@@ -142,6 +158,53 @@ def say_metrics(statsd: StatsdServer) -> None:
     for metric in sent:
         where = metric.tags.get("task_id", "?")
         say(f"  {metric.name} {metric.value:g}{units.get(metric.kind, '')} ({where})")
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a file written one a line (none when it is missing; a torn line skipped)."""
+    found: list[dict[str, Any]] = []
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                found.append(record)
+    return found
+
+
+def say_alerts(path: Path) -> None:
+    """Which alert events the run told its notifier, and where a team's would go."""
+    told = [r["alert"] for r in _json_lines(path) if isinstance(r.get("alert"), dict)]
+    events = Counter(str(alert.get("event")) for alert in told)
+    what = ", ".join(f"{event} x{count}" for event, count in sorted(events.items())) or (
+        "none: no full restart, budget spent, preemption, eviction, long wait for admission or invalid checkpoint"
+    )
+    say(
+        f"alerts: {len(told)} told ({what}) to the demo's notifier, {DEMO_NOTIFIER} writing {path} "
+        "([elastic_training] alert_notifier; a team's own: the SMTP or Slack provider's notifier, "
+        'docs/operations.md "Alerts")'
+    )
+
+
+def say_lineage(path: Path) -> None:
+    """How many OpenLineage events the run sent, of which tasks, and where a team's would go."""
+    try:  # its metadata, not an import: importing Airflow here would read the caller's Airflow configuration
+        metadata.distribution("apache-airflow-providers-openlineage")
+    except metadata.PackageNotFoundError:
+        say("lineage: none sent (the OpenLineage provider is not installed: pip install 'elastic-training[lineage]')")
+        return
+    events = _json_lines(path)
+    completed = sorted(
+        {
+            str((e.get("job") or {}).get("name", "")).rpartition(".")[2]
+            for e in events
+            if e.get("eventType") == "COMPLETE"
+        }
+    )
+    say(
+        f"lineage: {len(events)} OpenLineage events (COMPLETE of {', '.join(completed) or 'no task'}) through the "
+        f"provider's file transport to {path} ([openlineage] transport; a team's own: e.g. Marquez over http, "
+        'docs/operations.md "Lineage")'
+    )
 
 
 @contextlib.contextmanager
@@ -179,7 +242,8 @@ def _run_pipeline(
     env = {**airflow_environment(workdir, kubeconfig, database_url), **statsd.airflow_environment()}
     command = [sys.executable, "-m", "elastic_training.cli.demo_pipeline", "--conf", json.dumps(conf)]
     command += ["--kubeconfig", str(kubeconfig), "--log", str(workdir / "airflow.log")]
-    child = subprocess.Popen(command, env=env, cwd=REPOSITORY, start_new_session=True)
+    # Not in the repository's root, nor with it on sys.path (the module docstring says why).
+    child = subprocess.Popen(command, env=env, cwd=workdir, start_new_session=True)
     try:
         return child.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -194,7 +258,8 @@ def _run_pipeline(
 
 def airflow_environment(workdir: Path, kubeconfig: Path, database_url: str | None = None) -> dict[str, str]:
     """A private Airflow: its own home and database (``database_url``, else a SQLite file in the home), the
-    repository's DAGs, the cluster as kubernetes_default."""
+    repository's DAGs, the cluster as kubernetes_default, alerts to the demo's notifier and OpenLineage events to a
+    file in ``workdir``."""
     home = workdir / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
@@ -211,8 +276,21 @@ def airflow_environment(workdir: Path, kubeconfig: Path, database_url: str | Non
         ),
         ELASTIC_TRAINING_DATA_DIR=str(workdir / "data"),
         JAX_PLATFORMS="cpu",
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPOSITORY), env.get("PYTHONPATH", "")) if p),
+        AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER=DEMO_NOTIFIER,
+        AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER_KWARGS=json.dumps({"path": str(workdir / ALERTS_FILE)}),
+        AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
+            {"type": "file", "log_file_path": str(workdir / LINEAGE_FILE), "append": True}
+        ),
+        AIRFLOW__OPENLINEAGE__NAMESPACE="elastic-training-demo",
+        # from a thread of the task's process, not a fork of it: dag.test() runs the trigger in another thread
+        AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD="True",
     )
+    # The installed package is what runs, never a second copy from the root (the module docstring says why).
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPOSITORY]
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    else:
+        env.pop("PYTHONPATH", None)
     return env
 
 

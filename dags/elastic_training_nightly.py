@@ -76,9 +76,9 @@ with DAG(
         asset_alias=f"checkpoints:{DAG_ID}",
         alerts=ALERTS,
     )
-    evaluate = StageJobSetOperator(task_id="evaluate", stage="evaluate", poll_interval=5.0)
+    evaluate = StageJobSetOperator(task_id="evaluate", stage="evaluate", poll_interval=5.0, alerts=ALERTS)
     gate = PythonOperator(task_id="gate_on_eval", python_callable=gate_on_eval)
-    synthesize = StageJobSetOperator(task_id="synthesize", stage="synthesize", poll_interval=5.0)
+    synthesize = StageJobSetOperator(task_id="synthesize", stage="synthesize", poll_interval=5.0, alerts=ALERTS)
     publish = PythonOperator(
         task_id="publish_synthetic_dataset",
         python_callable=publish_synthetic_dataset,

@@ -283,6 +283,14 @@ def next_news_at(state: MonitorState, seen: Seen, *, queued_after: float | None)
     return waiting_since + queued_after
 
 
+def tell_news(alerts: Alerts, context: Mapping[str, Any], state: MonitorState, seen: Seen, log: Any) -> Seen:
+    """Tell the notifiers what :func:`news` has since ``seen``; what was told then (for the state store)."""
+    now = time.time()
+    for alert in news(state, seen, now=now, queued_after=alerts.queued_after):
+        send(alerts, context, alert, log)
+    return told(state, seen, now=now, queued_after=alerts.queued_after)
+
+
 # -- the operators' alerts -------------------------------------------------------------------------------------
 
 

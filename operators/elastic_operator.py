@@ -651,10 +651,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         """What the trigger saw happen while it waited (preemptions, evictions, a long wait), told once."""
         if self.alerts is None:
             return
-        now, seen, after = time.time(), self._seen(run), self.alerts.queued_after
-        for alert in alerting.news(run.monitor, seen, now=now, queued_after=after):
-            self._alert(alert)
-        run.alerted = alerting.told(run.monitor, seen, now=now, queued_after=after).to_json()
+        run.alerted = alerting.tell_news(self.alerts, context, run.monitor, self._seen(run), self.log).to_json()
 
     def _read_checkpoints(self, spec: ElasticRunSpec) -> tuple[CheckpointReport | None, str | None]:
         """One read of the run's checkpoints, and why its answer is unknown (``None``: known)."""

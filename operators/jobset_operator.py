@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from elastic_training.operators import alerts as alerting
 from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.constants import LABEL_JOBSET_NAME
 from elastic_training.operators.images import enforce_allowed_images
@@ -78,6 +79,10 @@ class JobSetOperator(JobSetTaskOperator):
     :param keep_jobset_on_kill: leave the JobSet when the task is killed.
     :param deferrable: wait in the triggerer, holding no worker slot (the default), or block a worker.
     :param poll_interval: seconds between the trigger's timer checks.
+    :param alerts: Airflow notifiers (as the elastic operator's ``alerts``: one notifier, a list, or an
+        :class:`~operators.alerts.Alerts` with its ``queued_after``), told of a Kueue preemption, a wait for
+        admission past ``queued_after`` and a budget spent (``queue_timeout``, ``execution_timeout``): the task
+        fails (docs/operations.md, "Alerts"). A notifier's error is logged, never the stage's.
     :param capacity: the Kueue queue (:class:`~operators.options.Capacity`, as the elastic operator's):
         ``queue_name`` (the ``kueue.x-k8s.io/queue-name`` label; ``None``: none), ``workload_priority_class`` (the
         ``kueue.x-k8s.io/priority-class`` label) and ``queue_timeout``: how long one wait for Kueue's admission may
@@ -113,6 +118,7 @@ class JobSetOperator(JobSetTaskOperator):
         deferrable: bool = True,
         poll_interval: float = 10.0,
         capacity: Capacity | None = None,
+        alerts: Any = None,
         **kwargs: Any,
     ) -> None:
         _refuse_kubernetes_resources(kwargs.get("resources"))
@@ -139,6 +145,7 @@ class JobSetOperator(JobSetTaskOperator):
         self.keep_jobset_on_kill = keep_jobset_on_kill
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self.alerts = alerting.Alerts.of(alerts)
         if grouped_capacity is not None and not isinstance(grouped_capacity, Capacity):
             raise TypeError(f"{owner}: capacity must be a Capacity, got {shown(grouped_capacity)}")
         self.capacity = grouped_capacity or Capacity()
@@ -207,9 +214,12 @@ class JobSetOperator(JobSetTaskOperator):
         self._active = Handle(name, uid)
         context["ti"].xcom_push(key="jobset_name", value=name)
         context["ti"].xcom_push(key="namespace", value=self.namespace)
-        state = MonitorState(jobset_uid=uid, started_at=time.time()).to_json()
+        return self._wait(context, self._active, MonitorState(jobset_uid=uid, started_at=time.time()))
+
+    def _wait(self, context: Context, handle: Handle, state: MonitorState) -> Any:
         budgets = replace(_NO_BUDGETS, queue_timeout_seconds=self.capacity.queue_timeout_seconds)
-        return self._watch(context, self._active, target_step=0, budgets=budgets, state=state)
+        news = None if self.alerts is None else self.alerts.trigger_kwargs(_seen(context, handle.uid))
+        return self._watch(context, handle, target_step=0, budgets=budgets, state=state.to_json(), alerts=news)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Succeed when the JobSet completed; fail with its reason and log tail otherwise."""
@@ -217,8 +227,15 @@ class JobSetOperator(JobSetTaskOperator):
         name = str(event.get("name"))
         self._active = Handle(name, state.jobset_uid)
         seconds = round(time.time() - state.started_at, 3) if state.started_at else None
+        if self.alerts is not None:
+            seen = alerting.tell_news(self.alerts, context, state, _seen(context, state.jobset_uid), self.log)
+            _save_seen(context, seen)
+        if event.get("status") == EventStatus.NOTICE:  # told above; the stage goes on
+            return self._wait(context, self._active, state)
         if event.get("status") == EventStatus.DEADLINE:
-            raise AirflowException(self._timed_out_message(context, self._active))
+            timed_out = self._timed_out_message(context, self._active)
+            self._alert_budget(context, "execution_timeout", "deadline", timed_out)
+            raise AirflowException(timed_out)
         if event.get("status") == EventStatus.ERROR:
             why = f"watching JobSet {name} failed: {event.get('message')}"
             raise AirflowException(self._abandoned_message(context, self._active, why))
@@ -230,8 +247,31 @@ class JobSetOperator(JobSetTaskOperator):
             deleted = self._cluster(context).delete(self._active)
             self._active = None
             verb = "deleted" if deleted else "already gone"
-            raise AirflowFailException(f"JobSet {name} {verb}: {event.get('message')}")
+            message = f"JobSet {name} {verb}: {event.get('message')}"
+            self._alert_budget(context, "queue_timeout", Reason.QUEUE_TIMEOUT.value, message)
+            raise AirflowFailException(message)
         if state.phase is JobSetPhase.ACTIVE:
             raise AirflowException(f"JobSet {name}: {event.get('message')}")
         tail = self._cluster(context).log_tail(f"{LABEL_JOBSET_NAME}={name}")
         raise AirflowFailException(f"JobSet {name} failed: {state.failure_detail or 'no reason given'}{tail}")
+
+    def _alert_budget(self, context: Context, budget: str, reason: str, message: str) -> None:
+        """A budget of the stage spent (it has no full restarts: none used, none allowed)."""
+        alert = alerting.budget_spent(budget, message, reason=reason, full_restarts_used=0, allowed=0)
+        alerting.send(self.alerts, context, alert, self.log)
+
+
+# What the alerts told about the stage's JobSet (operators.alerts.Seen's JSON), in the task state store: a resumed
+# or retried try that adopts the same JobSet does not tell it again.
+ALERTED_KEY = "jobset_alerted"
+
+
+def _seen(context: Context, uid: str | None) -> alerting.Seen:
+    store = context.get("task_state_store")
+    return alerting.Seen.from_json(store.get(ALERTED_KEY) if store is not None else None, jobset_uid=uid)
+
+
+def _save_seen(context: Context, seen: alerting.Seen) -> None:
+    store = context.get("task_state_store")
+    if store is not None:
+        store.set(ALERTED_KEY, seen.to_json())

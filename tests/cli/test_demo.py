@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_training.cli.demo import airflow_environment
+from elastic_training.cli.demo import DEMO_NOTIFIER, REPOSITORY, airflow_environment, say_alerts
 from elastic_training.cli.main import main
 from tests.support.postgres import reachable_dir
 
@@ -64,6 +66,19 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     assert "elastic_training.slice_restarts 1 (pretrain)" in out
     assert "elastic_training.in_process_recoveries 1 (pretrain)" in out
     assert "elastic_training.checkpoint_validation.valid 1 (validate_checkpoint)" in out
+    # Which alerts the run told the demo's notifier (none: a slice recovered in-process is nothing to alert), and
+    # the OpenLineage provider's events, its listener loaded in a process outside the repository's root.
+    assert re.search(
+        r"alerts: 0 told \(none: no full restart, budget spent, .*\) to the demo's notifier, "
+        r"elastic_training\.local\.alert_inbox\.InboxNotifier writing \S+alerts\.jsonl \(\[elastic_training\] "
+        r"alert_notifier; a team's own: the SMTP or Slack provider's notifier",
+        out,
+    )
+    lineage = re.search(r"lineage: (\d+) OpenLineage events \(COMPLETE of ([^)]*)\) through the provider's file", out)
+    assert lineage is not None, out[-3000:]
+    completed = lineage[2].split(", ")
+    assert {"pretrain", "validate_checkpoint", "evaluate", "synthesize"} <= set(completed), completed
+    assert int(lineage[1]) >= 2 * len(stages)  # a START and a COMPLETE of every task
     # What the stages wrote stays in the given work directory; Airflow's own log went to a file.
     assert (
         len(
@@ -78,6 +93,7 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
 
 def test_the_demo_airflow_is_private_and_wired_to_the_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+    monkeypatch.setenv("PYTHONPATH", str(REPOSITORY))
     env = airflow_environment(tmp_path, tmp_path / "kubeconfig")
     assert "AIRFLOW__CORE__EXECUTOR" not in env  # nothing of the caller's Airflow leaks in
     assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")
@@ -85,6 +101,11 @@ def test_the_demo_airflow_is_private_and_wired_to_the_cluster(tmp_path: Path, mo
     assert env["AIRFLOW__CORE__DAGS_FOLDER"].endswith("/dags")
     assert str(tmp_path / "kubeconfig") in env["AIRFLOW_CONN_KUBERNETES_DEFAULT"]
     assert env["ELASTIC_TRAINING_DATA_DIR"] == str(tmp_path / "data")
+    # Alerts to the demo's notifier, lineage to a file; the repository's root never on the path (docs/operations.md).
+    assert env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER"] == "elastic_training.local.alert_inbox.InboxNotifier"
+    assert str(tmp_path / "alerts.jsonl") in env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER_KWARGS"]
+    assert str(tmp_path / "openlineage.jsonl") in env["AIRFLOW__OPENLINEAGE__TRANSPORT"]
+    assert str(REPOSITORY) not in env.get("PYTHONPATH", "").split(os.pathsep)
 
 
 @pytest.mark.parametrize(
@@ -103,3 +124,32 @@ def test_demo_rejects_bad_arguments_before_starting_anything(
     assert main(["demo", "--workdir", str(tmp_path / "w"), *args]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
+
+
+def test_the_demo_says_which_alerts_its_notifier_was_told(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What local/alert_inbox.py's notifier wrote when the operators' alerts called it (through Airflow's
+    BaseNotifier, its subject rendered), as the demo reads it back: each event counted, a torn line skipped."""
+    import logging
+
+    from elastic_training.local.alert_inbox import InboxNotifier
+    from elastic_training.operators import alerts
+
+    inbox = tmp_path / "alerts.jsonl"
+    given = alerts.Alerts((InboxNotifier(path=str(inbox)),))
+    restart = alerts.full_restart("stalled", "no progress", used=1, allowed=2, latest_step=7)
+    spent = alerts.budget_spent(
+        "queue_timeout", "not admitted", reason="queue_timeout", full_restarts_used=0, allowed=0
+    )
+    for alert in (restart, restart, spent):
+        assert alerts.send(given, {}, alert, logging.getLogger("test-demo")) == 1
+    with inbox.open("a") as torn:
+        torn.write('{"subject": "torn')
+    assert json.loads(inbox.read_text().splitlines()[0])["subject"] == "elastic run escalated to full restart 1 of 2"
+    say_alerts(inbox)
+    line = capsys.readouterr().out
+    assert (
+        f"alerts: 3 told (budget_spent x1, full_restart x2) to the demo's notifier, {DEMO_NOTIFIER} writing {inbox}"
+        in line
+    )
+    say_alerts(tmp_path / "none.jsonl")
+    assert "alerts: 0 told (none: no full restart" in capsys.readouterr().out

@@ -317,8 +317,11 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
 ) -> None:
     """An evaluation stage (JobSetOperator) asking for 8 chips joins the queue (more than the 4 of the single-host
     flavor, and the v5e-16 flavor's 64 are held): it waits, never fails for it, and its queue_timeout deletes its
-    JobSet and fails it."""
+    JobSet and fails it. Its notifier is told the long wait (woken by the trigger's notice, the stage waits on)
+    and then the budget spent."""
     from tests.support.jobset_dags import one_job_dag
+
+    inbox = tmp_path / "inbox.jsonl"
 
     admin.create(blocker("blocker-stage", slices=4))
     wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-stage"))
@@ -328,6 +331,7 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
         container_resources={TPU_RESOURCE: "8"},
         queue_name=QUEUE,
         queue_timeout=15.0,
+        alerts=f"Alerts((FileNotifier(path={str(inbox)!r}),), queued_after=5)",
     )
     seen: dict[str, Any] = {}
 
@@ -350,6 +354,11 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
     assert states(dag_run) == {"job": "failed"}
     assert seen["labels"][LABEL_KUEUE_QUEUE_NAME] == QUEUE and seen["suspended"] is True
     assert (seen["quota"]["status"], seen["quota"]["reason"]) == ("False", "Pending")
+    queued, spent = [r["alert"] for r in told(inbox)]
+    assert (queued["event"], queued["task_id"], queued["details"]["queued_after"]) == ("queued_too_long", "job", 5)
+    assert queued["details"]["queued_seconds"] >= 5 and queued["details"]["reason"], queued
+    assert (spent["event"], spent["details"]["budget"]) == ("budget_spent", "queue_timeout")
+    assert "not admitted after waiting" in spent["message"], spent
     wait_for(
         "the stage's JobSet deleted",
         lambda: (

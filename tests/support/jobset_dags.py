@@ -7,6 +7,9 @@ from typing import Any
 from tests.support.airflow_dags import dag_from_source
 
 HEADER = "from airflow.sdk import DAG\nfrom operators import Capacity, JobSetOperator"
+ALERTING = (
+    "\nfrom elastic_training.operators.alerts import Alerts\nfrom tests.support.alert_notifier import FileNotifier"
+)
 # JobSetOperator's Kueue arguments, written in its Capacity group.
 _CAPACITY = ("queue_name", "workload_priority_class", "queue_timeout")
 
@@ -15,6 +18,10 @@ def one_job_dag(dag_id: str, command: list[str], **extra: Any) -> Any:
     capacity = ", ".join(f"{k}={extra.pop(k)!r}" for k in _CAPACITY if k in extra)
     if capacity:
         extra["capacity"] = _Code(f"Capacity({capacity})")
+    header = HEADER
+    if "alerts" in extra:  # code, e.g. "Alerts((FileNotifier(path=...),), queued_after=5)"
+        extra["alerts"] = _Code(extra["alerts"])
+        header += ALERTING
     arguments = ", ".join(f"{k}={v!r}" for k, v in extra.items())
     body = f"""
     with DAG({dag_id!r}, schedule=None) as dag:
@@ -23,7 +30,7 @@ def one_job_dag(dag_id: str, command: list[str], **extra: Any) -> Any:
             runtime="local", stage="evaluate", deferrable=True, poll_interval=1.0, {arguments}
         )
     """
-    return dag_from_source(dag_id, body, HEADER)
+    return dag_from_source(dag_id, body, header)
 
 
 class _Code(str):
