@@ -346,7 +346,7 @@ function recoveryBars(recoveries) {
     let xx = L;
     for (const [key, label, color] of PHASES) {
       const s = (r.phase_seconds || {})[key];
-      if (!s) continue;
+      if (s === null || s === undefined) continue;  // a phase measured at 0 s (a tiny restore) is drawn thin: it happened
       const w = (s / longest) * (W - L - R);
       chart.append(svg("rect", { x: xx, y: yy + 3, width: Math.max(w, 1.5), height: rowH - 8, fill: color, class: `phase phase-${key}` },
         svg("title", {}, `${label}: ${fmt.secs(s)}`)));
