@@ -38,7 +38,7 @@ const fmt = {
   },
   // a tick of an axis `range` seconds long, every tick in one unit
   axis(s, range) {
-    if (range < 120) return `${s.toFixed(range < 10 ? 1 : 0)} s`;
+    if (range < 120) return `${s.toFixed(range < 30 ? 1 : 0)} s`;
     if (range < 7200) return `${(s / 60).toFixed(range < 600 ? 1 : 0)} min`;
     return `${(s / 3600).toFixed(1)} h`;
   },
@@ -300,11 +300,13 @@ function timelineChart(t) {
   const su = t.startup;
   if (su && su.seconds > 0 && su.seconds / (t1 - t0) > 0.15) {
     const end = Math.min(t0 + su.seconds, t1);
+    const parts = `pods and trainer ${fmt.secs(su.before_first_step_seconds)}, first step (compile) ${fmt.secs(su.first_step_seconds)}`;
+    // centred on the span, but never past the chart's edges (12 px text: about 6.8 px a character)
+    const half = (parts.length * 6.8) / 2, mid = Math.min(Math.max((x(t0) + x(end)) / 2, L + half), W - R - half);
     chart.append(svg("rect", { x: x(t0), y: T, width: Math.max(0, x(end) - x(t0)), height: H - T - B, fill: "#edf2f7", "fill-opacity": 0.7, class: "startup" }),
-      svg("text", { x: (x(t0) + x(end)) / 2, y: y(0) - 22, "text-anchor": "middle", class: "startup-label" },
+      svg("text", { x: mid, y: y(0) - 22, "text-anchor": "middle", class: "startup-label" },
         `start-up ${fmt.secs(su.seconds)}`),
-      svg("text", { x: (x(t0) + x(end)) / 2, y: y(0) - 8, "text-anchor": "middle", class: "startup-label" },
-        `pods and trainer ${fmt.secs(su.before_first_step_seconds)}, first step (compile) ${fmt.secs(su.first_step_seconds)}`));
+      svg("text", { x: mid, y: y(0) - 8, "text-anchor": "middle", class: "startup-label" }, parts));
   }
   // Queue waits (for quota, after each eviction, named by its kind), the provisioning within them and the tail after
   // the last step: spans of their own, not training. A wait's name goes at the top of its part before provisioning,
