@@ -22,9 +22,10 @@ the time queued, from admission to the first step, training, and after the last 
 other eviction (each with its ``eviction`` kind: a PodsReady timeout, a stopped queue, ...) with when and the steps
 they cost. The timeline's ``spans`` draw the queue waits, the preemptions, the other evictions (kind ``evicted``,
 named by their ``eviction``), the provisioning within a wait and the tail after the last step (final save,
-shutdown, completion seen) as spans of their own, so an idle stretch is never read as training badput; the budgets
-show the PodsReady-timeout evictions against
-``max_pods_ready_evictions``.
+shutdown, completion seen) as spans of their own, so an idle stretch is never read as training badput; each wait's
+span carries its short name (``label``), the provisioning within it and, after an eviction, Kueue's words and the
+steps it cost, so the page's waits table reads from the spans alone. The budgets show the PodsReady-timeout evictions
+against ``max_pods_ready_evictions``; an eviction is never counted as one of MaxText's in-process retries.
 """
 
 from __future__ import annotations
@@ -117,11 +118,7 @@ def _escalations(report: RunReport | None, state: Mapping[str, Any]) -> tuple[Es
 
 def eviction_label(kind: str) -> str:
     """How the view names a Kueue eviction after an admission (a preemption when its kind is not known)."""
-    try:
-        known = EvictionKind(kind) if kind else EvictionKind.PREEMPTED
-    except ValueError:
-        known = EvictionKind.OTHER
-    return _EVICTION_LABELS[known]
+    return _EVICTION_LABELS[_eviction_kind(kind)]
 
 
 _EVICTION_LABELS = {
@@ -134,6 +131,25 @@ _EVICTION_LABELS = {
     EvictionKind.REQUEUING_LIMIT_EXCEEDED: "deactivated: Kueue's requeuing limit reached",
     EvictionKind.OTHER: "evicted by Kueue",
 }
+# The timeline's words for a wait, short enough to sit inside its span.
+_EVICTION_SHORT = {
+    EvictionKind.PREEMPTED: "preemption",
+    EvictionKind.PODS_READY_TIMEOUT: "pods-ready timeout",
+    EvictionKind.QUEUE_STOPPED: "queue stopped",
+    EvictionKind.ADMISSION_CHECK: "admission check retry",
+    EvictionKind.NODE_FAILURES: "node failures",
+    EvictionKind.DEACTIVATED: "deactivated",
+    EvictionKind.REQUEUING_LIMIT_EXCEEDED: "requeuing limit",
+    EvictionKind.OTHER: "evicted",
+}
+QUEUED_FOR_QUOTA = "queued for quota"
+
+
+def _eviction_kind(kind: str) -> EvictionKind:
+    try:
+        return EvictionKind(kind) if kind else EvictionKind.PREEMPTED
+    except ValueError:
+        return EvictionKind.OTHER
 
 
 def _pods_ready_row(report: RunReport | None, allowed: BudgetAllowances, seen: list[Any]) -> JsonObj:
@@ -172,7 +188,8 @@ def budgets(report: RunReport | None, state: Mapping[str, Any]) -> list[JsonObj]
         },
         {
             "name": "in-process retries",
-            "used": len(current.all_recoveries),
+            # a Kueue eviction is a new trainer after a re-admission, not one of MaxText's in-process attempts
+            "used": sum(1 for r in current.all_recoveries if r.kind != PREEMPTION),
             "allowed": None if attempts is None else max(0, attempts - 1),
             "detail": "elastic_max_retries counts attempts, the first run included",
         },
@@ -220,7 +237,14 @@ class _Capacity:
             "phase": self.phase,
             "queue_reason": self.queue_reason,
             **self.times.to_json(),
-            "preemptions": [p.to_json() for p in self.preemptions],
+            "preemptions": [
+                {
+                    **p.to_json(),
+                    "label": eviction_label(p.eviction),
+                    "short": _EVICTION_SHORT[_eviction_kind(p.eviction)],
+                }
+                for p in self.preemptions
+            ],
         }
 
 
@@ -251,30 +275,51 @@ def capacity_view(report: RunReport | None, state: Mapping[str, Any], now: float
 
 
 def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
-    """The timeline's spans: each wait for Kueue (queued, preempted, or evicted for another reason, which the span
-    names; within it, provisioning: quota reserved and the admission checks pending) and the tail after the last
-    step."""
-    evicted_at = {p.at: p.eviction for p in cap.preemptions}
+    """The timeline's spans: each wait for Kueue (queued for quota, preempted, or evicted for another reason, which the
+    span names with Kueue's words and the steps it cost; within it, provisioning: quota reserved and the admission
+    checks pending, with what the checks said) and the tail after the last step. ``label`` is the span's short name."""
+    evicted_at = {p.at: p for p in cap.preemptions}
+    provisioning: list[JsonObj] = []
+    for start, done in cap.times.provisioning_spans:  # within a wait: quota reserved, capacity being provisioned
+        end = done if done is not None else ended_at
+        if end is not None:
+            said = [note for at, note in cap.times.provisioning_notes if start <= at <= end]
+            seconds = round(max(0.0, end - start), 3)
+            provisioning.append(
+                {
+                    "kind": "provisioning",
+                    "from": start,
+                    "to": end,
+                    "seconds": seconds,
+                    "label": "provisioning",
+                    "said": said,
+                }
+            )
     found: list[JsonObj] = []
     for start, admitted in cap.times.queue_spans:
         end = admitted if admitted is not None else ended_at
         if end is None:
             continue
         span: JsonObj = {"kind": "queued", "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)}
-        if start in evicted_at:
-            eviction = evicted_at[start]
-            span["kind"] = "preempted" if eviction in ("", EvictionKind.PREEMPTED) else "evicted"
-            span["eviction"] = eviction_label(eviction)
+        span["label"] = QUEUED_FOR_QUOTA
+        inside = sum(max(0.0, min(p["to"], end) - max(p["from"], start)) for p in provisioning)
+        span["provisioning_seconds"] = round(inside, 3)
+        entry = evicted_at.get(start)
+        if entry is not None:
+            kind = _eviction_kind(entry.eviction)
+            span["kind"] = "preempted" if kind is EvictionKind.PREEMPTED else "evicted"
+            span["eviction"] = eviction_label(entry.eviction)
+            span["eviction_kind"] = kind.value
+            span["label"] = _EVICTION_SHORT[kind]
+            span.update(reason=entry.reason, step=entry.step, steps_lost=entry.steps_lost)
         found.append(span)
-    for start, done in cap.times.provisioning_spans:  # within a wait: quota reserved, capacity being provisioned
-        end = done if done is not None else ended_at
-        if end is not None:
-            found.append({"kind": "provisioning", "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)})
+    found.extend(provisioning)
     last, tail = cap.times.last_step_at, cap.times.tail_seconds
     if last is not None and tail is not None:
         ended_at = last + tail  # the report's own tail: the task's end date comes a moment after the report
     if last is not None and ended_at is not None and ended_at > last:
-        found.append({"kind": "tail", "from": last, "to": ended_at, "seconds": round(ended_at - last, 3)})
+        seconds = round(ended_at - last, 3)
+        found.append({"kind": "tail", "from": last, "to": ended_at, "seconds": seconds, "label": "after the last step"})
     return found
 
 
@@ -395,8 +440,10 @@ def training(
     recoveries: int,
     full_restarts: int,
     final_step: int | None,
+    evictions: int = 0,
 ) -> JsonObj:
-    """What kind of run it was, in a sentence: clean, recovered, restarted, trained nothing, or unknown."""
+    """What kind of run it was, in a sentence: clean, recovered, restarted, trained nothing, or unknown; Kueue's
+    ``evictions`` (preemptions included) are said beside its own failures, never read as none."""
     executed = sum(d.steps_executed for d in digests_seen)
     resumed = next((d.resumed_from_step for d in digests_seen if d.resumed_from_step is not None), None)
     if report is not None:
@@ -411,12 +458,15 @@ def training(
         return {"kind": "unknown", "steps_executed": 0, "resumed_from_step": resumed, "note": note}
     start = "from scratch" if resumed in (None, -1) else f"resuming at step {resumed}"
     kind = "restarted" if full_restarts else "recovered" if recoveries else "clean"
+    evicted = f"{evictions} Kueue eviction{'' if evictions == 1 else 's'}" if evictions else ""
     what = {
-        "clean": "with no failure",
+        "clean": f"with no failure of its own and {evicted}" if evicted else "with no failure",
         "recovered": f"with {recoveries} in-process recover{'y' if recoveries == 1 else 'ies'}",
         "restarted": f"with {full_restarts} full restart{'' if full_restarts == 1 else 's'}"
         + (f" and {recoveries} in-process recover{'y' if recoveries == 1 else 'ies'}" if recoveries else ""),
     }[kind]
+    if evicted and kind != "clean":
+        what += f" and {evicted}"
     verb = "Trained" if finished else "Training:"
     return {
         "kind": kind,
@@ -612,6 +662,7 @@ def run_view(
     rendered = rendered or {}
     started = _num(seen.state.get("started_at")) or _num(task.get("start_ts"))
     ended = _num(task.get("end_ts"))
+    cap = _capacity(report, seen.state, now if now is not None else ended)
     kind = training(
         finished=report is not None,
         report=report,
@@ -619,8 +670,8 @@ def run_view(
         recoveries=len(seen.recoveries),
         full_restarts=(report.full_restarts if report else _int(seen.state.get("full_restarts"))) or 0,
         final_step=report.final_step if report else None,
+        evictions=len(cap.preemptions),
     )
-    cap = _capacity(report, seen.state, now if now is not None else ended)
     steps = [c for c in (checkpoints or {}).get("steps") or [] if isinstance(c, Mapping)]
     advice = report.advice if report is not None else None
     return {

@@ -36,6 +36,12 @@ const fmt = {
     if (s < 7200) return `${(s / 60).toFixed(1)} min`;
     return `${(s / 3600).toFixed(1)} h`;
   },
+  // a tick of an axis `range` seconds long, every tick in one unit
+  axis(s, range) {
+    if (range < 120) return `${s.toFixed(range < 30 ? 1 : 0)} s`;
+    if (range < 7200) return `${(s / 60).toFixed(range < 600 ? 1 : 0)} min`;
+    return `${(s / 3600).toFixed(1)} h`;
+  },
   pct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; },
   num(x) { return x === null || x === undefined ? "–" : String(x); },
   money(x) { return x === null || x === undefined ? "–" : `$${x.toFixed(2)}`; },
@@ -210,6 +216,7 @@ function taskView(t) {
   }
   parts.push(el("div", { class: "grid" },
     el("section", { class: "panel span12", id: "timeline" }, el("h2", {}, "Steps over time"), timelineChart(t)),
+    waitsTable(t),
     el("section", { class: "panel span7", id: "recoveries" }, el("h2", {}, "Recoveries"), recoveryBars(t.recoveries)),
     el("section", { class: "panel span5", id: "budgets" }, el("h2", {}, "Budgets"), budgetGauges(t.budgets)),
     el("section", { class: "panel span7", id: "checkpoints" }, el("h2", {}, "Checkpoints"), checkpointTable(t.checkpoints)),
@@ -238,7 +245,7 @@ function capacityNote(c) {
   const all = c.preemptions || [];
   const pre = all.filter((p) => !p.eviction || p.eviction === "preempted"), other = all.filter((p) => p.eviction && p.eviction !== "preempted");
   if (pre.length) times.push(`${pre.length} preemption${pre.length === 1 ? "" : "s"} (${pre.map((p) => `at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
-  if (other.length) times.push(`${other.length} other eviction${other.length === 1 ? "" : "s"} (${other.map((p) => `${p.eviction.replaceAll("_", " ")} at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
+  if (other.length) times.push(`${other.length} other eviction${other.length === 1 ? "" : "s"} (${other.map((p) => `${p.short || p.eviction.replaceAll("_", " ")} at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
   const notes = c.provisioning_notes || [];  // each admission check outcome: provisioned, retried, rejected, revoked
   if (notes.length) times.push(`provisioning: ${notes.map((n) => n[1]).join("; ")}`);
   if (!bits.length && !times.length) return null;
@@ -267,7 +274,9 @@ function timelineChart(t) {
     return el("p", { class: "muted", id: "no-steps" }, `${t.training.note} No step was run, so there is no line to draw.`);
   }
   if (pts.length < 2) return el("p", { class: "muted" }, "Not enough timestamped facts yet.");
-  const W = 1100, H = 230, L = 48, R = 12, T = 10, B = 28;
+  // As wide as the panel will be (the page's width less its margins), so that the text is drawn at its own size
+  // in the Airflow tab's narrower frame too, not scaled down with a wider drawing.
+  const W = Math.round(Math.min(1100, Math.max(640, (window.innerWidth || 1100) - 60))), H = 230, L = 48, R = 12, T = 10, B = 28;
   const t0 = pts[0][0];
   const t1 = Math.max(...pts.map((q) => q[0]), t0 + 1);
   const sMax = Math.max(1, p_target(t), ...pts.map((q) => q[1]));
@@ -281,7 +290,7 @@ function timelineChart(t) {
   }
   for (let i = 0; i <= 5; i += 1) {
     const v = t0 + ((t1 - t0) * i) / 5;
-    chart.append(svg("text", { x: x(v), y: H - 8, "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle" }, `+${fmt.secs(v - t0)}`));
+    chart.append(svg("text", { x: x(v), y: H - 8, "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle" }, `+${fmt.axis(v - t0, t1 - t0)}`));
   }
   if (p_target(t) > 0) {
     chart.append(svg("line", { x1: L, x2: W - R, y1: y(p_target(t)), y2: y(p_target(t)), stroke: "#a0aec0", "stroke-dasharray": "4 4" }),
@@ -291,22 +300,45 @@ function timelineChart(t) {
   const su = t.startup;
   if (su && su.seconds > 0 && su.seconds / (t1 - t0) > 0.15) {
     const end = Math.min(t0 + su.seconds, t1);
+    const parts = `pods and trainer ${fmt.secs(su.before_first_step_seconds)}, first step (compile) ${fmt.secs(su.first_step_seconds)}`;
+    // centred on the span, but never past the chart's edges (12 px text: about 6.8 px a character)
+    const half = (parts.length * 6.8) / 2, mid = Math.min(Math.max((x(t0) + x(end)) / 2, L + half), W - R - half);
     chart.append(svg("rect", { x: x(t0), y: T, width: Math.max(0, x(end) - x(t0)), height: H - T - B, fill: "#edf2f7", "fill-opacity": 0.7, class: "startup" }),
-      svg("text", { x: (x(t0) + x(end)) / 2, y: y(0) - 22, "text-anchor": "middle", class: "startup-label" },
+      svg("text", { x: mid, y: y(0) - 22, "text-anchor": "middle", class: "startup-label" },
         `start-up ${fmt.secs(su.seconds)}`),
-      svg("text", { x: (x(t0) + x(end)) / 2, y: y(0) - 8, "text-anchor": "middle", class: "startup-label" },
-        `pods and trainer ${fmt.secs(su.before_first_step_seconds)}, first step (compile) ${fmt.secs(su.first_step_seconds)}`));
+      svg("text", { x: mid, y: y(0) - 8, "text-anchor": "middle", class: "startup-label" }, parts));
   }
-  // Queue waits, preemptions and the tail after the last step: spans of their own, not training.
-  const spanStyle = { queued: ["#fefcbf", "queued"], preempted: ["#feebc8", "preempted"], evicted: ["#fed7d7", "evicted"], provisioning: ["#c6f6d5", "provisioning"], tail: ["#e2e8f0", "after the last step"] };
+  // Queue waits (for quota, after each eviction, named by its kind), the provisioning within them and the tail after
+  // the last step: spans of their own, not training. A wait's name goes at the top of its part before provisioning,
+  // provisioning's at the bottom, each only where it fits (the legend and the waits table name every one).
   for (const sp of tl.spans || []) {
-    const [fill, style] = spanStyle[sp.kind] || ["#edf2f7", sp.kind];
-    const label = sp.kind === "evicted" && sp.eviction ? sp.eviction : style;
+    const fill = spanFill(sp);
     const a = x(Math.max(sp.from, t0)), b = x(Math.min(sp.to, t1));
     if (b <= a) continue;
-    chart.append(svg("rect", { x: a, y: T, width: b - a, height: H - T - B, fill, "fill-opacity": 0.8, class: `span span-${sp.kind}` },
-      svg("title", {}, `${label} ${fmt.secs(sp.seconds)}${sp.kind === "tail" ? " (final save, shutdown, completion seen)" : ""}`)));
-    if (b - a > 40) chart.append(svg("text", { x: (a + b) / 2, y: T + 14, "text-anchor": "middle", class: "span-label" }, `${label} ${fmt.secs(sp.seconds)}`));
+    const tail = sp.kind === "tail" ? " (final save, shutdown, completion seen)" : "";
+    const said = [sp.reason, ...(sp.said || [])].filter(Boolean).join("; ");
+    chart.append(svg("rect", { x: a, y: T, width: b - a, height: H - T - B, fill, "fill-opacity": 0.8, class: `span span-${sp.kind}`, "data-label": spanName(sp) },
+      svg("title", {}, `${spanName(sp)} ${fmt.secs(sp.seconds)}${tail}${said ? ` (Kueue: ${said})` : ""}`)));
+  }
+  for (const sp of tl.spans || []) {
+    const a = x(Math.max(sp.from, t0)), b = x(Math.min(sp.to, t1));
+    if (b <= a) continue;
+    const lines = [...wrapped(sp.label || sp.kind, 0), fmt.secs(sp.seconds)];
+    if (sp.kind === "provisioning") {
+      if (fits(lines, b - a)) lines.forEach((line, i) => chart.append(svg("text", { x: (a + b) / 2, y: H - B - 8 - 13 * (lines.length - 1 - i), "text-anchor": "middle", class: "span-label span-label-provisioning" }, line)));
+      continue;
+    }
+    // the wait's own part: before the first provisioning within it
+    const inner = (tl.spans || []).filter((q) => q.kind === "provisioning" && q.from >= sp.from && q.from < sp.to);
+    const own = inner.length ? Math.max(a, x(Math.min(...inner.map((q) => q.from)))) : b;
+    const [left, right] = own - a >= 24 || (sp.step || 0) > 0.55 * sMax ? [a, own] : [a, b];
+    // queued for quota: its own part (the provisioning after it has its label); an eviction: the whole wait it caused
+    const seconds = sp.kind === "queued" ? sp.seconds - (sp.provisioning_seconds || 0) : sp.seconds;
+    const words = [...wrapped(sp.label || sp.kind, right - left - 4), fmt.secs(seconds)];
+    if (!fits(words, right - left)) continue;
+    // at the top, unless the line runs there during the wait (it holds the step the eviction stopped at)
+    const low = (sp.step || 0) > 0.55 * sMax;
+    words.forEach((line, i) => chart.append(svg("text", { x: (left + right) / 2, y: low ? H - B - 8 - 13 * (words.length - 1 - i) : T + 14 + 13 * i, "text-anchor": "middle", class: "span-label" }, line)));
   }
   chart.append(svg("polyline", { points: pts.map((q) => `${x(q[0])},${y(q[1])}`).join(" "), fill: "none", stroke: "#2b6cb0", "stroke-width": 2 }));
   for (const c of (t.checkpoints && t.checkpoints.steps) || []) {
@@ -325,12 +357,81 @@ function timelineChart(t) {
     chart.append(svg("path", { d: `M${cx - 6},${cy - 12} L${cx + 6},${cy - 12} L${cx},${cy - 2} Z`, fill: "var(--bad)", class: "failure-marker" },
       svg("title", {}, `${f.kind} at step ${fmt.num(f.step)}, ${fmt.time(f.t)}`)));
   }
-  const legend = el("div", { class: "legend" },
+  const evicted = (tl.spans || []).some((sp) => sp.kind === "preempted" || sp.kind === "evicted");
+  const legend = el("div", { class: "legend", id: "timeline-legend" },
     el("span", {}, el("i", { style: "background:#2b6cb0" }), tl.source === "checkpoints" ? "step at each checkpoint commit (no step was read from the trainer's log)" : "step, from the trainer's log"),
-    el("span", {}, el("i", { style: "background:var(--bad)" }), "failure ▼ and rewind ┆"),
+    el("span", {}, el("i", { style: "background:var(--bad)" }), evicted ? "failure or eviction ▼ and rewind ┆" : "failure ▼ and rewind ┆"),
     el("span", {}, el("i", { style: "background:var(--ok)" }), "committed checkpoint"),
-    (tl.spans || []).length ? el("span", {}, el("i", { style: "background:#fefcbf" }), "queued / ", el("i", { style: "background:#feebc8" }), "preempted / ", el("i", { style: "background:#fed7d7" }), "evicted / ", el("i", { style: "background:#c6f6d5" }), "provisioning / ", el("i", { style: "background:#e2e8f0" }), "after the last step") : null);
+    spanLegend(tl.spans || []));
   return el("div", {}, chart, legend);
+}
+
+// Each wait's colour: quota, provisioning, and each kind of eviction apart (a preemption is not a PodsReady timeout).
+const SPAN_FILLS = { queued: "#fefcbf", provisioning: "#c6f6d5", preempted: "#feebc8", tail: "#e2e8f0" };
+const EVICTION_FILLS = { pods_ready_timeout: "#fed7d7", queue_stopped: "#e9d8fd", admission_check: "#bee3f8",
+  node_failures: "#fbb6ce", deactivated: "#cbd5e0", requeuing_limit_exceeded: "#cbd5e0", other: "#fed7e2" };
+function spanFill(sp) {
+  if (sp.kind === "evicted") return EVICTION_FILLS[sp.eviction_kind] || EVICTION_FILLS.other;
+  return SPAN_FILLS[sp.kind] || "#edf2f7";
+}
+
+// What a span is, in the legend's and the tooltip's words.
+function spanName(sp) {
+  if (sp.kind === "queued") return "queued for quota";
+  if (sp.kind === "provisioning") return "provisioning (quota reserved, admission checks pending)";
+  if (sp.kind === "tail") return "after the last step";
+  return sp.eviction || sp.label || sp.kind;
+}
+
+function spanLegend(spans) {
+  const order = ["queued", "provisioning", "preempted", "evicted", "tail"];
+  const seen = new Map();
+  for (const sp of [...spans].sort((p, q) => order.indexOf(p.kind) - order.indexOf(q.kind))) {
+    const key = sp.kind === "evicted" ? `evicted:${sp.eviction_kind}` : sp.kind;
+    if (!seen.has(key)) seen.set(key, el("span", { class: "legend-span", "data-kind": key }, el("i", { style: `background:${spanFill(sp)}` }), spanName(sp)));
+  }
+  return [...seen.values()];
+}
+
+// A label's words, in lines of at most `width` px (11 px text: about 6.2 px a character); width 0: one line.
+function wrapped(text, width) {
+  if (!width) return [text];
+  const lines = [];
+  for (const word of text.split(" ")) {
+    const last = lines.length ? lines[lines.length - 1] : null;
+    if (last !== null && (last.length + 1 + word.length) * 6.2 <= width) lines[lines.length - 1] = `${last} ${word}`;
+    else lines.push(word);
+  }
+  return lines;
+}
+
+function fits(lines, width) { return lines.every((line) => line.length * 6.2 <= width - 4); }
+
+// Every wait for Kueue, in order: what it was (quota, or the eviction that caused it), when, how long, the
+// provisioning within it, the steps it cost and what Kueue said.
+function waitsTable(t) {
+  const spans = (t.timeline && t.timeline.spans) || [];
+  const waits = spans.filter((sp) => ["queued", "preempted", "evicted"].includes(sp.kind));
+  if (!waits.length) return null;
+  const t0 = (t.timeline.points[0] || [waits[0].from])[0];
+  const rows = [];
+  waits.forEach((w, i) => {
+    rows.push(el("tr", { class: `wait wait-${w.kind}` }, el("td", {}, String(i + 1)),
+      el("td", {}, el("i", { class: "swatch", style: `background:${spanFill(w)}` }), spanName(w)),
+      el("td", { class: "num" }, `+${fmt.secs(w.from - t0)}`), el("td", { class: "num" }, fmt.secs(w.seconds)),
+      el("td", { class: "num" }, w.step === undefined ? "–" : fmt.num(w.step)), el("td", { class: "num" }, w.steps_lost === undefined ? "–" : fmt.num(w.steps_lost)),
+      el("td", {}, w.reason || "–")));
+    for (const p of spans.filter((q) => q.kind === "provisioning" && q.from >= w.from && q.from < w.to)) {
+      rows.push(el("tr", { class: "wait wait-provisioning" }, el("td", {}, ""),
+        el("td", {}, "└ ", el("i", { class: "swatch", style: `background:${spanFill(p)}` }), el("span", { title: "quota reserved, admission checks pending" }, "provisioning")),
+        el("td", { class: "num" }, `+${fmt.secs(p.from - t0)}`), el("td", { class: "num" }, fmt.secs(p.seconds)),
+        el("td", {}, ""), el("td", {}, ""),
+        el("td", {}, (p.said || []).join("; ") || "–")));
+    }
+  });
+  return el("section", { class: "panel span12", id: "waits" }, el("h2", {}, "Waits for capacity"),
+    el("table", {}, el("thead", {}, el("tr", {}, ["#", "wait", "from", "waited", "at step", "steps lost", "Kueue said"].map((h, i) => el("th", { class: i >= 2 && i <= 5 ? "num" : null, title: h === "waited" ? "the whole wait, the provisioning within it included" : null }, h)))),
+      el("tbody", {}, rows)));
 }
 
 function p_target(t) { return (t.progress && t.progress.target_step) || 0; }

@@ -9,6 +9,11 @@ with its ``pretrain`` task and a non-zero goodput. First ``elastic_training_nigh
 ``elastic_training_fault_drill``, whose tab must show the recovery and its phases. While ``pretrain``
 runs, the view is read as the page reads it, to see the live step from the head pod's log.
 
+Then the capacity story (the stack's ``elastic_capacity_story``: a task that stores what the operator stores at the
+end of a flex-start run queued for quota, provisioning and evicted three ways, tests/support/capacity_run.py): its
+tab must name each wait and each eviction on the chart, in its legend (a colour per kind) and in the waits table with
+Kueue's words, no label over another (docs/images/run-view-capacity.png is its picture).
+
 Then the GKE connection form (Admin > Connections > Add, type *GKE cluster (elastic training)*): its Project,
 Location, Cluster and Namespace fields with their labels and descriptions, the standard fields it hides not there
 (docs/images/gke-connection-form.png is its picture).
@@ -31,8 +36,8 @@ from urllib.parse import quote
 import pytest
 
 from elastic_training.operators.gke_connection import FIELDS
-from tests.support.airflow_stack import STARTUP_SECONDS, Stack, admin_password, logged_in
-from tests.support.browser import DevTools
+from tests.support.airflow_stack import CAPACITY, STARTUP_SECONDS, Stack, admin_password, logged_in
+from tests.support.browser import DevTools, first_page
 
 RUN_SECONDS = 900.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(STARTUP_SECONDS + 2 * RUN_SECONDS + 600)]
@@ -276,30 +281,20 @@ async def read_the_view(
 
 
 async def journey(devtools_http: str, stack: Stack, dag_id: str, *, log_in_first: bool) -> dict[str, Any]:
-    import aiohttp
-
     out = OUTPUT / dag_id
     seen: dict[str, Any] = {}
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{devtools_http}/json/list") as listed:
-            [page] = [t for t in await listed.json() if t["type"] == "page"][:1]
-        async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            tools = DevTools(ws)
-            await tools.call("Page.enable")
-            await tools.call(
-                "Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False
-            )
-            try:
-                if log_in_first:
-                    await log_in(tools, stack, dag_id, out, seen)
-                run_id = await trigger_from_the_form(tools, stack, dag_id, out, seen)
-                seen["run_id"] = run_id
-                await follow_to_the_end(tools, stack, dag_id, run_id, out, seen)
-                await read_the_view(tools, stack, dag_id, run_id, out, seen)
-            except (TimeoutError, AssertionError) as error:
-                picture = await tools.screenshot(out / "failure.png")
-                where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
-                raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
+    async with first_page(devtools_http) as tools:
+        try:
+            if log_in_first:
+                await log_in(tools, stack, dag_id, out, seen)
+            run_id = await trigger_from_the_form(tools, stack, dag_id, out, seen)
+            seen["run_id"] = run_id
+            await follow_to_the_end(tools, stack, dag_id, run_id, out, seen)
+            await read_the_view(tools, stack, dag_id, run_id, out, seen)
+        except (TimeoutError, AssertionError) as error:
+            picture = await tools.screenshot(out / "failure.png")
+            where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
+            raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
     (out / "seen.json").write_text(json.dumps(seen, indent=1))
     return seen
 
@@ -371,64 +366,196 @@ def test_fault_drill_view_shows_the_recovery_and_its_phases(drill: dict[str, Any
     assert all(Path(p).stat().st_size > 10_000 for p in drill["screenshots"])
 
 
+CAPACITY_OUT = OUTPUT / "capacity"
+CAPACITY_SHOT = "run-view-capacity.png"  # docs/images/run-view-capacity.png is a copy of it
+
+
+def run_the_capacity_story(stack: Stack) -> str:
+    """The stack's ``elastic_capacity_story`` DAG unpaused, triggered over REST and followed to success: its run id."""
+    logged_in(stack, (CAPACITY,))
+    status, answer = stack.call("PATCH", f"/api/v2/dags/{CAPACITY}", {"is_paused": False})
+    assert status == 200, answer
+    status, run = stack.call("POST", f"/api/v2/dags/{CAPACITY}/dagRuns", {"logical_date": None, "conf": {}})
+    assert status == 200, run
+    path = f"/api/v2/dags/{CAPACITY}/dagRuns/{quote(run['dag_run_id'], safe='')}"
+    deadline = time.monotonic() + RUN_SECONDS
+    while (state := stack.call("GET", path)[1]["state"]) != "success":
+        assert state != "failed" and time.monotonic() < deadline, f"the capacity story's run is {state}"
+        time.sleep(0.5)  # polls the REST API with the deadline above
+    return str(run["dag_run_id"])
+
+
+# What the tab shows of the timeline, its legend and the waits table, read in the frame as a person reads them; and
+# how many pairs of span labels (and failure markers) overlap on the chart.
+CAPACITY_JS = """(() => { const d = %s;
+  const text = (s) => { const e = d.querySelector(s); return e ? e.textContent : null; };
+  const all = (s) => [...d.querySelectorAll(s)];
+  const boxes = all('#timeline text.span-label, #timeline .failure-marker').map((e) => e.getBoundingClientRect());
+  let overlaps = 0;
+  boxes.forEach((a, i) => boxes.slice(i + 1).forEach((b) => {
+    // a pixel of slack: a label's lines are 13 px apart, their boxes as tall as the font's ascent and descent
+    if (a.left + 1 < b.right && b.left + 1 < a.right && a.top + 1 < b.bottom && b.top + 1 < a.bottom) overlaps += 1;
+  }));
+  return {
+    note: text('#training-note'), capacity: text('#capacity'),
+    preemptions: text('#kpi-preemptions b'), evictions: text('#kpi-evictions b'), queued: text('#kpi-queued b'),
+    spans: all('#timeline rect.span').map((r) => [r.getAttribute('class'), r.dataset.label, r.getAttribute('fill')]),
+    labels: all('#timeline text.span-label').map((e) => e.textContent),
+    markers: all('#timeline .failure-marker title').map((e) => e.textContent),
+    legend: all('#timeline-legend .legend-span').map((e) => [e.dataset.kind, e.textContent]),
+    waits: all('#waits tbody tr').map((r) => [...r.cells].map((c) => c.textContent)),
+    retries: text('[data-budget="in-process retries"] text'),
+    pods_ready: text('[data-budget="pods-ready evictions"] text'),
+    overlaps };
+})()"""
+
+
+async def capacity_view(devtools_http: str, stack: Stack, run_id: str) -> dict[str, Any]:
+    """The capacity story's Elastic training tab: what it reads, and its picture (the timeline and the waits)."""
+    seen: dict[str, Any] = {}
+    tab = f"{stack.url}/dags/{CAPACITY}/runs/{quote(run_id, safe='')}/plugin/elastic-training"
+    frame = FRAME_DOC.format(title="Elastic training")
+    doc = f"{frame}.contentDocument"
+    ready = f"{frame} && {doc} && {doc}.body && {doc}.body.dataset.ready === 'true'"
+    # tall enough for the tab's head, its timeline and the waits table in one picture
+    async with first_page(devtools_http, height=1440) as tools:
+        try:
+            await tools.call("Page.navigate", url=tab)
+            await tools.until(f"!!document.querySelector('input[name=username]') || ({ready})", timeout=180)
+            if await tools.js("!!document.querySelector('input[name=username]')"):  # run alone: not signed in
+                await log_in(tools, stack, CAPACITY, CAPACITY_OUT, seen)
+                await tools.call("Page.navigate", url=tab)
+            await tools.until(ready, timeout=180)
+            seen.update(await tools.js(CAPACITY_JS % doc))
+            await shot(tools, CAPACITY_OUT, CAPACITY_SHOT, seen)
+        except (TimeoutError, AssertionError) as error:
+            picture = await tools.screenshot(CAPACITY_OUT / "failure.png")
+            where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
+            raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
+    (CAPACITY_OUT / "seen.json").write_text(json.dumps(seen, indent=1))
+    return seen
+
+
+def test_the_run_view_tells_quota_provisioning_and_each_eviction_apart(stack: Stack, browser: str) -> None:
+    """Issue 38: the tab of a flex-start run queued for quota, provisioning, then preempted, evicted for a PodsReady
+    timeout and evicted by a stopped ClusterQueue, each followed by provisioning again, names every wait.
+
+    Real enough: the view reads stored data only (the ``elastic_run`` task-state entry and the report in XCom,
+    plugin/runs.py), and what the stack's ``elastic_capacity_story`` task stores is what ``ElasticJobSetOperator``
+    stores at its end, made by the operator's own code: Kueue's Workloads and the JobSet as kueue v0.17.1 writes them
+    (the ones tests/operators/test_queueing.py and test_provisioning_wait.py check the local Kueue against), folded
+    by ``MonitorState`` as the trigger folds them, saved by ``RunState.save`` to the real task state store, reported
+    by ``run_report`` and returned as its XCom (tests/support/capacity_run.py). Only the training is not run: the
+    cluster's part of such a run is tested in tests/operators/test_elastic_operator_kueue.py; here, what the page
+    makes of it, through the real api-server, scheduler and a task of the real stack.
+    """
+    seen = asyncio.run(capacity_view(browser, stack, run_the_capacity_story(stack)))
+    assert seen["note"] == "Trained 107 steps from scratch, with no failure of its own and 3 Kueue evictions.", seen
+    assert (seen["preemptions"], seen["evictions"]) == ("1", "2"), seen
+    assert seen["retries"] == "0", "a Kueue eviction is not one of MaxText's in-process retries"
+    assert seen["pods_ready"] == "1 / 3", seen
+    assert "of which provisioning 114.0 s" in seen["capacity"], seen["capacity"]
+    assert "pods-ready timeout at step 59, 9 steps lost" in seen["capacity"], seen["capacity"]
+    # Each wait has a span of its own, named for what it was, and one colour per kind.
+    kinds = [(cls.split()[-1], label) for cls, label, _ in seen["spans"]]
+    assert kinds == [
+        ("span-queued", "queued for quota"),
+        ("span-preempted", "preemption"),
+        ("span-evicted", "evicted: pods not ready in time (Kueue's waitForPodsReady)"),
+        ("span-evicted", "evicted: its Kueue queue was stopped"),
+        *[("span-provisioning", "provisioning (quota reserved, admission checks pending)")] * 4,
+        ("span-tail", "after the last step"),
+    ], kinds
+    fills = {label: fill for _, label, fill in seen["spans"]}
+    assert len(set(fills.values())) == len(fills), f"two kinds of wait share a colour: {fills}"
+    assert [kind for kind, _ in seen["legend"]] == [
+        "queued",
+        "provisioning",
+        "preempted",
+        "evicted:pods_ready_timeout",
+        "evicted:queue_stopped",
+        "tail",
+    ], seen["legend"]
+    # On the chart: the waits' names where they fit, none over another or over a marker; each marker says its kind.
+    drawn = " ".join(seen["labels"])  # a label too wide for its span is drawn on several lines
+    for name in ("queued for quota", "provisioning", "preemption 70.0 s", "pods-ready timeout 60.0 s", "queue stopped"):
+        assert name in drawn, seen["labels"]
+    assert seen["overlaps"] == 0, seen["labels"]
+    assert [m.split(" at step")[0] for m in seen["markers"]] == [
+        "preemption",
+        "evicted: pods not ready in time (Kueue's waitForPodsReady)",
+        "evicted: its Kueue queue was stopped",
+    ], seen["markers"]
+    # The waits table: each wait, then the provisioning within it, with Kueue's own words.
+    rows = [(row[1], row[-1]) for row in seen["waits"]]
+    assert [name for name, _ in rows] == [
+        "queued for quota",
+        "└ provisioning",
+        "preemption",
+        "└ provisioning",
+        "evicted: pods not ready in time (Kueue's waitForPodsReady)",
+        "└ provisioning",
+        "evicted: its Kueue queue was stopped",
+        "└ provisioning",
+    ], rows
+    said = dict(rows[::2])
+    assert said["preemption"].startswith("Preempted: Preempted to accommodate a workload"), said
+    assert said["evicted: pods not ready in time (Kueue's waitForPodsReady)"].startswith(
+        "PodsReadyTimeout: Exceeded the PodsReady timeout"
+    ), said
+    assert said["evicted: its Kueue queue was stopped"] == "ClusterQueueStopped: The ClusterQueue is stopped", said
+    assert rows[1][1] == "admission check dws-prov Ready: Capacity is found in the cluster", rows
+    assert Path(seen["screenshots"][0]).stat().st_size > 10_000
+
+
 CONNECTION_FIELDS = [label for _, label, _ in FIELDS]  # Project, Location, Cluster, Namespace
 
 
 async def connection_form(devtools_http: str, stack: Stack) -> dict[str, Any]:
     """Admin > Connections > Add Connection, type *GKE cluster (elastic training)* chosen as a person chooses it
     (typed into the type picker, Enter), its Extra Fields section opened: what the form shows."""
-    import aiohttp
-
     out = OUTPUT / "connection-form"
     seen: dict[str, Any] = {}
     dialog = "document.querySelector('[role=dialog]')"
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{devtools_http}/json/list") as listed:
-            [page] = [t for t in await listed.json() if t["type"] == "page"][:1]
-        async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            tools = DevTools(ws)
-            await tools.call("Page.enable")
-            await tools.call(
-                "Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False
-            )
-            try:
+    async with first_page(devtools_http) as tools:
+        try:
+            await tools.call("Page.navigate", url=f"{stack.url}/connections")
+            add = "[...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Add Connection')"
+            await tools.until(f"!!document.querySelector('input[name=username]') || !!{add}", timeout=180)
+            if await tools.js("!!document.querySelector('input[name=username]')"):  # not signed in yet
+                await log_in(tools, stack, NIGHTLY, out, seen)
                 await tools.call("Page.navigate", url=f"{stack.url}/connections")
-                add = "[...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Add Connection')"
-                await tools.until(f"!!document.querySelector('input[name=username]') || !!{add}", timeout=180)
-                if await tools.js("!!document.querySelector('input[name=username]')"):  # not signed in yet
-                    await log_in(tools, stack, NIGHTLY, out, seen)
-                    await tools.call("Page.navigate", url=f"{stack.url}/connections")
-                await tools.until(f"!!{add}", timeout=120)
-                await click_until(tools, add, f"!!{dialog}", "Add Connection opened no form")
-                await type_into(tools, "[role=dialog] input[name=connection_id]", "gke_tpu")
-                picker = f"{dialog}.querySelector('input[aria-autocomplete=list]')"
-                await tools.js(f"{picker}.focus()")
-                await tools.call("Input.insertText", text="GKE cluster")
-                option = "[...document.querySelectorAll('[role=option]')].find(o => o.innerText.includes('(elastic'))"
-                await tools.until(f"!!{option}", timeout=30)
-                for kind in ("keyDown", "keyUp"):
-                    await tools.call(
-                        "Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13
-                    )
-                sections = f"[...{dialog}.querySelectorAll('button[aria-expanded]')]"
-                extra = f"{sections}.find(b => b.innerText.trim() === 'Extra Fields')"
-                await tools.until(f"!!{extra}", timeout=60)
-                seen["type"] = await tools.js(f"{dialog}.innerText.includes('GKE cluster (elastic training)')")
-                seen["standard"] = await tools.js(
-                    f"[...{dialog}.querySelectorAll('label')].map(l => l.innerText.trim()).filter(Boolean)"
+            await tools.until(f"!!{add}", timeout=120)
+            await click_until(tools, add, f"!!{dialog}", "Add Connection opened no form")
+            await type_into(tools, "[role=dialog] input[name=connection_id]", "gke_tpu")
+            picker = f"{dialog}.querySelector('input[aria-autocomplete=list]')"
+            await tools.js(f"{picker}.focus()")
+            await tools.call("Input.insertText", text="GKE cluster")
+            option = "[...document.querySelectorAll('[role=option]')].find(o => o.innerText.includes('(elastic'))"
+            await tools.until(f"!!{option}", timeout=30)
+            for kind in ("keyDown", "keyUp"):
+                await tools.call(
+                    "Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13
                 )
-                await open_section(tools, extra)
-                await tools.settled(dialog)
-                seen["labels"] = await tools.js(
-                    f"[...{dialog}.querySelectorAll('label')].map(l => l.innerText.trim()).filter(Boolean)"
-                )
-                seen["text"] = await tools.js(f"{dialog}.innerText")
-                await tools.js(f"{extra}.scrollIntoView({{block: 'start', behavior: 'instant'}})")
-                await shot(tools, out, "gke-connection-form.png", seen)
-            except (TimeoutError, AssertionError) as error:
-                picture = await tools.screenshot(out / "failure.png")
-                where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
-                raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
+            sections = f"[...{dialog}.querySelectorAll('button[aria-expanded]')]"
+            extra = f"{sections}.find(b => b.innerText.trim() === 'Extra Fields')"
+            await tools.until(f"!!{extra}", timeout=60)
+            seen["type"] = await tools.js(f"{dialog}.innerText.includes('GKE cluster (elastic training)')")
+            seen["standard"] = await tools.js(
+                f"[...{dialog}.querySelectorAll('label')].map(l => l.innerText.trim()).filter(Boolean)"
+            )
+            await open_section(tools, extra)
+            await tools.settled(dialog)
+            seen["labels"] = await tools.js(
+                f"[...{dialog}.querySelectorAll('label')].map(l => l.innerText.trim()).filter(Boolean)"
+            )
+            seen["text"] = await tools.js(f"{dialog}.innerText")
+            await tools.js(f"{extra}.scrollIntoView({{block: 'start', behavior: 'instant'}})")
+            await shot(tools, out, "gke-connection-form.png", seen)
+        except (TimeoutError, AssertionError) as error:
+            picture = await tools.screenshot(out / "failure.png")
+            where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
+            raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
     (out / "seen.json").write_text(json.dumps(seen, indent=1))
     return seen
 

@@ -15,6 +15,7 @@ from elastic_training.operators.pool_avoidance import Avoidance, disabled
 from elastic_training.operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
 from elastic_training.operators.run_report import BudgetAllowances, RecoveryEntry, RunReport, escalations_of
 from elastic_training.plugin.view import budgets, run_view, timeline
+from tests.support.capacity_run import capacity_run
 
 RECOVERY = {"detected_at": 110.0, "failed_step": 24, "restored_at": 118.0, "restored_step": 20, "first_step_at": 120.0}
 
@@ -341,7 +342,16 @@ def test_a_queued_run_still_waiting_says_so_with_kueue_s_reason() -> None:
     assert view["capacity"]["phase"] == "queued"
     assert view["capacity"]["queue_reason"].startswith("Pending: insufficient unused quota")
     assert view["capacity"]["queued_seconds"] == 600.0
-    assert view["timeline"]["spans"] == [{"kind": "queued", "from": 1000.0, "to": 1600.0, "seconds": 600.0}]
+    assert view["timeline"]["spans"] == [
+        {
+            "kind": "queued",
+            "from": 1000.0,
+            "to": 1600.0,
+            "seconds": 600.0,
+            "label": "queued for quota",
+            "provisioning_seconds": 0.0,
+        }
+    ]
 
 
 def test_start_up_and_admission_to_first_step_are_one_number() -> None:
@@ -460,3 +470,55 @@ def test_an_eviction_that_is_not_a_preemption_is_shown_as_what_it_was() -> None:
     # While it runs (no report yet), the same from the state store.
     live = {row["name"]: row for row in budgets(None, {"jobset_name": "js", "monitor": {"digest": digest.to_json()}})}
     assert live["pods-ready evictions"]["used"] == 1 and live["pods-ready evictions"]["allowed"] is None
+
+
+def test_each_wait_is_named_with_kueue_s_words_and_the_provisioning_within_it() -> None:
+    """The browser journey's capacity story (tests/support/capacity_run.py), as the view folds it: the spans the page
+    draws, the sentence, and the budgets (an eviction is no in-process retry)."""
+    end = 1_796_000_000.0
+    run, report = capacity_run(end)
+    t0 = run.started_at
+    state = {"jobset_name": run.jobset_name, "started_at": t0, "monitor": run.monitor.to_json()}
+    stored = RunReport.from_json(json.loads(json.dumps(report.to_json())))
+    view = run_view(task={"task_id": "pretrain", "end_ts": end + 1}, report=stored, state=state, checkpoints=None)
+    spans = view["timeline"]["spans"]
+    waits = [(s["kind"], s["label"], s["from"] - t0, s["seconds"], s["provisioning_seconds"]) for s in spans[:4]]
+    assert waits == [
+        ("queued", "queued for quota", 0.0, 120.0, 60.0),
+        ("preempted", "preemption", 180.0, 70.0, 20.0),
+        ("evicted", "pods-ready timeout", 290.0, 60.0, 19.0),
+        ("evicted", "queue stopped", 385.0, 60.0, 15.0),
+    ]
+    assert [s.get("eviction_kind") for s in spans[:4]] == [None, "preempted", "pods_ready_timeout", "queue_stopped"]
+    assert [s.get("reason", "").split(":")[0] for s in spans[:4]] == [
+        "",
+        "Preempted",
+        "PodsReadyTimeout",
+        "ClusterQueueStopped",
+    ]
+    assert [(s.get("step"), s.get("steps_lost")) for s in spans[:4]] == [(None, None), (39, 9), (59, 9), (69, 9)]
+    provisioning = [s for s in spans if s["kind"] == "provisioning"]
+    assert [(s["from"] - t0, s["seconds"]) for s in provisioning] == [
+        (60.0, 60.0),
+        (230.0, 20.0),
+        (331.0, 19.0),
+        (430.0, 15.0),
+    ]
+    # A check's outcome is noted when it changes (MonitorState.provisioning_said): the first Ready only.
+    assert [s["said"] for s in provisioning] == [
+        ["admission check dws-prov Ready: Capacity is found in the cluster"],
+        [],
+        [],
+        [],
+    ]
+    assert spans[-1]["kind"] == "tail" and spans[-1]["seconds"] == 11.0
+    assert (
+        view["training"]["note"] == "Trained 107 steps from scratch, with no failure of its own and 3 Kueue evictions."
+    )
+    assert [(p["label"], p["short"]) for p in view["capacity"]["preemptions"]] == [
+        ("preemption", "preemption"),
+        ("evicted: pods not ready in time (Kueue's waitForPodsReady)", "pods-ready timeout"),
+        ("evicted: its Kueue queue was stopped", "queue stopped"),
+    ]
+    rows = {row["name"]: row["used"] for row in view["budgets"]}
+    assert rows["in-process retries"] == 0 and rows["pods-ready evictions"] == 1

@@ -2,8 +2,9 @@
 triggerer and the local cluster) for the whole session, shared by the tests that need a real stack.
 
 Its DAGs folder holds copies of the repository's ``dags/`` (the browser journey runs the shipped DAGs), a
-one-task smoke DAG (a deferrable ``ElasticJobSetOperator`` on the local runtime) for the CLI's own test, and a
-one-task DAG that writes to the metadata database until told to stop (the UI-under-load test's).
+one-task smoke DAG (a deferrable ``ElasticJobSetOperator`` on the local runtime) for the CLI's own test, a
+one-task DAG that writes to the metadata database until told to stop (the UI-under-load test's), and a one-task DAG
+that stores a flex-start run's state and report as the operator does (``CAPACITY``: the journey's capacity view).
 Its alerts go to a real notifier (tests/support/alert_notifier.py's ``FileNotifier``, writing ``<home>/alerts.jsonl``:
 ``ALERTS``) through the ``[elastic_training]`` options a deployment sets, and the nightly DAG's deadline is short
 (``NIGHTLY_DEADLINE``): every nightly run it runs is past it, and says so there.
@@ -46,6 +47,7 @@ SMOKE = "launcher_smoke"
 WRITER = "launcher_writer"
 WRITER_STOP = "launcher_writer_stop"
 WRITER_COUNT = "launcher_writer_count"
+CAPACITY = "elastic_capacity_story"
 STARTUP_SECONDS = 600.0
 CALL_SECONDS = 180.0
 ALERTS = "alerts.jsonl"
@@ -133,6 +135,33 @@ def _writer_dag(folder: Path) -> None:
     )
 
 
+def _capacity_dag(folder: Path) -> None:
+    """A one-task DAG whose ``pretrain`` stores what ``ElasticJobSetOperator`` stores at its end: the ``elastic_run``
+    entry (``RunState.save``) and the run report as its return value, of tests/support/capacity_run.py's run (queued
+    for quota, provisioning, three kinds of eviction), so the run view shows it as it shows any ended run."""
+    (folder / f"{CAPACITY}.py").write_text(
+        textwrap.dedent(
+            f"""\
+            import time
+
+            from airflow.sdk import DAG, task
+
+            from tests.support.capacity_run import capacity_run
+
+            with DAG({CAPACITY!r}, schedule=None, tags=["test"]) as dag:
+
+                @task(task_id="pretrain")
+                def pretrain(**context):
+                    run, report = capacity_run(float(int(time.time())))
+                    run.save(context)
+                    return report.to_json()
+
+                pretrain()
+            """
+        )
+    )
+
+
 def _dags_folder(folder: Path, runs: Path) -> Path:
     """The repository's DAG files, copied as they are (the dag-processor skips symlinked files), and the smoke DAG."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,6 +169,7 @@ def _dags_folder(folder: Path, runs: Path) -> Path:
         shutil.copyfile(dag_file, folder / dag_file.name)
     _smoke_dag(folder, runs)
     _writer_dag(folder)
+    _capacity_dag(folder)
     return folder
 
 

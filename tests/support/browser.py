@@ -1,6 +1,6 @@
 """Headless Chromium for the browser tests, driven over the Chrome DevTools protocol: the ``browser`` fixture
 (module scope: one Chromium per test module; tests/plugin/conftest.py registers it) and the few protocol calls a
-test needs (`DevTools`). Moved from tests/plugin/test_real_run.py."""
+test needs (`DevTools`; `first_page`: the browser's first tab, sized). Moved from tests/plugin/test_real_run.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,23 @@ class DevTools:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(shot["data"]))
         return path
+
+
+@asynccontextmanager
+async def first_page(devtools_http: str, width: int = 1280, height: int = 900) -> AsyncIterator[DevTools]:
+    """The browser's first tab over the DevTools protocol, page events on, its viewport ``width`` x ``height``."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{devtools_http}/json/list") as listed:
+            [page] = [t for t in await listed.json() if t["type"] == "page"][:1]
+        async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+            tools = DevTools(ws)
+            await tools.call("Page.enable")
+            await tools.call(
+                "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
+            )
+            yield tools
 
 
 @pytest.fixture(scope="module")
