@@ -446,8 +446,10 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "type": "boolean",
                 "title": "Avoid failing node pools",
                 "description": "Keep pretraining's slices off GKE node pools with more than 1 slice failure (lost "
-                "host, trainer error) in the last 3 runs of this DAG, while the other pools can hold every slice "
-                "(needs list on nodes: deploy/rbac-node-pools.yaml). The run report says which and why.",
+                "host, trainer error) in the last 3 runs of this DAG (older failures, and clean runs since, weigh "
+                "less), while the other pools can hold every slice (needs list on nodes: "
+                "deploy/rbac-node-pools.yaml). Workers left unschedulable by it for a minute drop it. The run "
+                "report says which and why.",
                 "section": SECTION_BUDGETS,
             },
         ),
@@ -457,9 +459,11 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             {
                 "type": "boolean",
                 "title": "Checkpoint period from history",
-                "description": "Pretraining's checkpoint_period=auto: the Young/Daly period from the last 3 runs' "
-                "failure rate and save time, between one save's steps and half the run (the period above "
-                "while there is no history). The report shows the period, the predicted and the achieved goodput.",
+                "description": "Pretraining's checkpoint_period=auto: the Young/Daly period from the failure rate "
+                "(per slice and hour of training) and save time of earlier runs of the same model and shape, the "
+                "newest weighing most; between one save's steps and half the run, and at most 4x longer or 8x "
+                "shorter than the last run's (the period above until half a run's training is recorded). The "
+                "report shows the period, its 90% interval, the predicted and the achieved goodput.",
                 "section": SECTION_BUDGETS,
             },
         ),
