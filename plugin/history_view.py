@@ -107,7 +107,10 @@ def chart_svg(runs: Sequence[RunRecord]) -> str:
 def _keys_nav(key: str, keys: Mapping[str, str]) -> str:
     """The task's histories (its default key, its mapped instances', a custom ``failure_history_key``), linked."""
     if len(keys) <= 1:
-        return f'<p class="muted" id="history-key">Variable <code>{escape(key)}</code></p>'
+        return (
+            f'<p class="muted" id="history-key">History key <code>{escape(key)}</code> '
+            f"(one Airflow Variable per run: <code>{escape(key)}.r.*</code>)</p>"
+        )
     items = "".join(
         f'<li class="current"><code>{escape(k)}</code></li>'
         if k == key
