@@ -329,12 +329,16 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             )
             self.log.info("avoid_failing_node_pools: %s", avoidance.reason)
         plan["node_pool_avoidance"] = avoidance.to_json()
+        self._plan_pods_ready(spec, plan)
+        run.plan = plan
+
+    def _plan_pods_ready(self, spec: ElasticRunSpec, plan: dict[str, Any]) -> None:
+        """Kueue's waitForPodsReady into ``plan`` (a queued run only), with the launch warnings it calls for."""
         if self.capacity.queue_name:
             pods_ready = self._pods_ready_timeouts()
             if pods_ready is not None:
                 plan["kueue_pods_ready"] = pods_ready.to_json()
                 self._warn_pods_ready(spec, pods_ready)
-        run.plan = plan
 
     def _planned_or_not(self, context: Context, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
         """``spec`` with the run's plan applied; any planning error (the history is anyone's edit): the run goes
@@ -347,7 +351,12 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             self.log.warning("%s: the run goes ahead without the plan", why)
             unplanned = Avoidance(enabled=self.history.avoid_failing_node_pools, reason=f"{why}: no pool avoided")
             try_number = int(getattr(context["ti"], "try_number", 1) or 1)  # as _plan keys it: not re-planned
-            run.plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
+            plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
+            try:  # Kueue's timeouts do not come from the history: a failed plan still reads and warns about them
+                self._plan_pods_ready(spec, plan)
+            except Exception as kueue_error:  # stored input again (the ConfigMap): never the run's failure
+                self.log.warning("reading Kueue's waitForPodsReady failed too: %s", str(kueue_error)[:300])
+            run.plan = plan
             return self._planned(spec, run)
 
     def _pods_ready_timeouts(self) -> PodsReadyTimeouts | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from elastic_training.operators import ElasticJobSetOperator
+from elastic_training.operators import Capacity, ElasticJobSetOperator
 from elastic_training.operators import elastic_operator as module
 from elastic_training.operators.advice import shape_fingerprint
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
@@ -110,6 +110,24 @@ def test_a_planning_error_runs_without_the_plan_and_says_why(
     assert any("the run goes ahead without the plan" in w for w in warnings), warnings
     # the saved plan is what a resumed try applies: no error again
     assert operator._planned(operator.build_spec(), run).checkpoint_period == 10
+
+
+def test_a_planning_error_still_reads_kueues_pods_ready_timeouts(
+    comms: VariableComms, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kueue's waitForPodsReady does not come from the history: a failed plan still carries it (here from the
+    task's option, the ConfigMap being unreadable without a cluster), so the launch warnings and the report's
+    budgets keep it."""
+
+    def overflowing(*args: Any, **kwargs: Any) -> Any:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(module, "auto_period", overflowing)
+    operator = auto_operator(tmp_path)
+    operator.capacity = Capacity(queue_name="team", kueue_pods_ready_timeout=600)
+    _, run = plan(operator)
+    assert "OverflowError" in run.plan["planning_error"]  # type: ignore[index]
+    assert run.plan["kueue_pods_ready"]["timeout_seconds"] == 600  # type: ignore[index]
 
 
 def test_what_the_history_reads_left_out_or_could_not_read_is_in_the_report(
