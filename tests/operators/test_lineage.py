@@ -8,7 +8,6 @@ import blocked is tests/operators/test_already_at_target.py's ``test_a_run_witho
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -24,8 +23,10 @@ from elastic_training.operators.lineage import (
     operator_lineage,
 )
 from elastic_training.operators.pipeline import StageJobSetOperator
-from elastic_training.operators.pipeline_params import DagRunIdentity, validate_params
+from elastic_training.operators.pipeline_params import validate_params
 from elastic_training.operators.run_report import RunReport
+from tests.support.pipeline_params import GKE_STAGE_PARAMS
+from tests.support.pipeline_params import STAGES_RUN as RUN
 
 
 @pytest.mark.parametrize(
@@ -131,24 +132,7 @@ def test_without_the_provider_there_is_no_lineage(monkeypatch: pytest.MonkeyPatc
     assert operator_lineage([LineageDataset("gs://corpus", "tfds")], [], REPORT) is None
 
 
-RUN = DagRunIdentity(
-    dag_id="elastic_training_nightly",
-    run_id="scheduled__2026-12-01T00:00:00+00:00",
-    run_type="scheduled",
-    logical_date=datetime(2026, 12, 1, tzinfo=UTC),
-)
-GKE = {
-    "runtime": "gke",
-    "base_output_directory": "gs://team-bucket/llm",
-    "image": "us-docker.pkg.dev/p/r/maxtext:1",
-    "eval_image": "us-docker.pkg.dev/p/r/maxtext-eval:1",
-    "eval_command": ["python3", "-m", "maxtext.eval.runner.run"],
-    "synthesize_image": "us-docker.pkg.dev/p/r/maxtext-synthesize:1",
-    "synthesize_command": ["python3", "-m", "maxtext_synthesize"],
-    "tpu_type": "v5e",
-    "tpu_topology": "4x4",
-    "hf_path": "meta-llama/Llama-3.1-8B",
-}
+GKE = {**GKE_STAGE_PARAMS, "hf_path": "meta-llama/Llama-3.1-8B"}
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,30 +26,14 @@ from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
     LOCAL_EVAL_COMMAND,
     LOCAL_SYNTH_COMMAND,
-    DagRunIdentity,
     ParamError,
     validate_params,
 )
 from elastic_training.operators.spec import LOCAL_MAXTEXT_IMAGE
 from tests.support.eval_results import maxtext_result
+from tests.support.pipeline_params import GKE_STAGE_PARAMS as GKE
+from tests.support.pipeline_params import STAGES_RUN as RUN
 
-RUN = DagRunIdentity(
-    dag_id="elastic_training_nightly",
-    run_id="scheduled__2026-12-01T00:00:00+00:00",
-    run_type="scheduled",
-    logical_date=datetime(2026, 12, 1, tzinfo=UTC),
-)
-GKE = {
-    "runtime": "gke",
-    "base_output_directory": "gs://team-bucket/llm",
-    "image": "us-docker.pkg.dev/p/r/maxtext:1",
-    "eval_image": "us-docker.pkg.dev/p/r/maxtext-eval:1",
-    "eval_command": ["python3", "-m", "maxtext.eval.runner.run"],
-    "synthesize_image": "us-docker.pkg.dev/p/r/maxtext-synthesize:1",
-    "synthesize_command": ["python3", "-m", "maxtext_synthesize"],
-    "tpu_type": "v5e",
-    "tpu_topology": "4x4",
-}
 HF_PATH = "meta-llama/Llama-3.1-8B"
 ITEMS = "gs://team-bucket/llm/nightly-20261201/checkpoints/79/items"
 

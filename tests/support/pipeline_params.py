@@ -25,6 +25,26 @@ WHEN = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 SCHEDULED = DagRunIdentity("elastic_training_nightly", f"scheduled__{WHEN.isoformat()}", "scheduled", WHEN)
 
 
+# A scheduled nightly run on GKE as the stage operators are configured for it (the pipeline-stage and lineage tests).
+STAGES_RUN = DagRunIdentity(
+    dag_id="elastic_training_nightly",
+    run_id="scheduled__2026-12-01T00:00:00+00:00",
+    run_type="scheduled",
+    logical_date=datetime(2026, 12, 1, tzinfo=UTC),
+)
+GKE_STAGE_PARAMS: dict[str, Any] = {
+    "runtime": "gke",
+    "base_output_directory": "gs://team-bucket/llm",
+    "image": "us-docker.pkg.dev/p/r/maxtext:1",
+    "eval_image": "us-docker.pkg.dev/p/r/maxtext-eval:1",
+    "eval_command": ["python3", "-m", "maxtext.eval.runner.run"],
+    "synthesize_image": "us-docker.pkg.dev/p/r/maxtext-synthesize:1",
+    "synthesize_command": ["python3", "-m", "maxtext_synthesize"],
+    "tpu_type": "v5e",
+    "tpu_topology": "4x4",
+}
+
+
 def defaults(root: Path, **changes: Any) -> dict[str, Any]:
     params = {d.name: d.default for d in param_definitions(data_directory=str(root))}
     params.update(changes)
