@@ -303,6 +303,8 @@ class MonitorState:
         self.queue_eviction, self.queue_requeue_at = status.eviction, status.requeue_at
         self.queue_evicted = ""
         self._on_admission_checks(status, now)
+        if status.state is QueueState.PENDING:
+            self.digest.note_queue(now, status.reason)
         if status.evicted_reason:
             said = ": ".join(p for p in (status.evicted_reason, status.evicted_message) if p)
             self.queue_evicted = said[:1000]
@@ -312,6 +314,9 @@ class MonitorState:
         """Provisioning (quota reserved, checks pending) opens a span of its own; each check's outcome is noted
         (the ProvisioningRequest's words: provisioned, failed and retried, rejected, capacity revoked)."""
         if status.state is QueueState.PROVISIONING:
+            spans = self.digest.provisioning_spans
+            if not spans or spans[-1][1] is not None:
+                self.provisioning_said = ""  # a new provisioning: its checks' words are its own, even if the same
             self.digest.provisioning(now)
         else:
             self.digest.provisioned(now)

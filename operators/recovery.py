@@ -161,6 +161,8 @@ class LogDigest:
     # check said when it left Pending ([at, "admission check dws-prov Rejected: ..."]), newest last.
     provisioning_spans: list[list[float | None]] = field(default_factory=list)
     provisioning_notes: list[list[Any]] = field(default_factory=list)
+    # What Kueue said of each wait for quota while it lasted ([at, "couldn't assign flavors ..."]), newest last.
+    queue_notes: list[list[Any]] = field(default_factory=list)
 
     def feed(self, at: float, line: str) -> None:
         """Fold one log line logged at ``at`` (Unix seconds)."""
@@ -288,10 +290,18 @@ class LogDigest:
             self.provisioning_spans[-1][1] = max(at, float(self.provisioning_spans[-1][0] or 0.0))
 
     def note_provisioning(self, at: float, said: str) -> None:
-        """An admission check's outcome (Ready, Retry, Rejected and its message), kept once and bounded."""
-        if said and (not self.provisioning_notes or self.provisioning_notes[-1][1] != said):
-            self.provisioning_notes.append([at, said[:500]])
-            del self.provisioning_notes[:-MAX_QUEUE_SPANS]
+        """An admission check's outcome (Ready, Retry, Rejected and its message), kept once per provisioning and
+        bounded: the same words said again in a later provisioning are that one's outcome."""
+        opened = float(self.provisioning_spans[-1][0] or 0.0) if self.provisioning_spans else None
+        _note(self.provisioning_notes, at, said, opened)
+
+    def note_queue(self, at: float, said: str) -> None:
+        """What Kueue says of a wait for quota (its QuotaReserved=False message), kept once per wait. The Workload may
+        be read before the JobSet's suspension opens the wait: the view places each note in its wait by time."""
+        newest = self.queue_spans[-1] if self.queue_spans else None
+        # Said again after the newest wait ended (admitted), it is the next wait's.
+        since = None if newest is None else float((newest[1] if newest[1] is not None else newest[0]) or 0.0)
+        _note(self.queue_notes, at, said, since)
 
     def provisioning_seconds(self, now: float) -> float:
         return sum(max(0.0, (e if e is not None else now) - float(s or 0.0)) for s, e in self.provisioning_spans)
@@ -402,8 +412,19 @@ class LogDigest:
         values["queue_spans"] = [list(span) for span in values.get("queue_spans") or []]
         values["provisioning_spans"] = [list(span) for span in values.get("provisioning_spans") or []]
         values["provisioning_notes"] = [list(note) for note in values.get("provisioning_notes") or []]
+        values["queue_notes"] = [list(note) for note in values.get("queue_notes") or []]
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def _note(notes: list[list[Any]], at: float, said: str, opened: float | None) -> None:
+    """Append ``[at, said]`` unless the newest note already says it within the span opened at ``opened``."""
+    if not said:
+        return
+    if notes and notes[-1][1] == said[:500] and (opened is None or float(notes[-1][0] or 0.0) >= opened):
+        return
+    notes.append([at, said[:500]])
+    del notes[:-MAX_QUEUE_SPANS]
 
 
 @dataclass(frozen=True)
@@ -675,6 +696,7 @@ def capacity(incarnations: Sequence[Incarnation], ended_at: float | None) -> Cap
         provisioning_seconds=round(sum(d.provisioning_seconds(end) for d in digests), 3),
         provisioning_spans=tuple((float(s or 0.0), e) for d in digests for s, e in d.provisioning_spans),
         provisioning_notes=tuple((float(at or 0.0), str(said)) for d in digests for at, said in d.provisioning_notes),
+        queue_notes=tuple((float(at or 0.0), str(said)) for d in digests for at, said in d.queue_notes),
     )
 
 

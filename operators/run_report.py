@@ -252,7 +252,8 @@ class CapacityTimes:
 
     ``queue_spans``: each suspension ``(suspended at, admitted at or None)``, every incarnation's in order;
     ``provisioning_spans``: the parts of them with quota reserved and admission checks pending (flex-start capacity
-    being provisioned), ``provisioning_seconds`` their sum; ``provisioning_notes``: ``(at, what a check said)``.
+    being provisioned), ``provisioning_seconds`` their sum; ``provisioning_notes``: ``(at, what a check said)``;
+    ``queue_notes``: ``(at, what Kueue said of a wait for quota)`` while it lasted.
     """
 
     queued_seconds: float = 0.0
@@ -264,6 +265,7 @@ class CapacityTimes:
     provisioning_seconds: float = 0.0
     provisioning_spans: tuple[tuple[float, float | None], ...] = ()
     provisioning_notes: tuple[tuple[float, str], ...] = ()
+    queue_notes: tuple[tuple[float, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -271,21 +273,27 @@ class CapacityTimes:
             "queue_spans": [list(span) for span in self.queue_spans],
             "provisioning_spans": [list(span) for span in self.provisioning_spans],
             "provisioning_notes": [list(note) for note in self.provisioning_notes],
+            "queue_notes": [list(note) for note in self.queue_notes],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CapacityTimes:
-        notes = []
-        for note in _list(data, "provisioning_notes"):
-            if not isinstance(note, list | tuple) or len(note) != 2 or not isinstance(note[1], str):
-                raise ReportError(f"the report holds a value of the wrong type: a provisioning note {note!r}")
-            notes.append((_float({"at": note[0]}, "at") or 0.0, note[1][:500]))
         return cls(
             **_scalars(cls, data),
             queue_spans=_spans(data, "queue_spans"),
             provisioning_spans=_spans(data, "provisioning_spans"),
-            provisioning_notes=tuple(notes),
+            provisioning_notes=_notes(data, "provisioning_notes", "provisioning note"),
+            queue_notes=_notes(data, "queue_notes", "queue note"),
         )
+
+
+def _notes(data: Mapping[str, Any], key: str, what: str) -> tuple[tuple[float, str], ...]:
+    notes = []
+    for note in _list(data, key):
+        if not isinstance(note, list | tuple) or len(note) != 2 or not isinstance(note[1], str):
+            raise ReportError(f"the report holds a value of the wrong type: a {what} {note!r}")
+        notes.append((_float({"at": note[0]}, "at") or 0.0, note[1][:500]))
+    return tuple(notes)
 
 
 def _spans(data: Mapping[str, Any], key: str) -> tuple[tuple[float, float | None], ...]:

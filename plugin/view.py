@@ -302,6 +302,9 @@ def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
             continue
         span: JsonObj = {"kind": "queued", "from": start, "to": end, "seconds": round(max(0.0, end - start), 3)}
         span["label"] = QUEUED_FOR_QUOTA
+        said = [note for at, note in cap.times.queue_notes if start <= at <= end]
+        if said:
+            span["reason"] = "; ".join(dict.fromkeys(said))
         inside = sum(max(0.0, min(p["to"], end) - max(p["from"], start)) for p in provisioning)
         span["provisioning_seconds"] = round(inside, 3)
         entry = evicted_at.get(start)

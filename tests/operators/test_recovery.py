@@ -285,3 +285,36 @@ def test_a_slice_lost_before_a_preemption_stays_a_recovery_of_its_own() -> None:
     digest.feed(35.0, absl("Elastic event detected. Traceback (most recent call last):"))
     digest.queued(40.0, preempted=True)
     assert [r.kind for r in digest.all_recoveries] == ["slice_down", "preemption"]
+
+
+def test_what_kueue_said_of_each_wait_is_kept_once_per_wait() -> None:
+    """The same QuotaReserved=False words in two waits are two notes; said again within one wait, one."""
+    digest = LogDigest()
+    quota = "Pending: couldn't assign flavors to pod set worker: insufficient unused quota"
+    digest.note_queue(100.0, quota)  # read before the JobSet's suspension opened the wait
+    digest.queued(99.0, preempted=False)
+    digest.note_queue(101.0, quota)
+    digest.note_queue(102.0, f"{quota}, 16 more needed")
+    digest.admitted(150.0)
+    digest.note_queue(160.0, f"{quota}, 16 more needed")  # the next wait's, though the same words
+    digest.queued(159.0, preempted=True)
+    digest.note_queue(161.0, f"{quota}, 16 more needed")
+    digest.note_queue(162.0, "")
+    assert digest.queue_notes == [
+        [100.0, quota],
+        [102.0, f"{quota}, 16 more needed"],
+        [160.0, f"{quota}, 16 more needed"],
+    ]
+    assert LogDigest.from_json(digest.to_json()).queue_notes == digest.queue_notes
+
+
+def test_each_provisioning_keeps_its_own_outcome() -> None:
+    digest = LogDigest()
+    ready = "admission check dws-prov Ready: Capacity is found in the cluster"
+    digest.provisioning(10.0)
+    digest.note_provisioning(20.0, ready)
+    digest.note_provisioning(21.0, ready)
+    digest.provisioned(22.0)
+    digest.provisioning(50.0)
+    digest.note_provisioning(60.0, ready)
+    assert digest.provisioning_notes == [[20.0, ready], [60.0, ready]]

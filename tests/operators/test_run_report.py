@@ -42,6 +42,7 @@ DOCUMENTED_KEYS = set(
         "provisioning_seconds",
         "provisioning_spans",
         "provisioning_notes",
+        "queue_notes",
         "admission_to_first_step_seconds",
         "training_seconds",
         "tail_seconds",

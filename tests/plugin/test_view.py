@@ -15,7 +15,7 @@ from elastic_training.operators.pool_avoidance import Avoidance, disabled
 from elastic_training.operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
 from elastic_training.operators.run_report import BudgetAllowances, RecoveryEntry, RunReport, escalations_of
 from elastic_training.plugin.view import budgets, run_view, timeline
-from tests.support.capacity_run import capacity_run
+from tests.support.capacity_run import QUOTA, capacity_run
 
 RECOVERY = {"detected_at": 110.0, "failed_step": 24, "restored_at": 118.0, "restored_step": 20, "first_step_at": 120.0}
 
@@ -491,7 +491,7 @@ def test_each_wait_is_named_with_kueue_s_words_and_the_provisioning_within_it() 
     ]
     assert [s.get("eviction_kind") for s in spans[:4]] == [None, "preempted", "pods_ready_timeout", "queue_stopped"]
     assert [s.get("reason", "").split(":")[0] for s in spans[:4]] == [
-        "",
+        "Pending",  # the first wait for quota, in Kueue's words (QuotaReserved=False)
         "Preempted",
         "PodsReadyTimeout",
         "ClusterQueueStopped",
@@ -504,13 +504,11 @@ def test_each_wait_is_named_with_kueue_s_words_and_the_provisioning_within_it() 
         (331.0, 19.0),
         (430.0, 15.0),
     ]
-    # A check's outcome is noted when it changes (MonitorState.provisioning_said): the first Ready only.
+    assert spans[0]["reason"] == f"Pending: {QUOTA}"
+    # Each provisioning's outcome is its own, the same words said again included.
     assert [s["said"] for s in provisioning] == [
-        ["admission check dws-prov Ready: Capacity is found in the cluster"],
-        [],
-        [],
-        [],
-    ]
+        ["admission check dws-prov Ready: Capacity is found in the cluster"]
+    ] * 4
     assert spans[-1]["kind"] == "tail" and spans[-1]["seconds"] == 11.0
     assert (
         view["training"]["note"] == "Trained 107 steps from scratch, with no failure of its own and 3 Kueue evictions."
