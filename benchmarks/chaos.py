@@ -102,7 +102,7 @@ MIN_SECONDS_TO_START = 200.0
 DAG_TEMPLATE = """\
 from datetime import timedelta
 from airflow.sdk import DAG
-from elastic_training.operators import Budgets, Capacity, ElasticJobSetOperator, Scale, Training
+from elastic_training.operators import Budgets, Capacity, ElasticJobSetOperator, History, Scale, Training
 
 with DAG({dag_id!r}, schedule=None) as dag:
     ElasticJobSetOperator(
@@ -121,7 +121,7 @@ with DAG({dag_id!r}, schedule=None) as dag:
             max_full_restarts={max_full_restarts},
             stall_timeout=timedelta(seconds={stall}),
             elastic_timeout_seconds={elastic_timeout},
-        ),{kueue_args}
+        ),{kueue_args}{history_args}
         runtime="local",
         deferrable=True,
         poll_interval=1.0,
@@ -142,7 +142,7 @@ def dag_source(plan: Schedule, base: str, storage_env: dict[str, str] | None = N
         run_name=plan.run_name,
         base=base,
         steps=plan.steps,
-        period=plan.checkpoint_period,
+        period=repr("auto") if plan.history else plan.checkpoint_period,
         slices=plan.num_slices,
         maxtext_args=SMALL_MODEL,
         max_slice_restarts=plan.max_slice_restarts,
@@ -152,7 +152,20 @@ def dag_source(plan: Schedule, base: str, storage_env: dict[str, str] | None = N
         elastic_timeout=max(1, plan.stall_timeout_seconds // 2),
         local_env=local_env,
         kueue_args=_kueue_args(plan),
+        history_args=_history_args(plan),
     )
+
+
+# The history dimension: every run of a lane shares one failure history, as one DAG's nightly runs do.
+HISTORY_KEY = "chaos-history"
+CHAOS_POOLS = tuple(f"tpu-v5e-16-{i}" for i in range(4))  # v5e-small's v5e-16 pools: where a worker may run
+
+
+def _history_args(plan: Schedule) -> str:
+    """The history dimension's runs turn both closed-loop options on over the lane's shared history."""
+    if not plan.history:
+        return ""
+    return f"\n        history=History(avoid_failing_node_pools=True, failure_history_key={HISTORY_KEY!r}),"
 
 
 def _kueue_args(plan: Schedule) -> str:
@@ -312,6 +325,8 @@ class RunWatch:
         # (JobSet, slice index) → (its pods' uids and container restarts, seen whole and unchanged since)
         self.whole_since: dict[tuple[str, str], tuple[frozenset[tuple[str, int]], float]] = {}
         self.escalated: set[str] = set()  # JobSets the operator logged an escalation of
+        self.worker_pools: dict[str, set[str]] = {}  # JobSet → the node pools its worker pods were bound to
+        self._node_pools: dict[str, str] = {}  # node name → its GKE node pool
         self._log_offset = 0
         self._marker_checked_at = 0.0
         self._stop = threading.Event()
@@ -412,6 +427,8 @@ class RunWatch:
             if self.files.killed_in_save():
                 self.killed_in_save_of = alive[0]
         pods = self._objects("pods")
+        if self.plan.history:
+            self._note_worker_pools(pods)
         self._note_whole_slices(jobsets, pods, now)
         self._note_escalations()
         head = self._head(jobsets, pods)
@@ -427,6 +444,30 @@ class RunWatch:
             history.append((now, step))
         if self.pending and step >= self.pending[0].step:
             self._fire(self.pending[0], step, name, head_pod, pods)
+
+    def _note_worker_pools(self, pods: list[dict[str, Any]]) -> None:
+        """Note the node pool of every bound worker pod (the history dimension checks them against the avoidance)."""
+        from elastic_training.local.cluster.resources import NODES
+        from elastic_training.operators.constants import (
+            HEAD_REPLICATED_JOB,
+            LABEL_GKE_NODEPOOL,
+            LABEL_JOBSET_NAME,
+            LABEL_REPLICATED_JOB_NAME,
+        )
+
+        if any((pod.get("spec") or {}).get("nodeName") not in self._node_pools for pod in pods):
+            store = self.cluster.store
+            nodes, _ = self.cluster.call(lambda: store.list(NODES))
+            for node in nodes:
+                labels = node["metadata"].get("labels") or {}
+                self._node_pools[node["metadata"]["name"]] = labels.get(LABEL_GKE_NODEPOOL, "")
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node not in self._node_pools or labels.get(LABEL_REPLICATED_JOB_NAME) == HEAD_REPLICATED_JOB:
+                continue
+            jobset = str(labels.get(LABEL_JOBSET_NAME))
+            self.worker_pools.setdefault(jobset, set()).add(self._node_pools[node])
 
     def _note_whole_slices(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]], now: float) -> None:
         """Note since when each slice has had every host (the worker Job's ``completions``) running."""
@@ -699,6 +740,11 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
         run_directory=files.uri,
         log_path=log_path,
     )
+    if plan.history:
+        xcom = (result or {}).get("xcom") or {}
+        report = xcom.get("return_value") or xcom.get("report") or {}
+        record["history"] = history_seen(report, watch)
+        record["history_broken"] = history_broken(plan, record["history"], record["outcome"])
     if actor is not None:
         from benchmarks.chaos_kueue import broken_promises
 
@@ -718,6 +764,55 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
     record["log"] = str(log_path)
     cleanup(lane.cluster, plan)
     return record
+
+
+def history_seen(report: dict[str, Any], watch: RunWatch) -> dict[str, Any]:
+    """What the closed loop did in one run of the history dimension: its plan, as reported, and where workers ran."""
+    avoidance = report.get("node_pool_avoidance") or {}
+    choice = report.get("checkpoint_period_choice") or {}
+    return {
+        "enabled": bool(avoidance.get("enabled")),
+        "avoided": list(avoidance.get("avoided") or []),
+        "failing": list(avoidance.get("failing") or []),
+        "candidates": list(avoidance.get("candidates") or []),
+        "probation": list(avoidance.get("probation") or []),
+        "relaxed": str(avoidance.get("relaxed") or ""),
+        "reason": str(avoidance.get("reason") or ""),
+        "period": report.get("checkpoint_period"),
+        "period_reason": str(choice.get("reason") or ""),
+        "period_runs": choice.get("runs"),
+        "notes": list(report.get("history_notes") or []),
+        "worker_pools": {jobset: sorted(pools) for jobset, pools in watch.worker_pools.items()},
+    }
+
+
+def history_broken(plan: Schedule, seen: dict[str, Any], outcome: str) -> list[str]:
+    """The history dimension's promises: the loop may change where and how often the run saves, never hurt it.
+
+    The report shows the plan (avoidance on, a period chosen with its reason); it avoids only pools the cluster has;
+    no worker runs on an avoided pool unless the report says the avoidance was relaxed; the period is one the run can
+    use (1 to half its steps). That the run is not failed by it is the matrix's own false-failure check.
+    """
+    if outcome in ("hung", "error", "not run", "lost"):
+        return []  # nothing reported to judge (the row says why)
+    broken: list[str] = []
+    if not seen["enabled"]:
+        broken.append("the report has no node-pool avoidance")
+    known = set(seen["candidates"]) or set(CHAOS_POOLS)
+    strangers = [p for p in seen["avoided"] if p not in known]
+    if strangers:
+        broken.append(f"avoided pools the cluster does not list: {strangers}")
+    if seen["avoided"] and not seen["relaxed"]:
+        for jobset, pools in seen["worker_pools"].items():
+            on_avoided = sorted(set(pools) & set(seen["avoided"]))
+            if on_avoided:
+                broken.append(f"{jobset}'s workers ran on avoided pools {on_avoided}")
+    period = seen["period"]
+    if not isinstance(period, int) or not 1 <= period <= max(1, plan.steps // 2):
+        broken.append(f"checkpoint period {period!r} outside 1..{max(1, plan.steps // 2)}")
+    if not seen["period_reason"]:
+        broken.append("the report does not say why the period was chosen")
+    return broken
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Exception|Error)): (.*)$")
@@ -807,7 +902,8 @@ def evaluate(
         final_valid = None
         why += f" (validation failed: {error})"
 
-    period = plan.checkpoint_period
+    # checkpoint_period="auto" (the history dimension) chose the period in use: the report says which.
+    period = int(report.get("checkpoint_period") or plan.checkpoint_period) if plan.history else plan.checkpoint_period
     quarantined = [q for e in report.get("escalations") or [] for q in e.get("quarantined") or []]
     quarantined_steps = {
         int(Path(q).name.split(".", 1)[0]) for q in quarantined if Path(q).name.split(".")[0].isdigit()
@@ -845,7 +941,11 @@ def evaluate(
     report_missing = max(0, len(logged) - len(reported))
     false_success = outcome == "success" and (final_valid is None or final_valid < plan.target_step)
     fired = [f.to_json() for f in watch.fired]
-    false_failure = is_false_failure(plan, outcome, why, escalations, fired, watch.jobsets_seen)
+    judged = plan
+    if plan.history and plan.kill_during_save_step is not None and not killed_in_save_from_logs(watch):
+        # The kill is in the save of its step, and the period auto chose may not save that step: it never fired.
+        judged = dataclasses.replace(plan, kill_during_save_step=None)
+    false_failure = is_false_failure(judged, outcome, why, escalations, fired, watch.jobsets_seen)
     return {
         "seed": plan.seed,
         "index": plan.index,
@@ -875,6 +975,8 @@ def evaluate(
         "in_process_recoveries": report.get("in_process_recoveries"),
         "full_restarts": report.get("full_restarts"),
         "watch_errors": watch.errors[:10],
+        "checkpoint_period": period,
+        "kill_in_save_counted": judged.kill_during_save_step is not None,
     }
 
 
@@ -1034,6 +1136,7 @@ def run_lane(
     gcs: bool = False,
     kueue: str = "",
     stall_timeout: int | None = None,
+    history: bool = False,
 ) -> int:
     """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout).
 
@@ -1067,7 +1170,7 @@ def run_lane(
         subprocess.run(child_command("_resetdb"), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
         lane = Lane(root, cluster, env)
         for index in indices:
-            plan = schedule(seed, index, gcs=gcs, kueue=kueue)
+            plan = schedule(seed, index, gcs=gcs, kueue=kueue, history=history)
             if stall_timeout is not None:
                 plan = dataclasses.replace(plan, stall_timeout_seconds=stall_timeout)
             left = deadline - time.time()
@@ -1138,6 +1241,7 @@ def run_matrix(
     gcs: bool = False,
     kueue: str = "",
     stall_timeout: int | None = None,
+    history: bool = False,
 ) -> list[dict[str, Any]]:
     """The runs ``runs`` (indices), split over ``jobs`` lanes; the records in run order."""
     out.mkdir(parents=True, exist_ok=True)
@@ -1163,6 +1267,7 @@ def run_matrix(
                         "gcs" if gcs else "local",
                         kueue or "-",
                         str(stall_timeout or "-"),
+                        "history" if history else "-",
                     ),
                     cwd=REPO,
                     start_new_session=True,
@@ -1185,7 +1290,7 @@ def run_matrix(
                 records[int(record["index"])] = record
     for index in runs:
         if index not in records:
-            plan = schedule(seed, index, gcs=gcs, kueue=kueue)
+            plan = schedule(seed, index, gcs=gcs, kueue=kueue, history=history)
             records[index] = {
                 "seed": seed,
                 "index": index,
@@ -1219,18 +1324,39 @@ def _kueue_cell(record: dict[str, Any]) -> str:
     return ", ".join(shown)
 
 
+def _history_cell(record: dict[str, Any]) -> str:
+    seen = record.get("history")
+    if not seen:
+        return "-"
+    avoided = ",".join(p.removeprefix("tpu-v5e-16-") for p in seen["avoided"]) or "none"
+    failing = ",".join(p.removeprefix("tpu-v5e-16-") for p in seen["failing"])
+    relaxed = " relaxed" if seen["relaxed"] else ""
+    probation = (
+        f" probation {','.join(p.removeprefix('tpu-v5e-16-') for p in seen['probation'])}" if seen["probation"] else ""
+    )
+    shown = [
+        f"{avoided}{f' ({failing})' if failing else ''}{probation}{relaxed}",
+        f"{seen['period']} ({seen.get('period_runs') or 0})",
+        "; ".join(record.get("history_broken") or []).replace("|", "/") or "none",
+    ]
+    return ", ".join(shown)
+
+
 def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
     """The chaos table: a summary, then one row per run."""
     ran = [r for r in records if r.get("outcome") not in ("not run", "lost")]
     succeeded = [r for r in ran if r["outcome"] == "success"]
     kueue = any(r["schedule"].get("kueue") for r in records)
+    history = any(r["schedule"].get("history") for r in records)
     lines = [
         f"Seed {seed}; command: `{command}`.",
         "",
         "| runs | succeeded | expected to fail (budget) | failed | hung | max JobSets at once | committed steps lost "
         "beyond a period | false successes | false failures | unwarranted escalations | escalations missing from "
-        "the report |" + (" runs breaking a Kueue promise |" if kueue else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if kueue else ""),
+        "the report |"
+        + (" runs breaking a Kueue promise |" if kueue else "")
+        + (" runs breaking a history promise |" if history else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if kueue else "") + ("---|" if history else ""),
         f"| {len(ran)} of {len(records)} | {len(succeeded)} "
         f"| {sum(1 for r in ran if not r['schedule']['expected']['survivable'])} "
         f"| {sum(1 for r in ran if r['outcome'] not in ('success', 'hung'))} "
@@ -1241,13 +1367,15 @@ def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
         f"| {sum(1 for r in ran if r.get('false_failure'))} "
         f"| {sum(r.get('unwarranted_escalations') or 0 for r in ran)} "
         f"| {sum(r.get('escalations_missing_from_report') or 0 for r in ran)} |"
-        + (f" {sum(1 for r in ran if r.get('kueue_broken'))} |" if kueue else ""),
+        + (f" {sum(1 for r in ran if r.get('kueue_broken'))} |" if kueue else "")
+        + (f" {sum(1 for r in ran if r.get('history_broken'))} |" if history else ""),
         "",
         "| # | steps / slices / budgets (slice, full) | faults (at completed step) | expected full restarts "
         "| outcome | why | JobSets at once | steps lost | escalations | false S/F |"
         + (" Kueue: preemptions, queued s, promises broken |" if kueue else "")
+        + (" history: avoided (failing), period (runs learnt from), promises broken |" if history else "")
         + " s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if kueue else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if kueue else "") + ("---|" if history else ""),
     ]
     for r in records:
         s = r["schedule"]
@@ -1264,6 +1392,7 @@ def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
             f"| {r['describe']} | {exp} | {r['outcome']} | {why} | {r.get('max_coexisting_jobsets', '-')} "
             f"| {r.get('steps_lost_beyond_period', '-')} | {_escalations_cell(r)} | {flags or '-'} "
             + (f"| {_kueue_cell(r)} " if kueue else "")
+            + (f"| {_history_cell(r)} " if history else "")
             + f"| {r.get('wall_seconds', '-')} |"
         )
     return "\n".join(lines) + "\n"
@@ -1276,7 +1405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "_resetdb":
         return reset_db()
     if args and args[0] == "_lane":
-        root, seed, lane_indices, deadline, run_timeout, storage, kueue, stall = args[1:9]
+        root, seed, lane_indices, deadline, run_timeout, storage, kueue, stall, history = args[1:10]
         return run_lane(
             Path(root),
             int(seed),
@@ -1286,6 +1415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gcs=storage == "gcs",
             kueue="" if kueue == "-" else kueue,
             stall_timeout=None if stall == "-" else int(stall),
+            history=history == "history",
         )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1312,6 +1442,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ProvisioningRequest is delayed, fails once or has its capacity revoked (provisioning); no other faults",
     )
     parser.add_argument(
+        "--history",
+        action="store_true",
+        help="both history options on (avoid_failing_node_pools, checkpoint_period='auto'), the runs of a lane sharing "
+        "one failure history as a DAG's nightly runs do; the faults are the matrix's",
+    )
+    parser.add_argument(
         "--stall-timeout",
         type=int,
         default=None,
@@ -1323,9 +1459,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--stall-timeout must be at least 10 seconds, got {options.stall_timeout}")
     if options.kueue and options.gcs:
         parser.error("--kueue runs write to local disk: drop --gcs")
+    if options.kueue and options.history:
+        parser.error("--history runs the matrix's faults, not a Kueue dimension's: drop --kueue")
 
     if options.dry_run:
-        for plan in schedules(options.seed, options.runs, gcs=options.gcs, kueue=options.kueue):
+        for plan in schedules(
+            options.seed, options.runs, gcs=options.gcs, kueue=options.kueue, history=options.history
+        ):
             print(json.dumps(plan.to_json()))
             print(
                 f"# run {plan.index}: {plan.describe()}; expected full restarts "
@@ -1345,6 +1485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gcs=options.gcs,
         kueue=options.kueue,
         stall_timeout=options.stall_timeout,
+        history=options.history,
     )
     with (out / "chaos.jsonl").open("w") as handle:
         for record in records:
@@ -1361,6 +1502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         or (r.get("steps_lost_beyond_period") or 0) > 0
         or r.get("false_success")
         or r.get("kueue_broken")
+        or r.get("history_broken")
     ]
     return 1 if bad else 0
 

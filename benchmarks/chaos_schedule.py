@@ -16,12 +16,16 @@ absolute (no full restart, no slice restart), which the other faults would legit
 (``kueue="pods-ready"``) runs with Kueue's ``waitForPodsReady`` on: GKE repairs the node pool of one of the run's slices
 for longer than Kueue's ``recoveryTimeout`` while a blocker holds every other pool, so Kueue evicts the whole JobSet
 (``PodsReadyTimeout``) and the run must wait it out and resume from its checkpoint, spending no budget.
+
+With ``history=True`` (the history dimension) a run has the same faults as without it, and its DAG turns both of the
+closed loop's options on: ``avoid_failing_node_pools`` and ``checkpoint_period="auto"``, over one failure history
+that the lane's runs share, as a DAG's nightly runs share theirs (``benchmarks/chaos.py``).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 CHECKPOINT_PERIOD = 10
@@ -148,11 +152,12 @@ class Schedule:
     kueue: str = ""  # "preempt" or "queue-wait": the run is in multislice-queue and meets a blocker; "provisioning":
     # the run is in a flex-start queue (xpk's dws-prov check) and its ProvisioningRequest meets the fault;
     # "pods-ready": Kueue's waitForPodsReady is on and a slice's repair outlasts its recoveryTimeout
+    history: bool = False  # both history options on, over the lane's shared failure history
 
     @property
     def run_name(self) -> str:
         kueue = _RUN_NAME_PREFIXES.get(self.kueue, "")
-        return f"chaos-{'gcs-' if self.gcs else ''}{kueue}s{self.seed}-r{self.index}"
+        return f"chaos-{'gcs-' if self.gcs else ''}{kueue}{'hist-' if self.history else ''}s{self.seed}-r{self.index}"
 
     @property
     def kueue_fault(self) -> Fault | None:
@@ -214,13 +219,18 @@ class Schedule:
         return data
 
 
-def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "") -> Schedule:
+def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "", history: bool = False) -> Schedule:
     """The schedule of run ``index`` under ``seed`` (drawn from ``random.Random(seed + index)``).
 
     With ``gcs`` the run writes to ``gs://`` and may also get GCS 503s, drawn after everything else: the
     other faults of a run are the same with or without it. With ``kueue`` (one of :data:`KUEUE_DIMENSIONS`)
-    the run has the same shape and only its Kueue fault (:func:`kueue_schedule`).
+    the run has the same shape and only its Kueue fault (:func:`kueue_schedule`). With ``history`` the faults are
+    those without it, and the run turns the history options on.
     """
+    if history:
+        if kueue:
+            raise ValueError("the history dimension runs without Kueue: drop kueue")
+        return replace(schedule(seed, index, gcs=gcs), history=True)
     rng = random.Random(seed + index)
     steps = rng.choice((40, 50, 60))
     num_slices = rng.choice((2, 3))
@@ -350,6 +360,6 @@ def kueue_schedule(
     )
 
 
-def schedules(seed: int, runs: int, *, gcs: bool = False, kueue: str = "") -> list[Schedule]:
+def schedules(seed: int, runs: int, *, gcs: bool = False, kueue: str = "", history: bool = False) -> list[Schedule]:
     """The schedules of runs ``0..runs-1``."""
-    return [schedule(seed, index, gcs=gcs, kueue=kueue) for index in range(runs)]
+    return [schedule(seed, index, gcs=gcs, kueue=kueue, history=history) for index in range(runs)]

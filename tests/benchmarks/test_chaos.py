@@ -421,3 +421,86 @@ def test_pods_ready_promises_are_judged_from_the_report_and_what_the_harness_saw
     assert broken_promises(plan, started, kept, "success", [{}]) == [
         "eviction 'True/PodsReadyTimeout', causes ['WaitForStart']"
     ]
+
+
+def test_the_history_dimension_keeps_the_matrixs_faults_and_turns_both_options_on() -> None:
+    from benchmarks.chaos import HISTORY_KEY, dag_source
+
+    plain = schedules(1, 50)
+    plans = schedules(1, 50, history=True)
+    for local, plan in zip(plain, plans, strict=True):
+        assert plan.history and not local.history
+        assert (plan.faults, plan.kill_during_save_step, _shape(plan)) == (
+            local.faults,
+            local.kill_during_save_step,
+            _shape(local),
+        )
+        assert plan.run_name == local.run_name.replace("chaos-", "chaos-hist-")
+    source = dag_source(plans[6], "/runs")
+    assert "checkpoint_period='auto'" in source
+    assert f"history=History(avoid_failing_node_pools=True, failure_history_key={HISTORY_KEY!r})" in source
+    assert "checkpoint_period=10" in dag_source(plain[6], "/runs") and "History(" not in dag_source(plain[6], "/runs")
+    with pytest.raises(ValueError, match="without Kueue"):
+        schedule(1, 0, kueue="preempt", history=True)
+
+
+def test_history_promises_are_judged_from_the_report_and_where_the_workers_ran() -> None:
+    from benchmarks.chaos import history_broken
+
+    plan = schedule(1, 0, history=True)  # 40 steps: a period of 1 to 20
+    seen = {
+        "enabled": True,
+        "avoided": ["tpu-v5e-16-2"],
+        "failing": ["tpu-v5e-16-2"],
+        "candidates": [f"tpu-v5e-16-{i}" for i in range(4)],
+        "probation": [],
+        "relaxed": "",
+        "reason": "avoiding tpu-v5e-16-2",
+        "period": 7,
+        "period_reason": "the model's optimum",
+        "period_runs": 3,
+        "notes": [],
+        "worker_pools": {"js-0": ["tpu-v5e-16-0", "tpu-v5e-16-1"]},
+    }
+    assert history_broken(plan, seen, "success") == []
+    on_avoided = {**seen, "worker_pools": {"js-0": ["tpu-v5e-16-0", "tpu-v5e-16-2"]}}
+    assert history_broken(plan, on_avoided, "success") == ["js-0's workers ran on avoided pools ['tpu-v5e-16-2']"]
+    assert history_broken(plan, {**on_avoided, "relaxed": "unschedulable for 60 s"}, "success") == []
+    assert history_broken(plan, {**seen, "avoided": ["tpu-v5e-16-9"]}, "failed") == [
+        "avoided pools the cluster does not list: ['tpu-v5e-16-9']"
+    ]
+    assert history_broken(plan, {**seen, "period": 21, "period_reason": ""}, "success") == [
+        "checkpoint period 21 outside 1..20",
+        "the report does not say why the period was chosen",
+    ]
+    assert history_broken(plan, {**seen, "enabled": False}, "success") == ["the report has no node-pool avoidance"]
+    assert history_broken(plan, {**seen, "enabled": False}, "hung") == []  # nothing reported to judge
+
+
+def test_a_kill_in_a_save_auto_never_made_is_not_expected(tmp_path: Path) -> None:
+    """With checkpoint_period="auto" the scheduled kill's step may not be saved: its full restart is not expected."""
+    from benchmarks.chaos import evaluate
+
+    def failed(plan: Schedule) -> dict[str, object]:
+        watch = RunWatch(SimpleNamespace(logs=None), plan, RunFiles(str(tmp_path / "run")), lambda: None)
+        report = {"checkpoint_period": 7, "failure": "full-restart budget spent", "escalations": []}
+        return evaluate(
+            plan,
+            watch,
+            {"state": "failed", "xcom": {"return_value": report}},
+            hung=False,
+            wall=1.0,
+            run_timeout=10.0,
+            run_directory=str(tmp_path / "run"),
+        )
+
+    # Seed 1's run 11: a SIGSTOP and a kill in the save of step 20, with max_full_restarts=1: over budget as
+    # scheduled, within it when the kill never fired.
+    plain, auto = schedule(1, 11), schedule(1, 11, history=True)
+    assert plain.kill_during_save_step == 20 and not plain.expected().survivable
+    record = failed(auto)
+    assert record["checkpoint_period"] == 7 and record["kill_in_save_counted"] is False
+    assert record["false_failure"] is True
+    record = failed(plain)
+    assert record["checkpoint_period"] == 10 and record["kill_in_save_counted"] is True
+    assert record["false_failure"] is False
