@@ -1143,6 +1143,8 @@ def run_lane(
     With ``gcs`` each run also gets a GCS emulator and a proxy in front of it that answers 503 when a fault
     says so: the trainers and the operator reach the emulator through the proxy, the harness directly.
     """
+    from cryptography.fernet import Fernet
+
     from elastic_training.local.cluster import LocalCluster
 
     root.mkdir(parents=True, exist_ok=True)
@@ -1156,6 +1158,9 @@ def run_lane(
                 "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+                # Unit-test mode makes a Fernet key per process: one per lane, or a run could not read the
+                # Variables (the failure history) an earlier run of its lane wrote.
+                "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
                 # dag.test() runs triggers inline: no scheduler race for the settle time to wait out.
                 "AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS": "0",
                 "JAX_PLATFORMS": "cpu",
