@@ -316,7 +316,12 @@ def load_history(key: str, warn: Callable[..., None]) -> HistoryRead:
             except Exception as error:
                 return _uncertain(key, f"the failure history {key} could not be read ({str(error)[:300]})", warn)
             if still:  # it exists, yet could not be read
-                why = f"the failure history {key} could not be read: {name} is listed but unreadable ({get_error})"
+                # Said first, before the error cuts it short: a value that stays unreadable blocks every later record.
+                why = (
+                    f"the failure history {key} could not be read: {name} is listed but unreadable (if it stays so, as"
+                    f" after a Fernet key change, delete it under Admin > Variables: until then no run is recorded in"
+                    f" {key}): {get_error}"
+                )
                 return _uncertain(key, why[:600], warn)
             continue  # deleted since it was listed (a concurrent writer pruned it)
         values[name] = text if isinstance(text, str) else json.dumps(text)
