@@ -20,11 +20,12 @@ admin's client as another team's run would be, at ``very-high``: a head on ``cpu
   whole JobSet (``Evicted`` reason ``PodsReadyTimeout``, cause ``WaitForRecovery``) and requeues it after its
   backoff; the run is admitted again once the pool is back. Kueue's configuration is switched off at the run's end.
 - **provisioning** (``--kueue provisioning``): the run goes to a flex-start queue, ``flex`` (the ClusterQueue
-  ``flex-queue`` with xpk's ``dws-prov`` admission check and 2 slices of quota) over two of ``v5e-small``'s v5e-16
-  pools made queued-provisioning ones (``provision-on-demand`` with ``queued``: no nodes until a ProvisioningRequest
-  takes them). Its request then takes the fault's ``seconds`` (``delay``), or fails once and Kueue's retry provisions it
-  in ``seconds`` (``fail``; the config's ``retryStrategy`` is 1 retry after 1 s), or is provisioned and, at the fault's
-  step, its capacity is revoked (``revoke``: ``CapacityRevoked``, the VMs gone; Kueue deactivates the Workload).
+  ``flex-queue`` with xpk's ``dws-prov`` admission check and 3 slices of quota, as many as a run asks for) over
+  three of ``v5e-small``'s v5e-16 pools made queued-provisioning ones (``provision-on-demand`` with ``queued``: no
+  nodes until a ProvisioningRequest takes them). Its request then takes the fault's ``seconds`` (``delay``), or fails
+  once and Kueue's retry provisions it in ``seconds`` (``fail``; the config's ``retryStrategy`` is 1 retry after 1 s),
+  or is provisioned and, at the fault's step, its capacity is revoked (``revoke``: ``CapacityRevoked``, the VMs gone;
+  Kueue deactivates the Workload). An outcome no request took is dropped at the run's end, and breaks a promise.
 
 The actor notes what it saw (times on the harness's clock, Kueue's words), and :func:`broken_promises` judges the run
 by it and by the operator's report.
@@ -63,7 +64,7 @@ STEP_WAIT_SECONDS = 300.0  # every other wait on the cluster (suspension, evicti
 POLL_SECONDS = 0.3
 QUEUED_SECONDS_TOLERANCE = 1.5  # Kubernetes stamps whole seconds
 FLEX_QUEUE, FLEX_CLUSTER_QUEUE = "flex", "flex-queue"
-FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")
+FLEX_POOLS = ("tpu-v5e-16-1", "tpu-v5e-16-2", "tpu-v5e-16-3")  # one per slice a run may ask for (2 or 3)
 FLEX_CHECK, FLEX_CONFIG = "dws-prov", "dws-config"
 FLEX_PROVISION_SECONDS = 5.0  # a queued pool's own delay (a delay fault sets the request's instead)
 REVOKED_MESSAGE = "chaos: the flex-start VMs were reclaimed"
@@ -82,8 +83,8 @@ def flex_objects() -> list[tuple[str, Obj]]:
     from elastic_training.operators.constants import TPU_RESOURCE
 
     retry = {"backoffLimitCount": 1, "backoffBaseSeconds": 1, "backoffMaxSeconds": 1}
-    quotas = [
-        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
+    quotas: list[tuple[list[str], str, dict[str, Any]]] = [
+        ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: len(FLEX_POOLS) * SLICE_CHIPS}),
         (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
     ]
     return [
@@ -417,6 +418,12 @@ class KueueActor:
             self.errors.append(f"deleting the blocker: {type(error).__name__}: {error}")
         if self.fault.kind == PODS_READY and self._faults is not None:
             self._faults.configure_kueue(None)  # off again, as Kueue v0.17 is: the next run starts clean
+        if self.fault.kind == PROVISION and self._faults is not None:
+            # An outcome no request took (the run never reached provisioning) would otherwise hit the lane's next run.
+            try:
+                self.notes["untaken_outcomes"] = [r.get("outcome") for r in self._faults.clear_provisioning_rules()]
+            except Exception as error:
+                self.errors.append(f"clearing the provisioning outcomes: {type(error).__name__}: {error}")
         self._api.close()
 
     def _run(self) -> None:
@@ -617,6 +624,8 @@ def _broken_provisioning(
         broken.append("escalations " + ", ".join(str(e.get("reason")) for e in report["escalations"]))
     if len(jobsets) != 1:
         broken.append(f"{len(jobsets)} JobSets")
+    if notes.get("untaken_outcomes"):
+        broken.append(f"no request took the fault ({', '.join(map(str, notes['untaken_outcomes']))})")
     said = [
         str(note[1])
         for note in report.get("provisioning_notes") or []

@@ -101,6 +101,11 @@ class Faults:
         result: dict[str, Any] = self._cluster.run(lambda: self._injector().provisioning(rule, namespace, name))
         return result
 
+    def clear_provisioning_rules(self) -> list[dict[str, Any]]:
+        """Drop the outcomes :meth:`provisioning` set for requests not yet made; returns what they were."""
+        result: list[dict[str, Any]] = self._cluster.call(lambda: self._injector().clear_provisioning_rules())
+        return result
+
     def repair_node_pool(self, pool: str, seconds: float) -> dict[str, Any]:
         """GKE auto-repair: the pool's pods are evicted, its nodes cordoned and NotReady for ``seconds``."""
         result: dict[str, Any] = self._cluster.run(lambda: self._injector().repair_node_pool(pool, seconds))

@@ -278,6 +278,12 @@ class FaultInjector:
             return await self._requests.act(namespace or "default", name, rule)
         return self._requests.add_rule(rule)
 
+    def clear_provisioning_rules(self) -> list[Obj]:
+        """Drop the ProvisioningRequest outcomes set for requests not yet made (what they were)."""
+        if self._requests is None:
+            raise ApiError(501, "NotImplemented", "this cluster runs no control plane (API only)")
+        return self._requests.clear_rules()
+
     async def repair_node_pool(self, pool: str, seconds: float) -> Obj:
         """GKE auto-repair of ``pool``: its pods evicted, its nodes cordoned and NotReady for ``seconds``."""
         return await self.node_faults().repair_node_pool(pool, seconds)

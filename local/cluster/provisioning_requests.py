@@ -129,6 +129,12 @@ class QueuedProvisioning:
     def rules(self) -> list[Obj]:
         return [r.describe() for r in self._rules]
 
+    def clear_rules(self) -> list[Obj]:
+        """Drop the rules no request has taken yet (what they were)."""
+        dropped = self.rules()
+        self._rules.clear()
+        return dropped
+
     async def act(self, namespace: str, name: str, rule: Rule) -> Obj:
         """Apply ``rule`` to one request now: ``revoke``/``expire`` a provisioned one, ``fail`` a waiting one."""
         request = self._store.get(PROVISIONING_REQUESTS, namespace, name)
