@@ -649,7 +649,9 @@ def _broken_provisioning(
         broken.append(f"outcome {outcome}")
     if not any(s.startswith(ready) for s in said):
         broken.append("no Ready admission check in the report")
-    if fault.outcome == PROVISION_FAIL and not any(" Retry: Retrying after failure" in s for s in said):
+    # The Retry as Kueue showed it, or (when the operator read the Workload only after Kueue reset the check) its count.
+    retried = (" Retry: Retrying after failure", " Retry: retried ")
+    if fault.outcome == PROVISION_FAIL and not any(r in s for s in said for r in retried):
         broken.append("the failed request's retry is not in the report")
     waited = float(report.get("provisioning_seconds") or 0.0)
     if fault.outcome == PROVISION_DELAY and waited + QUEUED_SECONDS_TOLERANCE < fault.seconds:

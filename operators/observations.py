@@ -321,6 +321,10 @@ class MonitorState:
         else:
             self.digest.provisioned(now)
         for check in status.checks:
+            if check.retry_count:
+                retried = f"admission check {check.name} Retry: retried {check.retry_count} time(s), Kueue requeued it"
+                if all(note[1] != retried for note in self.digest.provisioning_notes):
+                    self.digest.note_provisioning(now, retried)
             if check.state in ("Ready", "Retry", "Rejected") and check.message:
                 said = check.said()
                 if said != self.provisioning_said:

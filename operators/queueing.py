@@ -153,6 +153,10 @@ class CheckState:
     name: str
     state: str  # Pending, Ready, Retry or Rejected (apis/kueue/v1beta2/admissioncheck_types.go CheckState)
     message: str = ""
+    # retryCount: the check's retries so far. Kueue shows ``Retry`` only until its workload controller evicts the
+    # Workload and resets the check to Pending (pkg/workload/admissionchecks.go), so a reader may never see it;
+    # the count stays.
+    retry_count: int = 0
 
     def said(self) -> str:
         return f"admission check {self.name} {self.state}" + (f": {self.message}" if self.message else "")
@@ -165,10 +169,15 @@ def admission_checks(workload: Obj | None) -> tuple[CheckState, ...]:
     if not isinstance(found, list):
         return ()
     return tuple(
-        CheckState(str(c.get("name") or ""), str(c.get("state") or ""), str(c.get("message") or "")[:500])
+        CheckState(str(c.get("name") or ""), str(c.get("state") or ""), str(c.get("message") or "")[:500], _count(c))
         for c in found[:16]
         if isinstance(c, Mapping)
     )
+
+
+def _count(check: Mapping[str, Any]) -> int:
+    found = check.get("retryCount")
+    return found if isinstance(found, int) and not isinstance(found, bool) and 0 <= found < 1_000_000 else 0
 
 
 @dataclass(frozen=True)

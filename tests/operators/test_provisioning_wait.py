@@ -154,3 +154,35 @@ def test_a_request_that_failed_for_good_is_named_once_the_workload_is_deactivate
         "admission check dws-prov Rejected: GCE stockout",
     ]
     assert state.digest.provisioning_spans == [[T0 + 1, T0 + 4]]
+
+
+def test_a_retry_read_only_after_kueue_reset_the_check_is_noted_once_from_its_count() -> None:
+    # Kueue shows Retry only until its workload controller evicts the Workload and resets the check to Pending with
+    # retryCount 1 (pkg/workload/admissionchecks.go); a trigger reading the Workload later sees the count alone.
+    reset = {"name": "dws-prov", "state": "Pending", "retryCount": 1}
+    requeued = workload(
+        cond("QuotaReserved", "False", "Pending", "AdmissionCheck: At least one admission check is false"),
+        checks=[{**reset, "message": "Reset to Pending after eviction. Previously: Retry"}],
+    )
+    ready = workload(
+        RESERVED,
+        cond("Admitted", "True", "Admitted", "The workload is admitted"),
+        checks=[{**reset, "state": "Ready", "message": "Capacity is found in the cluster"}],
+    )
+    state = MonitorState(started_at=T0)
+    state.on_jobset(jobset(suspended=True), now=T0)
+    state.on_workload(PROVISIONING, now=T0 + 1)
+    state.on_workload(requeued, now=T0 + 5)
+    state.on_workload(workload(RESERVED, checks=[{**PENDING_CHECK, "retryCount": 1}]), now=T0 + 7)
+    state.on_workload(ready, now=T0 + 20)
+    assert [said for _, said in state.digest.provisioning_notes] == [
+        "admission check dws-prov Retry: retried 1 time(s), Kueue requeued it",
+        "admission check dws-prov Ready: Capacity is found in the cluster",
+    ]
+
+
+def test_an_unreadable_retry_count_is_no_retry() -> None:
+    for count in ("1", True, -1, 1.5, None):
+        checks = [{**PENDING_CHECK, "retryCount": count}]
+        (check,) = workload_status(workload(RESERVED, checks=checks)).checks  # type: ignore[dict-item]
+        assert check.retry_count == 0
