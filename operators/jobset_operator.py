@@ -243,12 +243,14 @@ class JobSetOperator(JobSetTaskOperator):
             return {"jobset_name": name, "namespace": self.namespace, "stage": self.stage, "seconds": seconds}
         if state.phase is JobSetPhase.MISSING:
             raise AirflowFailException(f"JobSet {name} was deleted outside this task")
-        if event.get("reason") == Reason.QUEUE_TIMEOUT and state.phase is JobSetPhase.SUSPENDED:
+        if event.get("status") == EventStatus.DECISION and state.phase is JobSetPhase.SUSPENDED:
+            # Kueue will not admit it (queue_timeout, deactivated, never fits its ClusterQueue, ...): nothing left.
             deleted = self._cluster(context).delete(self._active)
             self._active = None
             verb = "deleted" if deleted else "already gone"
             message = f"JobSet {name} {verb}: {event.get('message')}"
-            self._alert_budget(context, "queue_timeout", Reason.QUEUE_TIMEOUT.value, message)
+            if event.get("reason") == Reason.QUEUE_TIMEOUT:
+                self._alert_budget(context, "queue_timeout", Reason.QUEUE_TIMEOUT.value, message)
             raise AirflowFailException(message)
         if state.phase is JobSetPhase.ACTIVE:
             raise AirflowException(f"JobSet {name}: {event.get('message')}")

@@ -96,6 +96,9 @@ MAX_POOLS_SEEN = 256
 # A suspended JobSet whose Workload is missing (or neither pending nor admitted) this long is in no queue: Kueue
 # creates the Workload within moments of the JobSet, so a shorter absence is the watches' order, not kueue #14811.
 NOT_QUEUED_GRACE_SECONDS = 30.0
+# A Workload pending with words no wait can change (queueing.never_fits) this long can never be admitted as asked: the
+# grace lets an admin's edit of the ClusterQueue being applied (or a flavor being created) reach Kueue's next pass.
+NEVER_FITS_GRACE_SECONDS = 30.0
 KUEUE_UNSERVED = (
     "the cluster serves no kueue.x-k8s.io/v1beta2 Workloads (404: Kueue older than v0.15, or none installed): "
     "admission is read from the JobSet's suspension alone, without Kueue's reason (docs/deploy.md, Kueue versions)"
@@ -251,6 +254,8 @@ class MonitorState:
     queue_eviction: str = ""  # the kind of the Workload's eviction in force (EvictionKind), "" when none
     queue_evicted: str = ""  # its Evicted condition's reason and message, while it holds
     queue_requeue_at: float | None = None  # the end of Kueue's requeuing backoff (requeueState.requeueAt)
+    queue_never_fits: str = ""  # the pod set Kueue can never admit as its ClusterQueue stands, and Kueue's words
+    queue_never_fits_since: float | None = None  # since when Kueue has said so without a break
     # PodsReady-timeout evictions of the run's earlier incarnations (set by the operator before each wait), so the
     # limit max_pods_ready_evictions spans the run, not one JobSet.
     earlier_pods_ready_evictions: int = 0
@@ -302,6 +307,11 @@ class MonitorState:
         self.queue_reason = status.reason
         self.queue_eviction, self.queue_requeue_at = status.eviction, status.requeue_at
         self.queue_evicted = ""
+        if status.never_fits and self.queue_never_fits_since is None:
+            self.queue_never_fits_since = now
+        elif not status.never_fits:
+            self.queue_never_fits_since = None
+        self.queue_never_fits = status.never_fits
         self._on_admission_checks(status, now)
         if status.state is QueueState.PENDING:
             self.digest.note_queue(now, status.reason)
@@ -364,6 +374,13 @@ class MonitorState:
 
     def _deactivated(self) -> bool:
         return self.queue_state == QueueState.DEACTIVATED.value
+
+    def _never_fits(self, now: float) -> str:
+        """Kueue's words on why it can never admit the JobSet as asked, once said for the grace without a break."""
+        since = self.queue_never_fits_since
+        if not self.queue_never_fits or since is None or now - since < NEVER_FITS_GRACE_SECONDS:
+            return ""
+        return self.queue_never_fits
 
     def _not_queued(self, now: float) -> bool:
         if not self.queue_managed:
@@ -684,6 +701,7 @@ class MonitorState:
                 eviction=self._wait_eviction() if digest.first_admitted_at is not None or self._deactivated() else "",
                 pods_ready_evictions=self.pods_ready_evictions(),
                 requeue_at=self.queue_requeue_at,
+                never_fits=self._never_fits(now),
             )
         return Observation(
             now=now,

@@ -116,6 +116,7 @@ class Reason(StrEnum):
     PODS_READY_EVICTIONS = "pods_ready_evictions_exceeded"  # more than max_pods_ready_evictions
     DEACTIVATED = "deactivated"  # its Workload deactivated: nothing will admit it
     REQUEUING_LIMIT_EXCEEDED = "requeuing_limit_exceeded"  # deactivated by Kueue at backoffLimitCount
+    NEVER_FITS = "never_fits"  # asks for more than its ClusterQueue can ever hold: no wait will admit it
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,9 @@ class QueueWait:
     eviction: str = ""  # the eviction's kind (operators.queueing.EvictionKind), "" when none is known
     pods_ready_evictions: int = 0  # Kueue evictions for a PodsReady timeout in the run so far, this one included
     requeue_at: float | None = None  # the end of Kueue's requeuing backoff (status.requeueState.requeueAt)
+    # Kueue's words on why it can never admit the JobSet as its ClusterQueue stands (a pod set above its maximum
+    # capacity, ...), said without a break for the grace; "" otherwise
+    never_fits: str = ""
 
 
 @dataclass(frozen=True)
@@ -327,6 +331,14 @@ def _waiting(obs: Observation, budgets: Budgets) -> Decision:
     ended = _evicted_for_good(wait, budgets, said)
     if ended is not None:
         return ended
+    if wait.never_fits and not wait.provisioning:
+        return Decision(
+            Action.FAIL,
+            Reason.NEVER_FITS,
+            f"Kueue can never admit the JobSet as its ClusterQueue stands ({wait.never_fits}): ask for fewer or "
+            f"smaller slices, a queue whose flavors match them, or more quota from the ClusterQueue's admin; "
+            f"failing after {_duration(waited)} instead of waiting out queue_timeout",
+        )
     if wait.not_queued:
         reason = Reason.NOT_QUEUED
         what = (

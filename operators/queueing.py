@@ -28,10 +28,15 @@ asked for a retry), ``NodeFailures`` (topology-aware scheduling found no replace
 ``pkg/controller/core/workload_controller.go``, ``pkg/workload/workload.go`` (``ReasonWithCause``),
 ``pkg/controller/jobframework/reconciler.go`` (``Requeued`` is True at once only for ``Preempted`` and
 ``NodeFailures``).
+
+A Workload pending with words no wait can change (:func:`never_fits`: a pod set asks for more than its ClusterQueue's
+maximum capacity, a resource no resource group covers, or only flavors it cannot use) is told apart from one waiting
+for quota others hold: the run can fail at once instead of waiting out ``queue_timeout``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,6 +58,7 @@ __all__ = [
     "eviction_kind",
     "is_queued_jobset",
     "jobset_suspension",
+    "never_fits",
     "workload_status",
 ]
 
@@ -67,6 +73,28 @@ DEACTIVATION_TARGET = "DeactivationTarget"
 EVICTED_BY_PREEMPTION = "Preempted"
 DEACTIVATED_REASON = "Deactivated"
 REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+# QuotaReserved=False reasons while the scheduler finds no flavors (pkg/scheduler/scheduler.go): "Pending", or with
+# the UnadmittedWorkloadsObservability gate (alpha, off by default in v0.19) the most severe of the flavors' granular
+# reasons (flavorassigner.go mostSevereReason); the message is the flavor assigner's either way.
+SCHEDULER_PENDING_REASONS = frozenset({"Pending", "WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor"})
+
+# The flavor assigner's clauses that no wait can change while the ClusterQueue and its ResourceFlavors stay as they
+# are (kubernetes-sigs/kueue pkg/scheduler/flavorassigner/flavorassigner.go, the same words v0.15 to v0.19:
+# fitsResourceQuota's "> maximum capacity", which counts what the cohort could lend (PotentialAvailable); a resource
+# no resource group covers; a flavor whose nodeLabels contradict the pod set's nodeSelector, or whose taint it does
+# not tolerate). "insufficient unused quota" (others hold it: preemption or a wait helps) and "flavor F not found"
+# (being created) are not among them.
+_NEVER_CLAUSES = (
+    r"insufficient quota for [^,;]+ in flavor [^,;]+, previously considered podsets requests \([^)]*\)"
+    r" \+ current podset request \([^)]*\) > maximum capacity \([^)]*\)",
+    r"resource [^,;]+ unavailable in ClusterQueue",
+    r"flavor [^,;]+ doesn't match node affinity",
+    r"untolerated taint [^,;]+ in flavor [^,;]+",
+)
+_NEVER_CLAUSE = "(?:" + "|".join(_NEVER_CLAUSES) + ")"
+_NEVER_POD_SET = re.compile(rf"{_NEVER_CLAUSE}(?:, {_NEVER_CLAUSE})*")
+# Assignment.Message(): "couldn't assign flavors to pod set P: <clauses>", pod sets joined with "; ".
+_POD_SET_MESSAGE = re.compile(r"couldn't assign flavors to pod set ([^:;]+): ([^;]*)")
 
 
 class EvictionKind(StrEnum):
@@ -196,6 +224,8 @@ class WorkloadStatus:
     eviction: str = ""
     requeue_count: int | None = None  # status.requeueState.count: requeues after PodsReady timeouts so far
     requeue_at: float | None = None  # status.requeueState.requeueAt: the end of the requeuing backoff
+    # Pending with words no wait can change (never_fits): the pod set and Kueue's clauses, "" otherwise.
+    never_fits: str = ""
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -278,7 +308,25 @@ def workload_status(workload: Obj | None) -> WorkloadStatus:
     if requeued is not None and not _true(requeued):
         # Evicted, and back in its queue only after a backoff (Requeued=False until BackoffFinished).
         return WorkloadStatus(QueueState.PENDING, _said(requeued), **evicted_fields)
-    return WorkloadStatus(QueueState.PENDING, _said(reserved) or "waiting for quota", **evicted_fields)
+    pending = reserved is not None and str(reserved.get("reason") or "") in SCHEDULER_PENDING_REASONS
+    never = never_fits(str(reserved.get("message") or "")) if reserved is not None and pending else ""
+    return WorkloadStatus(
+        QueueState.PENDING, _said(reserved) or "waiting for quota", **evicted_fields, never_fits=never[:1000]
+    )
+
+
+def never_fits(message: str) -> str:
+    """The first pod set Kueue can never admit as the ClusterQueue stands, with Kueue's clauses ("pod set workers:
+    insufficient quota for google.com/tpu in flavor F, ... > maximum capacity (32)"), from the scheduler's Pending
+    message; "" when every pod set could still be admitted by waiting (for quota others hold, or preemption).
+
+    A pod set counts only when each of its clauses is one no wait changes: one clause of any other kind (a flavor
+    not found yet, unused quota) and it may still fit."""
+    for found in _POD_SET_MESSAGE.finditer(message):
+        pod_set, clauses = found.group(1).strip(), found.group(2).strip()
+        if _NEVER_POD_SET.fullmatch(clauses):
+            return f"pod set {pod_set}: {clauses}"
+    return ""
 
 
 def _requeue_state(status: Any) -> dict[str, Any]:

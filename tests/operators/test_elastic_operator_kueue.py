@@ -9,6 +9,7 @@ deadline; the blocker is removed only once the run has provably waited (longer t
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -372,6 +373,48 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
         ),
         timeout=120,
     )
+
+
+def test_a_run_asking_more_than_its_queue_can_ever_hold_fails_at_once_and_leaves_nothing(
+    airflow_db: None,
+    cluster_connection: LocalCluster,
+    admin: Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Five v5e-16 slices (80 chips) against a ClusterQueue of 64, then an evaluation stage asking one host for 80:
+    Kueue says "> maximum capacity" for each flavor, so no wait can admit either. Each fails once the grace has
+    passed (shortened here), naming Kueue's clause and what to change, not at its hour-long queue_timeout; its JobSet
+    is deleted, nothing was spent."""
+    from tests.support.jobset_dags import one_job_dag
+
+    monkeypatch.setattr("elastic_training.operators.observations.NEVER_FITS_GRACE_SECONDS", 3.0)
+    run_name = "kueue-never-fits"
+    dag_run = queued_dag("kueue_never_fits", tmp_path, num_slices=5, queue_timeout=3600.0).test()
+    assert states(dag_run) == {"pretrain": "failed"}
+    report = xcom(dag_run, "pretrain", "report")
+    assert report["failure"].startswith("Kueue can never admit the JobSet as its ClusterQueue stands (pod set ")
+    assert "current podset request (80) > maximum capacity (64)" in report["failure"]
+    assert report["full_restarts"] == 0 and report["slice_restarts"] == 0 and len(report["jobsets"]) == 1
+    wait_for("the run's JobSet deleted", lambda: not admin.jobsets_of_run(run_name), timeout=120)
+
+    stage = one_job_dag(
+        "kueue_stage_never_fits",
+        ["python", "-c", "print('evaluated')"],
+        container_resources={TPU_RESOURCE: "80"},
+        queue_name=QUEUE,
+        queue_timeout=3600.0,
+    )
+    capfd.readouterr()
+    assert states(stage.test()) == {"job": "failed"}
+    logged = "".join(capfd.readouterr())  # the task's log: the Task SDK writes it to the process's output
+    assert (
+        "AirflowFailException: JobSet kueue-stage-" in logged and " deleted: Kueue can never admit the JobSet" in logged
+    )
+    assert "current podset request (80) > maximum capacity (64)" in logged
+    [stage_jobset] = set(re.findall(r"AirflowFailException: JobSet (kueue-stage-\w+) deleted", logged))
+    wait_for("the stage's JobSet deleted", lambda: admin.jobset(stage_jobset) is None, timeout=120)
 
 
 # Kueue's waitForPodsReady on this cluster for the next test: a slice not back within RECOVERY_TIMEOUT seconds gets
