@@ -49,7 +49,13 @@ from elastic_training.operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from elastic_training.operators.failure_history import RunRecord
-from elastic_training.operators.history_store import bounded_notes, history_key, load_history, record_run
+from elastic_training.operators.history_store import (
+    bounded_notes,
+    history_key,
+    load_history,
+    record_run,
+    record_run_id,
+)
 from elastic_training.operators.images import enforce_allowed_images
 from elastic_training.operators.kueue_config import (
     CONFIG_MAP_NAME,
@@ -854,8 +860,15 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         key = self._history_key(context)
         notes = [str(n) for n in ((run.plan or {}).get("history_notes") or [])]
         try:
+            run_id = record_run_id(
+                str(ti.run_id),
+                dag_id=str(ti.dag_id),
+                task_id=str(ti.task_id),
+                map_index=getattr(ti, "map_index", -1),
+                shared=self.history.failure_history_key is not None,
+            )
             record = report.history_record(
-                run_id=str(ti.run_id), ended_at=time.time(), succeeded=succeeded, fingerprint=fingerprint
+                run_id=run_id, ended_at=time.time(), succeeded=succeeded, fingerprint=fingerprint
             )
         except (ValueError, TypeError) as error:
             self.log.warning("the run's failure history entry could not be made: %s", error)

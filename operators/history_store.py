@@ -20,10 +20,11 @@ metadata database.
 its ``PutVariable`` message (``execution_time/comms.py``) and the execution API's ``PUT /variables/{key}``
 (``api_fastapi/execution_api/routes/variables.py``) carry a key, a value and a description, no version: there is
 no compare-and-set, so a read-add-write of one shared value drops the entry of a writer that wrote in between.
-So each run writes only its own Variable, ``<key>.r.<run id, sanitized>-<hash of the run id>``
-(:func:`run_key`), holding one :class:`~operators.failure_history.RunRecord`; the history is every Variable
-``Variable.keys(prefix="<key>.r.")`` lists (the execution API's ``GET /variables/keys``: keys that start with the
-prefix, ``LIKE`` escaped, ordered by key, paged), newest :data:`~operators.failure_history.MAX_RUNS` by
+So each run writes only its own Variable, ``<key>.r.<run id, sanitized>-<hash of the run id>`` (:func:`run_key`),
+holding one :class:`~operators.failure_history.RunRecord`; in a history several task instances share, the run id is
+qualified by the writer (:func:`record_run_id`), so writers of one run id keep a record each; the history is every
+Variable ``Variable.keys(prefix="<key>.r.")`` lists (the execution API's ``GET /variables/keys``: keys that start
+with the prefix, ``LIKE`` escaped, ordered by key, paged), newest :data:`~operators.failure_history.MAX_RUNS` by
 ``ended_at``. Two runs ending at once write two keys: neither can drop the other's. After writing, the writer
 deletes the records older than the newest ``MAX_RUNS`` it read (never its own, never one it could not parse: it
 has no known age): a record a concurrent writer added is newer than those, so a prune can keep one too many for a
@@ -62,6 +63,7 @@ from elastic_training.operators.failure_history import (
     MAX_DROPPED_SHOWN,
     MAX_FAILURES_PER_RUN,
     MAX_RUNS,
+    MAX_TEXT,
     FailureHistory,
     RunRecord,
 )
@@ -79,6 +81,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _RUN_PART_CHARS = RUN_ID_CHARS + 1 + RUN_HASH_CHARS
 _RUN_PART = re.compile(rf"[A-Za-z0-9_-]{{1,{_RUN_PART_CHARS}}}")
 _ROOM = MAX_KEY - len(RUNS_MARK) - _RUN_PART_CHARS
+_CUT_TAG = re.compile(rf"~[0-9a-f]{{{RUN_HASH_CHARS}}}$")
 
 
 def history_key(dag_id: str, task_id: str, map_index: int = -1) -> str:
@@ -108,6 +111,33 @@ def run_key(key: str, run_id: str) -> str:
     """The Variable holding run ``run_id``'s record in the history ``key`` (at most :data:`MAX_KEY`)."""
     readable = re.sub(r"[^A-Za-z0-9_-]", "_", run_id)[:RUN_ID_CHARS]
     return f"{runs_prefix(key)}{readable}-{_digest(run_id, RUN_HASH_CHARS)}"
+
+
+def record_run_id(run_id: str, *, dag_id: str, task_id: str, map_index: int | None = -1, shared: bool) -> str:
+    """The id a task instance's run is recorded under: Airflow's ``run_id`` in the task's own history (its key already
+    names the DAG, the task and the map index); in a ``shared`` one (a ``failure_history_key`` several tasks, mapped
+    instances or DAGs name) ``<dag>/<task>[<map index>]/<run id>`` (Airflow's ids hold no ``/``), since two DAGs on
+    one schedule, or two tasks of one DAG run, have the same run id and would otherwise replace each other's record.
+    At most :data:`~operators.failure_history.MAX_TEXT` characters: a longer one is cut, with a hash of the whole
+    after it."""
+    if not shared:
+        return run_id[:MAX_TEXT]
+    mapped = f"[{int(map_index)}]" if map_index is not None and map_index >= 0 else ""
+    whole = f"{dag_id}/{task_id}{mapped}/{run_id}"
+    if len(whole) <= MAX_TEXT:
+        return whole
+    tag = f"~{_digest(whole, RUN_HASH_CHARS)}"
+    return whole[: MAX_TEXT - len(tag)] + tag
+
+
+def split_record_run_id(recorded: str) -> tuple[str | None, str]:
+    """The DAG id and Airflow run id of a recorded run id (:func:`record_run_id`): ``(None, recorded)`` for a plain
+    run id (or one cut to its bound), whose DAG is the history's own."""
+    parts = recorded.split("/", 2)
+    cut = len(recorded) == MAX_TEXT and _CUT_TAG.search(recorded) is not None
+    if len(parts) == 3 and all(parts) and not cut:
+        return parts[0], parts[2]
+    return None, recorded
 
 
 def is_run_key(key: str, listed: str) -> bool:

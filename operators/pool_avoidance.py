@@ -17,12 +17,13 @@ result is recorded like any run's. A clean probation run weighs its old failures
 that stays bad is tried ever more rarely, never alternately. A probation pool that the scheduler did not pick (more
 pools than slices) is simply still on probation next run.
 
-**Feasibility.** The run avoids every failing pool not on probation when the pools left (``candidates``: the
-pools with enough schedulable nodes for one slice, :meth:`operators.hooks.JobSetHook.list_node_pools`) can still
-hold its slices (one slice per pool: JobSet's exclusive placement on ``cloud.google.com/gke-nodepool``); otherwise
-it avoids none and runs as it would without the option, saying why. All or nothing, so a run never sits on a
-half-avoided cluster that was chosen by the order pools were listed in. When the nodes cannot be listed (RBAC
-forbids it) nothing is avoided, and the reason says so.
+**Feasibility.** Only pools among ``candidates`` are avoided (a failing pool the cluster does not list as
+schedulable is named, not put in the affinity). The run avoids every failing pool not on probation when the pools
+left (``candidates``: the pools with enough schedulable nodes for one slice,
+:meth:`operators.hooks.JobSetHook.list_node_pools`) can still hold its slices (one slice per pool: JobSet's
+exclusive placement on ``cloud.google.com/gke-nodepool``); otherwise it avoids none and runs as it would without the
+option, saying why. All or nothing, so a run never sits on a half-avoided cluster that was chosen by the order pools
+were listed in. When the nodes cannot be listed (RBAC forbids it) nothing is avoided, and the reason says so.
 
 The JobSet's worker pods then carry a required node affinity ``cloud.google.com/gke-nodepool NotIn [...]``
 (:func:`operators.manifests.elastic_jobset`), which the scheduler honours as upstream's ``NodeAffinity`` filter
@@ -243,17 +244,24 @@ def choose_avoided_pools(
     said = "; ".join(_evidence_text(evidence[p]) for p in failing)
     if unlisted:
         return replace(base, reason=f"not avoiding {', '.join(failing)} ({said}): {unlisted}")
-    avoid = [p for p in failing if p not in probation]
+    # Only pools the cluster lists as schedulable are avoided: a stored name of no such pool (deleted, renamed, or
+    # edited by hand into the Variable) would only put a name the scheduler never sees into the NotIn list.
+    avoid = [p for p in failing if p not in probation and p in pools]
+    unknown = [p for p in failing if p not in probation and p not in pools]
     tried = f"; on probation (tried again this run): {', '.join(probation)}" if probation else ""
-    if not avoid:
+    if unknown:
+        tried += f"; not among the cluster's schedulable pools, so not avoided: {', '.join(unknown)}"
+    if not avoid and not unknown:
         return replace(base, reason=f"not avoiding {', '.join(failing)} ({said}){tried}")
     left = [p for p in pools if p not in avoid]
     if len(left) < slices:
         why = (
-            f"not avoiding {', '.join(avoid)} ({said}): {len(left)} other schedulable pool(s) "
+            f"not avoiding {', '.join(avoid or unknown)} ({said}): {len(left)} other schedulable pool(s) "
             f"({', '.join(left) or 'none'}) cannot hold {slices} slice(s), one per pool{tried}"
         )
         return replace(base, reason=why)
+    if not avoid:
+        return replace(base, reason=f"not avoiding {', '.join(failing)} ({said}){tried}")
     why = f"avoiding {', '.join(avoid)} ({said}); {len(left)} pool(s) left for {slices} slice(s){tried}"
     return replace(base, avoided=tuple(avoid), reason=why)
 

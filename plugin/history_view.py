@@ -24,6 +24,7 @@ from elastic_training.operators.failure_history import (
     RunRecord,
     tally_pools,
 )
+from elastic_training.operators.history_store import split_record_run_id
 
 KIND_COLOURS = {
     FailureKind.LOST_HOST: "#c0392b",
@@ -127,6 +128,12 @@ def _notes(notes: Sequence[str]) -> str:
     return f'<ul id="history-notes" class="warning">{"".join(f"<li>{escape(n)}</li>" for n in notes)}</ul>'
 
 
+def _run_link(run_url: Any, dag_id: str, recorded: str) -> str:
+    """The run view of a recorded run: in a shared history the record names its own DAG (``<dag>/<task>/<run>``)."""
+    own_dag, run_id = split_record_run_id(recorded)
+    return str(run_url(own_dag or dag_id, run_id))
+
+
 def history_page(
     history: FailureHistory,
     *,
@@ -155,8 +162,9 @@ def history_page(
         )
         health = sum(1 for f in run.failures if f.kind in HEALTH_KINDS)
         rows.append(
-            f'<tr class="run" data-run-id="{escape(run.run_id)}"><td><a href="{escape(run_url(dag_id, run.run_id))}">'
-            f"{escape(run.run_id)}</a></td><td>{_when(run.ended_at)}</td>"
+            f'<tr class="run" data-run-id="{escape(run.run_id)}">'
+            f'<td><a href="{escape(_run_link(run_url, dag_id, run.run_id))}">{escape(run.run_id)}</a></td>'
+            f"<td>{_when(run.ended_at)}</td>"
             f"<td>{'succeeded' if run.succeeded else 'failed'}</td>"
             f'<td class="num">{len(run.failures)}</td><td class="num">{health}</td>'
             f"<td>{failures or '—'}</td>"
@@ -169,7 +177,7 @@ def history_page(
     for pool in sorted(tally_pools(looked_at)):
         items = [
             f"<li>{_when(f.at)}: {f.kind.value} on {escape(', '.join(f.hosts) or 'an unknown host')}, slice {f.slice}, "
-            f'run <a href="{escape(run_url(dag_id, r.run_id))}">{escape(r.run_id)}</a></li>'
+            f'run <a href="{escape(_run_link(run_url, dag_id, r.run_id))}">{escape(r.run_id)}</a></li>'
             for r in looked_at
             for f in r.failures
             if f.pool == pool

@@ -1,9 +1,10 @@
 """Two task processes writing one failure history at once, through the real Task SDK path, both recorded.
 
 Two DAGs name the same ``failure_history_key`` (what docs/operators.md suggests for a drill DAG beside the nightly
-one); each is run by ``dag.test()`` in a process of its own, on PostgreSQL (a database of this module's on the
-session's server, ``tests/support/postgres.py``): the database teams run, where two writers really write at once
-(SQLite serialises every write, so a lost update between read and write could hide there). Each task calls
+one) and run at one logical date, so with the same run id (as two DAGs on one schedule); each is run by
+``dag.test()`` in a process of its own, on PostgreSQL (a database of this module's on the session's server,
+``tests/support/postgres.py``): the database teams run, where two writers really write at once (SQLite serialises
+every write, so a lost update between read and write could hide there). Each task calls
 :func:`operators.history_store.record_run`, whose ``Variable`` calls go through Airflow's own supervisor
 (``InProcessTestSupervisor``) and execution API to the database.
 
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 KEY = "elastic_training_failure_history.shared-by-two-dags"
 WRITERS = ("history_writer_a", "history_writer_b")
+LOGICAL_DATE = "2026-12-05T00:00:00+00:00"  # both DAGs' runs: one run id, as two DAGs on one schedule have
 DEADLINE_SECONDS = 600.0  # only bounds a hang: each process waits for the other's condition, never a fixed time
 HEADER = """\
 import os
@@ -42,7 +44,7 @@ from airflow.sdk.execution_time import task_runner
 from airflow.sdk.execution_time.supervisor import set_supervisor_comms
 
 from elastic_training.operators.failure_history import RunRecord
-from elastic_training.operators.history_store import record_run
+from elastic_training.operators.history_store import record_run, record_run_id
 
 
 class HistoryWriter(BaseOperator):
@@ -74,10 +76,12 @@ class HistoryWriter(BaseOperator):
                         time.sleep(0.05)  # polls the other process's marker, with the deadline above
                 return self.comms.send(msg)
 
-        run = RunRecord(run_id=context["dag"].dag_id, ended_at=time.time(), pools=("tpu-a",), slices=1)
+        ti = context["ti"]  # both DAGs run at one logical date: one run id, told apart as the operator tells them
+        run_id = record_run_id(ti.run_id, dag_id=ti.dag_id, task_id=ti.task_id, map_index=ti.map_index, shared=True)
+        run = RunRecord(run_id=run_id, ended_at=time.time(), pools=("tpu-a",), slices=1)
         with set_supervisor_comms(MeetBeforeTheFirstWrite(task_runner.SUPERVISOR_COMMS)):
             written = record_run(self.key, run, self.log.warning)
-        return {"recorded": written.history is not None, "notes": list(written.notes)}
+        return {"recorded": written.history is not None, "notes": list(written.notes), "run_id": ti.run_id}
 """
 
 
@@ -106,7 +110,7 @@ def test_two_task_processes_writing_at_once_are_both_recorded(history_db: str, t
     # database, and two syncs at once collide on inserting the same DAG rows (not what this test is about).
     processes = []
     for path, dag_id in zip(files, WRITERS, strict=True):
-        processes.append(airflow_process(DAG_TEST, path, tmp_path / f"{dag_id}.out", history_db))
+        processes.append(airflow_process(DAG_TEST, path, tmp_path / f"{dag_id}.out", history_db, LOGICAL_DATE))
         wait_for(
             lambda: (tmp_path / f"started-{dag_id}").exists() or processes[-1].poll() is not None,  # noqa: B023
             timeout=DEADLINE_SECONDS,
@@ -122,7 +126,9 @@ def test_two_task_processes_writing_at_once_are_both_recorded(history_db: str, t
         names = _names_from(KEY)
     assert all(r["recorded"] is True for r in returned.values()), returned
     assert sorted(p.name for p in barrier.iterdir()) == sorted(WRITERS)  # both met between read and write
-    assert sorted(r.run_id for r in history.runs) == sorted(["earlier", *WRITERS])
+    assert len({r["run_id"] for r in returned.values()}) == 1, returned  # the same Airflow run id
+    run_id = next(iter(returned.values()))["run_id"]
+    assert sorted(r.run_id for r in history.runs) == sorted(["earlier", *(f"{d}/pretrain/{run_id}" for d in WRITERS)])
     assert KEY not in names  # the single value moved, once its run was listed as a record of its own
     assert len([n for n in names if is_run_key(KEY, n)]) == 3
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from elastic_training.operators.failure_history import MAX_RUNS, FailureHistory, RunRecord
+from elastic_training.operators.failure_history import MAX_RUNS, MAX_TEXT, FailureHistory, RunRecord
 from elastic_training.operators.history_store import (
     MAX_KEY,
     MAX_RECORDS_READ,
@@ -27,9 +27,11 @@ from elastic_training.operators.history_store import (
     load_history,
     parse_record,
     record_run,
+    record_run_id,
     render_record,
     run_key,
     runs_prefix,
+    split_record_run_id,
 )
 from tests.support.variable_comms import VariableComms, variable_comms
 
@@ -263,6 +265,31 @@ def test_mapped_instances_have_keys_of_their_own_an_unmapped_task_keeps_its_key(
     assert history_key("nightly", "pretrain", 0) != history_key("nightly", "pretrain")
     long = history_key("d" * 200, "t" * 200, 12345)
     assert len(long) <= 250 and long.endswith(".m12345")
+
+
+def test_two_task_instances_of_one_run_id_sharing_a_key_are_recorded_apart(comms: VariableComms) -> None:
+    # Two DAGs on one schedule (the same scheduled__ run id), and two tasks of one DAG run, naming one
+    # failure_history_key: each keeps its record; in its own history a task keeps Airflow's run id.
+    shared = "elastic_training_failure_history.team-shared"
+    same = "scheduled__2026-12-05T00:00:00+00:00"
+    writers = [("nightly", "pretrain", -1), ("drill", "pretrain", -1), ("nightly", "pretrain_b", -1)]
+    writers.append(("nightly", "pretrain", 3))
+    ids = [record_run_id(same, dag_id=d, task_id=t, map_index=m, shared=True) for d, t, m in writers]
+    for number, run_id in enumerate(ids):
+        assert record_run(shared, run(run_id, T0 + number), noted([])).history
+    assert stored_runs(comms, shared) == [
+        "nightly/pretrain/" + same,
+        "drill/pretrain/" + same,
+        "nightly/pretrain_b/" + same,
+        "nightly/pretrain[3]/" + same,
+    ]
+    assert [split_record_run_id(i) for i in ids[:2]] == [("nightly", same), ("drill", same)]
+    assert record_run_id(same, dag_id="nightly", task_id="pretrain", shared=False) == same
+    assert split_record_run_id(same) == (None, same)
+    # Ids longer than a record holds are cut with a hash of the whole: two such writers still differ.
+    long = [record_run_id("r" * 240, dag_id=d, task_id="t", shared=True) for d in ("dag-a" * 9, "dag-b" * 9)]
+    assert len(set(long)) == 2 and all(len(i) == MAX_TEXT for i in long)
+    assert all(split_record_run_id(i) == (None, i) for i in long)
 
 
 def test_mapped_instances_recorded_apart(comms: VariableComms) -> None:

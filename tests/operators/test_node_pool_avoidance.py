@@ -501,3 +501,41 @@ def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_
     assert "RBAC forbids listing nodes, so no pool is avoided" in avoidance["reason"], avoidance["reason"]
     assert "deploy/rbac-node-pools.yaml" in avoidance["reason"] and "403" in avoidance["reason"]
     assert worker_affinity(cluster, report["jobset_name"]) is None and len(used) == 3
+
+
+def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: LocalCluster) -> None:
+    """A pool with a cordoned node, or NotReady (a lost host under repair), cannot hold a 4-host slice: it is no
+    candidate, so an avoidance never counts on it; uncordoned and repaired, it is one again."""
+    from elastic_training.operators import manifests
+    from elastic_training.operators.hooks import JobSetHook
+    from elastic_training.operators.spec import ElasticRunSpec
+
+    run_spec = ElasticRunSpec(
+        run_name="r", base_output_directory="/tmp/out", steps=16, checkpoint_period=4, num_slices=3,
+        tpu_type="v5e", tpu_topology="4x4", runtime="local",
+    )  # fmt: skip
+    body = manifests.elastic_jobset(run_spec, name="pool-check", namespace=NAMESPACE, labels={})
+    worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
+    selector = ",".join(
+        f"{k}={v}" for k, v in sorted(worker["template"]["spec"]["template"]["spec"]["nodeSelector"].items())
+    )
+    hook = JobSetHook()  # the operators' account, as the operator lists them
+    pools = hook.list_node_pools(selector, hosts=run_spec.vms_per_slice)
+    assert len(pools) == 4 and all(p.startswith("tpu-v5e-16-") for p in pools), pools
+    admin = config.new_client_from_config(config_file=str(node_reader.kubeconfig_path))
+    core = client.CoreV1Api(admin)
+    nodes = {
+        p: sorted(n.metadata.name for n in core.list_node(label_selector=f"{LABEL_GKE_NODEPOOL}={p}").items)
+        for p in pools
+    }
+    cordoned, lost = pools[0], pools[1]
+    try:
+        core.patch_node(nodes[cordoned][0], {"spec": {"unschedulable": True}})
+        node_reader.faults.lose_host(nodes[lost][0], repair_seconds=3600.0)
+        assert hook.list_node_pools(selector, hosts=4) == pools[2:]
+        assert hook.list_node_pools(selector, hosts=3) == [cordoned, *pools[2:]]  # 3 of its 4 hosts schedulable
+    finally:
+        core.patch_node(nodes[cordoned][0], {"spec": {"unschedulable": None}})
+        node_reader.faults.lose_host(nodes[lost][0], repair_seconds=0.0)  # repaired now
+        admin.close()
+    assert hook.list_node_pools(selector, hosts=4) == pools

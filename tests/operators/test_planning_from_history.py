@@ -7,6 +7,7 @@ needed since only ``checkpoint_period="auto"`` plans here (the pool avoidance li
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from elastic_training.operators import Capacity, ElasticJobSetOperator
 from elastic_training.operators import elastic_operator as module
 from elastic_training.operators.advice import shape_fingerprint
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
-from elastic_training.operators.history_store import history_key
+from elastic_training.operators.history_store import history_key, load_history
 from elastic_training.operators.run_report import RunReport
 from elastic_training.operators.run_state import RunState
 from tests.support.variable_comms import VariableComms, variable_comms
@@ -151,3 +152,70 @@ def test_what_the_history_reads_left_out_or_could_not_read_is_in_the_report(
     assert any("could not be read" in n and n.endswith("not used") for n in report.history_notes), report
     assert any("run manual__1 was not recorded" in n for n in report.history_notes), report
     assert report.to_json()["history_notes"] == list(report.history_notes)
+
+
+def test_the_plan_is_made_per_try_from_that_tries_options(comms: VariableComms, tmp_path: Path) -> None:
+    """One plan per try: a try keeps its plan (a resumed or re-deferred try launches as planned), the next try plans
+    again from the history as it is then, and from the options of that try (turned off before a clear: no plan)."""
+    operator = auto_operator(tmp_path)
+    run = RunState({}, dag_id="nightly", task_id="pretrain", run_id="manual__1", map_index=-1)
+    ti = _TI()
+
+    def planned(op: ElasticJobSetOperator, try_number: int) -> Any:
+        ti.try_number = try_number  # type: ignore[attr-defined]
+        return op._planned_or_not({"ti": ti}, op.build_spec(), run)
+
+    assert planned(operator, 1).checkpoint_period == 10  # no history yet: the fallback
+    failing = RunRecord(
+        run_id="r1",
+        ended_at=T0,
+        wall_seconds=3600.0,
+        training_seconds=3600.0,
+        failures_total=4,
+        mean_step_seconds=1.0,
+        checkpoint_save_seconds=20.0,
+        fingerprint=shape_fingerprint(operator.build_spec()),
+    )
+    comms.values[history_key("nightly", "pretrain")] = FailureHistory().with_run(failing).render()
+    assert planned(operator, 1).checkpoint_period == 10 and run.plan["try_number"] == 1  # type: ignore[index]
+    second = planned(operator, 2)
+    assert run.plan["try_number"] == 2 and run.plan["checkpoint_period_choice"]["runs"] == 1  # type: ignore[index]
+    assert second.checkpoint_period != 10
+    fixed = ElasticJobSetOperator(
+        task_id="pretrain",
+        run_name="nightly",
+        base_output_directory=str(tmp_path),
+        steps=100,
+        checkpoint_period=25,
+        num_slices=1,
+        runtime="local",
+    )
+    assert planned(fixed, 3).checkpoint_period == 25  # the option off on the third try: try 2's choice dropped
+    assert run.plan["try_number"] == 3 and "checkpoint_period_choice" not in run.plan  # type: ignore[operator]
+    assert run.plan["node_pool_avoidance"]["enabled"] is False  # type: ignore[index]
+
+
+def test_mapped_instances_and_a_shared_key_are_recorded_apart_by_the_operator(
+    comms: VariableComms, tmp_path: Path
+) -> None:
+    """The operator's own record: each mapped instance in its own history; under a ``failure_history_key`` several
+    instances name, each its own record, though they share the run id."""
+    operator = auto_operator(tmp_path)
+    run = RunState({}, dag_id="nightly", task_id="pretrain", run_id="manual__1", map_index=-1)
+    keys = []
+    for index in (0, 1):
+        ti = _TI()
+        ti.map_index = index
+        keys.append(operator._record_history({"ti": ti}, RunReport(target_step=99), run, succeeded=True).history_key)
+    assert keys == [history_key("nightly", "pretrain", 0), history_key("nightly", "pretrain", 1)]
+    assert [[r.run_id for r in load_history(k, print).history.runs] for k in keys] == [["manual__1"], ["manual__1"]]
+    shared = "elastic_training_failure_history.team"
+    operator.history = dataclasses.replace(operator.history, failure_history_key=shared)
+    for index in (0, 1):
+        ti = _TI()
+        ti.map_index = index
+        operator._record_history({"ti": ti}, RunReport(target_step=99), run, succeeded=True)
+    assert sorted(r.run_id for r in load_history(shared, print).history.runs) == [
+        "nightly/pretrain[0]/manual__1",
+        "nightly/pretrain[1]/manual__1",
+    ]

@@ -44,6 +44,20 @@ def test_nothing_is_avoided_when_the_other_pools_cannot_hold_the_slices() -> Non
     assert unknown.avoided == () and "cannot hold 1 slice(s)" in unknown.reason
 
 
+def test_only_pools_the_cluster_lists_as_schedulable_are_avoided() -> None:
+    # "np-9": a sound label value, failing in the stored history, but no pool of this cluster (deleted, renamed, or
+    # written into the Variable by hand): named, never put in the affinity.
+    runs = [run("r1", "np-9", "np-9", "np-1", "np-1")]
+    decision = choose_avoided_pools(runs, candidates=POOLS, slices=2, threshold=1, now=NOW)
+    assert decision.failing == ("np-1", "np-9") and decision.avoided == ("np-1",)
+    assert "not among the cluster's schedulable pools, so not avoided: np-9" in decision.reason
+    alone = choose_avoided_pools([run("r1", "np-9", "np-9")], candidates=POOLS, slices=2, threshold=1, now=NOW)
+    assert alone.avoided == () and alone.reason.startswith("not avoiding np-9 (")
+    assert "so not avoided: np-9" in alone.reason
+    body = manifests.elastic_jobset(spec(avoid_node_pools=alone.avoided), name="r-x", namespace="default", labels={})
+    assert all("affinity" not in r["template"]["spec"]["template"]["spec"] for r in body["spec"]["replicatedJobs"])
+
+
 def test_evictions_preemptions_and_deletions_are_not_held_against_a_pool() -> None:
     runs = [run("r1", "np-1", kind=FailureKind.EVICTION), run("r2", "np-1", kind=FailureKind.PREEMPTION)]
     runs.append(run("r3", "np-1", kind=FailureKind.TRAINER_ERROR))

@@ -38,11 +38,14 @@ from elastic_training.cli.postgres import EmbeddedPostgres, RunningPostgres
 _names = itertools.count(1)
 DAG_TEST = """\
 import importlib.util, json, sys
+from datetime import datetime
 
 spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-dag_run = module.dag.test()
+# An optional second argument: the run's logical date (two DAGs run at one date get the same run id).
+when = {"logical_date": datetime.fromisoformat(sys.argv[2])} if len(sys.argv) > 2 else {}
+dag_run = module.dag.test(**when)
 print("STATE " + json.dumps(str(dag_run.state)))
 """
 
@@ -72,8 +75,9 @@ def migrated_airflow_database(server: RunningPostgres, prefix: str = "airflow") 
     return url
 
 
-def airflow_process(script: str, path: str, output: Path, url: str) -> subprocess.Popen[bytes]:
-    """``script`` on ``path`` in a process of its own on the database ``url``, its output in ``output``."""
+def airflow_process(script: str, path: str, output: Path, url: str, *args: str) -> subprocess.Popen[bytes]:
+    """``script`` on ``path`` (and ``args``) in a process of its own on the database ``url``, its output in
+    ``output``."""
     from airflow.configuration import conf
 
     # Unit-test mode makes a Fernet key per process: without this one, neither could read what the other wrote.
@@ -83,7 +87,8 @@ def airflow_process(script: str, path: str, output: Path, url: str) -> subproces
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
     }
     with output.open("wb") as sink:
-        return subprocess.Popen([sys.executable, "-c", script, path], stdout=sink, stderr=subprocess.STDOUT, env=env)
+        command = [sys.executable, "-c", script, path, *args]
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
 
 
 @contextmanager
