@@ -168,6 +168,33 @@ def test_an_old_value_that_does_not_parse_is_copied_aside_before_it_is_removed(c
     assert KEY not in comms.values and any(copy in n for n in written.notes), written.notes
 
 
+def test_a_run_whose_own_record_is_garbage_keeps_it_aside_before_rewriting_it(comms: VariableComms) -> None:
+    # A retry of run r1 finds its own Variable edited into garbage: copied to .corrupt-*, then rewritten; where the
+    # copy cannot be made, the garbage stays as it is and the run is not recorded (nothing is lost either way).
+    own = run_key(KEY, "r1")
+    comms.values[own] = "<script>x</script>{"
+    original = comms.send
+
+    def copy_fails(msg: Any) -> Any:
+        if type(msg).__name__ == "PutVariable" and ".corrupt-" in msg.key:
+            comms.failing = {"PutVariable"}
+            try:
+                return original(msg)
+            finally:
+                comms.failing = set()
+        return original(msg)
+
+    comms.send = copy_fails  # type: ignore[method-assign]
+    refused = record_run(KEY, run("r1"), noted([]))
+    assert refused.history is None and comms.values[own] == "<script>x</script>{"
+    assert any("its own Variable holds a value not kept aside" in n for n in refused.notes), refused.notes
+    comms.send = original  # type: ignore[method-assign]
+    written = record_run(KEY, run("r1"), noted([]))
+    assert written.history is not None and stored_runs(comms) == ["r1"]
+    [copy] = [k for k in comms.values if ".corrupt-" in k]
+    assert comms.values[copy] == "<script>x</script>{" and parse_record(comms.values[own]) == run("r1")
+
+
 def test_a_bad_record_is_left_out_named_and_never_rewritten_or_pruned(comms: VariableComms) -> None:
     hostile = {"run_id": "bad", "ended_at": T0, "pools": ["<script>x</script>"], "mean_step_seconds": 1e300}
     bad = run_key(KEY, "bad")
