@@ -55,9 +55,9 @@ def plan(operator: ElasticJobSetOperator) -> tuple[Any, RunState]:
     return spec, run
 
 
-def test_a_hostile_history_plans_from_its_sound_runs(comms: VariableComms, tmp_path: Path) -> None:
-    shape = shape_fingerprint(auto_operator(tmp_path).build_spec())
-    sound = RunRecord(
+def measured_run(shape: str) -> RunRecord:
+    """An hour of training of ``shape`` with 4 failures, 1 s a step and 20 s a save: enough for ``auto`` to choose."""
+    return RunRecord(
         run_id="r1",
         ended_at=T0,
         wall_seconds=3600.0,
@@ -67,6 +67,11 @@ def test_a_hostile_history_plans_from_its_sound_runs(comms: VariableComms, tmp_p
         checkpoint_save_seconds=20.0,
         fingerprint=shape,
     )
+
+
+def test_a_hostile_history_plans_from_its_sound_runs(comms: VariableComms, tmp_path: Path) -> None:
+    shape = shape_fingerprint(auto_operator(tmp_path).build_spec())
+    sound = measured_run(shape)
     good = json.loads(FailureHistory().with_run(sound).render())["runs"][0]
     hostile = [
         {
@@ -166,16 +171,7 @@ def test_the_plan_is_made_per_try_from_that_tries_options(comms: VariableComms, 
         return op._planned_or_not({"ti": ti}, op.build_spec(), run)
 
     assert planned(operator, 1).checkpoint_period == 10  # no history yet: the fallback
-    failing = RunRecord(
-        run_id="r1",
-        ended_at=T0,
-        wall_seconds=3600.0,
-        training_seconds=3600.0,
-        failures_total=4,
-        mean_step_seconds=1.0,
-        checkpoint_save_seconds=20.0,
-        fingerprint=shape_fingerprint(operator.build_spec()),
-    )
+    failing = measured_run(shape_fingerprint(operator.build_spec()))
     comms.values[history_key("nightly", "pretrain")] = FailureHistory().with_run(failing).render()
     assert planned(operator, 1).checkpoint_period == 10 and run.plan["try_number"] == 1  # type: ignore[index]
     second = planned(operator, 2)
