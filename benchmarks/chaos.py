@@ -137,6 +137,8 @@ def dag_source(plan: Schedule, base: str, storage_env: dict[str, str] | None = N
             "LOCAL_FAULT_KILL_DURING_SAVE_STEP": str(plan.kill_during_save_step),
             "LOCAL_FAULT_KILL_DURING_SAVE_ONCE": "1",
         }
+        if plan.history:  # the period auto chooses may never save the step itself: the first save from it on
+            local_env["LOCAL_FAULT_KILL_DURING_SAVE_OR_LATER"] = "1"
     return DAG_TEMPLATE.format(
         dag_id=dag_id(plan),
         run_name=plan.run_name,
@@ -943,7 +945,7 @@ def evaluate(
     fired = [f.to_json() for f in watch.fired]
     judged = plan
     if plan.history and plan.kill_during_save_step is not None and not killed_in_save_from_logs(watch):
-        # The kill is in the save of its step, and the period auto chose may not save that step: it never fired.
+        # The kill is in the first save from its step on; a run that ended (failed) before any never fired it.
         judged = dataclasses.replace(plan, kill_during_save_step=None)
     false_failure = is_false_failure(judged, outcome, why, escalations, fired, watch.jobsets_seen)
     return {

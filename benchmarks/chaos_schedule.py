@@ -204,7 +204,8 @@ class Schedule:
     def describe(self) -> str:
         parts = [f.describe() for f in self.faults]
         if self.kill_during_save_step is not None:
-            parts.append(f"@{self.kill_during_save_step} kill in save")
+            later = " or later" if self.history else ""  # with auto's period: the first save from that step on
+            parts.append(f"@{self.kill_during_save_step} kill in save{later}")
         return "; ".join(sorted(parts, key=lambda p: int(p[1:].split(" ", 1)[0]))) or "none"
 
     def to_json(self) -> dict[str, Any]:

@@ -7,7 +7,9 @@ once its marker exists, exactly as on GCS; a save killed part-way leaves a step 
 Local-only fault injection: with `LOCAL_FAULT_KILL_DURING_SAVE_STEP=N` in the environment the trainer SIGKILLs
 itself in the middle of the save of step N, once everything but the step's commit marker is on disk. With
 `LOCAL_FAULT_KILL_DURING_SAVE_ONCE=1` as well it does so once per run directory (a marker file next to
-`checkpoints/` remembers it), so a full restart that saves step N again survives, as after a real crash.
+`checkpoints/` remembers it), so a full restart that saves step N again survives, as after a real crash. With
+`LOCAL_FAULT_KILL_DURING_SAVE_OR_LATER=1` it is the first save of step N *or later*: a run whose checkpoint period
+is chosen at launch (`checkpoint_period="auto"`) may never save step N itself.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ _STEP_DIR_RE = re.compile(r"^\d+$")
 # Fault injection for tests, never set in a real job: the step whose save kills the process before its marker.
 KILL_DURING_SAVE_ENV = "LOCAL_FAULT_KILL_DURING_SAVE_STEP"
 KILL_DURING_SAVE_ONCE_ENV = "LOCAL_FAULT_KILL_DURING_SAVE_ONCE"
+KILL_DURING_SAVE_OR_LATER_ENV = "LOCAL_FAULT_KILL_DURING_SAVE_OR_LATER"
 
 
 def kill_during_save_step() -> int | None:
@@ -52,13 +55,21 @@ def kill_during_save_once() -> bool:
     return os.environ.get(KILL_DURING_SAVE_ONCE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
+def kill_during_save_or_later() -> bool:
+    """Whether `LOCAL_FAULT_KILL_DURING_SAVE_OR_LATER` widens the kill to the first save of that step or a later one."""
+    return os.environ.get(KILL_DURING_SAVE_OR_LATER_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 def kill_marker(checkpoint_directory: str, step: int) -> epath.Path:
     """The file that records a once-only kill during the save of `step` (in the run directory)."""
     return epath.Path(checkpoint_directory).parent / f"local-fault-killed-during-save-{step}"
 
 
-def _kill_before_commit(step_directory: epath.Path, once_marker: epath.Path | None = None) -> type[Any]:
-    """Orbax's commit-file temporary path, except that committing `step_directory` SIGKILLs the process.
+def _kill_before_commit(
+    step_directory: epath.Path, once_marker: epath.Path | None = None, *, or_later: bool = False
+) -> type[Any]:
+    """Orbax's commit-file temporary path, except that committing `step_directory` (with `or_later`: that step's
+    or a later step's directory) SIGKILLs the process.
 
     The seam (Orbax 0.12.8): an async save's background thread first waits for the item handlers' write
     futures (the array data), then finalizes the `items` item (its own `commit_success.txt`), writes
@@ -72,13 +83,14 @@ def _kill_before_commit(step_directory: epath.Path, once_marker: epath.Path | No
 
     class KillBeforeCommitTemporaryPath(atomicity.CommitFileTemporaryPath):  # type: ignore[misc]
         async def finalize(self) -> None:
-            if self.get_final() == step_directory and not (once_marker is not None and once_marker.exists()):
+            final = self.get_final()
+            if _armed_for(final, step_directory, or_later) and not (once_marker is not None and once_marker.exists()):
                 if once_marker is not None:
                     once_marker.write_text("killed\n")
                 _logger.warning(
                     "Fault injection (%s): killing the process before the commit marker of %s",
                     KILL_DURING_SAVE_ENV,
-                    step_directory,
+                    final,
                 )
                 for handler in logging.getLogger().handlers:
                     handler.flush()
@@ -86,6 +98,19 @@ def _kill_before_commit(step_directory: epath.Path, once_marker: epath.Path | No
             await super().finalize()
 
     return KillBeforeCommitTemporaryPath
+
+
+def _armed_for(final: epath.Path, step_directory: epath.Path, or_later: bool) -> bool:
+    """Whether committing `final` is the kill: the step's own directory, or with `or_later` a later step's (a
+    sibling named by a larger step number; an item's directory inside a step is never one)."""
+    if final == step_directory:
+        return True
+    return (
+        or_later
+        and final.parent == step_directory.parent
+        and _STEP_DIR_RE.match(final.name) is not None
+        and int(final.name) > int(step_directory.name)
+    )
 
 
 def create_manager(
@@ -99,11 +124,13 @@ def create_manager(
     use_zarr3: bool = True,
     kill_during_save_step: int | None = None,
     kill_during_save_once: bool = False,
+    kill_during_save_or_later: bool = False,
 ) -> ocp.CheckpointManager:
     """An Orbax CheckpointManager over `directory` (the run's `checkpoints/`), as MaxText configures it.
 
     `kill_during_save_step` arms the fault injection: the save of that step kills the process before its
-    commit marker is written (only the first time in this run directory with `kill_during_save_once`).
+    commit marker is written (only the first time in this run directory with `kill_during_save_once`; the first
+    save of that step or a later one with `kill_during_save_or_later`).
     """
     # `temporary_path_class` is deprecated in favour of `atomicity_options`, but it is the only way to hand
     # Orbax a class; it is set only while the fault injection is armed.
@@ -113,6 +140,7 @@ def create_manager(
         else _kill_before_commit(
             epath.Path(directory) / str(kill_during_save_step),
             kill_marker(directory, kill_during_save_step) if kill_during_save_once else None,
+            or_later=kill_during_save_or_later,
         )
     )
     options = ocp.CheckpointManagerOptions(

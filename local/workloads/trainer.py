@@ -78,6 +78,7 @@ class Trainer:
         self._kill_during_save = checkpointing.kill_during_save_step()
         self._step_seconds = step_seconds()
         self._kill_during_save_once = checkpointing.kill_during_save_once()
+        self._kill_during_save_or_later = checkpointing.kill_during_save_or_later()
 
     def run(self) -> int:
         """Train to `steps` (elastic or not); the process exit code."""
@@ -142,6 +143,7 @@ class Trainer:
             use_zarr3=self.config.storage_format[1],
             kill_during_save_step=self._kill_during_save,
             kill_during_save_once=self._kill_during_save_once,
+            kill_during_save_or_later=self._kill_during_save_or_later,
         )
 
     def _restore_or_init(self, manager: ocp.CheckpointManager | None, abstract: Any, replicated: NamedSharding) -> Any:

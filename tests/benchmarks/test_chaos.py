@@ -440,6 +440,9 @@ def test_the_history_dimension_keeps_the_matrixs_faults_and_turns_both_options_o
     assert "checkpoint_period='auto'" in source
     assert f"history=History(avoid_failing_node_pools=True, failure_history_key={HISTORY_KEY!r})" in source
     assert "checkpoint_period=10" in dag_source(plain[6], "/runs") and "History(" not in dag_source(plain[6], "/runs")
+    # Run 6 kills a save at step 10: under auto's period, the first save from step 10 on (it may never save 10).
+    assert plans[6].kill_during_save_step == 10 and "'LOCAL_FAULT_KILL_DURING_SAVE_OR_LATER': '1'" in source
+    assert "OR_LATER" not in dag_source(plain[6], "/runs") and "@10 kill in save or later" in plans[6].describe()
     with pytest.raises(ValueError, match="without Kueue"):
         schedule(1, 0, kueue="preempt", history=True)
 

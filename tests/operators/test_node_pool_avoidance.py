@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -539,3 +540,47 @@ def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: LocalClus
         node_reader.faults.lose_host(nodes[lost][0], repair_seconds=0.0)  # repaired now
         admin.close()
     assert hook.list_node_pools(selector, hosts=4) == pools
+
+
+def test_a_hostile_history_never_fails_the_run_and_the_report_says_what_was_left_out(
+    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+) -> None:
+    """Records edited by hand beside two sound ones: a pool name that is no label value, a sound name of no pool of
+    this cluster failing often, huge and zero numbers, wrong types, a value that is not JSON. The run succeeds,
+    avoids only the pool the sound records and the cluster both name, and its report says what it left out."""
+    from airflow.models import Variable
+
+    from elastic_training.operators.history_store import run_key
+
+    cluster = node_reader
+    now = time.time()
+    history = seeded(now, V5E_16[0], others=tuple(V5E_16[1:]))
+    gone = tuple(SliceFailure(now - 600, FailureKind.LOST_HOST, "np-gone", ("gke-np-gone-n",), 0) for _ in range(3))
+    history = history.with_run(RunRecord("gone", ended_at=now - 300, failures=gone, pools=("np-gone",), slices=1))
+    restore_history(HISTORY_KEY, history)
+    hostile = {
+        "xss": {"run_id": "xss", "ended_at": now, "pools": ["<script>x</script>"], "failures_total": 50},
+        "huge": {"run_id": "huge", "ended_at": now, "mean_step_seconds": 1e300, "wall_seconds": 1e308},
+        "zero": {"run_id": "zero", "ended_at": now, "mean_step_seconds": 0.0, "checkpoint_save_seconds": -1},
+        "types": {"run_id": "types", "ended_at": "yesterday", "slices": "3"},
+    }
+    for name, entry in hostile.items():
+        Variable.set(run_key(HISTORY_KEY, name), json.dumps({"version": 1, "run": entry}))
+    Variable.set(run_key(HISTORY_KEY, "text"), "{not json")
+
+    _, report, used = fourth_run(cluster, history_dag("history_hostile", tmp_path, avoid=True), "history-hostile")
+    avoidance = report["node_pool_avoidance"]
+    assert avoidance["avoided"] == [V5E_16[0]] and avoidance["failing"] == ["np-gone", V5E_16[0]], avoidance
+    assert "not among the cluster's schedulable pools, so not avoided: np-gone" in avoidance["reason"]
+    assert V5E_16[0] not in used
+    notes = " ".join(report["history_notes"])  # one note, cut to 600 characters: the first records named
+    assert "5 stored entr(ies) left out" in notes, report["history_notes"]
+    assert all(run_key(HISTORY_KEY, name) in notes for name in ("huge", "text", "types")), notes
+    terms = worker_affinity(cluster, report["jobset_name"])["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [V5E_16[0]]
+    stored = [r.run_id for r in stored_history(HISTORY_KEY).runs]  # its own record written, the bad ones kept
+    assert stored[-1].startswith("history_hostile/pretrain/") and "seed-1" in stored
+    for name in (*hostile, "text"):
+        assert Variable.get(run_key(HISTORY_KEY, name), default=None) is not None  # never rewritten nor pruned

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from elastic_training.local.workloads.checkpointing import KILL_DURING_SAVE_ENV, KILL_DURING_SAVE_ONCE_ENV
+from elastic_training.local.workloads.checkpointing import (
+    KILL_DURING_SAVE_ENV,
+    KILL_DURING_SAVE_ONCE_ENV,
+    KILL_DURING_SAVE_OR_LATER_ENV,
+)
 from elastic_training.operators.checkpoints import Problem, validate_checkpoints
 from elastic_training.operators.constants import (
     ASYNC_SAVE_STARTED_RE,
@@ -187,6 +191,24 @@ def test_kill_during_save_once_fires_in_the_first_run_only(tmp_path: Path, small
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]
     assert _committed(tmp_path / "o" / "checkpoints") == [0, 10, 20, 29]
+
+
+def test_kill_during_save_or_later_fires_in_the_first_save_at_or_after_its_step(
+    tmp_path: Path, small_model: list[str]
+) -> None:
+    # A period of 8 never saves step 20: "or later" kills the save of 24, the first after it, once.
+    args = [f"base_output_directory={tmp_path}", "run_name=l", "steps=30", "checkpoint_period=8", *small_model]
+    env = {KILL_DURING_SAVE_ENV: "20", KILL_DURING_SAVE_ONCE_ENV: "1", KILL_DURING_SAVE_OR_LATER_ENV: "1"}
+    crashed = run_module("elastic_training.local.workloads.train", args, **env)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    assert ASYNC_SAVE_STARTED_RE.findall(crashed.stdout) == ["0", "8", "16", "24"]
+    assert "killing the process before the commit marker of " in crashed.stdout
+    assert crashed.stdout.split("before the commit marker of ", 1)[1].split()[0].endswith("/checkpoints/24")
+    assert _committed(tmp_path / "l" / "checkpoints") == [0, 8, 16]
+    resumed = run_module("elastic_training.local.workloads.train", args, **env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert RESTORING_STEP_RE.findall(resumed.stdout) == ["16"]
+    assert _committed(tmp_path / "l" / "checkpoints") == [0, 8, 16, 24, 29]
 
 
 def test_local_step_seconds_stretches_every_step(tmp_path: Path, small_model: list[str]) -> None:
