@@ -21,7 +21,7 @@ HEADER = """\
 from airflow.sdk import DAG, BaseOperator
 
 from elastic_training.operators.failure_history import FailureKind, RunRecord, SliceFailure
-from elastic_training.operators.history_store import history_key, record_run
+from elastic_training.operators.history_store import history_key, record_run, record_run_id
 
 
 def lost(pool, at, host):
@@ -40,7 +40,10 @@ class ElasticJobSetOperator(BaseOperator):
         ti = context["ti"]
         key = self.failure_history_key or history_key(ti.dag_id, ti.task_id, ti.map_index)
         if self.night is not None:
-            record_run(key, RunRecord(run_id=self.night, ended_at=1796000000.0, pools=("tpu-a",)), self.log.warning)
+            shared = self.failure_history_key is not None
+            run_id = record_run_id(self.night, dag_id=ti.dag_id, task_id=ti.task_id, map_index=ti.map_index,
+                                   shared=shared)
+            record_run(key, RunRecord(run_id=run_id, ended_at=1796000000.0, pools=("tpu-a",)), self.log.warning)
             return {"target_step": 9, "history_key": key}
         pools = ("tpu-a", "tpu-b", "tpu-c")
         nights = [
@@ -135,7 +138,11 @@ def test_a_mapped_instance_and_a_custom_key_each_have_their_history(api: Any, hi
     drill = api.get(f"/elastic-training/api/history/{DAG_ID}/drill", headers=auth(token)).json()
     assert CUSTOM in drill["keys"]  # named by the task's run report
     custom = api.get(f"/elastic-training/api/history/{DAG_ID}/drill?key={CUSTOM}", headers=auth(token)).json()
-    assert [r["run_id"] for r in custom["runs"]] == ["drill-1"]
+    assert [r["run_id"] for r in custom["runs"]] == [f"{DAG_ID}/drill/drill-1"]  # a shared key: the writer named
+    shared = api.get(
+        f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=drill&key={CUSTOM}", cookies={"_token": token}
+    )
+    assert f'href="/elastic-training/ui/run?dag_id={DAG_ID}&amp;run_id=drill-1"' in shared.text  # its own run's view
     page = api.get(
         f"/elastic-training/ui/history?dag_id={DAG_ID}&task_id=sweep&key={base}.m1", cookies={"_token": token}
     )
