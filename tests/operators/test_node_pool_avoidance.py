@@ -583,4 +583,4 @@ def test_a_hostile_history_never_fails_the_run_and_the_report_says_what_was_left
     stored = [r.run_id for r in stored_history(HISTORY_KEY).runs]  # its own record written, the bad ones kept
     assert stored[-1].startswith("history_hostile/pretrain/") and "seed-1" in stored
     for name in (*hostile, "text"):
-        assert Variable.get(run_key(HISTORY_KEY, name), default=None) is not None  # never rewritten nor pruned
+        assert Variable.get(run_key(HISTORY_KEY, name), default_var=None) is not None  # never rewritten nor pruned

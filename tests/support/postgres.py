@@ -44,7 +44,8 @@ spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 # An optional second argument: the run's logical date (two DAGs run at one date get the same run id).
-when = {"logical_date": datetime.fromisoformat(sys.argv[2])} if len(sys.argv) > 2 else {}
+at = datetime.fromisoformat(sys.argv[2]) if len(sys.argv) > 2 else None
+when = {"logical_date": at, "run_after": at} if at else {}
 dag_run = module.dag.test(**when)
 print("STATE " + json.dumps(str(dag_run.state)))
 """
