@@ -407,10 +407,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def _candidate_pools(self, context: Context, spec: ElasticRunSpec) -> tuple[list[str], str, str]:
         """The node pools a slice of this run can land on (the schedulable nodes its workers select, by their GKE
         pool label, a slice's worth of them per pool), where that came from, and why it is unknown ("": known)."""
-        body = manifests.elastic_jobset(spec, name="pool-check", namespace=self.namespace, labels={})
-        worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
-        selector = worker["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
-        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        label_selector = manifests.worker_node_selector(spec)
         source = f"schedulable nodes (Ready, not cordoned) matching {label_selector}, {spec.vms_per_slice} a pool"
         try:
             return self._hook().list_node_pools(label_selector, hosts=spec.vms_per_slice), source, ""
@@ -865,7 +862,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 dag_id=str(ti.dag_id),
                 task_id=str(ti.task_id),
                 map_index=getattr(ti, "map_index", -1),
-                shared=self.history.failure_history_key is not None,
+                shared=bool(self.history.failure_history_key),  # as _history_key tells a named key
             )
             record = report.history_record(
                 run_id=run_id, ended_at=time.time(), succeeded=succeeded, fingerprint=fingerprint

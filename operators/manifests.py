@@ -463,6 +463,15 @@ def _worker_pod_spec(spec: ElasticRunSpec, shared: _PathwaysShared) -> dict[str,
     return worker
 
 
+def worker_node_selector(spec: ElasticRunSpec) -> str:
+    """The label selector of the nodes ``spec``'s TPU workers may run on, as their pod template selects them (what
+    ``avoid_failing_node_pools`` lists to count the pools that can hold a slice)."""
+    body = elastic_jobset(spec, name="pool-check", namespace="default", labels={})
+    worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
+    selector = worker["template"]["spec"]["template"]["spec"].get("nodeSelector") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
 def avoid_node_pools_affinity(pools: Sequence[str]) -> dict[str, Any]:
     """A required node affinity keeping pods off ``pools`` (GKE's ``cloud.google.com/gke-nodepool`` label):
     ``avoid_failing_node_pools`` (:mod:`operators.pool_avoidance`)."""

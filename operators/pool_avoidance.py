@@ -246,12 +246,13 @@ def choose_avoided_pools(
         return replace(base, reason=f"not avoiding {', '.join(failing)} ({said}): {unlisted}")
     # Only pools the cluster lists as schedulable are avoided: a stored name of no such pool (deleted, renamed, or
     # edited by hand into the Variable) would only put a name the scheduler never sees into the NotIn list.
-    avoid = [p for p in failing if p not in probation and p in pools]
-    unknown = [p for p in failing if p not in probation and p not in pools]
+    held = [p for p in failing if p not in probation]
+    avoid = [p for p in held if p in pools]
+    unknown = [p for p in held if p not in pools]
     tried = f"; on probation (tried again this run): {', '.join(probation)}" if probation else ""
     if unknown:
         tried += f"; not among the cluster's schedulable pools, so not avoided: {', '.join(unknown)}"
-    if not avoid and not unknown:
+    if not held:
         return replace(base, reason=f"not avoiding {', '.join(failing)} ({said}){tried}")
     left = [p for p in pools if p not in avoid]
     if len(left) < slices:

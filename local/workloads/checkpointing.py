@@ -50,14 +50,18 @@ def kill_during_save_step() -> int | None:
         raise ValueError(f"{KILL_DURING_SAVE_ENV} must be a step number, not {value!r}") from None
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
 def kill_during_save_once() -> bool:
     """Whether `LOCAL_FAULT_KILL_DURING_SAVE_ONCE` limits the kill to once per run directory."""
-    return os.environ.get(KILL_DURING_SAVE_ONCE_ENV, "").strip().lower() in ("1", "true", "yes")
+    return _env_flag(KILL_DURING_SAVE_ONCE_ENV)
 
 
 def kill_during_save_or_later() -> bool:
     """Whether `LOCAL_FAULT_KILL_DURING_SAVE_OR_LATER` widens the kill to the first save of that step or a later one."""
-    return os.environ.get(KILL_DURING_SAVE_OR_LATER_ENV, "").strip().lower() in ("1", "true", "yes")
+    return _env_flag(KILL_DURING_SAVE_OR_LATER_ENV)
 
 
 def kill_marker(checkpoint_directory: str, step: int) -> epath.Path:

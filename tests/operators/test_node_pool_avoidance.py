@@ -515,11 +515,7 @@ def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: LocalClus
         run_name="r", base_output_directory="/tmp/out", steps=16, checkpoint_period=4, num_slices=3,
         tpu_type="v5e", tpu_topology="4x4", runtime="local",
     )  # fmt: skip
-    body = manifests.elastic_jobset(run_spec, name="pool-check", namespace=NAMESPACE, labels={})
-    worker = next(r for r in body["spec"]["replicatedJobs"] if r["name"] == WORKER_REPLICATED_JOB)
-    selector = ",".join(
-        f"{k}={v}" for k, v in sorted(worker["template"]["spec"]["template"]["spec"]["nodeSelector"].items())
-    )
+    selector = manifests.worker_node_selector(run_spec)  # what the operator lists
     hook = JobSetHook()  # the operators' account, as the operator lists them
     pools = hook.list_node_pools(selector, hosts=run_spec.vms_per_slice)
     assert len(pools) == 4 and all(p.startswith("tpu-v5e-16-") for p in pools), pools

@@ -37,13 +37,13 @@ def comms() -> Iterator[VariableComms]:
         yield fake
 
 
-def auto_operator(tmp_path: Path) -> ElasticJobSetOperator:
+def auto_operator(tmp_path: Path, period: int | str = "auto") -> ElasticJobSetOperator:
     return ElasticJobSetOperator(
         task_id="pretrain",
         run_name="nightly",
         base_output_directory=str(tmp_path),
         steps=100,
-        checkpoint_period="auto",
+        checkpoint_period=period,
         num_slices=1,
         runtime="local",
     )
@@ -177,15 +177,7 @@ def test_the_plan_is_made_per_try_from_that_tries_options(comms: VariableComms, 
     second = planned(operator, 2)
     assert run.plan["try_number"] == 2 and run.plan["checkpoint_period_choice"]["runs"] == 1  # type: ignore[index]
     assert second.checkpoint_period != 10
-    fixed = ElasticJobSetOperator(
-        task_id="pretrain",
-        run_name="nightly",
-        base_output_directory=str(tmp_path),
-        steps=100,
-        checkpoint_period=25,
-        num_slices=1,
-        runtime="local",
-    )
+    fixed = auto_operator(tmp_path, period=25)
     assert planned(fixed, 3).checkpoint_period == 25  # the option off on the third try: try 2's choice dropped
     assert run.plan["try_number"] == 3 and "checkpoint_period_choice" not in run.plan  # type: ignore[operator]
     assert run.plan["node_pool_avoidance"]["enabled"] is False  # type: ignore[index]
