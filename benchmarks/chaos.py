@@ -16,8 +16,10 @@ serialized kwargs (``dag.test`` always round-trips them through serde).
 
 With ``--gcs`` each run also gets a GCS emulator of its own; run directories are on ``gs://`` and the trainers and
 the operator reach the emulator through a proxy that can answer 503: a burst of a few requests (retries
-ride it out) or an outage of 36-45 s (past gcsfs's retries: a save fails, the trainer exits, and one full
-restart is warranted). These faults are drawn after all others, so a seed's other faults do not change.
+ride it out, though the save it meets waits out their backoff: under a stall timeout of 65 s or less that may
+be a stall, and one full restart) or an outage of 36-45 s (past gcsfs's retries: a save fails, the trainer exits,
+and one full restart is warranted). These faults are drawn after all others, so a seed's other faults do not
+change.
 
 While a run goes, the harness polls the cluster's store for the run's JobSets (label ``run-name``) that are
 not being deleted and the run directory for its newest committed step. Afterwards it records, per run:
@@ -992,8 +994,9 @@ def is_false_failure(
 ) -> bool:
     """A failure although the full restarts the faults warranted fit ``max_full_restarts``.
 
-    A GCS outage may or may not cost one: count those it did, the escalations it explains and the restart
-    the operator refused when the budget was spent, if an outage hit the JobSet that needed it.
+    A GCS fault may or may not cost one: count those it did, the escalations it explains and the restart the
+    operator refused when the budget was spent, if an outage (or, for a stall, a burst) hit the JobSet that
+    needed it.
     """
     if outcome == "success":
         return False
@@ -1001,7 +1004,11 @@ def is_false_failure(
     by_outage = sum(1 for e in escalations if e.get("outage"))
     if "full-restart budget spent" in why and jobsets_seen:
         last = jobsets_seen[-1]
-        if any(f["kind"] == GCS_ERRORS and "GCS 503 for" in f["describe"] and f["jobset"] == last for f in fired):
+        stalled = "no training progress" in why
+        if any(
+            f["kind"] == GCS_ERRORS and f["jobset"] == last and ("GCS 503 for" in f["describe"] or stalled)
+            for f in fired
+        ):
             by_outage += 1
     return len(expected.escalations) + min(len(expected.possible), by_outage) <= plan.max_full_restarts
 
@@ -1069,12 +1076,17 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     froze = any(f.fault.kind == FREEZE_TRAINER for f in hits)
     marker = _killed_in_save(plan, watch, str(jobset))
     outages = [f.fault.seconds for f in hits if f.fault.kind == GCS_ERRORS and f.fault.seconds > 0]
+    bursts = [f.fault.count for f in hits if f.fault.kind == GCS_ERRORS and f.fault.count]
     outage = f"GCS down for {outages[0]:.0f} s (past gcsfs's retries)" if outages else ""
     gap = _longest_gap(watch.progress.get(str(jobset), []), float(escalation.get("at") or time.time()))
     over_budget = slice_restarts > plan.max_slice_restarts
-    # A full restart only the outage explains: one of the schedule's possible ones.
+    # A full restart only a GCS fault explains: one of the schedule's possible ones. A burst fails no save, so
+    # it can explain a stall only (a save waiting out the clients' backoff).
+    if reason == "stalled" and not outage and bursts:
+        outage = f"{bursts[0]} GCS 503s in a row delayed a save (the clients' backoff)"
     by_outage = bool(outage) and (
-        (reason == "stalled" and not froze) or (reason == "jobset_failed" and not marker and not over_budget)
+        (reason == "stalled" and not froze)
+        or (reason == "jobset_failed" and bool(outages) and not marker and not over_budget)
     )
     if reason == "slice_restart_budget_spent":
         warranted = slice_restarts > plan.max_slice_restarts

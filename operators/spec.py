@@ -124,6 +124,10 @@ _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 ELASTIC_TIMEOUT_MIN_GKE_SECONDS: Final = 60
 GKE_AUTO_REPAIR_DETECTION_SECONDS: Final = 600
 ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS: Final = 1200
+# A save on gs:// that meets a few 503s in a row waits out its clients' backoff (gcsfs and tensorstore: 1+2+4+8+16 s
+# and jitter for five; benchmarks/gcs_burst_delay.py measured up to 35 s alone, and 65 s was seen under load): a
+# stall timeout under two minutes can take that wait for a stall.
+GCS_SAVE_BACKOFF_STALL_SECONDS: Final = 120
 
 
 class SpecError(ValueError):
@@ -318,6 +322,14 @@ def lint_warnings(spec: ElasticRunSpec) -> list[str]:
             "slice is recreated): such a failure will end the attempt and cost a JobSet or full restart instead of "
             f"an in-process recovery. Raise it to {ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS} or more to ride out host "
             "repairs, or set elastic_min_slice_count to continue on fewer slices."
+        )
+    stall = spec.stall_timeout_seconds
+    if spec.base_output_directory.startswith("gs://") and stall is not None and stall < GCS_SAVE_BACKOFF_STALL_SECONDS:
+        warnings.append(
+            f"stall_timeout={stall:g} s on gs://: a checkpoint save that meets a few GCS errors in a row waits out "
+            "the storage clients' backoff (1+2+4+8+16 s for five, longer on a loaded host), and a trainer waiting "
+            "for that save makes no progress: such a wait can be judged a stall and cost a full restart. Use "
+            f"{GCS_SAVE_BACKOFF_STALL_SECONDS} s or more."
         )
     return warnings
 

@@ -14,6 +14,7 @@ import pytest
 from benchmarks.chaos import REPO, Fired, RunFiles, RunWatch, is_false_failure, judge, markdown
 from benchmarks.chaos_schedule import (
     FREEZE_TRAINER,
+    GCS_BURST_DELAY_SEEN_SECONDS,
     GCS_BURST_MAX,
     GCS_ERRORS,
     GCS_OUTAGE_SECONDS,
@@ -79,12 +80,18 @@ def test_gcs_faults_come_on_top_of_the_same_schedules() -> None:
     assert 100 < drawn < 200
 
 
-def test_a_gcs_outage_may_cost_one_full_restart_a_burst_none() -> None:
-    def plan(*faults: Fault, full: int = 1) -> Schedule:
-        return Schedule(1, 0, 60, 3, 2, full, None, tuple(faults), gcs=True)
+def test_a_gcs_outage_may_cost_one_full_restart_a_burst_one_only_under_a_short_stall_timeout() -> None:
+    def plan(*faults: Fault, full: int = 1, stall: int = 60) -> Schedule:
+        return Schedule(1, 0, 60, 3, 2, full, None, tuple(faults), gcs=True, stall_timeout_seconds=stall)
 
+    # The save a burst meets waits out the clients' backoff: 65 s was seen, past the schedule's 60 s stall timeout.
     burst = plan(Fault(20, GCS_ERRORS, count=GCS_BURST_MAX)).expected()
-    assert burst.escalations == () and burst.possible == () and burst.survivable
+    assert burst.escalations == () and burst.possible == ("stalled",) and burst.survivable
+    assert not plan(Fault(20, GCS_ERRORS, count=2), full=0).expected().survivable
+    # Under a stall timeout longer than any delay seen, a burst costs nothing.
+    assert GCS_BURST_DELAY_SEEN_SECONDS < 180
+    calm = plan(Fault(20, GCS_ERRORS, count=GCS_BURST_MAX), full=0, stall=180).expected()
+    assert calm.possible == () and calm.survivable
     outage = plan(Fault(20, GCS_ERRORS, seconds=40.0)).expected()
     assert outage.escalations == () and outage.possible == ("jobset_failed",) and outage.survivable
     # The budget must cover the worst case for a failure to count as false.
@@ -130,6 +137,11 @@ def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: 
     burst = Schedule(1, 0, 60, 3, 2, 1, None, (Fault(20, GCS_ERRORS, count=5),), gcs=True)
     watch.fired = [Fired(burst.faults[0], at=0.0, at_step=20, jobset="js-0")]
     assert not judge(burst, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
+    # A burst fails no save, but it can delay one into a stall: a stall the harness saw too.
+    watch.progress = {"js-0": [(0.0, 19), (10.0, 20)]}
+    delayed = judge(burst, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 75.0})
+    assert delayed["warranted"] and delayed["outage"] and "5 GCS 503s in a row delayed a save" in delayed["because"]
+    assert not judge(burst, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 40.0})["warranted"]
 
 
 def test_dry_run_prints_the_same_schedules_twice() -> None:
@@ -204,6 +216,25 @@ def test_a_failure_an_outage_explains_is_not_false() -> None:
     # The same failure without the outage on that JobSet: one restart was due, one was allowed.
     assert is_false_failure(plan, "failed", spent, killed, [], ["js", "js-r1"])
     assert not is_false_failure(plan, "success", "final step 39", killed, outage, ["js", "js-r1"])
+
+
+def test_a_stall_a_gcs_burst_explains_is_not_a_false_failure() -> None:
+    """Found on the --gcs matrix (run 14): a 5-request burst met the save of step 30 after the kill in a save had
+    spent the one full restart; the trainer waited 65 s for that save, a stall, and the budget refused it."""
+    plan = Schedule(1, 14, 40, 2, 2, 1, 20, (Fault(35, GCS_ERRORS, count=5),), gcs=True)
+    assert plan.expected().possible == ("stalled",) and not plan.expected().survivable
+    spent = (
+        "full-restart budget spent: max_full_restarts=1 and 1 used; the run needed another because no training "
+        "progress for 60 s (stall_timeout=60 s; last completed step 39)"
+    )
+    burst = [{"kind": GCS_ERRORS, "describe": "@35 5x GCS 503", "jobset": "js-r1"}]
+    killed = [{"reason": "jobset_failed", "outage": False}]
+    assert not is_false_failure(plan, "failed", spent, killed, burst, ["js", "js-r1"])
+    # A burst explains no failed JobSet: a refused jobset_failed restart with that burst is still a false failure.
+    failed = spent.split(" because ")[0] + " because the JobSet failed: ReachedMaxRestarts"
+    assert is_false_failure(plan, "failed", failed, killed, burst, ["js", "js-r1"])
+    # Nor a burst that hit another JobSet.
+    assert is_false_failure(plan, "failed", spent, killed, [{**burst[0], "jobset": "js"}], ["js", "js-r1"])
 
 
 def test_kueue_dimensions_keep_the_seeds_shape_and_carry_one_kueue_fault() -> None:

@@ -388,3 +388,13 @@ def test_a_timeout_shorter_than_a_host_repair_is_warned_about() -> None:
     assert lint_warnings(dataclasses.replace(GKE, elastic_timeout_seconds=1200)) == []
     assert lint_warnings(dataclasses.replace(GKE, elastic_min_slice_count=2)) == []  # continues on fewer slices
     assert lint_warnings(dataclasses.replace(LOCAL, elastic_timeout_seconds=5)) == []
+
+
+def test_a_stall_timeout_a_save_on_gcs_can_outlast_is_warned_about() -> None:
+    """A burst of 503s delays a save by the clients' backoff (the chaos matrix's --gcs run 14 waited 65 s)."""
+    riding = dataclasses.replace(GKE, elastic_timeout_seconds=1200)
+    (warning,) = lint_warnings(dataclasses.replace(riding, stall_timeout_seconds=60))
+    assert "stall_timeout=60 s on gs://" in warning and "Use 120 s or more" in warning
+    assert lint_warnings(dataclasses.replace(riding, stall_timeout_seconds=120)) == []
+    assert lint_warnings(riding) == []  # no stall timeout given: the operator's default (30 min)
+    assert lint_warnings(dataclasses.replace(LOCAL, stall_timeout_seconds=60)) == []  # local disk: no backoff
