@@ -71,7 +71,7 @@ QUEUE_WAIT_EXTRA_SECONDS = (10.0, 40.0)
 # long enough to stall. Either way one full restart may follow, never two (the outage is over by then).
 GCS_BURST_MAX = 5
 GCS_OUTAGE_SECONDS = (36.0, 45.0)
-# A burst fails no save, but the save it meets waits out the clients' backoff: up to 35 s for 5 failures in a row
+# A burst fails no save, but the save it meets waits out the clients' backoff: up to 36 s for 5 failures in a row
 # on one request (benchmarks/gcs_burst_delay.py, alone), and 65 s once under the matrix's load (run 14 of the
 # --gcs matrix at 969752b: the trainer waited that long for the save of step 30 before its final save). A stall
 # timeout at or under this can see that wait as a stall: a burst may then cost one full restart (`stalled`).

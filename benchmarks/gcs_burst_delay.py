@@ -73,8 +73,8 @@ def _proxied_bucket() -> Iterator[tuple[str, BurstProxy]]:
 
 
 def measure(bucket: str, proxy: BurstProxy, counts: Sequence[int], offsets: Sequence[float], repeat: int) -> list[Save]:
-    """Time ``repeat`` saves per (count, offset) and one clean save per repeat, interleaved, under ``bucket``,
-    the clients already pointed at ``proxy``."""
+    """Time ``repeat`` saves per (count, offset), clean saves (count 0) as many, interleaved, under ``bucket``, the
+    clients already pointed at ``proxy``."""
     import numpy as np
 
     from elastic_training.local.workloads.checkpointing import create_manager, latest_committed_step, save_checkpoint
@@ -88,7 +88,7 @@ def measure(bucket: str, proxy: BurstProxy, counts: Sequence[int], offsets: Sequ
     try:
         for _ in range(repeat):
             for count in counts:
-                for offset in offsets if count else offsets[:1]:
+                for offset in offsets:
                     step += 1
                     before = proxy.failed
                     timer = threading.Timer(offset, proxy.fail_next, (count,))

@@ -125,7 +125,7 @@ ELASTIC_TIMEOUT_MIN_GKE_SECONDS: Final = 60
 GKE_AUTO_REPAIR_DETECTION_SECONDS: Final = 600
 ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS: Final = 1200
 # A save on gs:// that meets a few 503s in a row waits out its clients' backoff (gcsfs and tensorstore: 1+2+4+8+16 s
-# and jitter for five; benchmarks/gcs_burst_delay.py measured up to 35 s alone, and 65 s was seen under load): a
+# and jitter for five; benchmarks/gcs_burst_delay.py measured up to 36 s alone, and 65 s was seen under load): a
 # stall timeout under two minutes can take that wait for a stall.
 GCS_SAVE_BACKOFF_STALL_SECONDS: Final = 120
 
