@@ -1082,7 +1082,7 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     over_budget = slice_restarts > plan.max_slice_restarts
     # A full restart only a GCS fault explains: one of the schedule's possible ones. A burst fails no save, so
     # it can explain a stall only (a save waiting out the clients' backoff).
-    if reason == "stalled" and not outage and bursts:
+    if reason == "stalled" and not outage and bursts and not froze:
         outage = f"{bursts[0]} GCS 503s in a row delayed a save (the clients' backoff)"
     by_outage = bool(outage) and (
         (reason == "stalled" and not froze)

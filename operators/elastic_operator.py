@@ -297,9 +297,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         ti = context["ti"]
         return self.history.failure_history_key or history_key(ti.dag_id, ti.task_id, getattr(ti, "map_index", -1))
 
-    def _plan(self, context: Context, spec: ElasticRunSpec, run: RunState) -> None:
+    def _plan(self, context: Context, spec: ElasticRunSpec, run: RunState, notes: list[str]) -> None:
         """Once per task try, before its first launch: the pools to avoid and the checkpoint period, from history
-        and the options' values of this try (a plan of an earlier try, or of other options, is dropped)."""
+        and the options' values of this try (a plan of an earlier try, or of other options, is dropped). What the
+        history's read left out or could not read goes into ``notes`` as soon as it is known (a plan that fails
+        later still reports it)."""
         try_number = int(getattr(context["ti"], "try_number", 1) or 1)
         if run.plan is not None and run.plan.get("try_number") == try_number:
             return
@@ -308,6 +310,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         if self.history.avoid_failing_node_pools or self.auto_period:
             read = load_history(self._history_key(context), self.log.warning)
             stored = read.history.runs
+            notes.extend(read.notes)
             plan["history_notes"] = list(read.notes)  # what the read left out or could not read: the report says
         if self.auto_period:
             # auto weighs every run of this shape the history keeps, newest first (AUTO_SETTINGS)
@@ -349,8 +352,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
     def _planned_or_not(self, context: Context, spec: ElasticRunSpec, run: RunState) -> ElasticRunSpec:
         """``spec`` with the run's plan applied; any planning error (the history is anyone's edit): the run goes
         ahead without the plan, the log warns, and the report's ``node_pool_avoidance.reason`` says why."""
+        notes: list[str] = []
         try:
-            self._plan(context, spec, run)
+            self._plan(context, spec, run, notes)
             return self._planned(spec, run)
         except Exception as error:
             why = f"planning from the failure history failed ({type(error).__name__}: {str(error)[:300]})"
@@ -358,6 +362,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             unplanned = Avoidance(enabled=self.history.avoid_failing_node_pools, reason=f"{why}: no pool avoided")
             try_number = int(getattr(context["ti"], "try_number", 1) or 1)  # as _plan keys it: not re-planned
             plan = {"try_number": try_number, "node_pool_avoidance": unplanned.to_json(), "planning_error": why}
+            if notes:  # the read's own notes (records left out) stand whatever failed after it
+                plan["history_notes"] = notes
             try:  # Kueue's timeouts do not come from the history: a failed plan still reads and warns about them
                 self._plan_pods_ready(spec, plan)
             except Exception as kueue_error:  # stored input again (the ConfigMap): never the run's failure

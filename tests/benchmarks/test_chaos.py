@@ -142,6 +142,11 @@ def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: 
     delayed = judge(burst, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 75.0})
     assert delayed["warranted"] and delayed["outage"] and "5 GCS 503s in a row delayed a save" in delayed["because"]
     assert not judge(burst, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 40.0})["warranted"]
+    # A frozen trainer explains its own stall: the burst beside it is not named.
+    frozen = Schedule(1, 0, 60, 3, 2, 1, None, (Fault(19, FREEZE_TRAINER), Fault(20, GCS_ERRORS, count=5)), gcs=True)
+    watch.fired = [Fired(f, at=0.0, at_step=f.step, jobset="js-0") for f in frozen.faults]
+    stopped = judge(frozen, watch, {"jobset_name": "js-0", "reason": "stalled", "at": 75.0})
+    assert stopped["because"] == "trainer frozen (SIGSTOP)" and not stopped["outage"]
 
 
 def test_dry_run_prints_the_same_schedules_twice() -> None:

@@ -118,6 +118,24 @@ def test_a_planning_error_runs_without_the_plan_and_says_why(
     assert operator._planned(operator.build_spec(), run).checkpoint_period == 10
 
 
+def test_a_planning_error_keeps_what_the_historys_read_left_out_in_the_report(
+    comms: VariableComms, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read came before the failure: its notes (a record left out) reach the report with the planning error."""
+
+    def overflowing(*args: Any, **kwargs: Any) -> Any:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(module, "auto_period", overflowing)
+    hostile = {"run_id": "xss", "ended_at": T0, "pools": ["<script>x</script>"]}
+    comms.values[history_key("nightly", "pretrain")] = json.dumps({"version": 1, "runs": [hostile]})
+    operator = auto_operator(tmp_path)
+    _, run = plan(operator)
+    assert "OverflowError" in run.plan["planning_error"]  # type: ignore[index]
+    report = operator._record_history({"ti": _TI()}, RunReport(target_step=99), run, succeeded=True)
+    assert any("1 stored entr(ies) left out" in n and "'xss'" in n for n in report.history_notes), report
+
+
 def test_a_planning_error_still_reads_kueues_pods_ready_timeouts(
     comms: VariableComms, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
