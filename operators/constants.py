@@ -113,3 +113,8 @@ SCALE_UP_RE: Final = re.compile(r"Scale up requested\.")
 
 # The local trainer logs each in-process recovery as one JSON object (local/workloads/recovery_log.py).
 RECOVERY_RECORD_RE: Final = re.compile(r"Recovery record: (\{.*\})")
+
+# Local-only: seconds each step of the local trainer also takes (local/workloads/trainer.py), standing in for an
+# accelerator's step time so that a fault scheduled at a step lands while training runs (the tiny local model
+# otherwise does 60 steps in a second).
+LOCAL_STEP_SECONDS_ENV: Final = "LOCAL_STEP_SECONDS"

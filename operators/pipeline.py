@@ -31,6 +31,7 @@ from elastic_training.operators.constants import (
     LABEL_GKE_TPU_ACCELERATOR,
     LABEL_GKE_TPU_TOPOLOGY,
     LABEL_JOBSET_NAME,
+    LOCAL_STEP_SECONDS_ENV,
     TPU_RESOURCE,
 )
 from elastic_training.operators.elastic_operator import ElasticJobSetOperator
@@ -70,6 +71,7 @@ CHECKPOINT_TASK: Final = "validate_checkpoint"
 DRILL_TASK: Final = "arm_slice_failure"
 STAGES: Final = ("evaluate", "synthesize")
 DRILL_TIMEOUT_SECONDS: Final = 3600
+DRILL_STEP_SECONDS: Final = "0.1"  # a drilled local run's step time (LOCAL_STEP_SECONDS): 6 s over 60 steps
 _MAX_RESULT_BYTES: Final = 1 << 20
 _MAX_RESULT_FILES: Final = 10_000
 # MaxText's default (maxtext: src/maxtext/configs/base.yml @ e591f30) max_prefill_predict_length is 64; its
@@ -291,6 +293,12 @@ class PretrainOperator(ElasticJobSetOperator):
         self.runtime = config.runtime
         # "auto": chosen from the history, the form's period the fallback while there is none
         self.auto_fallback_period = config.checkpoint_period
+        if config.inject_slice_failure:  # local only (the form says so)
+            # The local model steps in milliseconds: the drill reads its step in the log, then deletes a pod, and
+            # the run must still be training when the slice is lost (as a TPU step of seconds would be).
+            training = self.options.training
+            env = {LOCAL_STEP_SECONDS_ENV: DRILL_STEP_SECONDS, **(training.local_env or {})}
+            self.options = replace(self.options, training=replace(training, local_env=env))
 
 
 class StageJobSetOperator(JobSetOperator):

@@ -35,12 +35,11 @@ from elastic_training.local.workloads.elastic import (
 )
 from elastic_training.local.workloads.recovery_log import RecoveryKind, RecoveryLog, RecoveryRecord
 from elastic_training.local.workloads.slices import Generation, SliceHealth, lost_slices
+from elastic_training.operators.constants import LOCAL_STEP_SECONDS_ENV
 
 _logger = logging.getLogger(__name__)
 
-# Local-only, for drills: seconds each step also takes, standing in for an accelerator's step time so faults
-# scheduled at a step land while training runs (the tiny local model otherwise does 60 steps in a second).
-STEP_SECONDS_ENV = "LOCAL_STEP_SECONDS"
+STEP_SECONDS_ENV = LOCAL_STEP_SECONDS_ENV  # for drills: a step's time on an accelerator (operators/constants.py)
 
 
 def step_seconds() -> float:

@@ -143,6 +143,26 @@ def test_the_pretrain_stage_runs_the_configurations_spec_with_its_own_knobs(tmp_
     assert operator.policy_budgets.max_pods_ready_evictions == 3  # the operator's (the form has none)
 
 
+def test_a_drilled_local_run_steps_slowly_enough_for_its_slice_to_be_lost_while_it_trains(tmp_path: Path) -> None:
+    """Found on an idle machine: the local model did steps 26-59 before its deleted slice was noticed, and the drill
+    reported no recovery. A drilled run's steps take 0.1 s (the drill is local only); the user's own local_env wins."""
+
+    def trainer_env(config: PipelineConfig, operator: PretrainOperator | None = None) -> dict[str, str]:
+        operator = operator or PretrainOperator(task_id="pretrain")
+        operator.configure(config)
+        return dict(operator.build_spec().trainer_env)
+
+    assert trainer_env(check(tmp_path, inject_slice_failure=True))["LOCAL_STEP_SECONDS"] == "0.1"
+    assert "LOCAL_STEP_SECONDS" not in trainer_env(check(tmp_path, inject_slice_failure=False))
+    own = PretrainOperator(
+        task_id="pretrain",
+        training=Training(
+            run_name="", base_output_directory="", steps=0, checkpoint_period=0, local_env={"LOCAL_STEP_SECONDS": "0.3"}
+        ),
+    )
+    assert trainer_env(check(tmp_path, inject_slice_failure=True), own)["LOCAL_STEP_SECONDS"] == "0.3"
+
+
 def test_a_rule_of_the_run_is_the_spec_lints_named_by_the_param(tmp_path: Path) -> None:
     """The form asks the spec's lint; its message comes through, naming the param the value came from."""
     with pytest.raises(ParamError) as caught:
