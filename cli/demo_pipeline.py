@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from elastic_training.operators.pipeline_config import PipelineConfig
-from elastic_training.operators.pipeline_report import recovery_summary, stage_lines, time_summary
+from elastic_training.operators.pipeline_report import counted, recovery_summary, stage_lines, time_summary
 from elastic_training.operators.run_report import RunReport
 
 DAG_ID = "elastic_training_nightly"
@@ -288,6 +288,7 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
         for task_id in STAGES
     ]
     ok = all(state == "success" for _, state, _, _ in stages)
+    recoveries = pretrain.in_process_recoveries if pretrain else 0
     lines = ["", "=" * 78, f"Pipeline report: {DAG_ID}, run {dag_run.run_id}", "=" * 78, "Stages:"]
     lines += stage_lines(stages)
     lines += ["", "Recovery timeline:"]
@@ -310,8 +311,8 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
         "",
         f"Result: {'OK' if ok else 'FAILED'}: "
         + (
-            f"every stage succeeded; {pretrain.in_process_recoveries if pretrain else 0} in-process recovery, "
-            f"{pretrain.steps_lost if pretrain else 0} steps lost"
+            f"every stage succeeded; {counted(recoveries, 'in-process recovery', 'in-process recoveries')}, "
+            f"{counted(pretrain.steps_lost if pretrain else 0, 'step')} lost"
             if ok
             else "not every stage succeeded (Airflow's log has the details)"
         ),

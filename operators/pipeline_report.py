@@ -22,6 +22,11 @@ _PHASE_TITLES = {
 __all__ = ["PHASES", "recovery_summary", "stage_lines", "time_summary"]
 
 
+def counted(number: Any, noun: str, plural: str | None = None) -> str:
+    """``1 step``, ``2 steps``: a count with its noun, plural (``plural``, else ``noun`` + s) unless it is one."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
 def _seconds(value: Any) -> str:
     return "n/a" if not isinstance(value, int | float) else f"{value:.2f} s"
 
@@ -53,8 +58,8 @@ def _recovery(number: int, recovery: RecoveryEntry, fault_at: Any) -> tuple[dict
         "phases": phases,
     }
     lines = [
-        f"recovery {number}: in-process, failed at step {item['failed_step']}, restored step "
-        f"{item['restored_step']}, {item['steps_lost']} steps lost, {item['slices']} slices after it"
+        f"recovery {number}: in-process, failed at step {item['failed_step']}, restored step {item['restored_step']}, "
+        f"{counted(item['steps_lost'], 'step')} lost, {counted(item['slices'], 'slice')} after it"
     ]
     if detection is not None:
         lines.append(f"  {'fault -> detection':<26}: {_seconds(detection)}")
@@ -81,7 +86,7 @@ def recovery_summary(report: RunReport, drill: Mapping[str, Any] | None = None) 
     for escalation in report.escalations:
         lines.append(
             f"escalation: full restart ({escalation.reason}): resumed from step "
-            f"{escalation.resumed_from_step}, {escalation.steps_lost} steps lost, "
+            f"{escalation.resumed_from_step}, {counted(escalation.steps_lost, 'step')} lost, "
             f"{_seconds(escalation.seconds_to_recreate)} to recreate"
         )
     if not recoveries and not escalations:

@@ -40,3 +40,11 @@ def test_what_a_report_does_not_know_reads_n_a_and_no_queue_is_said() -> None:
     assert lines[0] == "time: 10.00 s wall (no Kueue queue; 1 preemption)"
     assert "after the last step (tail): n/a" in "\n".join(lines)
     assert lines[-1].startswith("goodput n/a = n/a of steps kept / 10.00 s holding capacity")
+
+
+def test_counts_are_told_with_their_noun_singular_only_for_one() -> None:
+    from elastic_training.operators.pipeline_report import counted
+
+    assert [counted(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
+    assert counted(1, "in-process recovery", "in-process recoveries") == "1 in-process recovery"
+    assert counted(3, "in-process recovery", "in-process recoveries") == "3 in-process recoveries"
