@@ -1081,12 +1081,11 @@ def judge(plan: Schedule, watch: RunWatch, escalation: dict[str, Any]) -> dict[s
     gap = _longest_gap(watch.progress.get(str(jobset), []), float(escalation.get("at") or time.time()))
     over_budget = slice_restarts > plan.max_slice_restarts
     # A full restart only a GCS fault explains: one of the schedule's possible ones. A burst fails no save, so
-    # it can explain a stall only (a save waiting out the clients' backoff).
+    # it can explain a stall only (a save waiting out the clients' backoff): only then is it named.
     if reason == "stalled" and not outage and bursts and not froze:
         outage = f"{bursts[0]} GCS 503s in a row delayed a save (the clients' backoff)"
     by_outage = bool(outage) and (
-        (reason == "stalled" and not froze)
-        or (reason == "jobset_failed" and bool(outages) and not marker and not over_budget)
+        (reason == "stalled" and not froze) or (reason == "jobset_failed" and not marker and not over_budget)
     )
     if reason == "slice_restart_budget_spent":
         warranted = slice_restarts > plan.max_slice_restarts

@@ -39,18 +39,16 @@ from elastic_training.operators.constants import LOCAL_STEP_SECONDS_ENV
 
 _logger = logging.getLogger(__name__)
 
-STEP_SECONDS_ENV = LOCAL_STEP_SECONDS_ENV  # for drills: a step's time on an accelerator (operators/constants.py)
-
 
 def step_seconds() -> float:
     """The extra seconds per step `LOCAL_STEP_SECONDS` asks for (0 when unset)."""
-    value = os.environ.get(STEP_SECONDS_ENV, "").strip()
+    value = os.environ.get(LOCAL_STEP_SECONDS_ENV, "").strip()
     try:
         seconds = float(value) if value else 0.0
     except ValueError:
-        raise ValueError(f"{STEP_SECONDS_ENV} must be a number of seconds, not {value!r}") from None
+        raise ValueError(f"{LOCAL_STEP_SECONDS_ENV} must be a number of seconds, not {value!r}") from None
     if not 0.0 <= seconds <= 60.0:
-        raise ValueError(f"{STEP_SECONDS_ENV} must be between 0 and 60, not {value!r}")
+        raise ValueError(f"{LOCAL_STEP_SECONDS_ENV} must be between 0 and 60, not {value!r}")
     return seconds
 
 
