@@ -286,6 +286,10 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
         dag_run = queued_dag(
             "kueue_preempted",
             tmp_path,
+            # 0.3 s a step: the 34 steps after the blocker's creation outlast Kueue's preemption (blocker queued,
+            # run evicted, JobSet suspended, pods deleted). Stepping in milliseconds, the old trainer could finish
+            # all 60 first under load (CI, stop 49), and the new one had nothing to restore.
+            local_env={"LOCAL_STEP_SECONDS": "0.3"},
             stall_timeout="timedelta(minutes=6)",
             elastic_timeout_seconds=300,
             alerts=f"Alerts((FileNotifier(path={str(inbox)!r}),), queued_after=None)",
@@ -295,6 +299,7 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
     assert (seen["evicted"]["reason"], seen["preempted"]["reason"]) == ("Preempted", "InClusterQueue")
     report = xcom(dag_run, "pretrain")
     assert report["final_step"] == 59
+    assert not report.get("already_at_target"), "the trainer finished its 60 steps before the preemption took it"
     assert report["full_restarts"] == 0 and report["escalations"] == []
     assert report["slice_restarts"] == 0 and report["in_process_recoveries"] == 0
     [preemption] = report["preemptions"]
