@@ -123,8 +123,10 @@ def test_a_full_restart_and_then_a_spent_budget_are_told_to_the_notifiers_and_a_
         max_full_restarts=1,
         stall_timeout="timedelta(minutes=6)",
         alerts=f"[FileNotifier(path={str(inbox)!r}, fail=True), FileNotifier(path={str(inbox)!r})]",
+        local_env={"LOCAL_STEP_SECONDS": "0.1"},
     )
-    # The second loss comes in the second incarnation: it resumes from step 10 or later, and trains on to 40.
+    # The second loss comes in the second incarnation: it resumes from step 10 or later, and trains on to 40; at
+    # 0.1 s a step the 19 steps after it outlast the fault's poll (a few in milliseconds could finish the run first).
     with StepFaults(cluster_connection, "elastic-alerts").at(15, kill_worker(1)).at(40, kill_worker(0)) as faults:
         dag_run = dag.test()
     assert faults.fired == [15, 40]
