@@ -178,7 +178,7 @@ def test_short_matrix_keeps_the_promises(tmp_path: Path) -> None:
     operator reading checkpoints through an outage (tests/operators/test_storage_outage.py), a full restart
     resuming from the newest committed step (test_elastic_operator.py), the judge's reading of an outage
     (test_a_failure_an_outage_explains_is_not_false below); the whole of it, a trainer's save failing on the
-    outage, in `make chaos` (`--gcs`). The task SIGKILLed mid-watch and run again (run 12's fault) is
+    outage, in `make chaos GCS=1`. The task SIGKILLed mid-watch and run again (run 12's fault) is
     test_elastic_operator_rideouts.py's adoption test."""
     out = tmp_path / "chaos"
     finished = subprocess.run(
