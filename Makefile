@@ -61,8 +61,10 @@ maxtext-lock: setup
 # fixtures (a cluster, an Airflow stack) are built once, and each process has its own Airflow home and DB.
 # The files that share the session's Airflow stack go to one process together (tests/conftest.py).
 # Three since 2026-12-02: on two cores the suite is a third idle with two (it waits on restarts, windows and
-# backoffs), and three finished in 16 min against 21.5, green idle and loaded (docs/testing.md).
-TEST_WORKERS ?= 3
+# backoffs), and three finished in 16 min against 21.5, green idle and loaded (docs/testing.md). Four since
+# 2026-12-06 (stop 50): three left the CPU a third idle too; four ran 634 s against 734 s idle, and green
+# beside a busy loop (683 s).
+TEST_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The whole suite runs real MaxText once (tests/support/real_maxtext.py), so it needs .venv-maxtext.
