@@ -60,6 +60,8 @@ def test_a_gcs_run_rides_out_503_bursts_and_a_killed_slice(
     assert states(dag_run) == {"pretrain": "success"}
     report: dict[str, Any] = xcom(dag_run, "pretrain")
     assert report["final_step"] == 59 and report["slice_restarts"] == 1
+    # Recovered in process: the kill met a training trainer, not one done with its steps and making its last save.
+    assert report["in_process_recoveries"] == 1, report["recoveries"]
     assert report["full_restarts"] == 0 and report["escalations"] == []
     validation = validate_checkpoints(
         f"{base}/elastic-gcs/checkpoints", options=ValidationOptions(require_commit_marker=True)
