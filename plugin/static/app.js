@@ -44,6 +44,8 @@ const fmt = {
   },
   pct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; },
   num(x) { return x === null || x === undefined ? "–" : String(x); },
+  // "1 step lost", "9 steps lost", "– steps lost" (as operators/pipeline_report.py counted says it)
+  counted(n, noun, plural) { return `${fmt.num(n)} ${n === 1 ? noun : plural || `${noun}s`}`; },
   money(x) { return x === null || x === undefined ? "–" : `$${x.toFixed(2)}`; },
   time(t) { return t ? new Date(t * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; },
   bytes(b) {
@@ -244,10 +246,13 @@ function capacityNote(c) {
   if (c.tail_seconds) times.push(`after the last step ${fmt.secs(c.tail_seconds)}`);
   const all = c.preemptions || [];
   const pre = all.filter((p) => !p.eviction || p.eviction === "preempted"), other = all.filter((p) => p.eviction && p.eviction !== "preempted");
-  if (pre.length) times.push(`${pre.length} preemption${pre.length === 1 ? "" : "s"} (${pre.map((p) => `at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
-  if (other.length) times.push(`${other.length} other eviction${other.length === 1 ? "" : "s"} (${other.map((p) => `${p.short || p.eviction.replaceAll("_", " ")} at step ${fmt.num(p.step)}, ${fmt.num(p.steps_lost)} steps lost`).join("; ")})`);
-  const notes = c.provisioning_notes || [];  // each admission check outcome: provisioned, retried, rejected, revoked
-  if (notes.length) times.push(`provisioning: ${notes.map((n) => n[1]).join("; ")}`);
+  if (pre.length) times.push(`${fmt.counted(pre.length, "preemption")} (${pre.map((p) => `at step ${fmt.num(p.step)}, ${fmt.counted(p.steps_lost, "step")} lost`).join("; ")})`);
+  if (other.length) times.push(`${fmt.counted(other.length, "other eviction")} (${other.map((p) => `${p.short || p.eviction.replaceAll("_", " ")} at step ${fmt.num(p.step)}, ${fmt.counted(p.steps_lost, "step")} lost`).join("; ")})`);
+  // Each admission check outcome (provisioned, retried, rejected, revoked), the same words said once with how often:
+  // a run provisioned again after each eviction would repeat them (the waits table below places each).
+  const said = new Map();
+  for (const n of c.provisioning_notes || []) said.set(n[1], (said.get(n[1]) || 0) + 1);
+  if (said.size) times.push(`provisioning: ${[...said].map(([words, n]) => (n > 1 ? `${words} (${n} times)` : words)).join("; ")}`);
   if (!bits.length && !times.length) return null;
   if (times.length) bits.push(`${bits.length ? " · " : ""}${times.join(" · ")}`);
   return el("p", { id: "capacity", class: "capacity" }, ...bits);
@@ -454,7 +459,7 @@ function recoveryBars(recoveries) {
       xx += w;
     }
     const total = (r.phase_seconds || {}).total;
-    const tail = r.complete ? `${fmt.secs(total)} · ${fmt.num(r.steps_lost)} steps lost${r.cost !== null && r.cost !== undefined ? ` · ${fmt.money(r.cost)}` : ""}` : "in progress";
+    const tail = r.complete ? `${fmt.secs(total)} · ${fmt.counted(r.steps_lost, "step")} lost${r.cost !== null && r.cost !== undefined ? ` · ${fmt.money(r.cost)}` : ""}` : "in progress";
     chart.append(svg("text", { x: xx + 6, y: yy + 15 }, tail));
   });
   const legend = el("div", { class: "legend" }, PHASES.map(([, label, color]) => el("span", {}, el("i", { style: `background:${color}` }), label)));

@@ -456,6 +456,10 @@ def test_the_run_view_tells_quota_provisioning_and_each_eviction_apart(stack: St
     assert seen["pods_ready"] == "1 / 3", seen
     assert "of which provisioning 114.0 s" in seen["capacity"], seen["capacity"]
     assert "pods-ready timeout at step 59, 9 steps lost" in seen["capacity"], seen["capacity"]
+    # The four provisionings' same words, said once with how often (they were four times over, stop 50).
+    ready = "admission check dws-prov Ready: Capacity is found in the cluster"
+    assert f"provisioning: {ready} (4 times)" in seen["capacity"], seen["capacity"]
+    assert seen["capacity"].count(ready) == 1, seen["capacity"]
     # Each wait has a span of its own, named for what it was, and one colour per kind.
     kinds = [(cls.split()[-1], label) for cls, label, _ in seen["spans"]]
     assert kinds == [
