@@ -19,7 +19,7 @@ _PHASE_TITLES = {
     "first_step": "restore -> first step",
     "total": "detection -> first step",
 }
-__all__ = ["PHASES", "recovery_summary", "stage_lines", "time_summary"]
+__all__ = ["PHASES", "counted", "recovery_summary", "stage_lines", "time_summary"]
 
 
 def counted(number: Any, noun: str, plural: str | None = None) -> str:
