@@ -329,8 +329,11 @@ class _Monitor:
             if trigger.deadline is not None:
                 wake.append(trigger.deadline)
             self.changed.clear()
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that comes in the turn
+            # the change does (CPython gh-86296), and the loop would run on after the triggerer cancelled it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout=max(0.05, min(wake) - now))
+                async with asyncio.timeout(max(0.05, min(wake) - now)):
+                    await self.changed.wait()
 
     def _stranded(self, now: float) -> tuple[list[Unschedulable], float | None]:
         """The worker pods unschedulable for ``relax_after_seconds`` (once ``relax_not_before`` is past), and when
@@ -502,7 +505,8 @@ class _Monitor:
         if pod is None or uid is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._read_log(pod, uid, follow=False), timeout=FINAL_LOG_WAIT_SECONDS)
+            async with asyncio.timeout(FINAL_LOG_WAIT_SECONDS):  # not wait_for: see _decide_loop
+                await self._read_log(pod, uid, follow=False)
 
 
 def _created(obj: dict[str, Any]) -> str:

@@ -285,7 +285,8 @@ class PodWorker:
             }
             self._flush()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), backoff)
+                async with asyncio.timeout(backoff):  # not wait_for: it can drop a cancellation on 3.11
+                    await self._stopping.wait()
             if self._stopping.is_set():
                 break
             backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
@@ -309,7 +310,8 @@ class PodWorker:
             c.state = {"waiting": {"reason": ERR_IMAGE_PULL, "message": str(err)}}
             self._flush()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), BACKOFF_INITIAL_SECONDS)
+            async with asyncio.timeout(BACKOFF_INITIAL_SECONDS):  # not wait_for: it can drop a cancellation on 3.11
+                await self._stopping.wait()
         if not self._stopping.is_set():
             c.state = {"waiting": {"reason": IMAGE_PULL_BACKOFF, "message": f'Back-off pulling image "{image}"'}}
             self._flush()

@@ -150,8 +150,11 @@ class Watch:
 
     async def wait(self, timeout: float | None = None) -> None:
         """Return once events are queued, the watch has ended, or ``timeout`` seconds passed."""
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that comes in the same turn as
+        # the wake (CPython gh-86296), and a cancelled watch would serve on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
 
     def take(self) -> list[WatchEvent]:
         """Every queued event, oldest first, and clear the queue."""
