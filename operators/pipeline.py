@@ -71,7 +71,7 @@ CHECKPOINT_TASK: Final = "validate_checkpoint"
 DRILL_TASK: Final = "arm_slice_failure"
 STAGES: Final = ("evaluate", "synthesize")
 DRILL_TIMEOUT_SECONDS: Final = 3600
-DRILL_STEP_SECONDS: Final = "0.1"  # a drilled local run's step time (LOCAL_STEP_SECONDS): 6 s over 60 steps
+DRILL_STEP_SECONDS: Final = "0.2"  # a drilled local run's step time (LOCAL_STEP_SECONDS): 12 s over 60 steps
 _MAX_RESULT_BYTES: Final = 1 << 20
 _MAX_RESULT_FILES: Final = 10_000
 # MaxText's default (maxtext: src/maxtext/configs/base.yml @ e591f30) max_prefill_predict_length is 64; its

@@ -143,9 +143,11 @@ def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
     assert result["detection_phase_requests"]["watch"]["log read"] == 2
     # Nothing changes in the window: no relist, no reopen within the watches' 300 s.
     assert result["window_requests"]["watch"] == {}
-    # The polling baseline only ever gets the JobSet and lists its Jobs, one of each per poll.
+    # The polling baseline only ever gets the JobSet and lists its Jobs, one of each per poll (the count is taken
+    # at any moment: a poll per JobSet may be between its get and its list).
     polled = result["startup_requests"]["polling"]
-    assert set(polled) == {"get", "list"} and polled["get"] == polled["list"] >= 2
+    assert set(polled) == {"get", "list"} and polled["list"] >= 2
+    assert 0 <= polled["get"] - polled["list"] <= 2, polled
     assert set(result["window_requests"]["polling"]) <= {"get", "list"}
 
 

@@ -94,8 +94,14 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
 def test_full_restart_budget_spent_fails_naming_it(
     airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
 ) -> None:
+    # 0.1 s a step: the slice is lost while the trainer trains (its 44 steps after the kill take over 4 s).
     dag = elastic_dag(
-        "elastic_spent", tmp_path, max_slice_restarts=0, max_full_restarts=0, stall_timeout="timedelta(minutes=6)"
+        "elastic_spent",
+        tmp_path,
+        max_slice_restarts=0,
+        max_full_restarts=0,
+        stall_timeout="timedelta(minutes=6)",
+        local_env={"LOCAL_STEP_SECONDS": "0.1"},
     )
     with StepFaults(cluster_connection, "elastic-spent").at(15, kill_worker(1)):
         dag_run = dag.test()
@@ -123,10 +129,11 @@ def test_a_full_restart_and_then_a_spent_budget_are_told_to_the_notifiers_and_a_
         max_full_restarts=1,
         stall_timeout="timedelta(minutes=6)",
         alerts=f"[FileNotifier(path={str(inbox)!r}, fail=True), FileNotifier(path={str(inbox)!r})]",
-        local_env={"LOCAL_STEP_SECONDS": "0.1"},
+        local_env={"LOCAL_STEP_SECONDS": "0.3"},
     )
     # The second loss comes in the second incarnation: it resumes from step 10 or later, and trains on to 40; at
-    # 0.1 s a step the 19 steps after it outlast the fault's poll (a few in milliseconds could finish the run first).
+    # 0.3 s a step the 19 steps after it outlast the fault's poll by over 5 s on a loaded machine (a few steps in
+    # milliseconds could finish the run first).
     with StepFaults(cluster_connection, "elastic-alerts").at(15, kill_worker(1)).at(40, kill_worker(0)) as faults:
         dag_run = dag.test()
     assert faults.fired == [15, 40]

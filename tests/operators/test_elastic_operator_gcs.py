@@ -43,7 +43,9 @@ def test_a_gcs_run_rides_out_503_bursts_and_a_killed_slice(
         "elastic_gcs",
         base,  # type: ignore[arg-type]
         stall_timeout="timedelta(minutes=6)",
-        local_env=through_proxy,
+        # 0.3 s a step leaves the 34 steps after the kill over 10 s for it to reach a training trainer on a loaded
+        # machine (the tiny model steps in milliseconds).
+        local_env={**through_proxy, "LOCAL_STEP_SECONDS": "0.3"},
     )
 
     def burst(faults: StepFaults) -> None:

@@ -611,14 +611,14 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
         )
 
     with StepFaults(cluster_connection, run_name).at(25, revoke) as faults:
-        # 0.1 s a step: the 34 steps after step 25 outlast the revocation (a ProvisioningRequest listed, its nodes
-        # removed), as the preemption test's must outlast Kueue's preemption.
+        # 0.3 s a step: the 34 steps after step 25 outlast the revocation (a ProvisioningRequest listed, its nodes
+        # removed) by 10 s on a loaded machine, as the preemption test's must outlast Kueue's preemption.
         dag_run = queued_dag(
             "kueue_flex_revoked",
             tmp_path,
             queue_name="flex",
             queue_timeout=15.0,
-            local_env={"LOCAL_STEP_SECONDS": "0.1"},
+            local_env={"LOCAL_STEP_SECONDS": "0.3"},
         ).test()
     assert faults.fired == [25]
     assert len(revoked["nodes"]) == 8  # both slices' hosts

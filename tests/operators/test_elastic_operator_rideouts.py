@@ -40,6 +40,9 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
         run_name="{{ dag.dag_id | replace('_', '-') }}",
         steps="{{ 30 * 2 }}",
         stall_timeout="timedelta(minutes=6)",
+        # Four faults at steps 10 to 35, each fired on a look at the log through a flaky API: 0.2 s a step leaves
+        # the last one (at 35) about 5 s of training to be seen in on a loaded machine.
+        local_env={"LOCAL_STEP_SECONDS": "0.2"},
     )
     faults_api = cluster_connection.faults
     faults_api.fail_requests(500, probability=0.3, path="jobsets")

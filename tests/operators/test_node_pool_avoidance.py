@@ -81,7 +81,7 @@ def history_dag(dag_id: str, base: Path, *, slices: int = 3, avoid: bool = False
             stall_timeout=timedelta(minutes=6),
             deferrable=True,
             poll_interval=1.0,
-            local_env={{"LOCAL_STEP_SECONDS": "0.2"}},
+            local_env={{"LOCAL_STEP_SECONDS": "0.3"}},
             avoid_failing_node_pools={avoid!r},
             node_pool_failure_threshold=1,
             failure_history_runs=3,

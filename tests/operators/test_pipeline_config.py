@@ -145,14 +145,14 @@ def test_the_pretrain_stage_runs_the_configurations_spec_with_its_own_knobs(tmp_
 
 def test_a_drilled_local_run_steps_slowly_enough_for_its_slice_to_be_lost_while_it_trains(tmp_path: Path) -> None:
     """Found on an idle machine: the local model did steps 26-59 before its deleted slice was noticed, and the drill
-    reported no recovery. A drilled run's steps take 0.1 s (the drill is local only); the user's own local_env wins."""
+    reported no recovery. A drilled run's steps take 0.2 s (the drill is local only); the user's own local_env wins."""
 
     def trainer_env(config: PipelineConfig, operator: PretrainOperator | None = None) -> dict[str, str]:
         operator = operator or PretrainOperator(task_id="pretrain")
         operator.configure(config)
         return dict(operator.build_spec().trainer_env)
 
-    assert trainer_env(check(tmp_path, inject_slice_failure=True))["LOCAL_STEP_SECONDS"] == "0.1"
+    assert trainer_env(check(tmp_path, inject_slice_failure=True))["LOCAL_STEP_SECONDS"] == "0.2"
     assert "LOCAL_STEP_SECONDS" not in trainer_env(check(tmp_path, inject_slice_failure=False))
     own = PretrainOperator(
         task_id="pretrain",

@@ -115,7 +115,7 @@ def test_real_maxtexts_config_refusal_is_a_permanent_failure(
 
 # The end-to-end run: enough steps after the first committed checkpoint that a kill there lands mid-run (real
 # MaxText runs this tiny model's steps in milliseconds; its saves, one every CHECKPOINT_PERIOD steps, set the pace).
-E2E_STEPS = 120
+E2E_STEPS = 200
 E2E_STAGE = "real-maxtext-e2e"
 KILL_AFTER_STEP = CHECKPOINT_PERIOD + 2
 E2E_HEADER = "from airflow.sdk import DAG\nfrom elastic_training.operators import JobSetOperator"

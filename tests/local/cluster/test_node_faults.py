@@ -143,7 +143,8 @@ def test_a_lost_host_fails_its_whole_slice_and_the_slice_moves_to_a_free_pool(cl
     )
     since = k8s.core.list_namespaced_pod("default").metadata.resource_version
 
-    answer = _control(cluster, "lose-host", {"node": victim.spec.node_name, "repairSeconds": 3})
+    # 10 s of repair: the reads below must see the pool NotReady and tainted on a loaded machine.
+    answer = _control(cluster, "lose-host", {"node": victim.spec.node_name, "repairSeconds": 10})
 
     assert answer["nodePool"] == pool and sorted(answer["failedPods"]) == slice_pods
     lost_nodes = answer["nodes"]
@@ -160,7 +161,7 @@ def test_a_lost_host_fails_its_whole_slice_and_the_slice_moves_to_a_free_pool(cl
     new_pools = {k8s.core.read_node(p.spec.node_name).metadata.labels[NODEPOOL] for p in replaced}
     assert len(new_pools) == 1 and pool not in new_pools
     # The repaired pool comes back Ready and untainted.
-    wait_for(lambda: all(_ready(k8s, n) == "True" for n in lost_nodes), timeout=15)
+    wait_for(lambda: all(_ready(k8s, n) == "True" for n in lost_nodes), timeout=30)
     assert not k8s.core.read_node(lost_nodes[0]).spec.taints[1:]  # only the TPU taint is left
     k8s.custom.delete_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "lost", propagation_policy="Foreground"
@@ -239,7 +240,8 @@ def test_a_node_pool_under_repair_is_drained_and_schedulable_again_later(cluster
     k8s.core.create_namespaced_pod("default", pod)
     wait_for(lambda: k8s.core.read_namespaced_pod("on-c", "default").status.phase == "Running")
 
-    answer = _control(cluster, "repair-node-pool", {"nodePool": "tpu-c", "seconds": 2})
+    # 10 s of repair: the pod below must be created and found unschedulable before it ends, on a loaded machine.
+    answer = _control(cluster, "repair-node-pool", {"nodePool": "tpu-c", "seconds": 10})
 
     assert answer["evictedPods"] == ["default/on-c"]
     assert all(k8s.core.read_node(n).spec.unschedulable for n in answer["nodes"])
@@ -255,7 +257,7 @@ def test_a_node_pool_under_repair_is_drained_and_schedulable_again_later(cluster
     message = wait_for(unschedulable)
     assert "2 node(s) were unschedulable" in message
     placed = wait_for(
-        lambda: (p := k8s.core.read_namespaced_pod("waits-for-c", "default")).spec.node_name and p, timeout=15
+        lambda: (p := k8s.core.read_namespaced_pod("waits-for-c", "default")).spec.node_name and p, timeout=30
     )
     assert placed.spec.node_name in answer["nodes"]
     k8s.core.delete_namespaced_pod("waits-for-c", "default", grace_period_seconds=0)

@@ -92,17 +92,21 @@ def test_resume_after_kill_9_loses_at_most_a_period_plus_the_save_in_flight(
     finally:
         process.kill()
     assert process.returncode == -signal.SIGKILL
-    # Wherever the kill landed: `last` is the last step completed before it (the pipe holds every line).
-    last = _steps(head + rest)[-1]
+    # Wherever the kill landed (the pipe holds every line): `started` is the newest save the trainer logged as
+    # started. Saves run one at a time, and Orbax's `save` of a step first waits for the save before it, so the
+    # trainer may have logged steps a period past `started` and be waiting (slow saves on a loaded machine: CI).
+    # Only `started` can have been in flight: the newest committed step is it or the one a period before it; a
+    # step directory past it is `started`'s, or the next save's once `started` committed.
+    output = head + rest
+    last = _steps(output)[-1]
+    started = int(ASYNC_SAVE_STARTED_RE.findall(output)[-1])
     checkpoints = tmp_path / "k" / "checkpoints"
     committed = _committed(checkpoints)
-    # Saves run one at a time, so only the newest save (of `newest_due`) can have been in flight: the newest
-    # committed step is that one, or the one a period before it. Steps lost: `last - committed[-1] < 2 * period`.
-    newest_due = last // period * period
-    assert committed[-1] in (newest_due, newest_due - period), (last, committed)
+    assert committed[-1] in (started, started - period), (last, started, committed)
     assert committed == list(range(0, committed[-1] + 1, period))
+    assert last - committed[-1] < 3 * period, (last, committed)
     unmarked = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and int(p.name) > committed[-1])
-    assert unmarked in ([], [newest_due])
+    assert unmarked in ([], [committed[-1] + period]), (started, committed, unmarked)
 
     resumed = run_module("elastic_training.local.workloads.train", [*args, "steps=60"])
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -168,9 +172,10 @@ def test_defaults_synchronous_saves_retention_and_no_final_save(tmp_path: Path) 
     result = run_module("elastic_training.local.workloads.train", args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert _steps(result.stdout) == list(range(13))
-    # A step at the default size takes well under a second (median of the steps after the compiling one).
+    # A step at the default size takes well under a second idle (median of the steps after the compiling one); the
+    # bound is loose, as a loaded CI machine runs them several times slower: it catches a hang, not a slowdown.
     seconds = sorted(float(m[2]) for m in COMPLETED_STEP_RE.finditer(result.stdout))[:-1]
-    assert seconds[len(seconds) // 2] < 0.5, seconds
+    assert seconds[len(seconds) // 2] < 2.0, seconds
     # Synchronous saves log MaxText's other line; no save on completion: the last step (12) is not saved.
     assert [int(m[1]) for m in SAVED_CHECKPOINT_RE.finditer(result.stdout)] == [0, 5, 10]
     assert not ASYNC_SAVE_STARTED_RE.search(result.stdout)
