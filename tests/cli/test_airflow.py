@@ -213,11 +213,16 @@ def test_the_uis_unpause_trigger_and_clear_never_answer_500_while_a_run_writes(s
     call("PATCH", dag, {"is_paused": False})
     assert _written(stack) > before, "the calls did not overlap the run's writes"
     call("POST", "/api/v2/variables", {"key": WRITER_STOP, "value": "1"})
+    ended: dict[str, str] = {}
     for run in (writing, extra):
         while (state := call("GET", run)["state"]) not in ("success", "failed"):
             assert time.monotonic() < deadline, f"{run} is still {state}"
             time.sleep(2)
-        assert state == "success", _task_logs(stack)
+        ended[run] = state
+    # The cleared run may end failed: a clear while the executor holds its queued try gives the try a new id, the
+    # old one's start answers 404, and the scheduler marks the queued try failed ("finished with state failed, but
+    # the task instance's state attribute is queued": Airflow's own race, apache/airflow#39717). Seen once here.
+    assert ended[writing] == "success", _task_logs(stack)
     assert {status for _, status in answers} <= {200, 201}, answers  # 201: the Variable created
 
 
