@@ -51,6 +51,7 @@ from elastic_training.operators.manifests import JobSpec
 from elastic_training.operators.options import Scale, Training
 from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
+    DRILL_STEP_SECONDS,
     VARIABLES,
     DagRunIdentity,
     ParamError,
@@ -71,7 +72,6 @@ CHECKPOINT_TASK: Final = "validate_checkpoint"
 DRILL_TASK: Final = "arm_slice_failure"
 STAGES: Final = ("evaluate", "synthesize")
 DRILL_TIMEOUT_SECONDS: Final = 3600
-DRILL_STEP_SECONDS: Final = "0.2"  # a drilled local run's step time (LOCAL_STEP_SECONDS): 12 s over 60 steps
 _MAX_RESULT_BYTES: Final = 1 << 20
 _MAX_RESULT_FILES: Final = 10_000
 # MaxText's default (maxtext: src/maxtext/configs/base.yml @ e591f30) max_prefill_predict_length is 64; its

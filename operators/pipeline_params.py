@@ -95,6 +95,7 @@ SECTION_SCALE: Final = "Scale"
 SECTION_BUDGETS: Final = "Resilience budgets"
 SECTION_STAGES: Final = "Evaluation and synthesis"
 SECTION_DRILL: Final = "Fault drill"
+DRILL_STEP_SECONDS: Final = "0.2"  # a drilled local run's step time (LOCAL_STEP_SECONDS): 12 s over 60 steps
 
 # The local runtime's evaluation and synthesis commands: the ones a gke run is given, MaxText's evaluation
 # framework (maxtext e591f30: src/maxtext/eval/runner/run.py) and the project's synthesis program
@@ -554,7 +555,11 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             {
                 "type": "boolean",
                 "title": "Inject a slice failure",
-                "description": "local runtime: force-delete one worker pod when training completes the step below.",
+                "description": (
+                    "local runtime: force-delete one worker pod when training completes the step below. The run's "
+                    f"steps then take {DRILL_STEP_SECONDS} s each, so the slice is lost while it trains (the local "
+                    "model steps in milliseconds)."
+                ),
                 "section": SECTION_DRILL,
             },
         ),
