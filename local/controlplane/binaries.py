@@ -284,6 +284,7 @@ def build(go: str, wrapper: Wrapper, target: Path, progress: Callable[[str], Non
             ]
             _stream_build(command, wrapper, env, total, progress, f"{counter} {name}".strip())
         _keep_manifests(go, wrapper, partial, env)
+        partial.chmod(0o755)  # mkdtemp's 0700 would hide the binaries from a user other than the builder
         partial.rename(target)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

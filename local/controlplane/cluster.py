@@ -293,6 +293,7 @@ class ControlPlane:
         return self.workdir / "etc" / "kueue-config.yaml"
 
     def _start_kueue(self, binaries: upstream.Binaries) -> None:
+        self._mount_kueue_secret()
         configs.write_yaml(
             self.kueue_configuration_path(),
             configs.kueue_configuration(
@@ -311,11 +312,19 @@ class ControlPlane:
         )
         wait_until(lambda: listening(self.ports.kueue_webhook), kueue, 120, "serving its webhooks")
 
-    def restart(self, name: str) -> None:
-        """Stop one component and start it again with the same command line (a manager reading new config)."""
-        component = self.components[name]
-        component.stop()
-        component.start()
+    def _mount_kueue_secret(self) -> None:
+        """Kueue's Deployment mounts its webhook Secret at ``certDir``; its rotator reads the files from there."""
+        assert self.pki is not None
+        folder = self.workdir / "kueue-webhook-certs"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for key, value in self.pki.kueue_webhook.items():
+            pki.write_private(folder / key, value)
+
+    def restart_kueue(self, configuration: dict[str, Any]) -> None:
+        """Stop the Kueue manager and start it with ``configuration`` (its ConfigMap edited, its pod restarted)."""
+        self.components["kueue"].stop()
+        self._kueue_base = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **configuration}
+        self._start_kueue(self.binaries)
 
     def describe_failure(self) -> str:
         """One line per component that is not running, with its log's last lines."""

@@ -77,6 +77,7 @@ def write_kubeconfigs(directory: Path, url: str, ca_pem: bytes, clients: dict[st
 AUDIT_POLICY: dict[str, Any] = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
+    "omitStages": ["ResponseStarted", "ResponseComplete"],
     "rules": [
         {
             "level": "None",

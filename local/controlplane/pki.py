@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 LOOPBACK_SANS = ("127.0.0.1", "localhost")
@@ -38,20 +38,31 @@ class KeyPair:
         directory.mkdir(parents=True, exist_ok=True)
         cert, key = directory / f"{stem}.crt", directory / f"{stem}.key"
         cert.write_bytes(self.cert_pem)
-        _write_private(key, self.key_pem)
+        write_private(key, self.key_pem)
         return cert, key
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to a file only its owner can read (mode 0600)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+def _new_key(use_rsa: bool) -> PrivateKey:
+    return rsa.generate_private_key(65537, 2048) if use_rsa else ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: PrivateKey) -> bytes:
+    # RSA as PKCS #1 ("RSA PRIVATE KEY"): cert-controller's rotator parses its CA key with ParsePKCS1PrivateKey.
+    if isinstance(key, rsa.RSAPrivateKey):
+        form = serialization.PrivateFormat.TraditionalOpenSSL
+    else:
+        form = serialization.PrivateFormat.PKCS8
+    return key.private_bytes(serialization.Encoding.PEM, form, serialization.NoEncryption())
 
 
 def _sans(hosts: tuple[str, ...]) -> x509.SubjectAlternativeName:
@@ -65,10 +76,13 @@ def _sans(hosts: tuple[str, ...]) -> x509.SubjectAlternativeName:
 
 
 class Authority:
-    """A certificate authority (P-256) that signs serving and client certificates."""
+    """A certificate authority (P-256, or RSA 2048 with ``use_rsa``) that signs serving and client certificates."""
 
-    def __init__(self, common_name: str, validity: datetime.timedelta, *, dns_name: str | None = None) -> None:
-        self._key = ec.generate_private_key(ec.SECP256R1())
+    def __init__(
+        self, common_name: str, validity: datetime.timedelta, *, dns_name: str | None = None, use_rsa: bool = False
+    ) -> None:
+        self._use_rsa = use_rsa
+        self._key = _new_key(use_rsa)
         self._name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         self._validity = validity
         now = datetime.datetime.now(datetime.UTC)
@@ -93,7 +107,7 @@ class Authority:
         self._cert = builder.sign(self._key, hashes.SHA256())
 
     def _builder(
-        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey, now: datetime.datetime
+        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey, now: datetime.datetime
     ) -> x509.CertificateBuilder:
         return (
             x509.CertificateBuilder()
@@ -123,7 +137,7 @@ class Authority:
         organizations: tuple[str, ...] = (),
     ) -> KeyPair:
         """A certificate for ``hosts`` (serverAuth) and/or a client identity (clientAuth: CN user, O groups)."""
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = _new_key(self._use_rsa)
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
         subject = x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         builder = self._builder(subject, key.public_key(), datetime.datetime.now(datetime.UTC))
@@ -171,7 +185,7 @@ def create(directory: Path) -> ClusterPki:
     jobset_key.rename(jobset_dir / "tls.key")
     sa_key = ec.generate_private_key(ec.SECP256R1())
     sa_private, sa_public = directory / "service-account.key", directory / "service-account.pub"
-    _write_private(sa_private, _key_pem(sa_key))
+    write_private(sa_private, _key_pem(sa_key))
     sa_public.write_bytes(
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
@@ -195,7 +209,7 @@ def kueue_webhook_secret(service: str = "kueue-webhook-service", namespace: str 
     certificate verifies for ``<service>.<namespace>.svc``, writes it to its ``certDir`` and injects the CA into
     its webhooks and conversion CRDs. Handed this one, it also serves 127.0.0.1, which the loopback URLs need.
     """
-    authority = Authority("kueue-ca", WEBHOOK_VALIDITY, dns_name="kueue-ca")
+    authority = Authority("kueue-ca", WEBHOOK_VALIDITY, dns_name="kueue-ca", use_rsa=True)
     dns = f"{service}.{namespace}.svc"
     pair = authority.issue(dns, hosts=(dns, *LOOPBACK_SANS), server=True)
     return {
