@@ -244,9 +244,7 @@ class _Stack:
     def _start_database(self, deadline: float) -> str:
         """The database Airflow runs on, started if it is the embedded one; says what it is."""
         if self.db == "sqlite":
-            path = self.home / "airflow.db"
-            self.database_url = f"sqlite:///{path}"
-            return f"SQLite at {path}"
+            return self._use_sqlite()
         if self.db == "external":
             from sqlalchemy.engine import make_url
 
@@ -257,14 +255,23 @@ class _Stack:
                 raise StartupError(f"${CONN_VARIABLE} is not a SQLAlchemy database URL") from None
             where = f"{url.host}:{url.port}/{url.database}" if url.host else str(url.database)
             return f"{url.get_backend_name()} at {where} (external, from ${CONN_VARIABLE})"
-        from elastic_training.cli.postgres import EmbeddedPostgres, PostgresError
+        from elastic_training.cli.postgres import EmbeddedPostgres, PostgresError, PostgresUnreachable
 
         try:
             self.postgres = EmbeddedPostgres(self.home).start(timeout=max(1.0, deadline - time.monotonic()))
+        except PostgresUnreachable as exc:
+            sqlite = self._use_sqlite()
+            self.say(f"warning: Airflow's metadata database is {sqlite}, not the embedded PostgreSQL: {exc}")
+            return sqlite
         except PostgresError as exc:
             raise StartupError(f"the embedded PostgreSQL did not start: {exc}") from None
         self.database_url = self.postgres.url()
         return self.postgres.describe()
+
+    def _use_sqlite(self) -> str:
+        path = self.home / "airflow.db"
+        self.database_url = f"sqlite:///{path}"
+        return f"SQLite at {path}"
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
