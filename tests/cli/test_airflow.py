@@ -89,7 +89,7 @@ def test_dag_triggered_over_the_rest_api_succeeds_through_the_triggerer(stack: S
     while (status := stack.call("GET", f"/api/v2/dags/{stack.dag_id}")[0]) != 200:
         assert time.monotonic() < deadline, f"the dag-processor never parsed {stack.dag_id} ({status})"
         time.sleep(2)
-    # New DAGs start paused; the UI's toggle does this.
+    # Unpaused already (the stack starts DAGs unpaused); the UI's toggle would do this, and it is harmless.
     status, answer = stack.call("PATCH", f"/api/v2/dags/{stack.dag_id}", {"is_paused": False})
     assert status == 200, answer
     status, run = stack.call("POST", f"/api/v2/dags/{stack.dag_id}/dagRuns", {"logical_date": None, "conf": {}})
@@ -335,6 +335,21 @@ async def _async_select_1(url: str) -> Any:
             return (await connection.execute(text("SELECT 1"))).scalar()
     finally:
         await engine.dispose()
+
+
+def test_the_stack_runs_only_what_is_triggered_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52: DAGs start unpaused and the scheduler makes no run from a schedule (the stack's test in
+    tests/cli/test_private_clone.py sees no run listed); a user's own settings win."""
+    monkeypatch.delenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", raising=False)
+    monkeypatch.delenv("AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE", raising=False)
+    env = _Stack(tmp_path, tmp_path, 8080, 60.0, db="sqlite")._environment()
+    assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+    assert env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] == "False"
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE", "True")
+    env = _Stack(tmp_path, tmp_path, 8080, 60.0, db="sqlite")._environment()
+    assert env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] == "True"
 
 
 def test_sqlite_is_the_file_in_the_home_and_external_is_the_environments_url(
