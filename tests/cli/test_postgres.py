@@ -243,6 +243,9 @@ def test_as_root_binaries_and_a_home_in_a_private_folder_are_placed_where_the_se
     assert fresh["data"] == first["data"] and fresh["row"] == [0]
     assert sorted(p.name for p in (runtime / "data").iterdir()) == [data.name]
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(data) in (p.info["cmdline"] or [])]
+    # A throw-away home (the demo's work directory) takes its data with it, wherever it was placed.
+    EmbeddedPostgres(home).discard()
+    assert list((runtime / "data").iterdir()) == [] and sorted(os.listdir(home)) == ["postgres.log"]
 
 
 @AS_ROOT
