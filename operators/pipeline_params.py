@@ -212,19 +212,33 @@ def is_form_required(schema: Mapping[str, Any]) -> bool:
 
 def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> list[ParamDef]:
     """The form's fields, in form order. ``steps`` lets the drill DAG default to a shorter run."""
-    base = data_directory or local_data_directory()
-    tpu_types = sorted(TPU_TYPES)
+    return [
+        *_run_fields(data_directory or local_data_directory()),
+        *_model_fields(),
+        *_scale_fields(steps),
+        *_restart_budget_fields(),
+        *_time_budget_fields(),
+        *_capacity_fields(),
+        *_stage_fields(),
+        *_synthesis_fields(),
+        *_drill_fields(),
+    ]
 
-    def integer(title: str, description: str, section: str, minimum: int, maximum: int) -> dict[str, Any]:
-        return {
-            "type": "integer",
-            "title": title,
-            "description": description,
-            "section": section,
-            "minimum": minimum,
-            "maximum": maximum,
-        }
 
+def _integer_field(title: str, description: str, section: str, minimum: int, maximum: int) -> dict[str, Any]:
+    """An integer field's schema, bounded."""
+    return {
+        "type": "integer",
+        "title": title,
+        "description": description,
+        "section": section,
+        "minimum": minimum,
+        "maximum": maximum,
+    }
+
+
+def _run_fields(base: str) -> list[ParamDef]:
+    """The run: where it runs, its name, the run it continues, where its outputs go."""
     return [
         ParamDef(
             "runtime",
@@ -282,6 +296,12 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "maxLength": 1024,
             },
         ),
+    ]
+
+
+def _model_fields() -> list[ParamDef]:
+    """The model and the images it trains in."""
+    return [
         ParamDef(
             "model_name",
             None,
@@ -298,7 +318,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ParamDef(
             "per_device_batch_size",
             8,
-            integer("Per-device batch size", "MaxText per_device_batch_size.", SECTION_MODEL, 1, 1024),
+            _integer_field("Per-device batch size", "MaxText per_device_batch_size.", SECTION_MODEL, 1, 1024),
         ),
         ParamDef(
             "image",
@@ -312,10 +332,17 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             },
             gke_only=True,
         ),
+    ]
+
+
+def _scale_fields(steps: int) -> list[ParamDef]:
+    """How long and how wide: steps, checkpoint period, slices, TPU type and topology."""
+    tpu_types = sorted(TPU_TYPES)
+    return [
         ParamDef(
             "steps",
             steps,
-            integer(
+            _integer_field(
                 "Training steps",
                 "MaxText steps; the run ends with a checkpoint at steps-1.",
                 SECTION_SCALE,
@@ -326,7 +353,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ParamDef(
             "checkpoint_period",
             10,
-            integer(
+            _integer_field(
                 "Checkpoint period",
                 "Steps between checkpoints; at most half the steps. A slice failure loses at most one period.",
                 SECTION_SCALE,
@@ -334,7 +361,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 1_000_000,
             ),
         ),
-        ParamDef("num_slices", 2, integer("Slices", "TPU slices (worker replicas).", SECTION_SCALE, 1, 256)),
+        ParamDef("num_slices", 2, _integer_field("Slices", "TPU slices (worker replicas).", SECTION_SCALE, 1, 256)),
         ParamDef(
             "tpu_type",
             "v5p",
@@ -359,10 +386,16 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             },
             gke_only=True,
         ),
+    ]
+
+
+def _restart_budget_fields() -> list[ParamDef]:
+    """The restart budgets: slice restarts in a window, full restarts."""
+    return [
         ParamDef(
             "max_slice_restarts",
             3,
-            integer(
+            _integer_field(
                 "Slice restarts",
                 "Slice restarts absorbed within the window before a full restart.",
                 SECTION_BUDGETS,
@@ -373,14 +406,14 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ParamDef(
             "slice_restart_window_minutes",
             60,
-            integer(
+            _integer_field(
                 "Slice restart window (minutes)", "The sliding window of the slice budget.", SECTION_BUDGETS, 1, 10_080
             ),
         ),
         ParamDef(
             "max_full_restarts",
             2,
-            integer(
+            _integer_field(
                 "Full restarts",
                 "Times the JobSet may be deleted and recreated (resuming from the last valid checkpoint).",
                 SECTION_BUDGETS,
@@ -388,10 +421,16 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 kube_names.MAX_ATTEMPT,
             ),
         ),
+    ]
+
+
+def _time_budget_fields() -> list[ParamDef]:
+    """The time budgets: stall, start-up and queue timeouts."""
+    return [
         ParamDef(
             "stall_timeout_minutes",
             10,
-            integer(
+            _integer_field(
                 "Stall timeout (minutes)",
                 "No training progress for this long while admitted and training: a full restart. It must exceed "
                 "MaxText's wait for lost slices (elastic_timeout_seconds, 5 min); queue time and the trainer's "
@@ -404,7 +443,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ParamDef(
             "startup_timeout_minutes",
             DEFAULT_STARTUP_TIMEOUT_MINUTES,
-            integer(
+            _integer_field(
                 "Start-up timeout (minutes)",
                 "How long the trainer may take from its start to its first step (JAX's start, the wait for slices, "
                 "the checkpoint's restore, the compilation): then a full restart. The stall timeout runs only after "
@@ -428,6 +467,12 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "maximum": 10_080,
             },
         ),
+    ]
+
+
+def _capacity_fields() -> list[ParamDef]:
+    """Capacity and planning: the Kueue queue, pools avoided, the checkpoint period from history."""
+    return [
         ParamDef(
             "queue_name",
             DEFAULT_QUEUE_NAME,
@@ -468,6 +513,12 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
                 "section": SECTION_BUDGETS,
             },
         ),
+    ]
+
+
+def _stage_fields() -> list[ParamDef]:
+    """The later stages: the evaluation gate, the samples, the evaluation job."""
+    return [
         ParamDef(
             "max_eval_loss",
             4.0,
@@ -483,7 +534,7 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ParamDef(
             "num_samples",
             16,
-            integer("Synthetic samples", "Samples the synthesis stage writes.", SECTION_STAGES, 1, 100_000),
+            _integer_field("Synthetic samples", "Samples the synthesis stage writes.", SECTION_STAGES, 1, 100_000),
         ),
         ParamDef(
             "eval_image",
@@ -524,6 +575,12 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             },
             gke_only=True,
         ),
+    ]
+
+
+def _synthesis_fields() -> list[ParamDef]:
+    """The synthesis job."""
+    return [
         ParamDef(
             "synthesize_image",
             None,
@@ -549,6 +606,12 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
             },
             gke_only=True,
         ),
+    ]
+
+
+def _drill_fields() -> list[ParamDef]:
+    """The fault drill: a slice failure injected at a step."""
+    return [
         ParamDef(
             "inject_slice_failure",
             False,
@@ -566,12 +629,14 @@ def param_definitions(*, steps: int = 80, data_directory: str | None = None) -> 
         ParamDef(
             "failure_at_step",
             30,
-            integer("Failure at step", "The step after which the worker pod is deleted.", SECTION_DRILL, 1, 10_000_000),
+            _integer_field(
+                "Failure at step", "The step after which the worker pod is deleted.", SECTION_DRILL, 1, 10_000_000
+            ),
         ),
         ParamDef(
             "failure_slice",
             0,
-            integer("Slice to fail", "The job-index of the worker pod deleted.", SECTION_DRILL, 0, 255),
+            _integer_field("Slice to fail", "The job-index of the worker pod deleted.", SECTION_DRILL, 0, 255),
         ),
     ]
 

@@ -134,6 +134,44 @@ def _run_link(run_url: Any, dag_id: str, recorded: str) -> str:
     return str(run_url(own_dag or dag_id, run_id))
 
 
+def _run_row(run: RunRecord, dag_id: str, run_url: Any) -> str:
+    """One run's row of the runs table: its result, failures by pool, pools used and avoided, period, goodput."""
+    failures = ", ".join(
+        f'<a class="failure {f.kind.value}" href="#{escape(pool_anchor(f.pool))}">{escape(f.pool)}</a> ({f.kind.value})'
+        if f.pool
+        else f'<span class="failure {f.kind.value}">{f.kind.value}, no pool</span>'
+        for f in run.failures
+    )
+    health = sum(1 for f in run.failures if f.kind in HEALTH_KINDS)
+    return (
+        f'<tr class="run" data-run-id="{escape(run.run_id)}">'
+        f'<td><a href="{escape(_run_link(run_url, dag_id, run.run_id))}">{escape(run.run_id)}</a></td>'
+        f"<td>{_when(run.ended_at)}</td>"
+        f"<td>{'succeeded' if run.succeeded else 'failed'}</td>"
+        f'<td class="num">{len(run.failures)}</td><td class="num">{health}</td>'
+        f"<td>{failures or '—'}</td>"
+        f"<td>{escape(', '.join(run.pools)) or '—'}</td>"
+        f"<td>{escape(', '.join(run.avoided_pools)) or '—'}</td>"
+        f'<td class="num">{run.checkpoint_period if run.checkpoint_period is not None else "—"}</td>'
+        f'<td class="num">{"—" if run.goodput is None else f"{run.goodput:.1%}"}</td></tr>'
+    )
+
+
+def _pool_section(pool: str, looked_at: Sequence[RunRecord], dag_id: str, run_url: Any) -> str:
+    """One node pool's section: each failure on it, when, on which hosts and slice, in which run."""
+    items = [
+        f"<li>{_when(f.at)}: {f.kind.value} on {escape(', '.join(f.hosts) or 'an unknown host')}, slice {f.slice}, "
+        f'run <a href="{escape(_run_link(run_url, dag_id, r.run_id))}">{escape(r.run_id)}</a></li>'
+        for r in looked_at
+        for f in r.failures
+        if f.pool == pool
+    ]
+    return (
+        f'<section class="pool" id="{escape(pool_anchor(pool))}"><h3>{escape(pool)}</h3>'
+        f"<ul>{''.join(items) or '<li>no failure</li>'}</ul></section>"
+    )
+
+
 def history_page(
     history: FailureHistory,
     *,
@@ -151,41 +189,8 @@ def history_page(
     left out."""
     looked_at = history.last(runs)
     title = f"Failure history: {dag_id} / {task_id}"
-    rows = []
-    for run in reversed(looked_at):
-        failures = ", ".join(
-            f'<a class="failure {f.kind.value}" href="#{escape(pool_anchor(f.pool))}">{escape(f.pool)}</a> '
-            f"({f.kind.value})"
-            if f.pool
-            else f'<span class="failure {f.kind.value}">{f.kind.value}, no pool</span>'
-            for f in run.failures
-        )
-        health = sum(1 for f in run.failures if f.kind in HEALTH_KINDS)
-        rows.append(
-            f'<tr class="run" data-run-id="{escape(run.run_id)}">'
-            f'<td><a href="{escape(_run_link(run_url, dag_id, run.run_id))}">{escape(run.run_id)}</a></td>'
-            f"<td>{_when(run.ended_at)}</td>"
-            f"<td>{'succeeded' if run.succeeded else 'failed'}</td>"
-            f'<td class="num">{len(run.failures)}</td><td class="num">{health}</td>'
-            f"<td>{failures or '—'}</td>"
-            f"<td>{escape(', '.join(run.pools)) or '—'}</td>"
-            f"<td>{escape(', '.join(run.avoided_pools)) or '—'}</td>"
-            f'<td class="num">{run.checkpoint_period if run.checkpoint_period is not None else "—"}</td>'
-            f'<td class="num">{"—" if run.goodput is None else f"{run.goodput:.1%}"}</td></tr>'
-        )
-    sections = []
-    for pool in sorted(tally_pools(looked_at)):
-        items = [
-            f"<li>{_when(f.at)}: {f.kind.value} on {escape(', '.join(f.hosts) or 'an unknown host')}, slice {f.slice}, "
-            f'run <a href="{escape(_run_link(run_url, dag_id, r.run_id))}">{escape(r.run_id)}</a></li>'
-            for r in looked_at
-            for f in r.failures
-            if f.pool == pool
-        ]
-        sections.append(
-            f'<section class="pool" id="{escape(pool_anchor(pool))}"><h3>{escape(pool)}</h3>'
-            f"<ul>{''.join(items) or '<li>no failure</li>'}</ul></section>"
-        )
+    rows = [_run_row(run, dag_id, run_url) for run in reversed(looked_at)]
+    sections = [_pool_section(pool, looked_at, dag_id, run_url) for pool in sorted(tally_pools(looked_at))]
     table = (
         '<table id="history-runs"><thead><tr><th>run</th><th>ended</th><th>result</th><th class="num">failures</th>'
         '<th class="num">lost host / trainer</th><th>failures by pool</th><th>pools used</th><th>pools avoided</th>'

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import os
 import re
 import shutil
 import signal
@@ -31,6 +32,7 @@ from airflow.settings import _get_async_conn_uri_from_sync
 from elastic_training.cli.airflow import StartupError, _Stack
 from elastic_training.cli.main import main
 from elastic_training.cli.postgres import MAJOR, free_port
+from elastic_training.cli.postgres_access import RUNTIME_VARIABLE
 from tests.support.airflow_stack import (
     ROOT,
     SMOKE,
@@ -87,7 +89,7 @@ def test_dag_triggered_over_the_rest_api_succeeds_through_the_triggerer(stack: S
     while (status := stack.call("GET", f"/api/v2/dags/{stack.dag_id}")[0]) != 200:
         assert time.monotonic() < deadline, f"the dag-processor never parsed {stack.dag_id} ({status})"
         time.sleep(2)
-    # New DAGs start paused; the UI's toggle does this.
+    # Unpaused already (the stack starts DAGs unpaused); the UI's toggle would do this, and it is harmless.
     status, answer = stack.call("PATCH", f"/api/v2/dags/{stack.dag_id}", {"is_paused": False})
     assert status == 200, answer
     status, run = stack.call("POST", f"/api/v2/dags/{stack.dag_id}/dagRuns", {"logical_date": None, "conf": {}})
@@ -335,6 +337,21 @@ async def _async_select_1(url: str) -> Any:
         await engine.dispose()
 
 
+def test_the_stack_runs_only_what_is_triggered_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52: DAGs start unpaused and the scheduler makes no run from a schedule (the stack's test in
+    tests/cli/test_private_clone.py sees no run listed); a user's own settings win."""
+    monkeypatch.delenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", raising=False)
+    monkeypatch.delenv("AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE", raising=False)
+    env = _Stack(tmp_path, tmp_path, 8080, 60.0, db="sqlite")._environment()
+    assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+    assert env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] == "False"
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE", "True")
+    env = _Stack(tmp_path, tmp_path, 8080, 60.0, db="sqlite")._environment()
+    assert env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] == "True"
+
+
 def test_sqlite_is_the_file_in_the_home_and_external_is_the_environments_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -357,6 +374,24 @@ def test_sqlite_is_the_file_in_the_home_and_external_is_the_environments_url(
     line = stack._start_database(time.monotonic() + 60)
     assert line == "postgresql at 127.0.0.1:5432/teams_airflow (external, from $AIRFLOW__DATABASE__SQL_ALCHEMY_CONN)"
     assert stack._environment()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == external
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's server runs as another user")
+def test_as_root_where_the_server_can_reach_nothing_the_stack_runs_on_sqlite_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 52: ``nobody`` cannot enter pytest's 0700 tree, and the runtime directory that would take the data is
+    in it too: the stack says so in one line and runs on SQLite, and no half-made PostgreSQL is left in the home."""
+    monkeypatch.setenv(RUNTIME_VARIABLE, str(tmp_path / "runtime"))
+    stack = _Stack(tmp_path / "home", tmp_path, 8080, 60.0)
+    sqlite = tmp_path / "home" / "airflow.db"
+    assert stack._start_database(time.monotonic() + 60) == f"SQLite at {sqlite}"
+    assert stack.postgres is None
+    assert stack._environment()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{sqlite}"
+    (warning,) = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert warning.startswith(f"[airflow] warning: Airflow's metadata database is SQLite at {sqlite}, not the embedded")
+    assert f"'nobody' cannot enter {tmp_path.parents[1]} (mode 700)" in warning and RUNTIME_VARIABLE in warning
+    assert sorted(os.listdir(tmp_path / "home")) == [] and not (tmp_path / "runtime").exists()
 
 
 def test_an_unusable_postgres_home_is_a_clear_start_up_error(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from elastic_training.cli.demo import DEMO_NOTIFIER, REPOSITORY, airflow_environment, say_alerts
+from elastic_training.cli.demo import DEMO_NOTIFIER, REPOSITORY, _database, airflow_environment, say_alerts
 from elastic_training.cli.main import main
+from elastic_training.cli.postgres_access import RUNTIME_VARIABLE
 from tests.support.postgres import reachable_dir
 
 
@@ -153,3 +154,16 @@ def test_the_demo_says_which_alerts_its_notifier_was_told(tmp_path: Path, capsys
     )
     say_alerts(tmp_path / "none.jsonl")
     assert "alerts: 0 told (none: no full restart" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's server runs as another user")
+def test_as_root_where_the_server_can_reach_nothing_the_demo_runs_on_sqlite_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(RUNTIME_VARIABLE, str(tmp_path / "runtime"))  # in pytest's 0700 tree, as the work directory
+    with _database("postgres", tmp_path) as url:
+        assert url is None  # airflow_environment() then points Airflow at SQLite in the work directory
+    (line,) = capsys.readouterr().out.splitlines()
+    assert f"warning: Airflow's metadata database is SQLite at {tmp_path}/airflow/airflow.db, not the embedded" in line
+    assert "'nobody' cannot enter" in line and RUNTIME_VARIABLE in line
+    assert sorted(os.listdir(tmp_path / "airflow")) == [] and not (tmp_path / "runtime").exists()

