@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
+_progress_logger = logging.getLogger("elastic_training.local.workloads.trainer")
+
 
 class _AbslFormatter(logging.Formatter):
     """`I1129 08:40:00.123456 12345 train.py:42] message` (level letter, date, time, pid, file:line)."""
@@ -29,3 +31,18 @@ def configure_logging(level: int = logging.INFO) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # A JAX error raised while a log call formats its arguments must not be swallowed (pathwaysutils' advice).
     logging.raiseExceptions = True
+
+
+def log_completed_step(
+    step: int, seconds: float, tokens_per_device: float, loss: float, *, live_slices: int | None = None
+) -> None:
+    """MaxText's progress line, which the operator parses (`COMPLETED_STEP_RE`, `LIVE_SLICE_COUNT_RE`)."""
+    live = f"live slice count: {live_slices}, " if live_slices is not None else ""
+    _progress_logger.info(
+        "completed step: %d, seconds: %.3f, %sTokens/s/device: %.1f, loss: %.3f",
+        step,
+        seconds,
+        live,
+        tokens_per_device,
+        loss,
+    )

@@ -33,6 +33,7 @@ from elastic_training.local.workloads.elastic import (
     slice_down_error,
     use_slice_health,
 )
+from elastic_training.local.workloads.logs import log_completed_step
 from elastic_training.local.workloads.recovery_log import RecoveryKind, RecoveryLog, RecoveryRecord
 from elastic_training.local.workloads.slices import Generation, SliceHealth, lost_slices
 from elastic_training.operators.constants import LOCAL_STEP_SECONDS_ENV
@@ -205,14 +206,8 @@ class Trainer:
         self.last_completed_step, self.last_loss = step, loss
         self.losses.append(loss)
         tokens_per_device = global_batch * self.dims.length / max(seconds, 1e-9) / n_devices
-        live = f"live slice count: {len(self._active)}, " if self.manager is not None else ""
-        _logger.info(
-            "completed step: %d, seconds: %.3f, %sTokens/s/device: %.1f, loss: %.3f",
-            step,
-            seconds,
-            live,
-            tokens_per_device,
-            loss,
+        log_completed_step(
+            step, seconds, tokens_per_device, loss, live_slices=len(self._active) if self.manager is not None else None
         )
         pending = self._pending
         if pending is not None and pending.first_step_after_recovery is None:
