@@ -1,6 +1,6 @@
 """``elastic-training cluster``: run the local cluster in the foreground, or inject faults into a running one.
 
-elastic-training cluster up --kubeconfig ./kubeconfig [--port N] [--workdir DIR] [--watch-history N]
+elastic-training cluster up --kubeconfig ./kubeconfig [--port N] [--workdir DIR] [--api-only]
                            [--description v5e-small|single-node|FILE]
 elastic-training cluster fault --kubeconfig ./kubeconfig delete-pod default trainer-worker-0-0-abcde
 elastic-training cluster fault --kubeconfig ./kubeconfig fail-requests --code 429 --count 3 --path jobsets
@@ -101,12 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="cluster_command", required=True, metavar="{up,fault}")
     up = verbs.add_parser("up", help="serve a Kubernetes API on 127.0.0.1 in the foreground until SIGINT/SIGTERM")
     up.add_argument("--kubeconfig", type=Path, required=True, help="where to write the kubeconfig")
-    up.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default 0: any free port)")
-    up.add_argument("--workdir", type=Path, help="pod logs and working files (default: a new temporary directory)")
+    up.add_argument("--port", type=_port, default=0, help="kube-apiserver's port on 127.0.0.1 (default 0: any free)")
     up.add_argument(
-        "--watch-history", type=_positive, default=1000, help="watch events kept (default 1000); older watches get 410"
+        "--workdir", type=Path, help="logs, certificates, etcd's data, pods' files (default: a new temp dir)"
     )
-    up.add_argument("--api-only", action="store_true", help="no controllers and no kubelet: the API alone")
+    up.add_argument(
+        "--api-only", action="store_true", help="the control plane without the node agent: no nodes, pods stay Pending"
+    )
     up.add_argument(
         "--description",
         default="v5e-small",
@@ -199,39 +200,53 @@ def _up(args: argparse.Namespace) -> int:
     import tempfile
     import threading
 
-    from elastic_training.local.cluster import ClusterStartError, LocalCluster
     from elastic_training.local.cluster.cluster_description import DescriptionError, load_description
+    from elastic_training.local.controlplane.binaries import BuildError
+    from elastic_training.local.controlplane.processes import ProcessError, listening
+    from elastic_training.local.upstream_cluster import UpstreamCluster
 
     try:
         description = load_description(args.description)
     except DescriptionError as exc:
         return _error(str(exc))
+    if args.port and listening(args.port):
+        return _error(f"port {args.port} on 127.0.0.1 is in use")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-cluster-"))
-    cluster = LocalCluster(
-        workdir=workdir,
-        port=args.port,
-        watch_history=args.watch_history,
-        kubeconfig_path=args.kubeconfig,
-        run_control_plane=not args.api_only,
-        description=description,
-    )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    cluster = UpstreamCluster(
+        workdir,
+        args.port,
+        kubeconfig_path=args.kubeconfig,
+        description=description,
+        run_nodes=not args.api_only,
+        progress=lambda line: print(line, flush=True),
+    )
     try:
         cluster.start()
-    except ClusterStartError as exc:
+    except (BuildError, ProcessError, OSError) as exc:
+        args.kubeconfig.unlink(missing_ok=True)
         return _error(str(exc))
     try:
-        print(f"serving a Kubernetes API on {cluster.url}", flush=True)
-        print(f"kubeconfig: {cluster.kubeconfig_path.resolve()}", flush=True)
-        print(f"CA certificate: {cluster.ca_path.resolve()}", flush=True)
-        print(f"workdir: {workdir.resolve()}", flush=True)
+        _banner(cluster, workdir)
         stop.wait()
-        print("stopping: ending every pod process", flush=True)
+        print("stopping: ending every pod process, then the control plane", flush=True)
     finally:
         cluster.stop()
     return EXIT_OK
+
+
+def _banner(cluster: Any, workdir: Path) -> None:
+    print(f"serving a Kubernetes API on {cluster.url} (kube-apiserver)", flush=True)
+    print(f"kubeconfig: {cluster.kubeconfig_path.resolve()}", flush=True)
+    print(f"CA certificate: {cluster.ca_path.resolve()}", flush=True)
+    print(f"workdir: {workdir.resolve()}", flush=True)
+    print(
+        f"faults and the API fault proxy: https://127.0.0.1:{cluster.faults_port} (context "
+        "elastic-training-local-faults)",
+        flush=True,
+    )
 
 
 def _fault(args: argparse.Namespace) -> int:
@@ -240,7 +255,7 @@ def _fault(args: argparse.Namespace) -> int:
     from elastic_training.local.cluster.kubeconfig import read_endpoint
 
     try:
-        endpoint = read_endpoint(args.kubeconfig)
+        endpoint = read_endpoint(args.kubeconfig, faults=True)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         return _error(f"cannot read the kubeconfig {args.kubeconfig}: {exc}")
     except (AttributeError, TypeError):  # YAML, but not a kubeconfig's mappings and lists

@@ -17,33 +17,50 @@ from typing import Any
 import yaml
 
 CONTEXT_NAME = "elastic-training-local"
+# The upstream cluster's second context: the same API through its fault proxy, where `cluster fault` sends faults.
+FAULTS_CONTEXT = "elastic-training-local-faults"
 
 
-def render_kubeconfig(url: str, token: str, namespace: str = "default", ca_pem: bytes | None = None) -> dict[str, Any]:
-    """A kubeconfig document with one cluster, user and context, the context current."""
-    cluster: dict[str, Any] = {"server": url}
-    if ca_pem is not None:
-        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode("ascii")
+def render_kubeconfig(
+    url: str, token: str, namespace: str = "default", ca_pem: bytes | None = None, faults_url: str | None = None
+) -> dict[str, Any]:
+    """A kubeconfig document with one cluster, user and context, the context current; with ``faults_url`` also the
+    context :data:`FAULTS_CONTEXT` (same user) whose server is the fault proxy."""
+    servers = {CONTEXT_NAME: url, **({FAULTS_CONTEXT: faults_url} if faults_url else {})}
+    clusters = []
+    for name, server in servers.items():
+        cluster: dict[str, Any] = {"server": server}
+        if ca_pem is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode("ascii")
+        clusters.append({"name": name, "cluster": cluster})
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT_NAME, "cluster": cluster}],
+        "clusters": clusters,
         "users": [{"name": CONTEXT_NAME, "user": {"token": token}}],
         "contexts": [
-            {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME, "namespace": namespace}}
+            {"name": name, "context": {"cluster": name, "user": CONTEXT_NAME, "namespace": namespace}}
+            for name in servers
         ],
         "current-context": CONTEXT_NAME,
         "preferences": {},
     }
 
 
-def write_kubeconfig(path: Path, url: str, token: str, namespace: str = "default", ca_pem: bytes | None = None) -> Path:
+def write_kubeconfig(
+    path: Path,
+    url: str,
+    token: str,
+    namespace: str = "default",
+    ca_pem: bytes | None = None,
+    faults_url: str | None = None,
+) -> Path:
     """Write the kubeconfig (owner-only permissions: it holds the token) atomically; returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(render_kubeconfig(url, token, namespace, ca_pem), handle, sort_keys=False)
+        yaml.safe_dump(render_kubeconfig(url, token, namespace, ca_pem, faults_url), handle, sort_keys=False)
     partial.replace(path)
     return path
 
@@ -67,10 +84,16 @@ class Endpoint:
         return client_context(self.ca_pem)
 
 
-def read_endpoint(path: Path) -> Endpoint:
-    """The server and token of the current context of a kubeconfig; ``ValueError`` when it has none."""
+def read_endpoint(path: Path, *, faults: bool = False) -> Endpoint:
+    """The server and token of the current context of a kubeconfig; ``ValueError`` when it has none.
+
+    ``faults``: the context :data:`FAULTS_CONTEXT` when the kubeconfig has it (an upstream cluster's fault
+    endpoint), else the current one (the imitation serves its faults on its API).
+    """
     document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     current = document.get("current-context")
+    if faults and any(c.get("name") == FAULTS_CONTEXT for c in document.get("contexts") or []):
+        current = FAULTS_CONTEXT
     contexts = {c.get("name"): c.get("context") or {} for c in document.get("contexts") or []}
     context = contexts.get(current)
     if context is None:

@@ -29,9 +29,36 @@ from pathlib import Path
 from elastic_training.local.cluster.group_reaper import GroupReaper
 from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.nodes import node_is_ready
-from elastic_training.local.cluster.pod_worker import PodWorker, grace_of, pod_is_terminal
+from elastic_training.local.cluster.pod_worker import PodWorker, grace_of, merged_status, pod_is_terminal
 from elastic_training.local.cluster.resources import NODES, PODS, ApiError, not_found
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent
+
+
+class StorePodSink:
+    """The pod workers' status writes and final deletions, straight into the in-memory store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def write_status(self, namespace: str, name: str, uid: str, status: Obj) -> bool:
+        """Merge ``status`` into the stored pod's (others' conditions kept); False when the pod is gone."""
+        try:
+            self._store.mutate(
+                PODS, namespace, name, lambda o: o.__setitem__("status", merged_status(o, status)), subresource="status"
+            )
+        except ApiError as err:
+            if err.code == 404:
+                return False
+            raise
+        return True
+
+    def delete_now(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod with grace 0 when it is still the one with ``uid``."""
+        current = self._store.find(PODS, namespace, name)
+        if current is None or current["metadata"].get("uid") != uid:
+            return
+        with contextlib.suppress(ApiError):
+            self._store.delete(PODS, namespace, name, grace_period_seconds=0)
 
 
 class Kubelet:
@@ -39,6 +66,7 @@ class Kubelet:
 
     def __init__(self, store: Store, logs: LogStore, workdir: Path, pod_env: Mapping[str, str]) -> None:
         self._store = store
+        self._sink = StorePodSink(store)
         self._logs = logs
         self._workdir = workdir
         self._pod_env = dict(pod_env)
@@ -169,9 +197,7 @@ class Kubelet:
             return
         if pod_is_terminal(pod) or not self._runnable_here(pod):
             return
-        worker = PodWorker(
-            self._store, self._logs, pod, self._workdir, self._pod_env, self._worker_exited, self._reaper
-        )
+        worker = PodWorker(self._sink, self._logs, pod, self._workdir, self._pod_env, self._worker_exited, self._reaper)
         self._workers[uid] = worker
         worker.start()
 

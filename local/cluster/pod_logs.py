@@ -14,7 +14,7 @@ stalls the API's event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
@@ -84,7 +84,11 @@ def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, An
 
 def run_finished(store: Store, namespace: str, name: str, uid: str, container: str, run: int) -> bool:
     """Whether run ``run`` of ``container`` can print no more: terminated, replaced, or its pod gone."""
-    pod = store.find(PODS, namespace, name)
+    return pod_run_finished(store.find(PODS, namespace, name), uid, container, run)
+
+
+def pod_run_finished(pod: Mapping[str, Any] | None, uid: str, container: str, run: int) -> bool:
+    """:func:`run_finished` for the pod object as it is now (None: gone)."""
     if pod is None or pod["metadata"].get("uid") != uid:
         return True
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -149,9 +153,25 @@ async def serve_pod_log(
     request: web.Request, store: Store, logs: LogStore, namespace: str, name: str
 ) -> web.StreamResponse:
     """Answer one log request (plain text, streamed in chunks; until the run ends when ``follow``)."""
-    query = request.query
     pod = store.get(PODS, namespace, name)
-    container = choose_container(pod, query.get("container"))
+    container = choose_container(pod, request.query.get("container"))
+    uid = pod["metadata"]["uid"]
+    return await stream_container_log(
+        request, logs, pod, container, lambda run: run_finished(store, namespace, name, uid, container, run)
+    )
+
+
+async def stream_container_log(
+    request: web.Request,
+    logs: LogStore,
+    pod: Mapping[str, Any],
+    container: str,
+    finished: Callable[[int], bool],
+) -> web.StreamResponse:
+    """Answer a log request for ``container`` of ``pod`` from its log files; ``finished(run)`` says when a
+    ``follow`` stream of that run can end. Shared by the imitation's API and the node agent's kubelet API."""
+    query = request.query
+    name = pod["metadata"]["name"]
     tail = _non_negative_int(query, "tailLines")
     since = _since(query)
     timestamps = _flag(query, "timestamps")
@@ -183,9 +203,9 @@ async def serve_pod_log(
             offset = await sender.send_until(offset, end)  # the file as it was when the request came
             if follow and not previous:
                 while not budget.spent:
-                    finished = run_finished(store, namespace, name, uid, container, run)
+                    done = finished(run)
                     offset = await sender.send_until(offset, None)  # what the run wrote since
-                    if finished:
+                    if done:
                         break
                     await asyncio.sleep(FOLLOW_POLL_SECONDS)
             await response.write_eof()

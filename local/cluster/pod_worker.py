@@ -9,6 +9,10 @@ all within ``deletionGracePeriodSeconds`` (SIGTERM, then SIGKILL at the deadline
 stays (and takes status writes) until every container has stopped; then the worker deletes it
 with grace 0, as the kubelet's status manager does.
 
+The worker computes the pod's status and hands it to a :class:`PodSink`, which stands for the kubelet's
+status manager: the imitation's Kubelet writes it into its in-memory store, the node agent
+(``local/nodeagent/``) through ``pods/{name}/status`` on the real kube-apiserver.
+
 Restart backoff is short on purpose: 0.2 s doubling to 2 s (the kubelet uses 10 s doubling to
 5 min), so tests and the demo do not wait on it.
 """
@@ -24,7 +28,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from elastic_training.local.cluster.container_env import ContainerConfigError, container_argv, container_env
 from elastic_training.local.cluster.container_process import ContainerProcess
@@ -38,8 +42,7 @@ from elastic_training.local.cluster.images import (
     find_image,
 )
 from elastic_training.local.cluster.logs import LogStore
-from elastic_training.local.cluster.resources import PODS, ApiError
-from elastic_training.local.cluster.store import Obj, Store, now_rfc3339
+from elastic_training.local.cluster.store import Obj, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,18 @@ def container_path() -> str:
 
 def _host_env(name: str) -> str | None:
     return os.environ.get(name)
+
+
+class PodSink(Protocol):
+    """Where a pod worker's status writes and its final deletion go (the kubelet's status manager)."""
+
+    def write_status(self, namespace: str, name: str, uid: str, status: Obj) -> bool:
+        """Write (or schedule the write of) the kubelet's ``status`` of pod ``uid``; False when the pod is
+        known to be gone, so the worker writes nothing more."""
+
+    def delete_now(self, namespace: str, name: str, uid: str) -> None:
+        """Delete pod ``uid`` with grace 0 once its statuses written so far are in (the API server keeps
+        it while finalizers remain); nothing when it is gone or another pod holds the name."""
 
 
 @dataclass
@@ -107,7 +122,7 @@ class PodWorker:
 
     def __init__(
         self,
-        store: Store,
+        sink: PodSink,
         logs: LogStore,
         pod: Obj,
         workdir: Path,
@@ -115,7 +130,7 @@ class PodWorker:
         on_exit: Callable[[PodWorker], None],
         reaper: GroupReaper | None = None,
     ) -> None:
-        self._store = store
+        self._sink = sink
         self._logs = logs
         meta = pod["metadata"]
         self.namespace: str = meta["namespace"]
@@ -228,11 +243,7 @@ class PodWorker:
     def _finish_deletion(self) -> None:
         """Every container has stopped: delete the pod with grace 0, as the kubelet's status manager
         does once a terminating pod is done; the API server keeps it while finalizers remain."""
-        current = self._store.find(PODS, self.namespace, self.name)
-        if current is None or current["metadata"].get("uid") != self.uid:
-            return
-        with contextlib.suppress(ApiError):
-            self._store.delete(PODS, self.namespace, self.name, grace_period_seconds=0)
+        self._sink.delete_now(self.namespace, self.name, self.uid)
 
     def _prepare(self) -> None:
         self._start_time = now_rfc3339()
@@ -421,20 +432,8 @@ class PodWorker:
         """Write the pod's status now: the benchmark measures how fast a process death shows."""
         if self._removed or self._silent:
             return
-        status = self._status()
-        try:
-            self._store.mutate(
-                PODS,
-                self.namespace,
-                self.name,
-                lambda o: o.__setitem__("status", _merged(o, status)),
-                subresource="status",
-            )
-        except ApiError as err:
-            if err.code == 404:
-                self._removed = True
-            else:
-                raise
+        if not self._sink.write_status(self.namespace, self.name, self.uid, self._status()):
+            self._removed = True
 
     def _status(self) -> Obj:
         mains = [c for c in self._containers if c.kind == MAIN]
@@ -476,7 +475,7 @@ class PodWorker:
         return status
 
 
-def _merged(stored: Obj, status: Obj) -> Obj:
+def merged_status(stored: Obj, status: Obj) -> Obj:
     """The kubelet's status plus the conditions others own (``DisruptionTarget``, ...), as the kubelet's
     status manager keeps them (``mergePodStatus``)."""
     mine = {c["type"] for c in status["conditions"]}

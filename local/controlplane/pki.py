@@ -161,6 +161,7 @@ class ClusterPki:
     apiserver: tuple[Path, Path]
     kubelet_client: tuple[Path, Path]
     node_agent: tuple[Path, Path]
+    faults: tuple[Path, Path]
     jobset_webhook_dir: Path
     service_account_key: Path
     service_account_public: Path
@@ -195,6 +196,7 @@ def create(directory: Path) -> ClusterPki:
         apiserver=apiserver.write(directory, "apiserver"),
         kubelet_client=kubelet_client.write(directory, "apiserver-kubelet-client"),
         node_agent=node_agent.write(directory, "node-agent"),
+        faults=authority.issue("fault-proxy", hosts=LOOPBACK_SANS, server=True).write(directory, "fault-proxy"),
         jobset_webhook_dir=jobset_dir,
         service_account_key=sa_private,
         service_account_public=sa_public,

@@ -35,6 +35,12 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     a built-in name such as ``"v5e-small"``); without it the cluster has the single node ``local-node``.
     """
     description = getattr(request.module, "CLUSTER_DESCRIPTION", None)
+    if getattr(request.module, "UPSTREAM", False):  # moved onto the upstream control plane (issue 51)
+        from elastic_training.local.upstream_cluster import UpstreamCluster
+
+        with UpstreamCluster(tmp_path_factory.mktemp("cluster"), description=description or "single-node") as real:
+            yield real  # type: ignore[misc]
+        return
     with LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), description=description) as running:
         yield running
 

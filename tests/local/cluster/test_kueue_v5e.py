@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.utils import parse_quantity
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.operators.constants import (
@@ -27,6 +28,7 @@ from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
 
 CLUSTER_DESCRIPTION = "v5e-small"
+UPSTREAM = True
 HOLD = "sleep 300"
 Obj = dict[str, Any]
 
@@ -74,14 +76,13 @@ def test_the_description_creates_xpks_queues(k8s: K8s) -> None:
     }
     high = client.SchedulingV1Api(k8s.api_client).read_priority_class("high")
     assert high.value == 750
-    status = wait_for(
-        lambda: (
-            lq.get("status")
-            or k8s.custom.get_namespaced_custom_object(KUEUE, V, NS, "localqueues", "multislice-queue").get("status")
-        ),
-        30,
-    )
-    active = next(c for c in status["conditions"] if c["type"] == "Active")
+
+    def active_condition() -> Obj | None:  # the real Kueue activates the queues a moment after their creation
+        read = k8s.custom.get_namespaced_custom_object(KUEUE, V, NS, "localqueues", "multislice-queue")
+        found = [c for c in (read.get("status") or {}).get("conditions") or [] if c["type"] == "Active"]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    active = wait_for(active_condition, 30)
     assert (active["status"], active["reason"], active["message"]) == (
         "True",
         "Ready",
@@ -101,7 +102,9 @@ def test_three_slices_are_admitted_and_a_second_run_waits_for_quota(k8s: K8s) ->
     )
     assignments = {a["name"]: a for a in wl["status"]["admission"]["podSetAssignments"]}
     assert assignments["pathways-head"]["flavors"] == {"cpu": "cpu-user", "memory": "cpu-user"}
-    assert assignments["pathways-head"]["resourceUsage"] == {"cpu": "24", "memory": "100G"}
+    # The real Kueue writes quantities in canonical form (100G as 97656250Ki): compare their values
+    usage = {k: parse_quantity(v) for k, v in assignments["pathways-head"]["resourceUsage"].items()}
+    assert usage == {"cpu": 24, "memory": parse_quantity("100G")}
     assert assignments["worker"]["flavors"] == {TPU_RESOURCE: "4xv5litepod-16"}
     assert assignments["worker"]["resourceUsage"] == {TPU_RESOURCE: "48"}
     workers = running_pods(k8s, first, 13)
@@ -145,10 +148,18 @@ def test_kubectl_prints_kueues_tables_and_knows_the_short_names(k8s: K8s, cluste
     assert rows(cq)["cluster-queue"] == ["cluster-queue", "0"]  # no cohort: the column is empty
     wide = kubectl(kubeconfig, "get", "clusterqueues", "-o", "wide").stdout
     assert header(wide) == ["NAME", "COHORT", "STRATEGY", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
-    assert rows(wide)["cluster-queue"] == ["cluster-queue", "BestEffortFIFO", "0", "1"]
+
+    def admitted_row() -> list[str] | None:  # the real Kueue counts the admission in the queue's status a moment later
+        row: list[str] = rows(kubectl(kubeconfig, "get", "clusterqueues", "-o", "wide").stdout)["cluster-queue"]
+        return row if row[-1] == "1" else None
+
+    assert wait_for(admitted_row, 30) == ["cluster-queue", "BestEffortFIFO", "0", "1"]
     lq = kubectl(kubeconfig, "get", "lq").stdout
     assert header(lq) == ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
-    assert rows(lq)["multislice-queue"] == ["multislice-queue", "cluster-queue", "0", "1"]
+    lq_row = wait_for(
+        lambda: (r := rows(kubectl(kubeconfig, "get", "lq").stdout)["multislice-queue"])[-1] == "1" and r, 30
+    )
+    assert lq_row == ["multislice-queue", "cluster-queue", "0", "1"]
     workloads = kubectl(kubeconfig, "get", "kwl").stdout
     assert header(workloads) == ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
     row = rows(workloads)[wl["metadata"]["name"]]

@@ -1,0 +1,348 @@
+"""``UpstreamCluster``: GKE on one machine with the real control plane.
+
+    with UpstreamCluster(workdir=tmp_path, description="v5e-small") as cluster:
+        kubernetes.config.load_kube_config(config_file=str(cluster.kubeconfig_path))
+        cluster.faults.evict_pod("default", "trainer-worker-0-0-x7k2p")
+
+Upstream (:mod:`local.controlplane`): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the JobSet
+controller and the Kueue controller manager. Ours: the node agent (:mod:`local.nodeagent`) that registers the
+description's nodes and runs their pods as local processes, the description's Kueue objects and configuration
+applied through the API, and the faults (:mod:`local.faults`). Every behaviour of a Job, a JobSet, a Workload, a
+node's lifecycle or a pod's garbage collection is the upstream controllers'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import ssl
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+from kubernetes import client, config
+
+from elastic_training.local.cluster.audit import AuditEvent
+from elastic_training.local.cluster.cluster_description import ClusterDescription, load_description
+from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.local.controlplane import audit
+from elastic_training.local.controlplane.cluster import ControlPlane
+from elastic_training.local.controlplane.processes import free_port
+from elastic_training.local.faults import kube_faults
+from elastic_training.local.faults.server import FaultServer
+from elastic_training.local.nodeagent import NodeAgent
+
+KUEUE_CONFIG_NAMESPACE, KUEUE_CONFIG_MAP, KUEUE_CONFIG_KEY = (
+    "kueue-system",
+    "kueue-manager-config",
+    "controller_manager_config.yaml",
+)
+
+
+class UpstreamCluster:
+    """The upstream control plane, the node agent for ``description``'s nodes, and the faults."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        port: int = 0,
+        *,
+        kubeconfig_path: Path | None = None,
+        description: ClusterDescription | str | Path = "v5e-small",
+        run_nodes: bool = True,
+        progress: Any = None,
+    ) -> None:
+        self.description = description if isinstance(description, ClusterDescription) else load_description(description)
+        self.workdir = workdir.resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.control_plane = ControlPlane(
+            self.workdir,
+            port=port,
+            kubeconfig_path=kubeconfig_path,
+            kueue_configuration=self.description.kueue_configuration.manifest(),
+            progress=progress,
+        )
+        self._run_nodes = run_nodes
+        self.agent: NodeAgent | None = None
+        self._api: client.ApiClient | None = None
+        self.faults = UpstreamFaults(self)
+        self.timings: dict[str, float] = {}
+        self.faults_port = 0
+        self._fault_loop: asyncio.AbstractEventLoop | None = None
+        self._fault_thread: threading.Thread | None = None
+        self.fault_server: FaultServer | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the control plane, apply the description's Kueue objects, register the nodes; stop all on failure."""
+        started = time.monotonic()
+        try:
+            self.control_plane.start()
+            self._publish_kueue_configuration()
+            self._apply_queue_objects()
+            if self._run_nodes:
+                self._start_agent()
+            self._start_fault_server()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings = {**self.control_plane.timings, "total": time.monotonic() - started}
+
+    def _start_agent(self) -> None:
+        keys = self.control_plane.pki
+        assert keys is not None
+        self.agent = NodeAgent(
+            kubeconfig=self.control_plane.kubeconfigs["node-agent"],
+            description=self.description,
+            workdir=self.workdir,
+            pod_env=self.pod_env(),
+            serving_cert=keys.node_agent[0],
+            serving_key=keys.node_agent[1],
+            client_ca=keys.ca,
+        )
+        self.agent.start()
+
+    def _start_fault_server(self) -> None:
+        """The fault endpoint and API proxy on its own loop and thread; the kubeconfig gets its context."""
+        keys = self.control_plane.pki
+        assert keys is not None
+        admin = self.control_plane.identities["admin"]
+        self.fault_server = FaultServer(self, admin.token)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(keys.faults[0]), str(keys.faults[1]))
+        self.faults_port = free_port()
+        loop = asyncio.new_event_loop()
+
+        async def serve() -> None:
+            assert self.fault_server is not None
+            runner = web.AppRunner(self.fault_server.app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", self.faults_port, ssl_context=context).start()
+
+        self._fault_thread = threading.Thread(target=loop.run_forever, name="fault-server", daemon=True)
+        self._fault_thread.start()
+        self._fault_loop = loop
+        asyncio.run_coroutine_threadsafe(serve(), loop).result(timeout=30)
+        write_kubeconfig(
+            self.kubeconfig_path,
+            self.url,
+            admin.token,
+            ca_pem=self.control_plane.ca_pem,
+            faults_url=f"https://127.0.0.1:{self.faults_port}",
+        )
+
+    def _stop_fault_server(self) -> None:
+        loop, server = self._fault_loop, self.fault_server
+        if loop is None or server is None:
+            return
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._fault_thread is not None:
+            self._fault_thread.join(timeout=10)
+        self._fault_loop = None
+
+    def stop(self) -> None:
+        """Stop every pod process, then every control-plane process; nothing is left running."""
+        self._stop_fault_server()
+        if self.agent is not None:
+            self.agent.stop()
+            self.agent = None
+        self.faults.cancel()
+        self.control_plane.stop()
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
+    def __enter__(self) -> UpstreamCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- where it is ---------------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.control_plane.url
+
+    @property
+    def port(self) -> int:
+        return self.control_plane.ports.apiserver
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.control_plane.kubeconfig_path
+
+    @property
+    def ca_path(self) -> Path:
+        assert self.control_plane.pki is not None
+        return self.control_plane.pki.ca
+
+    @property
+    def audit_log_path(self) -> Path:
+        return self.control_plane.audit_log_path
+
+    def audit_position(self) -> int:
+        """A position in kube-apiserver's audit log: :meth:`audit_events` returns what came after it."""
+        return audit.position(self.audit_log_path)
+
+    def audit_events(self, since: int = 0) -> list[AuditEvent]:
+        """The requests kube-apiserver received after ``since``: verb, objectRef, user, user agent, URI."""
+        return audit.events_since(self.audit_log_path, since)
+
+    def pod_env(self) -> dict[str, str]:
+        """What a pod's processes find: the cluster's kubeconfig, as in-cluster config would give them."""
+        return {
+            "KUBECONFIG": str(self.kubeconfig_path),
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(self.port),
+        }
+
+    @property
+    def api(self) -> client.ApiClient:
+        """An API client as the cluster admin (the user's kubeconfig)."""
+        if self._api is None:
+            self._api = config.new_client_from_config(config_file=str(self.kubeconfig_path))
+        return self._api
+
+    # -- Kueue's objects and configuration -----------------------------------------------------------------------
+
+    def _apply_queue_objects(self) -> None:
+        documents = [
+            {"apiVersion": o.rtype.api_version, "kind": o.rtype.kind, **copy.deepcopy(dict(o.body))}
+            for o in self.description.queue_objects
+        ]
+        self.control_plane.apply(documents)
+
+    def _publish_kueue_configuration(self) -> None:
+        """The ConfigMap Kueue's release installs, holding the configuration the manager runs with."""
+        text = self.control_plane.kueue_configuration_path().read_text()
+        self.control_plane.apply(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": KUEUE_CONFIG_MAP, "namespace": KUEUE_CONFIG_NAMESPACE},
+                    "data": {KUEUE_CONFIG_KEY: text},
+                }
+            ]
+        )
+
+    def configure_kueue(self, configuration: dict[str, Any]) -> dict[str, Any]:
+        """A new Kueue Configuration: the ConfigMap edited, then the manager restarted (how a real Kueue takes it).
+
+        ``configuration`` is the Configuration document (``waitForPodsReady`` and the like); where the manager
+        listens and its certificates stay as they are. Returns the Configuration the manager now runs with.
+        """
+        self.control_plane.restart_kueue(configuration)
+        self._publish_kueue_configuration()
+        return dict(yaml.safe_load(self.control_plane.kueue_configuration_path().read_text()))
+
+
+class UpstreamFaults:
+    """Faults, each through the real mechanism (module :mod:`local.faults.kube_faults`, the node agent)."""
+
+    def __init__(self, cluster: UpstreamCluster) -> None:
+        self._cluster = cluster
+        self._timers: list[threading.Timer] = []
+
+    def _agent(self) -> NodeAgent:
+        if self._cluster.agent is None:
+            raise RuntimeError("the cluster runs no node agent")
+        return self._cluster.agent
+
+    def delete_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """``kubectl delete pod``: a graceful deletion through the API."""
+        return kube_faults.delete_pod(self._cluster.api, namespace, name)
+
+    def evict_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """The Eviction API, as a drain or GKE's maintenance evicts."""
+        return kube_faults.evict_pod(self._cluster.api, namespace, name)
+
+    def signal_pod(self, namespace: str, name: str, sig: int, container: str | None = None) -> int:
+        """Send ``sig`` to the pod's processes (a process crash, an OOM kill); how many were signalled."""
+        return self._agent().signal_pod(namespace, name, sig, container)
+
+    def pool_nodes(self, pool: str) -> list[str]:
+        described = self._cluster.description.pool(pool)
+        if described is None:
+            raise kube_faults.FaultError(f"no node pool {pool!r} in the cluster description")
+        return self._cluster.description.node_names(described)
+
+    def pool_of(self, node: str) -> str:
+        for pool in self._cluster.description.pools:
+            if node in self._cluster.description.node_names(pool):
+                return pool.name
+        raise kube_faults.FaultError(f"no node {node!r} in the cluster description")
+
+    def lose_host(self, node: str, repair_seconds: float | None = None) -> dict[str, Any]:
+        """A TPU host is lost, and its slice with it: the pool's hosts stop (no heartbeats; their processes die
+        with them), and ``repair_seconds`` later (the description's ``repairSeconds`` when None) they are back.
+
+        What follows is the real controllers': the node lifecycle controller marks the nodes unreachable and
+        taints them; their pods are evicted after their toleration and collected by pod GC.
+        """
+        pool = self.pool_of(node)
+        described = self._cluster.description.pool(pool)
+        seconds = repair_seconds if repair_seconds is not None else (described.repair_seconds if described else 0.0)
+        nodes = self.pool_nodes(pool)
+        for name in nodes:
+            self._agent().lose_host(name)
+        def repaired() -> None:
+            for name in nodes:
+                self._agent().restore_host(name)
+
+        self._later(seconds, repaired)
+        return {"node": node, "nodePool": pool, "nodes": nodes, "repairSeconds": seconds}
+
+    def repair_node_pool(self, pool: str, seconds: float) -> dict[str, Any]:
+        """GKE's auto-repair of a pool: cordon and drain through the API, the hosts down for ``seconds``, then back
+        and uncordoned."""
+        nodes = self.pool_nodes(pool)
+        evicted = kube_faults.drain(self._cluster.api, nodes)
+        for name in nodes:
+            self._agent().lose_host(name)
+
+        def back() -> None:
+            for name in nodes:
+                self._agent().restore_host(name)
+            kube_faults.set_unschedulable(self._cluster.api, nodes, False)
+
+        self._later(seconds, back)
+        return {"nodePool": pool, "nodes": nodes, "evictedPods": evicted, "seconds": seconds}
+
+    def stop_queue(
+        self, *, cluster_queue: str | None = None, local_queue: str | None = None, policy: str = "HoldAndDrain"
+    ) -> dict[str, Any]:
+        """``spec.stopPolicy`` of a ClusterQueue or LocalQueue (``namespace/name``)."""
+        return kube_faults.stop_queue(
+            self._cluster.api, cluster_queue=cluster_queue, local_queue=local_queue, policy=policy
+        )
+
+    def deactivate_workload(self, namespace: str, jobset: str, active: bool = False) -> dict[str, Any]:
+        """``spec.active`` of the JobSet's Workload (False: Kueue evicts it as ``Deactivated``)."""
+        return kube_faults.set_workload_active(self._cluster.api, namespace, jobset, active)
+
+    def kueue_configuration(self, configuration: dict[str, Any]) -> dict[str, Any]:
+        """A new Kueue manager Configuration (e.g. ``waitForPodsReady``): the ConfigMap, then a restart."""
+        return self._cluster.configure_kueue(configuration)
+
+    def _later(self, seconds: float, action: Any) -> None:
+        timer = threading.Timer(seconds, action)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def cancel(self) -> None:
+        """Cancel the repairs not yet due (the cluster is stopping)."""
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()

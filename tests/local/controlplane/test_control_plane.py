@@ -1,0 +1,99 @@
+"""The upstream control plane, as a user meets it: kubectl names the real release, the CRDs are JobSet's and
+Kueue's own, the API port belongs to kube-apiserver, and stopping leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from elastic_training.local.controlplane.processes import ProcessError
+from elastic_training.local.upstream_cluster import UpstreamCluster
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamCluster]:
+    with UpstreamCluster(tmp_path_factory.mktemp("upstream"), description="v5e-small", run_nodes=False) as running:
+        yield running
+
+
+def kubectl(cluster: UpstreamCluster, *args: str) -> str:
+    return cluster.control_plane.kubectl(*args)
+
+
+def test_kubectl_version_names_the_real_server_release(upstream: UpstreamCluster) -> None:
+    version = json.loads(kubectl(upstream, "version", "-o", "json"))
+    assert version["serverVersion"]["gitVersion"] == "v1.35.4"
+    assert (version["serverVersion"]["major"], version["serverVersion"]["minor"]) == ("1", "35")
+
+
+def test_the_api_port_belongs_to_a_kube_apiserver_process(upstream: UpstreamCluster) -> None:
+    apiserver = psutil.Process(upstream.control_plane.components["kube-apiserver"].pid)
+    assert apiserver.name() == "kube-apiserver"
+    ports = {c.laddr.port for c in apiserver.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    assert upstream.port in ports
+
+
+def test_api_resources_lists_jobset_and_kueue_kinds_from_their_crds(upstream: UpstreamCluster) -> None:
+    kinds = {line.split()[-1] for line in kubectl(upstream, "api-resources", "--no-headers").splitlines()}
+    assert {
+        "JobSet",
+        "Workload",
+        "ClusterQueue",
+        "LocalQueue",
+        "ResourceFlavor",
+        "AdmissionCheck",
+        "ProvisioningRequest",
+        "WorkloadPriorityClass",
+    } <= kinds
+    crds = json.loads(kubectl(upstream, "get", "crd", "jobsets.jobset.x-k8s.io", "-o", "json"))
+    assert crds["status"]["conditions"][0]["status"] == "True"
+
+
+def test_the_descriptions_kueue_objects_are_admitted_by_kueues_webhooks(upstream: UpstreamCluster) -> None:
+    queues = json.loads(kubectl(upstream, "get", "clusterqueues", "-o", "json"))["items"]
+    assert [q["metadata"]["name"] for q in queues] == ["cluster-queue"]
+    # Kueue's defaulting webhook ran on it (it sets queueingStrategy when absent)
+    assert queues[0]["spec"]["queueingStrategy"] == "BestEffortFIFO"
+    local = json.loads(kubectl(upstream, "get", "localqueues", "-n", "default", "-o", "json"))["items"]
+    assert [q["metadata"]["name"] for q in local] == ["multislice-queue"]
+
+
+def test_a_jobset_is_validated_by_the_real_jobset_webhook(upstream: UpstreamCluster) -> None:
+    # jobset pkg/webhooks/jobset_webhook.go: a coordinator must name one of the replicated jobs
+    job = {
+        "name": "worker",
+        "replicas": 1,
+        "template": {
+            "spec": {
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "local"}]}}
+            }
+        },
+    }
+    bad = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "bad"},
+        "spec": {"coordinator": {"replicatedJob": "head"}, "replicatedJobs": [job]},
+    }
+    with pytest.raises(ProcessError, match=r'admission webhook "vjobset.kb.io" denied.*coordinator replicatedJob head'):
+        upstream.control_plane.apply([bad])
+
+
+def test_the_audit_log_records_each_request_once(upstream: UpstreamCluster) -> None:
+    since = upstream.audit_position()
+    kubectl(upstream, "get", "pods", "-n", "kube-system")
+    events = [e for e in upstream.audit_events(since) if e.resource == "pods" and e.user_agent.startswith("kubectl")]
+    assert [(e.verb, e.namespace, e.username) for e in events] == [("list", "kube-system", "elastic-training-admin")]
+
+
+def test_stopping_leaves_no_process_behind(tmp_path: Path) -> None:
+    cluster = UpstreamCluster(tmp_path, description="single-node", run_nodes=False)
+    cluster.start()
+    pids = [c.pid for c in cluster.control_plane.components.values()]
+    assert len(pids) == 6 and all(psutil.pid_exists(p) for p in pids if p)
+    cluster.stop()
+    assert not [p for p in pids if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
