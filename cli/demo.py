@@ -131,16 +131,21 @@ def say(message: str) -> None:
 
 def _run(args: argparse.Namespace, workdir: Path) -> int:
     from elastic_training.cli.postgres import PostgresError
-    from elastic_training.local.cluster import LocalCluster
     from elastic_training.local.statsd import StatsdServer
+    from elastic_training.local.upstream_cluster import UpstreamCluster
 
     started = time.monotonic()
     statsd = StatsdServer()
     say(f"work directory: {workdir}")
     # The default description: four v5e-16 node pools, tpu-v5e-4 (the stages) and cpu-np, where the GKE
     # JobSets schedule as on GKE.
-    with LocalCluster(workdir=workdir / "cluster", description="v5e-small") as cluster:
-        say(f"local cluster serving at {cluster.url}")
+    say("starting the local cluster: the upstream control plane (docs/local-cluster.md) and the node agent")
+    with UpstreamCluster(
+        workdir / "cluster", description="v5e-small", progress=lambda line: say(f"  {line}")
+    ) as cluster:
+        say(
+            f"local cluster serving at {cluster.url} (kube-apiserver {cluster.control_plane.binaries.versions['kubernetes']})"
+        )
         try:
             with _database(args.db, workdir) as database_url:
                 code = _run_pipeline(args, workdir, cluster.kubeconfig_path, database_url, statsd)
