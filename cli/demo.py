@@ -143,9 +143,8 @@ def _run(args: argparse.Namespace, workdir: Path) -> int:
     with UpstreamCluster(
         workdir / "cluster", description="v5e-small", progress=lambda line: say(f"  {line}")
     ) as cluster:
-        say(
-            f"local cluster serving at {cluster.url} (kube-apiserver {cluster.control_plane.binaries.versions['kubernetes']})"
-        )
+        release = cluster.control_plane.binaries.versions["kubernetes"]
+        say(f"local cluster serving at {cluster.url} (kube-apiserver {release})")
         try:
             with _database(args.db, workdir) as database_url:
                 code = _run_pipeline(args, workdir, cluster.kubeconfig_path, database_url, statsd)
