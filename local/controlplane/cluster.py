@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.local.controlplane import binaries as upstream
 from elastic_training.local.controlplane import configs, manifests, pki
 from elastic_training.local.controlplane.processes import (
@@ -65,6 +66,7 @@ class ControlPlane:
         kueue_configuration: dict[str, Any] | None = None,
         binaries: upstream.Binaries | None = None,
         progress: Callable[[str], None] | None = None,
+        write_user_kubeconfig: bool = True,
     ) -> None:
         self.workdir = workdir.resolve()
         self.ports = Ports.pick(port)
@@ -75,6 +77,7 @@ class ControlPlane:
             "kind": "Configuration",
         }
         self._binaries = binaries
+        self._write_user_kubeconfig = write_user_kubeconfig
         self._progress = progress or (lambda _line: None)
         self.components: dict[str, Component] = {}
         self.identities = configs.identities()
@@ -122,6 +125,8 @@ class ControlPlane:
         self._timed("kube-scheduler", lambda: self._start_scheduler(binaries))
         self._timed("jobset", lambda: self._start_jobset(binaries))
         self._timed("kueue", lambda: self._start_kueue(binaries))
+        if self._write_user_kubeconfig:  # last: a client that finds it finds every component serving
+            self.write_user_kubeconfig()
 
     def _timed(self, step: str, action: Callable[[], None]) -> None:
         started = time.monotonic()
@@ -200,11 +205,11 @@ class ControlPlane:
 
     def _write_kubeconfigs(self) -> None:
         self.kubeconfigs = configs.write_kubeconfigs(self.workdir / "etc", self.url, self.ca_pem, self.identities)
-        admin = self.identities["admin"]
-        from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 
-        self.kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
-        write_kubeconfig(self.kubeconfig_path, self.url, admin.token, ca_pem=self.ca_pem)
+    def write_user_kubeconfig(self, faults_url: str | None = None) -> None:
+        """The user's kubeconfig at :attr:`kubeconfig_path`: the admin's token, and the fault proxy's context."""
+        admin = self.identities["admin"]
+        write_kubeconfig(self.kubeconfig_path, self.url, admin.token, ca_pem=self.ca_pem, faults_url=faults_url)
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
         """Run the built kubectl as the cluster admin; raise :class:`ProcessError` with its message on failure."""
