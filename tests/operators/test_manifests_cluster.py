@@ -154,6 +154,36 @@ def test_local_plain_jobset_is_accepted(k8s: K8s, tmp_path: Path) -> None:
     _create_and_delete(k8s, manifest, [f"{name}-main-0"])
 
 
+def test_local_plain_jobset_runs_to_completion(k8s: K8s, tmp_path: Path) -> None:
+    """The plain one-job shape (evaluation, synthesis), unsuspended: the real Job and JobSet controllers complete it."""
+    marker = tmp_path / "ran"
+    job = JobSpec(
+        image="local",
+        command=["python", "-c", f"open({str(marker)!r}, 'w').write('ok')"],
+        runtime="local",
+        active_deadline_seconds=600,
+    )
+    name = jobset_name(dag_id="d", task_id="evaluate", run_id="plain", map_index=-1, attempt=0)
+    labels = identity_labels(dag_id="d", task_id="evaluate", run_id="plain", map_index=-1)
+    manifest = plain_jobset(job, name=name, namespace=NAMESPACE, labels=labels, stage="evaluate")
+    api = k8s.custom
+    api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, manifest)
+    try:
+
+        def terminal() -> str | None:
+            got = api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name)
+            return got.get("status", {}).get("terminalState") or None
+
+        assert wait_for(terminal, timeout=120, interval=0.5) == "Completed"
+        assert marker.read_text() == "ok"
+        job_status = k8s.batch.read_namespaced_job_status(f"{name}-main-0", NAMESPACE).status
+        assert (job_status.succeeded, job_status.failed or 0) == (1, 0)
+    finally:
+        api.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+
+
 def test_local_and_gke_render_the_same_bytes(tmp_path: Path) -> None:
     """`runtime` chooses the cluster, not the shape: one spec, one JobSet, whichever runtime runs it."""
     base = ElasticRunSpec(
