@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,6 +116,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "v5e-16 slices of 4 hosts, the single-host v5e 2x2 pool tpu-v5e-4 and the CPU pool cpu-np) or "
         "single-node (one untainted node local-node)",
     )
+    up.add_argument(
+        "--watch-history",
+        action=_Retired,
+        help_text="kube-apiserver sizes its own watch cache and etcd's compaction decides a watch's 410 Gone "
+        "(`cluster fault expire-watches --compact` compacts it now)",
+    )
 
     fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
     fault.add_argument("--kubeconfig", type=Path, required=True, help="the kubeconfig `cluster up` wrote")
@@ -195,39 +202,76 @@ def run(args: argparse.Namespace) -> int:
     return _fault(args)
 
 
+class _Stopped(Exception):
+    """A stop signal (SIGINT, SIGTERM) came while the cluster was starting."""
+
+
+class _Retired(argparse.Action):
+    """A flag of the imitation that the upstream control plane has no use for: refused, with why."""
+
+    def __init__(self, option_strings: list[str], dest: str, help_text: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+        self.help_text = help_text
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *_: Any) -> None:
+        parser.error(f"{self.option_strings[0]} is retired: {self.help_text}")
+
+
 def _up(args: argparse.Namespace) -> int:
     import signal
     import tempfile
-    import threading
 
     from elastic_training.local.cluster.cluster_description import DescriptionError, load_description
-    from elastic_training.local.controlplane.binaries import BuildError
-    from elastic_training.local.controlplane.processes import ProcessError, listening
     from elastic_training.local.upstream_cluster import UpstreamCluster
 
     try:
         description = load_description(args.description)
     except DescriptionError as exc:
         return _error(str(exc))
-    if args.port and listening(args.port):
-        return _error(f"port {args.port} on 127.0.0.1 is in use")
+    problem = _up_problem(args)  # before anything starts: a refusal leaves nothing running and nothing written
+    if problem is not None:
+        return _error(problem)
+    stop, up = threading.Event(), threading.Event()  # up: set once the cluster serves
+
+    def on_signal(signum: int, frame: Any) -> None:
+        first = not stop.is_set()
+        stop.set()
+        if first and not up.is_set():  # a second signal does not interrupt the clean-up the first began
+            raise _Stopped(signal.Signals(signum).name)  # unwinds the start, which stops what it started
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="elastic-training-cluster-"))
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    cluster = UpstreamCluster(
-        workdir,
-        args.port,
-        kubeconfig_path=args.kubeconfig,
-        description=description,
-        run_nodes=not args.api_only,
-        progress=lambda line: print(line, flush=True),
-    )
     try:
-        cluster.start()
-    except (BuildError, ProcessError, OSError) as exc:
-        args.kubeconfig.unlink(missing_ok=True)
-        return _error(str(exc))
+        cluster = UpstreamCluster(
+            workdir,
+            args.port,
+            kubeconfig_path=args.kubeconfig,
+            description=description,
+            run_nodes=not args.api_only,
+            progress=lambda line: print(line, flush=True),
+        )
+        return _serve(cluster, workdir, stop, up)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _serve(cluster: Any, workdir: Path, stop: threading.Event, up: threading.Event) -> int:
+    """Start ``cluster``, print the banner, serve until ``stop``; every process is stopped on the way out."""
+    from elastic_training.local.controlplane.binaries import BuildError
+    from elastic_training.local.controlplane.processes import ProcessError
+    from elastic_training.local.nodeagent.agent import NodeAgentError
+
+    try:
+        cluster.start()  # a failed or interrupted start stops what it started and removes the kubeconfig
+        up.set()
+    except (BuildError, ProcessError, NodeAgentError, OSError) as exc:
+        return _error(f"the cluster did not start: {exc}")
+    except _Stopped as stopped:
+        cluster.stop()  # the signal may land after start() returned: stop is idempotent
+        _stop_children()
+        print(f"stopped by {stopped} before the cluster was up; nothing left running", flush=True)
+        return EXIT_FAILED
     try:
         _banner(cluster, workdir)
         stop.wait()
@@ -235,6 +279,57 @@ def _up(args: argparse.Namespace) -> int:
     finally:
         cluster.stop()
     return EXIT_OK
+
+
+def _stop_children() -> None:
+    """Kill what this process started and no longer holds: a signal that lands inside ``subprocess.Popen``, after
+    the fork and before it returns, leaves a component running with no handle to stop it. Each leads its own
+    session (``start_new_session``), so its group goes with it. Linux's /proc; elsewhere nothing is found."""
+    import contextlib
+    import os
+    import signal
+
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                pid = int(entry.parent.name)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)  # a component and what it started
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)  # a child in this process's own group (kubectl)
+
+
+def _up_problem(args: argparse.Namespace) -> str | None:
+    """Why ``cluster up`` cannot serve as asked (None: it can): checked without starting or writing anything."""
+    from elastic_training.local.controlplane.processes import listening
+
+    if args.port and listening(args.port):
+        return f"port {args.port} on 127.0.0.1 is already in use"
+    if args.workdir is not None and (why := _unwritable(args.workdir, directory=True)):
+        return f"cannot write the cluster's files in {args.workdir}: {why}"
+    if why := _unwritable(args.kubeconfig, directory=False):
+        return f"cannot write the kubeconfig {args.kubeconfig}: {why}"
+    return None
+
+
+def _unwritable(path: Path, *, directory: bool) -> str | None:
+    """Why ``path`` (a folder to fill, or a file to replace atomically) cannot be written; None when it can."""
+    import os
+
+    try:
+        if path.exists() and path.is_dir() != directory:
+            return "it is a directory" if path.is_dir() else "it is not a directory"
+        folder = path if directory else path.parent
+        while not folder.exists() and folder != folder.parent:  # made with its parents: the first that exists
+            folder = folder.parent
+        if not folder.is_dir():
+            return f"{folder} is not a directory"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"{folder} is not writable"
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL
+        return str(exc)
+    return None
 
 
 def _banner(cluster: Any, workdir: Path) -> None:

@@ -6,7 +6,8 @@
 
 Upstream (:mod:`local.controlplane`): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the JobSet
 controller and the Kueue controller manager. Ours: the node agent (:mod:`local.nodeagent`) that registers the
-description's nodes and runs their pods as local processes, the description's Kueue objects and configuration
+description's nodes and runs their pods as local processes, GKE's node provisioning (:mod:`local.gke`: pools
+provisioned on demand, the ProvisioningRequest responder), the description's Kueue objects and configuration
 applied through the API, and the faults (:mod:`local.faults`). Every behaviour of a Job, a JobSet, a Workload, a
 node's lifecycle or a pod's garbage collection is the upstream controllers'.
 """
@@ -18,6 +19,7 @@ import copy
 import ssl
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -28,12 +30,13 @@ from kubernetes import client, config
 
 from elastic_training.local.cluster.audit import AuditEvent
 from elastic_training.local.cluster.cluster_description import ClusterDescription, load_description
-from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.local.cluster.kueue_config import parse_configuration
 from elastic_training.local.controlplane import audit
 from elastic_training.local.controlplane.cluster import ControlPlane
 from elastic_training.local.controlplane.processes import free_port
 from elastic_training.local.faults import kube_faults
 from elastic_training.local.faults.server import FaultServer
+from elastic_training.local.gke import GkeStandIn, Rule
 from elastic_training.local.nodeagent import NodeAgent
 
 KUEUE_CONFIG_NAMESPACE, KUEUE_CONFIG_MAP, KUEUE_CONFIG_KEY = (
@@ -58,16 +61,18 @@ class UpstreamCluster:
     ) -> None:
         self.description = description if isinstance(description, ClusterDescription) else load_description(description)
         self.workdir = workdir.resolve()
-        self.workdir.mkdir(parents=True, exist_ok=True)
         self.control_plane = ControlPlane(
             self.workdir,
             port=port,
             kubeconfig_path=kubeconfig_path,
             kueue_configuration=self.description.kueue_configuration.manifest(),
             progress=progress,
+            write_user_kubeconfig=False,  # written last, once nodes and faults are up
         )
         self._run_nodes = run_nodes
         self.agent: NodeAgent | None = None
+        self.gke: GkeStandIn | None = None
+        self._gke_api: client.ApiClient | None = None
         self._api: client.ApiClient | None = None
         self.faults = UpstreamFaults(self)
         self.timings: dict[str, float] = {}
@@ -75,21 +80,32 @@ class UpstreamCluster:
         self._fault_loop: asyncio.AbstractEventLoop | None = None
         self._fault_thread: threading.Thread | None = None
         self.fault_server: FaultServer | None = None
+        self._started = False
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the control plane, apply the description's Kueue objects, register the nodes; stop all on failure."""
+        """Start the control plane, apply the description's Kueue objects, register the nodes.
+
+        On any failure (a signal's exception too) everything started is stopped and the kubeconfig this start wrote
+        is removed: nothing is left running, and nothing points at a cluster that is not there.
+        """
         started = time.monotonic()
+        before = _signature(self.kubeconfig_path)
+        self._started = True
         try:
+            self.workdir.mkdir(parents=True, exist_ok=True)
             self.control_plane.start()
             self._publish_kueue_configuration()
             self._apply_queue_objects()
             if self._run_nodes:
                 self._start_agent()
+                self._start_gke()
             self._start_fault_server()
         except BaseException:
             self.stop()
+            if _signature(self.kubeconfig_path) != before:
+                self.kubeconfig_path.unlink(missing_ok=True)
             raise
         self.timings = {**self.control_plane.timings, "total": time.monotonic() - started}
 
@@ -106,6 +122,27 @@ class UpstreamCluster:
             client_ca=keys.ca,
         )
         self.agent.start()
+
+    def _start_gke(self) -> None:
+        """GKE's node provisioning (:mod:`local.gke`): on-demand pools and the ProvisioningRequest responder."""
+        if self.agent is None:
+            return
+        configuration = client.Configuration()
+        config.load_kube_config(
+            config_file=str(self.control_plane.kubeconfigs["admin"]), client_configuration=configuration
+        )
+        configuration.connection_pool_maxsize = 16  # two watches and the writes, from several threads
+        self._gke_api = client.ApiClient(configuration)
+        self.gke = GkeStandIn(self.description, self.agent, self._gke_api)
+        self.gke.start()
+
+    def _stop_gke(self) -> None:
+        if self.gke is not None:
+            self.gke.stop()
+            self.gke = None
+        if self._gke_api is not None:
+            self._gke_api.close()
+            self._gke_api = None
 
     def _start_fault_server(self) -> None:
         """The fault endpoint and API proxy on its own loop and thread; the kubeconfig gets its context."""
@@ -128,13 +165,13 @@ class UpstreamCluster:
         self._fault_thread.start()
         self._fault_loop = loop
         asyncio.run_coroutine_threadsafe(serve(), loop).result(timeout=30)
-        write_kubeconfig(
-            self.kubeconfig_path,
-            self.url,
-            admin.token,
-            ca_pem=self.control_plane.ca_pem,
-            faults_url=f"https://127.0.0.1:{self.faults_port}",
-        )
+        self.control_plane.write_user_kubeconfig(faults_url=f"https://127.0.0.1:{self.faults_port}")
+
+    def fault_proxy(self) -> tuple[FaultServer, asyncio.AbstractEventLoop]:
+        """The fault endpoint and API proxy, and the loop it runs on; RuntimeError when it is not running."""
+        if self.fault_server is None or self._fault_loop is None:
+            raise RuntimeError("the cluster's fault proxy is not running")
+        return self.fault_server, self._fault_loop
 
     def _stop_fault_server(self) -> None:
         loop, server = self._fault_loop, self.fault_server
@@ -147,8 +184,12 @@ class UpstreamCluster:
         self._fault_loop = None
 
     def stop(self) -> None:
-        """Stop every pod process, then every control-plane process; nothing is left running."""
+        """Stop every pod process, then every control-plane process; nothing is left running. Idempotent."""
+        if not self._started:
+            return
+        self._started = False
         self._stop_fault_server()
+        self._stop_gke()
         if self.agent is not None:
             self.agent.stop()
             self.agent = None
@@ -210,7 +251,7 @@ class UpstreamCluster:
     def api(self) -> client.ApiClient:
         """An API client as the cluster admin (the user's kubeconfig)."""
         if self._api is None:
-            self._api = config.new_client_from_config(config_file=str(self.kubeconfig_path))
+            self._api = config.new_client_from_config(config_file=str(self.control_plane.kubeconfigs["admin"]))
         return self._api
 
     # -- Kueue's objects and configuration -----------------------------------------------------------------------
@@ -239,12 +280,23 @@ class UpstreamCluster:
     def configure_kueue(self, configuration: dict[str, Any]) -> dict[str, Any]:
         """A new Kueue Configuration: the ConfigMap edited, then the manager restarted (how a real Kueue takes it).
 
-        ``configuration`` is the Configuration document (``waitForPodsReady`` and the like); where the manager
-        listens and its certificates stay as they are. Returns the Configuration the manager now runs with.
+        ``configuration`` is the Configuration document (``waitForPodsReady`` and the like), checked and defaulted
+        as Kueue does (:func:`parse_configuration`: a bad one is refused before the manager stops); the integrations
+        (JobSet's too), where the manager listens and its certificates stay as they are. Returns the Configuration
+        the manager now runs with.
         """
-        self.control_plane.restart_kueue(configuration)
+        self.control_plane.restart_kueue(parse_configuration(configuration).manifest())
         self._publish_kueue_configuration()
         return dict(yaml.safe_load(self.control_plane.kueue_configuration_path().read_text()))
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    """The file's inode and modification time (None: no file): a kubeconfig written since has another."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
 
 class UpstreamFaults:
@@ -296,6 +348,7 @@ class UpstreamFaults:
         nodes = self.pool_nodes(pool)
         for name in nodes:
             self._agent().lose_host(name)
+
         def repaired() -> None:
             for name in nodes:
                 self._agent().restore_host(name)
@@ -334,6 +387,61 @@ class UpstreamFaults:
     def kueue_configuration(self, configuration: dict[str, Any]) -> dict[str, Any]:
         """A new Kueue manager Configuration (e.g. ``waitForPodsReady``): the ConfigMap, then a restart."""
         return self._cluster.configure_kueue(configuration)
+
+    # -- the API's faults, in the proxy (only clients of the context elastic-training-local-faults meet them) ----
+
+    def _proxy(self) -> tuple[FaultServer, asyncio.AbstractEventLoop]:
+        return self._cluster.fault_proxy()
+
+    def fail_requests(self, code: int = 500, **rule: Any) -> dict[str, Any]:
+        """Answer matching requests with ``code`` (``count``, ``probability``, ``seconds``, ``path``, ``method``,
+        ``retry_after``: :meth:`ApiFaults.fail_requests`); the rule as added."""
+        return asdict(self._proxy()[0].api.fail_requests(code, **rule))
+
+    def latency(self, seconds: float, *, path: str | None = None, method: str | None = None) -> dict[str, Any]:
+        """Delay matching requests by ``seconds``; the rule as added."""
+        return asdict(self._proxy()[0].api.add_latency(seconds, path=path, method=method))
+
+    def clear_api_faults(self) -> dict[str, Any]:
+        """Remove every fail-requests and latency rule; what is left (nothing) and how many requests were failed."""
+        api = self._proxy()[0].api
+        api.clear()
+        return api.describe()
+
+    def expire_watches(self, compact: bool = False) -> dict[str, Any]:
+        """End every watch open through the proxy; with ``compact``, etcd is compacted first, so a watch resumed
+        from an older resourceVersion gets 410 Gone from kube-apiserver."""
+        server, loop = self._proxy()
+        return asyncio.run_coroutine_threadsafe(server.expire_watches(compact), loop).result(timeout=60)
+
+    def _gke(self) -> GkeStandIn:
+        if self._cluster.gke is None:
+            raise RuntimeError("the cluster runs no node agent, so no GKE provisioning")
+        return self._cluster.gke
+
+    def provision_on_demand(self, pool: str, seconds: float, queued: bool = False) -> dict[str, Any]:
+        """The idle ``pool``'s nodes go (their VMs deleted); they come back ``seconds`` after a pending pod asks for
+        them, or, ``queued``, only for a ProvisioningRequest (:mod:`local.gke.node_pools`)."""
+        return self._gke().provision_on_demand(pool, seconds, queued=queued)
+
+    def provisioning(
+        self,
+        outcome: str,
+        namespace: str | None = None,
+        name: str | None = None,
+        count: int = 1,
+        seconds: float = 0.0,
+        reason: str = "",
+        message: str = "",
+    ) -> dict[str, Any]:
+        """A ProvisioningRequest's outcome (``fail``, ``delay``, ``expire``, ``revoke``): now for the request
+        ``namespace/name``, else for the next ``count`` requests (:mod:`local.gke.provisioning_requests`)."""
+        rule = Rule(outcome, count, seconds, reason, message)
+        return self._gke().provisioning(rule, namespace, name)
+
+    def clear_provisioning_rules(self) -> list[dict[str, Any]]:
+        """Drop the ProvisioningRequest outcomes set for requests not yet made (what they were)."""
+        return self._gke().clear_provisioning_rules()
 
     def _later(self, seconds: float, action: Any) -> None:
         timer = threading.Timer(seconds, action)

@@ -8,7 +8,8 @@ context ``elastic-training-local-faults``. It answers:
 - every other path: proxied to kube-apiserver unchanged (the client's own credentials go with it), after the API
   fault rules (``fail-requests``, ``latency``) had their say. ``expire-watches`` ends every watch open through the
   proxy, as an apiserver restart or a load balancer's idle timeout does, and with ``compact`` compacts etcd to its
-  newest revision first, so a watch resumed from an older resourceVersion gets 410 Gone from kube-apiserver itself.
+  newest revision first. kube-apiserver's watch cache still serves the compacted events for a while, so a watch
+  resumed from an older resourceVersion gets 410 Gone only once the cache has moved past it (measured: not at once).
 
 Only clients that use the proxy's context meet the API faults: the user's default context talks to kube-apiserver.
 """
@@ -87,6 +88,18 @@ class FaultServer:
                 str(b.get("namespace") or "default"), _text(b, "jobSet"), bool(b.get("active", False))
             ),
             "kueue-configuration": lambda b: faults.kueue_configuration(b),
+            "provision-on-demand": lambda b: faults.provision_on_demand(
+                _text(b, "nodePool"), _required_number(b, "seconds"), _flag(b, "queued")
+            ),
+            "provisioning": lambda b: faults.provisioning(
+                _text(b, "outcome"),
+                _optional_text(b, "namespace"),
+                _optional_text(b, "name"),
+                int(_number(b, "count") or 1),
+                _number(b, "seconds") or 0.0,
+                _optional_text(b, "reason") or "",
+                _optional_text(b, "message") or "",
+            ),
         }
 
     # -- the fault endpoint ----------------------------------------------------------------------------------
@@ -146,14 +159,17 @@ class FaultServer:
 
     async def _expire_watches(self, request: web.Request) -> web.Response:
         body = await _json(request)
-        compact = bool(body.get("compact", False))
+        return web.json_response(await self.expire_watches(bool(body.get("compact", False))))
+
+    async def expire_watches(self, compact: bool) -> dict[str, Any]:
+        """End every watch open through the proxy (after compacting etcd, with ``compact``); how many ended."""
         if compact:
             await asyncio.get_running_loop().run_in_executor(None, self._compact_etcd)
         ended = len(self._watches)
         for transport in list(self._watches):
             transport.close()
         self._watches.clear()
-        return web.json_response({"expired": ended, "compacted": compact})
+        return {"expired": ended, "compacted": compact}
 
     def _compact_etcd(self) -> None:
         """Compact etcd to its newest revision through its gRPC gateway (what its periodic compaction does)."""
@@ -175,7 +191,8 @@ class FaultServer:
             )
             await response.prepare(request)
             transport = request.transport
-            watch = request.query.get("watch") in ("true", "1") or request.query.get("follow") == "true"
+            # kube-apiserver reads these with Go's strconv.ParseBool; the Python client sends "True"
+            watch = any(request.query.get(key, "").lower() in ("true", "t", "1") for key in ("watch", "follow"))
             if watch and transport is not None:
                 self._watches.add(transport)
             try:
@@ -243,6 +260,27 @@ def _number(body: dict[str, Any], key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{key} must be a number")
     return float(value)
+
+
+def _required_number(body: dict[str, Any], key: str) -> float:
+    value = _number(body, key)
+    if value is None:
+        raise ValueError(f"{key} is required")
+    return value
+
+
+def _optional_text(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} must be a string")
+    return value or None
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false")
+    return value
 
 
 def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ its own asyncio loop on a background thread; the public methods are called from 
 
 The faults the CLI exposes act here where a real host would fail: :meth:`NodeAgent.lose_host` silences one node's
 kubelet and kills its pods (the node lifecycle controller does the rest), :meth:`NodeAgent.signal_pod` signals a
-container's processes as a process dying on the host would. Nodes of pools provisioned on demand are not registered.
+container's processes as a process dying on the host would. Nodes of pools provisioned on demand (queued ones too)
+are not registered at the start: :meth:`NodeAgent.register_nodes` and :meth:`NodeAgent.unregister_nodes` add and
+remove nodes as GKE's provisioning (:mod:`elastic_training.local.gke`) creates and deletes their VMs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.nodeagent.api import ApiClient
 from elastic_training.local.nodeagent.heartbeats import Heartbeats
 from elastic_training.local.nodeagent.log_server import KubeletServer, listening_sockets, serving_context
-from elastic_training.local.nodeagent.nodes import AgentNode, agent_nodes, node_count, register
+from elastic_training.local.nodeagent.nodes import (
+    AgentNode,
+    agent_nodes,
+    node_count,
+    node_manifest,
+    register,
+    unregister,
+)
 from elastic_training.local.nodeagent.pod_sync import PodSync
 from elastic_training.local.nodeagent.status_sink import ApiPodSink
 
@@ -138,6 +147,51 @@ class NodeAgent:
         if self._api is not None:
             await self._api.close()
 
+    # -- nodes that come and go (GKE's provisioning: local/gke) ---------------------------------
+
+    def register_nodes(self, names: list[str], extra_labels: Mapping[str, str]) -> None:
+        """Register more of the description's nodes (a pool provisioned on demand, a ProvisioningRequest's), with
+        ``extra_labels`` added to GKE's: each gets a kubelet port, its Node (Ready), its Lease, and its pods run."""
+        manifests = []
+        for name in names:
+            manifest = node_manifest(self._description, name)
+            manifest["metadata"]["labels"].update(extra_labels)
+            manifests.append(manifest)
+
+        async def add() -> None:
+            heartbeats, pods = self._running_parts()
+            known = set(self.node_names)
+            fresh = [m for m in manifests if m["metadata"]["name"] not in known]
+            sockets = listening_sockets(len(fresh))
+            nodes = [
+                AgentNode(m["metadata"]["name"], m, int(s.getsockname()[1]))
+                for m, s in zip(fresh, sockets, strict=True)
+            ]
+            if self._server is not None:
+                await self._server.serve({node.name: sock for node, sock in zip(nodes, sockets, strict=True)})
+            await asyncio.gather(*(register(self._api_client(), node) for node in nodes))
+            self._nodes.extend(nodes)
+            await heartbeats.add(nodes)
+            pods.add_nodes([node.name for node in nodes])
+
+        self._call(add(), START_TIMEOUT_SECONDS)
+
+    def unregister_nodes(self, names: list[str]) -> None:
+        """The nodes' VMs are gone: their heartbeats stop, their pods' processes are killed (nothing written) and
+        their Node objects are deleted; pod GC then deals with the pods bound to them. Unknown names are skipped."""
+
+        async def remove() -> None:
+            heartbeats, pods = self._running_parts()
+            gone = [name for name in names if name in set(self.node_names)]
+            heartbeats.remove(gone)
+            pods.remove_nodes(gone)
+            if self._server is not None:
+                await self._server.stop_serving(gone)
+            self._nodes = [node for node in self._nodes if node.name not in gone]
+            await asyncio.gather(*(unregister(self._api_client(), name) for name in gone))
+
+        self._call(remove())
+
     # -- faults --------------------------------------------------------------------------------
 
     def lose_host(self, node: str) -> None:
@@ -193,6 +247,11 @@ class NodeAgent:
             if node.name == name:
                 return node
         raise NodeAgentError(f"the node agent has no node {name!r}")
+
+    def _api_client(self) -> ApiClient:
+        if self._api is None:
+            raise NodeAgentError("the node agent is not running")
+        return self._api
 
     def _running_parts(self) -> tuple[Heartbeats, PodSync]:
         if self._heartbeats is None or self._pods is None:

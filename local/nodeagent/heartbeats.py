@@ -77,6 +77,20 @@ class Heartbeats:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    async def add(self, nodes: list[AgentNode]) -> None:
+        """Heartbeats for nodes registered after the start: each lease renewed at once, then on every tick."""
+        for node in nodes:
+            self._nodes[node.name] = node
+            self._leases.pop(node.name, None)  # a node registered again owns a new Lease
+        await asyncio.gather(*(self._beat_node(node, report=False) for node in nodes))
+
+    def remove(self, names: list[str]) -> None:
+        """No more heartbeats for ``names`` (their Node objects are deleted; the garbage collector takes the
+        Leases they own)."""
+        for name in names:
+            self._nodes.pop(name, None)
+            self._leases.pop(name, None)
+
     def lost(self, name: str) -> bool:
         """Whether the node's heartbeats are stopped."""
         return self._nodes[name].lost

@@ -61,6 +61,7 @@ class KubeletServer:
         self._lookup = lookup
         self._context = context
         self._nodes_by_port: dict[int, str] = {}
+        self._sites: dict[str, web.SockSite] = {}
         self._runner: web.AppRunner | None = None
 
     async def start(self, sockets: dict[str, socket.socket]) -> None:
@@ -70,9 +71,25 @@ class KubeletServer:
         app.router.add_get("/healthz", self._healthz)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
+        await self.serve(sockets)
+
+    async def serve(self, sockets: dict[str, socket.socket]) -> None:
+        """Serve more nodes (registered after the start): node ``name`` on ``sockets[name]``."""
+        if self._runner is None:
+            raise RuntimeError("the kubelet API is not started")
         for node, sock in sockets.items():
             self._nodes_by_port[int(sock.getsockname()[1])] = node
-            await web.SockSite(self._runner, sock, ssl_context=self._context, shutdown_timeout=1.0).start()
+            site = web.SockSite(self._runner, sock, ssl_context=self._context, shutdown_timeout=1.0)
+            await site.start()
+            self._sites[node] = site
+
+    async def stop_serving(self, nodes: list[str]) -> None:
+        """Stop serving ``nodes`` (their Node objects are gone); their ports close."""
+        for node in nodes:
+            site = self._sites.pop(node, None)
+            if site is not None:
+                await site.stop()
+        self._nodes_by_port = {port: n for port, n in self._nodes_by_port.items() if n not in nodes}
 
     async def stop(self) -> None:
         """Stop serving; open log streams end."""

@@ -94,6 +94,14 @@ def agent_nodes(description: ClusterDescription, ports: list[int]) -> list[Agent
     return [AgentNode(m["metadata"]["name"], m, port) for m, port in zip(manifests, ports, strict=False)]
 
 
+def node_manifest(description: ClusterDescription, name: str) -> Obj:
+    """The Node manifest of the description's node ``name`` (of any pool, on demand or not)."""
+    for pool in description.pools:
+        if name in description.node_names(pool):
+            return node_object(description, pool, name)
+    raise ValueError(f"no node {name!r} in the cluster description")
+
+
 def node_count(description: ClusterDescription) -> int:
     """How many nodes :func:`agent_nodes` makes (how many kubelet ports to open)."""
     return sum(len(description.node_names(pool)) for pool in description.pools if not pool.on_demand)
@@ -122,3 +130,12 @@ async def report_status(api: ApiClient, node: AgentNode) -> None:
         content_type=STRATEGIC_MERGE,
     )
     node.last_report = asyncio.get_running_loop().time()
+
+
+async def unregister(api: ApiClient, name: str) -> None:
+    """Delete the Node (its VM is gone, as the cloud provider's node controller does); gone already is fine."""
+    try:
+        await api.request("DELETE", f"/api/v1/nodes/{name}")
+    except ApiStatusError as err:
+        if err.code != 404:
+            raise

@@ -130,6 +130,20 @@ class PodSync:
                 return {**pod, "status": status} if status is not None else pod
         return None
 
+    def add_nodes(self, nodes: list[str]) -> None:
+        """Run the pods bound to ``nodes`` too (registered after the start; the watch brings their pods)."""
+        self._nodes.update(nodes)
+
+    def remove_nodes(self, nodes: list[str]) -> None:
+        """``nodes`` are gone (their VMs deleted): kill their pods' processes at once and keep nothing of them;
+        what becomes of the pod objects is pod GC's (orphaned pods)."""
+        gone = set(nodes)
+        self._nodes -= gone
+        self._lost_nodes -= gone
+        for uid, pod in list(self._pods.items()):
+            if _node_of(pod) in gone:
+                self._forget(uid)
+
     def lose_node(self, node: str) -> None:
         """The node's host is lost: kill its pods' processes at once; write nothing about them."""
         self._lost_nodes.add(node)

@@ -150,8 +150,13 @@ def test_cluster_fault_any_arguments_and_kubeconfig(
         ["cluster", "up"],
         ["cluster", "up", "--kubeconfig", "k", "--port", "70000"],
         ["cluster", "up", "--kubeconfig", "k", "--port", "-1"],
-        ["cluster", "up", "--kubeconfig", "k", "--watch-history", "0"],
-        ["cluster", "up", "--kubeconfig", "k", "--watch-history", "nan"],
+        ["cluster", "up", "--kubeconfig", "k", "--watch-history", "5"],  # retired: kube-apiserver's own watch cache
+        ["cluster", "up", "--kubeconfig", "k", "--watch-history"],
+        ["cluster", "up", "--kubeconfig", "k", "--description", "no-such-description.yaml"],
+        ["cluster", "up", "--kubeconfig", "/dev/null/k"],  # under a file: refused before anything starts
+        ["cluster", "up", "--kubeconfig", "k", "--workdir", "/dev/null"],
+        ["cluster", "up", "--kubeconfig", "k", "--workdir", "/proc/nope"],
+        ["cluster", "fault", "--kubeconfig", "k", "kueue-configuration", "/nonexistent.yaml"],
         ["cluster", "fault"],
         ["cluster", "fault", "--kubeconfig", "k", "latency", "--seconds", "nan"],
         ["cluster", "fault", "--kubeconfig", "k", "latency", "--seconds", "1e309"],

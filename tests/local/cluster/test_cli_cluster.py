@@ -1,4 +1,5 @@
-"""``elastic-training cluster up`` as a real subprocess, and ``cluster fault`` against it."""
+"""``elastic-training cluster up`` as a real subprocess (the upstream control plane and the node agent), and
+``cluster fault`` against it. tests/local/faults/test_faults.py shows each fault's effect in depth."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, config
 
 from elastic_training.cli.main import main
+from elastic_training.local.cluster.kubeconfig import FAULTS_CONTEXT
 from tests.support.cluster_objects import pod
 from tests.support.control_plane import armed, process_alive, wait_armed
 from tests.support.waiting import wait_for
@@ -66,6 +68,30 @@ def _marked(mark: str) -> list[int]:
     return [pid for pid in found if process_alive(pid)]
 
 
+def _command(pid: int) -> str:
+    """The process's executable name (its ``comm``), empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _core(kubeconfig: Path) -> client.CoreV1Api:
+    """The admin's CoreV1Api, once kube-controller-manager has made ``default/default`` (pods need it)."""
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+
+    def made() -> bool:
+        try:
+            return bool(core.read_namespaced_service_account("default", "default"))
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            return False
+
+    wait_for(made, 60)
+    return core
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -86,9 +112,14 @@ def _serve(*args: str, mark: str = "") -> Iterator[tuple[subprocess.Popen[str], 
     )
     try:
         assert process.stdout is not None
-        banner = [process.stdout.readline() for _ in range(4)]
-        assert banner[0].startswith("serving a Kubernetes API on https://127.0.0.1:"), banner
-        yield process, banner[0].split()[-1]
+        lines = []  # each component's "ready in" line, then the banner
+        while not (line := process.stdout.readline()).startswith("serving a Kubernetes API on "):
+            lines.append(line)
+            assert line, lines  # it exited before serving
+        assert line.startswith("serving a Kubernetes API on https://127.0.0.1:") and "(kube-apiserver)" in line
+        banner = [line, *(process.stdout.readline() for _ in range(4))]
+        assert banner[-1].startswith("faults and the API fault proxy: https://127.0.0.1:"), banner
+        yield process, line.split()[-2]
     finally:
         if process.poll() is None:
             process.kill()
@@ -124,7 +155,7 @@ def test_up_honours_its_flags_and_a_signal_stops_every_pod_process(tmp_path: Pat
             port = _free_port()
             try:
                 args = ["--kubeconfig", str(kubeconfig), "--port", str(port), "--workdir", str(workdir)]
-                process, url = stack.enter_context(_serve(*args, "--watch-history", "5", mark=mark))
+                process, url = stack.enter_context(_serve(*args, mark=mark))
                 break
             except AssertionError:
                 if attempt == 2:
@@ -132,7 +163,7 @@ def test_up_honours_its_flags_and_a_signal_stops_every_pod_process(tmp_path: Pat
         assert url == f"https://127.0.0.1:{port}"
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         assert api_client.configuration.host == url
-        core = client.CoreV1Api(api_client)
+        core = _core(kubeconfig)
         command = ["sh", "-c", _FORKING.format(dir=tmp_path)]
         created = core.create_namespaced_pod("default", pod("cli-forker", command=command, restart_policy="Never"))
         forked = _forked_pids(tmp_path)
@@ -140,13 +171,9 @@ def test_up_honours_its_flags_and_a_signal_stops_every_pod_process(tmp_path: Pat
         log_file = workdir / "logs" / created.metadata.uid / "main" / "0.log"
         wait_for(lambda: log_file.exists() and "started" in log_file.read_text())
         assert (workdir / "pods" / f"default_cli-forker_{created.metadata.uid}").is_dir()
-        # --watch-history 5: a watch from before the last 5 events gets 410.
-        old = core.list_namespaced_pod("default").metadata.resource_version
-        for step in range(6):
-            core.patch_namespaced_pod("cli-forker", "default", {"metadata": {"labels": {"step": str(step)}}})
-        with pytest.raises(client.ApiException) as caught:
-            list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=old, timeout_seconds=10))
-        assert caught.value.status == 410
+        # The listening API port belongs to a kube-apiserver process the CLI started.
+        control_plane = [pid for pid in _descendants(process.pid) if _command(pid).startswith("kube-apiserver")]
+        assert control_plane and process.pid in _marked(mark)
         pod_processes = _descendants(process.pid)
         assert all(process_alive(pid) for pid in forked) and process.pid in _marked(mark)
         process.send_signal(stop_signal)
@@ -164,10 +191,10 @@ def test_up_serves_the_nodes_of_its_description(tmp_path: Path) -> None:
     )
     args = ["--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w"), "--description", str(description)]
     with _serve(*args):
-        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        core = _core(kubeconfig)
         assert [n.metadata.name for n in core.list_node().items] == ["gke-cli-cpu-np-0", "gke-cli-cpu-np-1"]
     with _serve("--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w2")):  # default: v5e-small
-        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        core = _core(kubeconfig)
         pools = {n.metadata.labels["cloud.google.com/gke-nodepool"] for n in core.list_node().items}
         assert pools == {*(f"tpu-v5e-16-{i}" for i in range(4)), "tpu-v5e-4", "cpu-np"}
 
@@ -186,9 +213,11 @@ def test_fault_commands_reach_a_running_cluster(
     assert (code, rule["code"], rule["count"], rule["path"], rule["method"]) == (0, 500, 1, "pods$", "GET")
     code, shown = fault("show")
     assert code == 0 and [r["id"] for r in shown["failures"]] == [rule["id"]]
-    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    core = _core(kubeconfig)
+    core.list_namespaced_pod("default")  # the default context talks to kube-apiserver: no API faults there
+    proxied = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig), context=FAULTS_CONTEXT))
     with pytest.raises(client.ApiException) as caught:
-        core.list_namespaced_pod("default")
+        proxied.list_namespaced_pod("default")
     assert caught.value.status == 500
     code, burst = fault("fail-requests", "--code", "429", "--seconds", "60", "--retry-after", "0", "--path", "nodes$")
     assert (code, burst["code"], burst["retry_after"], burst["count"]) == (0, 429, 0, None)
@@ -202,12 +231,7 @@ def test_fault_commands_reach_a_running_cluster(
     assert fault("signal-pod", "default", "cli-signal", "--signal", "TERM", "--container", "main")[0] == 0
     done = wait_for(lambda: (p := core.read_namespaced_pod("cli-signal", "default")).status.phase == "Failed" and p)
     assert done.status.container_statuses[0].state.terminated.exit_code == 7  # its TERM trap ran
-    old = core.list_namespaced_pod("default").metadata.resource_version
-    core.patch_namespaced_pod("cli-signal", "default", {"metadata": {"labels": {"after": "compaction"}}})
-    assert fault("expire-watches", "--compact")[1]["compacted"] is True
-    with pytest.raises(client.ApiException) as caught:
-        list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=old, timeout_seconds=10))
-    assert caught.value.status == 410
+    assert fault("expire-watches", "--compact")[1] == {"expired": 0, "compacted": True}
     assert fault("delete-pod", "default", "cli-signal")[0] == 0
     with pytest.raises(client.ApiException) as caught:
         core.read_namespaced_pod("cli-signal", "default")
@@ -215,12 +239,10 @@ def test_fault_commands_reach_a_running_cluster(
     code, refused = fault("delete-pod", "default", "missing")
     assert (code, refused["code"]) == (1, 404)  # the cluster's Status, printed
     code, lost = fault("lose-host", "gke-local-tpu-v5e-16-1-2", "--repair-seconds", "0")
-    assert (code, lost["nodePool"], lost["failedPods"]) == (0, "tpu-v5e-16-1", [])
+    assert (code, lost["nodePool"], len(lost["nodes"]), lost["repairSeconds"]) == (0, "tpu-v5e-16-1", 4, 0)
     code, repaired = fault("repair-node-pool", "tpu-v5e-16-2", "--seconds", "0")
-    assert (code, len(repaired["nodes"])) == (0, 4)
-    code, on_demand = fault("provision-on-demand", "tpu-v5e-16-3", "--seconds", "0")
-    assert (code, on_demand["nodePool"], len(on_demand["nodes"]), on_demand["seconds"]) == (0, "tpu-v5e-16-3", 4, 0)
-    assert fault("provision-on-demand", "no-such-pool", "--seconds", "1")[0] == 1
+    assert (code, len(repaired["nodes"]), repaired["evictedPods"]) == (0, 4, [])
+    assert fault("lose-host", "no-such-node")[0] == 1
     assert fault("evict-pod", "default", "missing", "--reason", "PreemptionByScheduler")[0] == 1
     # Kueue's own faults: a queue stopped, a Workload deactivated, a new manager Configuration.
     code, held = fault("stop-queue", "--cluster-queue", "cluster-queue", "--policy", "Hold")
@@ -293,8 +315,9 @@ def test_bad_input_to_up_exits_2_with_one_clear_line_and_leaves_nothing_running(
             (["--port", str(port)], f"port {port} on 127.0.0.1 is already in use"),
             (["--port", "70000"], "argument --port: invalid port (0-65535) value: '70000'"),
             (["--port", "-1"], "argument --port: invalid port (0-65535) value: '-1'"),
-            (["--watch-history", "0"], "argument --watch-history: invalid positive integer value: '0'"),
+            (["--watch-history", "5"], "--watch-history is retired: kube-apiserver sizes its own watch cache"),
             (["--workdir", str(blocker)], "cannot write the cluster's files"),
+            (["--workdir", str(blocker / "w")], "cannot write the cluster's files"),
             (["--description", str(tmp_path / "none.yaml")], "cannot read the cluster description"),
             (["--description", str(bad_description)], "nodePools[0].nodeCount: a 4x4 slice of 4-chip hosts has 4"),
         ]
@@ -314,11 +337,40 @@ def test_bad_input_to_up_exits_2_with_one_clear_line_and_leaves_nothing_running(
             assert "Traceback" not in result.stderr
             assert not kubeconfig.exists()  # nothing was served, so no kubeconfig points at it
             assert _marked(mark) == []
-    result = subprocess.run(
-        _cli("up", "--kubeconfig", str(blocker / "kc"), "--workdir", str(tmp_path / "w")),
+    for unwritable in (blocker / "kc", tmp_path):  # under a file; a directory
+        result = subprocess.run(
+            _cli("up", "--kubeconfig", str(unwritable), "--workdir", str(tmp_path / "w")),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2 and "cannot write the kubeconfig" in result.stderr, result.stderr
+    assert not (tmp_path / "w").exists()  # refused before anything was made
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_starting_stops_what_started_and_leaves_no_kubeconfig(tmp_path: Path, stop_signal: int) -> None:
+    kubeconfig, mark = tmp_path / "kubeconfig", uuid.uuid4().hex
+    process = subprocess.Popen(
+        _cli("up", "--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w")),
         cwd=REPO,
-        capture_output=True,
+        env={**os.environ, MARK: mark},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=60,
     )
-    assert result.returncode == 2 and "cannot write the cluster's files" in result.stderr
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("etcd ready in")  # etcd runs; kube-apiserver is starting
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=60) == 1
+        out = process.stdout.read()
+        assert f"stopped by {signal.Signals(stop_signal).name} before the cluster was up" in out, out
+        assert "serving a Kubernetes API" not in out and "Traceback" not in out
+        assert not kubeconfig.exists()
+        assert _marked(mark) == []  # etcd and kube-apiserver stopped with it
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)

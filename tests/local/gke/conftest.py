@@ -1,0 +1,52 @@
+"""GKE's stand-ins under the real control plane: one :class:`UpstreamCluster` per test module, with the nodes of
+``flex.yaml`` (queued-provisioning pools, a pool provisioned on demand) and xpk's flex-start Kueue objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from elastic_training.local.controlplane import binaries
+from elastic_training.local.upstream_cluster import UpstreamCluster
+from tests.support.local_cluster import K8s
+from tests.support.waiting import wait_for
+
+DESCRIPTION = Path(__file__).parent / "flex.yaml"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamCluster]:
+    if binaries.installed() is None:
+        pytest.skip("the control plane's binaries are not built (make control-plane)")
+    with UpstreamCluster(tmp_path_factory.mktemp("gke"), description=DESCRIPTION) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def k8s(cluster: UpstreamCluster) -> Iterator[K8s]:
+    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        core = client.CoreV1Api(api_client)
+        wait_for(lambda: _service_account(core), 60)  # pods need default/default (the service account controller)
+        yield K8s(
+            api_client,
+            core,
+            client.BatchV1Api(api_client),
+            client.CustomObjectsApi(api_client),
+            cluster.kubeconfig_path,
+        )
+    finally:
+        api_client.close()
+
+
+def _service_account(core: client.CoreV1Api) -> bool:
+    try:
+        core.read_namespaced_service_account("default", "default")
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+        return False
+    return True
