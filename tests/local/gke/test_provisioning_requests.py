@@ -13,6 +13,8 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.upstream_cluster import UpstreamCluster
+from tests.support.control_plane import NS, JobSets, unique
+from tests.support.flex import FLEX_NODE_SELECTOR, LABEL_PROVISIONING_REQUEST, provisioning_requests
 from tests.support.gke_flex import (
     KUEUE,
     V,
@@ -26,8 +28,6 @@ from tests.support.gke_flex import (
     wait_request,
     wait_workload,
 )
-from tests.support.control_plane import NS, JobSets, unique
-from tests.support.flex import FLEX_NODE_SELECTOR, LABEL_PROVISIONING_REQUEST, provisioning_requests
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
 
