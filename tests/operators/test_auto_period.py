@@ -324,3 +324,9 @@ def test_before_any_run_the_prior_chooses_and_says_so() -> None:
 def test_the_settings_of_before_issue_55_run_the_fallback_first() -> None:
     before = dataclasses.replace(AUTO_SETTINGS, prior_failures_per_slice_hour=0.0)
     assert choose([], estimate=ESTIMATE, settings=before).period == 10
+
+
+def test_a_choice_stored_before_issue_55_reads_back_with_its_source() -> None:
+    from_runs, fallback = choose([past("a", failures=4, training=6000.0)]).to_json(), choose([]).to_json()
+    del from_runs["source"], fallback["source"]
+    assert [period_choice_from_json(c).source for c in (from_runs, fallback)] == ["runs", "fallback"]  # type: ignore[union-attr]
