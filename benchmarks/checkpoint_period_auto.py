@@ -19,7 +19,10 @@ saves and steps of known cost). Every schedule is run for ``--seeds`` seeds of `
   every 22 h: a night is calm or stormy by where it landed;
 - ``growing``: a rate that grows through the night (ten times higher at the end of a night's nominal length than
   at its start);
-- ``save_failures``: a steady rate, and besides, 2 % of saves fail the run while they write (losing the segment).
+- ``save_failures``: a steady rate, and besides, 2 % of saves fail the run while they write (losing the segment);
+- ``shifting_weibull``, ``shifting_clusters``, ``shifting_growing``: a rate that holds for a stretch of 2 to 8
+  nights (uniform), then another (log-uniform from one failure every 20 min to every 14 h of a run), crossed with
+  the within-night shapes: Weibull gaps, clusters (a geometric number, mean 3, about 5 min apart), a rising rate.
 
 Every night also has its own step time (2 s, 5 % noise), save time (16 s, 30 %) and recovery downtime (110 s,
 30 %), a queue wait before it (up to an hour) and, one night in seven, a failed try and a retry an hour or two
@@ -29,7 +32,8 @@ failures during a recovery merge with it. Every policy meets the same nights (th
 training time before any policy runs; a save failure is drawn per save, by its index), so columns differ by the
 period alone. Goodput is the run report's: the steps' compute time over the time the run held its slices.
 
-The columns: the nightly form's default period (10), the **best fixed period** (one period for every night and
+The columns: the nightly form's default period (10), ``auto`` as shipped before issue 55 (its first night on the
+fallback 10; :data:`BEFORE_ISSUE_55`), the **best fixed period** (one period for every night and
 seed of the schedule, found by sweeping ``--grid`` periods on the very seeds reported: a hindsight the user does
 not have), the **per-night hindsight optimum** (each night's best period of the grid for that night's failures: an
 upper bound no policy reaches) and ``auto``. Each figure is the mean over the seeds of a seed's mean nightly
