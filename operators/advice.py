@@ -418,11 +418,6 @@ def auto_period(
     previous = _model_period(measured, slices=slices, steps=steps, settings=settings) if measured else None
     period, clamped = _bounded(optimum, previous, (lower, upper), settings)
     inputs = evidence.inputs(mtbf, steps=steps, period=period)
-    mtbf_low, mtbf_high = evidence.mtbf_interval(settings.prior_failures, settings.confidence)
-    goodputs = [
-        predicted_goodput(evidence.inputs(m, steps=steps, period=period), period) for m in (mtbf_low, mtbf_high)
-    ]
-    periods = [_best(evidence, m, steps=steps, bounds=(lower, upper)) for m in (mtbf_low, mtbf_high)]
     return PeriodChoice(
         period=period,
         predicted_goodput=predicted_goodput(inputs, period),
@@ -445,14 +440,26 @@ def auto_period(
         fingerprint=fingerprint,
         runs_other_shape=len(runs) - len(alike),
         previous_period=previous,
-        confidence=settings.confidence,
-        mtbf_low_seconds=_finite(mtbf_low),
-        mtbf_high_seconds=_finite(mtbf_high),
-        period_low=min(periods),
-        period_high=max(periods),
-        goodput_low=min(goodputs),
-        goodput_high=max(goodputs),
+        **_interval(evidence, settings, steps=steps, period=period, bounds=(lower, upper)),
     )
+
+
+def _interval(
+    evidence: _Evidence, settings: AutoSettings, *, steps: int, period: int, bounds: tuple[int, int]
+) -> dict[str, Any]:
+    """The interval at ``settings.confidence`` on the MTBF, and the periods and goodputs at its two ends."""
+    ends = evidence.mtbf_interval(settings.prior_failures, settings.confidence)
+    goodputs = [predicted_goodput(evidence.inputs(m, steps=steps, period=period), period) for m in ends]
+    periods = [_best(evidence, m, steps=steps, bounds=bounds) for m in ends]
+    return {
+        "confidence": settings.confidence,
+        "mtbf_low_seconds": _finite(ends[0]),
+        "mtbf_high_seconds": _finite(ends[1]),
+        "period_low": min(periods),
+        "period_high": max(periods),
+        "goodput_low": min(goodputs),
+        "goodput_high": max(goodputs),
+    }
 
 
 def _finite(value: float) -> float | None:
