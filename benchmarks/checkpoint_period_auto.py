@@ -19,7 +19,10 @@ saves and steps of known cost). Every schedule is run for ``--seeds`` seeds of `
   every 22 h: a night is calm or stormy by where it landed;
 - ``growing``: a rate that grows through the night (ten times higher at the end of a night's nominal length than
   at its start);
-- ``save_failures``: a steady rate, and besides, 2 % of saves fail the run while they write (losing the segment).
+- ``save_failures``: a steady rate, and besides, 2 % of saves fail the run while they write (losing the segment);
+- ``shifting_weibull``, ``shifting_clusters``, ``shifting_growing``: a rate that holds for a stretch of 2 to 8
+  nights (uniform), then another (log-uniform from one failure every 20 min to every 14 h of a run), crossed with
+  the within-night shapes: Weibull gaps, clusters (a geometric number, mean 3, about 5 min apart), a rising rate.
 
 Every night also has its own step time (2 s, 5 % noise), save time (16 s, 30 %) and recovery downtime (110 s,
 30 %), a queue wait before it (up to an hour) and, one night in seven, a failed try and a retry an hour or two
@@ -29,7 +32,8 @@ failures during a recovery merge with it. Every policy meets the same nights (th
 training time before any policy runs; a save failure is drawn per save, by its index), so columns differ by the
 period alone. Goodput is the run report's: the steps' compute time over the time the run held its slices.
 
-The columns: the nightly form's default period (10), the **best fixed period** (one period for every night and
+The columns: the nightly form's default period (10), ``auto`` as shipped before issue 55 (its first night on the
+fallback 10; :data:`BEFORE_ISSUE_55`), the **best fixed period** (one period for every night and
 seed of the schedule, found by sweeping ``--grid`` periods on the very seeds reported: a hindsight the user does
 not have), the **per-night hindsight optimum** (each night's best period of the grid for that night's failures: an
 upper bound no policy reaches) and ``auto``. Each figure is the mean over the seeds of a seed's mean nightly
@@ -44,12 +48,13 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
 from elastic_training.operators.advice import AUTO_SETTINGS, AutoSettings, auto_period
 from elastic_training.operators.failure_history import RunRecord
+from elastic_training.operators.shape_prior import ShapeEstimate, estimate_shape
 
 DEFAULT_PERIOD = 10
 # Save and recovery at the seed's size (benchmarks/RESULTS.md, "TPU v5e"): a save committed in 13.4 s for 6.1 GB
@@ -61,6 +66,20 @@ SLICES = 4
 FINGERPRINT = "v1:benchmark"
 REPORT_SEEDS = range(1, 31)
 TUNE_SEEDS = range(1001, 1031)
+# The shipped settings of before issue 55: no prior (the first run of a shape runs the fallback), the assumed
+# failure counted without exposure.
+BEFORE_ISSUE_55 = AutoSettings(prior_failures_per_slice_hour=0.0, prior_exposure=False)
+
+
+@dataclass(frozen=True)
+class BenchmarkShape:
+    """The shape the nights train, as a spec gives it to :func:`estimate_shape`: Qwen3-0.6B on v5e-16 slices."""
+
+    maxtext_args: Mapping[str, str]
+    vms_per_slice: int = 4
+
+
+SHAPE_ESTIMATE = estimate_shape(BenchmarkShape({"model_name": "qwen3-0.6b"}), "v5e")
 T_95 = {n: t for n, t in ((2, 12.71), (3, 4.30), (4, 3.18), (5, 2.78), (10, 2.26), (20, 2.09), (30, 2.05))}
 
 
@@ -186,6 +205,28 @@ def _failing_saves(seed: int, probability: float) -> Iterator[tuple[int, float]]
         yield index, rng.random()
 
 
+def _clustered(seed: int, mtbf: float, size: float, gap: float) -> Iterator[float]:
+    """Failures in clusters within a night: clusters a Poisson process, each of a geometric number of failures
+    (mean ``size``) ``gap`` seconds apart on average; the same mean rate as a Poisson process of this MTBF."""
+    rng, t = random.Random(seed), 0.0
+    while True:
+        t += rng.expovariate(1.0 / (mtbf * size))
+        at = t
+        yield at
+        while rng.random() > 1 / size:
+            at += rng.expovariate(1.0 / gap)
+            yield at
+        t = at
+
+
+def _stretches(rng: random.Random, nights: int) -> list[float]:
+    """Each night's MTBF: a level held for 2 to 8 nights (uniform), then another, log-uniform from 20 min to 14 h."""
+    found: list[float] = []
+    while len(found) < nights:
+        found += [math.exp(rng.uniform(math.log(1_200.0), math.log(50_000.0)))] * rng.randint(2, 8)
+    return found[:nights]
+
+
 def _bursts(rng: random.Random, nights: int) -> list[float]:
     """Each night's MTBF: calm stretches (mean 6 nights) broken by bursts (mean 1.5 nights)."""
     found: list[float] = []
@@ -208,17 +249,23 @@ def schedule_nights(name: str, seed: int, *, nights: int, steps: int) -> list[Ni
         "growing": 20_000.0,
         "save_failures": 14_400.0,
     }
-    mtbfs = _bursts(rng, nights) if name == "bursts" else [run_mtbf.get(name, 0.0)] * nights
+    if name.startswith("shifting_"):
+        mtbfs = _stretches(rng, nights)
+    else:
+        mtbfs = _bursts(rng, nights) if name == "bursts" else [run_mtbf.get(name, 0.0)] * nights
     found = []
     for n in range(nights):
         own = rng.getrandbits(64)
         saves: Callable[[], Iterator[tuple[int, float]]] = partial(_failing_saves, own + 1, 0.0)
         if name in ("poisson", "calm", "stormy", "bursts", "save_failures"):
             failures = partial(_poisson, own, mtbfs[n])
-        elif name == "weibull":
+        elif name in ("weibull", "shifting_weibull"):
             failures = partial(_weibull, own, mtbfs[n], 0.5)
-        elif name == "growing":
-            failures = partial(_growing, own, mtbfs[n], 9.0, steps * STEP_SECONDS)
+        elif name in ("growing", "shifting_growing"):
+            start = mtbfs[n] * (5.5 if name == "shifting_growing" else 1.0)  # shifting: the level is the night's mean
+            failures = partial(_growing, own, start, 9.0, steps * STEP_SECONDS)
+        elif name == "shifting_clusters":
+            failures = partial(_clustered, own, mtbfs[n], 3.0, 300.0)
         elif name == "bad_pool":
             pools = rng.sample(range(8), SLICES)
             failures = partial(_poisson, own, 1 / sum(1 / 1_200.0 if p == 0 else 1 / 80_000.0 for p in pools))
@@ -240,7 +287,19 @@ def schedule_nights(name: str, seed: int, *, nights: int, steps: int) -> list[Ni
     return found
 
 
-SCHEDULES = ("calm", "poisson", "stormy", "weibull", "bursts", "bad_pool", "growing", "save_failures")
+SCHEDULES = (
+    "calm",
+    "poisson",
+    "stormy",
+    "weibull",
+    "bursts",
+    "bad_pool",
+    "growing",
+    "save_failures",
+    "shifting_weibull",
+    "shifting_clusters",
+    "shifting_growing",
+)
 
 
 # -- the policies ------------------------------------------------------------------------------------------
@@ -248,12 +307,24 @@ SCHEDULES = ("calm", "poisson", "stormy", "weibull", "bursts", "bad_pool", "grow
 Chooser = Callable[[Sequence[RunRecord]], int]
 
 
-def auto_chooser(steps: int, settings: AutoSettings = AUTO_SETTINGS) -> Chooser:
-    """``checkpoint_period="auto"`` as the operator runs it: the history so far, the default as the fallback."""
+def auto_chooser(
+    steps: int,
+    settings: AutoSettings = AUTO_SETTINGS,
+    fallback: int = DEFAULT_PERIOD,
+    estimate: ShapeEstimate | None = SHAPE_ESTIMATE,
+) -> Chooser:
+    """``checkpoint_period="auto"`` as the operator runs it: the history so far, the spec's estimate before any run,
+    ``fallback`` as the fallback."""
 
     def choose(history: Sequence[RunRecord]) -> int:
         return auto_period(
-            history, steps=steps, fallback=DEFAULT_PERIOD, fingerprint=FINGERPRINT, slices=SLICES, settings=settings
+            history,
+            steps=steps,
+            fallback=fallback,
+            fingerprint=FINGERPRINT,
+            slices=SLICES,
+            settings=settings,
+            estimate=estimate if settings.prior_failures_per_slice_hour > 0 else None,
         ).period
 
     return choose
@@ -307,7 +378,8 @@ class Interval:
 class ScheduleResult:
     """One schedule over its seeds: per seed, per night goodput of each policy; the best fixed period; auto's periods.
 
-    ``nightly[policy][seed index][night]``, the policies being ``default``, ``best fixed``, ``hindsight``, ``auto``.
+    ``nightly[policy][seed index][night]``, the policies being ``default``, ``best fixed``, ``hindsight``, ``auto``
+    and ``auto before`` (the settings of before issue 55).
     """
 
     name: str
@@ -328,9 +400,9 @@ class ScheduleResult:
     def interval(self, policy: str, first_night: int = 0) -> Interval:
         return Interval.of(self.per_seed(policy, first_night))
 
-    def against_best(self, first_night: int = 0) -> Interval:
-        """``auto`` minus the best fixed period, paired by seed (the same nights)."""
-        pairs = zip(self.per_seed("auto", first_night), self.per_seed("best fixed", first_night), strict=True)
+    def against_best(self, first_night: int = 0, policy: str = "auto") -> Interval:
+        """``policy`` minus the best fixed period, paired by seed (the same nights)."""
+        pairs = zip(self.per_seed(policy, first_night), self.per_seed("best fixed", first_night), strict=True)
         return Interval.of([a - b for a, b in pairs])
 
     def worst_night(self, first_night: int = 0) -> tuple[float, float, int, int]:
@@ -351,15 +423,20 @@ def evaluate(
     steps: int,
     periods: Sequence[int],
     chooser: Callable[[int], Chooser] = auto_chooser,
+    before: Callable[[int], Chooser] | None = None,
 ) -> ScheduleResult:
-    """One schedule: the sweep (best fixed, hindsight) and ``chooser(steps)`` (``auto``) on the same nights."""
+    """One schedule: the sweep (best fixed, hindsight), ``chooser(steps)`` (``auto``) and ``before(steps)`` (``auto
+    before``, :data:`BEFORE_ISSUE_55` unless given) on the same nights."""
+    before = before or partial(auto_chooser, settings=BEFORE_ISSUE_55)
     sweep: dict[int, list[list[float]]] = {p: [] for p in periods}  # period -> per seed, per night goodput
     auto: list[list[Outcome]] = []
+    former: list[list[float]] = []
     for seed in seeds:
         drawn = schedule_nights(name, seed, nights=nights, steps=steps)
         for p in periods:
             sweep[p].append([simulate_night(p, night, steps=steps).goodput for night in drawn])
         auto.append(run_policy(chooser(steps), drawn, steps=steps))
+        former.append([o.goodput for o in run_policy(before(steps), drawn, steps=steps)])
     best = max(periods, key=lambda p: sum(map(sum, sweep[p])))
     hindsight = [[max(sweep[p][i][n] for p in periods) for n in range(nights)] for i in range(len(seeds))]
     return ScheduleResult(
@@ -371,6 +448,7 @@ def evaluate(
             "best fixed": sweep[best],
             "hindsight": hindsight,
             "auto": [[o.goodput for o in outcomes] for outcomes in auto],
+            "auto before": former,
         },
         auto_periods=[o.period for outcomes in auto for o in outcomes],
         sweep=sweep,
@@ -386,23 +464,47 @@ def print_results(results: Sequence[ScheduleResult], args: argparse.Namespace, s
         f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} per schedule), {args.nights} nights of {args.steps} steps each; "
         f"best fixed and hindsight over {len(grid(args.steps, args.grid))} periods; {seconds:.0f} s of CPU\n"
     )
-    header = "| schedule | default (10) | best fixed (its period) | hindsight, per night | auto | auto - best fixed |"
-    print(header + " auto - best fixed, from night 2 | auto's periods: median (quartiles) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| schedule | default (10) | best fixed (its period) | hindsight, per night | auto before issue 55 | auto | "
+        "before - best fixed | auto - best fixed | auto - best fixed, from night 2 | "
+        "auto's periods: median (quartiles) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         quartiles = statistics.quantiles(r.auto_periods, n=4)
         print(
             f"| {r.name} | {r.interval('default').shown()} | {r.interval('best fixed').shown()} ({r.best_period}) | "
-            f"{r.interval('hindsight').shown()} | {r.interval('auto').shown()} | {r.against_best().signed()} | "
+            f"{r.interval('hindsight').shown()} | {r.interval('auto before').shown()} | {r.interval('auto').shown()} | "
+            f"{r.against_best(policy='auto before').signed()} | {r.against_best().signed()} | "
             f"{r.against_best(1).signed()} | {statistics.median(r.auto_periods):.0f} "
             f"({quartiles[0]:.0f}-{quartiles[2]:.0f}) |"
         )
     worst = min(results, key=lambda r: r.against_best().mean)
     print(f"\nworst schedule for auto against the best fixed period: {worst.name}, {worst.against_best().signed()}")
-    for first, what in ((0, "worst night"), (1, "worst night from night 2 (after the fallback's)")):
+    for first, what in ((0, "worst night"), (1, "worst night from night 2")):
         night = max(results, key=lambda r: r.worst_night(first)[1] - r.worst_night(first)[0])
         g_auto, g_best, seed, n = night.worst_night(first)
         print(f"{what}: {night.name}, seed {seed}, night {n}: auto {g_auto:.1%}, the best fixed period {g_best:.1%}")
+
+
+def print_fallback_effect(args: argparse.Namespace, fallbacks: Sequence[int]) -> None:
+    """``auto`` without the spec's estimate (a model the table does not list: the first night runs the fallback),
+    from night 2 on, against the best fixed period, for each fallback: the fallback's effect on later choices."""
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    periods = grid(args.steps, args.grid)
+    print(f"\nwithout an estimate, from night 2 on (auto - best fixed, points), fallbacks {list(fallbacks)}:\n")
+    print("| schedule | " + " | ".join(f"fallback {f}" for f in fallbacks) + " | largest difference |")
+    print("|---|" + "---|" * (len(fallbacks) + 1))
+    for name in args.schedules.split(","):
+        gaps = [
+            evaluate(
+                name, seeds, nights=args.nights, steps=args.steps, periods=periods,
+                chooser=partial(auto_chooser, fallback=f, estimate=None), before=lambda steps: lambda history: 1,
+            ).against_best(1)
+            for f in fallbacks
+        ]  # fmt: skip
+        spread = max(g.mean for g in gaps) - min(g.mean for g in gaps)
+        print(f"| {name} | " + " | ".join(g.signed() for g in gaps) + f" | {spread * 100:.2f} |")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -414,6 +516,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--grid", type=int, default=40, help="periods swept for the best fixed and hindsight")
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
+    parser.add_argument("--fallbacks", default="", help="e.g. 10,200: auto without the estimate, per fallback")
     args = parser.parse_args(argv)
     if args.tune:
         args.first_seed = TUNE_SEEDS[0]
@@ -441,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.process_time()
     results = run(args)
     print_results(results, args, time.process_time() - started)
+    if args.fallbacks:
+        print_fallback_effect(args, [int(f) for f in args.fallbacks.split(",")])
     return 0
 
 

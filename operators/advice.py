@@ -45,6 +45,7 @@ from statistics import NormalDist
 from typing import Any, Protocol
 
 from elastic_training.operators.failure_history import RunRecord
+from elastic_training.operators.shape_prior import ShapeEstimate
 
 
 class AdviceError(ValueError):
@@ -217,7 +218,14 @@ class AutoSettings:
     - ``max_increase``, ``max_decrease``: the period moves at most by these factors from the last such run's;
     - ``confidence``: the two-sided level of the reported interval on the failure rate;
     - ``save_failures``: fit the failures as a rate per second plus a rate per save (:func:`_fit_save_failures`),
-      so failures that saves bring make saves dearer rather than the period shorter (which brings more of them).
+      so failures that saves bring make saves dearer rather than the period shorter (which brings more of them);
+    - ``prior_failures_per_slice_hour``: the stated prior failure rate; with ``prior_failures`` it is a Gamma prior
+      (``prior_failures`` failures over ``prior_failures / rate`` slice-hours). With an estimate of the shape's step
+      and save times (:mod:`operators.shape_prior`) it chooses the first run's period; ``prior_exposure``: its
+      slice-hours count beside the runs' afterwards too (else only its failures do, as before issue 55). 0.2 is
+      the mean of a rate spread evenly in log scale from 0.018 to 0.75 failures per slice-hour (one every 2.3
+      slice-days to one every 80 slice-minutes: the calm to the stormy nights of the benchmark); tuned on its
+      tuning seeds against 0.05 and 0.1 (worse on stormy nights) and 0.3 (no better).
     """
 
     runs: int = 50
@@ -228,9 +236,17 @@ class AutoSettings:
     max_decrease: float = 8.0
     confidence: float = 0.9
     save_failures: bool = True
+    prior_failures_per_slice_hour: float = 0.2
+    prior_exposure: bool = False
 
     def __post_init__(self) -> None:
-        numbers = (self.half_life_runs, self.prior_failures, self.min_training_runs, self.max_increase)
+        numbers = (
+            self.half_life_runs,
+            self.prior_failures,
+            self.min_training_runs,
+            self.max_increase,
+            self.prior_failures_per_slice_hour,
+        )
         if not (1 <= self.runs <= 1000 and all(math.isfinite(v) and v >= 0 for v in numbers)):
             raise AdviceError(f"unsound auto settings: {self!r}")
         if not (self.max_increase >= 1 and self.max_decrease >= 1 and 0 < self.confidence < 1):
@@ -291,7 +307,9 @@ class PeriodChoice:
     outside them, else ``None``. ``runs``: how many past runs the rates came from (0: the period is ``fallback``);
     ``runs_other_shape``: runs left out for another fingerprint. ``failures`` and ``training_seconds``: the
     evidence, weighted by age; ``mtbf_seconds`` is per run of ``slices`` slices. ``*_low`` / ``*_high``: the
-    interval at ``confidence`` on the failure rate, and the periods and goodputs it spans.
+    interval at ``confidence`` on the failure rate, and the periods and goodputs it spans. ``source``: what the
+    rates came from: ``"runs"`` (this shape's), ``"prior"`` (no run of this shape measured yet: the shape's estimated
+    step and save times and the stated prior failure rate) or ``"fallback"`` (neither: ``period`` is the fallback).
     """
 
     period: int
@@ -320,6 +338,7 @@ class PeriodChoice:
     period_high: int | None = None
     goodput_low: float | None = None
     goodput_high: float | None = None
+    source: str = "fallback"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -367,6 +386,7 @@ def auto_period(
     fingerprint: str = "",
     slices: int = 1,
     settings: AutoSettings = AUTO_SETTINGS,
+    estimate: ShapeEstimate | None = None,
 ) -> PeriodChoice:
     """The checkpoint period for a run of ``steps`` steps on ``slices`` slices, from the history ``runs``.
 
@@ -376,28 +396,28 @@ def auto_period(
     are not exposure), with ``settings.prior_failures`` more than seen, scaled to ``slices``; step, save and
     recovery times are weighted means. Young/Daly (:func:`best_period`) gives the period, which moves at most
     ``settings.max_increase`` / ``max_decrease`` from the last such run's and stays within :func:`period_bounds`.
-    Without enough evidence (``settings.min_training_runs``): ``fallback``.
+    Without enough evidence (``settings.min_training_runs``): the same model over ``estimate`` (the shape's step and
+    save times before any run, :mod:`operators.shape_prior`) and the stated prior failure rate
+    (``settings.prior_failures_per_slice_hour``), or, without an estimate, ``fallback``. ``source`` says which.
     """
     slices = max(1, slices)
     alike = [r for r in runs if not fingerprint or r.fingerprint == fingerprint]
     measured = [r for r in alike if _measured(r)][-settings.runs :]
     evidence = _Evidence.of(measured, slices=slices, settings=settings) if measured else None
+    source = "runs"
     if evidence is None or not evidence.enough(steps, settings):
-        return _fallback_choice(
-            runs=runs, alike=len(alike), evidence=evidence, steps=steps, fallback=fallback, slices=slices,
-            fingerprint=fingerprint, settings=settings,
-        )  # fmt: skip
+        if estimate is None or settings.prior_failures_per_slice_hour <= 0:
+            return _fallback_choice(
+                runs=runs, alike=len(alike), evidence=evidence, steps=steps, fallback=fallback, slices=slices,
+                fingerprint=fingerprint, settings=settings,
+            )  # fmt: skip
+        evidence, measured, source = _Evidence.before_any_run(estimate, slices=slices, settings=settings), [], "prior"
     lower, upper = period_bounds(steps=steps, step_seconds=evidence.step_seconds, save_seconds=evidence.save_seconds)
     mtbf = evidence.mtbf_seconds(settings.prior_failures)
     optimum = _unbounded_best(evidence, mtbf, steps=steps)
-    previous = _model_period(measured, slices=slices, steps=steps, settings=settings)
+    previous = _model_period(measured, slices=slices, steps=steps, settings=settings) if measured else None
     period, clamped = _bounded(optimum, previous, (lower, upper), settings)
     inputs = evidence.inputs(mtbf, steps=steps, period=period)
-    mtbf_low, mtbf_high = evidence.mtbf_interval(settings.prior_failures, settings.confidence)
-    goodputs = [
-        predicted_goodput(evidence.inputs(m, steps=steps, period=period), period) for m in (mtbf_low, mtbf_high)
-    ]
-    periods = [_best(evidence, m, steps=steps, bounds=(lower, upper)) for m in (mtbf_low, mtbf_high)]
     return PeriodChoice(
         period=period,
         predicted_goodput=predicted_goodput(inputs, period),
@@ -411,20 +431,35 @@ def auto_period(
         recovery_seconds=round(evidence.recovery_seconds, 6),
         optimal_period=optimum,
         clamped=clamped,
-        reason=evidence.reason(mtbf, optimum, period, clamped, previous, settings),
+        reason=evidence.reason(
+            mtbf, optimum, period, clamped, previous, settings, estimate if measured == [] else None
+        ),
+        source=source,
         training_seconds=round(evidence.training_seconds, 3),
         slices=slices,
         fingerprint=fingerprint,
         runs_other_shape=len(runs) - len(alike),
         previous_period=previous,
-        confidence=settings.confidence,
-        mtbf_low_seconds=_finite(mtbf_low),
-        mtbf_high_seconds=_finite(mtbf_high),
-        period_low=min(periods),
-        period_high=max(periods),
-        goodput_low=min(goodputs),
-        goodput_high=max(goodputs),
+        **_interval(evidence, settings, steps=steps, period=period, bounds=(lower, upper)),
     )
+
+
+def _interval(
+    evidence: _Evidence, settings: AutoSettings, *, steps: int, period: int, bounds: tuple[int, int]
+) -> dict[str, Any]:
+    """The interval at ``settings.confidence`` on the MTBF, and the periods and goodputs at its two ends."""
+    ends = evidence.mtbf_interval(settings.prior_failures, settings.confidence)
+    goodputs = [predicted_goodput(evidence.inputs(m, steps=steps, period=period), period) for m in ends]
+    periods = [_best(evidence, m, steps=steps, bounds=bounds) for m in ends]
+    return {
+        "confidence": settings.confidence,
+        "mtbf_low_seconds": _finite(ends[0]),
+        "mtbf_high_seconds": _finite(ends[1]),
+        "period_low": min(periods),
+        "period_high": max(periods),
+        "goodput_low": min(goodputs),
+        "goodput_high": max(goodputs),
+    }
 
 
 def _finite(value: float) -> float | None:
@@ -510,6 +545,7 @@ class _Evidence:
     recovery_seconds: float
     save_failures: float = 0.0  # of ``failures``, those the fit puts on saves
     saves: float = 0.0  # weighted saves attempted
+    prior_slice_seconds: float = 0.0  # the Gamma prior's exposure (its failures are ``prior_failures``)
 
     @property
     def per_save(self) -> float:
@@ -532,6 +568,7 @@ class _Evidence:
         slice_seconds = sum(w * float(r.training_seconds or 0.0) * max(1, r.slices) for w, r in pairs)
         on_saves, saves = _fit_save_failures(pairs, settings.prior_failures) if settings.save_failures else (0, 0)
         return cls(
+            prior_slice_seconds=_prior_slice_seconds(settings) if settings.prior_exposure else 0.0,
             runs=len(measured),
             slices=slices,
             failures=failures - on_saves,
@@ -545,6 +582,22 @@ class _Evidence:
             recovery_seconds=mean([(w, float(r.recovery_seconds)) for w, r in pairs if r.recovery_seconds is not None]),
         )
 
+    @classmethod
+    def before_any_run(cls, estimate: ShapeEstimate, *, slices: int, settings: AutoSettings) -> _Evidence:
+        """No run yet: the estimate's times and the prior's rate alone."""
+        low, high = STEP_SECONDS_BOUNDS
+        return cls(
+            runs=0,
+            slices=slices,
+            failures=0.0,
+            slice_seconds=0.0,
+            training_seconds=0.0,
+            step_seconds=min(max(estimate.step_seconds, low), high),
+            save_seconds=estimate.save_seconds,
+            recovery_seconds=estimate.recovery_seconds,
+            prior_slice_seconds=_prior_slice_seconds(settings),
+        )
+
     def save_cost(self) -> float:
         """A save's expected cost: its time, and the failures it brings (each about half a save and a recovery)."""
         return self.save_seconds + self.per_save * (self.save_seconds / 2 + self.recovery_seconds)
@@ -556,19 +609,24 @@ class _Evidence:
     def mtbf_seconds(self, prior_failures: float) -> float:
         """Seconds between failures of a run on ``slices`` slices: the weighted rate per slice-second, scaled."""
         failures = self.failures + prior_failures
-        return math.inf if failures <= 0 else self.slice_seconds / (failures * self.slices)
+        return math.inf if failures <= 0 else self.exposure / (failures * self.slices)
+
+    @property
+    def exposure(self) -> float:
+        """Slice-seconds of training, the prior's included."""
+        return self.slice_seconds + self.prior_slice_seconds
 
     def mtbf_interval(self, prior_failures: float, confidence: float) -> tuple[float, float]:
         """The interval at ``confidence`` on that MTBF: the rate's Gamma posterior (shape: the failures plus the
         prior's, rate: the slice-seconds), its quantiles by Wilson and Hilferty's chi-square approximation."""
         shape = self.failures + prior_failures
-        if shape <= 0 or self.slice_seconds <= 0:
+        if shape <= 0 or self.exposure <= 0:
             return 0.0, math.inf
         z = NormalDist().inv_cdf(0.5 + confidence / 2)
         k = 2 * shape  # chi-square degrees of freedom
         wh = 2 / (9 * k)
-        high_rate = k * max(0.0, 1 - wh + z * math.sqrt(wh)) ** 3 / (2 * self.slice_seconds)
-        low_rate = k * max(0.0, 1 - wh - z * math.sqrt(wh)) ** 3 / (2 * self.slice_seconds)
+        high_rate = k * max(0.0, 1 - wh + z * math.sqrt(wh)) ** 3 / (2 * self.exposure)
+        low_rate = k * max(0.0, 1 - wh - z * math.sqrt(wh)) ** 3 / (2 * self.exposure)
         shortest = 1 / (high_rate * self.slices) if high_rate > 0 else math.inf
         longest = 1 / (low_rate * self.slices) if low_rate > 0 else math.inf
         return shortest, longest
@@ -593,11 +651,18 @@ class _Evidence:
         clamped: str | None,
         previous: int | None,
         settings: AutoSettings,
+        estimate: ShapeEstimate | None = None,
     ) -> str:
-        """Why ``auto`` chose its period, in one line."""
+        """Why ``auto`` chose its period, in one line: the evidence, its source, the bound that moved it."""
+        prior = f"+{settings.prior_failures:g} assumed"
+        if self.prior_slice_seconds > 0:
+            prior += (
+                f" over {self.prior_slice_seconds:.0f} more, the prior of {settings.prior_failures_per_slice_hour:g}"
+            )
+            prior += " per slice-hour"
         rate = (
-            f"{self.failures:.3g} failure(s) (+{settings.prior_failures:g} assumed) over {self.slice_seconds:.0f} "
-            f"slice-seconds of training: one every {mtbf:.0f} s on {self.slices} slice(s)"
+            f"{self.failures:.3g} failure(s) ({prior}) over {self.slice_seconds:.0f} slice-seconds of training: one "
+            f"every {mtbf:.0f} s on {self.slices} slice(s)"
         )
         bound = {
             "save_time": f", raised to {period} (a save takes {self.save_seconds:.3g} s)",
@@ -605,10 +670,19 @@ class _Evidence:
             "change_bound": f", moved only to {period} from the last run's {previous} (at most x"
             f"{settings.max_increase:g} up, /{settings.max_decrease:g} down per run)",
         }
+        source = f"the last {self.runs} run(s) of this shape"
+        if estimate is not None:
+            source = f"no run of this shape measured yet, so the prior: {estimate.source}"
         return (
-            f"the last {self.runs} run(s) of this shape: {rate}, a save {self.save_seconds:.3g} s, a step "
-            f"{self.step_seconds:.3g} s: the model's best period is {optimum}{bound.get(clamped or '', '')}"
+            f"{source}: {rate}, a save {self.save_seconds:.3g} s, a step {self.step_seconds:.3g} s: the model's best "
+            f"period is {optimum}{bound.get(clamped or '', '')}"
         )
+
+
+def _prior_slice_seconds(settings: AutoSettings) -> float:
+    """The stated prior's exposure: ``prior_failures`` failures at ``prior_failures_per_slice_hour``."""
+    rate = settings.prior_failures_per_slice_hour
+    return settings.prior_failures / rate * 3600.0 if rate > 0 else 0.0
 
 
 def _fit_save_failures(pairs: Sequence[tuple[float, RunRecord]], prior: float) -> tuple[float, float]:

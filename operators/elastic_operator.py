@@ -97,6 +97,7 @@ from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
 from elastic_training.operators.run_report import BudgetAllowances, RunReport, escalations_of, period_choice_from_json
 from elastic_training.operators.run_state import RunState
 from elastic_training.operators.scheduling import describe, stranded
+from elastic_training.operators.shape_prior import ShapeEstimate, estimate_shape
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import (
     ELASTIC_TIMEOUT_HOST_REPAIR_SECONDS,
@@ -320,6 +321,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 fallback=_fallback_period(spec.steps, self.auto_fallback_period),
                 fingerprint=shape_fingerprint(spec),
                 slices=spec.num_slices,
+                estimate=_shape_estimate(spec),
             )
             self.log.info("checkpoint_period=auto: %s (%s)", choice.period, choice.reason)
             plan["checkpoint_period_choice"] = choice.to_json()
@@ -932,6 +934,17 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         selector = f"{LABEL_JOBSET_NAME}={run.jobset_name},{LABEL_REPLICATED_JOB_NAME}={HEAD_REPLICATED_JOB}"
         head = cluster.log_tail(selector, HEAD_MAIN_CONTAINER)
         raise (AirflowException if retryable else AirflowFailException)(f"{message}{head}")
+
+
+def _shape_estimate(spec: ElasticRunSpec) -> ShapeEstimate | None:
+    """The step and save times ``auto`` assumes before any run of this shape (None: unknown model or TPU, or the
+    local runtime, whose stand-in trainer is not the model its arguments name)."""
+    if spec.runtime == "local":
+        return None
+    try:
+        return estimate_shape(spec, spec.tpu.name)
+    except SpecError:
+        return None
 
 
 def _fallback_period(steps: int, preferred: int | None) -> int:

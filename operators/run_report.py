@@ -365,6 +365,8 @@ def period_choice_from_json(data: Any) -> PeriodChoice | None:
     entry = _object(data, "checkpoint_period_choice")
     known = {f.name for f in dataclasses.fields(PeriodChoice)}
     values = {k: v for k, v in entry.items() if k in known}
+    if "source" not in values:  # a choice stored before issue 55: from runs when it used any, else the fallback
+        values["source"] = "runs" if entry.get("runs") else "fallback"
     bounds = values.get("bounds")
     try:
         if not isinstance(bounds, list | tuple) or len(bounds) != 2:

@@ -547,8 +547,12 @@ function planPanel(plan) {
     if (avoid.relaxed) parts.push(el("p", { id: "plan-relaxed" }, `Avoidance relaxed (its workers could not be scheduled): ${avoid.relaxed}`));
   }
   if (choice) {
+    const sources = { runs: "this shape's runs", prior: "the prior (no run of this shape measured yet)", fallback: "the fallback (nothing known)" };
+    const interval = choice.period_low != null && choice.period_high != null
+      ? `; ${Math.round((choice.confidence || 0.9) * 100)} % interval ${choice.period_low}–${choice.period_high} steps` : "";
     parts.push(el("p", { id: "plan-period" }, `checkpoint_period=auto chose ${choice.period} steps (allowed ${choice.bounds[0]}–${choice.bounds[1]}); `
       + `predicted goodput ${fmt.pct(choice.predicted_goodput)}, achieved ${fmt.pct(choice.achieved_goodput)}`),
+      el("p", { id: "plan-period-source" }, `From ${sources[choice.source] || choice.source || "–"}${interval}`),
       el("p", { class: "muted" }, choice.reason || ""));
   }
   return el("section", { class: "panel span12", id: "plan" }, el("h2", {}, "Decided from earlier runs"), ...parts);

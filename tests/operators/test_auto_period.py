@@ -23,6 +23,7 @@ from elastic_training.operators.advice import (
 )
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.run_report import CapacityTimes, period_choice_from_json
+from elastic_training.operators.shape_prior import ShapeEstimate
 from elastic_training.operators.spec import ElasticRunSpec
 from tests.support.reports import full_report
 
@@ -292,3 +293,40 @@ def test_the_history_entry_carries_training_time_and_shape() -> None:
     old = {k: v for k, v in record.to_json().items() if k not in ("training_seconds", "fingerprint")}
     assert RunRecord.from_json(old) == dataclasses.replace(record, training_seconds=None, fingerprint="")
     assert math.isfinite(choose([again], steps=100).wall_seconds)
+
+
+ESTIMATE = ShapeEstimate(step_seconds=2.0, save_seconds=16.0, recovery_seconds=110.0, source="a test's estimate")
+
+
+def test_before_any_run_the_prior_chooses_and_says_so() -> None:
+    # The stated prior (0.2 failures a slice-hour, one failure's weight) on 4 slices: one failure every 4500 s,
+    # so Young's sqrt(2 * 16 * 4500) = 379 s, about 190 steps of 2 s, not the fallback's 10.
+    first = choose([], slices=4, estimate=ESTIMATE, settings=AUTO_SETTINGS)
+    assert first.source == "prior" and first.runs == 0 and first.mtbf_seconds == 4500.0
+    assert abs(first.period - math.sqrt(2 * 16 * 4500) / 2) <= 1
+    assert first.period_low is not None and first.period_high is not None
+    assert first.period_low < first.period < first.period_high  # one failure's evidence: a wide interval
+    assert "no run of this shape measured yet, so the prior: a test's estimate" in first.reason
+    assert "0.2 per slice-hour" in first.reason
+    # No estimate (a model the table does not list): the fallback, and the choice says so.
+    assert choose([], slices=4, settings=AUTO_SETTINGS).source == "fallback"
+    # Once a run of the shape was measured, its own evidence replaces the prior entirely.
+    after = choose(
+        [past("a", failures=4, training=6000.0, step=2.0, save=16.0)],
+        slices=4,
+        estimate=ESTIMATE,
+        settings=AUTO_SETTINGS,
+    )
+    assert after.source == "runs" and after.runs == 1 and "the last 1 run(s) of this shape" in after.reason
+    assert after.period != first.period
+
+
+def test_the_settings_of_before_issue_55_run_the_fallback_first() -> None:
+    before = dataclasses.replace(AUTO_SETTINGS, prior_failures_per_slice_hour=0.0)
+    assert choose([], estimate=ESTIMATE, settings=before).period == 10
+
+
+def test_a_choice_stored_before_issue_55_reads_back_with_its_source() -> None:
+    from_runs, fallback = choose([past("a", failures=4, training=6000.0)]).to_json(), choose([]).to_json()
+    del from_runs["source"], fallback["source"]
+    assert [period_choice_from_json(c).source for c in (from_runs, fallback)] == ["runs", "fallback"]  # type: ignore[union-attr]

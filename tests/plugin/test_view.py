@@ -396,6 +396,7 @@ def test_the_view_shows_what_the_run_decided_from_earlier_runs() -> None:
     assert running["plan"]["node_pool_avoidance"]["avoided"] == ["pool-b"]
     assert running["plan"]["checkpoint_period_choice"]["period"] == 10
     assert running["plan"]["checkpoint_period_choice"]["achieved_goodput"] is None  # not known before the end
+    assert running["plan"]["checkpoint_period_choice"]["source"] == "fallback"  # why: nothing was known
     report = run_report(
         incarnations=[Incarnation("js", 0, 0, digest)],
         escalations=(),
