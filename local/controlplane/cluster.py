@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from elastic_training.local.cluster.group_reaper import GroupReaper
 from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.local.controlplane import binaries as upstream
 from elastic_training.local.controlplane import configs, manifests, pki
@@ -80,6 +81,8 @@ class ControlPlane:
         self._write_user_kubeconfig = write_user_kubeconfig
         self._progress = progress or (lambda _line: None)
         self.components: dict[str, Component] = {}
+        # If this process dies without stopping them (SIGKILL, a crash), the reaper kills every component's group.
+        self._reaper = GroupReaper()
         self.identities = configs.identities()
         self.kubeconfigs: dict[str, Path] = {}
         self.timings: dict[str, float] = {}
@@ -114,6 +117,7 @@ class ControlPlane:
 
     def _start_all(self) -> None:
         binaries = self.binaries
+        self._reaper.start()
         for folder in ("pki", "etc", "logs"):
             (self.workdir / folder).mkdir(parents=True, exist_ok=True)
         self.pki = pki.create(self.workdir / "pki")
@@ -137,13 +141,22 @@ class ControlPlane:
     def stop(self, grace_seconds: float = 5.0) -> None:
         """Stop every component, the last started first."""
         for component in reversed(list(self.components.values())):
-            component.stop(grace_seconds)
+            self._stop_component(component, grace_seconds)
+        self._reaper.stop()
+
+    def _stop_component(self, component: Component, grace_seconds: float = 5.0) -> None:
+        pid = component.pid
+        component.stop(grace_seconds)
+        if pid is not None:
+            self._reaper.remove(pid)
 
     def _component(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Component:
         base = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         component = Component(name, argv, self.workdir / "logs" / f"{name}.log", {**base, **(env or {})})
         self.components[name] = component
         component.start()
+        if component.pid is not None:
+            self._reaper.add(component.pid)  # its group: start_new_session made the pid the group id
         return component
 
     def _start_etcd(self, binaries: upstream.Binaries) -> None:
@@ -327,7 +340,7 @@ class ControlPlane:
 
     def restart_kueue(self, configuration: dict[str, Any]) -> None:
         """Stop the Kueue manager and start it with ``configuration`` (its ConfigMap edited, its pod restarted)."""
-        self.components["kueue"].stop()
+        self._stop_component(self.components["kueue"])
         self._kueue_base = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **configuration}
         self._start_kueue(self.binaries)
 
