@@ -169,10 +169,12 @@ class NodeAgent:
             ]
             if self._server is not None:
                 await self._server.serve({node.name: sock for node, sock in zip(nodes, sockets, strict=True)})
+            # Before the Nodes exist: the scheduler may bind a waiting pod the moment one does, and the watch
+            # event for that binding must find the node already ours.
+            pods.add_nodes([node.name for node in nodes])
             await asyncio.gather(*(register(self._api_client(), node) for node in nodes))
             self._nodes.extend(nodes)
             await heartbeats.add(nodes)
-            pods.add_nodes([node.name for node in nodes])
 
         self._call(add(), START_TIMEOUT_SECONDS)
 
