@@ -41,7 +41,18 @@ LONGEST_FIRST = (
     "tests/dags/test_alerts_stack.py",
     "tests/cli/test_airflow.py",
     "tests/operators/test_elastic_operator_kueue.py",
+    # On the upstream control plane (issue 51): a cluster's start and stop each, and the node lifecycle controller's
+    # 40 s grace for a lost host.
+    "tests/local/faults/test_faults.py",
+    "tests/local/nodeagent/test_pods.py",
+    "tests/local/cluster/test_cli_cluster.py",
+    "tests/local/gke/test_provisioning_requests.py",
     "tests/operators/test_elastic_operator.py",
+    "tests/local/nodeagent/test_nodes.py",
+    "tests/operators/test_manifests_cluster.py",
+    "tests/local/controlplane/test_control_plane.py",
+    "tests/local/cluster/test_kueue_v5e.py",
+    "tests/local/gke/test_on_demand.py",
     "tests/operators/test_seed_scenarios.py",
     "tests/operators/test_real_maxtext_operator.py",
     "tests/benchmarks/test_chaos.py",  # one run since stop 50 (49 s idle), not the outage's (128 s)
@@ -62,7 +73,6 @@ LONGEST_FIRST = (
     "tests/plugin/test_history_page.py",
     "tests/dags/test_run_directory.py",
     "tests/dags/test_hostile_params.py",
-    "tests/local/cluster/test_cli_cluster.py",
     "tests/operators/test_hooks_gke.py",
     "tests/hostile/test_cli_arguments.py",
     "tests/operators/test_manifests.py",
