@@ -100,6 +100,17 @@ _signal.__name__ = "signal"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``cluster up`` and ``cluster fault ...`` subcommands."""
     verbs = parser.add_subparsers(dest="cluster_command", required=True, metavar="{up,fault}")
+    _up_arguments(verbs)
+    fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
+    fault.add_argument("--kubeconfig", type=Path, required=True, help="the kubeconfig `cluster up` wrote")
+    kinds = fault.add_subparsers(dest="fault", required=True, metavar="FAULT")
+    _pod_faults(kinds)
+    _api_faults(kinds)
+    _node_faults(kinds)
+    _kueue_faults(kinds)
+
+
+def _up_arguments(verbs: Any) -> None:
     up = verbs.add_parser("up", help="serve a Kubernetes API on 127.0.0.1 in the foreground until SIGINT/SIGTERM")
     up.add_argument("--kubeconfig", type=Path, required=True, help="where to write the kubeconfig")
     up.add_argument("--port", type=_port, default=0, help="kube-apiserver's port on 127.0.0.1 (default 0: any free)")
@@ -123,10 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(`cluster fault expire-watches --compact` compacts it now)",
     )
 
-    fault = verbs.add_parser("fault", help="inject a fault into a running local cluster")
-    fault.add_argument("--kubeconfig", type=Path, required=True, help="the kubeconfig `cluster up` wrote")
-    kinds = fault.add_subparsers(dest="fault", required=True, metavar="FAULT")
-    delete = kinds.add_parser("delete-pod", help="remove a pod at once and kill its processes (--force)")
+
+def _pod_faults(kinds: Any) -> None:
+    delete = kinds.add_parser("delete-pod", help="delete a pod through the API (its grace period), as kubectl does")
     delete.add_argument("namespace")
     delete.add_argument("name")
     sig = kinds.add_parser("signal-pod", help="send a signal to a pod's container processes")
@@ -134,6 +144,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sig.add_argument("name")
     sig.add_argument("--signal", type=_signal, default="SIGKILL", help="KILL, SIGTERM, 9, ... (default SIGKILL)")
     sig.add_argument("--container", help="only this container (default: every container)")
+    evict = kinds.add_parser("evict-pod", help="evict a pod through the Eviction API (DisruptionTarget, then deleted)")
+    evict.add_argument("namespace")
+    evict.add_argument("name")
+    evict.add_argument(
+        "--reason",
+        choices=("EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet", "DeletionByPodGC"),
+        default="EvictionByEvictionAPI",
+        help="the DisruptionTarget reason (default EvictionByEvictionAPI; on the upstream cluster only it: the "
+        "others are the scheduler's, the kubelet's and pod GC's own)",
+    )
+
+
+def _api_faults(kinds: Any) -> None:
     fail = kinds.add_parser("fail-requests", help="answer matching API requests with an error status")
     fail.add_argument("--code", type=_error_code, default=500, help="the status to answer with (default 500)")
     how_many = fail.add_mutually_exclusive_group()
@@ -148,8 +171,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     latency.add_argument("--path", type=_regex, help="regular expression searched in the request path")
     latency.add_argument("--method", help="only this HTTP method")
     expire = kinds.add_parser("expire-watches", help="end every open watch")
-    expire.add_argument("--compact", action="store_true", help="also drop the watch history, so resuming gets 410")
-    lose = kinds.add_parser("lose-host", help="a TPU host is lost: every pod of its node pool (slice) fails")
+    expire.add_argument("--compact", action="store_true", help="also compact etcd to its newest revision")
+    kinds.add_parser("clear", help="remove every API fault rule")
+    kinds.add_parser("show", help="print the active API fault rules")
+
+
+def _node_faults(kinds: Any) -> None:
+    lose = kinds.add_parser(
+        "lose-host", help="a TPU host is lost with its slice: its node pool's hosts stop until repaired"
+    )
     lose.add_argument("node")
     lose.add_argument(
         "--repair-seconds",
@@ -168,15 +198,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     provision.add_argument(
         "--seconds", type=_repair_seconds, required=True, help="provisioning time once a pod asks for the pool"
     )
-    evict = kinds.add_parser("evict-pod", help="DisruptionTarget with a reason, then terminate the pod")
-    evict.add_argument("namespace")
-    evict.add_argument("name")
-    evict.add_argument(
-        "--reason",
-        choices=("EvictionByEvictionAPI", "PreemptionByScheduler", "TerminationByKubelet", "DeletionByPodGC"),
-        default="EvictionByEvictionAPI",
-        help="the DisruptionTarget reason (default EvictionByEvictionAPI)",
-    )
+
+
+def _kueue_faults(kinds: Any) -> None:
     stop = kinds.add_parser(
         "stop-queue", help="a Kueue queue's stopPolicy (HoldAndDrain evicts its admitted Workloads)"
     )
@@ -192,8 +216,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "kueue-configuration", help="Kueue's manager Configuration (waitForPodsReady), as an edited ConfigMap"
     )
     configure.add_argument("file", type=_yaml_mapping, help="a YAML Kueue Configuration; '-' for none (off)")
-    kinds.add_parser("clear", help="remove every API fault rule")
-    kinds.add_parser("show", help="print the active API fault rules")
 
 
 def run(args: argparse.Namespace) -> int:
