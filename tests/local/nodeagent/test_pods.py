@@ -61,7 +61,11 @@ def test_a_running_pod_is_ready_and_restarts_on_failure_with_its_count(cluster: 
     script = f"if [ -f {mark} ]; then sleep 300; else touch {mark}; exit 1; fi"
     cluster.core.create_namespaced_pod(NS, shell_pod(name, script, node=CPU_NODE, restart="OnFailure"))
 
-    pod = running(cluster.core, name)
+    def restarted() -> client.V1Pod | None:  # Running is seen during the first run too, before it exits 1
+        pod = running(cluster.core, name)
+        return pod if pod.status.container_statuses[0].restart_count >= 1 else None
+
+    pod = wait_for(restarted, 60)
     status = pod.status.container_statuses[0]
     assert status.restart_count == 1 and status.ready
     assert status.last_state.terminated.exit_code == 1
