@@ -37,6 +37,9 @@ Obj = dict[str, Any]
 def _no_jobset_left_running(k8s: K8s) -> Iterator[None]:
     yield
     JobSets(k8s.custom).delete_all()
+    # Until their pods are gone: a deleted run's pending high-priority pod is still the real scheduler's to place,
+    # and it preempted the next test's pod (seen in the suite under load).
+    wait_for(lambda: not pods_of(k8s.core, LABEL_JOBSET_NAME), 120)
 
 
 def pathways_like(name: str, slices: int, *, queue: str | None = "multislice-queue", priority: str = "") -> Obj:
