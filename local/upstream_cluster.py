@@ -80,6 +80,7 @@ class UpstreamCluster:
         self._fault_loop: asyncio.AbstractEventLoop | None = None
         self._fault_thread: threading.Thread | None = None
         self.fault_server: FaultServer | None = None
+        self._fault_runner: web.AppRunner | None = None
         self._started = False
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
@@ -157,9 +158,9 @@ class UpstreamCluster:
 
         async def serve() -> None:
             assert self.fault_server is not None
-            runner = web.AppRunner(self.fault_server.app, access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", self.faults_port, ssl_context=context).start()
+            self._fault_runner = web.AppRunner(self.fault_server.app, access_log=None)
+            await self._fault_runner.setup()
+            await web.TCPSite(self._fault_runner, "127.0.0.1", self.faults_port, ssl_context=context).start()
 
         self._fault_thread = threading.Thread(target=loop.run_forever, name="fault-server", daemon=True)
         self._fault_thread.start()
@@ -178,9 +179,13 @@ class UpstreamCluster:
         if loop is None or server is None:
             return
         asyncio.run_coroutine_threadsafe(server.close(), loop).result(timeout=10)
+        if self._fault_runner is not None:  # its listening socket closed, not left to the garbage collector
+            asyncio.run_coroutine_threadsafe(self._fault_runner.cleanup(), loop).result(timeout=10)
+            self._fault_runner = None
         loop.call_soon_threadsafe(loop.stop)
         if self._fault_thread is not None:
             self._fault_thread.join(timeout=10)
+        loop.close()
         self._fault_loop = None
 
     def stop(self) -> None:
