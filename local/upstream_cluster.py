@@ -254,7 +254,7 @@ class UpstreamCluster:
 
     @property
     def api(self) -> client.ApiClient:
-        """An API client as the cluster admin (the user's kubeconfig)."""
+        """An API client as the cluster admin (its kubeconfig under ``etc/``, written before the user's)."""
         if self._api is None:
             self._api = config.new_client_from_config(config_file=str(self.control_plane.kubeconfigs["admin"]))
         return self._api

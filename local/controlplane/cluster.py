@@ -177,7 +177,7 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
-        wait_until(lambda: _http_ok(f"{client}/health"), etcd, 60, "healthy")
+        wait_until(lambda: https_ok(f"{client}/health"), etcd, 60, "healthy")
 
     def _start_apiserver(self, binaries: upstream.Binaries) -> None:
         assert self.pki is not None
@@ -347,14 +347,3 @@ class ControlPlane:
     def describe_failure(self) -> str:
         """One line per component that is not running, with its log's last lines."""
         return "; ".join(f"{c.name}: {log_tail(c.log_path)}" for c in self.components.values() if not c.running())
-
-
-def _http_ok(url: str) -> bool:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False

@@ -72,8 +72,9 @@ def write_kubeconfigs(directory: Path, url: str, ca_pem: bytes, clients: dict[st
     }
 
 
-# Metadata for every request, as GKE's default policy records most of them; the RequestReceived stage too, so
-# that a watch is counted when it opens (tests count what a client asked), and never the events' noise.
+# Metadata for every request, as GKE's default policy records most of them, at the RequestReceived stage only: a
+# watch is one event when it opens, however long it stays open (tests count what a client asked); events and leases
+# (the controllers' and the node agent's noise) are left out.
 AUDIT_POLICY: dict[str, Any] = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",

@@ -181,9 +181,7 @@ def create(directory: Path) -> ClusterPki:
         hosts=(*LOOPBACK_SANS, "jobset-webhook-service.jobset-system.svc"),
         server=True,
     )
-    jobset_cert, jobset_key = jobset.write(jobset_dir, "tls")
-    jobset_cert.rename(jobset_dir / "tls.crt")
-    jobset_key.rename(jobset_dir / "tls.key")
+    jobset.write(jobset_dir, "tls")  # tls.crt, tls.key: the names controller-runtime's webhook server reads
     sa_key = ec.generate_private_key(ec.SECP256R1())
     sa_private, sa_public = directory / "service-account.key", directory / "service-account.pub"
     write_private(sa_private, _key_pem(sa_key))

@@ -119,8 +119,8 @@ def wait_until(ready: Callable[[], bool], component: Component, timeout: float, 
         delay = min(delay * 1.5, 0.5)
 
 
-def https_ok(url: str, context: ssl.SSLContext, token: str | None = None) -> bool:
-    """Whether ``url`` answers 200 (any connection error or other status: not yet)."""
+def https_ok(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bool:
+    """Whether ``url`` answers 200 (any connection error or other status: not yet); plain HTTP without a context."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, context=context, timeout=5) as response:
