@@ -82,6 +82,7 @@ class UpstreamCluster:
         self.fault_server: FaultServer | None = None
         self._fault_runner: web.AppRunner | None = None
         self._started = False
+        self.kueue_reconfigured = False  # Kueue restarted with a Configuration other than the description's
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -158,7 +159,11 @@ class UpstreamCluster:
 
         async def serve() -> None:
             assert self.fault_server is not None
-            self._fault_runner = web.AppRunner(self.fault_server.app, access_log=None)
+            self._fault_runner = web.AppRunner(
+                self.fault_server.app,
+                access_log=None,
+                shutdown_timeout=2.0,  # a client's kept-alive connection
+            )
             await self._fault_runner.setup()
             await web.TCPSite(self._fault_runner, "127.0.0.1", self.faults_port, ssl_context=context).start()
 
@@ -182,6 +187,7 @@ class UpstreamCluster:
         if self._fault_runner is not None:  # its listening socket closed, not left to the garbage collector
             asyncio.run_coroutine_threadsafe(self._fault_runner.cleanup(), loop).result(timeout=10)
             self._fault_runner = None
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         if self._fault_thread is not None:
             self._fault_thread.join(timeout=10)
@@ -231,6 +237,19 @@ class UpstreamCluster:
     def ca_path(self) -> Path:
         assert self.control_plane.pki is not None
         return self.control_plane.pki.ca
+
+    @property
+    def faults_url(self) -> str:
+        """The API fault proxy in front of kube-apiserver (the kubeconfig's ``elastic-training-local-faults``
+        context): a client that talks to it meets :meth:`UpstreamFaults.fail_requests` and the other API faults."""
+        if not self.faults_port:
+            raise RuntimeError("the cluster's fault proxy is not running")
+        return f"https://127.0.0.1:{self.faults_port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The cluster CA's certificate (PEM), as a kubeconfig's ``certificate-authority-data`` holds it."""
+        return self.ca_path.read_bytes()
 
     @property
     def audit_log_path(self) -> Path:
@@ -291,8 +310,17 @@ class UpstreamCluster:
         the manager now runs with.
         """
         self.control_plane.restart_kueue(parse_configuration(configuration).manifest())
+        self.kueue_reconfigured = True
         self._publish_kueue_configuration()
         return dict(yaml.safe_load(self.control_plane.kueue_configuration_path().read_text()))
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel the loop's other tasks (requests still being handled) and wait for them, so none is left pending."""
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def _signature(path: Path) -> tuple[int, int] | None:

@@ -128,3 +128,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return SHARED_UNITS.get(path, path)
 
     return SharedFixtureScheduling(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_the_shared_cluster() -> Any:
+    """The process's shared upstream cluster (tests/support/shared_cluster.py) stops with the session."""
+    yield
+    from tests.support.shared_cluster import stop_shared_cluster
+
+    stop_shared_cluster()

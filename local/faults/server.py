@@ -214,6 +214,10 @@ class FaultServer:
         return self._session
 
     async def close(self) -> None:
+        """End the watches streaming through the proxy, then its client session."""
+        for transport in list(self._watches):
+            transport.close()
+        self._watches.clear()
         if self._session is not None:
             await self._session.close()
 

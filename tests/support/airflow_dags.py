@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config, utils
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.operators.rbac import ROLE_NAME, rbac_manifests
+from tests.support.shared_cluster import shared_cluster
 
 NAMESPACE = "default"
 TOKEN_SECONDS = 6 * 3600  # outlives a module of end-to-end tests
@@ -32,7 +33,7 @@ def airflow_db() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamCluster]:
     """A running local cluster, reachable as Airflow's ``kubernetes_default`` connection.
 
     The connection holds the operators' ServiceAccount, bound to the shipped Role, not the admin token:
@@ -41,30 +42,30 @@ def cluster_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
     """
     # GKE-like node pools (four v5e-16 pools, tpu-v5e-4 for the stages, cpu-np): the operators render the GKE
     # JobSets, and they must schedule.
-    with LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), description="v5e-small") as cluster:
-        kubeconfig = write_operators_kubeconfig(cluster)
-        previous = os.environ.get("AIRFLOW_CONN_KUBERNETES_DEFAULT")
-        os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
-            {
-                "conn_type": "kubernetes",
-                "extra": {"kube_config_path": str(kubeconfig), "namespace": NAMESPACE},
-            }
-        )
-        try:
-            yield cluster
-        finally:
-            if previous is None:
-                os.environ.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
-            else:
-                os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = previous
+    cluster = shared_cluster("v5e-small", tmp_path_factory.getbasetemp())
+    kubeconfig = write_operators_kubeconfig(cluster)
+    previous = os.environ.get("AIRFLOW_CONN_KUBERNETES_DEFAULT")
+    os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
+        {
+            "conn_type": "kubernetes",
+            "extra": {"kube_config_path": str(kubeconfig), "namespace": NAMESPACE},
+        }
+    )
+    try:
+        yield cluster
+    finally:
+        if previous is None:
+            os.environ.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
+        else:
+            os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = previous
 
 
-def operators_kubeconfig(cluster: LocalCluster) -> Path:
+def operators_kubeconfig(cluster: UpstreamCluster) -> Path:
     """Where :func:`write_operators_kubeconfig` puts the operators' kubeconfig for ``cluster``."""
     return cluster.workdir / "operators-kubeconfig"
 
 
-def write_operators_kubeconfig(cluster: LocalCluster) -> Path:
+def write_operators_kubeconfig(cluster: UpstreamCluster) -> Path:
     """The operators' kubeconfig for ``cluster``, written; returns its path.
 
     ``rbac_manifests(NAMESPACE)`` is created with the admin client, a token for its ServiceAccount is
@@ -73,15 +74,33 @@ def write_operators_kubeconfig(cluster: LocalCluster) -> Path:
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         manifests = rbac_manifests(NAMESPACE)
-        for manifest in manifests:
-            utils.create_from_dict(admin, manifest, namespace=NAMESPACE)
+        for manifest in manifests:  # the shared cluster may have them from an earlier module: replaced
+            try:
+                utils.create_from_dict(admin, manifest, namespace=NAMESPACE)
+            except utils.FailToCreateError as error:
+                if any(e.status != 409 for e in error.api_exceptions):
+                    raise
+                _replace(admin, manifest)
         (account,) = [m["metadata"]["name"] for m in manifests if m["kind"] == "ServiceAccount"]
         issued = client.CoreV1Api(admin).create_namespaced_service_account_token(
             account, NAMESPACE, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
         )
     finally:
         admin.close()
-    return write_kubeconfig(operators_kubeconfig(cluster), cluster.url, issued.status.token, ca_pem=cluster.ca_pem)
+    # Through the cluster's API fault proxy, so the operators meet the faults a test sets (`cluster.faults`).
+    return write_kubeconfig(
+        operators_kubeconfig(cluster), cluster.faults_url, issued.status.token, ca_pem=cluster.ca_pem
+    )
+
+
+def _replace(admin: client.ApiClient, manifest: dict[str, Any]) -> None:
+    """Put the shipped ``manifest`` in place of the one an earlier module left (a test may have narrowed a Role)."""
+    name, kind = manifest["metadata"]["name"], manifest["kind"]
+    rbac = client.RbacAuthorizationV1Api(admin)
+    if kind == "Role":
+        rbac.replace_namespaced_role(name, NAMESPACE, manifest)
+    elif kind == "RoleBinding":
+        rbac.replace_namespaced_role_binding(name, NAMESPACE, manifest)
 
 
 def dag_from_source(dag_id: str, body: str, header: str) -> Any:

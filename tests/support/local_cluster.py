@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+from tests.support.shared_cluster import shared_cluster
 
 
 @dataclass(frozen=True)
@@ -28,25 +29,18 @@ class K8s:
 
 
 @pytest.fixture(scope="module")
-def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamCluster]:
     """A running local cluster (API, controllers, kubelet), shared by the tests of one module.
 
     A module sets its nodes with ``CLUSTER_DESCRIPTION = ...`` (a ``ClusterDescription``, a YAML path or
     a built-in name such as ``"v5e-small"``); without it the cluster has the single node ``local-node``.
     """
     description = getattr(request.module, "CLUSTER_DESCRIPTION", None)
-    if getattr(request.module, "UPSTREAM", False):  # moved onto the upstream control plane (issue 51)
-        from elastic_training.local.upstream_cluster import UpstreamCluster
-
-        with UpstreamCluster(tmp_path_factory.mktemp("cluster"), description=description or "single-node") as real:
-            yield real  # type: ignore[misc]
-        return
-    with LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), description=description) as running:
-        yield running
+    yield shared_cluster(description, tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="module")
-def k8s(cluster: LocalCluster) -> Iterator[K8s]:
+def k8s(cluster: UpstreamCluster) -> Iterator[K8s]:
     """CoreV1Api, BatchV1Api and CustomObjectsApi talking to ``cluster`` over HTTP."""
     api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
@@ -61,7 +55,7 @@ def k8s(cluster: LocalCluster) -> Iterator[K8s]:
         api_client.close()
 
 
-def jobset_names(cluster: LocalCluster) -> set[str]:
+def jobset_names(cluster: UpstreamCluster) -> set[str]:
     """Every JobSet in the ``default`` namespace, through the official client."""
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:

@@ -1,0 +1,121 @@
+"""One upstream cluster per test process, shared by its modules: :func:`shared_cluster`.
+
+An upstream control plane takes about 12 s to start and 900 MiB to run (benchmarks/RESULTS.md), so the suite does not
+start one per module. Each xdist process keeps the cluster its last module asked for; a module that asks for the
+same description gets it back, cleaned (:func:`reset`): every workload object gone from every namespace the tests
+use, their pods gone from the nodes, the nodes uncordoned and their hosts back, the API faults and provisioning rules
+cleared. A module that asks for another description, or finds the cluster changed past what a reset undoes (Kueue's
+configuration restarted with other settings), gets a new cluster. The process stops the last one when it ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from elastic_training.local.cluster.cluster_description import ClusterDescription, load_description
+from elastic_training.local.upstream_cluster import UpstreamCluster
+
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "kueue-system", "jobset-system"})
+RESET_SECONDS = 120.0
+# What a module leaves behind that the next must not meet, deleted namespace by namespace (namespaced custom
+# resources by group, version, plural). Kueue's Workloads go with their JobSets; ProvisioningRequests with theirs.
+_CUSTOM = (
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ("kueue.x-k8s.io", "v1beta2", "workloads"),
+)
+
+_current: tuple[str, UpstreamCluster] | None = None
+
+
+def shared_cluster(description: ClusterDescription | str | Path | None, root: Path) -> UpstreamCluster:
+    """The process's cluster for ``description`` (``single-node`` when None), reset for its next user."""
+    global _current
+    described = load_description(description if description is not None else "single-node")
+    key = repr(described)
+    if _current is not None:
+        current_key, running = _current
+        if current_key == key and not _changed(running):
+            reset(running)
+            return running
+        _current = None
+        running.stop()
+    started = UpstreamCluster(root / f"cluster-{time.monotonic_ns()}", description=described)
+    started.start()
+    _current = (key, started)
+    return started
+
+
+def _changed(cluster: UpstreamCluster) -> bool:
+    """True when Kueue runs another configuration than the description's (a test restarted it with its own)."""
+    return bool(getattr(cluster, "kueue_reconfigured", False))
+
+
+def reset(cluster: UpstreamCluster) -> None:
+    """Undo what a module did: faults cleared, hosts back, nodes uncordoned, workloads deleted and their pods gone."""
+    cluster.faults.cancel()
+    if cluster.fault_server is not None:
+        cluster.faults.clear_api_faults()
+    if cluster.gke is not None:
+        cluster.gke.clear_provisioning_rules()
+    api = cluster.api
+    core = client.CoreV1Api(api)
+    if cluster.agent is not None:
+        for node in cluster.agent.node_names():
+            cluster.agent.restore_host(node)
+    for node in core.list_node().items:
+        if node.spec.unschedulable:
+            core.patch_node(node.metadata.name, {"spec": {"unschedulable": None}})
+    namespaces = [n.metadata.name for n in core.list_namespace().items if n.metadata.name not in SYSTEM_NAMESPACES]
+    for namespace in namespaces:
+        _delete_workloads(api, namespace)
+    _wait_for_no_pods(core, namespaces)
+
+
+def _delete_workloads(api: client.ApiClient, namespace: str) -> None:
+    custom = client.CustomObjectsApi(api)
+    for group, version, plural in _CUSTOM:
+        _quietly(custom.delete_collection_namespaced_custom_object, group, version, namespace, plural)
+    batch = client.BatchV1Api(api)
+    _quietly(batch.delete_collection_namespaced_job, namespace, propagation_policy="Background")
+    _quietly(client.CoreV1Api(api).delete_collection_namespaced_pod, namespace, grace_period_seconds=0)
+
+
+def _quietly(call: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        call(*args, **kwargs)
+    except client.ApiException as error:
+        if error.status not in (404, 405):  # a CRD not installed, a collection that cannot be deleted
+            raise
+
+
+def _wait_for_no_pods(core: client.CoreV1Api, namespaces: list[str]) -> None:
+    """Until no pod is left in ``namespaces`` (forced deletions; the Job-tracking finalizers removed by the Job
+    controller); RuntimeError naming what is left after :data:`RESET_SECONDS`."""
+    deadline = time.monotonic() + RESET_SECONDS
+    while True:
+        left = [
+            f"{p.metadata.namespace}/{p.metadata.name}" for ns in namespaces for p in core.list_namespaced_pod(ns).items
+        ]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the shared cluster's reset left pods: {', '.join(sorted(left)[:10])}")
+        for ns in namespaces:
+            _quietly(core.delete_collection_namespaced_pod, ns, grace_period_seconds=0)
+        time.sleep(0.2)
+
+
+def stop_shared_cluster() -> None:
+    """Stop the process's cluster (the session's end)."""
+    global _current
+    if _current is not None:
+        _current[1].stop()
+        _current = None
+
+
+atexit.register(stop_shared_cluster)
