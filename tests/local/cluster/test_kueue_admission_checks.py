@@ -19,7 +19,6 @@ from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.cluster_description import parse_description
-from elastic_training.local.cluster.queue_description import QueueDescriptionError, parse_queues
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
 from elastic_training.operators.queueing import is_queued_jobset
 from tests.support.control_plane import NS, JobSets, job_template, jobset_manifest, pods_of, unique
@@ -362,38 +361,3 @@ def test_a_jobset_without_a_label_joins_the_namespaces_default_local_queue(k8s: 
 
     wait_for(gone, 60)
     assert k8s.custom.list_namespaced_custom_object(KUEUE, V, namespace, "workloads")["items"] == []
-
-
-def test_a_description_refuses_cohort_name_and_converts_xpks_admission_checks() -> None:
-    flavor = {"name": "f"}
-    queue = {
-        "name": "cq",
-        "resourceGroups": [
-            {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1}]}]}
-        ],
-    }
-    with pytest.raises(QueueDescriptionError) as refused:
-        parse_queues({"resourceFlavors": [flavor], "clusterQueues": [{**queue, "cohortName": "team"}]})
-    assert str(refused.value).startswith(
-        "kueue.clusterQueues[0].cohortName: cohorts are not modelled by the local Kueue"
-    )
-    objects = parse_queues(
-        {
-            "resourceFlavors": [flavor],
-            "clusterQueues": [{**queue, "admissionChecks": ["dws-prov"]}],
-            "admissionChecks": [
-                {
-                    "name": "dws-prov",
-                    "controllerName": "kueue.x-k8s.io/provisioning-request",
-                    "parameters": {"apiGroup": KUEUE, "kind": "ProvisioningRequestConfig", "name": "dws-config"},
-                }
-            ],
-            "provisioningRequestConfigs": [
-                {"name": "dws-config", "provisioningClassName": "queued-provisioning.gke.io"}
-            ],
-        }
-    )
-    by_kind = {o.rtype.kind: o.body for o in objects}
-    assert by_kind["ClusterQueue"]["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "dws-prov"}]}
-    assert "admissionChecks" not in by_kind["ClusterQueue"]["spec"]
-    assert by_kind["ProvisioningRequestConfig"]["spec"]["retryStrategy"]["backoffLimitCount"] == 3

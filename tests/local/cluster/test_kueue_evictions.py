@@ -23,8 +23,6 @@ import yaml
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kueue_config import ConfigurationError, parse_configuration
-from elastic_training.local.cluster.queue_description import QueueDescriptionError, parse_kueue_configuration
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
 from tests.support.cluster_faults import _control
 from tests.support.control_plane import NS, JobSets, job_template, jobset_manifest, pods_of, unique
@@ -113,41 +111,6 @@ def suspended(k8s: K8s, name: str) -> bool:
 
 
 # -- the configuration ----------------------------------------------------------------------------------
-
-
-def test_wait_for_pods_ready_takes_upstreams_defaults_and_refuses_what_it_cannot_do() -> None:
-    assert parse_configuration(None).wait_for_pods_ready is None  # v0.17.1: off unless configured
-    v019 = parse_configuration({"waitForPodsReady": {}}).wait_for_pods_ready  # v0.19's defaults
-    assert v019 is not None
-    assert (v019.timeout_seconds, v019.recovery_timeout_seconds) == (1800.0, 1800.0)
-    strategy = v019.requeuing
-    assert (strategy.timestamp, strategy.backoff_limit_count) == ("Eviction", None)
-    assert [strategy.backoff_seconds(n) for n in (1, 2, 3, 7, 8)] == [60, 120, 240, 3600, 3600]
-    given = parse_configuration(
-        {
-            "waitForPodsReady": {
-                "timeout": "5m",
-                "recoveryTimeout": "1m30s",
-                "requeuingStrategy": {"backoffLimitCount": 3},
-            }
-        }
-    ).wait_for_pods_ready
-    assert given is not None and (given.timeout_seconds, given.recovery_timeout_seconds) == (300.0, 90.0)
-    off = parse_configuration({"waitForPodsReady": {"timeout": "10m", "recoveryTimeout": "0s"}}).wait_for_pods_ready
-    assert off is not None and off.recovery_timeout_seconds is None  # "0s" turns the recovery check off
-    assert parse_configuration({"waitForPodsReady": {"enable": False, "timeout": "5m"}}).wait_for_pods_ready is None
-    for bad, message in (
-        ({"timeout": 300}, "waitForPodsReady.timeout: must be a duration"),
-        ({"timeout": "5 minutes"}, "invalid duration"),
-        ({"blockAdmission": True}, "blockAdmission: true is not modelled"),
-        ({"requeuingStrategy": {"timestamp": "Now"}}, 'Unsupported value: "Now"'),
-        ({"requeuingStrategy": {"backoffLimitCount": -1}}, "backoffLimitCount: must be an integer from 0"),
-        ({"retries": 3}, "waitForPodsReady.retries: unknown field"),
-    ):
-        with pytest.raises(ConfigurationError, match=message):
-            parse_configuration({"waitForPodsReady": bad})
-    with pytest.raises(QueueDescriptionError, match=r"kueue\.configuration\.waitForPodsReady\.timeout"):
-        parse_kueue_configuration({"configuration": {"waitForPodsReady": {"timeout": "-1s"}}})
 
 
 def test_kueue_faults_over_http_and_bad_ones_refused(cluster: LocalCluster, k8s: K8s) -> None:

@@ -17,9 +17,40 @@ from elastic_training.local.cluster.cluster_description import (
     parse_description,
 )
 from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
-from elastic_training.local.cluster.scheduler_filters import allocatable, filter_node, pod_requests
 from elastic_training.operators.manifests import HEAD_NODE_POOL, elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec
+
+
+def _requests(pod_spec: dict[str, Any]) -> dict[str, Fraction]:
+    """What the scheduler reserves for a pod (no plain init containers here): its containers' and its sidecars'
+    (restartable init containers') requests, a request absent beside a limit being the limit (the API server's
+    defaulting)."""
+    total: dict[str, Fraction] = {}
+    sidecars = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    assert len(sidecars) == len(pod_spec.get("initContainers") or [])
+    for container in [*pod_spec["containers"], *sidecars]:
+        resources = container.get("resources") or {}
+        for name, value in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}.items():
+            total[name] = total.get(name, Fraction(0)) + parse_quantity(str(value))
+    return total
+
+
+def _fits(pod_spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    """The node's labels hold the pod's nodeSelector and the pod tolerates each NoSchedule taint."""
+    labels = node["metadata"]["labels"]
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    tolerations = pod_spec.get("tolerations") or []
+
+    def tolerated(taint: dict[str, Any]) -> bool:
+        return any(
+            (t.get("operator") == "Exists" and t.get("key") in (None, taint["key"]))
+            or (t.get("key") == taint["key"] and t.get("value") == taint.get("value"))
+            for t in tolerations
+            if t.get("effect") in (None, taint["effect"])
+        )
+
+    return all(tolerated(t) for t in node["spec"].get("taints") or [] if t["effect"] == "NoSchedule")
 
 
 def _pool(**overrides: Any) -> dict[str, Any]:
@@ -77,14 +108,15 @@ def test_default_cpu_pool_fits_the_rendered_pathways_head() -> None:
     )
     jobset = elastic_jobset(spec, name="fit", namespace="default", labels={})
     head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
-    head_pod = {"spec": head["template"]["spec"]["template"]["spec"]}
-    wanted = pod_requests(head_pod)
+    head_pod = head["template"]["spec"]["template"]["spec"]
+    wanted = _requests(head_pod)
     assert wanted["cpu"] == 24 + 16 + 8
     assert wanted["memory"] == parse_quantity("232G")
     cpu_np = next(n for n in load_description("v5e-small").nodes() if n["metadata"]["name"].endswith("cpu-np-0"))
-    free = allocatable(cpu_np)
-    assert free["cpu"] >= wanted["cpu"]
-    assert free["memory"] >= wanted["memory"]
+    free = cpu_np["status"]["allocatable"]
+    assert parse_quantity(free["cpu"]) >= wanted["cpu"]
+    assert parse_quantity(free["memory"]) >= wanted["memory"]
+    assert _fits(head_pod, cpu_np)
 
 
 def test_the_workers_of_a_v5e_16_run_never_fit_the_single_host_pool() -> None:
@@ -99,11 +131,9 @@ def test_the_workers_of_a_v5e_16_run_never_fit_the_single_host_pool() -> None:
     )
     jobset = elastic_jobset(spec, name="fit", namespace="default", labels={})
     worker = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "worker")
-    worker_pod = {"spec": worker["template"]["spec"]["template"]["spec"]}
+    worker_pod = worker["template"]["spec"]["template"]["spec"]
     fits = {
-        n["metadata"]["labels"][LABEL_NODEPOOL]
-        for n in load_description("v5e-small").nodes()
-        if filter_node(worker_pod, n, [], []) is None
+        n["metadata"]["labels"][LABEL_NODEPOOL] for n in load_description("v5e-small").nodes() if _fits(worker_pod, n)
     }
     assert fits == {f"tpu-v5e-16-{i}" for i in range(4)}
 
