@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from tests.support.airflow_dags import states, xcom
 from tests.support.local_cluster import jobset_names
 from tests.support.repo_dags import repo_dag
@@ -29,7 +29,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("param", "conf"), CASES, ids=[f"{p}-{i}" for i, (p, _) in enumerate(CASES)])
 def test_hostile_value_is_refused_naming_the_param_and_nothing_is_created(
-    airflow_db: None, cluster_connection: LocalCluster, allowed_root: Path, param: str, conf: dict[str, Any]
+    airflow_db: None, cluster_connection: UpstreamCluster, allowed_root: Path, param: str, conf: dict[str, Any]
 ) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.pipeline_report import PHASES
 from tests.support.airflow_dags import states, xcom
 from tests.support.repo_dags import repo_dag
@@ -44,7 +44,7 @@ def asset_events(dag_run: Any) -> list[tuple[str, dict[str, Any]]]:
 # One nightly run (with a slice failure) read by the tests below: it runs every stage and publishes both assets as
 # a run without one does, and the run that continues it (the failed gate) takes the unarmed path.
 @pytest.fixture(scope="module")
-def drilled_run(airflow_db: None, cluster_connection: LocalCluster, allowed_root: Path) -> Any:
+def drilled_run(airflow_db: None, cluster_connection: UpstreamCluster, allowed_root: Path) -> Any:
     return nightly(allowed_root, run_name="drilled", inject_slice_failure=True, failure_at_step=30, failure_slice=1)
 
 
@@ -109,7 +109,7 @@ def test_a_failed_gate_stops_the_pipeline_with_the_metrics(
 
 
 def test_fault_drill_reports_every_recovery_phase_and_the_steps_lost(
-    airflow_db: None, cluster_connection: LocalCluster, allowed_root: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, allowed_root: Path
 ) -> None:
     dag_run = repo_dag("elastic_training_fault_drill").test(run_conf={"base_output_directory": str(allowed_root)})
     assert set(states(dag_run).values()) == {"success"}

@@ -11,15 +11,17 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kubeconfig import render_kubeconfig
+from elastic_training.local.cluster.kubeconfig import read_endpoint, render_kubeconfig
+from elastic_training.local.upstream_cluster import UpstreamCluster
+from tests.support.airflow_dags import operators_kubeconfig, operators_role_without
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,10 +72,18 @@ def test_validate_without_google_credentials_exits_2_with_one_line(
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The local cluster, API only: these tests never run a pod."""
-    with LocalCluster(workdir=tmp_path_factory.mktemp("cluster"), run_control_plane=False) as running:
-        yield running
+def cluster(cluster_connection: UpstreamCluster) -> UpstreamCluster:
+    """The process's upstream cluster (these tests never run a pod), with the operators' ServiceAccount and its
+    kubeconfig through the API fault proxy (:func:`operators_kubeconfig`)."""
+    return cluster_connection
+
+
+@pytest.fixture(scope="module")
+def token(cluster: UpstreamCluster) -> str:
+    """A bearer token kube-apiserver accepts: the admin's, from its ``--token-auth-file``."""
+    token = read_endpoint(cluster.kubeconfig_path).token
+    assert token
+    return token
 
 
 def _closed_port() -> int:
@@ -187,21 +197,22 @@ def test_an_inline_kube_config_that_is_not_yaml_is_not_quoted(monkeypatch: pytes
 
 
 def test_a_kubeconfig_without_the_clusters_ca(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, retries: list[str]
+    cluster: UpstreamCluster, token: str, monkeypatch: pytest.MonkeyPatch, retries: list[str]
 ) -> None:
-    """The local cluster serves TLS with its own CA: a kubeconfig that does not carry it is told so, not retried on."""
-    conn_id = _connection(monkeypatch, "k8s_no_ca", {"kube_config": _kubeconfig_for(cluster.url, cluster.token)})
+    """kube-apiserver serves TLS with the cluster's own CA: a kubeconfig that does not carry it is told so, not
+    retried on."""
+    conn_id = _connection(monkeypatch, "k8s_no_ca", {"kube_config": _kubeconfig_for(cluster.url, token)})
     message = _execute_error(_elastic(conn_id))
     assert message.startswith(
         f"the Kubernetes API server {cluster.url} of connection 'k8s_no_ca' presented a certificate that is not trusted"
     )
     assert "certificate-authority-data" in message
-    assert cluster.token not in message
+    assert token not in message
     assert retries == []  # no attempt changes a certificate the client does not trust
 
 
-def test_a_refused_token(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The local cluster checks bearer tokens: an expired or wrong one gets 401."""
+def test_a_refused_token(cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-apiserver checks bearer tokens (its ``--token-auth-file``, ServiceAccount tokens): a wrong one gets 401."""
     kubeconfig = _kubeconfig_for(cluster.url, "FAKE-EXPIRED-TOKEN", cluster.ca_pem)
     conn_id = _connection(monkeypatch, "k8s_expired", {"kube_config": kubeconfig})
     message = _execute_error(_elastic(conn_id))
@@ -212,22 +223,23 @@ def test_a_refused_token(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.fixture
-def no_jobset_api(cluster: LocalCluster) -> Iterator[None]:
-    """The cluster answers for the JobSet group as a real API server without the CRD does: 404 on every path,
-    discovery included (`/apis/jobset.x-k8s.io/...`), while the core API keeps working."""
+def no_jobset_api(cluster: UpstreamCluster) -> Iterator[None]:
+    """The API fault proxy answers for the JobSet group as a real API server without the CRD does: 404 on every
+    path, discovery included (`/apis/jobset.x-k8s.io/...`), while the core API keeps working."""
     cluster.faults.fail_requests(404, path=r"^/apis/jobset\.x-k8s\.io(/|$)")
     try:
         yield
     finally:
-        cluster.faults.clear()
+        cluster.faults.clear_api_faults()
 
 
 def test_a_cluster_without_the_jobset_api(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, no_jobset_api: None
+    cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch, no_jobset_api: None
 ) -> None:
     from elastic_training.operators import JobSetOperator
 
-    conn_id = _connection(monkeypatch, "k8s_no_crd", {"kube_config_path": str(cluster.kubeconfig_path)})
+    # The operators' kubeconfig: through the fault proxy, which is the server its messages name.
+    conn_id = _connection(monkeypatch, "k8s_no_crd", {"kube_config_path": str(operators_kubeconfig(cluster))})
     for operator in (
         _elastic(conn_id),
         JobSetOperator(
@@ -243,12 +255,12 @@ def test_a_cluster_without_the_jobset_api(
         message = _execute_error(operator)
         assert message == (
             "the JobSet CRD (jobset.x-k8s.io/v1alpha2) is not installed on the cluster "
-            f"{cluster.url} of connection 'k8s_no_crd'; install kubernetes-sigs/jobset "
+            f"{cluster.faults_url} of connection 'k8s_no_crd'; install kubernetes-sigs/jobset "
             "(https://jobset.sigs.k8s.io/docs/installation/)"
         )
 
 
-def test_a_missing_namespace_is_not_a_missing_crd(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_namespace_is_not_a_missing_crd(cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     from elastic_training.operators.hooks import ClusterAccessError, JobSetHook
     from elastic_training.operators.manifests import JobSpec, plain_jobset
 
@@ -264,18 +276,27 @@ def test_a_missing_namespace_is_not_a_missing_crd(cluster: LocalCluster, monkeyp
         hook.create_jobset(body, "no-such-namespace")
 
 
-def test_a_verb_the_role_does_not_grant(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_verb_the_role_does_not_grant(cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operators' ServiceAccount under a Role without ``list`` on jobsets: kube-apiserver's RBAC answers 403."""
     from elastic_training.operators.hooks import ClusterAccessError, JobSetHook
 
-    hook = JobSetHook(conn_id=_connection(monkeypatch, "k8s_rbac", {"kube_config_path": str(cluster.kubeconfig_path)}))
-    cluster.faults.fail_requests(403, path=r"/jobsets$", method="GET")
-    try:
-        with pytest.raises(ClusterAccessError) as raised:
-            hook.list_jobsets("default", "a=b")
-    finally:
-        cluster.faults.clear()
+    kubeconfig = str(operators_kubeconfig(cluster))
+    hook = JobSetHook(conn_id=_connection(monkeypatch, "k8s_rbac", {"kube_config_path": kubeconfig}))
+    with operators_role_without(cluster.api, "jobsets", "list"), pytest.raises(ClusterAccessError) as raised:
+        _until_refused(lambda: hook.list_jobsets("default", "a=b"))
     assert str(raised.value).startswith("connection 'k8s_rbac' may not list jobsets in namespace 'default'")
     assert "deploy/rbac.yaml" in str(raised.value)
+
+
+def _until_refused(call: Callable[[], object], seconds: float = 30.0) -> None:
+    """Call until it raises: kube-apiserver's RBAC authorizer sees a Role's change through its informer, a moment
+    after the write."""
+    deadline = time.monotonic() + seconds
+    while True:
+        call()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still allowed {seconds:.0f} s after the Role changed")
+        time.sleep(0.1)
 
 
 async def _first_trigger_event(conn_id: str) -> Any:
@@ -300,7 +321,7 @@ async def _first_trigger_event(conn_id: str) -> Any:
 
 
 async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A token that expires while the task is deferred: the watches give up after a few refusals (not forever,
     and not as a stall escalation 30 minutes later) and the event names the status and what to renew."""
@@ -315,14 +336,14 @@ async def test_a_trigger_whose_token_is_refused_ends_with_the_reason(
 
 
 async def test_a_trigger_whose_server_certificate_is_not_trusted_ends_with_the_reason(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: UpstreamCluster, token: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cluster's CA lost from the connection while the task is deferred (a rotation, an edited connection):
     the watch ends at once naming the certificate, instead of retrying a verification no attempt can pass."""
-    conn_id = _connection(monkeypatch, "k8s_no_ca_async", {"kube_config": _kubeconfig_for(cluster.url, cluster.token)})
+    conn_id = _connection(monkeypatch, "k8s_no_ca_async", {"kube_config": _kubeconfig_for(cluster.url, token)})
     event = await _first_trigger_event(conn_id)
     assert event.payload["status"] == "error"
     message = event.payload["message"]
     assert message.startswith("ClusterAccessError: watching through connection 'k8s_no_ca_async'")
     assert "certificate that is not trusted" in message and "certificate-authority-data" in message
-    assert cluster.token not in message
+    assert token not in message

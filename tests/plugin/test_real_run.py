@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 import pytest
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.metrics import run_metrics
 from elastic_training.operators.run_report import RunReport
 from tests.support.airflow_auth import USERS
@@ -64,7 +64,7 @@ def lineage_events(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def finished_run(
     login_required: dict[str, str],
     airflow_db: None,
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
     tmp_path_factory: pytest.TempPathFactory,
     statsd: StatsdListener,
     lineage_events: Path,
@@ -88,7 +88,7 @@ def finished_run(
     return dag_run
 
 
-def test_slice_killed_mid_run_recovers_in_process(finished_run: Any, cluster_connection: LocalCluster) -> None:
+def test_slice_killed_mid_run_recovers_in_process(finished_run: Any, cluster_connection: UpstreamCluster) -> None:
     """The operator's in-process recovery (once tests/operators/test_elastic_operator.py's own run of the same DAG:
     the run the view tests read is that run, so it is run once)."""
     report = xcom(finished_run, "pretrain")

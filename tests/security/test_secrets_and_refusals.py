@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kubeconfig import render_kubeconfig
+from elastic_training.local.cluster.kubeconfig import read_endpoint, render_kubeconfig
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_DAG_ID
 from elastic_training.operators.images import ALLOWED_IMAGES_VARIABLE
-from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.airflow_dags import dag_from_source, operators_kubeconfig, states, xcom
 
 HEADER = "from airflow.sdk import DAG\nfrom operators import ElasticJobSetOperator, JobSetOperator"
 
 
-def jobsets_of_dag(cluster: LocalCluster, dag_id: str) -> list[str]:
+def jobsets_of_dag(cluster: UpstreamCluster, dag_id: str) -> list[str]:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
@@ -60,7 +60,7 @@ def _dag(dag_id: str, operator: str) -> Any:
 )
 def test_a_refused_task_creates_nothing(
     airflow_db: None,
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
     dag_id: str,
@@ -109,12 +109,15 @@ def _task_logs() -> str:
 @pytest.mark.slow
 def test_connection_secrets_reach_no_xcom_log_or_output(
     airflow_db: None,
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    kube_config = render_kubeconfig(cluster_connection.url, cluster_connection.token, ca_pem=cluster_connection.ca_pem)
+    # The operators' ServiceAccount token (TokenRequest API), straight to kube-apiserver: a real bearer token.
+    token = read_endpoint(operators_kubeconfig(cluster_connection)).token
+    assert token
+    kube_config = render_kubeconfig(cluster_connection.url, token, ca_pem=cluster_connection.ca_pem)
     monkeypatch.setenv(
         "AIRFLOW_CONN_K8S_SECRET",
         json.dumps(
@@ -145,6 +148,6 @@ def test_connection_secrets_reach_no_xcom_log_or_output(
     # The search looks where the run's data and its task log are.
     assert "secrets-run" in places["xcom"]
     assert "created JobSet secrets-run-" in places["task logs"] + places["output"]
-    for secret in (cluster_connection.token, SECRET_PASSWORD, SECRET_EXTRA, "kube_config", "Bearer"):
+    for secret in (token, SECRET_PASSWORD, SECRET_EXTRA, "kube_config", "Bearer"):
         for where, text in places.items():
             assert secret not in text, f"{secret[:12]}... found in {where}"

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.cluster.kubeconfig import FAULTS_CONTEXT, read_endpoint, write_kubeconfig
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.local.workloads.pathways_session import Allocation, PathwaysSession, api_client_from_kubeconfig
 from elastic_training.local.workloads.slices import Generation, KubernetesSliceHealth, lost_slices
 from elastic_training.operators.constants import (
@@ -65,6 +66,24 @@ def running(k8s: K8s, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         )
 
 
+@pytest.fixture(scope="module")
+def proxied(cluster: UpstreamCluster) -> Iterator[client.ApiClient]:
+    """The admin's client through the API fault proxy (the kubeconfig's ``elastic-training-local-faults`` context):
+    it meets ``cluster.faults.fail_requests`` and ``expire_watches``."""
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path), context=FAULTS_CONTEXT)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def _faults_kubeconfig(cluster: UpstreamCluster, path: Any) -> str:
+    """A kubeconfig whose current context is the fault proxy, as a trainer pod's would be read."""
+    endpoint = read_endpoint(cluster.kubeconfig_path)
+    assert endpoint.token
+    return str(write_kubeconfig(path, cluster.faults_url, endpoint.token, ca_pem=cluster.ca_pem))
+
+
 def _running_workers(k8s: K8s) -> list[client.V1Pod]:
     selector = f"{LABEL_JOBSET_NAME}={NAME},{LABEL_REPLICATED_JOB_NAME}={WORKER_REPLICATED_JOB}"
     pods = k8s.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
@@ -85,30 +104,31 @@ def test_the_trainer_learns_slices_from_the_resource_manager_and_hosts_from_the_
 
 
 def test_the_trainer_start_up_reads_ride_out_a_burst_of_api_errors(
-    running: str, k8s: K8s, cluster: LocalCluster
+    running: str, k8s: K8s, cluster: UpstreamCluster, proxied: client.ApiClient, tmp_path: Any
 ) -> None:
     """A burst of 500s while the head starts does not fail it: its client retries, as the operator's do."""
     head = _head(k8s).metadata.name
-    plain = PathwaysSession(k8s.api_client, NAMESPACE, head)
+    plain = PathwaysSession(proxied, NAMESPACE, head)
     cluster.faults.fail_requests(500, count=3)
     try:
         with pytest.raises(client.ApiException) as refused:
             plain.allocation()  # without retries, the first 500 ends it
         assert refused.value.status == 500
     finally:
-        cluster.faults.clear()
-    retrying = PathwaysSession(api_client_from_kubeconfig(str(cluster.kubeconfig_path)), NAMESPACE, head)
+        cluster.faults.clear_api_faults()
+    retrying_client = api_client_from_kubeconfig(_faults_kubeconfig(cluster, tmp_path / "kubeconfig"))
+    retrying = PathwaysSession(retrying_client, NAMESPACE, head)
     # More than urllib3's default three retries (which never retry a 500 anyway); each more doubles the wait
     # (0.5, 1, 2, 4, 8 s): the burst's length, not the backoff's, is the point.
     cluster.faults.fail_requests(500, count=4)
     try:
         assert retrying.allocation() == Allocation(running, NAMESPACE, num_slices=2, hosts_per_slice=4)
     finally:
-        cluster.faults.clear()
+        cluster.faults.clear_api_faults()
         retrying.api_client.close()
 
 
-def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8s, cluster: LocalCluster) -> None:
+def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8s, cluster: UpstreamCluster) -> None:
     health = KubernetesSliceHealth(k8s.core, NAMESPACE, running, 2, min_ready_seconds=0.2, hosts_per_slice=4)
 
     def when(check: Any) -> dict[int, Generation]:
@@ -136,13 +156,16 @@ def test_one_lost_host_loses_its_slice_and_only_that_slice(running: str, k8s: K8
         health.close()
 
 
-def test_the_slice_health_watch_resumes_after_the_server_ends_it(running: str, k8s: K8s, cluster: LocalCluster) -> None:
+def test_the_slice_health_watch_resumes_after_the_server_ends_it(
+    running: str, k8s: K8s, cluster: UpstreamCluster, proxied: client.ApiClient
+) -> None:
     """The worker pods are watched, not polled: a watch the server ends (its timeout, a restart) is resumed
     from the last version seen, so the next lost host is still heard."""
-    health = KubernetesSliceHealth(k8s.core, NAMESPACE, running, 2, min_ready_seconds=0.2, hosts_per_slice=4)
+    core = client.CoreV1Api(proxied)  # its watch through the fault proxy, which ends it
+    health = KubernetesSliceHealth(core, NAMESPACE, running, 2, min_ready_seconds=0.2, hosts_per_slice=4)
     try:
         before = wait_for(lambda: dict(health.generations()) if len(health.generations()) == 2 else None, timeout=30)
-        assert cluster.faults.expire_watches() >= 1
+        assert cluster.faults.expire_watches()["expired"] >= 1
         [victim] = [
             p
             for p in _running_workers(k8s)
@@ -157,7 +180,7 @@ def test_the_slice_health_watch_resumes_after_the_server_ends_it(running: str, k
         health.close()
 
 
-def test_a_restarted_pathways_sidecar_ends_the_session(running: str, k8s: K8s, cluster: LocalCluster) -> None:
+def test_a_restarted_pathways_sidecar_ends_the_session(running: str, k8s: K8s, cluster: UpstreamCluster) -> None:
     head = _head(k8s).metadata.name
     session = PathwaysSession(k8s.api_client, NAMESPACE, head)
     lost: list[str] = []
