@@ -1,12 +1,13 @@
-"""The upstream control plane's start, memory and stop, against the Python imitation's in the same run.
+"""The upstream control plane's start, memory and stop.
 
     python -m benchmarks.control_plane --repeat 3 [--description v5e-small] [--out control-plane.json]
 
 Each repeat starts :class:`UpstreamCluster` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, JobSet,
 Kueue, the node agent with the description's nodes, the fault proxy) with its binaries already built, reads the
-resident memory of every process it runs, and stops it; then the same for the imitation (``LocalCluster``, one
-Python process) as the baseline. Prints one JSON document: per-run seconds and MiB, medians, the ratios, and the
-machine's load average before and after. The build itself is timed by ``make control-plane`` (docs/local-cluster.md).
+resident memory of every process it runs, and stops it. Prints one JSON document: per-run seconds and MiB, medians,
+and the machine's load average before and after. The build itself is timed by ``make control-plane``
+(docs/local-cluster.md). The Python imitation this was once compared with is gone; its figures stay in
+benchmarks/RESULTS.md as history.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 
 import psutil
 
-from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.controlplane import binaries
 from elastic_training.local.upstream_cluster import UpstreamCluster
 
@@ -64,16 +64,6 @@ def upstream_once(root: Path, description: str) -> dict[str, Any]:
     }
 
 
-def imitation_once(root: Path, description: str) -> dict[str, Any]:
-    started = time.monotonic()
-    cluster = LocalCluster(workdir=root, description=description)
-    cluster.start()
-    start_seconds = time.monotonic() - started
-    stopping = time.monotonic()
-    cluster.stop()
-    return {"start_s": start_seconds, "stop_s": time.monotonic() - stopping}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -87,14 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-control-plane-") as tmp:
         upstream = [upstream_once(Path(tmp) / f"u{i}", args.description) for i in range(args.repeat)]
-        imitation = [imitation_once(Path(tmp) / f"i{i}", args.description) for i in range(args.repeat)]
     median = {
         "upstream_start_s": statistics.median(r["start_s"] for r in upstream),
-        "imitation_start_s": statistics.median(r["start_s"] for r in imitation),
         "upstream_stop_s": statistics.median(r["stop_s"] for r in upstream),
         "upstream_rss_total_mib": statistics.median(r["rss_total_mib"] for r in upstream),
     }
-    median["start_ratio"] = median["upstream_start_s"] / median["imitation_start_s"]
     report = {
         "description": args.description,
         "repeat": args.repeat,
@@ -103,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         "load_after": os.getloadavg(),
         "median": median,
         "upstream": upstream,
-        "imitation": imitation,
     }
     text = json.dumps(report, indent=2)
     print(text)

@@ -2,12 +2,14 @@
 
     .venv/bin/python -m benchmarks.pod_death --runs 30
 
-Starts a local cluster in a child process (or uses ``--kubeconfig`` of a running one), then for
+Starts the upstream local cluster (:class:`UpstreamCluster`, ``single-node``: kube-apiserver, the controllers, the
+node agent) in a child process (or uses ``--kubeconfig`` of a running one), then for
 each run creates a pod running ``sleep 600`` (``restartPolicy: Never``), waits on a watch until it
 runs, and measures with the official ``kubernetes`` client's watch:
 
-- **kill → terminated**: ``SIGKILL`` to the container's process (its pid is the
-  ``local://<pid>`` container ID) until a watch event shows the container ``terminated``;
+- **kill → terminated**: ``SIGKILL`` to the container's process (its pid is the node agent's
+  ``local://<pid>`` container ID) until a watch event shows the container ``terminated``: the node agent's
+  status write through kube-apiserver, then the watch cache's event;
 - **kill → Failed**: until the event that carries phase ``Failed``;
 - **graceful delete → DELETED**: ``DELETE`` (default grace period 30 s; ``sleep`` exits on
   SIGTERM) until the watch's ``DELETED`` event.
@@ -34,12 +36,14 @@ from typing import Any
 import urllib3
 from kubernetes import client, config, watch
 
+from benchmarks.upstream import wait_for_service_account
+
 NS = "default"
 _CLUSTER_SCRIPT = """
 import sys
 from pathlib import Path
-from elastic_training.local.cluster import LocalCluster
-with LocalCluster(workdir=Path(sys.argv[1])) as cluster:
+from elastic_training.local.upstream_cluster import UpstreamCluster
+with UpstreamCluster(Path(sys.argv[1]), description="single-node") as cluster:
     print(cluster.kubeconfig_path, flush=True)
     sys.stdin.read()
 """
@@ -86,7 +90,7 @@ def _pod(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "ignored", "command": ["sleep", "600"]}],
+            "containers": [{"name": "main", "image": "local", "command": ["sleep", "600"]}],
         },
     }
 
@@ -159,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         core = client.CoreV1Api(api_client)
+        wait_for_service_account(api_client, NS)
         kills = [run_kill(core, i) for i in range(args.runs)]
         deletes = [run_graceful_delete(core, i) for i in range(args.runs)]
     finally:
