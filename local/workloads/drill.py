@@ -34,18 +34,11 @@ T = TypeVar("T")
 NAMESPACE = "default"
 
 
-class PodFaults(Protocol):
-    def delete_pod(self, namespace: str, name: str) -> None: ...
-
-
 class Cluster(Protocol):
-    """What the drill needs of a running `LocalCluster`."""
+    """What the drill needs of a running cluster (`local.upstream_cluster.UpstreamCluster`)."""
 
     @property
     def kubeconfig_path(self) -> Path: ...
-
-    @property
-    def faults(self) -> PodFaults: ...
 
 
 class DrillTimeout(TimeoutError):
@@ -156,13 +149,19 @@ class SliceKillDrill:
             killed_at=time.time(),
             step_at_kill=step_at_kill,
         )
-        self._cluster.faults.delete_pod(NAMESPACE, victim.metadata.name)
+        self.force_delete(victim.metadata.name)
         if plan.until == "recovered":
             _wait("a recovery record", deadline, lambda: (progress(), self.records(plan))[1])
         else:
             _wait(f"JobSet {plan.name} to finish", deadline, lambda: (progress(), self.terminal_state(plan.name))[1])
         self._observe(plan, observation, seen)
         return observation
+
+    def force_delete(self, pod: str) -> None:
+        """``kubectl delete pod --grace-period=0 --force``: the node kills the processes at once, and the Job
+        controller counts the pod failed and replaces it. A graceful deletion would not do: the slice worker exits 0
+        on SIGTERM, its pod Succeeded, and its one-completion Job complete, never replaced."""
+        self.core.delete_namespaced_pod(pod, NAMESPACE, grace_period_seconds=0)
 
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(

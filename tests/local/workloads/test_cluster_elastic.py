@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.local.workloads.drill import DrillObservation, DrillPlan, SliceKillDrill
 from elastic_training.operators.constants import COMMIT_SUCCESS_FILE, ELASTIC_ATTEMPT_RE, SUFFICIENT_SLICES_RE
 from tests.support.workload_processes import COMPILATION_CACHE_ENV
@@ -22,9 +22,14 @@ pytestmark = pytest.mark.slow
 _LIVE = re.compile(r"completed step: (\d+), .*live slice count: (\d+)")
 
 
+# The suite's usual nodes (the drill's pods ask for no TPU: they run on the CPU pool), so the process's shared
+# cluster is reused.
+CLUSTER_DESCRIPTION = "v5e-small"
+
+
 @pytest.fixture(scope="module")
-def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SliceKillDrill]:
-    with LocalCluster(workdir=tmp_path_factory.mktemp("cluster")) as cluster, SliceKillDrill(cluster) as running:
+def drill(cluster: UpstreamCluster) -> Iterator[SliceKillDrill]:
+    with SliceKillDrill(cluster) as running:
         yield running
 
 
