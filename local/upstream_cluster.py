@@ -35,7 +35,7 @@ from elastic_training.local.controlplane import audit
 from elastic_training.local.controlplane.cluster import ControlPlane
 from elastic_training.local.controlplane.processes import free_port
 from elastic_training.local.faults import kube_faults
-from elastic_training.local.faults.server import FaultServer
+from elastic_training.local.faults.server import TOKEN_REVIEW_PATH, FaultServer, TokenReviewer
 from elastic_training.local.gke import GkeStandIn, Rule
 from elastic_training.local.nodeagent import NodeAgent
 
@@ -61,6 +61,8 @@ class UpstreamCluster:
     ) -> None:
         self.description = description if isinstance(description, ClusterDescription) else load_description(description)
         self.workdir = workdir.resolve()
+        # The fault server's port, known before kube-apiserver starts: its token webhook is served there.
+        self._fault_server_port = free_port()
         self.control_plane = ControlPlane(
             self.workdir,
             port=port,
@@ -68,6 +70,7 @@ class UpstreamCluster:
             kueue_configuration=self.description.kueue_configuration.manifest(),
             progress=progress,
             write_user_kubeconfig=False,  # written last, once nodes and faults are up
+            token_webhook_url=f"https://127.0.0.1:{self._fault_server_port}{TOKEN_REVIEW_PATH}",
         )
         self._run_nodes = run_nodes
         self.agent: NodeAgent | None = None
@@ -154,7 +157,7 @@ class UpstreamCluster:
         self.fault_server = FaultServer(self, admin.token)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(str(keys.faults[0]), str(keys.faults[1]))
-        self.faults_port = free_port()
+        self.faults_port = self._fault_server_port
         loop = asyncio.new_event_loop()
 
         async def serve() -> None:
@@ -178,6 +181,17 @@ class UpstreamCluster:
         if self.fault_server is None or self._fault_loop is None:
             raise RuntimeError("the cluster's fault proxy is not running")
         return self.fault_server, self._fault_loop
+
+    def add_token_webhook(self, reviewer: TokenReviewer) -> None:
+        """Authenticate bearer tokens no other authenticator knows through ``reviewer`` (kube-apiserver's token
+        webhook, as GKE authenticates Google access tokens): it returns who a token stands for, or None."""
+        self.fault_proxy()[0].token_reviewers.append(reviewer)
+
+    def remove_token_webhook(self, reviewer: TokenReviewer) -> None:
+        """Stop asking ``reviewer`` (its tokens are refused again)."""
+        reviewers = self.fault_proxy()[0].token_reviewers
+        if reviewer in reviewers:
+            reviewers.remove(reviewer)
 
     def _stop_fault_server(self) -> None:
         loop, server = self._fault_loop, self.fault_server

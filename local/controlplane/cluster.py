@@ -68,8 +68,11 @@ class ControlPlane:
         binaries: upstream.Binaries | None = None,
         progress: Callable[[str], None] | None = None,
         write_user_kubeconfig: bool = True,
+        token_webhook_url: str | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
+        # kube-apiserver's token webhook (GKE's authenticator of Google access tokens), CA the cluster's: None, none
+        self.token_webhook_url = token_webhook_url
         self.ports = Ports.pick(port)
         self.kubeconfig_path = (kubeconfig_path or self.workdir / "kubeconfig").resolve()
         self.audit_log_path = self.workdir / "audit.log"
@@ -211,10 +214,38 @@ class ControlPlane:
                 "--audit-log-format=json",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *self._token_webhook_flags(etc),
             ],
         )
         context = ssl.create_default_context(cafile=str(keys.ca))
         wait_until(lambda: https_ok(f"{self.url}/readyz", context), apiserver, 120, "ready at /readyz")
+
+    def _token_webhook_flags(self, etc: Path) -> list[str]:
+        """``--authentication-token-webhook-*``: bearer tokens no other authenticator knows go to the webhook as
+        ``authentication.k8s.io/v1`` TokenReviews, uncached (a token refused once it expires, as GKE refuses an
+        expired Google access token)."""
+        if self.token_webhook_url is None:
+            return []
+        assert self.pki is not None
+        webhook = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "token-webhook",
+                    "cluster": {"server": self.token_webhook_url, "certificate-authority": str(self.pki.ca)},
+                }
+            ],
+            "users": [{"name": "kube-apiserver", "user": {}}],
+            "contexts": [{"name": "token-webhook", "context": {"cluster": "token-webhook", "user": "kube-apiserver"}}],
+            "current-context": "token-webhook",
+        }
+        path = configs.write_yaml(etc / "token-webhook.kubeconfig", webhook)
+        return [
+            f"--authentication-token-webhook-config-file={path}",
+            "--authentication-token-webhook-version=v1",
+            "--authentication-token-webhook-cache-ttl=0s",
+        ]
 
     def _write_kubeconfigs(self) -> None:
         self.kubeconfigs = configs.write_kubeconfigs(self.workdir / "etc", self.url, self.ca_pem, self.identities)

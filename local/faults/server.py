@@ -12,6 +12,11 @@ context ``elastic-training-local-faults``. It answers:
   resumed from an older resourceVersion gets 410 Gone only once the cache has moved past it (measured: not at once).
 
 Only clients that use the proxy's context meet the API faults: the user's default context talks to kube-apiserver.
+
+``POST /_local/token-review`` is kube-apiserver's token webhook (``--authentication-token-webhook-config-file``), as
+GKE's authenticator accepts a live Google access token as the Google account: an ``authentication.k8s.io/v1``
+TokenReview answered by the reviewers registered in :attr:`FaultServer.token_reviewers` (GKE's closed part, stood
+in by a test's Google stand-in); with none, or none that knows the token, it is not authenticated.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import ssl
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -37,6 +42,17 @@ if TYPE_CHECKING:
     from elastic_training.local.upstream_cluster import UpstreamCluster
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+TOKEN_REVIEW_PATH = "/_local/token-review"
+
+
+class Reviewed(Protocol):
+    """Who a token stands for, as a token reviewer answers (``name`` and ``groups``, as ``user.Info``)."""
+
+    name: str
+    groups: tuple[str, ...]
+
+
+TokenReviewer = Callable[[str], "Reviewed | None"]
 HOP_HEADERS = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "upgrade", "content-length"})
 
 
@@ -49,6 +65,7 @@ class FaultServer:
         self.api = ApiFaults()
         self._watches: set[asyncio.BaseTransport] = set()  # the connections of the watches open through the proxy
         self._session: aiohttp.ClientSession | None = None
+        self.token_reviewers: list[TokenReviewer] = []  # kube-apiserver's token webhook asks them, in order
         self.app = web.Application(middlewares=[self._errors, self.api.middleware()])
         self._routes()
 
@@ -61,6 +78,7 @@ class FaultServer:
         post(f"{FAULTS_PATH}/expire-watches", self._expire_watches)
         for verb, action in self._cluster_faults().items():
             post(f"{FAULTS_PATH}/{verb}", self._cluster_fault(action))
+        post(TOKEN_REVIEW_PATH, self._token_review)
         router.add_route("*", FAULTS_PATH + "/{name}", self._unknown)
         router.add_route("*", "/{tail:.*}", self._proxy)
 
@@ -176,6 +194,22 @@ class FaultServer:
         base = f"http://127.0.0.1:{self._cluster.control_plane.ports.etcd_client}/v3/kv"
         header = _post_json(f"{base}/range", {"key": "AA=="})["header"]
         _post_json(f"{base}/compaction", {"revision": header["revision"], "physical": True})
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        """A TokenReview (``authentication.k8s.io/v1``) answered: the first reviewer that knows the token says who
+        it is; the audiences asked for are the ones it is valid for."""
+        review = await _json(request)
+        spec = review.get("spec") or {}
+        token = str(spec.get("token") or "")
+        user = next((found for reviewer in self.token_reviewers if (found := reviewer(token)) is not None), None)
+        status: dict[str, Any] = {"authenticated": False}
+        if user is not None:
+            status = {
+                "authenticated": True,
+                "user": {"username": user.name, "groups": list(user.groups)},
+                "audiences": list(spec.get("audiences") or []),
+            }
+        return web.json_response({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status})
 
     # -- the proxy --------------------------------------------------------------------------------------------
 

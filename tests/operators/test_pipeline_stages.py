@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from elastic_training.local.cluster.cluster_description import load_description
-from elastic_training.local.cluster.scheduler_filters import filter_node
+from elastic_training.local.descriptions.cluster_description import load_description
 from elastic_training.local.workloads.maxtext_config import maxtext_keys
 from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.pipeline import (
@@ -159,11 +158,13 @@ def test_local_and_gke_render_the_same_stage_bytes(tmp_path: Path, stage: str) -
         "cloud.google.com/gke-tpu-topology": "2x2",
     }
     assert pod["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
-    # Only the single-host pool of the default local cluster takes it (the 4x4 pools are the slices').
+    # Only the single-host pool of the v5e-small cluster matches its node selector, with the 4 chips it asks for
+    # (the 4x4 pools are the slices'); test_pipeline_stages_cluster.py sees kube-scheduler place it there.
     fits = [
         n["metadata"]["name"]
         for n in load_description("v5e-small").nodes()
-        if filter_node({"spec": pod}, n, [], []) is None
+        if pod["nodeSelector"].items() <= n["metadata"]["labels"].items()
+        and int(n["status"]["allocatable"].get("google.com/tpu", 0)) >= 4
     ]
     assert fits == ["gke-local-tpu-v5e-4-0"]
 

@@ -1,4 +1,4 @@
-"""The triggerer's shared watches, over HTTP against the local cluster, counted in the API server's audit log.
+"""The triggerer's shared watches, over HTTP against the local cluster, counted in kube-apiserver's audit log.
 
 Triggers of one event loop (one triggerer process) share one list+watch per namespace and kind; each gets its own
 JobSet's objects; a queued JobSet's trigger watches no pods or Jobs until Kueue admits it; a subscriber that leaves
@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.audit import AuditEvent
-from elastic_training.local.cluster.resources import JOBSETS
-from elastic_training.local.cluster.watching import WatchOptions
+from elastic_training.local.controlplane.audit import AuditEvent
+from elastic_training.local.upstream_cluster import UpstreamCluster
+from elastic_training.operators import hooks
 from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -41,13 +40,14 @@ from elastic_training.operators.rbac import DEFAULT_SERVICE_ACCOUNT
 from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
 from elastic_training.operators.triggers import _Monitor
 from tests.support.airflow_dags import NAMESPACE
+from tests.support.flex import typed
 from tests.support.trigger_runs import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
 
 OPERATORS = f"system:serviceaccount:{NAMESPACE}:{DEFAULT_SERVICE_ACCOUNT}"
 Obj = dict[str, Any]
 
 
-def operators_requests(cluster: LocalCluster, since: int, *resources: str) -> Counter[tuple[str, str]]:
+def operators_requests(cluster: UpstreamCluster, since: int, *resources: str) -> Counter[tuple[str, str]]:
     """(resource, verb) of the operators' list, watch and log requests the cluster received after ``since``."""
     return counted(cluster.audit_events(since), *resources)
 
@@ -91,7 +91,7 @@ def running_worker(admin: client.ApiClient, name: str) -> str | None:
 
 
 async def test_two_triggers_in_one_loop_share_one_watch_per_kind(
-    cluster_connection: LocalCluster, admin: client.ApiClient
+    cluster_connection: UpstreamCluster, admin: client.ApiClient
 ) -> None:
     names = ("share-a", "share-b")
     uids = {name: create(admin, sleeping_jobset(name, 1)) for name in names}
@@ -147,11 +147,12 @@ def closed_queue(admin: client.ApiClient) -> Iterator[str]:
     """A LocalQueue whose ClusterQueue has no cpu quota: every JobSet in it waits, until the quota is raised."""
     custom = client.CustomObjectsApi(admin)
     name = "trigger-queue"
-    flavor = {"metadata": {"name": name}, "spec": {}}
-    queue = {"metadata": {"name": name}, "spec": {"namespaceSelector": {}, "resourceGroups": cpu_quota(name, "0")}}
+    flavor = typed("ResourceFlavor", {"metadata": {"name": name}, "spec": {}})
+    spec = {"namespaceSelector": {}, "resourceGroups": cpu_quota(name, "0")}
+    queue = typed("ClusterQueue", {"metadata": {"name": name}, "spec": spec})
     custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", flavor)
     custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queue)
-    local = {"metadata": {"name": name}, "spec": {"clusterQueue": name}}
+    local = typed("LocalQueue", {"metadata": {"name": name}, "spec": {"clusterQueue": name}})
     custom.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "localqueues", local)
     try:
         yield name
@@ -175,7 +176,7 @@ def pending_workload(admin: client.ApiClient, uid: str) -> Obj | None:
 
 
 async def test_a_queued_jobset_opens_no_pod_watch_until_it_is_admitted(
-    cluster_connection: LocalCluster, admin: client.ApiClient, closed_queue: str
+    cluster_connection: UpstreamCluster, admin: client.ApiClient, closed_queue: str
 ) -> None:
     name = "queued-watch"
     manifest = sleeping_jobset(name, 1)
@@ -195,7 +196,7 @@ async def test_a_queued_jobset_opens_no_pod_watch_until_it_is_admitted(
         assert {key.kind for key in shared_watches().subscribers()} == {WatchKind.JOBSETS, WatchKind.WORKLOADS}
         assert not operators_requests(cluster_connection, since, "pods", "jobs"), "no pod or Job request while queued"
 
-        admitted = time.time()  # the audit log's clock (the cluster runs in this process)
+        admitted = time.time()  # the audit log's clock (kube-apiserver runs on this machine)
         client.CustomObjectsApi(admin).patch_cluster_custom_object(
             KUEUE_GROUP,
             KUEUE_VERSION,
@@ -270,7 +271,7 @@ def probed(items: list[tuple[str, Obj]], value: str) -> bool:
 
 
 async def test_a_subscriber_that_leaves_does_not_stop_the_others(
-    cluster_connection: LocalCluster, admin: client.ApiClient
+    cluster_connection: UpstreamCluster, admin: client.ApiClient
 ) -> None:
     names = ("leave-a", "leave-b")
     for name in names:
@@ -310,7 +311,7 @@ async def test_a_subscriber_that_leaves_does_not_stop_the_others(
 
 
 async def test_a_watch_is_synced_only_once_its_list_is_answered(
-    cluster_connection: LocalCluster, admin: client.ApiClient
+    cluster_connection: UpstreamCluster, admin: client.ApiClient
 ) -> None:
     """``SharedWatches.synced()``, what a caller waits on before it acts on the cluster: not while the API server
     refuses the list (503: retried, never given up), and once it answers, with the subscription given the list."""
@@ -324,20 +325,28 @@ async def test_a_watch_is_synced_only_once_its_list_is_answered(
         await wait_for("subscribed", lambda: registry.subscribers() == {key: 1})
         await asyncio.sleep(1)  # a negative window: a refused list syncs nothing; load only shortens it
         assert registry.synced() == set() and seen == []
-        cluster_connection.faults.clear()
+        cluster_connection.faults.clear_api_faults()
         await wait_for("synced", lambda: registry.synced() == {key} and seen)
         assert seen[0][0] == "SYNC" and names_in(seen[0]) == ["synced-a"]
     finally:
-        cluster_connection.faults.clear()
+        cluster_connection.faults.clear_api_faults()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         delete(admin, "synced-a")
     assert registry.synced() == set(), "a closed watch is not synced"
 
 
+JOBSETS_PATH = rf"/namespaces/{NAMESPACE}/{JOBSET_PLURAL}$"  # the list's and the watch's, not one JobSet's
+
+
 async def test_a_relist_after_410_reaches_every_subscriber(
-    cluster_connection: LocalCluster, admin: client.ApiClient
+    cluster_connection: UpstreamCluster, admin: client.ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """kube-apiserver ends each watch at its ``timeoutSeconds`` (2 s here) and the watch is reopened from the last
+    resourceVersion; that reopen is answered ``410 Gone`` by the cluster's API fault proxy, as kube-apiserver
+    answers a version its watch cache no longer holds (a compaction alone gives none at once: the watch cache
+    still serves the compacted versions, local/faults/server.py). One relist then serves both subscribers."""
+    monkeypatch.setattr(hooks, "WATCH_TIMEOUT_SECONDS", 2)
     names = ("relist-a", "relist-b")
     for name in names:
         create(admin, suspended_jobset(name))
@@ -348,21 +357,13 @@ async def test_a_relist_after_410_reaches_every_subscriber(
     tasks = {name: asyncio.create_task(collect(registry.subscribe(key, name), seen[name])) for name in names}
     try:
 
-        def watching(after: int, count: int) -> bool:
-            return operators_requests(cluster_connection, after, "jobsets")["jobsets", "watch"] >= count
+        def requests(after: int) -> Counter[tuple[str, str]]:
+            return operators_requests(cluster_connection, after, "jobsets")
 
-        await wait_for("listed and watching", lambda: watching(since, 1) and all(seen[n] for n in names))
+        await wait_for("listed and watching", lambda: requests(since)["jobsets", "watch"] >= 1 and all(seen.values()))
+        touch(admin, "relist-b", "1")  # before the 410, so the relist after it must carry it
         expired = cluster_connection.audit_position()
-
-        def missed_while_disconnected() -> None:  # on the cluster's loop: nothing in between
-            store = cluster_connection.store
-            store.expire_watches()
-            store.mutate(
-                JOBSETS, NAMESPACE, "relist-b", lambda o: o["metadata"].setdefault("labels", {}).update(probe="1")
-            )
-            store.compact()  # the change is forgotten too: resuming from before it gets 410 Gone
-
-        cluster_connection.call(missed_while_disconnected)
+        cluster_connection.faults.fail_requests(410, count=1, path=JOBSETS_PATH, method="GET")
 
         def relisted(name: str) -> bool:
             return [kind for kind, _ in seen[name]].count("SYNC") == 2
@@ -371,66 +372,76 @@ async def test_a_relist_after_410_reaches_every_subscriber(
         for name in names:
             assert names_in(seen[name][-1]) == [name]
         (relisted_b,) = seen["relist-b"][-1][1]["items"]
-        assert relisted_b["metadata"]["labels"]["probe"] == "1", "the relist carries what the watch missed"
-        requests = operators_requests(cluster_connection, expired, "jobsets")
-        assert requests["jobsets", "list"] == 1, "one relist served both"
-        await wait_for("watching again (the reopen that met 410, then the new watch)", lambda: watching(expired, 2))
+        assert relisted_b["metadata"]["labels"]["probe"] == "1", "the relist carries the change"
+        await wait_for("watching again after the relist", lambda: requests(expired)["jobsets", "watch"] >= 1)
+        # The proxy answered the reopen itself: kube-apiserver saw only the relist, once for both.
+        assert requests(expired)["jobsets", "list"] == 1, "one relist served both"
         touch(admin, "relist-a", "2")
         await wait_for("a change after the relist reaches its subscriber", lambda: probed(seen["relist-a"], "2"))
         assert not probed(seen["relist-b"], "2")
     finally:
+        cluster_connection.faults.clear_api_faults()
         for task in tasks.values():
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
         delete(admin, *names)
 
 
-@pytest.fixture(scope="module")
-def bookmarking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A cluster that sends a watch bookmark every half second (upstream's cacher: about once a minute)."""
-    options = WatchOptions(bookmark_interval=0.5)
-    with LocalCluster(workdir=tmp_path_factory.mktemp("bookmarks"), watch_options=options) as cluster:
-        yield cluster
+def ensure_namespace(core: client.CoreV1Api, name: str) -> None:
+    try:
+        core.create_namespace({"metadata": {"name": name}})
+    except client.ApiException as error:
+        if error.status != 409:  # the shared cluster keeps namespaces between modules
+            raise
 
 
 async def test_a_reopened_watch_resumes_from_the_last_version_a_bookmark_included(
-    bookmarking: LocalCluster, monkeypatch: pytest.MonkeyPatch
+    cluster_connection: UpstreamCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    extra = {"kube_config_path": str(bookmarking.kubeconfig_path), "namespace": "default"}
+    """A pods watch of a namespace where nothing happens, with bookmarks asked for: kube-apiserver's watch cache
+    sends a BOOKMARK with its own resourceVersion (about every minute, and shortly before the watch's
+    ``timeoutSeconds`` ends it: 5 s here), and the watch is reopened from that version, not relisted. No timing is
+    asserted: only that a reopen, within the test's bound, resumes from past a version the watch never carried."""
+    monkeypatch.setattr(hooks, "WATCH_TIMEOUT_SECONDS", 5)
+    quiet, busy = "bookmark-quiet", "bookmark-busy"
+    extra = {"kube_config_path": str(cluster_connection.kubeconfig_path), "namespace": quiet}
     monkeypatch.setenv("AIRFLOW_CONN_K8S_BOOKMARKS", json.dumps({"conn_type": "kubernetes", "extra": extra}))
-    api = config.new_client_from_config(config_file=str(bookmarking.kubeconfig_path))
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     core = client.CoreV1Api(api)
+    for namespace in (quiet, busy):
+        ensure_namespace(core, namespace)
     registry = SharedWatches()
     seen: list[tuple[str, Obj]] = []
-    since = bookmarking.audit_position()
+    since = cluster_connection.audit_position()
     task = asyncio.create_task(
-        collect(registry.subscribe(WatchKey("k8s_bookmarks", "default", WatchKind.PODS), "nothing"), seen)
+        collect(registry.subscribe(WatchKey("k8s_bookmarks", quiet, WatchKind.PODS), "nothing"), seen)
     )
 
-    def watches() -> list[AuditEvent]:
-        return [e for e in bookmarking.audit_events(since) if e.resource == "pods" and e.verb == "watch"]
+    def requests(verb: str) -> list[AuditEvent]:
+        found = cluster_connection.audit_events(since)
+        return [e for e in found if e.resource == "pods" and e.namespace == quiet and e.verb == verb]
 
     try:
-        await wait_for("listed and watching", lambda: seen and watches())
-        listed_version = int(str(watches()[0].query("resourceVersion")))
-        # Something the watch does not carry (another kind) moves the cluster's resourceVersion on; only a
-        # bookmark tells the watcher.
-        created = core.create_namespaced_service_account("default", {"metadata": {"name": "moves-the-version"}})
-        moved = int(created.metadata.resource_version)
+        await wait_for("listed and watching", lambda: seen and requests("watch"))
+        listed_version = int(str(requests("watch")[0].query("resourceVersion")))
+        # A pod in another namespace moves the pods cache's resourceVersion on; the watch carries nothing of it,
+        # only a bookmark tells the watcher. (It selects no node: it stays pending.)
+        pod = {
+            "metadata": {"name": "moves-the-version"},
+            "spec": {"nodeSelector": {"nowhere": "true"}, "containers": [{"name": "c", "image": "local"}]},
+        }
+        moved = int(core.create_namespaced_pod(busy, pod).metadata.resource_version)
         assert moved > listed_version
 
         def resumed_past_it() -> bool:
-            if any(int(str(e.query("resourceVersion"))) >= moved for e in watches()):
-                return True
-            if time.time() - watches()[-1].received_at > 1.0:  # open long enough for a bookmark: reopen it
-                bookmarking.faults.expire_watches()  # the reopen shows the version the watcher resumes from
-            return False
+            return any(int(str(e.query("resourceVersion"))) >= moved for e in requests("watch"))
 
-        await wait_for("a reopen from the bookmark's version", resumed_past_it)
-        pods = [e for e in bookmarking.audit_events(since) if e.resource == "pods"]
-        assert [e.verb for e in pods].count("list") == 1, "resumed, never relisted"
+        await wait_for("a reopen from a bookmark's version", resumed_past_it, timeout=180)
+        assert len(requests("list")) == 1, "resumed, never relisted"
         assert seen == [("SYNC", {"items": []})], "a bookmark is not an event"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespaced_pod("moves-the-version", busy, grace_period_seconds=0)
         api.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes import client
 
-from elastic_training.local.cluster.xpk_flex import (
+from elastic_training.local.gke.xpk_flex import (
     CHECK,
     CONFIG,
     LABEL_PROVISIONING_REQUEST,
@@ -23,7 +23,7 @@ from elastic_training.local.cluster.xpk_flex import (
     provisioning_request_config,
 )
 
-__all__ = ["CHECK", "CONFIG", "LABEL_PROVISIONING_REQUEST", "cluster_queue"]
+__all__ = ["CHECK", "CONFIG", "LABEL_PROVISIONING_REQUEST", "cluster_queue", "typed"]
 
 KUEUE, V1BETA2 = "kueue.x-k8s.io", "v1beta2"
 LABEL_GKE_QUEUED = "cloud.google.com/gke-queued"
@@ -40,15 +40,21 @@ def create_flex_check(
     retry: Obj | None = None,
 ) -> None:
     """Create the ProvisioningRequestConfig and the AdmissionCheck (a 409 for either is left as it is)."""
-    for plural, body in (
-        ("provisioningrequestconfigs", provisioning_request_config(config, managed_resource, retry)),
-        ("admissionchecks", admission_check(check, config)),
+    for kind, body in (
+        ("ProvisioningRequestConfig", provisioning_request_config(config, managed_resource, retry)),
+        ("AdmissionCheck", admission_check(check, config)),
     ):
         try:
-            custom.create_cluster_custom_object(KUEUE, V1BETA2, plural, body)
+            custom.create_cluster_custom_object(KUEUE, V1BETA2, kind.lower() + "s", typed(kind, body))
         except client.ApiException as err:
             if err.status != 409:
                 raise
+
+
+def typed(kind: str, body: Obj) -> Obj:
+    """``body`` as a ``kueue.x-k8s.io/v1beta2`` object of ``kind``: kube-apiserver refuses a custom object's body
+    without its apiVersion and kind."""
+    return {"apiVersion": f"{KUEUE}/{V1BETA2}", "kind": kind, **body}
 
 
 def provisioning_requests(custom: client.CustomObjectsApi, namespace: str) -> list[Obj]:

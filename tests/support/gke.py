@@ -2,9 +2,11 @@
 
 The connection is what a Composer environment would use (``gke_cluster`` in a ``kubernetes`` connection's
 extra, no kubeconfig); Application Default Credentials are an ``authorized_user`` file whose token URI is
-the stand-in, so ``google.auth`` itself fetches and refreshes the tokens. The local cluster accepts a live
-token as the Google account (bound to the operators' Role by a RoleBinding, least privilege) and refuses an
-expired one with 401.
+the stand-in, so ``google.auth`` itself fetches and refreshes the tokens. kube-apiserver asks its token webhook
+(``UpstreamCluster.add_token_webhook``, as GKE's authenticator) about them: the stand-in accepts a live token as
+the Google account (bound to the operators' Role by a RoleBinding, least privilege) and refuses an expired one, so
+kube-apiserver answers 401. The cluster endpoint the GKE API gives is the cluster's API fault proxy, so the
+connection meets ``cluster.faults``' API faults.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 
 from kubernetes import client, config, utils
 
-from elastic_training.local.cluster import LocalCluster
 from elastic_training.local.cluster.gke import GoogleStandIn
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.rbac import ROLE_NAME, rbac_manifests
 
 PROJECT, LOCATION, CLUSTER = "tpu-project", "us-east5", "tpu-cluster"
@@ -29,27 +31,36 @@ TOKEN_SECONDS = 4.0  # short enough to expire several times during one test
 
 @dataclass(frozen=True)
 class GkeConnection:
-    cluster: LocalCluster
+    cluster: UpstreamCluster
     google: GoogleStandIn
     conn_id: str
     credentials: Path
 
 
-def bind_google_account(cluster: LocalCluster, email: str, namespace: str = NAMESPACE) -> None:
+def bind_google_account(cluster: UpstreamCluster, email: str, namespace: str = NAMESPACE) -> None:
     """The operators' Role (deploy/rbac.yaml) in ``namespace``, bound to the Google account ``email``."""
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
+        rbac = client.RbacAuthorizationV1Api(admin)
         for manifest in rbac_manifests(namespace):
-            if manifest["kind"] == "Role":
-                utils.create_from_dict(admin, manifest, namespace=namespace)
-        client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(
-            namespace,
-            {
-                "metadata": {"name": f"{ROLE_NAME}-google"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": email}],
-            },
-        )
+            if manifest["kind"] == "Role":  # the shared cluster may have it from an earlier module: replaced
+                try:
+                    utils.create_from_dict(admin, manifest, namespace=namespace)
+                except utils.FailToCreateError as error:
+                    if any(e.status != 409 for e in error.api_exceptions):
+                        raise
+                    rbac.replace_namespaced_role(ROLE_NAME, namespace, manifest)
+        binding = {
+            "metadata": {"name": f"{ROLE_NAME}-google"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": email}],
+        }
+        try:
+            rbac.create_namespaced_role_binding(namespace, binding)
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+            rbac.replace_namespaced_role_binding(binding["metadata"]["name"], namespace, binding)
     finally:
         admin.close()
 
@@ -73,14 +84,14 @@ class _Env:
 
 
 def gke_connection(
-    cluster: LocalCluster, workdir: Path, *, token_seconds: float = TOKEN_SECONDS
+    cluster: UpstreamCluster, workdir: Path, *, token_seconds: float = TOKEN_SECONDS
 ) -> Iterator[GkeConnection]:
     """Start the stand-in, trust its tokens, bind its account, and set ADC and the Airflow connection."""
     with GoogleStandIn(
         project=PROJECT,
         location=LOCATION,
         cluster=CLUSTER,
-        endpoint=f"127.0.0.1:{cluster.port}",
+        endpoint=cluster.faults_url.removeprefix("https://"),
         ca_pem=cluster.ca_pem,
         token_seconds=token_seconds,
     ) as google:
@@ -102,3 +113,4 @@ def gke_connection(
             yield GkeConnection(cluster, google, CONN_ID, credentials)
         finally:
             env.restore()
+            cluster.remove_token_webhook(google.review)

@@ -8,10 +8,10 @@ from typing import Any
 
 from kubernetes import client
 
-from elastic_training.local.cluster.xpk_flex import admission_check, provisioning_request_config
+from elastic_training.local.gke.xpk_flex import admission_check, provisioning_request_config
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
 from tests.support.control_plane import NS, job_template, jobset_manifest, pods_of, unique
-from tests.support.flex import FLEX_NODE_SELECTOR, cluster_queue, provisioning_requests
+from tests.support.flex import FLEX_NODE_SELECTOR, cluster_queue, provisioning_requests, typed
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
 
@@ -28,13 +28,9 @@ def flex_queue(k8s: K8s, *, retry: Obj | None = None) -> tuple[str, str]:
         ("ResourceFlavor", {"metadata": {"name": flavor}, "spec": {}}),
         ("ClusterQueue", cluster_queue(cq, [(["cpu"], flavor, {"cpu": 16})], check)),
     ):
-        # kube-apiserver wants apiVersion and kind in a custom object's body
-        body = {"apiVersion": f"{KUEUE}/{V}", "kind": kind, **body}
-        k8s.custom.create_cluster_custom_object(KUEUE, V, kind.lower() + "s", body)
-    local_queue = {"apiVersion": f"{KUEUE}/{V}", "kind": "LocalQueue", "metadata": {"name": lq}}
-    k8s.custom.create_namespaced_custom_object(
-        KUEUE, V, NS, "localqueues", {**local_queue, "spec": {"clusterQueue": cq}}
-    )
+        k8s.custom.create_cluster_custom_object(KUEUE, V, kind.lower() + "s", typed(kind, body))
+    local_queue = typed("LocalQueue", {"metadata": {"name": lq}, "spec": {"clusterQueue": cq}})
+    k8s.custom.create_namespaced_custom_object(KUEUE, V, NS, "localqueues", local_queue)
     return lq, check
 
 

@@ -1,5 +1,5 @@
-"""The local Kueue's Workloads read back through the official client: a JobSet's Workload, its conditions, and
-the JobSet's pods once Kueue admitted it and they run (kubernetes-sigs/kueue v0.17.1's ``kueue.x-k8s.io/v1beta2``)."""
+"""Kueue's Workloads read back through the official client: a JobSet's Workload, its conditions, and the JobSet's
+pods once Kueue admitted it and they run (kubernetes-sigs/kueue v0.17's ``kueue.x-k8s.io/v1beta2``)."""
 
 from __future__ import annotations
 
