@@ -79,7 +79,7 @@ def queue_for(plan: Schedule) -> str:
 
 def flex_objects() -> list[tuple[str, Obj]]:
     """xpk's flex-start Kueue objects for ``flex-queue`` (one retry after 1 s): (plural, body)."""
-    from elastic_training.local.cluster import xpk_flex
+    from elastic_training.local.gke import xpk_flex
     from elastic_training.operators.constants import TPU_RESOURCE
 
     retry = {"backoffLimitCount": 1, "backoffBaseSeconds": 1, "backoffMaxSeconds": 1}

@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from elastic_training.local.cluster.kubeconfig import read_endpoint
+from elastic_training.local.kubeconfig import read_endpoint
 
 NS = "default"
 CLUSTER_UP = [sys.executable, "-m", "elastic_training.cli.main", "cluster", "up", "--api-only"]

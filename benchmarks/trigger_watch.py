@@ -1,5 +1,5 @@
 """`JobSetTrigger` (watches) against a 10-second polling trigger, or against itself at a tenth of the JobSets,
-side by side on the local cluster.
+side by side on the upstream local cluster.
 
     .venv/bin/python -m benchmarks.trigger_watch --jobsets 100 --window 300 --deletes 20
     .venv/bin/python -m benchmarks.trigger_watch --jobsets 1000 --queued 0.9 --baseline watch --baseline-jobsets 100
@@ -15,11 +15,13 @@ cluster counts its requests apart. Deletes hit running JobSets both triggerers w
 
 Four processes, so that each one's CPU is its own:
 
-- **cluster**: a :class:`local.cluster.LocalCluster` (API, controllers, kubelet) with one aiohttp
-  middleware added by this benchmark that counts every HTTP request on arrival, by client
-  (``User-Agent``) and kind (list, get, watch, log follow, log read). A watch or a log follow is one
-  request however long it stays open. It also force-deletes pods on request
-  (``cluster.faults.delete_pod``, like ``kubectl delete pod --grace-period=0 --force``).
+- **cluster**: an :class:`UpstreamCluster` (``single-node``: etcd, kube-apiserver, kube-controller-manager,
+  kube-scheduler, JobSet, Kueue, the node agent). Requests are counted by client (``User-Agent``) and kind
+  (list, get, watch, log follow, log read) from kube-apiserver's audit log (``RequestReceived``: a watch or a log
+  follow is one request however long it stays open), and in all, every client, from its ``/metrics``
+  (``apiserver_request_total``, counted when a request ends; ``apiserver_longrunning_requests``, open now). Its
+  CPU is every control-plane process's and the node agent's, from ``/proc``. It also force-deletes pods on request
+  (like ``kubectl delete pod --grace-period=0 --force``).
 - **watch triggerer**: one event loop running ``--jobsets`` monitors of ``operators.triggers.JobSetTrigger``
   at once (the trigger's own ``_Monitor``, which is all ``JobSetTrigger.run()`` runs, held so the
   benchmark can see when it has read everything once): it watches the JobSet, its pods and its Jobs
@@ -31,7 +33,7 @@ Four processes, so that each one's CPU is its own:
   ``status.failed`` going up, which is how ``MonitorState`` counts it; pods alone only show
   in-place container restarts). What it reads goes into the same ``MonitorState`` and the same
   policy. Starts are spread over one interval, as triggers deferred at different times are.
-- **driver** (this process): creates the JobSets, whose pods run ``sleep`` through the local kubelet
+- **driver** (this process): creates the JobSets, whose pods run ``sleep`` through the node agent
   (a ``pathways-head`` job and a ``worker`` job, labelled as the operator's), then measures:
 
 1. *start*: requests from starting the triggers until every one has read everything once and every
@@ -75,6 +77,8 @@ from typing import Any
 
 from kubernetes import client, config
 
+from benchmarks.upstream import cpu_seconds, difference
+
 NS = "default"
 BENCH_LABEL = "elastic-training.airflow.apache.org/benchmark"
 DRIVER_AGENT = "bench-driver"
@@ -91,52 +95,29 @@ AGENT_PREFIX = "bench-trigger-"  # a watch triggerer with a label sends User-Age
 SLEEP_SECONDS = 7200
 POLL_SECONDS: list[float] = []  # in a polling triggerer: how long each poll (both requests) took
 
-# The cluster process: the local cluster plus a request counter, driven over stdin/stdout.
+# The cluster process: the upstream local cluster, driven over stdin/stdout. Requests are counted by client and kind
+# from kube-apiserver's audit log, and in all from its /metrics (benchmarks/upstream.py).
 _CLUSTER_SCRIPT = """
 import json, sys, time
-from collections import Counter
 from pathlib import Path
-from aiohttp import web
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster import server
+from kubernetes import client
+from benchmarks.upstream import AuditCounter, component_pids, request_totals, wait_for_service_account
+from elastic_training.local.upstream_cluster import UpstreamCluster
 
-counts = Counter()
-
-def flag(request, name):
-    return request.query.get(name, "").lower() in ("true", "1")
-
-def kind_of(request):
-    path = request.path
-    if path.endswith("/log"):
-        return "log follow" if flag(request, "follow") else "log read"
-    if request.method != "GET":
-        return request.method.lower()
-    if flag(request, "watch"):
-        return "watch"
-    return "list" if path.endswith(("/pods", "/jobs", "/jobsets", "/workloads")) else "get"
-
-@web.middleware
-async def count_requests(request, handler):
-    if not request.path.startswith("/_local/"):
-        counts[request.headers.get("User-Agent", "") + "\\t" + kind_of(request)] += 1
-    return await handler(request)
-
-original_app = server.ApiServer.app
-def counted_app(self):
-    app = original_app(self)
-    app.middlewares.insert(0, count_requests)
-    return app
-server.ApiServer.app = counted_app
-
-with LocalCluster(workdir=Path(sys.argv[1])) as cluster:
-    print(json.dumps({"kubeconfig": str(cluster.kubeconfig_path)}), flush=True)
+with UpstreamCluster(Path(sys.argv[1]), description="single-node") as cluster:
+    wait_for_service_account(cluster.api)
+    counter = AuditCounter(cluster.audit_log_path)
+    core = client.CoreV1Api(cluster.api)
+    print(json.dumps({"kubeconfig": str(cluster.kubeconfig_path), "pids": component_pids(cluster)}), flush=True)
     for line in sys.stdin:
         command = line.split()
         if command[0] == "counts":
-            print(json.dumps({"counts": cluster.call(lambda: dict(counts))}), flush=True)
-        elif command[0] == "delete":
+            print(json.dumps({"counts": counter.update()}), flush=True)
+        elif command[0] == "totals":
+            print(json.dumps({"totals": request_totals(cluster.api)}), flush=True)
+        elif command[0] == "delete":  # kubectl delete pod --grace-period=0 --force
             at = time.time()
-            cluster.faults.delete_pod(command[1], command[2])
+            core.delete_namespaced_pod(command[2], command[1], grace_period_seconds=0)
             print(json.dumps({"at": at}), flush=True)
 """
 
@@ -501,14 +482,15 @@ def _by_client(
     before: dict[str, int], after: dict[str, int], labels: tuple[str, ...] = ("watch", "polling")
 ) -> dict[str, dict[str, int]]:
     """Count differences as ``{client: {kind: n}}``: ``driver``, ``polling``, a watch triggerer's label (its
-    ``bench-trigger-<label>`` User-Agent), or ``watch`` for any other agent (the client's default)."""
-    result: dict[str, dict[str, int]] = {label: {} for label in (*labels, "driver")}
+    ``bench-trigger-<label>`` User-Agent), or ``cluster`` for any other agent: the cluster's own components (the
+    controllers, the scheduler, JobSet, Kueue, the node agent), which talk to kube-apiserver too."""
+    result: dict[str, dict[str, int]] = {label: {} for label in (*labels, "driver", "cluster")}
     for key, value in after.items():
         agent, _, kind = key.partition("\t")
         if agent.startswith(AGENT_PREFIX):
             who = agent.removeprefix(AGENT_PREFIX)
         else:
-            who = {POLL_AGENT: "polling", DRIVER_AGENT: "driver"}.get(agent, "watch")
+            who = {POLL_AGENT: "polling", DRIVER_AGENT: "driver"}.get(agent, "cluster")
         delta = value - before.get(key, 0)
         if delta:
             counts = result.setdefault(who, {})
@@ -521,11 +503,10 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _proc_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of another process, from ``/proc``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return {"cpu": (int(fields[11]) + int(fields[12])) / ticks, "wall": time.time()}
+def _cluster_cpu(pids: dict[str, int]) -> dict[str, Any]:
+    """CPU seconds (user + system) of the cluster's processes, each and in all, from ``/proc``."""
+    by = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    return {"cpu": sum(by.values()), "wall": time.time(), "by": by}
 
 
 def _cpu_share(a: dict[str, float], b: dict[str, float]) -> float:
@@ -581,7 +562,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     load: dict[str, list[float]] = {"start": list(os.getloadavg())}
     pending_message = ""
     try:
-        kubeconfig = cluster.next("kubeconfig", timeout=60)["kubeconfig"]
+        started = cluster.next("kubeconfig", timeout=300)
+        kubeconfig = started["kubeconfig"]
+        pids = {"node agent (python)": cluster.process.pid, **started["pids"]}
         api_client = config.new_client_from_config(config_file=kubeconfig)
         api_client.user_agent = DRIVER_AGENT
         core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
@@ -608,6 +591,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             ),
         )
         counts_start = cluster.ask("counts", "counts")["counts"]
+        totals_start = cluster.ask("totals", "totals")["totals"]
         for label, (kind, watched) in plan.items():
             argv = [sys.executable, "-m", "benchmarks.trigger_watch", "--triggerer", kind]
             argv += ["--poll-interval", str(args.poll_interval), "--names", ",".join(watched)]
@@ -621,6 +605,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             label: _streams(watched, run_set, in_queue) for label, (kind, watched) in plan.items() if kind == "watch"
         }
         counts_ready = _wait_streams(cluster, counts_start, expected, labels, timeout=300 + 2 * len(names))
+        totals_ready = cluster.ask("totals", "totals")["totals"]
 
         _say("all triggers synced; force-deleting worker pods")
         counts_detect_start = cluster.ask("counts", "counts")["counts"]
@@ -646,12 +631,14 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         _say(f"steady window of {args.window:.0f} s")
         load["window_start"] = list(os.getloadavg())
         usage_start = {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()}
-        cluster_start = _proc_cpu(cluster.process.pid)
+        cluster_start = _cluster_cpu(pids)
         counts_window_start = cluster.ask("counts", "counts")["counts"]
+        totals_window_start = cluster.ask("totals", "totals")["totals"]
         time.sleep(args.window)
         counts_window_end = cluster.ask("counts", "counts")["counts"]
+        totals_window_end = cluster.ask("totals", "totals")["totals"]
         usage_end = {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()}
-        cluster_end = _proc_cpu(cluster.process.pid)
+        cluster_end = _cluster_cpu(pids)
         load["window_end"] = list(os.getloadavg())
     finally:
         for child in triggerers.values():
@@ -673,6 +660,16 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "window_requests": steady,
         "detection_phase_requests": _by_client(counts_detect_start, counts_detect_end, labels),
         "cluster_cpu_share_of_one_core": _cpu_share(cluster_start, cluster_end),
+        "cluster_cpu_share_by_process": {
+            name: (cluster_end["by"][name] - cluster_start["by"][name]) / (cluster_end["wall"] - cluster_start["wall"])
+            for name in cluster_start["by"]
+        },
+        # kube-apiserver's own counts (all clients: the triggerers, the controllers, the node agent)
+        "apiserver_requests": {
+            "startup": difference(totals_start["requests"], totals_ready["requests"]),
+            "window": difference(totals_window_start["requests"], totals_window_end["requests"]),
+            "open_longrunning_at_window_end": totals_window_end["open_longrunning"],
+        },
         "triggerers": {},
     }
     for label, (kind, watched) in plan.items():
@@ -782,9 +779,12 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{extra_requests / result['queued']:.2f} requests per queued JobSet-minute."
             )
     load = result["load_average"]
+    by_process = result.get("cluster_cpu_share_by_process") or {}
     rows += [
-        f"The cluster process (API, controllers, Kueue, kubelet, the log follows) used "
-        f"{100 * result['cluster_cpu_share_of_one_core']:.0f} % of one core in the window.",
+        f"The cluster (kube-apiserver, etcd, the controllers, JobSet, Kueue, the node agent) used "
+        f"{100 * result['cluster_cpu_share_of_one_core']:.0f} % of one core in the window"
+        + (": " + ", ".join(f"{name} {100 * share:.1f} %" for name, share in by_process.items()) if by_process else "")
+        + ".",
         "Window requests by kind: "
         + "; ".join(f"{label} {result['window_requests'][label]}" for label in triggerers)
         + "; startup: "
@@ -800,9 +800,21 @@ def markdown(result: dict[str, Any]) -> str:
             else "."
         ),
     ]
+    apiserver = result.get("apiserver_requests")
+    if apiserver:
+        window = apiserver["window"]
+        rows.append(
+            f"kube-apiserver's own count (`apiserver_request_total`, every client, requests ended) over the window: "
+            f"{sum(window.values())} ({_top(window)}); open watches and log follows at its end "
+            f"(`apiserver_longrunning_requests`): {sum(apiserver['open_longrunning_at_window_end'].values())}."
+        )
     if result["pending_message"]:
         rows.append(f"Kueue's word on a queued JobSet's Workload: \"{result['pending_message']}\".")
     return "\n".join(rows)
+
+
+def _top(counts: dict[str, int], n: int = 6) -> str:
+    return ", ".join(f"{key} {value}" for key, value in sorted(counts.items(), key=lambda kv: -kv[1])[:n])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,6 @@ from kubernetes import client
 from elastic_training.local.controlplane import audit
 
 SERVICE_ACCOUNT_SECONDS = 60.0
-_REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -46,17 +45,23 @@ def wait_for_service_account(api: client.ApiClient, namespace: str = "default") 
         time.sleep(0.2)
 
 
-def request_totals(api: client.ApiClient) -> dict[str, int]:
-    """``apiserver_request_total`` now, summed as ``{"VERB resource[/subresource]": n}`` (GET /metrics)."""
+def request_totals(api: client.ApiClient) -> dict[str, dict[str, int]]:
+    """kube-apiserver's ``/metrics`` now: ``apiserver_request_total`` (requests ended) and
+    ``apiserver_longrunning_requests`` (watches and log follows open), each as ``{"VERB resource[/sub]": n}``."""
     response = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)
-    return parse_request_totals(response[0].data.decode())
+    text = response.data.decode()
+    return {
+        "requests": parse_metric(text, "apiserver_request_total"),
+        "open_longrunning": parse_metric(text, "apiserver_longrunning_requests"),
+    }
 
 
-def parse_request_totals(text: str) -> dict[str, int]:
-    """The ``apiserver_request_total`` samples of a Prometheus text exposition, summed by verb and resource."""
+def parse_metric(text: str, metric: str) -> dict[str, int]:
+    """A metric's samples in a Prometheus text exposition, summed by their ``verb`` and ``resource`` labels."""
     totals: Counter[str] = Counter()
+    sample = re.compile(rf"^{re.escape(metric)}\{{(?P<labels>[^}}]*)\}} (?P<value>\S+)$")
     for line in text.splitlines():
-        match = _REQUEST_TOTAL.match(line)
+        match = sample.match(line)
         if not match:
             continue
         labels = dict(_LABEL.findall(match.group("labels")))

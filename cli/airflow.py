@@ -238,7 +238,7 @@ class _Stack:
         argv += ["--workdir", str(self.home / "cluster")]
         self.supervisor.start("cluster", argv, os.environ, cwd=Path(__file__).resolve().parents[1])
         self._wait(deadline, "the local cluster", self._cluster_answers)
-        from elastic_training.local.cluster.kubeconfig import read_endpoint
+        from elastic_training.local.kubeconfig import read_endpoint
 
         self.say(f"local cluster up at {read_endpoint(self.kubeconfig).url}; kubeconfig {self.kubeconfig}")
 
@@ -349,7 +349,7 @@ class _Stack:
         return None
 
     def _cluster_answers(self) -> bool:
-        from elastic_training.local.cluster.kubeconfig import read_endpoint
+        from elastic_training.local.kubeconfig import read_endpoint
 
         try:
             endpoint = read_endpoint(self.kubeconfig)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from elastic_training.local.cluster.kubeconfig import Endpoint
+    from elastic_training.local.kubeconfig import Endpoint
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -243,7 +243,7 @@ def _up(args: argparse.Namespace) -> int:
     import signal
     import tempfile
 
-    from elastic_training.local.cluster.cluster_description import DescriptionError, load_description
+    from elastic_training.local.descriptions.cluster_description import DescriptionError, load_description
     from elastic_training.local.upstream_cluster import UpstreamCluster
 
     try:
@@ -369,7 +369,7 @@ def _banner(cluster: Any, workdir: Path) -> None:
 def _fault(args: argparse.Namespace) -> int:
     import yaml
 
-    from elastic_training.local.cluster.kubeconfig import read_endpoint
+    from elastic_training.local.kubeconfig import read_endpoint
 
     try:
         endpoint = read_endpoint(args.kubeconfig, faults=True)

@@ -29,11 +29,11 @@ from aiohttp import web
 from kubernetes import client, config
 
 from elastic_training.local.cluster.audit import AuditEvent
-from elastic_training.local.cluster.cluster_description import ClusterDescription, load_description
-from elastic_training.local.cluster.kueue_config import parse_configuration
 from elastic_training.local.controlplane import audit
 from elastic_training.local.controlplane.cluster import ControlPlane
 from elastic_training.local.controlplane.processes import free_port
+from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description
+from elastic_training.local.descriptions.kueue_config import parse_configuration
 from elastic_training.local.faults import kube_faults
 from elastic_training.local.faults.server import TOKEN_REVIEW_PATH, FaultServer, TokenReviewer
 from elastic_training.local.gke import GkeStandIn, Rule

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from elastic_training.local.cluster.cluster import ClusterStartError, Faults, LocalCluster
-from elastic_training.local.cluster.cluster_description import ClusterDescription, DescriptionError, load_description
+from elastic_training.local.descriptions.cluster_description import (
+    ClusterDescription,
+    DescriptionError,
+    load_description,
+)
 
 __all__ = ["ClusterDescription", "ClusterStartError", "DescriptionError", "Faults", "LocalCluster", "load_description"]

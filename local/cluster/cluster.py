@@ -31,16 +31,16 @@ from aiohttp import web
 
 from elastic_training.local.cluster.audit import AuditEvent
 from elastic_training.local.cluster.authentication import TokenWebhook
-from elastic_training.local.cluster.cluster_description import SINGLE_NODE, ClusterDescription, load_description
 from elastic_training.local.cluster.control_plane import ControlPlane
 from elastic_training.local.cluster.faults import FailRule, FaultInjector, LatencyRule
-from elastic_training.local.cluster.kubeconfig import write_kubeconfig
-from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.provisioning_requests import Rule
 from elastic_training.local.cluster.server import ApiServer
 from elastic_training.local.cluster.store import DEFAULT_WATCH_QUEUE_LIMIT, Store
 from elastic_training.local.cluster.tls import ServingCertificates, generate
 from elastic_training.local.cluster.watching import WatchOptions
+from elastic_training.local.descriptions.cluster_description import SINGLE_NODE, ClusterDescription, load_description
+from elastic_training.local.kubeconfig import write_kubeconfig
+from elastic_training.local.nodeagent.logs import LogStore
 
 log = logging.getLogger(__name__)
 

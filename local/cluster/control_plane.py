@@ -11,26 +11,26 @@ import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from elastic_training.local.cluster.cluster_description import SINGLE_NODE, ClusterDescription
 from elastic_training.local.cluster.garbage_collector import GarbageCollector
 from elastic_training.local.cluster.job_controller import JobController
 from elastic_training.local.cluster.jobset_controller import JobSetController
 from elastic_training.local.cluster.jobset_placement import JobSetPodWebhook
 from elastic_training.local.cluster.kubelet import Kubelet
 from elastic_training.local.cluster.kueue_admission_checks import AdmissionCheckController
-from elastic_training.local.cluster.kueue_config import OFF, publish
 from elastic_training.local.cluster.kueue_jobset import KueueController, default_local_queue, suspend_on_create
 from elastic_training.local.cluster.kueue_provisioning import ProvisioningController
-from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.namespace_controller import NamespaceController
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.nodes import register_nodes
 from elastic_training.local.cluster.pod_priority import PodPriority
 from elastic_training.local.cluster.provisioning import NodeProvisioner
 from elastic_training.local.cluster.provisioning_requests import QueuedProvisioning
-from elastic_training.local.cluster.queue_description import register_queues
 from elastic_training.local.cluster.scheduler import Scheduler
 from elastic_training.local.cluster.store import Store
+from elastic_training.local.descriptions.cluster_description import SINGLE_NODE, ClusterDescription
+from elastic_training.local.descriptions.kueue_config import OFF, publish
+from elastic_training.local.descriptions.queue_description import register_queues
+from elastic_training.local.nodeagent.logs import LogStore
 
 SHUTDOWN_GRACE_CAP_SECONDS = 3.0
 

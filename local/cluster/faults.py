@@ -43,12 +43,12 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from elastic_training.local.cluster import kueue_faults
-from elastic_training.local.cluster.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
 from elastic_training.local.cluster.node_faults import DisruptionReason, NodeFaults
 from elastic_training.local.cluster.provisioning import NodeProvisioner
 from elastic_training.local.cluster.provisioning_requests import QueuedProvisioning, Rule
 from elastic_training.local.cluster.resources import PODS, ApiError, bad_request
 from elastic_training.local.cluster.store import Obj, Store
+from elastic_training.local.descriptions.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
 
 FAULTS_PATH = "/_local/faults"
 

@@ -40,11 +40,11 @@ from datetime import UTC, datetime
 from elastic_training.local.cluster import pod_failure_policy
 from elastic_training.local.cluster.conditions import is_true, set_condition
 from elastic_training.local.cluster.events import NORMAL, WARNING, record_event
-from elastic_training.local.cluster.logs import parse_rfc3339
 from elastic_training.local.cluster.owners import controller_ref, delete_all, owned_by, owner_reference
 from elastic_training.local.cluster.resources import JOBS, PODS, ApiError
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent, now_rfc3339
 from elastic_training.local.cluster.workqueue import WorkQueue
+from elastic_training.local.nodeagent.logs import parse_rfc3339
 from elastic_training.operators.constants import (
     ANNOTATION_JOB_COMPLETION_INDEX,
     LABEL_JOB_COMPLETION_INDEX,

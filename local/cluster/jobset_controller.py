@@ -23,11 +23,11 @@ from typing import Any
 from elastic_training.local.cluster.conditions import find_condition, is_true, set_condition
 from elastic_training.local.cluster.events import NORMAL, WARNING, record_event
 from elastic_training.local.cluster.jobset_placement import ANNOTATION_NODE_SELECTOR_STRATEGY
-from elastic_training.local.cluster.logs import parse_rfc3339
 from elastic_training.local.cluster.owners import controller_ref, delete_all, owned_by, owner_reference
 from elastic_training.local.cluster.resources import JOBS, JOBSETS, ApiError
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent
 from elastic_training.local.cluster.workqueue import WorkQueue
+from elastic_training.local.nodeagent.logs import parse_rfc3339
 from elastic_training.operators.constants import (
     ANNOTATION_COORDINATOR,
     ANNOTATION_EXCLUSIVE_TOPOLOGY,

@@ -26,12 +26,12 @@ import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from elastic_training.local.cluster.group_reaper import GroupReaper
-from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.nodes import node_is_ready
-from elastic_training.local.cluster.pod_worker import PodWorker, grace_of, merged_status, pod_is_terminal
 from elastic_training.local.cluster.resources import NODES, PODS, ApiError, not_found
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent
+from elastic_training.local.group_reaper import GroupReaper
+from elastic_training.local.nodeagent.logs import LogStore
+from elastic_training.local.nodeagent.pod_worker import PodWorker, grace_of, merged_status, pod_is_terminal
 
 
 class StorePodSink:

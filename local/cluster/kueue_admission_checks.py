@@ -40,10 +40,10 @@ from typing import Any
 
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.events import NORMAL, WARNING, record_event
-from elastic_training.local.cluster.logs import parse_rfc3339
 from elastic_training.local.cluster.resources import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, ApiError
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent, now_rfc3339
 from elastic_training.local.cluster.workqueue import WorkQueue
+from elastic_training.local.nodeagent.logs import parse_rfc3339
 
 COMPONENT = "kueue-admission-checks"
 PENDING, READY, RETRY, REJECTED = "Pending", "Ready", "Retry", "Rejected"

@@ -39,7 +39,6 @@ from elastic_training.local.cluster import kueue_admission_checks as ac
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.conditions import find_condition
 from elastic_training.local.cluster.events import NORMAL, record_event
-from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration, publish
 from elastic_training.local.cluster.kueue_scheduler import KueueScheduler
 from elastic_training.local.cluster.kueue_workload_controller import WorkloadController, sync_pods_ready
 from elastic_training.local.cluster.owners import controller_ref, owner_reference
@@ -55,6 +54,7 @@ from elastic_training.local.cluster.resources import (
 )
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent
 from elastic_training.local.cluster.workqueue import WorkQueue
+from elastic_training.local.descriptions.kueue_config import OFF, KueueConfiguration, publish
 from elastic_training.operators.constants import LABEL_KUEUE_JOB_UID, LABEL_KUEUE_QUEUE_NAME
 
 COMPONENT = "kueue-jobset-controller"

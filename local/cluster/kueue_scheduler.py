@@ -63,8 +63,6 @@ from typing import Any
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.events import NORMAL, WARNING, record_event
 from elastic_training.local.cluster.kueue_admission_checks import reserve_quota
-from elastic_training.local.cluster.kueue_config import EVICTION_TIMESTAMP, OFF, KueueConfiguration
-from elastic_training.local.cluster.quantity import parse_quantity
 from elastic_training.local.cluster.resources import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
@@ -74,6 +72,8 @@ from elastic_training.local.cluster.resources import (
 )
 from elastic_training.local.cluster.scheduler_filters import tolerates
 from elastic_training.local.cluster.store import Obj, Store
+from elastic_training.local.descriptions.kueue_config import EVICTION_TIMESTAMP, OFF, KueueConfiguration
+from elastic_training.local.descriptions.quantity import parse_quantity
 from elastic_training.operators.constants import LABEL_KUEUE_JOB_UID
 
 COMPONENT = "kueue-admission"

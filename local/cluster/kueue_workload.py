@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
-from elastic_training.local.cluster.logs import parse_rfc3339
-from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
 from elastic_training.local.cluster.resources import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES, WORKLOADS, ApiError
 from elastic_training.local.cluster.store import Obj, Store, now_rfc3339
+from elastic_training.local.descriptions.quantity import QuantityError, parse_quantity
+from elastic_training.local.nodeagent.logs import parse_rfc3339
 from elastic_training.operators.constants import KUEUE_GROUP, LABEL_KUEUE_PRIORITY_CLASS
 
 # Condition types (workload_types.go).

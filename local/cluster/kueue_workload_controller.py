@@ -54,10 +54,10 @@ from typing import Any
 from elastic_training.local.cluster import kueue_admission_checks as ac
 from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.events import NORMAL, record_event
-from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration
-from elastic_training.local.cluster.logs import parse_rfc3339
 from elastic_training.local.cluster.resources import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, ApiError
 from elastic_training.local.cluster.store import Obj, Store
+from elastic_training.local.descriptions.kueue_config import OFF, KueueConfiguration
+from elastic_training.local.nodeagent.logs import parse_rfc3339
 
 COMPONENT = "kueue-workload-controller"
 HOLD_AND_DRAIN = "HoldAndDrain"

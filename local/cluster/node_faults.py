@@ -44,10 +44,10 @@ from __future__ import annotations
 import asyncio
 from enum import StrEnum
 
-from elastic_training.local.cluster.cluster_description import LABEL_NODEPOOL, ClusterDescription, ready_condition
 from elastic_training.local.cluster.kubelet import Kubelet
 from elastic_training.local.cluster.resources import NODES, PODS, ApiError, bad_request, not_found
 from elastic_training.local.cluster.store import Obj, Store, now_rfc3339
+from elastic_training.local.descriptions.cluster_description import LABEL_NODEPOOL, ClusterDescription, ready_condition
 
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 DISRUPTION_TARGET = "DisruptionTarget"

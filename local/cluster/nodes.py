@@ -8,9 +8,9 @@ pools (:mod:`local.cluster.cluster_description`). A node the kubelet runs pods o
 
 from __future__ import annotations
 
-from elastic_training.local.cluster.cluster_description import ClusterDescription
 from elastic_training.local.cluster.resources import NODES, ApiError
 from elastic_training.local.cluster.store import Obj, Store
+from elastic_training.local.descriptions.cluster_description import ClusterDescription
 
 
 def node_is_ready(node: Obj | None) -> bool:

@@ -26,13 +26,13 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
-from elastic_training.local.cluster.cluster_description import ClusterDescription, NodePool, node_object
 from elastic_training.local.cluster.events import NORMAL, record_event
 from elastic_training.local.cluster.nodes import create_nodes
 from elastic_training.local.cluster.resources import NODES, PODS, ApiError, bad_request
 from elastic_training.local.cluster.scheduler import needs_scheduling, occupies_node
 from elastic_training.local.cluster.scheduler_filters import filter_node
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent
+from elastic_training.local.descriptions.cluster_description import ClusterDescription, NodePool, node_object
 
 COMPONENT = "cluster-autoscaler"
 

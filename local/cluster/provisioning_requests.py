@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_training.local.cluster import kueue_workload as kw
-from elastic_training.local.cluster.cluster_description import NodePool
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.provisioning import NodeProvisioner
 from elastic_training.local.cluster.resources import (
@@ -51,6 +50,7 @@ from elastic_training.local.cluster.resources import (
 from elastic_training.local.cluster.scheduler import occupies_node
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent
 from elastic_training.local.cluster.workqueue import WorkQueue
+from elastic_training.local.descriptions.cluster_description import NodePool
 
 QUEUED_PROVISIONING_CLASS = "queued-provisioning.gke.io"
 LABEL_PROVISIONING_REQUEST = "autoscaling.gke.io/provisioning-request"

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
+from elastic_training.local.descriptions.quantity import QuantityError, parse_quantity
 
 Obj = dict[str, Any]
 

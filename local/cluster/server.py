@@ -21,10 +21,8 @@ from elastic_training.local.cluster import discovery, openapi, pod_subresources,
 from elastic_training.local.cluster.access import USER_KEY, Access, resource_verb
 from elastic_training.local.cluster.audit import AuditEvent, AuditLog
 from elastic_training.local.cluster.faults import FaultInjector
-from elastic_training.local.cluster.logs import LogStore
 from elastic_training.local.cluster.paging import ListQuery, list_page, parse_limit
 from elastic_training.local.cluster.patching import apply_patch, check_patch_type
-from elastic_training.local.cluster.pod_logs import serve_pod_log
 from elastic_training.local.cluster.protobuf import decode_body
 from elastic_training.local.cluster.resources import (
     CUSTOM_RESOURCE_TYPES,
@@ -41,6 +39,8 @@ from elastic_training.local.cluster.store import Obj, Store
 from elastic_training.local.cluster.targets import Target, not_found_path, parse_target
 from elastic_training.local.cluster.validation import validate, validate_update
 from elastic_training.local.cluster.watching import WatchOptions, stream_watch
+from elastic_training.local.nodeagent.logs import LogStore
+from elastic_training.local.nodeagent.pod_logs import serve_pod_log
 
 log = logging.getLogger(__name__)
 

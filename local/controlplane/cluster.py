@@ -21,8 +21,6 @@ from typing import Any
 
 import yaml
 
-from elastic_training.local.cluster.group_reaper import GroupReaper
-from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.local.controlplane import binaries as upstream
 from elastic_training.local.controlplane import configs, manifests, pki
 from elastic_training.local.controlplane.processes import (
@@ -34,6 +32,8 @@ from elastic_training.local.controlplane.processes import (
     log_tail,
     wait_until,
 )
+from elastic_training.local.group_reaper import GroupReaper
+from elastic_training.local.kubeconfig import write_kubeconfig
 
 SERVICE_CIDR = "10.96.0.0/16"
 KUEUE_NAMESPACE, KUEUE_SECRET = "kueue-system", "kueue-webhook-server-cert"

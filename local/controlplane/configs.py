@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.local.kubeconfig import write_kubeconfig
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Cluster descriptions: the node pools of the local cluster, rendered as the Node objects GKE makes.
 
-A description is YAML (``local/cluster/descriptions/*.yaml``)::
+A description is YAML (``local/descriptions/*.yaml``)::
 
     cluster: local                  # node names: gke-<cluster>-<pool>-<index>
     zone: us-west4-a                # topology.kubernetes.io/zone (region: the zone without its suffix)
@@ -48,15 +48,15 @@ from typing import Any
 
 import yaml
 
-from elastic_training.local.cluster.kueue_config import OFF, KueueConfiguration
-from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
-from elastic_training.local.cluster.queue_description import (
+from elastic_training.local.cluster.store import now_rfc3339
+from elastic_training.local.descriptions.kueue_config import OFF, KueueConfiguration
+from elastic_training.local.descriptions.quantity import QuantityError, parse_quantity
+from elastic_training.local.descriptions.queue_description import (
     QueueDescriptionError,
     QueueObject,
     parse_kueue_configuration,
     parse_queues,
 )
-from elastic_training.local.cluster.store import now_rfc3339
 from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,
@@ -76,7 +76,7 @@ LABEL_GKE_QUEUED = "cloud.google.com/gke-queued"  # a queued-provisioning node p
 TPU_TAINT: Mapping[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 DEFAULT_MAX_PODS = 110
 KUBELET_VERSION = "v1.32.4-gke.1000"
-DESCRIPTIONS_DIR = Path(__file__).parent / "descriptions"
+DESCRIPTIONS_DIR = Path(__file__).parent
 BUILTIN_DESCRIPTIONS = ("v5e-small", "single-node")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

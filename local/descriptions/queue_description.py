@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastic_training.local.cluster import kueue_api
-from elastic_training.local.cluster.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
 from elastic_training.local.cluster.resources import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
@@ -62,6 +61,7 @@ from elastic_training.local.cluster.resources import (
     ResourceType,
 )
 from elastic_training.local.cluster.store import Store
+from elastic_training.local.descriptions.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
 
 _SECTIONS: dict[str, tuple[ResourceType, tuple[str, ...], bool]] = {
     # section: (type, fields beside `name`, fields in `spec`?)

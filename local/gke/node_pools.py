@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from elastic_training.local.cluster.cluster_description import (
+from elastic_training.local.descriptions.cluster_description import (
     LABEL_GKE_QUEUED,
     ClusterDescription,
     NodePool,

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from kubernetes import client
 
-from elastic_training.local.cluster.cluster_description import ClusterDescription
+from elastic_training.local.descriptions.cluster_description import ClusterDescription
 from elastic_training.local.gke.matching import Obj
 from elastic_training.local.gke.node_pools import NodePools, ProvisioningError
 from elastic_training.local.gke.on_demand import OnDemandScaler

@@ -21,11 +21,11 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from elastic_training.local.cluster.cluster_description import ClusterDescription
-from elastic_training.local.cluster.logs import LogStore
+from elastic_training.local.descriptions.cluster_description import ClusterDescription
 from elastic_training.local.nodeagent.api import ApiClient
 from elastic_training.local.nodeagent.heartbeats import Heartbeats
 from elastic_training.local.nodeagent.log_server import KubeletServer, listening_sockets, serving_context
+from elastic_training.local.nodeagent.logs import LogStore
 from elastic_training.local.nodeagent.nodes import (
     AgentNode,
     agent_nodes,

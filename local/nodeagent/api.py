@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from elastic_training.local.cluster.kubeconfig import read_endpoint
+from elastic_training.local.kubeconfig import read_endpoint
 
 Obj = dict[str, Any]
 

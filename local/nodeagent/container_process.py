@@ -23,8 +23,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from elastic_training.local.cluster.group_reaper import GroupReaper
-from elastic_training.local.cluster.logs import ContainerLogWriter
+from elastic_training.local.group_reaper import GroupReaper
+from elastic_training.local.nodeagent.logs import ContainerLogWriter
 
 _SETPRIV = shutil.which("setpriv")
 _STREAM_LIMIT = 1 << 20  # longest line read at once; longer lines are split

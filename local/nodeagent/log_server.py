@@ -8,8 +8,8 @@ back as plain text with its status code, which kube-apiserver turns into the ``S
 
 Client certificates are required and verified against the given CA (the kubelet's ``--client-ca-file``); any
 certificate that CA signed is let in (the kubelet would also ask kube-apiserver's SubjectAccessReview). The log
-files and their reads are the local kubelet's (:mod:`elastic_training.local.cluster.logs`,
-:func:`elastic_training.local.cluster.pod_logs.stream_container_log`). No other kubelet endpoint is served
+files and their reads are the local kubelet's (:mod:`elastic_training.local.nodeagent.logs`,
+:func:`elastic_training.local.nodeagent.pod_logs.stream_container_log`). No other kubelet endpoint is served
 (``exec``, ``attach``, ``portForward``, ``metrics``, ``stats``).
 """
 
@@ -22,10 +22,10 @@ from pathlib import Path
 
 from aiohttp import web
 
-from elastic_training.local.cluster.logs import LogStore
-from elastic_training.local.cluster.pod_logs import pod_run_finished, stream_container_log
 from elastic_training.local.cluster.resources import ApiError
 from elastic_training.local.nodeagent.api import Obj
+from elastic_training.local.nodeagent.logs import LogStore
+from elastic_training.local.nodeagent.pod_logs import pod_run_finished, stream_container_log
 
 PodLookup = Callable[[str, str, str], Obj | None]  # (node, namespace, name) -> the pod with its newest status
 

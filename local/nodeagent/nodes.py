@@ -4,7 +4,7 @@ Stands for the kubelet's ``pkg/kubelet/kubelet_node_status.go``: ``registerWithA
 labels, taints and status (capacity = allocatable, conditions, addresses, ``daemonEndpoints``), or, when a Node of
 that name exists, takes it over and writes its status; ``tryUpdateNodeStatus`` writes the conditions again with a
 fresh ``lastHeartbeatTime`` every ``nodeStatusReportFrequency``. The Node objects themselves are GKE's, from the
-cluster description (:func:`elastic_training.local.cluster.cluster_description.node_object`).
+cluster description (:func:`elastic_training.local.descriptions.cluster_description.node_object`).
 
 kube-apiserver reaches a node's kubelet API at the node's preferred address (``InternalIP``, 127.0.0.1 for every
 node here) and ``status.daemonEndpoints.kubeletEndpoint.Port``, so each node gets a port of its own.
@@ -19,7 +19,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from elastic_training.local.cluster.cluster_description import ClusterDescription, node_object
+from elastic_training.local.descriptions.cluster_description import ClusterDescription, node_object
 from elastic_training.local.nodeagent.api import STRATEGIC_MERGE, ApiClient, ApiStatusError, Obj
 
 NODE_STATUS_REPORT_SECONDS = 300.0  # the kubelet's nodeStatusReportFrequency (5 min while leases carry the heartbeat)

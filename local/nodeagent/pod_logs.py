@@ -20,7 +20,9 @@ from typing import Any, BinaryIO
 
 from aiohttp import web
 
-from elastic_training.local.cluster.logs import (
+from elastic_training.local.cluster.resources import PODS, bad_request
+from elastic_training.local.cluster.store import Store
+from elastic_training.local.nodeagent.logs import (
     LogLine,
     LogStore,
     complete_size,
@@ -29,8 +31,6 @@ from elastic_training.local.cluster.logs import (
     since_offset,
     tail_offset,
 )
-from elastic_training.local.cluster.resources import PODS, bad_request
-from elastic_training.local.cluster.store import Store
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 FOLLOW_POLL_SECONDS = 0.05

@@ -2,7 +2,7 @@
 
 Stands for the kubelet's sync loop and pod workers (``pkg/kubelet/kubelet.go`` ``syncLoop``, ``pod_workers.go``):
 it lists and watches the pods whose ``spec.nodeName`` is set (the kubelet's own watch is one node's; the agent keeps
-those of its nodes), starts a :class:`~elastic_training.local.cluster.pod_worker.PodWorker` for each new one, and
+those of its nodes), starts a :class:`~elastic_training.local.nodeagent.pod_worker.PodWorker` for each new one, and
 hands each change to it:
 
 - a pod with a ``deletionTimestamp`` is stopped (SIGTERM, SIGKILL at ``deletionGracePeriodSeconds``); its worker
@@ -29,9 +29,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from elastic_training.local.cluster.group_reaper import GroupReaper
-from elastic_training.local.cluster.logs import LogStore
-from elastic_training.local.cluster.pod_worker import PodWorker, grace_of, pod_is_terminal
+from elastic_training.local.group_reaper import GroupReaper
 from elastic_training.local.nodeagent.api import (
     TRANSPORT_ERRORS,
     ApiClient,
@@ -41,7 +39,9 @@ from elastic_training.local.nodeagent.api import (
     WatchEvent,
     WatchExpired,
 )
+from elastic_training.local.nodeagent.logs import LogStore
 from elastic_training.local.nodeagent.lost_pods import lost_pod_status
+from elastic_training.local.nodeagent.pod_worker import PodWorker, grace_of, pod_is_terminal
 from elastic_training.local.nodeagent.status_sink import ApiPodSink
 
 log = logging.getLogger(__name__)

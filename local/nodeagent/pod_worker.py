@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from elastic_training.local.cluster.container_env import ContainerConfigError, container_argv, container_env
-from elastic_training.local.cluster.container_process import ContainerProcess
-from elastic_training.local.cluster.group_reaper import GroupReaper
-from elastic_training.local.cluster.images import (
+from elastic_training.local.cluster.store import Obj, now_rfc3339
+from elastic_training.local.group_reaper import GroupReaper
+from elastic_training.local.nodeagent.container_env import ContainerConfigError, container_argv, container_env
+from elastic_training.local.nodeagent.container_process import ContainerProcess
+from elastic_training.local.nodeagent.images import (
     ERR_IMAGE_PULL,
     IMAGE_PULL_BACKOFF,
     ImageEntry,
@@ -41,8 +42,7 @@ from elastic_training.local.cluster.images import (
     ProgramNotFound,
     find_image,
 )
-from elastic_training.local.cluster.logs import LogStore
-from elastic_training.local.cluster.store import Obj, now_rfc3339
+from elastic_training.local.nodeagent.logs import LogStore
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,8 @@ def _pod_path(namespace: str, name: str) -> str:
 
 
 class ApiPodSink:
-    """A :class:`~elastic_training.local.cluster.pod_worker.PodSink` writing to kube-apiserver, on the agent's loop."""
+    """A :class:`~elastic_training.local.nodeagent.pod_worker.PodSink` writing to kube-apiserver, on the agent's
+    loop."""
 
     def __init__(self, api: ApiClient) -> None:
         self._api = api

@@ -112,11 +112,18 @@ class StaticSliceHealth:
 
 
 def pod_is_healthy(pod: client.V1Pod) -> bool:
-    """Running, not being deleted, and every reported container ready."""
+    """Running, not being deleted, not marked not-ready, and every reported container ready.
+
+    The pod's ``Ready`` condition counts on its own: when a node stops reporting, kube-controller-manager's node
+    lifecycle controller sets it False on the node's pods (``MarkPodsNotReady``) and leaves their phase and
+    container statuses as the lost kubelet last wrote them.
+    """
     if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
         return False
     status = pod.status
     if status is None or status.phase != "Running":
+        return False
+    if any(c.type == "Ready" and c.status == "False" for c in status.conditions or []):
         return False
     return all(bool(c.ready) for c in status.container_statuses or [])
 

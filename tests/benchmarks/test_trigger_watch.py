@@ -26,10 +26,12 @@ def test_requests_are_attributed_by_user_agent() -> None:
         "OpenAPI-Generator/1/python\twatch": 3,
         "bench-driver\tlist": 4,
     }
+    # Any other agent is the cluster's own: the controllers, the scheduler, JobSet, Kueue, the node agent.
     assert _by_client(before, after) == {
-        "watch": {"watch": 2},
+        "watch": {},
         "polling": {"get": 3, "list": 3},
         "driver": {"list": 4},
+        "cluster": {"watch": 2},
     }
 
 
@@ -39,6 +41,7 @@ def test_watch_triggerers_are_told_apart_by_their_label() -> None:
         "watch": {"watch": 40},
         "baseline": {"log follow": 1},
         "driver": {"list": 2},
+        "cluster": {},
     }
 
 

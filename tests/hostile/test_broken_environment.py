@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from elastic_training.local.cluster.kubeconfig import read_endpoint, render_kubeconfig
+from elastic_training.local.kubeconfig import read_endpoint, render_kubeconfig
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from tests.support.airflow_dags import operators_kubeconfig, operators_role_without
 

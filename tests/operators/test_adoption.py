@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators import ElasticJobSetOperator, JobSetOperator, kube_names
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
@@ -102,7 +102,7 @@ def _start_deleting(
 
 
 @contextlib.contextmanager
-def _released_once_waited_on(cluster: LocalCluster, name: str, release: Path) -> Iterator[None]:
+def _released_once_waited_on(cluster: UpstreamCluster, name: str, release: Path) -> Iterator[None]:
     """Release the dying JobSet's pod (`release`) once someone watches for that JobSet to go (the operator's wait:
     a watch on ``metadata.name=<name>`` in the API server's audit log): it is still there when the operator
     comes, however slow the machine, and the test does not wait out a fixed stop."""
@@ -152,7 +152,7 @@ def _delete_all(custom: client.CustomObjectsApi, selector: str) -> None:
 
 
 def test_a_jobset_being_deleted_is_waited_out_then_created_again(
-    cluster_connection: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster_connection: UpstreamCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task cleared while its JobSet is being deleted (no state store): one JobSet at a time, a fresh uid."""
     identity = kube_names.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=RUN_ID, map_index=-1)
@@ -196,7 +196,7 @@ def test_a_jobset_being_deleted_is_waited_out_then_created_again(
 
 
 def test_a_plain_jobset_being_deleted_is_waited_out_then_created_again(
-    cluster_connection: LocalCluster, tmp_path: Path
+    cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     """`JobSetOperator`: a stage cleared while its killed JobSet still stops runs again, not 'deleted outside'."""
     run_id = "manual__plain-dying"
@@ -233,7 +233,7 @@ def _elastic(tmp_path: Path, run_name: str) -> ElasticJobSetOperator:
 
 
 def test_a_name_taken_by_a_foreign_jobset_fails_and_leaves_it_alone(
-    cluster_connection: LocalCluster, tmp_path: Path
+    cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     run_id = "manual__foreign"
     name = kube_names.jobset_name(
@@ -258,7 +258,7 @@ def test_a_name_taken_by_a_foreign_jobset_fails_and_leaves_it_alone(
 
 
 def test_a_create_that_meets_its_own_jobset_being_deleted_waits_then_creates(
-    cluster_connection: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster_connection: UpstreamCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The race: the adoption's list ran before this task's JobSet of that name appeared, then it was deleted."""
     run_id = "manual__race"
@@ -322,7 +322,7 @@ INCARNATION = {"jobset_name": "hist-old", "slice_restarts": 2, "jobset_restarts"
 
 
 def test_a_rerun_with_an_empty_task_state_gets_the_run_history_from_its_jobset(
-    cluster_connection: LocalCluster, tmp_path: Path
+    cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     """A cleared task (or a recreated DAG run) adopts by labels and still reports the earlier incarnations."""
     run_id = "manual__history"
@@ -366,7 +366,7 @@ def test_a_rerun_with_an_empty_task_state_gets_the_run_history_from_its_jobset(
         api.close()
 
 
-def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: LocalCluster, tmp_path: Path) -> None:
+def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: UpstreamCluster, tmp_path: Path) -> None:
     """Found by the chaos harness: a rerun met the rest of a 429 burst while it listed its JobSets and failed."""
     run_id = "manual__throttled"
     identity = kube_names.identity_labels(dag_id=DAG_ID, task_id=TASK_ID, run_id=run_id, map_index=-1)
@@ -388,6 +388,6 @@ def test_finding_its_jobset_rides_out_a_throttling_burst(cluster_connection: Loc
         )["items"]
         assert created["metadata"]["name"] == ti.xcom["jobset_name"]
     finally:
-        cluster_connection.faults.clear()
+        cluster_connection.faults.clear_api_faults()
         _delete_all(custom, kube_names.label_selector(identity))
         api.close()

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from elastic_training.local.cluster.kubeconfig import render_kubeconfig
+from elastic_training.local.kubeconfig import render_kubeconfig
 from elastic_training.operators.api_client import TimeoutApiClient, request_timeout
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from elastic_training.operators.hooks import AsyncJobSetHook

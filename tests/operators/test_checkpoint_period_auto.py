@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.advice import auto_period, shape_fingerprint
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 from elastic_training.operators.failure_history import FailureHistory, RunRecord
@@ -82,7 +82,7 @@ def seeded(key: str, *, failures: int) -> FailureHistory:
     return history
 
 
-def trainer_args(cluster: LocalCluster, name: str) -> list[str]:
+def trainer_args(cluster: UpstreamCluster, name: str) -> list[str]:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         jobset = client.CustomObjectsApi(api).get_namespaced_custom_object(
@@ -96,7 +96,7 @@ def trainer_args(cluster: LocalCluster, name: str) -> list[str]:
 
 
 def test_auto_picks_a_shorter_period_after_frequent_failures(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     chosen: dict[str, dict[str, Any]] = {}
     for label, failures in (("stormy", 60), ("calm", 0)):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import HEAD_REPLICATED_JOB
 from tests.support.airflow_dags import states, xcom
 from tests.support.alert_notifier import told
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     # The stall clock runs from the first step (the start-up, JAX's start, the compilation and after the full
     # restart the restore, has startup_timeout, generous): 40 s is only the freeze's, against steps of ~0.1 s (a few
@@ -92,7 +92,7 @@ def test_frozen_trainer_is_a_stall_and_a_full_restart_mends_it(
 
 
 def test_full_restart_budget_spent_fails_naming_it(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     # 0.1 s a step: the slice is lost while the trainer trains (its 44 steps after the kill take over 4 s).
     dag = elastic_dag(
@@ -117,7 +117,7 @@ def test_full_restart_budget_spent_fails_naming_it(
 
 
 def test_a_full_restart_and_then_a_spent_budget_are_told_to_the_notifiers_and_a_broken_one_changes_nothing(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     """The operator calls its notifiers (a real ``BaseNotifier`` subclass writing a file, and one that raises) at the
     escalation, with its reason and the budget left, and when the next slice loss finds the budget spent."""
@@ -159,7 +159,7 @@ def test_a_full_restart_and_then_a_spent_budget_are_told_to_the_notifiers_and_a_
 
 
 def test_a_preemption_exit_short_of_the_target_is_a_full_restart_through_api_throttling(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     """MaxText exits 0 on SIGTERM (a preemption): the JobSet completes short of its target, and budget is left.
 
@@ -175,7 +175,7 @@ def test_a_preemption_exit_short_of_the_target_is_a_full_restart_through_api_thr
         ) as faults:
             dag_run = dag.test()
     finally:
-        cluster_connection.faults.clear()
+        cluster_connection.faults.clear_api_faults()
     assert faults.fired == [15]
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")

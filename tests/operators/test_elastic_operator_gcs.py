@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
 from tests.support.airflow_dags import states, xcom
 from tests.support.elastic_runs import elastic_dag, jobsets_of
@@ -28,7 +28,7 @@ BURST = 5
 
 def test_a_gcs_run_rides_out_503_bursts_and_a_killed_slice(
     airflow_db: None,
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
     gcs_emulator: GCSEmulator,
     gcs_bucket: str,
     flaky_gcs: FlakyProxy,

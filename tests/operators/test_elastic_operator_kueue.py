@@ -19,9 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kueue_workload import find as condition
-from elastic_training.local.cluster.kueue_workload import is_true
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     ANNOTATION_EXCLUSIVE_TOPOLOGY,
     JOBSET_GROUP,
@@ -48,6 +46,7 @@ from tests.support.flex import (
     create_flex_check,
     provisioning_requests,
 )
+from tests.support.kueue_objects import cond as condition
 from tests.support.step_faults import StepFaults
 
 pytestmark = pytest.mark.slow
@@ -60,7 +59,7 @@ Obj = dict[str, Any]
 class Cluster:
     """The admin's view of the cluster: JobSets and Workloads, read and waited on."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: UpstreamCluster) -> None:
         self._api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
         self.custom = client.CustomObjectsApi(self._api)
         self.core = client.CoreV1Api(self._api)
@@ -108,6 +107,12 @@ class Cluster:
         self.custom.delete_namespaced_custom_object(
             JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL, name, propagation_policy="Foreground"
         )
+
+
+def is_true(obj: Obj | None, kind: str) -> bool:
+    """True when ``obj`` has the condition ``kind`` with status True."""
+    found = condition(obj, kind) if obj is not None else None
+    return found is not None and found["status"] == "True"
 
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 300.0) -> Any:
@@ -167,7 +172,7 @@ class Background:
 
 
 @pytest.fixture
-def admin(cluster_connection: LocalCluster) -> Iterator[Cluster]:
+def admin(cluster_connection: UpstreamCluster) -> Iterator[Cluster]:
     found = Cluster(cluster_connection)
     yield found
     for jobset in found.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]:
@@ -201,7 +206,7 @@ def _admitted(admin: Cluster, name: str) -> bool:
 
 
 def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succeeds(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, tmp_path: Path
 ) -> None:
     run_name = "kueue-queued"
     holder = admin.create(blocker("blocker-queued", slices=4))  # all 64 chips of the queue
@@ -251,7 +256,7 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
 
 
 def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jobset(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, tmp_path: Path
 ) -> None:
     run_name = "kueue-preempted"
     seen: dict[str, Any] = {}
@@ -319,7 +324,7 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
 
 
 def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, tmp_path: Path
 ) -> None:
     """An evaluation stage (JobSetOperator) asking for 8 chips joins the queue (more than the 4 of the single-host
     flavor, and the v5e-16 flavor's 64 are held): it waits, never fails for it, and its queue_timeout deletes its
@@ -382,7 +387,7 @@ def test_a_stage_goes_through_the_same_queue_and_its_queue_timeout(
 
 def test_a_run_asking_more_than_its_queue_can_ever_hold_fails_at_once_and_leaves_nothing(
     airflow_db: None,
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
     admin: Cluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -429,8 +434,8 @@ REPAIR_SECONDS = 30.0  # GKE's auto-repair of the slice's node pool: longer than
 
 
 @pytest.fixture
-def pods_ready(cluster_connection: LocalCluster) -> Iterator[None]:
-    cluster_connection.faults.configure_kueue(
+def pods_ready(cluster_connection: UpstreamCluster) -> Iterator[None]:
+    cluster_connection.faults.kueue_configuration(
         {
             "waitForPodsReady": {
                 "timeout": "10m",
@@ -440,11 +445,11 @@ def pods_ready(cluster_connection: LocalCluster) -> Iterator[None]:
         }
     )
     yield
-    cluster_connection.faults.configure_kueue(None)  # off again, as v0.17 is
+    cluster_connection.faults.kueue_configuration({})  # off again, as v0.17 is
 
 
 def test_a_slice_repair_outlasting_recovery_timeout_is_evicted_by_kueue_and_resumed_from_its_checkpoint(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, pods_ready: None, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, pods_ready: None, tmp_path: Path
 ) -> None:
     """GKE repairs the node pool of one slice for longer than Kueue's ``recoveryTimeout``, with every other pool
     held (another team's admitted run): Kueue evicts the whole JobSet for a PodsReady timeout while Pathways waits
@@ -532,7 +537,7 @@ FLEX_QUEUE = "flex-queue"
 FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")  # made queued-provisioning pools: no nodes until a request takes them
 
 
-def _flex(admin: Cluster, cluster: LocalCluster) -> None:
+def _flex(admin: Cluster, cluster: UpstreamCluster) -> None:
     """A second ClusterQueue with xpk's dws-prov check (2 slices of quota) over two queued-provisioning pools."""
     if admin.custom.list_cluster_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", field_selector=f"metadata.name={FLEX_QUEUE}"
@@ -565,7 +570,7 @@ def _flex(admin: Cluster, cluster: LocalCluster) -> None:
 
 
 def test_a_flex_run_waits_for_provisioning_apart_from_quota_and_trains_on_the_new_slices(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, tmp_path: Path
 ) -> None:
     _flex(admin, cluster_connection)
     run_name = "kueue-flex"
@@ -592,7 +597,7 @@ def test_a_flex_run_waits_for_provisioning_apart_from_quota_and_trains_on_the_ne
 
 
 def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
-    airflow_db: None, cluster_connection: LocalCluster, admin: Cluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, tmp_path: Path
 ) -> None:
     _flex(admin, cluster_connection)
     run_name = "kueue-flex-revoked"

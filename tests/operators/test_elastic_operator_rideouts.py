@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from airflow.utils.session import create_session
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.plugin.runs import rendered_of
 from tests.support.airflow_dags import states, xcom
 from tests.support.elastic_runs import elastic_dag, jobsets_of
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_api_errors_and_expiring_watches_never_fail_the_task(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     # Its run name and steps are Jinja in the frozen Training group: rendered when the task runs (the run
     # directory, the JobSet's run-name label the faults find it by, and the final step say so).
@@ -46,7 +46,7 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
     )
     faults_api = cluster_connection.faults
     faults_api.fail_requests(500, probability=0.3, path="jobsets")
-    faults_api.add_latency(0.05, path="jobsets")
+    faults_api.latency(0.05, path="jobsets")
     try:
         with StepFaults(cluster_connection, "elastic-flaky") as faults:
             faults.at(10, lambda f: f.cluster.faults.expire_watches(compact=True))
@@ -57,7 +57,7 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
             faults.at(35, lambda f: f.cluster.faults.fail_requests(500, seconds=5.0))
             dag_run = dag.test()
     finally:
-        faults_api.clear()
+        faults_api.clear_api_faults()
     assert faults.fired == [10, 20, 30, 35]
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
@@ -71,7 +71,7 @@ def test_api_errors_and_expiring_watches_never_fail_the_task(
 
 
 def test_task_killed_mid_watch_and_run_again_adopts_its_jobset(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     """A worker dies while the task waits (SIGKILL, no cleanup); the rerun finds its JobSet and never makes a second."""
     import os
@@ -119,7 +119,7 @@ def test_task_killed_mid_watch_and_run_again_adopts_its_jobset(
 
 
 def test_a_scale_up_after_a_replica_resize_is_a_recovery_in_the_report(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     """elastic_min_slice_count=1: a lost slice lets the run go on with one; its worker comes back, and at the next
     checkpoint pathwaysutils' `Scale up requested.` then MaxText's restore grow it again: a recovery of its own."""

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
@@ -80,7 +80,7 @@ def _launch(admin: client.ApiClient, name: str, grace: int) -> tuple[Handle, lis
 
 
 def test_a_short_grace_stops_pods_that_ignore_sigterm_long_before_their_own(
-    admin: client.ApiClient, cluster_connection: LocalCluster
+    admin: client.ApiClient, cluster_connection: UpstreamCluster
 ) -> None:
     handle, pods = _launch(admin, "grace-hung", OWN_GRACE_SECONDS)
     lifecycle = JobSetLifecycle(JobSetHook(), namespace=NAMESPACE, identity={}, log=LOG)
@@ -96,7 +96,7 @@ def test_a_short_grace_stops_pods_that_ignore_sigterm_long_before_their_own(
 
 
 def test_a_role_without_delete_on_pods_keeps_their_grace_and_says_so(
-    admin: client.ApiClient, cluster_connection: LocalCluster, caplog: pytest.LogCaptureFixture
+    admin: client.ApiClient, cluster_connection: UpstreamCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     with operators_role_without(admin, "pods", "delete"):
         handle, _ = _launch(admin, "grace-older-role", 3)  # their own grace: short, so the retirement ends anyway

@@ -1,6 +1,6 @@
 """`AsyncJobSetHook`'s own configuration loading (operators/kube_config.py), on the connection's public extras:
 one shared client for static credentials, a fresh one per call for an exec plugin's short-lived tokens, the
-provider's refusal for a connection that sets two sources. Over HTTPS against the local cluster."""
+provider's refusal for a connection that sets two sources. Over HTTPS against the local cluster's kube-apiserver."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kubeconfig import render_kubeconfig
+from elastic_training.local.kubeconfig import render_kubeconfig
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.hooks import AsyncJobSetHook
 from elastic_training.operators.kube_config import uses_exec_auth
 
@@ -50,12 +50,12 @@ def _connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, 
     return AsyncJobSetHook(conn_id=conn_id)
 
 
-def _exec_kubeconfig(cluster: LocalCluster, tmp_path: Path) -> Path:
+def _exec_kubeconfig(cluster: UpstreamCluster, tmp_path: Path) -> Path:
     """The cluster's kubeconfig with its token handed out by an exec plugin (client.authentication.k8s.io/v1),
     as gke-gcloud-auth-plugin does; the plugin counts its runs in ``runs``."""
     plugin = tmp_path / "auth-plugin"
     credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential"}
-    credential["status"] = {"token": cluster.token}  # type: ignore[assignment]
+    credential["status"] = {"token": cluster.control_plane.identities["admin"].token}  # type: ignore[assignment]
     plugin.write_text(
         f"#!{sys.executable}\nimport json, pathlib\n"
         f"runs = pathlib.Path({str(tmp_path / 'runs')!r})\n"
@@ -72,7 +72,7 @@ def _exec_kubeconfig(cluster: LocalCluster, tmp_path: Path) -> Path:
     return path
 
 
-async def test_static_credentials_share_one_client(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_static_credentials_share_one_client(cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     hook = _connection(monkeypatch, "k8s_static", {"kube_config_path": str(cluster.kubeconfig_path)})
     try:
         async with hook.api() as first, hook.api() as second:
@@ -83,7 +83,7 @@ async def test_static_credentials_share_one_client(cluster: LocalCluster, monkey
 
 
 async def test_an_exec_plugin_gets_a_fresh_client_per_call(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     path = _exec_kubeconfig(cluster, tmp_path)
     hook = _connection(monkeypatch, "k8s_exec", {"kube_config_path": str(path)})
@@ -96,7 +96,7 @@ async def test_an_exec_plugin_gets_a_fresh_client_per_call(
     assert int((tmp_path / "runs").read_text()) >= 1
 
 
-async def test_two_sources_are_the_providers_refusal(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_two_sources_are_the_providers_refusal(cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     extra = {"kube_config_path": str(cluster.kubeconfig_path), "in_cluster": True}
     hook = _connection(monkeypatch, "k8s_both", extra)
     with pytest.raises(Exception, match="mutually exclusive"):

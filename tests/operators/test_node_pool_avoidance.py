@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config, utils
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -92,7 +92,7 @@ def history_dag(dag_id: str, base: Path, *, slices: int = 3, avoid: bool = False
 
 
 @pytest.fixture(scope="module")
-def node_reader(cluster_connection: LocalCluster) -> Iterator[LocalCluster]:
+def node_reader(cluster_connection: UpstreamCluster) -> Iterator[UpstreamCluster]:
     """The operators' account may also list nodes (deploy/rbac-node-pools.yaml), as the option needs."""
     admin = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     try:
@@ -130,7 +130,7 @@ def lose_host_of(pool: list[str], lost: list[dict[str, Any]]) -> Callable[[StepF
 
 
 @contextlib.contextmanager
-def cordoned_but(cluster: LocalCluster, keep: list[str]) -> Iterator[None]:
+def cordoned_but(cluster: UpstreamCluster, keep: list[str]) -> Iterator[None]:
     """One v5e-16 pool other than ``keep[0]`` cordoned: 3 slices on the 3 pools left must use ``keep[0]``, which
     the scheduler would otherwise be free to skip (4 pools for 3 slices)."""
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
@@ -160,7 +160,7 @@ def note_pools(used: set[str]) -> Callable[[StepFaults], None]:
     return act
 
 
-def worker_affinity(cluster: LocalCluster, jobset: str) -> Any:
+def worker_affinity(cluster: UpstreamCluster, jobset: str) -> Any:
     """The worker pod template's affinity in the JobSet the operator created (``None``: none)."""
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
@@ -173,7 +173,7 @@ def worker_affinity(cluster: LocalCluster, jobset: str) -> Any:
     return worker["template"]["spec"]["template"]["spec"].get("affinity")
 
 
-def fourth_run(cluster: LocalCluster, dag: Any, run_name: str) -> tuple[Any, dict[str, Any], set[str]]:
+def fourth_run(cluster: UpstreamCluster, dag: Any, run_name: str) -> tuple[Any, dict[str, Any], set[str]]:
     used: set[str] = set()
     with StepFaults(cluster, run_name) as faults:
         faults.at(3, note_pools(used))
@@ -184,7 +184,7 @@ def fourth_run(cluster: LocalCluster, dag: Any, run_name: str) -> tuple[Any, dic
 
 
 def test_a_pool_failing_in_two_of_three_runs_is_avoided_in_the_fourth(
-    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+    airflow_db: None, node_reader: UpstreamCluster, tmp_path: Path
 ) -> None:
     cluster = node_reader
     pool: list[str] = []
@@ -276,7 +276,7 @@ def seeded(now: float, failing: str, *, others: tuple[str, ...] = ()) -> Failure
 
 
 @contextlib.contextmanager
-def squatted(cluster: LocalCluster, pool: str) -> Iterator[None]:
+def squatted(cluster: UpstreamCluster, pool: str) -> Iterator[None]:
     """Another team's pods holding every TPU chip of ``pool``: its nodes stay Ready and uncordoned (so the plan
     counts it), but no slice of ours fits there: capacity the plan cannot see, which only the scheduler tells."""
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
@@ -327,7 +327,7 @@ def note_pools_by_jobset(used: dict[str, set[str]]) -> Callable[[StepFaults], No
     return act
 
 
-def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
+def jobsets_of(cluster: UpstreamCluster, run_name: str) -> list[dict[str, Any]]:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         found = client.CustomObjectsApi(api).list_namespaced_custom_object(
@@ -339,7 +339,7 @@ def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
 
 
 def test_an_avoidance_the_cluster_cannot_honour_is_relaxed_and_the_run_proceeds(
-    airflow_db: None, node_reader: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    airflow_db: None, node_reader: UpstreamCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The plan avoids a failing pool with 3 pools left for 3 slices, but one of those is full (another team's
     pods): a slice's workers stay ``Unschedulable``. After ``RELAX_AFTER_SECONDS`` (5 s here instead of 60: the
@@ -376,7 +376,7 @@ def test_an_avoidance_the_cluster_cannot_honour_is_relaxed_and_the_run_proceeds(
 
 
 def test_a_failing_pool_is_avoided_then_tried_on_probation_and_its_clean_run_forgives_it(
-    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+    airflow_db: None, node_reader: UpstreamCluster, tmp_path: Path
 ) -> None:
     """One history, runs of the operator one after another: a pool failing in two runs (2 h ago) is avoided by
     the first run; another pool's two failures of 9 days ago have decayed (3-day half-life: weight 0.25) and are
@@ -424,7 +424,7 @@ def test_a_failing_pool_is_avoided_then_tried_on_probation_and_its_clean_run_for
 
 
 def test_the_relaxation_survives_as_state_spends_no_budget_and_never_leaves_two_jobsets(
-    node_reader: LocalCluster, custom: client.CustomObjectsApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    node_reader: UpstreamCluster, custom: client.CustomObjectsApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The operator driven as the task runner drives it (``execute`` to its deferral, the trigger to its event,
     ``execute_complete``), with a plan that avoids every v5e-16 pool: every worker is unschedulable. The
@@ -481,7 +481,7 @@ def test_the_relaxation_survives_as_state_spends_no_budget_and_never_leaves_two_
 
 
 def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_says_why(
-    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+    airflow_db: None, node_reader: UpstreamCluster, tmp_path: Path
 ) -> None:
     """A deployment that skipped deploy/rbac-node-pools.yaml (the binding deleted here, put back after): listing
     the nodes is a real 403, the run goes ahead avoiding nothing, and its report names the ClusterRole to bind."""
@@ -504,7 +504,7 @@ def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_
     assert worker_affinity(cluster, report["jobset_name"]) is None and len(used) == 3
 
 
-def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: LocalCluster) -> None:
+def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: UpstreamCluster) -> None:
     """A pool with a cordoned node, or NotReady (a lost host under repair), cannot hold a 4-host slice: it is no
     candidate, so an avoidance never counts on it; uncordoned and repaired, it is one again."""
     from elastic_training.operators import manifests
@@ -539,7 +539,7 @@ def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: LocalClus
 
 
 def test_a_hostile_history_never_fails_the_run_and_the_report_says_what_was_left_out(
-    airflow_db: None, node_reader: LocalCluster, tmp_path: Path
+    airflow_db: None, node_reader: UpstreamCluster, tmp_path: Path
 ) -> None:
     """Records edited by hand beside two sound ones: a pool name that is no label value, a sound name of no pool of
     this cluster failing often, huge and zero numbers, wrong types, a value that is not JSON. The run succeeds,

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import LABEL_STAGE
 from elastic_training.operators.pipeline_config import PipelineConfig
 from elastic_training.operators.pipeline_params import (
@@ -89,7 +89,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> PipelineConfig:
 
 
 def test_evaluation_gate_and_synthesis_run_on_the_local_cluster(
-    airflow_db: None, cluster_connection: LocalCluster, trained: PipelineConfig
+    airflow_db: None, cluster_connection: UpstreamCluster, trained: PipelineConfig
 ) -> None:
     dag_run = stages_dag("nightly_stages", trained).test()
     assert states(dag_run) == dict.fromkeys(

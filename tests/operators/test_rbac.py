@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.rbac import main, rbac_manifests, render_yaml
 from tests.support.airflow_dags import operators_kubeconfig
 
@@ -102,7 +102,7 @@ _FORBIDDEN_DELETE = (
 )
 
 
-def test_the_cluster_grants_the_operators_account_exactly_the_role(cluster_connection: LocalCluster) -> None:
+def test_the_cluster_grants_the_operators_account_exactly_the_role(cluster_connection: UpstreamCluster) -> None:
     (role,) = [m for m in rbac_manifests("default") if m["kind"] == "Role"]
     granted = set()
     for rule in role["rules"]:
@@ -125,7 +125,7 @@ def test_the_cluster_grants_the_operators_account_exactly_the_role(cluster_conne
     api.close()
 
 
-def test_a_request_outside_the_role_is_403_through_the_official_client(cluster_connection: LocalCluster) -> None:
+def test_a_request_outside_the_role_is_403_through_the_official_client(cluster_connection: UpstreamCluster) -> None:
     api = config.new_client_from_config(config_file=str(operators_kubeconfig(cluster_connection)))
     core = client.CoreV1Api(api)
     core.list_namespaced_pod("default")  # inside the Role
@@ -151,7 +151,7 @@ def test_a_request_outside_the_role_is_403_through_the_official_client(cluster_c
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (no `kubectl` on PATH)")
 def test_kubectl_with_the_operators_kubeconfig_is_refused_outside_the_role(
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
 ) -> None:
     kubeconfig = operators_kubeconfig(cluster_connection)
 
@@ -192,11 +192,12 @@ def test_the_node_pools_cluster_role_is_one_read_verb_and_its_file_is_rendered()
 
 
 def test_kueues_configuration_is_read_only_with_the_opt_in_role_and_its_file_is_rendered(
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
 ) -> None:
-    """Kueue's ConfigMap (kueue-system/kueue-manager-config, which the local Kueue publishes as its manifests
-    install it) is outside the operators' Role: their read is a 403 and they fall back to their options; with the
-    opt-in Role (deploy/rbac-kueue-config.yaml) the same read returns Kueue's waitForPodsReady."""
+    """Kueue's ConfigMap (kueue-system/kueue-manager-config, published as Kueue's manifests install it, holding the
+    Configuration the manager runs with) is outside the operators' Role: their read is a 403 and they fall back to
+    their options; with the opt-in Role (deploy/rbac-kueue-config.yaml) the same read returns Kueue's
+    waitForPodsReady."""
     from kubernetes import utils
 
     from elastic_training.operators import Capacity, ElasticJobSetOperator, Scale, Training
@@ -221,7 +222,8 @@ def test_kueues_configuration_is_read_only_with_the_opt_in_role_and_its_file_is_
     refused = operator._pods_ready_timeouts()  # 403: the operators' options stand in
     assert refused is not None and refused.source.startswith("the task's kueue_pods_ready_timeout")
     assert refused.recovery_timeout_seconds == 120.0
-    cluster_connection.faults.configure_kueue({"waitForPodsReady": {"timeout": "7m", "recoveryTimeout": "4m"}})
+    # Kueue restarted with this Configuration (the shared cluster is then replaced for the next module)
+    cluster_connection.configure_kueue({"waitForPodsReady": {"timeout": "7m", "recoveryTimeout": "4m"}})
     admin = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     try:
         for manifest in kueue_config_reader_manifests("default"):
@@ -232,7 +234,6 @@ def test_kueues_configuration_is_read_only_with_the_opt_in_role_and_its_file_is_
         data = client.CoreV1Api(admin).read_namespaced_config_map("kueue-manager-config", "kueue-system").data
         assert from_config_map(data, "x") == dataclasses.replace(found, source="x")
     finally:
-        cluster_connection.faults.configure_kueue(None)
         rbac = client.RbacAuthorizationV1Api(admin)
         for manifest in reversed(kueue_config_reader_manifests("default")):
             delete = rbac.delete_namespaced_role if manifest["kind"] == "Role" else rbac.delete_namespaced_role_binding

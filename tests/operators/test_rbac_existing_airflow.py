@@ -1,6 +1,6 @@
 """deploy/helm/rbac-existing-airflow.yaml on a running cluster, and the per-task pod_override docs/deploy.md shows.
 
-The file is applied as the admin (the local cluster validates RBAC objects as the API server does); then, for
+The file is applied as the admin (kube-apiserver validates the RBAC objects); then, for
 each of the chart's accounts, a SelfSubjectAccessReview impersonating it says what it may do in the JobSet
 namespace: the tasks that ask for `elastic-training` and the triggerer get the operators' Role, the api-server
 the live view's reads, and an account the file does not name (the chart's worker) nothing; only the tasks' account
@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client, config, utils
 from kubernetes.client import models as k8s
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import JOBSET_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ OPERATORS = set(CHECKS) - {("", "secrets", "", "get")}  # the Role of deploy/rba
 LIVE_VIEW = {("", "pods", "", "list"), ("", "pods", "log", "get")}
 
 
-def allowed_for(cluster: LocalCluster, account: str, namespace: str) -> set[tuple[str, str, str, str]]:
+def allowed_for(cluster: UpstreamCluster, account: str, namespace: str) -> set[tuple[str, str, str, str]]:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     api.set_default_header("Impersonate-User", account)
     try:
@@ -53,7 +53,7 @@ def allowed_for(cluster: LocalCluster, account: str, namespace: str) -> set[tupl
         api.close()
 
 
-def lists_nodes(cluster: LocalCluster, account: str) -> bool:
+def lists_nodes(cluster: UpstreamCluster, account: str) -> bool:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     api.set_default_header("Impersonate-User", account)
     try:
@@ -65,14 +65,22 @@ def lists_nodes(cluster: LocalCluster, account: str) -> bool:
         api.close()
 
 
-def test_each_charts_account_gets_exactly_what_its_component_needs(cluster: LocalCluster) -> None:
+def test_each_charts_account_gets_exactly_what_its_component_needs(cluster: UpstreamCluster) -> None:
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
-        for namespace in ("airflow", "tpu-jobs"):
-            client.CoreV1Api(admin).create_namespace({"metadata": {"name": namespace}})
+        for namespace in ("airflow", "tpu-jobs"):  # the shared cluster may have them from an earlier run
+            try:
+                client.CoreV1Api(admin).create_namespace({"metadata": {"name": namespace}})
+            except client.ApiException as error:
+                if error.status != 409:
+                    raise
         text = (ROOT / "deploy" / "helm" / "rbac-existing-airflow.yaml").read_text()
         for manifest in (doc for doc in yaml.safe_load_all(text) if doc):
-            utils.create_from_dict(admin, manifest)
+            try:
+                utils.create_from_dict(admin, manifest)
+            except utils.FailToCreateError as error:
+                if any(e.status != 409 for e in error.api_exceptions):
+                    raise
     finally:
         admin.close()
 

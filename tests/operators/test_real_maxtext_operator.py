@@ -23,8 +23,8 @@ from kubernetes import client
 from kubernetes import config as kube_config
 
 from elastic_training.local import maxtext_env
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.images import MAXTEXT_TRAIN_COMMAND
+from elastic_training.local.nodeagent.images import MAXTEXT_TRAIN_COMMAND
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators import kube_names, manifests
 from elastic_training.operators.checkpoints import validate_checkpoints
 from elastic_training.operators.constants import (
@@ -125,7 +125,7 @@ class _KillMidRun:
     """Force-deletes the training pod once it has completed `KILL_AFTER_STEP` and committed a step past 0 (the local
     cluster's fault mechanism: the pod and its processes go at once, as a node lost would take them)."""
 
-    def __init__(self, cluster: LocalCluster, run_directory: Path) -> None:
+    def __init__(self, cluster: UpstreamCluster, run_directory: Path) -> None:
         self.cluster, self.run_directory = cluster, run_directory
         self._api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
         self.core = client.CoreV1Api(self._api)
@@ -180,7 +180,7 @@ class _KillMidRun:
 
 
 def test_a_jobset_operator_trains_real_maxtext_through_a_killed_pod_and_a_cleared_task(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     """Real MaxText in the GKE JobSet `JobSetOperator` renders (the MaxText image, its training command): its pod
     is killed mid-run, the Job's retry resumes from MaxText's own checkpoint and reaches the target; the task
@@ -242,7 +242,7 @@ def test_a_jobset_operator_trains_real_maxtext_through_a_killed_pod_and_a_cleare
             api.close()
 
 
-def _jobsets(cluster: LocalCluster) -> list[dict[str, Any]]:
+def _jobsets(cluster: UpstreamCluster) -> list[dict[str, Any]]:
     api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         listed = client.CustomObjectsApi(api).list_namespaced_custom_object(

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -100,7 +100,8 @@ def lose_host(slice_index: int, lost: list[dict[str, Any]]) -> Callable[[StepFau
         pods = _slice_pods(faults, slice_index)
         if len(pods) != HOSTS_PER_SLICE:
             raise RuntimeError(f"slice {slice_index} has {len(pods)} running pods, not {HOSTS_PER_SLICE}")
-        lost.append(faults.cluster.faults.lose_host(pods[0].spec.node_name, repair_seconds=2.0))
+        answer = faults.cluster.faults.lose_host(pods[0].spec.node_name, repair_seconds=2.0)
+        lost.append({**answer, "slicePods": {p.metadata.name: p.spec.node_name for p in pods}})
 
     return act
 
@@ -116,7 +117,7 @@ def evict_worker(slice_index: int, evicted: list[str]) -> Callable[[StepFaults],
     return act
 
 
-def _jobsets(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
+def _jobsets(cluster: UpstreamCluster, run_name: str) -> list[dict[str, Any]]:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
@@ -127,8 +128,18 @@ def _jobsets(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
         api.close()
 
 
+def _phases(cluster: UpstreamCluster, pods: dict[str, str]) -> set[str]:
+    """The phases of ``pods`` (by name) now: what the node agent reported for them once their host was back."""
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        core = client.CoreV1Api(api)
+        return {core.read_namespaced_pod(name, NAMESPACE).status.phase for name in pods}
+    finally:
+        api.close()
+
+
 def test_one_lost_host_is_one_slice_restart_recovered_in_process(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     lost: list[dict[str, Any]] = []
     evicted: list[str] = []
@@ -140,8 +151,10 @@ def test_one_lost_host_is_one_slice_restart_recovered_in_process(
     assert [f.step for f in faults.faults if f.fired_at is not None] == [25, 40], faults.errors
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
-    # The whole slice went down with its host: 4 pods failed, counted once.
-    assert len(lost) == 1 and len(lost[0]["failedPods"]) == HOSTS_PER_SLICE
+    # The whole slice went down with its host (its pool's hosts: the slice's 4 pods on them failed), counted once.
+    [host] = lost
+    assert len(host["nodes"]) == HOSTS_PER_SLICE and set(host["slicePods"].values()) <= set(host["nodes"])
+    assert _phases(cluster_connection, host["slicePods"]) == {"Failed"}
     assert report["slice_restarts"] == 1
     assert report["slice_evictions"] == 1 and len(evicted) == 1  # the eviction spent no slice budget
     assert report["full_restarts"] == 0 and report["escalations"] == []
@@ -158,7 +171,7 @@ def test_one_lost_host_is_one_slice_restart_recovered_in_process(
 
 
 def test_slice_budget_spent_in_slices_gets_exactly_one_full_restart(
-    airflow_db: None, cluster_connection: LocalCluster, tmp_path: Path
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path
 ) -> None:
     lost: list[dict[str, Any]] = []
     dag = seed_dag("seed_budget", tmp_path, max_slice_restarts=1)
@@ -169,7 +182,8 @@ def test_slice_budget_spent_in_slices_gets_exactly_one_full_restart(
     assert [f.step for f in faults.faults if f.fired_at is not None] == [15, 30], faults.errors
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
-    assert [len(x["failedPods"]) for x in lost] == [HOSTS_PER_SLICE, HOSTS_PER_SLICE]
+    assert [len(x["slicePods"]) for x in lost] == [HOSTS_PER_SLICE, HOSTS_PER_SLICE]
+    assert all(set(x["slicePods"].values()) <= set(x["nodes"]) for x in lost)
     # Eight pods failed; two slices did: the first loss stayed within max_slice_restarts=1, the second spent it.
     assert report["slice_restarts"] == 2
     assert report["full_restarts"] == 1

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config, watch
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
     HEAD_REPLICATED_JOB,
@@ -36,7 +36,7 @@ STEPS_SCRIPT = (
 
 
 @pytest.fixture
-def core(cluster_connection: LocalCluster) -> Iterator[Any]:
+def core(cluster_connection: UpstreamCluster) -> Iterator[Any]:
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     yield client.CoreV1Api(api)
     api.close()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -71,7 +71,7 @@ async def synced(*kinds: WatchKind) -> None:
     await wait_for(f"the {', '.join(kinds)} watches synced", done)
 
 
-async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connection: LocalCluster) -> None:
+async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connection: UpstreamCluster) -> None:
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     core = client.CoreV1Api(api)
     created = client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -128,7 +128,7 @@ async def test_rebuilt_trigger_neither_loses_nor_double_counts(cluster_connectio
         api.close()
 
 
-async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connection: LocalCluster) -> None:
+async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connection: UpstreamCluster) -> None:
     """Two slices of 4 hosts; all 4 pods of slice 0 deleted (a lost host takes its slice), then all 4 of
     slice 1 killed in place: one slice restart each, so a budget of 1 is spent only by the second."""
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
@@ -167,7 +167,9 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
             grace_period_seconds=0,
         )
         gone = frozenset(p.metadata.uid for p in first[0])
-        await wait_for("slice 0 replaced", lambda: workers(0, not_uids=gone))
+        # The Job controller creates the replacements after its pod failure back-off, 10 s doubled per failure
+        # since the Job's last success: 80 s for 4 failed pods at once (kube-controller-manager's, measured 80-90).
+        await wait_for("slice 0 replaced", lambda: workers(0, not_uids=gone), timeout=180)
         await asyncio.sleep(2)  # a negative window: no decision on one slice restart; load only shortens it
         assert not watching.done(), "4 pods of one slice are one slice restart, within the budget of 1"
         for pod in first[1]:  # all 4 of slice 1 killed: restarted in place
@@ -185,7 +187,7 @@ async def test_a_slice_whose_hosts_all_fail_is_one_slice_restart(cluster_connect
         api.close()
 
 
-async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_connection: LocalCluster) -> None:
+async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_connection: UpstreamCluster) -> None:
     """Issue 17 point 1, over HTTP: a slice restart older than the window, then a trigger rebuilt from the kwargs
     saved before it. The old code re-dated the restart to the rebuild and escalated; it is dated when it was."""
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
@@ -219,7 +221,7 @@ async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_
         deferred = fresh_trigger(name, uid, budgets=budgets).serialize()[1]
         for pod in first[0]:  # slice 0 lost while the first trigger ran (it died with the triggerer)
             cluster_connection.faults.delete_pod("default", pod.metadata.name)
-        await wait_for("slice 0 replaced", lambda: workers(0))
+        await wait_for("slice 0 replaced", lambda: workers(0), timeout=120)  # after the Job's back-off (20 s)
         # Kubernetes dated the loss by now, however long a loaded cluster took to act on it: once this is more
         # than a window ago, the restart is out of the window.
         replaced_at = time.time()
@@ -245,7 +247,7 @@ async def test_a_triggerer_restart_after_old_restarts_does_not_escalate(cluster_
         api.close()
 
 
-async def test_an_evicted_slice_spends_no_budget(cluster_connection: LocalCluster) -> None:
+async def test_an_evicted_slice_spends_no_budget(cluster_connection: UpstreamCluster) -> None:
     """Both pods of slice 0 evicted (the Eviction API's DisruptionTarget, then a graceful deletion): a slice
     eviction, not a restart, so a budget of 0 is spent only by slice 1's failure after it."""
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
@@ -279,7 +281,7 @@ async def test_an_evicted_slice_spends_no_budget(cluster_connection: LocalCluste
         for pod in first[0]:
             cluster_connection.faults.evict_pod("default", pod.metadata.name)
         gone = frozenset(p.metadata.uid for p in first[0])
-        await wait_for("slice 0 replaced", lambda: workers(0, gone))
+        await wait_for("slice 0 replaced", lambda: workers(0, gone), timeout=120)  # after the Job's back-off
         await asyncio.sleep(2)  # a negative window: no decision on an eviction; load only shortens it
         assert not watching.done(), "an eviction spends no slice budget"
         cluster_connection.faults.delete_pod("default", first[1][0].metadata.name)
@@ -295,7 +297,7 @@ async def test_an_evicted_slice_spends_no_budget(cluster_connection: LocalCluste
 
 
 @pytest.mark.parametrize("deleted", [True, False])
-async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalCluster, deleted: bool) -> None:
+async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: UpstreamCluster, deleted: bool) -> None:
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     custom = client.CustomObjectsApi(api)
     name = f"gone-{str(deleted).lower()}"
@@ -323,7 +325,7 @@ async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: LocalClu
         api.close()
 
 
-async def test_a_final_decision_waits_out_the_settle_time(cluster_connection: LocalCluster) -> None:
+async def test_a_final_decision_waits_out_the_settle_time(cluster_connection: UpstreamCluster) -> None:
     """A trigger that would fire at once (no such JobSet) decides again only once its settle time is over."""
     trigger = JobSetTrigger(
         name="never-created",
@@ -341,7 +343,7 @@ async def test_a_final_decision_waits_out_the_settle_time(cluster_connection: Lo
 
 
 async def test_a_cluster_without_v1beta2_workloads_is_said_once_instead_of_a_reasonless_queued(
-    cluster_connection: LocalCluster,
+    cluster_connection: UpstreamCluster,
 ) -> None:
     """Kueue older than v0.15 serves no ``kueue.x-k8s.io/v1beta2`` (the Workload list answers 404): the trigger's
     Workload watch ends, and the wait, read from the JobSet's suspension alone, says why it has no Kueue reason."""
@@ -362,12 +364,14 @@ async def test_a_cluster_without_v1beta2_workloads_is_said_once_instead_of_a_rea
         assert event["reason"] == "queue_timeout"
         assert KUEUE_UNSERVED in event["message"]
     finally:
-        cluster_connection.faults.clear()
+        cluster_connection.faults.clear_api_faults()
         custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
         api.close()
 
 
-async def test_a_worker_left_unschedulable_wakes_the_operator_only_when_asked(cluster_connection: LocalCluster) -> None:
+async def test_a_worker_left_unschedulable_wakes_the_operator_only_when_asked(
+    cluster_connection: UpstreamCluster,
+) -> None:
     """A slice whose worker no node takes (its node affinity excludes every node, as an avoidance left without
     capacity does): the local kube-scheduler leaves it ``PodScheduled=False``/``Unschedulable`` with the FitError
     message and a ``FailedScheduling`` event; a trigger asked to (``relax_after_seconds``) wakes the operator once

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster.kubeconfig import read_endpoint, render_kubeconfig
+from elastic_training.local.kubeconfig import read_endpoint, render_kubeconfig
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_DAG_ID
 from elastic_training.operators.images import ALLOWED_IMAGES_VARIABLE

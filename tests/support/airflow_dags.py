@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config, utils
 
-from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+from elastic_training.local.kubeconfig import write_kubeconfig
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.rbac import ROLE_NAME, rbac_manifests
 from tests.support.shared_cluster import shared_cluster

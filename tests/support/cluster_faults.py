@@ -1,23 +1,27 @@
-"""The local cluster's fault-injection endpoint (``POST /_local/faults/...``, docs/local-cluster.md), called as a
-test does: over HTTPS with the cluster's token."""
+"""The cluster's fault-injection endpoint (``POST /_local/faults/...`` on the API fault proxy,
+:mod:`elastic_training.local.faults.server`), called as a test does: over HTTPS with the cluster admin's token."""
 
 from __future__ import annotations
 
 import json
-import urllib.error
+import ssl
 import urllib.request
 from typing import Any
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 
 
-def _control(cluster: LocalCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def _control(cluster: UpstreamCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
-        f"{cluster.url}/_local/faults/{path}",
+        f"{cluster.faults_url}/_local/faults/{path}",
         data=json.dumps(body).encode(),
         method="POST",
-        headers={"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"},
+        headers={
+            "Authorization": f"Bearer {cluster.control_plane.identities['admin'].token}",
+            "Content-Type": "application/json",
+        },
     )
-    with urllib.request.urlopen(request, timeout=30, context=cluster.ssl_context()) as response:
+    context = ssl.create_default_context(cafile=str(cluster.ca_path))
+    with urllib.request.urlopen(request, timeout=30, context=context) as response:
         answer: dict[str, Any] = json.loads(response.read())
         return answer

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
 from elastic_training.operators.options import GROUPS, flat_names
 from tests.support.airflow_dags import dag_from_source
@@ -87,7 +87,7 @@ def in_groups(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {**top, **{group: GROUPS[group](**values) for group, values in fields.items()}}
 
 
-def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
+def jobsets_of(cluster: UpstreamCluster, run_name: str) -> list[dict[str, Any]]:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
@@ -98,7 +98,7 @@ def jobsets_of(cluster: LocalCluster, run_name: str) -> list[dict[str, Any]]:
         api.close()
 
 
-def head_log(cluster: LocalCluster, jobset: str) -> str:
+def head_log(cluster: UpstreamCluster, jobset: str) -> str:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         core = client.CoreV1Api(api)

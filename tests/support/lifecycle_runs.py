@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators import ElasticJobSetOperator, kube_names
 from elastic_training.operators.constants import (
     HEAD_MAIN_CONTAINER,
@@ -49,7 +49,7 @@ class _StateStore(dict[str, Any]):
 
 
 @pytest.fixture
-def custom(cluster_connection: LocalCluster) -> Iterator[client.CustomObjectsApi]:
+def custom(cluster_connection: UpstreamCluster) -> Iterator[client.CustomObjectsApi]:
     api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     try:
         yield client.CustomObjectsApi(api)

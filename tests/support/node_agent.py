@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster.cluster_description import ClusterDescription, parse_description
 from elastic_training.local.controlplane import binaries
 from elastic_training.local.controlplane.cluster import ControlPlane
+from elastic_training.local.descriptions.cluster_description import ClusterDescription, parse_description
 from elastic_training.local.nodeagent import NodeAgent
 from tests.support.waiting import wait_for
 

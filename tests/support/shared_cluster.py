@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes import client
 
-from elastic_training.local.cluster.cluster_description import ClusterDescription, load_description
+from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description
 from elastic_training.local.upstream_cluster import UpstreamCluster
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "kueue-system", "jobset-system"})

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     COMPLETED_STEP_RE,
     HEAD_MAIN_CONTAINER,
@@ -40,7 +40,7 @@ class Fault:
 class StepFaults:
     """Fire faults at steps of the run ``run_name`` on ``cluster`` (use as a context manager)."""
 
-    cluster: LocalCluster
+    cluster: UpstreamCluster
     run_name: str
     faults: list[Fault] = field(default_factory=list)
     poll_seconds: float = 0.2
@@ -88,10 +88,11 @@ class StepFaults:
         return max(steps) if steps else None
 
     def kill_worker(self, slice_index: int = 0) -> None:
-        """Force-delete the slice's worker pod and kill its processes (a slice dies)."""
+        """Force-delete the slice's worker pod, as ``kubectl delete pod --grace-period=0 --force`` (a slice dies): the
+        node agent kills its processes at once, the Job controller replaces it after its Job-tracking finalizer."""
         for pod in self._pods(WORKER_REPLICATED_JOB):
             if (pod.metadata.labels or {}).get(LABEL_JOB_INDEX) == str(slice_index):
-                self.cluster.faults.delete_pod(NAMESPACE, pod.metadata.name)
+                self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
                 return
         raise RuntimeError(f"no worker pod of slice {slice_index}")
 

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.cli.main import main
-from elastic_training.local.cluster.kubeconfig import FAULTS_CONTEXT
+from elastic_training.local.kubeconfig import FAULTS_CONTEXT
 from tests.support.cluster_objects import pod
 from tests.support.control_plane import armed, process_alive, wait_armed
 from tests.support.waiting import wait_for
@@ -291,7 +291,7 @@ def test_fault_usage_errors_exit_2(tmp_path: Path, args: list[str], capsys: pyte
 def test_fault_without_a_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cluster", "fault", "--kubeconfig", str(tmp_path / "missing"), "show"]) == 2
     assert "cannot read the kubeconfig" in capsys.readouterr().err
-    from elastic_training.local.cluster.kubeconfig import write_kubeconfig
+    from elastic_training.local.kubeconfig import write_kubeconfig
 
     stale = write_kubeconfig(tmp_path / "stale", f"http://127.0.0.1:{_free_port()}", "token")  # nothing listens
     assert main(["cluster", "fault", "--kubeconfig", str(stale), "show"]) == 2

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local import maxtext_env
-from elastic_training.local.cluster.images import (
+from elastic_training.local.nodeagent.images import (
     CATALOGUE,
     LOCAL,
     MAXTEXT,

@@ -6,8 +6,8 @@ from typing import Any
 
 from kubernetes import client
 
-from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.jobset_placement import LABEL_PRIORITY
+from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOB_KEY, LABEL_JOBSET_NAME
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for

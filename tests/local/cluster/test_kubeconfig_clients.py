@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes_asyncio
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from tests.support.cluster_objects import jobset_body, pod
 from tests.support.local_cluster import K8s
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(workdir=tmp_path_factory.mktemp("clients"), run_control_plane=False) as running:
-        yield running
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,7 +23,7 @@ def _objects(k8s: K8s) -> None:
 
 
 @pytest.fixture
-def airflow_connection(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+def airflow_connection(cluster: UpstreamCluster, monkeypatch: pytest.MonkeyPatch) -> str:
     # The hooks load the kubeconfig into the clients' process-wide default Configuration, with a refresh
     # hook that sends every later request of a default-based client to this module's cluster, stopped
     # by then. Put the defaults back afterwards.
@@ -44,7 +37,7 @@ def airflow_connection(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -
     return "kubernetes_default"
 
 
-def test_kubernetes_load_kube_config(cluster: LocalCluster) -> None:
+def test_kubernetes_load_kube_config(cluster: UpstreamCluster) -> None:
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(cluster.kubeconfig_path), client_configuration=configuration)
     assert configuration.host == cluster.url
@@ -55,7 +48,7 @@ def test_kubernetes_load_kube_config(cluster: LocalCluster) -> None:
     assert active["context"]["namespace"] == "default"
 
 
-async def test_kubernetes_asyncio_load_kube_config_list_and_watch(cluster: LocalCluster) -> None:
+async def test_kubernetes_asyncio_load_kube_config_list_and_watch(cluster: UpstreamCluster) -> None:
     configuration = kubernetes_asyncio.client.Configuration()
     await kubernetes_asyncio.config.load_kube_config(
         config_file=str(cluster.kubeconfig_path), client_configuration=configuration
@@ -81,7 +74,8 @@ def test_airflow_kubernetes_hook(airflow_connection: str) -> None:
     hook = KubernetesHook()
     assert hook.conn_id == airflow_connection
     assert hook.get_namespace() == "default"
-    assert hook.core_v1_client.read_namespaced_pod("client-pod", "default").metadata.labels == {"app": "clients"}
+    # (kube-apiserver's PodTopologyLabels admission adds the node's zone and region labels at binding)
+    assert hook.core_v1_client.read_namespaced_pod("client-pod", "default").metadata.labels["app"] == "clients"
     jobset: dict[str, Any] = hook.get_custom_object(GROUP, VERSION, PLURAL, "client-js", namespace="default")
     assert jobset["kind"] == "JobSet"
 

@@ -6,6 +6,7 @@ wrote, and asserts on what it prints. Skipped only where no ``kubectl`` is insta
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import subprocess
@@ -18,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kubeconfig import write_kubeconfig
-from elastic_training.local.cluster.tls import generate
+from elastic_training.local.controlplane.pki import Authority
+from elastic_training.local.kubeconfig import read_endpoint, write_kubeconfig
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from tests.support.cluster_objects import jobset_body, pod
 from tests.support.kubectl import KUBECTL, header, kubectl, rows
 from tests.support.local_cluster import K8s
@@ -32,7 +33,7 @@ GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(cluster: LocalCluster) -> Path:
+def kubeconfig(cluster: UpstreamCluster) -> Path:
     return cluster.kubeconfig_path
 
 
@@ -62,13 +63,14 @@ def running_pod(k8s: K8s) -> Iterator[str]:
 # -- TLS -----------------------------------------------------------------------------------------
 
 
-def test_kubectl_verifies_the_cluster_ca_and_refuses_another(cluster: LocalCluster, kubeconfig: Path) -> None:
+def test_kubectl_verifies_the_cluster_ca_and_refuses_another(cluster: UpstreamCluster, kubeconfig: Path) -> None:
     assert "certificate-authority-data" in kubeconfig.read_text()
     version = kubectl(kubeconfig, "version", "-o", "yaml")
-    assert "gitVersion: v1.33.0-local" in version.stdout
-    foreign = write_kubeconfig(
-        kubeconfig.parent / "foreign" / "kubeconfig", cluster.url, cluster.token, ca_pem=generate().ca_pem
-    )
+    assert "serverVersion:" in version.stdout
+    token = read_endpoint(kubeconfig).token
+    assert token
+    other = Authority("another-cluster-ca", datetime.timedelta(days=1))
+    foreign = write_kubeconfig(kubeconfig.parent / "foreign" / "kubeconfig", cluster.url, token, ca_pem=other.cert_pem)
     refused = kubectl(foreign, "get", "namespaces", check=False)
     assert refused.returncode != 0
     assert "certificate signed by unknown authority" in refused.stderr

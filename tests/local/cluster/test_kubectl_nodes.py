@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.cluster_description import parse_description
+from elastic_training.local.descriptions.cluster_description import parse_description
 from tests.support.cluster_objects import pod
 from tests.support.kubectl import KUBECTL, header, kubectl, rows
 from tests.support.local_cluster import K8s

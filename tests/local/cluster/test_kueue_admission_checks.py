@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.cluster_description import parse_description
+from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.operators.constants import LABEL_JOBSET_NAME, LABEL_KUEUE_QUEUE_NAME
 from elastic_training.operators.queueing import is_queued_jobset
 from tests.support.control_plane import NS, JobSets, job_template, jobset_manifest, pods_of, unique

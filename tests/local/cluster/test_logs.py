@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.logs import complete_size, rfc3339_nano, since_offset, tail_offset
+from elastic_training.local.nodeagent.logs import complete_size, rfc3339_nano, since_offset, tail_offset
 from tests.support.cluster_objects import pod
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for

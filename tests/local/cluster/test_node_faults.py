@@ -14,7 +14,7 @@ import urllib3
 from kubernetes import client, watch
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.cluster_description import parse_description
+from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
 from tests.support.cluster_faults import _control
 from tests.support.local_cluster import K8s

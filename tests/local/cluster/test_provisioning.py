@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.resources import ApiError
+from elastic_training.local.descriptions.cluster_description import parse_description
 from tests.support.cluster_faults import _control
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for

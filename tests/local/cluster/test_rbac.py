@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kubeconfig import write_kubeconfig
 from elastic_training.local.cluster.rbac import Attributes, UserInfo, rule_allows
+from elastic_training.local.kubeconfig import write_kubeconfig
 from tests.support.cluster_objects import pod
 from tests.support.local_cluster import K8s
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from elastic_training.local.cluster.cluster_description import parse_description
 from elastic_training.local.cluster.scheduler import fit_error_message
 from elastic_training.local.cluster.scheduler_filters import Rejection
+from elastic_training.local.descriptions.cluster_description import parse_description
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
 

@@ -1,7 +1,9 @@
-"""The API is HTTPS with a CA made at start: every client verifies it, and one trusting another CA fails."""
+"""kube-apiserver is HTTPS with the cluster CA made at start (local/controlplane/pki.py): every client the project
+uses verifies it, and one trusting another CA fails."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import ssl
 import urllib.error
@@ -16,26 +18,30 @@ import urllib3
 from cryptography import x509
 from kubernetes import client, config
 
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.kubeconfig import read_endpoint, write_kubeconfig
-from elastic_training.local.cluster.tls import generate
+from elastic_training.local.controlplane.pki import Authority
+from elastic_training.local.kubeconfig import read_endpoint, write_kubeconfig
+from elastic_training.local.upstream_cluster import UpstreamCluster
 
 NAMESPACE_PATH = "/api/v1/namespaces/default"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(workdir=tmp_path_factory.mktemp("tls"), run_control_plane=False) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def foreign_kubeconfig(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The cluster's URL and token, but the CA of another cluster: verification must fail."""
-    other = generate()
+def foreign_kubeconfig(cluster: UpstreamCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's URL, fault proxy and token, but the CA of another cluster: verification must fail."""
+    other = Authority("another-cluster-ca", datetime.timedelta(days=1))
     return write_kubeconfig(
-        tmp_path_factory.mktemp("foreign") / "kubeconfig", cluster.url, cluster.token, ca_pem=other.ca_pem
+        tmp_path_factory.mktemp("foreign") / "kubeconfig",
+        cluster.url,
+        _token(cluster),
+        ca_pem=other.cert_pem,
+        faults_url=cluster.faults_url,
     )
+
+
+def _token(cluster: UpstreamCluster) -> str:
+    token = read_endpoint(cluster.kubeconfig_path).token
+    assert token
+    return token
 
 
 @pytest.fixture
@@ -53,25 +59,27 @@ def _use_connection(monkeypatch: pytest.MonkeyPatch, kubeconfig: Path) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes", "extra": extra}))
 
 
-def test_the_serving_certificate_names_loopback_and_the_kubeconfig_carries_the_ca(cluster: LocalCluster) -> None:
+def test_the_serving_certificate_names_loopback_and_the_kubeconfig_carries_the_ca(cluster: UpstreamCluster) -> None:
     assert cluster.url.startswith("https://127.0.0.1:")
     endpoint = read_endpoint(cluster.kubeconfig_path)
-    assert (endpoint.url, endpoint.token, endpoint.ca_pem) == (cluster.url, cluster.token, cluster.ca_pem)
-    assert cluster.ca_path.read_bytes() == cluster.ca_pem
+    assert (endpoint.url, endpoint.ca_pem) == (cluster.url, cluster.ca_pem)
+    assert endpoint.token
     served = ssl.get_server_certificate(("127.0.0.1", cluster.port), ca_certs=str(cluster.ca_path))
     certificate = x509.load_pem_x509_certificate(served.encode())
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
-    assert names.get_values_for_type(x509.DNSName) == ["localhost"]
-    key = cluster.workdir / "pki" / "apiserver.key"
+    assert "127.0.0.1" in [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
+    assert "localhost" in names.get_values_for_type(x509.DNSName)
+    assert cluster.control_plane.pki is not None
+    _, key = cluster.control_plane.pki.apiserver
     assert key.stat().st_mode & 0o777 == 0o600
 
 
-def test_raw_https_verifies_with_the_ca_and_by_host_name(cluster: LocalCluster) -> None:
-    headers = {"Authorization": f"Bearer {cluster.token}"}
+def test_raw_https_verifies_with_the_ca_and_by_host_name(cluster: UpstreamCluster) -> None:
+    headers = {"Authorization": f"Bearer {_token(cluster)}"}
+    trusting = ssl.create_default_context(cafile=str(cluster.ca_path))
     for host in ("127.0.0.1", "localhost"):
         request = urllib.request.Request(f"https://{host}:{cluster.port}{NAMESPACE_PATH}", headers=headers)
-        with urllib.request.urlopen(request, timeout=10, context=cluster.ssl_context()) as response:
+        with urllib.request.urlopen(request, timeout=10, context=trusting) as response:
             assert json.loads(response.read())["metadata"]["name"] == "default"
     with pytest.raises(urllib.error.URLError) as failed:
         urllib.request.urlopen(
@@ -82,13 +90,15 @@ def test_raw_https_verifies_with_the_ca_and_by_host_name(cluster: LocalCluster) 
     assert isinstance(failed.value.reason, ssl.SSLCertVerificationError)
 
 
-def test_plain_http_is_not_served(cluster: LocalCluster) -> None:
+def test_plain_http_is_not_served(cluster: UpstreamCluster) -> None:
     request = urllib.request.Request(f"http://127.0.0.1:{cluster.port}/version")
-    with pytest.raises(ConnectionError):  # the TLS handshake fails and the server hangs up
+    with pytest.raises(urllib.error.HTTPError) as refused:  # Go's TLS server answers plain HTTP with a 400
         urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400
+    assert b"Client sent an HTTP request to an HTTPS server" in refused.value.read()
 
 
-def test_sync_client_verifies_and_fails_with_another_ca(cluster: LocalCluster, foreign_kubeconfig: Path) -> None:
+def test_sync_client_verifies_and_fails_with_another_ca(cluster: UpstreamCluster, foreign_kubeconfig: Path) -> None:
     api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     with api_client:
         assert api_client.configuration.verify_ssl is True
@@ -101,7 +111,9 @@ def test_sync_client_verifies_and_fails_with_another_ca(cluster: LocalCluster, f
     assert "CERTIFICATE_VERIFY_FAILED" in str(failed.value.reason)
 
 
-async def test_async_client_verifies_and_fails_with_another_ca(cluster: LocalCluster, foreign_kubeconfig: Path) -> None:
+async def test_async_client_verifies_and_fails_with_another_ca(
+    cluster: UpstreamCluster, foreign_kubeconfig: Path
+) -> None:
     for kubeconfig, trusted in ((cluster.kubeconfig_path, True), (foreign_kubeconfig, False)):
         configuration = kubernetes_asyncio.client.Configuration()
         await kubernetes_asyncio.config.load_kube_config(
@@ -118,7 +130,7 @@ async def test_async_client_verifies_and_fails_with_another_ca(cluster: LocalClu
 
 
 def test_kubernetes_hook_verifies_and_fails_with_another_ca(
-    cluster: LocalCluster, foreign_kubeconfig: Path, airflow_connection: None, monkeypatch: pytest.MonkeyPatch
+    cluster: UpstreamCluster, foreign_kubeconfig: Path, airflow_connection: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
@@ -133,7 +145,7 @@ def test_kubernetes_hook_verifies_and_fails_with_another_ca(
 
 
 async def test_async_kubernetes_hook_verifies_and_fails_with_another_ca(
-    cluster: LocalCluster, foreign_kubeconfig: Path, airflow_connection: None, monkeypatch: pytest.MonkeyPatch
+    cluster: UpstreamCluster, foreign_kubeconfig: Path, airflow_connection: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
@@ -148,7 +160,7 @@ async def test_async_kubernetes_hook_verifies_and_fails_with_another_ca(
 
 
 def test_cluster_fault_cli_verifies_the_ca(
-    cluster: LocalCluster, foreign_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+    cluster: UpstreamCluster, foreign_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from elastic_training.cli.main import main
 

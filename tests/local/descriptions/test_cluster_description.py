@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from elastic_training.local.cluster.cluster_description import (
+from elastic_training.local.descriptions.cluster_description import (
     LABEL_NODEPOOL,
     SINGLE_NODE,
     TPU_TAINT,
@@ -16,7 +16,7 @@ from elastic_training.local.cluster.cluster_description import (
     load_description,
     parse_description,
 )
-from elastic_training.local.cluster.quantity import QuantityError, parse_quantity
+from elastic_training.local.descriptions.quantity import QuantityError, parse_quantity
 from elastic_training.operators.manifests import HEAD_NODE_POOL, elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec
 

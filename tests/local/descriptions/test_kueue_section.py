@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from elastic_training.local.cluster.kueue_config import ConfigurationError, parse_configuration
-from elastic_training.local.cluster.queue_description import (
+from elastic_training.local.descriptions.kueue_config import ConfigurationError, parse_configuration
+from elastic_training.local.descriptions.queue_description import (
     QueueDescriptionError,
     parse_kueue_configuration,
     parse_queues,

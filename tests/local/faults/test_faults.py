@@ -24,10 +24,10 @@ import urllib3
 from kubernetes import client, config, watch
 
 from elastic_training.cli.main import main
-from elastic_training.local.cluster.cluster_description import parse_description
-from elastic_training.local.cluster.kubeconfig import FAULTS_CONTEXT
 from elastic_training.local.controlplane import binaries
+from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.local.faults import kube_faults
+from elastic_training.local.kubeconfig import FAULTS_CONTEXT
 from elastic_training.local.upstream_cluster import KUEUE_CONFIG_KEY, KUEUE_CONFIG_MAP, UpstreamCluster
 from tests.support.control_plane import (
     LOOP,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from elastic_training.local.cluster.container_env import ContainerConfigError, container_argv, container_env, expand
+from elastic_training.local.nodeagent.container_env import ContainerConfigError, container_argv, container_env, expand
 
 VARS = {"VAR_A": "A", "VAR_B": "B", "VAR_C": "C", "VAR_REF": "$(VAR_A)", "VAR_EMPTY": ""}
 

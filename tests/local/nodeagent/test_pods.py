@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from elastic_training.local.cluster.cluster_description import SINGLE_NODE
 from elastic_training.local.controlplane import binaries
+from elastic_training.local.descriptions.cluster_description import SINGLE_NODE
 from elastic_training.local.nodeagent import NodeAgent
 from tests.support.node_agent import (
     CPU_NODE,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from elastic_training.local.cluster.kubeconfig import FAULTS_CONTEXT, read_endpoint, write_kubeconfig
+from elastic_training.local.kubeconfig import FAULTS_CONTEXT, read_endpoint, write_kubeconfig
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.local.workloads.pathways_session import Allocation, PathwaysSession, api_client_from_kubeconfig
 from elastic_training.local.workloads.slices import Generation, KubernetesSliceHealth, lost_slices
