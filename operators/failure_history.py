@@ -14,7 +14,9 @@ Kinds (:class:`FailureKind`), from the pod's ``DisruptionTarget`` condition as u
 (``k8s.io/api/core/v1`` ``PodReason*``, see :mod:`operators.slice_failures`):
 
 - ``lost_host``: ``DeletionByPodGC`` (the node is gone), ``DeletionByTaintManager`` (the node went NotReady or
-  unreachable);
+  unreachable), or a ``Failed`` pod whose containers the kubelet reports ``ContainerStatusUnknown`` (they could not
+  be located: the host went down and came back without them, quicker than the node lifecycle controller's grace
+  period, so no taint and no ``DisruptionTarget`` came first);
 - ``deleted``: a worker pod deleted before it finished with no disruption reason: ``kubectl delete pod``, the fault
   drill (``operators.slice_drill``: a forced delete), a descheduler or a script. Upstream gives every deletion its
   platform makes a ``DisruptionTarget`` reason (PodGC, the taint manager, the Eviction API, the kubelet, the
@@ -79,13 +81,16 @@ _REASON_KINDS = {
 
 DELETED = "Deleted"  # what observations record for a pod deleted before it finished, with no disruption reason
 _REASON_KINDS[DELETED] = FailureKind.DELETED
+CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown"  # the kubelet's reason for a container lost with its host
+_REASON_KINDS[CONTAINER_STATUS_UNKNOWN] = FailureKind.LOST_HOST
 
 
 def kind_of(reasons: Iterable[str]) -> FailureKind:
     """The kind of one slice failure from its pod failures' reasons.
 
     Each reason is the pod's ``DisruptionTarget`` reason, :data:`DELETED` for a pod deleted before it finished with
-    none, or ``""`` for a container that failed (restarted in place, or its pod ``Failed``). A preemption outranks
+    none, :data:`CONTAINER_STATUS_UNKNOWN` for a ``Failed`` pod whose containers were lost with their host, or ``""``
+    for a container that failed (restarted in place, or its pod ``Failed``). A preemption outranks
     an eviction, which outranks a lost host, which outranks a deletion: a slice's other pods fail *because* one was
     taken.
     """

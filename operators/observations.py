@@ -56,7 +56,7 @@ from elastic_training.operators.constants import (
     LABEL_REPLICATED_JOB_NAME,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.failure_history import DELETED, SliceFailure, kind_of
+from elastic_training.operators.failure_history import CONTAINER_STATUS_UNKNOWN, DELETED, SliceFailure, kind_of
 from elastic_training.operators.failure_history import FailureKind as HistoryKind
 from elastic_training.operators.policy import JobSetPhase, Observation, QueueWait, RunPhase
 from elastic_training.operators.queueing import (
@@ -76,6 +76,7 @@ from elastic_training.operators.slice_failures import (
     gone_time,
     group_episodes,
     is_eviction,
+    lost_containers,
     parse_time,
     restart_time,
     running_since,
@@ -155,6 +156,14 @@ def _slice_index(labels: Mapping[str, Any]) -> int | None:
         return int(str(labels.get(LABEL_JOB_INDEX, "")))
     except ValueError:
         return None
+
+
+def _undisrupted_reason(pod: Obj, phase: object) -> str:
+    """A gone pod's reason when it has no ``DisruptionTarget``: its containers lost with their host, deleted
+    before it finished, or ``""`` (its container failed)."""
+    if phase != "Failed":
+        return DELETED
+    return CONTAINER_STATUS_UNKNOWN if lost_containers(pod) else ""
 
 
 def _restart_count(pod: Obj) -> int:
@@ -476,7 +485,7 @@ class MonitorState:
         gone = phase == "Failed" or (phase != "Succeeded" and (deleted or meta.get("deletionTimestamp") is not None))
         if gone and f"{uid}/gone" not in self.failures:
             disrupted = disruption(pod)
-            reason = disrupted[0] if disrupted is not None else ("" if phase == "Failed" else DELETED)
+            reason = disrupted[0] if disrupted is not None else _undisrupted_reason(pod, phase)
             self.failures[f"{uid}/gone"] = PodFailure(
                 index, gone_time(pod) or now, kind, record.job, gone=True, host=host, reason=reason, pool=pool
             )

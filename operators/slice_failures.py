@@ -178,6 +178,16 @@ def disruption(pod: Obj) -> tuple[str, float | None] | None:
     return str(condition.get("reason") or ""), parse_time(condition.get("lastTransitionTime"))
 
 
+def lost_containers(pod: Obj) -> bool:
+    """Whether the kubelet reports a container of the pod terminated ``ContainerStatusUnknown``: it could not be
+    located when the pod was terminated (``convertToAPIContainerStatuses``, kubernetes ``pkg/kubelet/kubelet_pods.go``),
+    as when its host went down and came back without it."""
+    return any(
+        _mapping(_mapping(c.get("state")).get("terminated")).get("reason") == "ContainerStatusUnknown"
+        for c in _containers(pod)
+    )
+
+
 def is_eviction(pod: Obj) -> bool:
     """Whether the platform took the pod on purpose (see :data:`EVICTION_REASONS`)."""
     found = disruption(pod)

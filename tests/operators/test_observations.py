@@ -768,3 +768,29 @@ def test_a_deactivated_workload_fails_the_run_whether_it_ran_or_not() -> None:
     ran.on_workload(deactivated, now=T0 + 101)
     decision = decide(ran.observation(now=T0 + 102, target_step=9, full_restarts_used=0), budgets)
     assert (decision.action, decision.reason.value) == (Action.FAIL, "deactivated")
+
+
+def test_a_slice_whose_host_came_back_without_its_containers_is_a_lost_host() -> None:
+    """A TPU host down and back within the node lifecycle controller's grace period (no taint, no
+    ``DisruptionTarget``): the kubelet reports its pods ``Failed``, their containers ``ContainerStatusUnknown``
+    (exit 137, "could not be located"), as the upstream cluster's node agent does. That is the host, not the
+    trainer: a ``lost_host`` slice failure, which the pool's health is judged on. A container that exits 137 by
+    itself (an OOM kill) stays a trainer error."""
+    state = MonitorState(started_at=T0)
+    state.on_job(job("j0", 0), deleted=False, now=T0)
+    state.on_job(job("j1", 1), deleted=False, now=T0)
+    lost = {
+        "terminated": {
+            "exitCode": 137,
+            "reason": "ContainerStatusUnknown",
+            "message": "The container could not be located when the pod was terminated",
+            "finishedAt": stamp(T0 + 40),
+        }
+    }
+    killed = {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": stamp(T0 + 45)}}
+    for uid, index, state_now in (("a", 0, lost), ("b", 0, lost), ("c", 1, killed)):
+        failed = pod(uid, index, phase="Failed")
+        failed["status"]["containerStatuses"][0]["state"] = state_now
+        state.on_pod(failed, deleted=False, now=T0 + 50)
+    kinds = {f.slice: f.kind.value for f in state.slice_failures("js-1")}
+    assert kinds == {0: "lost_host", 1: "trainer_error"}
