@@ -5,8 +5,10 @@
     .venv/bin/python -m benchmarks.chaos --runs 20 --seed 1 --gcs         # run directories on gs://
 
 Each run is one DAG with one ``ElasticJobSetOperator`` (``runtime="local"``, deferrable, 40-60 steps,
-checkpoint period 10, 2-3 slices) run by ``dag.test()`` in a child process, against a local cluster this
-harness hosts. The fault schedule (``benchmarks/chaos_schedule.py``) is drawn from
+checkpoint period 10, 2-3 slices) run by ``dag.test()`` in a child process, against an upstream local cluster
+(:class:`UpstreamCluster`, ``v5e-small``: kube-apiserver, the Job, JobSet and Kueue controllers, the node agent) this
+harness hosts. The operators connect as their shipped ServiceAccount through the cluster's API fault proxy. The
+fault schedule (``benchmarks/chaos_schedule.py``) is drawn from
 ``random.Random(seed + run_index)``; faults fire when the trainer's log shows the scheduled completed step:
 worker pods force-deleted or SIGKILLed, the trainer killed in a checkpoint save
 (``LOCAL_FAULT_KILL_DURING_SAVE_STEP``, once per run), the trainer frozen (SIGSTOP), API 500/429 bursts and
@@ -21,7 +23,7 @@ be a stall, and one full restart) or an outage of 36-45 s (past gcsfs's retries:
 and one full restart is warranted). These faults are drawn after all others, so a seed's other faults do not
 change.
 
-While a run goes, the harness polls the cluster's store for the run's JobSets (label ``run-name``) that are
+While a run goes, the harness polls kube-apiserver (as the admin) for the run's JobSets (label ``run-name``) that are
 not being deleted and the run directory for its newest committed step. Afterwards it records, per run:
 the outcome and why; the most JobSets that coexisted (must be 1); committed steps lost beyond one checkpoint
 period (the newest committed step going backwards, or a restore older than it, unless a quarantine the
@@ -295,7 +297,7 @@ class GcsRunFiles(RunFiles):
 
 
 class RunWatch:
-    """Polls the cluster store and the run directory while a run goes; fires its faults on schedule."""
+    """Polls the cluster's API and the run directory while a run goes; fires its faults on schedule."""
 
     def __init__(
         self,
@@ -333,6 +335,7 @@ class RunWatch:
         self._node_pools: dict[str, str] = {}  # node name → its GKE node pool
         self._log_offset = 0
         self._marker_checked_at = 0.0
+        self._api: Any = None  # the admin's API client, made on first use
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"watch-{plan.run_name}", daemon=True)
 
@@ -342,22 +345,40 @@ class RunWatch:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+        if self._api is not None:
+            self._api.close()
+            self._api = None
 
     # -- reading -----------------------------------------------------------------------------
 
+    def _client(self) -> Any:
+        """The admin's API client (the cluster's own kubeconfig, straight to kube-apiserver), made on first use."""
+        if self._api is None:
+            from kubernetes import config
+
+            self._api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig_path))
+        return self._api
+
+    def _list(self, path: str, selector: str | None = None) -> list[dict[str, Any]]:
+        """The items of a list through kube-apiserver, as the admin, as plain JSON objects."""
+        response = self._client().call_api(
+            path,
+            "GET",
+            query_params=[("labelSelector", selector)] if selector else [],
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=30,
+        )
+        return list(json.loads(response.data)["items"])
+
     def _objects(self, plural: str) -> list[dict[str, Any]]:
-        from elastic_training.local.cluster.resources import JOBSETS, PODS
-        from elastic_training.operators.constants import LABEL_RUN_NAME
+        from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, LABEL_RUN_NAME
 
-        rtype = JOBSETS if plural == "jobsets" else PODS
-        run_name = self.plan.run_name
-
-        def mine(obj: dict[str, Any]) -> bool:
-            return bool((obj.get("metadata", {}).get("labels") or {}).get(LABEL_RUN_NAME) == run_name)
-
-        store = self.cluster.store
-        items, _ = self.cluster.call(lambda: store.list(rtype, NAMESPACE, mine))
-        return list(items)
+        selector = f"{LABEL_RUN_NAME}={self.plan.run_name}"
+        if plural == "jobsets":
+            return self._list(f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/namespaces/{NAMESPACE}/{JOBSET_PLURAL}", selector)
+        return self._list(f"/api/v1/namespaces/{NAMESPACE}/pods", selector)
 
     def _head(self, jobsets: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
         """The live JobSet's running head pod."""
@@ -385,7 +406,7 @@ class RunWatch:
     def _latest_step(self, pod: dict[str, Any]) -> int | None:
         from elastic_training.operators.constants import COMPLETED_STEP_RE, HEAD_MAIN_CONTAINER
 
-        logs = self.cluster.logs
+        logs = log_store(self.cluster)
         uid = pod["metadata"]["uid"]
         run = logs.latest_run(uid, HEAD_MAIN_CONTAINER)
         path = None if run is None else logs.run_path(uid, HEAD_MAIN_CONTAINER, run)
@@ -451,7 +472,6 @@ class RunWatch:
 
     def _note_worker_pools(self, pods: list[dict[str, Any]]) -> None:
         """Note the node pool of every bound worker pod (the history dimension checks them against the avoidance)."""
-        from elastic_training.local.cluster.resources import NODES
         from elastic_training.operators.constants import (
             HEAD_REPLICATED_JOB,
             LABEL_GKE_NODEPOOL,
@@ -460,9 +480,7 @@ class RunWatch:
         )
 
         if any((pod.get("spec") or {}).get("nodeName") not in self._node_pools for pod in pods):
-            store = self.cluster.store
-            nodes, _ = self.cluster.call(lambda: store.list(NODES))
-            for node in nodes:
+            for node in self._list("/api/v1/nodes"):
                 labels = node["metadata"].get("labels") or {}
                 self._node_pools[node["metadata"]["name"]] = labels.get(LABEL_GKE_NODEPOOL, "")
         for pod in pods:
@@ -518,6 +536,14 @@ class RunWatch:
             if match:
                 self.escalated.add(match.group(2))
 
+    def _force_delete(self, pod: str) -> None:
+        """``kubectl delete pod --grace-period=0 --force``: the node kills the processes at once, and the Job
+        controller counts the pod failed and replaces it (a graceful deletion lets the slice worker exit 0 on SIGTERM:
+        its pod Succeeded, its one-completion Job complete, never replaced)."""
+        from kubernetes import client
+
+        client.CoreV1Api(self._client()).delete_namespaced_pod(pod, NAMESPACE, grace_period_seconds=0)
+
     def _fire(self, fault: Fault, step: int, jobset: str, head_pod: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, WORKER_CONTAINER
 
@@ -534,7 +560,7 @@ class RunWatch:
                 return  # a slice is still being replaced: wait for it to come back, then hit it
             for target in targets:
                 if fault.kind == DELETE_WORKERS:
-                    faults.delete_pod(NAMESPACE, target)
+                    self._force_delete(target)
                 else:
                     faults.signal_pod(NAMESPACE, target, signal.SIGKILL, WORKER_CONTAINER)
             fired.pods = targets
@@ -544,7 +570,7 @@ class RunWatch:
         elif fault.kind == API_ERRORS:
             faults.fail_requests(fault.code, count=fault.count)
         elif fault.kind == API_LATENCY:
-            faults.add_latency(fault.seconds)
+            faults.latency(fault.seconds)
         elif fault.kind == EXPIRE_WATCHES:
             fired.note = f"{faults.expire_watches(compact=True)} watches ended"
         elif fault.kind == KILL_TASK:
@@ -729,7 +755,7 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
             if processes and processes[-1].poll() is None:
                 os.killpg(processes[-1].pid, signal.SIGKILL)
                 processes[-1].wait()
-        lane.cluster.faults.clear()
+        lane.cluster.faults.clear_api_faults()
         if lane.gcs_proxy is not None:
             lane.gcs_proxy.clear()
     wall = time.time() - started
@@ -1013,11 +1039,17 @@ def is_false_failure(
     return len(expected.escalations) + min(len(expected.possible), by_outage) <= plan.max_full_restarts
 
 
+def log_store(cluster: Any) -> Any:
+    """Where the node agent keeps every container's log (``<root>/<pod uid>/<container>/<run>.log``): read there,
+    they outlive their pods."""
+    return cluster.agent.log_store
+
+
 def restores_from_logs(watch: RunWatch) -> list[tuple[float, str, int]]:
     """Every restore the trainers logged: (time, JobSet, step), from each head pod's log files."""
     from elastic_training.operators.constants import HEAD_MAIN_CONTAINER, RESTORING_STEP_RE
 
-    logs = watch.cluster.logs
+    logs = log_store(watch.cluster)
     found: list[tuple[float, str, int]] = []
     for uid, jobset in watch.head_pods.items():
         directory = logs.root / uid / HEAD_MAIN_CONTAINER
@@ -1038,7 +1070,7 @@ def killed_in_save_from_logs(watch: RunWatch) -> set[str]:
     line = f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process"
     found: set[str] = set()
     for uid, jobset in watch.head_pods.items():
-        directory = watch.cluster.logs.root / uid / HEAD_MAIN_CONTAINER
+        directory = log_store(watch.cluster).root / uid / HEAD_MAIN_CONTAINER
         for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
             if line in path.read_text(errors="replace"):
                 found.add(jobset)
@@ -1139,6 +1171,20 @@ def _longest_gap(history: Sequence[tuple[float, int]], until: float) -> float:
 # -- lanes and the whole matrix ---------------------------------------------------------------------------
 
 
+def operators_connection(cluster: Any) -> str:
+    """Airflow's ``kubernetes_default`` connection for the operators, as JSON: the shipped ServiceAccount and Role
+    (``operators.rbac``; a token from the TokenRequest API), through the cluster's API fault proxy, so that the
+    API faults (``cluster.faults.fail_requests``, ``latency``, ``expire_watches``) meet the operators' clients."""
+    from benchmarks.upstream import wait_for_service_account
+    from tests.support.airflow_dags import write_operators_kubeconfig
+
+    wait_for_service_account(cluster.api, NAMESPACE)  # the trainers' pods run as `default`
+    kubeconfig = write_operators_kubeconfig(cluster)
+    return json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": NAMESPACE}}
+    )
+
+
 def run_lane(
     root: Path,
     seed: int,
@@ -1151,19 +1197,19 @@ def run_lane(
     stall_timeout: int | None = None,
     history: bool = False,
 ) -> int:
-    """A lane: one local cluster, one Airflow database, its runs one after another (JSON lines on stdout).
+    """A lane: one upstream local cluster, one Airflow database, its runs one after another (JSON lines on stdout).
 
     With ``gcs`` each run also gets a GCS emulator and a proxy in front of it that answers 503 when a fault
     says so: the trainers and the operator reach the emulator through the proxy, the harness directly.
     """
     from cryptography.fernet import Fernet
 
-    from elastic_training.local.cluster import LocalCluster
+    from elastic_training.local.upstream_cluster import UpstreamCluster
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "dags").mkdir(exist_ok=True)
     records = root / "records.jsonl"
-    with LocalCluster(workdir=root / "cluster", description="v5e-small") as cluster:
+    with UpstreamCluster(root / "cluster", description="v5e-small") as cluster:
         env = dict(os.environ)
         env.update(
             {
@@ -1177,12 +1223,7 @@ def run_lane(
                 # dag.test() runs triggers inline: no scheduler race for the settle time to wait out.
                 "AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS": "0",
                 "JAX_PLATFORMS": "cpu",
-                "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
-                    {
-                        "conn_type": "kubernetes",
-                        "extra": {"kube_config_path": str(cluster.kubeconfig_path), "namespace": NAMESPACE},
-                    }
-                ),
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT": operators_connection(cluster),
             }
         )
         subprocess.run(child_command("_resetdb"), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)

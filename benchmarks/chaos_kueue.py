@@ -13,7 +13,7 @@ admin's client as another team's run would be, at ``very-high``: a head on ``cpu
   ("insufficient unused quota") until it has existed for its stall timeout plus the fault's ``seconds``; then the
   blocker is deleted.
 - **pods-ready**: Kueue's ``waitForPodsReady`` is switched on (``recoveryTimeout`` 12 s, a 5 s requeue backoff: the
-  local cluster's ``kueue-configuration`` fault, standing for an edited ``kueue-manager-config``) and the blocker
+  cluster's ``kueue_configuration`` fault edits ``kueue-manager-config`` and restarts the manager) and the blocker
   takes every v5e-16 pool the run does not use, one slice per pool, before the run's task starts. At the scheduled
   step GKE auto-repairs the node pool of one of the run's slices for the fault's ``seconds`` (``repair-node-pool``:
   its pods evicted, the pool cordoned): the slice cannot come back inside ``recoveryTimeout``, so Kueue evicts the
@@ -186,7 +186,7 @@ class KueueActor:
         slices = QUEUE_CHIPS // SLICE_CHIPS - plan.num_slices if fault.kind == PODS_READY else len(fault.slices)
         self.notes: dict[str, Any] = {"blocker": self.blocker, "blocker_slices": slices}
         self.errors: list[str] = []
-        # the cluster's fault facade (LocalCluster.faults): provisioning outcomes, Kueue's configuration, repairs
+        # the cluster's faults (UpstreamCluster.faults): provisioning outcomes, Kueue's configuration, repairs
         self._faults = faults
         self._go = threading.Event()
         self._stop = threading.Event()
@@ -304,7 +304,7 @@ class KueueActor:
     def hold_other_pools(self) -> None:
         """pods-ready, before the run's task starts: Kueue's waitForPodsReady on, and the blocker admitted on every
         v5e-16 pool the run will not use (so a repaired slice can only come back where it was)."""
-        self.notes["kueue_configuration"] = self._faults.configure_kueue(pods_ready_configuration())
+        self.notes["kueue_configuration"] = self._faults.kueue_configuration(pods_ready_configuration())
         if int(self.notes["blocker_slices"]) > 0:
             self.hold_queue()
 
@@ -417,7 +417,8 @@ class KueueActor:
         except Exception as error:
             self.errors.append(f"deleting the blocker: {type(error).__name__}: {error}")
         if self.fault.kind == PODS_READY and self._faults is not None:
-            self._faults.configure_kueue(None)  # off again, as Kueue v0.17 is: the next run starts clean
+            # Off again: the description's configuration (Kueue v0.17's defaults), so the next run starts clean.
+            self._faults.kueue_configuration({})
         if self.fault.kind == PROVISION and self._faults is not None:
             # An outcome no request took (the run never reached provisioning) would otherwise hit the lane's next run.
             try:

@@ -1,17 +1,17 @@
-"""Requests per second of the local cluster's API, measured by a separate client process.
+"""Requests per second of the local cluster's kube-apiserver, measured by a separate client process.
 
     .venv/bin/python -m benchmarks.cluster_api
 
-Starts ``elastic-training cluster up --api-only`` in a child process (so client and server do not
-share a GIL; the API alone, so no kubelet starts 1000 processes) and drives it over loopback with
-the official ``kubernetes`` client from this process, one request at a time:
+Starts the upstream local cluster without nodes (:class:`benchmarks.upstream.ClusterProcess`: etcd, kube-apiserver
+and the controllers; no node agent, so the 1000 pods stay Pending and no process runs them) and drives kube-apiserver
+over loopback with the official ``kubernetes`` client from this process, one request at a time, as the admin:
 
 - **create**: ``create_namespaced_pod`` while filling the namespace;
 - **get**: ``read_namespaced_pod``;
 - **list 10 / list 1000**: ``list_namespaced_pod`` over a label selector that matches 10, or
   over all 1000 pods, deserialised into ``V1PodList`` by the client as callers do, and once more
   as raw bytes (``_preload_content=False``) to separate the server's cost from the client's;
-- **watch replay**: a watch from a resourceVersion with 1000 events to replay;
+- **watch replay**: a watch from a resourceVersion with 1000 events to replay (kube-apiserver's watch cache);
 - **watch live**: events delivered to a watcher while another thread patches pods.
 
 Every loop is bounded by a request count and by ``--seconds``. Prints a Markdown table.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import math
 import sys
 import tempfile
 import threading
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
+
+from benchmarks.upstream import ClusterProcess
 
 NS = "default"
 PODS = 1000
@@ -62,7 +64,9 @@ def _watch_replay(core: client.CoreV1Api, resource_version: str, expected: int, 
     began = time.perf_counter()
     stream = watch.Watch()
     seen = 0
-    for _ in stream.stream(core.list_namespaced_pod, NS, resource_version=resource_version, timeout_seconds=seconds):
+    for _ in stream.stream(
+        core.list_namespaced_pod, NS, resource_version=resource_version, timeout_seconds=math.ceil(seconds)
+    ):
         seen += 1
         if seen >= expected:
             stream.stop()
@@ -87,7 +91,7 @@ def _watch_live(core: client.CoreV1Api, writer: client.CoreV1Api, count: int, se
     stream = watch.Watch()
     patcher.start()
     for _ in stream.stream(
-        core.list_namespaced_pod, NS, resource_version=resource_version, timeout_seconds=seconds + 5
+        core.list_namespaced_pod, NS, resource_version=resource_version, timeout_seconds=math.ceil(seconds) + 5
     ):
         received += 1
         if received >= count or time.perf_counter() - began > seconds:
@@ -98,61 +102,48 @@ def _watch_live(core: client.CoreV1Api, writer: client.CoreV1Api, count: int, se
 
 
 def run(seconds: float, requests: int) -> list[tuple[str, int, float]]:
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-api-") as tmp:
-        kubeconfig = Path(tmp) / "kubeconfig"
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "elastic_training.cli.main",
-                "cluster",
-                "up",
-                "--api-only",
-                "--watch-history",
-                "5000",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--workdir",
-                str(Path(tmp) / "work"),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cluster-api-") as tmp,
+        ClusterProcess(Path(tmp) / "cluster", run_nodes=False) as cluster,
+    ):
+        api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        writer_client = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         try:
-            assert server.stdout is not None
-            for _ in range(2):
-                server.stdout.readline()
-            api_client = config.new_client_from_config(config_file=str(kubeconfig))
-            writer_client = config.new_client_from_config(config_file=str(kubeconfig))
-            core, writer = client.CoreV1Api(api_client), client.CoreV1Api(writer_client)
-            start_version = core.list_namespaced_pod(NS).metadata.resource_version
-            results: list[tuple[str, int, float]] = []
-            created, rate = _rate(lambda i: core.create_namespaced_pod(NS, _pod(i)), PODS, 120)
-            results.append(("create pod", created, rate))
-            assert created == PODS, "the namespace must hold 1000 pods for the list measurements"
-            every = max(requests // 10, 10)
-            loops: list[tuple[str, Callable[[int], object], int]] = [
-                ("get pod", lambda i: core.read_namespaced_pod(f"bench-{i % PODS:04d}", NS), requests),
-                (
-                    f"list {SELECTED} of {PODS} pods (label selector)",
-                    lambda _: core.list_namespaced_pod(NS, label_selector="group=selected"),
-                    requests,
-                ),
-                (f"list {PODS} pods", lambda _: core.list_namespaced_pod(NS), every),
-                (
-                    f"list {PODS} pods, raw body (no client models)",
-                    lambda _: core.list_namespaced_pod(NS, _preload_content=False).data,
-                    every,
-                ),
-            ]
-            for name, action, count in loops:
-                results.append((name, *_rate(action, count, seconds)))
-            results.append(("watch replay (events/s)", *_watch_replay(core, start_version, PODS, seconds)))
-            results.append(("watch live, 1 writer (events/s)", *_watch_live(core, writer, requests, seconds)))
-            return results
+            return _measure(client.CoreV1Api(api_client), client.CoreV1Api(writer_client), seconds, requests)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            api_client.close()
+            writer_client.close()
+
+
+def _measure(
+    core: client.CoreV1Api, writer: client.CoreV1Api, seconds: float, requests: int
+) -> list[tuple[str, int, float]]:
+    start_version = core.list_namespaced_pod(NS).metadata.resource_version
+    results: list[tuple[str, int, float]] = []
+    created, rate = _rate(lambda i: core.create_namespaced_pod(NS, _pod(i)), PODS, 120)
+    results.append(("create pod", created, rate))
+    if created != PODS:
+        raise RuntimeError(f"the namespace must hold {PODS} pods for the list measurements, it holds {created}")
+    every = max(requests // 10, 10)
+    loops: list[tuple[str, Callable[[int], object], int]] = [
+        ("get pod", lambda i: core.read_namespaced_pod(f"bench-{i % PODS:04d}", NS), requests),
+        (
+            f"list {SELECTED} of {PODS} pods (label selector)",
+            lambda _: core.list_namespaced_pod(NS, label_selector="group=selected"),
+            requests,
+        ),
+        (f"list {PODS} pods", lambda _: core.list_namespaced_pod(NS), every),
+        (
+            f"list {PODS} pods, raw body (no client models)",
+            lambda _: core.list_namespaced_pod(NS, _preload_content=False).data,
+            every,
+        ),
+    ]
+    for name, action, count in loops:
+        results.append((name, *_rate(action, count, seconds)))
+    results.append(("watch replay (events/s)", *_watch_replay(core, start_version, PODS, seconds)))
+    results.append(("watch live, 1 writer (events/s)", *_watch_live(core, writer, requests, seconds)))
+    return results
 
 
 def main() -> int:

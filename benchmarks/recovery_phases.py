@@ -2,9 +2,11 @@
 
     .venv/bin/python -m benchmarks.recovery_phases --repeat 3
 
-One local cluster and one Airflow database; each repetition runs the same elastic run twice through
+One upstream local cluster (:class:`UpstreamCluster`, ``v5e-small``: the real Job and JobSet controllers, the node
+agent) and one Airflow database; each repetition runs the same elastic run twice through
 ``ElasticJobSetOperator`` (``dag.test()`` in a child process, deferrable, ``runtime="local"``), and kills the
-worker pod of slice 1 (force delete, its processes killed) once the trainer has completed ``--kill-step``:
+worker pod of slice 1 (``kubectl delete pod --grace-period=0 --force``: the node agent kills its processes, the Job
+controller counts the pod failed and replaces it) once the trainer has completed ``--kill-step``:
 
 - **in process**: ``max_slice_restarts=3``: the trainer recovers in process (pause-resume) and the operator
   only counts the slice restart;
@@ -304,12 +306,13 @@ def _delete_jobsets(cluster: Any, names: Sequence[str]) -> None:
 
 def run_benchmark(options: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
     """Every repetition of both modes on one cluster and one Airflow database."""
-    from elastic_training.local.cluster import LocalCluster
+    from benchmarks.chaos import operators_connection
+    from elastic_training.local.upstream_cluster import UpstreamCluster
 
     (root / "dags").mkdir(parents=True, exist_ok=True)
     (root / "runs").mkdir(exist_ok=True)
     rows: list[dict[str, Any]] = []
-    with LocalCluster(workdir=root / "cluster", description="v5e-small") as cluster:
+    with UpstreamCluster(root / "cluster", description="v5e-small") as cluster:
         env = {
             **os.environ,
             "AIRFLOW_HOME": str(root / "airflow"),
@@ -318,12 +321,7 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> list[dict[str, Any
             "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
             "AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS": "0",
             "JAX_PLATFORMS": "cpu",
-            "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
-                {
-                    "conn_type": "kubernetes",
-                    "extra": {"kube_config_path": str(cluster.kubeconfig_path), "namespace": NAMESPACE},
-                }
-            ),
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT": operators_connection(cluster),
         }
         subprocess.run(
             [sys.executable, "-m", "benchmarks.chaos", "_resetdb"],

@@ -9,6 +9,8 @@
 - :class:`AuditCounter`: the requests kube-apiserver received, by client (``User-Agent``) and kind, from its audit
   log (``RequestReceived``: a watch or a log follow is one request however long it stays open, counted when it opens).
 - :func:`component_pids` and :func:`cpu_seconds`: the control plane's processes and their CPU time, from ``/proc``.
+- :class:`ClusterProcess`: an :class:`UpstreamCluster` in a child process, so that the benchmark's client never
+  shares a GIL with the node agent (the kubelet that serves the pods' logs).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -117,3 +121,55 @@ def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) a process has used, from ``/proc/<pid>/stat``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_CLUSTER_SCRIPT = """
+import json, sys
+from pathlib import Path
+from benchmarks.upstream import component_pids, wait_for_service_account
+from elastic_training.local.upstream_cluster import UpstreamCluster
+workdir, description, run_nodes = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "nodes"
+with UpstreamCluster(workdir, description=description, run_nodes=run_nodes) as cluster:
+    wait_for_service_account(cluster.api)
+    print(json.dumps({"kubeconfig": str(cluster.kubeconfig_path), "pids": component_pids(cluster)}), flush=True)
+    sys.stdin.read()
+"""
+
+
+class ClusterProcess:
+    """An :class:`UpstreamCluster` (``description``; without nodes unless ``run_nodes``) in a child process, up when
+    entered, stopped (every process it started) when left. ``kubeconfig`` is the admin's, ``pids`` the control
+    plane's processes by component, ``pid`` the child's (the node agent and the fault proxy)."""
+
+    def __init__(self, workdir: Path, description: str = "single-node", *, run_nodes: bool = True) -> None:
+        self.workdir = workdir
+        self._argv = [sys.executable, "-c", _CLUSTER_SCRIPT, str(workdir), description]
+        self._argv.append("nodes" if run_nodes else "api-only")
+        self._process: subprocess.Popen[str] | None = None
+        self.kubeconfig = Path()
+        self.pids: dict[str, int] = {}
+        self.pid = 0
+
+    def __enter__(self) -> ClusterProcess:
+        repo = Path(__file__).resolve().parent.parent
+        self._process = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=repo)
+        self.pid = self._process.pid
+        line = self._process.stdout.readline() if self._process.stdout else ""
+        if not line:
+            self.__exit__()
+            raise RuntimeError("the cluster process ended before the cluster was up (its stderr says why)")
+        started = json.loads(line)
+        self.kubeconfig, self.pids = Path(started["kubeconfig"]), dict(started["pids"])
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._process is None:
+            return
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self._process.terminate()  # UpstreamCluster.stop runs on the way out of its with-block
+            self._process.wait(timeout=60)
+        self._process = None

@@ -3,12 +3,12 @@
     .venv/bin/python -m benchmarks.workloads [--kills 3] [--steps 200]
 
 1. Step time: `python -m elastic_training.local.workloads.train` at the default (demo) size on 1 and 2 slices (1 CPU
-device
-   each); the first step (compilation) is reported apart from the median of the others.
-2. Kill to next step: on the local cluster, a Pathways-shaped JobSet (trainer head + 2 worker slices,
-   pause-resume); a worker pod is force-deleted mid-run and the phases come from the trainer's recovery
-   record: kill -> failure detected -> slices ready -> restore started -> restore finished -> first step
-   after recovery completed.
+   device each); the first step (compilation) is reported apart from the median of the others.
+2. Kill to next step: on the upstream local cluster (``v5e-small``; the real Job and JobSet controllers), a
+   Pathways-shaped JobSet (trainer head + 2 worker slices, pause-resume); a worker pod is force-deleted mid-run
+   (``--grace-period=0 --force``: the Job controller counts it failed and replaces it) and the phases come from the
+   trainer's recovery record: kill -> failure detected -> slices ready -> restore started -> restore finished ->
+   first step after recovery completed.
 """
 
 from __future__ import annotations
@@ -56,11 +56,13 @@ def step_times(slices: int, steps: int, workdir: Path) -> dict[str, float]:
 
 def kill_to_next_step(runs: int, workdir: Path) -> list[dict[str, Any]]:
     """Recovery records of `runs` slice kills on the local cluster, each with the kill time added."""
-    from elastic_training.local.cluster import LocalCluster
+    from benchmarks.upstream import wait_for_service_account
+    from elastic_training.local.upstream_cluster import UpstreamCluster
     from elastic_training.local.workloads.drill import DrillPlan, SliceKillDrill
 
     results = []
-    with LocalCluster(workdir=workdir / "cluster") as cluster, SliceKillDrill(cluster) as drill:
+    with UpstreamCluster(workdir / "cluster", description="v5e-small") as cluster, SliceKillDrill(cluster) as drill:
+        wait_for_service_account(cluster.api)
         for run in range(runs):
             plan = DrillPlan(
                 name=f"bench-{run}",

@@ -129,7 +129,12 @@ def test_a_full_restart_is_warranted_by_an_outage_that_hit_its_jobset(tmp_path: 
         "W1201 checkpointing.py:78] Fault injection (LOCAL_FAULT_KILL_DURING_SAVE_STEP): killing the process "
         "before the commit marker of .../checkpoints/30\n"
     )
-    watch = RunWatch(SimpleNamespace(logs=SimpleNamespace(root=logs)), killed, RunFiles(str(tmp_path)), lambda: None)
+    watch = RunWatch(
+        SimpleNamespace(agent=SimpleNamespace(log_store=SimpleNamespace(root=logs))),
+        killed,
+        RunFiles(str(tmp_path)),
+        lambda: None,
+    )
     watch.head_pods = {"uid-head-0": "js-0", "uid-head-1": "js-r1"}
     watch.killed_in_save_of = "js-r1"
     assert judge(killed, watch, {"jobset_name": "js-0", "reason": "jobset_failed", "at": 1.0})["warranted"]
@@ -534,7 +539,9 @@ def test_a_kill_in_a_save_auto_never_made_is_not_expected(tmp_path: Path) -> Non
     from benchmarks.chaos import evaluate
 
     def failed(plan: Schedule) -> dict[str, object]:
-        watch = RunWatch(SimpleNamespace(logs=None), plan, RunFiles(str(tmp_path / "run")), lambda: None)
+        watch = RunWatch(
+            SimpleNamespace(agent=SimpleNamespace(log_store=None)), plan, RunFiles(str(tmp_path / "run")), lambda: None
+        )
         report = {"checkpoint_period": 7, "failure": "full-restart budget spent", "escalations": []}
         return evaluate(
             plan,
