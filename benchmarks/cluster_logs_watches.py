@@ -2,15 +2,16 @@
 
     .venv/bin/python -m benchmarks.cluster_logs_watches [--log-mb 200] [--watches 100] [--idle-seconds 60]
 
-Starts ``elastic-training cluster up --api-only`` in a child process (``cli.main`` from whatever
-``PYTHONPATH`` points at, so the same benchmark measures an older checkout too) and:
+Starts the upstream local cluster (``single-node``) in a child process (:class:`benchmarks.upstream.ClusterProcess`)
+and:
 
-- **logs**: writes a CRI-format log of ``--log-mb`` MB for one pod straight into the cluster's log
-  directory, then times ``read_namespaced_pod_log(tail_lines=10)`` and a ``sinceTime`` read of the
-  last second, each repeated, while another thread sends ``read_namespaced_pod`` (a simple GET)
-  back to back and records each one's latency: what the rest of the API sees during the read;
+- **logs**: writes a CRI-format log of ``--log-mb`` MB for one running pod straight into the node agent's log
+  directory (kube-apiserver's ``pods/log`` reads it through the node's kubelet API, the node agent), then times
+  ``read_namespaced_pod_log(tail_lines=10)`` and a ``sinceTime`` read of the last second, each repeated, while
+  another thread sends ``read_namespaced_pod`` (a simple GET) back to back and records each one's latency: what
+  the rest of the API sees during the read;
 - **watches**: opens ``--watches`` watch streams on pods (each with its own label selector, as
-  one trigger per JobSet would), then samples the server process's RSS and CPU time
+  one trigger per JobSet would), then samples kube-apiserver's RSS and CPU time
   (``/proc/<pid>``) over ``--idle-seconds`` with nothing happening, and again while a writer
   patches pods in another namespace at about 20 writes/s, and the GET latency with them open.
 
@@ -25,7 +26,6 @@ import os
 import socket
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,10 +38,10 @@ from typing import Any
 
 from kubernetes import client, config
 
+from benchmarks.upstream import ClusterProcess
 from elastic_training.local.kubeconfig import read_endpoint
 
 NS = "default"
-CLUSTER_UP = [sys.executable, "-m", "elastic_training.cli.main", "cluster", "up", "--api-only"]
 LINE_TEXT = "step 000000 loss 2.345678 tokens/s 123456.7 " + "x" * 30  # about 100 bytes with the CRI prefix
 
 
@@ -139,11 +139,23 @@ def _open_watch(host: str, port: int, token: str, selector: str, tls: ssl.SSLCon
     return sock
 
 
+def _wait_running(core: client.CoreV1Api, name: str, timeout: float = 120.0) -> None:
+    """Until the pod runs (a pod's log is its node's: kube-apiserver reads it from the kubelet it runs on)."""
+    deadline = time.monotonic() + timeout
+    while core.read_namespaced_pod(name, NS).status.phase != "Running":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pod {name} not running after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 def measure_logs(
     core: client.CoreV1Api, kubeconfig: Path, workdir: Path, megabytes: int, repeat: int
 ) -> dict[str, Any]:
     created = core.create_namespaced_pod(NS, _pod("bench-logs"))
     core.create_namespaced_pod(NS, _pod("bench-probe"))
+    _wait_running(core, "bench-logs")
+    # The node agent's log of the container's first run (local/nodeagent/logs.py: <workdir>/logs/<uid>/<container>/
+    # <restart count>.log), written over: `sleep` writes nothing of its own.
     path = workdir / "logs" / created.metadata.uid / "main" / "0.log"
     began = time.perf_counter()
     lines, last = _write_log(path, megabytes)
@@ -231,26 +243,21 @@ def measure_watches(
 
 
 def run(megabytes: int, repeat: int, watches: int, idle_seconds: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-logs-watches-") as tmp:
-        kubeconfig, workdir = Path(tmp) / "kubeconfig", Path(tmp) / "work"
-        server = subprocess.Popen(
-            [*CLUSTER_UP, "--kubeconfig", str(kubeconfig), "--workdir", str(workdir)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-logs-watches-") as tmp,
+        ClusterProcess(Path(tmp) / "cluster") as cluster,
+    ):
+        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         try:
-            if server.stdout is None:
-                raise RuntimeError("no stdout from the cluster process")
-            for _ in range(2):
-                server.stdout.readline()
-            core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+            core = client.CoreV1Api(api)
             return {
-                "logs": measure_logs(core, kubeconfig, workdir, megabytes, repeat),
-                "watches": measure_watches(core, kubeconfig, server.pid, watches, idle_seconds),
+                "logs": measure_logs(core, cluster.kubeconfig, cluster.workdir, megabytes, repeat),
+                "watches": measure_watches(
+                    core, cluster.kubeconfig, cluster.pids["kube-apiserver"], watches, idle_seconds
+                ),
             }
         finally:
-            server.terminate()
-            server.wait(timeout=60)
+            api.close()
 
 
 def _ms(summary: dict[str, float], *keys: str) -> str:
@@ -273,11 +280,17 @@ def _print(results: dict[str, Any]) -> None:
     w = results["watches"]
     rss = " / ".join(f"{w[key]:.0f}" for key in ("rss_before_mb", "rss_open_mb", "rss_after_idle_mb"))
     rows = [
-        (f"server RSS: before / {w['watches']} open / after {w['idle_seconds']:.0f} s idle", f"{rss} MB"),
-        ("server RSS after the writes elsewhere", f"{w['rss_after_writes_mb']:.0f} MB"),
-        ("server CPU to open them", f"{w['cpu_opening_s']:.2f} s"),
-        (f"server CPU over {w['idle_seconds']:.0f} s idle", f"{w['cpu_idle_s']:.2f} s ({w['cpu_idle_percent']:.2f} %)"),
-        (f"server CPU per write in another namespace ({w['writes_elsewhere']})", f"{w['cpu_per_write_ms']:.2f} ms"),
+        (f"kube-apiserver RSS: before / {w['watches']} open / after {w['idle_seconds']:.0f} s idle", f"{rss} MB"),
+        ("kube-apiserver RSS after the writes elsewhere", f"{w['rss_after_writes_mb']:.0f} MB"),
+        ("kube-apiserver CPU to open them", f"{w['cpu_opening_s']:.2f} s"),
+        (
+            f"kube-apiserver CPU over {w['idle_seconds']:.0f} s idle",
+            f"{w['cpu_idle_s']:.2f} s ({w['cpu_idle_percent']:.2f} %)",
+        ),
+        (
+            f"kube-apiserver CPU per write in another namespace ({w['writes_elsewhere']})",
+            f"{w['cpu_per_write_ms']:.2f} ms",
+        ),
         ("GET with them open: median / p99 / max", _ms(w["get_with_watches"], "median_ms", "p99_ms", "max_ms")),
     ]
     print()
