@@ -398,7 +398,7 @@ def _error(message: str) -> int:
 
 
 def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
-    from elastic_training.local.cluster.faults import FAULTS_PATH
+    from elastic_training.local.faults.rules import FAULTS_PATH
 
     def present(**values: Any) -> dict[str, Any]:
         return {key: value for key, value in values.items() if value is not None}

@@ -79,9 +79,9 @@ class Endpoint:
             return None
         if self.ca_pem is None:
             return ssl.create_default_context()
-        from elastic_training.local.cluster.tls import client_context
-
-        return client_context(self.ca_pem)
+        context = ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
 
 
 def read_endpoint(path: Path, *, faults: bool = False) -> Endpoint:

@@ -28,8 +28,8 @@ import yaml
 from aiohttp import web
 from kubernetes import client, config
 
-from elastic_training.local.cluster.audit import AuditEvent
 from elastic_training.local.controlplane import audit
+from elastic_training.local.controlplane.audit import AuditEvent
 from elastic_training.local.controlplane.cluster import ControlPlane
 from elastic_training.local.controlplane.processes import free_port
 from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description

@@ -19,6 +19,7 @@ from elastic_training.local.cluster.kubelet import Kubelet
 from elastic_training.local.cluster.kueue_admission_checks import AdmissionCheckController
 from elastic_training.local.cluster.kueue_jobset import KueueController, default_local_queue, suspend_on_create
 from elastic_training.local.cluster.kueue_provisioning import ProvisioningController
+from elastic_training.local.cluster.kueue_store import publish, register_queues
 from elastic_training.local.cluster.namespace_controller import NamespaceController
 from elastic_training.local.cluster.node_faults import NodeFaults
 from elastic_training.local.cluster.nodes import register_nodes
@@ -28,8 +29,7 @@ from elastic_training.local.cluster.provisioning_requests import QueuedProvision
 from elastic_training.local.cluster.scheduler import Scheduler
 from elastic_training.local.cluster.store import Store
 from elastic_training.local.descriptions.cluster_description import SINGLE_NODE, ClusterDescription
-from elastic_training.local.descriptions.kueue_config import OFF, publish
-from elastic_training.local.descriptions.queue_description import register_queues
+from elastic_training.local.descriptions.kueue_config import OFF
 from elastic_training.local.nodeagent.logs import LogStore
 
 SHUTDOWN_GRACE_CAP_SECONDS = 3.0

@@ -40,6 +40,7 @@ from elastic_training.local.cluster import kueue_workload as kw
 from elastic_training.local.cluster.conditions import find_condition
 from elastic_training.local.cluster.events import NORMAL, record_event
 from elastic_training.local.cluster.kueue_scheduler import KueueScheduler
+from elastic_training.local.cluster.kueue_store import publish
 from elastic_training.local.cluster.kueue_workload_controller import WorkloadController, sync_pods_ready
 from elastic_training.local.cluster.owners import controller_ref, owner_reference
 from elastic_training.local.cluster.resources import (
@@ -54,7 +55,7 @@ from elastic_training.local.cluster.resources import (
 )
 from elastic_training.local.cluster.store import Obj, Store, WatchEvent
 from elastic_training.local.cluster.workqueue import WorkQueue
-from elastic_training.local.descriptions.kueue_config import OFF, KueueConfiguration, publish
+from elastic_training.local.descriptions.kueue_config import OFF, KueueConfiguration
 from elastic_training.operators.constants import LABEL_KUEUE_JOB_UID, LABEL_KUEUE_QUEUE_NAME
 
 COMPONENT = "kueue-jobset-controller"

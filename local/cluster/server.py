@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -40,7 +40,12 @@ from elastic_training.local.cluster.targets import Target, not_found_path, parse
 from elastic_training.local.cluster.validation import validate, validate_update
 from elastic_training.local.cluster.watching import WatchOptions, stream_watch
 from elastic_training.local.nodeagent.logs import LogStore
-from elastic_training.local.nodeagent.pod_logs import serve_pod_log
+from elastic_training.local.nodeagent.pod_logs import (
+    DEFAULT_CONTAINER_ANNOTATION,
+    LogRequestError,
+    pod_run_finished,
+    stream_container_log,
+)
 
 log = logging.getLogger(__name__)
 
@@ -475,3 +480,45 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
         if options["gracePeriodSeconds"] < 0:
             options["gracePeriodSeconds"] = 1  # rest.BeforeDelete: a negative grace period means 1 s
     return options
+
+
+# The imitation's log request (deleted with it): the pod from its store, then the node agent's log streaming.
+def choose_container(pod: Mapping[str, Any], requested: str | None) -> str:
+    """The container to read; 400 when it is ambiguous or unknown, as on the real server."""
+    spec = pod.get("spec") or {}
+    name = pod["metadata"]["name"]
+    main = [c.get("name") for c in spec.get("containers") or []]
+    init = [c.get("name") for c in spec.get("initContainers") or []]
+    if requested is None:
+        default = (pod["metadata"].get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
+        if default in main:
+            return str(default)
+        if len(main) == 1:
+            return str(main[0])
+        message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(main)}]"
+        if init:
+            message += f" or one of the init containers: [{' '.join(init)}]"
+        raise bad_request(message)
+    if requested not in main and requested not in init:
+        raise bad_request(f"container {requested} is not valid for pod {name}")
+    return requested
+
+
+def run_finished(store: Store, namespace: str, name: str, uid: str, container: str, run: int) -> bool:
+    """Whether run ``run`` of ``container`` can print no more: terminated, replaced, or its pod gone."""
+    return pod_run_finished(store.find(PODS, namespace, name), uid, container, run)
+
+
+async def serve_pod_log(
+    request: web.Request, store: Store, logs: LogStore, namespace: str, name: str
+) -> web.StreamResponse:
+    """Answer one log request (plain text, streamed in chunks; until the run ends when ``follow``)."""
+    pod = store.get(PODS, namespace, name)
+    container = choose_container(pod, request.query.get("container"))
+    uid = pod["metadata"]["uid"]
+    try:
+        return await stream_container_log(
+            request, logs, pod, container, lambda run: run_finished(store, namespace, name, uid, container, run)
+        )
+    except LogRequestError as error:
+        raise bad_request(str(error)) from error

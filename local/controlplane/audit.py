@@ -9,10 +9,31 @@ from __future__ import annotations
 
 import datetime
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
-from elastic_training.local.cluster.audit import AuditEvent
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One request as the audit log records it at ``RequestReceived``."""
+
+    verb: str
+    api_group: str
+    resource: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    username: str
+    user_agent: str
+    request_uri: str
+    received_at: float  # requestReceivedTimestamp, Unix time
+
+    def query(self, key: str) -> str | None:
+        """A query parameter of the request (``resourceVersion``, ``labelSelector``, ...)."""
+        values = parse_qs(urlsplit(self.request_uri).query).get(key)
+        return values[0] if values else None
 
 
 def position(path: Path) -> int:

@@ -48,7 +48,6 @@ from typing import Any
 
 import yaml
 
-from elastic_training.local.cluster.store import now_rfc3339
 from elastic_training.local.descriptions.kueue_config import OFF, KueueConfiguration
 from elastic_training.local.descriptions.quantity import QuantityError, parse_quantity
 from elastic_training.local.descriptions.queue_description import (
@@ -57,6 +56,7 @@ from elastic_training.local.descriptions.queue_description import (
     parse_kueue_configuration,
     parse_queues,
 )
+from elastic_training.local.kube_objects import now_rfc3339
 from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,

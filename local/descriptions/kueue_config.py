@@ -31,11 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from elastic_training.local.cluster.resources import CONFIG_MAPS, NAMESPACES, ApiError
-from elastic_training.local.cluster.store import Store
-
 DEFAULT_TIMEOUT_SECONDS = 30 * 60.0  # v0.19's DefaultWaitForPodsReadyTimeout
 DEFAULT_BACKOFF_BASE_SECONDS = 60
 DEFAULT_BACKOFF_MAX_SECONDS = 3600
@@ -220,19 +215,3 @@ def parse_configuration(raw: Any, where: str = "configuration") -> KueueConfigur
     if not isinstance(raw, Mapping):
         raise ConfigurationError(f"{where}: must be a mapping (a Kueue Configuration)")
     return KueueConfiguration(parse_wait_for_pods_ready(raw.get("waitForPodsReady"), f"{where}.waitForPodsReady"))
-
-
-def publish(store: Store, configuration: KueueConfiguration) -> None:
-    """Kueue's ConfigMap as its manifests install it (``kueue-system/kueue-manager-config``, key
-    ``controller_manager_config.yaml``), holding ``configuration``: where an operator reads Kueue's timeouts."""
-    try:
-        store.create(NAMESPACES, {"metadata": {"name": CONFIG_NAMESPACE}})
-    except ApiError as err:
-        if err.code != 409:
-            raise
-    data = {CONFIG_KEY: yaml.safe_dump(configuration.manifest(), sort_keys=False)}
-    found = store.find(CONFIG_MAPS, CONFIG_NAMESPACE, CONFIG_MAP)
-    if found is None:
-        store.create(CONFIG_MAPS, {"metadata": {"name": CONFIG_MAP, "namespace": CONFIG_NAMESPACE}, "data": data})
-    elif found.get("data") != data:
-        store.mutate(CONFIG_MAPS, CONFIG_NAMESPACE, CONFIG_MAP, lambda o: o.__setitem__("data", data))

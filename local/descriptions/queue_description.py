@@ -27,18 +27,18 @@ A description may carry (each entry is the upstream object's ``spec`` fields nex
         - {name: urgent, value: 1000}
       priorityClasses:                       # scheduling.k8s.io/v1 PriorityClass
         - {name: high, value: 750, description: High}
-      configuration:                         # Kueue's manager Configuration (local/cluster/kueue_config.py)
+      configuration:                         # Kueue's manager Configuration (local/descriptions/kueue_config.py)
         waitForPodsReady:                    # absent: off (v0.17.1); {}: v0.19's defaults (timeout 30m)
           timeout: 5m
           recoveryTimeout: 3m                # default: the timeout; "0s": no recovery check
           requeuingStrategy: {timestamp: Eviction, backoffBaseSeconds: 60, backoffMaxSeconds: 3600,
                               backoffLimitCount: 3}   # backoffLimitCount absent: requeued forever
 
-Each object goes through the same defaults and checks as one created through the API (:mod:`local.cluster.
-kueue_api`), and a ClusterQueue naming an undeclared flavor or a LocalQueue naming an undeclared
-ClusterQueue is refused here (upstream would accept and leave the queue inactive: in a description it is a typo).
-``cohortName`` is refused: the local Kueue has no cohorts, and a queue that silently lost its borrowing would
-admit differently from the cluster it describes.
+Here the section's shape is checked (known fields, names, no duplicates), and a ClusterQueue naming an undeclared
+flavor or a LocalQueue naming an undeclared ClusterQueue is refused (upstream would accept and leave the queue
+inactive: in a description it is a typo). The objects' own fields are checked where they are on GKE: by
+kube-apiserver (Kueue's CRD schemas, defaults) and Kueue's webhooks when the cluster applies them at start, which
+fails with their message. ``cohortName`` is Kueue's own: the real Kueue borrows and lends within a cohort.
 """
 
 from __future__ import annotations
@@ -48,20 +48,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from elastic_training.local.cluster import kueue_api
-from elastic_training.local.cluster.resources import (
-    ADMISSION_CHECKS,
-    CLUSTER_QUEUES,
-    LOCAL_QUEUES,
-    PRIORITY_CLASSES,
-    PROVISIONING_REQUEST_CONFIGS,
-    RESOURCE_FLAVORS,
-    WORKLOAD_PRIORITY_CLASSES,
-    ApiError,
-    ResourceType,
-)
-from elastic_training.local.cluster.store import Store
 from elastic_training.local.descriptions.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """The kind of a described object, as the API serves it."""
+
+    api_version: str
+    kind: str
+    namespaced: bool = False
+
+
+RESOURCE_FLAVORS = ResourceType("kueue.x-k8s.io/v1beta2", "ResourceFlavor")
+CLUSTER_QUEUES = ResourceType("kueue.x-k8s.io/v1beta2", "ClusterQueue")
+LOCAL_QUEUES = ResourceType("kueue.x-k8s.io/v1beta2", "LocalQueue", namespaced=True)
+WORKLOAD_PRIORITY_CLASSES = ResourceType("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass")
+PRIORITY_CLASSES = ResourceType("scheduling.k8s.io/v1", "PriorityClass")
+PROVISIONING_REQUEST_CONFIGS = ResourceType("kueue.x-k8s.io/v1beta2", "ProvisioningRequestConfig")
+ADMISSION_CHECKS = ResourceType("kueue.x-k8s.io/v1beta2", "AdmissionCheck")
 
 _SECTIONS: dict[str, tuple[ResourceType, tuple[str, ...], bool]] = {
     # section: (type, fields beside `name`, fields in `spec`?)
@@ -160,25 +165,12 @@ def _object(entry: Any, rtype: ResourceType, fields: tuple[str, ...], in_spec: b
     if not isinstance(name, str) or not name:
         raise QueueDescriptionError(f"{here}.name: required")
     metadata: dict[str, Any] = {"name": name}
-    if rtype == CLUSTER_QUEUES and entry.get("cohortName"):
-        raise QueueDescriptionError(
-            f"{here}.cohortName: cohorts are not modelled by the local Kueue (no borrowing, lending or "
-            "reclaimWithinCohort): remove cohortName, or give this ClusterQueue the quota it may use"
-        )
     values = {k: copy.deepcopy(v) for k, v in entry.items() if k not in ("name", "namespace")}
     if rtype == CLUSTER_QUEUES and "admissionChecks" in values:
         values = _checks_strategy(values, here)
     if rtype.namespaced:
         metadata["namespace"] = str(entry.get("namespace") or "default")
-    body: dict[str, Any] = {"metadata": metadata, **({"spec": values} if in_spec else values)}
-    kueue_api.apply_defaults(rtype, body)
-    validator = kueue_api.VALIDATORS.get(rtype)
-    causes = validator(body) if validator else []
-    if causes:
-        cause = causes[0]
-        field = cause.field.removeprefix("spec.")
-        raise QueueDescriptionError(f"{here}.{field}: {cause.message}")
-    return body
+    return {"metadata": metadata, **({"spec": values} if in_spec else values)}
 
 
 def _checks_strategy(values: dict[str, Any], here: str) -> dict[str, Any]:
@@ -213,17 +205,3 @@ def _check_references(objects: list[QueueObject], where: str) -> None:
                 f"{where}.localQueues[{obj.name}]: clusterQueue {spec.get('clusterQueue')!r} is not one of "
                 f"{where}.clusterQueues ({', '.join(sorted(queues)) or 'none'})"
             )
-
-
-def register_queues(store: Store, objects: tuple[QueueObject, ...]) -> list[str]:
-    """Create every described object that does not exist yet (flavors and classes before queues); the names."""
-    created = []
-    for obj in objects:
-        try:
-            store.create(obj.rtype, copy.deepcopy(dict(obj.body)))
-        except ApiError as err:
-            if err.code != 409:
-                raise
-            continue
-        created.append(obj.name)
-    return created

@@ -34,9 +34,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 from aiohttp import web
 
-from elastic_training.local.cluster.faults import FAULTS_PATH, ApiFaults, parse_signal
-from elastic_training.local.cluster.resources import ApiError
 from elastic_training.local.faults.kube_faults import FaultError
+from elastic_training.local.faults.rules import FAULTS_PATH, ApiFaults, parse_signal, status_body
 
 if TYPE_CHECKING:
     from elastic_training.local.upstream_cluster import UpstreamCluster
@@ -132,8 +131,6 @@ class FaultServer:
             return await handler(request)
         except (FaultError, ValueError, KeyError, TypeError) as error:
             return _status(400, "BadRequest", str(error).strip("'\""))
-        except ApiError as error:
-            return web.json_response(error.status_body(), status=error.code)
         except Exception as error:  # the API's own refusal (kubernetes.client.ApiException), passed on
             status = int(getattr(error, "status", 0) or 500)
             return _status(status, "Failed", str(getattr(error, "body", None) or error)[:2000])
@@ -261,15 +258,7 @@ def new_token() -> str:
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    return web.json_response(body, status=code)
+    return web.json_response(status_body(code, reason, message), status=code)
 
 
 async def _json(request: web.Request) -> dict[str, Any]:

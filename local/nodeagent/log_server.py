@@ -22,10 +22,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from elastic_training.local.cluster.resources import ApiError
 from elastic_training.local.nodeagent.api import Obj
 from elastic_training.local.nodeagent.logs import LogStore
-from elastic_training.local.nodeagent.pod_logs import pod_run_finished, stream_container_log
+from elastic_training.local.nodeagent.pod_logs import LogRequestError, pod_run_finished, stream_container_log
 
 PodLookup = Callable[[str, str, str], Obj | None]  # (node, namespace, name) -> the pod with its newest status
 
@@ -118,7 +117,7 @@ class KubeletServer:
 
         try:
             return await stream_container_log(request, self._logs, pod, container, finished)
-        except ApiError as err:
+        except LogRequestError as err:
             return web.Response(status=err.code, text=err.message)
 
     def _node_of(self, request: web.Request) -> str:

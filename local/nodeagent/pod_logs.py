@@ -20,8 +20,6 @@ from typing import Any, BinaryIO
 
 from aiohttp import web
 
-from elastic_training.local.cluster.resources import PODS, bad_request
-from elastic_training.local.cluster.store import Store
 from elastic_training.local.nodeagent.logs import (
     LogLine,
     LogStore,
@@ -36,6 +34,16 @@ DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 FOLLOW_POLL_SECONDS = 0.05
 
 
+class LogRequestError(ValueError):
+    """A log request that cannot be answered as asked (kubelet answers it 400 with this message)."""
+
+    code = 400
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
 def _flag(query: Mapping[str, str], key: str) -> bool:
     return query.get(key, "").lower() in ("true", "1")
 
@@ -47,31 +55,10 @@ def _non_negative_int(query: Mapping[str, str], key: str) -> int | None:
     try:
         value = int(raw)
     except ValueError as exc:
-        raise bad_request(f"{key}: invalid integer {raw!r}") from exc
+        raise LogRequestError(f"{key}: invalid integer {raw!r}") from exc
     if value < 0:
-        raise bad_request(f"{key}: must be greater than or equal to 0")
+        raise LogRequestError(f"{key}: must be greater than or equal to 0")
     return value
-
-
-def choose_container(pod: Mapping[str, Any], requested: str | None) -> str:
-    """The container to read; 400 when it is ambiguous or unknown, as on the real server."""
-    spec = pod.get("spec") or {}
-    name = pod["metadata"]["name"]
-    main = [c.get("name") for c in spec.get("containers") or []]
-    init = [c.get("name") for c in spec.get("initContainers") or []]
-    if requested is None:
-        default = (pod["metadata"].get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
-        if default in main:
-            return str(default)
-        if len(main) == 1:
-            return str(main[0])
-        message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(main)}]"
-        if init:
-            message += f" or one of the init containers: [{' '.join(init)}]"
-        raise bad_request(message)
-    if requested not in main and requested not in init:
-        raise bad_request(f"container {requested} is not valid for pod {name}")
-    return requested
 
 
 def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any] | None:
@@ -82,13 +69,9 @@ def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, An
     return None
 
 
-def run_finished(store: Store, namespace: str, name: str, uid: str, container: str, run: int) -> bool:
-    """Whether run ``run`` of ``container`` can print no more: terminated, replaced, or its pod gone."""
-    return pod_run_finished(store.find(PODS, namespace, name), uid, container, run)
-
-
 def pod_run_finished(pod: Mapping[str, Any] | None, uid: str, container: str, run: int) -> bool:
-    """:func:`run_finished` for the pod object as it is now (None: gone)."""
+    """Whether run ``run`` of ``container`` can print no more: terminated, replaced, or its pod (now: ``pod``;
+    None: gone) gone."""
     if pod is None or pod["metadata"].get("uid") != uid:
         return True
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -106,16 +89,16 @@ def _since(query: Mapping[str, str]) -> datetime | None:
     seconds = _non_negative_int(query, "sinceSeconds")
     moment = query.get("sinceTime")
     if seconds is not None and moment is not None:
-        raise bad_request("at most one of sinceTime or sinceSeconds may be specified")
+        raise LogRequestError("at most one of sinceTime or sinceSeconds may be specified")
     if seconds is not None:
         if seconds == 0:
-            raise bad_request("sinceSeconds: must be greater than 0")
+            raise LogRequestError("sinceSeconds: must be greater than 0")
         return datetime.now(UTC) - timedelta(seconds=seconds)
     if moment is not None:
         try:
             return parse_rfc3339(moment)
         except ValueError as exc:
-            raise bad_request(f"sinceTime: invalid RFC 3339 time {moment!r}") from exc
+            raise LogRequestError(f"sinceTime: invalid RFC 3339 time {moment!r}") from exc
     return None
 
 
@@ -149,18 +132,6 @@ def _start_offset(handle: BinaryIO, end: int, tail: int | None, since: datetime 
     return 0
 
 
-async def serve_pod_log(
-    request: web.Request, store: Store, logs: LogStore, namespace: str, name: str
-) -> web.StreamResponse:
-    """Answer one log request (plain text, streamed in chunks; until the run ends when ``follow``)."""
-    pod = store.get(PODS, namespace, name)
-    container = choose_container(pod, request.query.get("container"))
-    uid = pod["metadata"]["uid"]
-    return await stream_container_log(
-        request, logs, pod, container, lambda run: run_finished(store, namespace, name, uid, container, run)
-    )
-
-
 async def stream_container_log(
     request: web.Request,
     logs: LogStore,
@@ -169,7 +140,7 @@ async def stream_container_log(
     finished: Callable[[int], bool],
 ) -> web.StreamResponse:
     """Answer a log request for ``container`` of ``pod`` from its log files; ``finished(run)`` says when a
-    ``follow`` stream of that run can end. Shared by the imitation's API and the node agent's kubelet API."""
+    ``follow`` stream of that run can end."""
     query = request.query
     name = pod["metadata"]["name"]
     tail = _non_negative_int(query, "tailLines")
@@ -183,11 +154,11 @@ async def stream_container_log(
     if latest is None:
         phase = (pod.get("status") or {}).get("phase", "Pending")
         if phase == "Pending" or previous:
-            raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+            raise LogRequestError(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
         return web.Response(body=b"", content_type="text/plain")
     run = latest - 1 if previous else latest
     if run < 0:
-        raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+        raise LogRequestError(f'previous terminated container "{container}" in pod "{name}" not found')
     path = logs.run_path(uid, container, run)
     if path is None:
         return web.Response(body=b"", content_type="text/plain")

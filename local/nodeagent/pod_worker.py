@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from elastic_training.local.cluster.store import Obj, now_rfc3339
 from elastic_training.local.group_reaper import GroupReaper
+from elastic_training.local.kube_objects import Obj, now_rfc3339
 from elastic_training.local.nodeagent.container_env import ContainerConfigError, container_argv, container_env
 from elastic_training.local.nodeagent.container_process import ContainerProcess
 from elastic_training.local.nodeagent.images import (

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from elastic_training.local.controlplane.processes import ProcessError
+from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.local.upstream_cluster import UpstreamCluster
 
 
@@ -97,3 +98,32 @@ def test_stopping_leaves_no_process_behind(tmp_path: Path) -> None:
     assert len(pids) == 6 and all(psutil.pid_exists(p) for p in pids if p)
     cluster.stop()
     assert not [p for p in pids if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_queue_object_kueue_refuses_fails_the_start_naming_the_field_and_leaves_nothing(tmp_path: Path) -> None:
+    # The description parser checks the section's shape; the objects' own fields are checked where they are on GKE,
+    # by kube-apiserver's CRD schema and Kueue's webhooks, when the cluster applies them.
+    description = parse_description(
+        {
+            "nodePools": [
+                {"name": "cpu", "machineType": "e2-standard-4", "nodeCount": 1, "cpu": "4", "memory": "16Gi"}
+            ],
+            "kueue": {
+                "resourceFlavors": [{"name": "f"}],
+                "clusterQueues": [{"name": "cq", "queueingStrategy": "Random", "namespaceSelector": {}}],
+            },
+        }
+    )
+    before = _components()
+    cluster = UpstreamCluster(tmp_path, description=description, run_nodes=False)
+    with pytest.raises(ProcessError, match=r"queueingStrategy.*Random|Random.*queueingStrategy"):
+        cluster.start()
+    assert _components() == before
+    assert not cluster.kubeconfig_path.exists()
+
+
+def _components() -> set[int]:
+    """The pids of this process's control-plane children (etcd, kube-*, the managers) still running."""
+    names = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-controller", "kueue"}
+    children = psutil.Process().children(recursive=True)
+    return {c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and c.name() in names}

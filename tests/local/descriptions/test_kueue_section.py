@@ -15,7 +15,7 @@ from elastic_training.local.descriptions.queue_description import (
 KUEUE = "kueue.x-k8s.io"
 
 
-def test_a_description_refuses_cohort_name_and_converts_xpks_admission_checks() -> None:
+def test_a_description_keeps_cohort_name_and_converts_xpks_admission_checks() -> None:
     flavor = {"name": "f"}
     queue = {
         "name": "cq",
@@ -23,11 +23,12 @@ def test_a_description_refuses_cohort_name_and_converts_xpks_admission_checks() 
             {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1}]}]}
         ],
     }
-    with pytest.raises(QueueDescriptionError) as refused:
-        parse_queues({"resourceFlavors": [flavor], "clusterQueues": [{**queue, "cohortName": "team"}]})
-    assert str(refused.value).startswith(
-        "kueue.clusterQueues[0].cohortName: cohorts are not modelled by the local Kueue"
-    )
+    (cohort,) = [
+        o
+        for o in parse_queues({"resourceFlavors": [flavor], "clusterQueues": [{**queue, "cohortName": "team"}]})
+        if o.rtype.kind == "ClusterQueue"
+    ]
+    assert cohort.body["spec"]["cohortName"] == "team"  # the real Kueue borrows and lends within it
     objects = parse_queues(
         {
             "resourceFlavors": [flavor],
@@ -47,7 +48,7 @@ def test_a_description_refuses_cohort_name_and_converts_xpks_admission_checks() 
     by_kind = {o.rtype.kind: o.body for o in objects}
     assert by_kind["ClusterQueue"]["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "dws-prov"}]}
     assert "admissionChecks" not in by_kind["ClusterQueue"]["spec"]
-    assert by_kind["ProvisioningRequestConfig"]["spec"]["retryStrategy"]["backoffLimitCount"] == 3
+    assert "retryStrategy" not in by_kind["ProvisioningRequestConfig"]["spec"]  # defaulted by kube-apiserver
 
 
 def test_wait_for_pods_ready_takes_upstreams_defaults_and_refuses_what_it_cannot_do() -> None:
