@@ -78,7 +78,7 @@ with DAG({dag_id!r}, schedule=None) as dag:
         ),
         scale=Scale(num_slices={slices}),
         budgets=Budgets(
-            max_slice_restarts={max_slice_restarts}, max_full_restarts=1, stall_timeout=timedelta(minutes=5)
+            max_slice_restarts={max_slice_restarts}, max_full_restarts=1, stall_timeout=timedelta(minutes=10)
         ),
         runtime="local",
         deferrable=True,
