@@ -53,7 +53,8 @@ def _gke_jobset(*, evict_at_once: bool = False) -> dict[str, Any]:
 
 def _all_running(k8s: K8s, count: int) -> list[client.V1Pod] | None:
     pods = k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items
-    running = [p for p in pods if p.status.phase == "Running"]
+    # (a pod deleted on a lost host stays Running, terminating, until its node's kubelet is back)
+    running = [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
     return running if len(running) == count else None
 
 
@@ -107,7 +108,7 @@ def test_a_lost_host_spends_slice_budget_and_a_head_eviction_restarts_off_budget
     lost = cluster.faults.lose_host(worker.spec.node_name, repair_seconds=3600)
     try:
         wait_for(lambda: k8s.batch.read_namespaced_job("placed-worker-0", "default").status.failed == 4, 150)
-        again = wait_for(lambda: _all_running(k8s, 13), timeout=90)
+        again = wait_for(lambda: _all_running(k8s, 13), timeout=240)  # the Job controller backs off 4 failures
     finally:
         if cluster.agent is not None:  # the repair, now: the evicted pods' deletion finishes on their nodes
             for node in lost["nodes"]:
