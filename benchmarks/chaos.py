@@ -480,9 +480,9 @@ class RunWatch:
         )
 
         if any((pod.get("spec") or {}).get("nodeName") not in self._node_pools for pod in pods):
-            for node in self._list("/api/v1/nodes"):
-                labels = node["metadata"].get("labels") or {}
-                self._node_pools[node["metadata"]["name"]] = labels.get(LABEL_GKE_NODEPOOL, "")
+            for listed in self._list("/api/v1/nodes"):
+                labels = listed["metadata"].get("labels") or {}
+                self._node_pools[listed["metadata"]["name"]] = labels.get(LABEL_GKE_NODEPOOL, "")
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
             node = (pod.get("spec") or {}).get("nodeName")
