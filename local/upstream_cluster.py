@@ -101,6 +101,7 @@ class UpstreamCluster:
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
             self.control_plane.start()
+            self._wait_for_default_service_account()
             self._publish_kueue_configuration()
             self._apply_queue_objects()
             if self._run_nodes:
@@ -113,6 +114,21 @@ class UpstreamCluster:
                 self.kubeconfig_path.unlink(missing_ok=True)
             raise
         self.timings = {**self.control_plane.timings, "total": time.monotonic() - started}
+
+    def _wait_for_default_service_account(self, seconds: float = 60.0) -> None:
+        """Until kube-controller-manager's service-account controller has made ``default/default``: before it,
+        kube-apiserver's ServiceAccount admission refuses every pod in ``default`` (403), so the cluster is not
+        ready for a user's first run."""
+        core = client.CoreV1Api(self.api)
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                core.read_namespaced_service_account("default", "default")
+                return
+            except client.ApiException as error:
+                if error.status != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
 
     def _start_agent(self) -> None:
         keys = self.control_plane.pki

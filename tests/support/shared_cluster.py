@@ -35,7 +35,10 @@ _current: tuple[str, UpstreamCluster] | None = None
 def shared_cluster(description: ClusterDescription | str | Path | None, root: Path) -> UpstreamCluster:
     """The process's cluster for ``description`` (``single-node`` when None), reset for its next user."""
     global _current
-    described = load_description(description if description is not None else "single-node")
+    if isinstance(description, ClusterDescription):
+        described = description
+    else:
+        described = load_description(description if description is not None else "single-node")
     key = repr(described)
     if _current is not None:
         current_key, running = _current
@@ -65,7 +68,7 @@ def reset(cluster: UpstreamCluster) -> None:
     api = cluster.api
     core = client.CoreV1Api(api)
     if cluster.agent is not None:
-        for node in cluster.agent.node_names():
+        for node in cluster.agent.node_names:
             cluster.agent.restore_host(node)
     for node in core.list_node().items:
         if node.spec.unschedulable:
