@@ -241,7 +241,10 @@ class FaultServer:
         if self._session is None:
             context = ssl.create_default_context(cafile=str(self._cluster.ca_path))
             timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context), timeout=timeout)
+            # The body passes as kube-apiserver sent it: a large list comes gzipped (Content-Encoding passed on)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=context), timeout=timeout, auto_decompress=False
+            )
         return self._session
 
     async def close(self) -> None:
