@@ -1,15 +1,26 @@
-"""The local kubelet, driven through the real client: processes, env, sidecars, restarts, deletion."""
+"""The node agent as a kubelet, driven through the real kube-apiserver: init containers and sidecars, downward-API
+env and ``$(VAR)`` expansion, restarts, signals, graceful and forced deletion, and no process left behind (what a
+container forked, or a node agent killed abruptly).
+
+These tests share the process's upstream cluster (:mod:`tests.support.shared_cluster`), not the control plane of
+this directory's conftest. What tests/local/nodeagent/test_pods.py already shows is not repeated here: a failed
+container's exit code and reason, SIGTERM on deletion, the kill at the pod's grace period, the previous run's log.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
+from tests.support import local_cluster
 from tests.support.control_plane import (
     NS,
     armed,
@@ -24,10 +35,14 @@ from tests.support.control_plane import (
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
 
+# The process's shared upstream cluster and its clients (module fixtures), in place of the conftest's own.
+cluster = local_cluster.cluster
+k8s = local_cluster.k8s
+
 TERMINAL = ("Succeeded", "Failed")
 
 
-def _finished(k8s: K8s, name: str, timeout: float = 30.0) -> client.V1Pod:
+def _finished(k8s: K8s, name: str, timeout: float = 60.0) -> client.V1Pod:
     def probe() -> client.V1Pod | None:
         pod = k8s.core.read_namespaced_pod(name, NS)
         return pod if pod.status.phase in TERMINAL else None
@@ -41,7 +56,7 @@ def _running(k8s: K8s, name: str) -> client.V1Pod:
         statuses = pod.status.container_statuses or []
         return pod if statuses and all(s.state.running for s in statuses) else None
 
-    return wait_for(probe)
+    return wait_for(probe, 60)
 
 
 def _gone(k8s: K8s, name: str) -> bool:
@@ -133,8 +148,6 @@ def test_field_ref_env_and_variable_expansion(k8s: K8s) -> None:
 
 
 def test_python_on_path_is_the_projects_interpreter(k8s: K8s) -> None:
-    import sys
-
     name = unique("python")
     k8s.core.create_namespaced_pod(
         NS, pod_manifest(name, container("main", "python -c 'import sys; print(sys.prefix)'"))
@@ -143,9 +156,10 @@ def test_python_on_path_is_the_projects_interpreter(k8s: K8s) -> None:
     assert _log(k8s, name, "main").strip() == sys.prefix
 
 
-def test_on_failure_restarts_the_container_in_place(k8s: K8s) -> None:
+def test_on_failure_restarts_the_container_in_place_until_it_succeeds(k8s: K8s, tmp_path: Path) -> None:
     name = unique("onfailure")
-    script = "n=`cat count 2>/dev/null || echo 0`; n=$((n+1)); echo $n > count; echo run $n; [ $n -ge 3 ]"
+    count = tmp_path / "count"
+    script = f"n=`cat {count} 2>/dev/null || echo 0`; n=$((n+1)); echo $n > {count}; echo run $n; [ $n -ge 3 ]"
     k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", script), restart_policy="OnFailure"))
     done = _finished(k8s, name)
     status = done.status.container_statuses[0]
@@ -156,24 +170,14 @@ def test_on_failure_restarts_the_container_in_place(k8s: K8s) -> None:
     assert _log(k8s, name, "main", previous=True).strip() == "run 2"
 
 
-def test_never_leaves_the_failed_container_terminated(k8s: K8s) -> None:
-    name = unique("never")
-    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", "echo oops >&2; exit 3")))
-    done = _finished(k8s, name)
-    status = done.status.container_statuses[0]
-    assert done.status.phase == "Failed"
-    assert status.restart_count == 0
-    assert (status.state.terminated.exit_code, status.state.terminated.reason) == (3, "Error")
-    assert _log(k8s, name, "main").strip() == "oops"
-
-
-def test_signal_kills_the_process_and_status_says_so(k8s: K8s, cluster: LocalCluster) -> None:
+def test_signal_kills_the_process_and_status_says_so(k8s: K8s, cluster: UpstreamCluster) -> None:
     name = unique("signal")
     k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", "sleep 30")))
     pids = pod_pids(_running(k8s, name))
-    cluster.faults.signal_pod(NS, name, signal.SIGKILL)
+    assert cluster.faults.signal_pod(NS, name, signal.SIGKILL) == 1
     done = _finished(k8s, name)
     terminated = done.status.container_statuses[0].state.terminated
+    assert (done.status.phase, done.status.container_statuses[0].restart_count) == ("Failed", 0)
     assert (terminated.exit_code, terminated.signal, terminated.reason) == (137, 9, "Error")
     wait_processes_gone(pids)
 
@@ -191,20 +195,6 @@ def test_container_without_command_idles_until_deleted(k8s: K8s) -> None:
     wait_processes_gone(pids)
 
 
-def test_graceful_deletion_sends_sigterm_and_waits_for_the_exit(k8s: K8s) -> None:
-    name = unique("graceful")
-    script = "trap 'echo got-term; exit 0' TERM; echo up; while :; do sleep 0.05; done"
-    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", script), terminationGracePeriodSeconds=60))
-    pod = _running(k8s, name)
-    wait_for(lambda: "up" in _log(k8s, name, "main"))
-    uid = pod.metadata.uid
-    marked = k8s.core.delete_namespaced_pod(name, NS)
-    assert marked.metadata.deletion_timestamp is not None  # graceful: the pod stays until its process exits
-    wait_for(lambda: _gone(k8s, name), timeout=30)  # it exits on SIGTERM, long before the SIGKILL at 60 s
-    wait_processes_gone(pod_pids(pod))
-    assert uid
-
-
 @pytest.mark.parametrize(
     ("spec_grace", "delete_grace"),
     [(30, 2), (2, None)],
@@ -214,11 +204,10 @@ def test_graceful_deletion_kills_a_process_that_ignores_sigterm_after_the_grace_
     k8s: K8s, spec_grace: int, delete_grace: int | None
 ) -> None:
     name = unique("stubborn")
-    script = "trap '' TERM; echo up; while :; do sleep 0.05; done"
-    manifest = pod_manifest(name, container("main", script), terminationGracePeriodSeconds=spec_grace)
+    manifest = pod_manifest(name, container("main", armed("trap '' TERM")), terminationGracePeriodSeconds=spec_grace)
     k8s.core.create_namespaced_pod(NS, manifest)
     pod = _running(k8s, name)
-    wait_for(lambda: "up" in _log(k8s, name, "main"))
+    wait_armed(k8s.core, name)
     started = time.monotonic()
     marked = k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=delete_grace)
     assert marked.metadata.deletion_grace_period_seconds == 2
@@ -237,7 +226,7 @@ _FORKS = (
 
 def _forked(directory: Path, *names: str) -> list[int]:
     files = [directory / name for name in names]
-    wait_for(lambda: all(f.exists() and f.read_text().strip() for f in files))
+    wait_for(lambda: all(f.exists() and f.read_text().strip() for f in files), 60)
     return [int(f.read_text()) for f in files]
 
 
@@ -245,7 +234,7 @@ def test_processes_a_container_forked_die_with_each_run(k8s: K8s, tmp_path: Path
     """No orphan: what a run forked (a child, a double-forked grandchild, both ignoring SIGTERM) ends with it."""
     name = unique("forks")
     # Run 1 forks and fails (OnFailure restarts it in place); run 2 forks and succeeds.
-    count = "n=`cat count 2>/dev/null || echo 0`; n=$((n+1)); echo $n > count; "
+    count = f"n=`cat {tmp_path}/count 2>/dev/null || echo 0`; n=$((n+1)); echo $n > {tmp_path}/count; "
     script = count + _FORKS.format(dir=tmp_path) + "[ $n -ge 2 ]"
     k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", script), restart_policy="OnFailure"))
     done = _finished(k8s, name)
@@ -269,66 +258,65 @@ def test_graceful_deletion_ends_what_the_container_forked_when_its_main_process_
     wait_processes_gone([*forked, *pod_pids(pod)], timeout=20)
 
 
-def test_forced_deletion_kills_at_once(k8s: K8s, cluster: LocalCluster) -> None:
+def test_forced_deletion_removes_the_pod_at_once_and_kills_its_processes(k8s: K8s) -> None:
+    """``kubectl delete --force --grace-period=0``: the object is gone at once, the processes are SIGKILLed."""
     name = unique("forced")
-    k8s.core.create_namespaced_pod(
-        NS, pod_manifest(name, container("main", armed("trap '' TERM")), terminationGracePeriodSeconds=30)
-    )
+    manifest = pod_manifest(name, container("main", armed("trap '' TERM")), terminationGracePeriodSeconds=30)
+    k8s.core.create_namespaced_pod(NS, manifest)
     pids = pod_pids(_running(k8s, name))
     wait_armed(k8s.core, name)  # else a SIGTERM would end it as soon as the SIGKILL this test is about
     assert all(process_alive(pid) for pid in pids)
     started = time.monotonic()
-    cluster.faults.delete_pod(NS, name)
+    k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
     assert _gone(k8s, name)
     wait_processes_gone(pids, timeout=20)
     assert time.monotonic() - started < 20  # SIGKILL at once: SIGTERM is ignored and the grace period is 30 s
 
 
-def test_api_delete_with_grace_zero_is_forced(k8s: K8s) -> None:
-    name = unique("grace0")
-    k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", armed("trap '' TERM", "sleep 30"))))
-    pids = pod_pids(_running(k8s, name))
-    wait_armed(k8s.core, name)
-    k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
-    assert _gone(k8s, name)
-    wait_processes_gone(pids, timeout=20)  # SIGTERM is ignored: only a SIGKILL ends it before the 30 s grace period
-
-
-_ABRUPT_CLUSTER = """
-import sys, time
+_ABRUPT_AGENT = """
+import sys
 from pathlib import Path
-from elastic_training.local.cluster import LocalCluster
-from elastic_training.local.cluster.resources import PODS
+from elastic_training.local.descriptions.cluster_description import parse_description
+from elastic_training.local.nodeagent import NodeAgent
 
-cluster = LocalCluster(workdir=Path(sys.argv[1])).start()
-pod = {"metadata": {"name": "orphan-check"}, "spec": {"restartPolicy": "Never", "containers": [
-    {"name": "main", "image": "local", "command": ["sh", "-c", "sleep 60 & echo $! > child; wait"],
-     "workingDir": sys.argv[1]}]}}
-cluster.call(lambda: cluster.store.create(PODS, pod))
-while True:
-    status = cluster.call(lambda: cluster.store.get(PODS, "default", "orphan-check")).get("status", {})
-    running = [c for c in status.get("containerStatuses", []) if "running" in c["state"]]
-    if running and (Path(sys.argv[1]) / "child").stat().st_size if (Path(sys.argv[1]) / "child").exists() else 0:
-        child = (Path(sys.argv[1]) / "child").read_text().strip()
-        print(running[0]["containerID"].removeprefix("local://"), child, flush=True)
-        break
-    time.sleep(0.02)
-time.sleep(60)
+kubeconfig, cert, key, ca, workdir = sys.argv[1:]
+description = parse_description({"cluster": "abrupt", "nodePools": [
+    {"name": "np", "machineType": "n2-standard-8", "nodeCount": 1, "cpu": "8", "memory": "32Gi",
+     "taints": [{"key": "test.local/abrupt", "value": "true", "effect": "NoSchedule"}]}]})
+agent = NodeAgent(kubeconfig=Path(kubeconfig), description=description, workdir=Path(workdir), pod_env={},
+                  serving_cert=Path(cert), serving_key=Path(key), client_ca=Path(ca))
+agent.start()
+print(agent.node_names[0], flush=True)
+sys.stdin.read()  # until the test kills this process: no shutdown code runs
 """
 
 
-def test_container_processes_die_with_an_abruptly_killed_cluster(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    cluster = subprocess.Popen(
-        [sys.executable, "-c", _ABRUPT_CLUSTER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+def test_container_processes_die_with_an_abruptly_killed_node_agent(
+    k8s: K8s, cluster: UpstreamCluster, tmp_path: Path
+) -> None:
+    """A node agent SIGKILLed (no stop code runs) leaves no container process behind, forked ones included."""
+    pki = cluster.control_plane.pki
+    assert pki is not None
+    argv = [str(cluster.control_plane.kubeconfigs["node-agent"]), *map(str, pki.node_agent), str(pki.ca)]
+    agent = subprocess.Popen(
+        [sys.executable, "-c", _ABRUPT_AGENT, *argv, str(tmp_path / "agent")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    assert agent.stdout is not None
+    node, name = agent.stdout.readline().strip(), unique("orphan")
     try:
-        assert cluster.stdout is not None
-        pids = [int(pid) for pid in cluster.stdout.readline().split()]  # the shell and its background job
+        assert node, "the node agent did not start"
+        script = f"sleep 300 & echo $! > {tmp_path}/child; wait"
+        k8s.core.create_namespaced_pod(NS, pod_manifest(name, container("main", script), nodeName=node))
+        pids = [*pod_pids(_running(k8s, name)), *_forked(tmp_path, "child")]  # the shell and its background job
         assert len(pids) == 2 and all(process_alive(pid) for pid in pids)
     finally:
-        cluster.kill()  # SIGKILL: no shutdown code runs
-        cluster.wait()
+        agent.kill()  # SIGKILL
+        agent.wait()
+        if node:  # the Node and its pod stay behind a dead kubelet: remove them for the next tests
+            with contextlib.suppress(client.ApiException):
+                k8s.core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+            k8s.core.delete_node(node)
     wait_processes_gone(pids, timeout=20)
