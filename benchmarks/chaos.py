@@ -344,7 +344,8 @@ class RunWatch:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread.ident is not None:  # not started when the run failed before its task did
+            self._thread.join(timeout=30)
         if self._api is not None:
             self._api.close()
             self._api = None

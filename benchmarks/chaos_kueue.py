@@ -361,9 +361,16 @@ class KueueActor:
             self._wait("the flex pools idle", idle)
             for pool in FLEX_POOLS:
                 self._faults.provision_on_demand(pool, FLEX_PROVISION_SECONDS, queued=True)
+            kinds = {
+                "provisioningrequestconfigs": "ProvisioningRequestConfig",
+                "admissionchecks": "AdmissionCheck",
+                "clusterqueues": "ClusterQueue",
+            }
             for plural, body in flex_objects():
+                # kube-apiserver refuses a custom object without its apiVersion and kind
+                typed = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": kinds[plural], **body}
                 try:
-                    self.custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, body)
+                    self.custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, typed)
                 except client.ApiException as error:
                     if error.status != 409:
                         raise
@@ -372,7 +379,12 @@ class KueueActor:
                 KUEUE_VERSION,
                 NAMESPACE,
                 "localqueues",
-                {"metadata": {"name": FLEX_QUEUE}, "spec": {"clusterQueue": FLEX_CLUSTER_QUEUE}},
+                {
+                    "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                    "kind": "LocalQueue",
+                    "metadata": {"name": FLEX_QUEUE},
+                    "spec": {"clusterQueue": FLEX_CLUSTER_QUEUE},
+                },
             )
         outcome = self.fault.outcome
         if outcome == PROVISION_FAIL:
