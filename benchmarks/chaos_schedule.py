@@ -48,7 +48,7 @@ PODS_READY = "pods_ready"  # slice `slices[0]`'s node pool repaired for `seconds
 
 KUEUE_DIMENSIONS = ("preempt", "queue-wait", "provisioning", "pods-ready")
 _RUN_NAME_PREFIXES = {"preempt": "preempt-", "queue-wait": "queue-", "provisioning": "prov-", "pods-ready": "ready-"}
-# Provisioning outcomes (benchmarks/chaos_kueue.py; local/cluster/provisioning_requests.py's faults): the request takes
+# Provisioning outcomes (benchmarks/chaos_kueue.py; local/gke/provisioning_requests.py's faults): the request takes
 # `seconds` (past the stall timeout sometimes: provisioning is waiting, not stalling); fails once and Kueue's retry
 # provisions (in `seconds`); or, at `step`, the capacity is revoked (Kueue deactivates the Workload).
 PROVISION_DELAY, PROVISION_FAIL, PROVISION_REVOKE = "delay", "fail", "revoke"
