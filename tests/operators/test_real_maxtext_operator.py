@@ -2,7 +2,7 @@
 checkpoints mean to them, and a `JobSetOperator` training with it through a killed pod and a cleared task.
 
 The local cluster runs real MaxText for the MaxText image's training command when ``elastic_enabled`` is not set
-(local/cluster/images.py ``real_maxtext_train``); an elastic run needs the Pathways proxy and gets the stand-in, so
+(local/nodeagent/images.py ``real_maxtext_train``); an elastic run needs the Pathways proxy and gets the stand-in, so
 the elastic operator's view of a refusal is checked on a JobSet of the elastic head's shape (``pathways-head``,
 container ``jax-tpu``) that the test creates and the operator adopts. Each real MaxText start costs its imports
 (about a minute on 2 loaded cores): the tests start it as few times as they can.
@@ -122,8 +122,8 @@ E2E_HEADER = "from airflow.sdk import DAG\nfrom elastic_training.operators impor
 
 
 class _KillMidRun:
-    """Force-deletes the training pod once it has completed `KILL_AFTER_STEP` and committed a step past 0 (the local
-    cluster's fault mechanism: the pod and its processes go at once, as a node lost would take them)."""
+    """Force-deletes the training pod once it has completed `KILL_AFTER_STEP` and committed a step past 0 (grace 0:
+    the pod and its processes go at once, as a node lost would take them)."""
 
     def __init__(self, cluster: UpstreamCluster, run_directory: Path) -> None:
         self.cluster, self.run_directory = cluster, run_directory
@@ -157,7 +157,9 @@ class _KillMidRun:
                     if steps and steps[-1] >= KILL_AFTER_STEP and (committed or 0) >= CHECKPOINT_PERIOD:
                         self.killed = {"pod": pod, "uid": running[0].metadata.uid, "step": steps[-1]}
                         self.killed["committed"] = committed
-                        self.cluster.faults.delete_pod(NAMESPACE, pod)
+                        # Forced (grace 0): a graceful deletion's SIGTERM lets MaxText exit 0, its pod Succeed
+                        # and its Job complete, as kubectl delete would; a lost node gives it no such chance.
+                        self.core.delete_namespaced_pod(pod, NAMESPACE, grace_period_seconds=0)
                         # The trainer ran on while the reads above took their time (32 steps once, on a loaded CI
                         # machine); its processes are dead now, so this is the newest step it committed.
                         final = validate_checkpoints(str(self.run_directory)).latest_valid_step
