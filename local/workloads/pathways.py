@@ -19,19 +19,21 @@ command line flag '<name>'` and exit 1 (abseil-cpp `absl/flags/parse.cc`), and s
 malformed value of a known flag exits 1 naming the flag.
 
 What each role does here, and what killing it does (the effect it has on GKE):
-- **worker**: holds its TPU VM (host) up until SIGTERM (exit 0). It imports nothing heavy: a v5e-16 run has
-  4 of these per slice. Killed, its pod's container exits non-zero and restarts (`restartPolicy:
-  OnFailure`), so the slice's incarnation changes: for the trainer that slice is lost (a `DATA_LOSS` from
-  the step, as when the resource manager loses a host), and the Job's `backoffLimit` spends one.
+- **worker**: holds its TPU VM (host) up until SIGTERM, and dies by it (exit 143, as a C++ server does: with
+  no handler of its own SIGTERM's default action ends it, and absl's failure signal handler re-raises it). Exit 0
+  would tell an Indexed Job that the index completed: an evicted worker's slice would never re-form. It imports
+  nothing heavy: a v5e-16 run has 4 of these per slice. Killed, its pod's container exits non-zero and restarts
+  (`restartPolicy: OnFailure`), so the slice's incarnation changes: for the trainer that slice is lost (a
+  `DATA_LOSS` from the step, as when the resource manager loses a host), and the Job's `backoffLimit` spends one.
   `LOCAL_FAULT_HOLD_FILE` (env, local-only fault knob): while that file exists the worker exits 3 at start,
   so a slice stays down.
-- **resource manager** and **proxy**: hold until SIGTERM. On Pathways the trainer's JAX client talks to the
-  proxy, which holds the session with the resource manager; when either restarts, the client's backend and
-  every array on it are gone and the program fails (Google documents that a Pathways head failure restarts the
-  whole workload through the JobSet's policy, "Resilient training with Pathways"). The local trainer models
-  that: it watches its own pod's sidecars and exits 1 with `UNAVAILABLE` when one of them restarted
-  (local/workloads/pathways_session.py), so the head Job (backoffLimit 0) fails and the JobSet's failure
-  policy decides (a JobSet restart, or the operator's full restart).
+- **resource manager** and **proxy**: hold until SIGTERM, and die by it as the worker does. On Pathways the
+  trainer's JAX client talks to the proxy, which holds the session with the resource manager; when either
+  restarts, the client's backend and every array on it are gone and the program fails (Google documents that a
+  Pathways head failure restarts the whole workload through the JobSet's policy, "Resilient training with
+  Pathways"). The local trainer models that: it watches its own pod's sidecars and exits 1 with `UNAVAILABLE`
+  when one of them restarted (local/workloads/pathways_session.py), so the head Job (backoffLimit 0) fails and
+  the JobSet's failure policy decides (a JobSet restart, or the operator's full restart).
 """
 
 from __future__ import annotations
@@ -186,10 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"Pathways worker {pod}: held down by {hold}, exiting {EXIT_HELD}")
         return EXIT_HELD
     stopped = threading.Event()
+    received: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
         del frame
         _say(f"Pathways {node} {pod}: received {signal.Signals(signum).name}, exiting")
+        received.append(signum)
         stopped.set()
 
     signal.signal(signal.SIGTERM, stop)
@@ -198,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say(f"Pathways {node} {pod}: up ({shown})")
     while not stopped.wait(3600):
         pass
+    if received and received[0] == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # ends the process here: exit 143, as the server's own
     return 0
 
 

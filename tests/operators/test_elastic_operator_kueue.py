@@ -45,6 +45,7 @@ from tests.support.flex import (
     cluster_queue,
     create_flex_check,
     provisioning_requests,
+    typed,
 )
 from tests.support.kueue_objects import cond as condition
 from tests.support.step_faults import StepFaults
@@ -558,14 +559,14 @@ def _flex(admin: Cluster, cluster: UpstreamCluster) -> None:
         (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
     ]
     admin.custom.create_cluster_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(FLEX_QUEUE, quotas)
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", typed("ClusterQueue", cluster_queue(FLEX_QUEUE, quotas))
     )
     admin.custom.create_namespaced_custom_object(
         KUEUE_GROUP,
         KUEUE_VERSION,
         NS,
         "localqueues",
-        {"metadata": {"name": "flex"}, "spec": {"clusterQueue": FLEX_QUEUE}},
+        typed("LocalQueue", {"metadata": {"name": "flex"}, "spec": {"clusterQueue": FLEX_QUEUE}}),
     )
 
 

@@ -41,6 +41,8 @@ pytestmark = pytest.mark.slow
 NAMESPACE = "default"
 HOSTS_PER_SLICE = 4  # v5e 4x4: 16 chips, 4 per host
 CHECKPOINT_PERIOD = 10
+REPAIR_SECONDS = 150.0  # past the nodes' deletion and pod GC's 40 s quarantine: the lost pods are gone by then
+STEP_SECONDS = 1.5  # the trainer still trains when Kubernetes shows the loss (the nodes Unknown 40-54 s after it)
 SMALL_MODEL = {"base_emb_dim": 32, "base_num_decoder_layers": 1, "vocab_size": 32, "max_target_length": 16}
 HEADER = """\
 from datetime import timedelta
@@ -50,7 +52,7 @@ from elastic_training.operators import ElasticJobSetOperator
 
 
 def seed_dag(dag_id: str, base: Path, *, max_slice_restarts: int) -> Any:
-    """The seed's run, small: 3 slices of v5e 4x4, 60 steps, a checkpoint every 10, each step sleeping 0.2 s.
+    """The seed's run, small: 3 slices of v5e 4x4, 60 steps, a checkpoint every 10, each step sleeping STEP_SECONDS.
 
     ``elastic_max_retries`` is set above its default (max_slice_restarts + 1): MaxText spends an attempt on every
     slice loss, evictions included, which spend no slice budget; and in the second scenario the escalation is
@@ -75,7 +77,7 @@ def seed_dag(dag_id: str, base: Path, *, max_slice_restarts: int) -> Any:
             stall_timeout=timedelta(minutes=6),
             deferrable=True,
             poll_interval=1.0,
-            local_env={{"LOCAL_STEP_SECONDS": "0.2"}},
+            local_env={{"LOCAL_STEP_SECONDS": "{STEP_SECONDS}"}},
         )
     """
     return dag_from_source(dag_id, body, HEADER)
@@ -94,13 +96,17 @@ def _slice_pods(faults: StepFaults, slice_index: int) -> list[Any]:
 
 
 def lose_host(slice_index: int, lost: list[dict[str, Any]]) -> Callable[[StepFaults], None]:
-    """A host of the slice fails: its node pool goes NotReady (repaired 2 s later) and every pod on it dies."""
+    """A host of the slice fails, and the slice with it: its pool's hosts stop at once; the node lifecycle controller
+    marks them Unknown and their pods not ready (the trainer's slice health sees the slice down then), GKE deletes the
+    gone VMs' nodes and pod GC their pods, and the Job controller replaces them after its back-off, on the spare
+    pool or the repaired one (REPAIR_SECONDS later). A repair inside the node-monitor grace period would bring the same
+    hosts back with their pods Failed, which JobSet's exclusive placement cannot re-form (two leader pods)."""
 
     def act(faults: StepFaults) -> None:
         pods = _slice_pods(faults, slice_index)
         if len(pods) != HOSTS_PER_SLICE:
             raise RuntimeError(f"slice {slice_index} has {len(pods)} running pods, not {HOSTS_PER_SLICE}")
-        answer = faults.cluster.faults.lose_host(pods[0].spec.node_name, repair_seconds=2.0)
+        answer = faults.cluster.faults.lose_host(pods[0].spec.node_name, repair_seconds=REPAIR_SECONDS)
         lost.append({**answer, "slicePods": {p.metadata.name: p.spec.node_name for p in pods}})
 
     return act
@@ -128,12 +134,20 @@ def _jobsets(cluster: UpstreamCluster, run_name: str) -> list[dict[str, Any]]:
         api.close()
 
 
-def _phases(cluster: UpstreamCluster, pods: dict[str, str]) -> set[str]:
-    """The phases of ``pods`` (by name) now: what the node agent reported for them once their host was back."""
+def _gone(cluster: UpstreamCluster, pods: dict[str, str]) -> list[str]:
+    """Those of ``pods`` (by name) the API no longer has: pod GC deleted them with their deleted nodes."""
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    core = client.CoreV1Api(api)
+    gone = []
     try:
-        core = client.CoreV1Api(api)
-        return {core.read_namespaced_pod(name, NAMESPACE).status.phase for name in pods}
+        for name in pods:
+            try:
+                core.read_namespaced_pod(name, NAMESPACE)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+                gone.append(name)
+        return gone
     finally:
         api.close()
 
@@ -151,10 +165,11 @@ def test_one_lost_host_is_one_slice_restart_recovered_in_process(
     assert [f.step for f in faults.faults if f.fired_at is not None] == [25, 40], faults.errors
     assert states(dag_run) == {"pretrain": "success"}
     report = xcom(dag_run, "pretrain")
-    # The whole slice went down with its host (its pool's hosts: the slice's 4 pods on them failed), counted once.
+    # The whole slice went down with its host (its pool's hosts: the slice's 4 pods on them, gone with their nodes),
+    # counted once.
     [host] = lost
     assert len(host["nodes"]) == HOSTS_PER_SLICE and set(host["slicePods"].values()) <= set(host["nodes"])
-    assert _phases(cluster_connection, host["slicePods"]) == {"Failed"}
+    assert sorted(_gone(cluster_connection, host["slicePods"])) == sorted(host["slicePods"])
     assert report["slice_restarts"] == 1
     assert report["slice_evictions"] == 1 and len(evicted) == 1  # the eviction spent no slice budget
     assert report["full_restarts"] == 0 and report["escalations"] == []
