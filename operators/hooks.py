@@ -134,6 +134,8 @@ TRANSIENT_API_SECONDS = 300.0
 # Answers that retrying will not change unless someone acts (a renewed token, a granted verb, an installed
 # CRD): a watch retries them a few times, for a token being rotated, then gives up with a clear error.
 REFUSED_ATTEMPTS = 6
+# The node lifecycle controller's taints of a node not (yet) Ready, which kube-scheduler's TaintToleration honours.
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last resourceVersion
 # Client side of a long request: connect within 10 s, then allow this long between two reads. The
 # provider's client would otherwise cut every request at its 60 s default, watches and log follows included.
@@ -460,7 +462,9 @@ class JobSetHook(KubernetesHook):
         for node in nodes.items:
             pool = (node.metadata.labels or {}).get(LABEL_GKE_NODEPOOL)
             ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-            if pool and ready and not (node.spec and node.spec.unschedulable):
+            # A node back from NotReady keeps the lifecycle controller's taint a moment after it is Ready again.
+            tainted = any(t.key in NOT_READY_TAINTS for t in (node.spec.taints if node.spec else None) or [])
+            if pool and ready and not tainted and not (node.spec and node.spec.unschedulable):
                 schedulable[pool] = schedulable.get(pool, 0) + 1
         return sorted(p for p, count in schedulable.items() if count >= hosts)
 

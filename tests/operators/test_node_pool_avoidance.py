@@ -1,6 +1,8 @@
 """``avoid_failing_node_pools`` over several runs on the local cluster (issue 27): GKE's node pools (v5e-small:
 four v5e-16 pools of 4 hosts), the real JAX trainer, faults through the cluster's fault API (lose-host: the whole
-slice's pool goes NotReady and its pods are failed as PodGC fails them).
+slice's pool goes down and is repaired 2 s later, before the node lifecycle controller marks it NotReady: the node
+agent reports its pods Failed, their containers ``ContainerStatusUnknown``, as a kubelet does for containers lost
+with their host).
 
 A history of three runs, a host of the same pool lost in two of them; then the fourth run, three ways, each from
 that same three-run history: option on (the pool is avoided: no worker lands on it, the report says on what
@@ -506,7 +508,9 @@ def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_
 
 def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: UpstreamCluster) -> None:
     """A pool with a cordoned node, or NotReady (a lost host under repair), cannot hold a 4-host slice: it is no
-    candidate, so an avoidance never counts on it; uncordoned and repaired, it is one again."""
+    candidate, so an avoidance never counts on it; uncordoned and repaired, it is one again. A lost host is NotReady
+    once kube-controller-manager's node lifecycle controller says so (its grace period for missed heartbeats,
+    about 40 s), and Ready, its taint removed, a moment after it is back."""
     from elastic_training.operators import manifests
     from elastic_training.operators.hooks import JobSetHook
     from elastic_training.operators.spec import ElasticRunSpec
@@ -529,13 +533,22 @@ def test_the_candidate_pools_count_only_schedulable_nodes(node_reader: UpstreamC
     try:
         core.patch_node(nodes[cordoned][0], {"spec": {"unschedulable": True}})
         node_reader.faults.lose_host(nodes[lost][0], repair_seconds=3600.0)
-        assert hook.list_node_pools(selector, hosts=4) == pools[2:]
+        assert hook.list_node_pools(selector, hosts=4) == [lost, *pools[2:]]  # cordoned at once
+        until(lambda: hook.list_node_pools(selector, hosts=4) == pools[2:], "the lost host NotReady", 180)
         assert hook.list_node_pools(selector, hosts=3) == [cordoned, *pools[2:]]  # 3 of its 4 hosts schedulable
     finally:
         core.patch_node(nodes[cordoned][0], {"spec": {"unschedulable": None}})
         node_reader.faults.lose_host(nodes[lost][0], repair_seconds=0.0)  # repaired now
         admin.close()
-    assert hook.list_node_pools(selector, hosts=4) == pools
+    until(lambda: hook.list_node_pools(selector, hosts=4) == pools, "the repaired host Ready, untainted", 120)
+
+
+def until(probe: Callable[[], bool], what: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {seconds:.0f} s")
+        time.sleep(0.5)
 
 
 def test_a_hostile_history_never_fails_the_run_and_the_report_says_what_was_left_out(
