@@ -362,12 +362,65 @@ def _signature(path: Path) -> tuple[int, int] | None:
     return stat.st_ino, stat.st_mtime_ns
 
 
+class _LostSlice:
+    """A lost slice's nodes: deleted once the node lifecycle controller marks them ``Unknown`` (their VMs are gone),
+    registered again at the repair (or, repaired before that, their hosts simply back)."""
+
+    MARK_TIMEOUT_SECONDS = 300.0
+
+    def __init__(self, cluster: UpstreamCluster, agent: NodeAgent, nodes: list[str]) -> None:
+        self._cluster, self._agent, self._nodes = cluster, agent, nodes
+        self._lock = threading.Lock()
+        self._deleted = False
+        self._repaired = False
+
+    def _all_unknown(self) -> bool:
+        core = client.CoreV1Api(self._cluster.api)
+        for name in self._nodes:
+            conditions = core.read_node_status(name).status.conditions or []
+            if not any(c.type == "Ready" and c.status == "Unknown" for c in conditions):
+                return False
+        return True
+
+    def delete_when_unknown(self) -> None:
+        deadline = time.monotonic() + self.MARK_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._repaired:
+                    return
+            try:
+                if self._all_unknown():
+                    break
+            except (client.ApiException, OSError):  # the cluster is stopping
+                return
+            time.sleep(1.0)
+        with self._lock:
+            if self._repaired or self._cluster.agent is None:
+                return
+            self._agent.unregister_nodes(self._nodes)
+            self._deleted = True
+
+    def repair(self) -> list[str]:
+        """The slice's VMs back (once; later calls do nothing); its nodes."""
+        with self._lock:
+            if self._repaired or self._cluster.agent is None:
+                return []
+            self._repaired = True
+            if self._deleted:
+                self._agent.register_nodes(self._nodes, {})
+            else:
+                for name in self._nodes:
+                    self._agent.restore_host(name)
+            return list(self._nodes)
+
+
 class UpstreamFaults:
     """Faults, each through the real mechanism (module :mod:`local.faults.kube_faults`, the node agent)."""
 
     def __init__(self, cluster: UpstreamCluster) -> None:
         self._cluster = cluster
         self._timers: list[threading.Timer] = []
+        self._lost: list[_LostSlice] = []
 
     def _agent(self) -> NodeAgent:
         if self._cluster.agent is None:
@@ -399,11 +452,16 @@ class UpstreamFaults:
         raise kube_faults.FaultError(f"no node {node!r} in the cluster description")
 
     def lose_host(self, node: str, repair_seconds: float | None = None) -> dict[str, Any]:
-        """A TPU host is lost, and its slice with it: the pool's hosts stop (no heartbeats; their processes die
-        with them), and ``repair_seconds`` later (the description's ``repairSeconds`` when None) they are back.
+        """A TPU host is lost, and its slice with it; ``repair_seconds`` later (the description's ``repairSeconds``
+        when None) GKE has recreated the slice's VMs and their nodes register again.
 
-        What follows is the real controllers': the node lifecycle controller marks the nodes unreachable and
-        taints them; their pods are evicted after their toleration and collected by pod GC.
+        GKE cannot live-migrate a TPU VM: a host event ends the VM, and the slice's other hosts with it. Here the
+        pool's hosts stop at once (no heartbeats; their processes die). The rest is the real controllers' and
+        GKE's: the node lifecycle controller marks the nodes ``Unknown`` after its grace period; GKE then deletes
+        the gone VMs' Node objects (as the cloud node lifecycle controller does for a NotReady node whose
+        instance no longer exists); pod GC fails and deletes their pods after its 40 s quarantine
+        (``DeletionByPodGC``), and the Job controller replaces them. A repair due before the nodes were marked
+        brings the same hosts back instead.
         """
         pool = self.pool_of(node)
         described = self._cluster.description.pool(pool)
@@ -411,13 +469,18 @@ class UpstreamFaults:
         nodes = self.pool_nodes(pool)
         for name in nodes:
             self._agent().lose_host(name)
-
-        def repaired() -> None:
-            for name in nodes:
-                self._agent().restore_host(name)
-
-        self._later(seconds, repaired)
+        slice_ = _LostSlice(self._cluster, self._agent(), nodes)
+        threading.Thread(target=slice_.delete_when_unknown, name=f"lost-{pool}", daemon=True).start()
+        self._lost.append(slice_)
+        self._later(seconds, slice_.repair)
         return {"node": node, "nodePool": pool, "nodes": nodes, "repairSeconds": seconds}
+
+    def repair_lost_slices(self) -> list[str]:
+        """Every lost slice's repair, now rather than when due (a test's cleanup, the shared cluster's reset); the
+        nodes repaired."""
+        repaired = [node for lost in self._lost for node in lost.repair()]
+        self._lost.clear()
+        return repaired
 
     def repair_node_pool(self, pool: str, seconds: float) -> dict[str, Any]:
         """GKE's auto-repair of a pool: cordon and drain through the API, the hosts down for ``seconds``, then back

@@ -60,6 +60,7 @@ def _changed(cluster: UpstreamCluster) -> bool:
 
 def reset(cluster: UpstreamCluster) -> None:
     """Undo what a module did: faults cleared, hosts back, nodes uncordoned, workloads deleted and their pods gone."""
+    cluster.faults.repair_lost_slices()
     cluster.faults.cancel()
     if cluster.fault_server is not None:
         cluster.faults.clear_api_faults()

@@ -346,42 +346,37 @@ def test_repair_node_pool_cordons_drains_and_uncordons_after_its_seconds(
 
 
 @pytest.mark.slow
-def test_lose_host_the_node_lifecycle_controller_marks_the_nodes_unreachable(
+def test_lose_host_the_slice_is_marked_then_deleted_by_gke_its_pods_collected_and_it_comes_back(
     cluster: UpstreamCluster, core: client.CoreV1Api
 ) -> None:
     name, nodes = unique("lost"), ["gke-faults-tpu-b-0", "gke-faults-tpu-b-1"]
-    unreachable = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
-    spec = _on_tpu_node(nodes[0])
-    spec["tolerations"].append({**unreachable, "tolerationSeconds": 0})  # evicted as soon as the taint lands
-    started = _start_pod(core, name, **spec)
+    started = _start_pod(core, name, **_on_tpu_node(nodes[0]))
 
     lost = cluster.faults.lose_host(nodes[0], repair_seconds=3600)
+    assert (lost["nodePool"], lost["nodes"]) == ("tpu-b", nodes)
+    wait_processes_gone(pod_pids(started))  # they died with the host
+    # The node lifecycle controller marks the nodes (after --node-monitor-grace-period, ~50 s); GKE then deletes
+    # the gone VMs' Nodes, and pod GC fails and deletes the pod bound to one (after its 40 s quarantine).
+    versions = _until_deleted(core, name, started.metadata.resource_version, timeout=240)
+    assert _disruption(versions) == "DeletionByPodGC"
+    assert versions[-1].status.phase == "Failed"
+    marked = core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={nodes[0]},reason=NodeNotReady")
+    assert marked.items, "the node lifecycle controller recorded no NodeNotReady for the lost node"
+    assert not any(_exists(lambda n=node: core.read_node(n)) for node in nodes)
+
+    # The repair, now rather than in an hour: the recreated VMs register their nodes again, Ready.
+    cluster.faults.repair_lost_slices()
+    wait_for(lambda: all(_node_ready(core, node) for node in nodes), 60)
+
+
+def _node_ready(core: client.CoreV1Api, node: str) -> bool:
     try:
-        assert (lost["nodePool"], lost["nodes"]) == ("tpu-b", nodes)
-        wait_processes_gone(pod_pids(started))  # they died with the host
-
-        def unreachable_node(node: str) -> bool:
-            read = core.read_node(node)
-            ready = next(c for c in read.status.conditions if c.type == "Ready")
-            taints = {(t.key, t.effect) for t in read.spec.taints or []}
-            return ready.status == "Unknown" and ("node.kubernetes.io/unreachable", "NoExecute") in taints
-
-        wait_for(lambda: all(unreachable_node(node) for node in nodes), 150)  # --node-monitor-grace-period, ~50 s
-        terminating = wait_for(lambda: (p := core.read_namespaced_pod(name, NS)).metadata.deletion_timestamp and p, 60)
-        assert _disruption([terminating]) == "DeletionByTaintManager"  # the taint eviction controller's
-    finally:
-        if (agent := cluster.agent) is not None:
-            for node in nodes:  # the repair, now rather than in an hour
-                agent.restore_host(node)
-    wait_for(lambda: not _exists(lambda: core.read_namespaced_pod(name, NS)), 60)  # its deletion finishes
-    wait_for(
-        lambda: (
-            not any(
-                t.key == "node.kubernetes.io/unreachable" for n in nodes for t in core.read_node(n).spec.taints or []
-            )
-        ),
-        60,
-    )
+        conditions = core.read_node(node).status.conditions or []
+    except client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 # -- Kueue's faults: stop-queue, deactivate-workload, kueue-configuration --------------------------------------
