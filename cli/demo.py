@@ -9,8 +9,8 @@ form asks for a fault drill: a drill pod force-deletes one worker pod at a chose
 in-process, and the pipeline goes on to validate the checkpoint, evaluate it, gate on the loss, synthesize data
 and publish it. It prints progress lines while it runs and a report at the end (cli/demo_pipeline.py), then the
 metrics the operators sent: Airflow's ``[metrics]`` points at a StatsD server of this process
-(``local/statsd.py``), as a team's would point at theirs (docs/operations.md, "Metrics"); the alerts the run told:
-``[elastic_training] alert_notifier`` names ``local/alert_inbox.py``'s notifier, writing a file, where a team names
+(``cli/statsd_server.py``), as a team's would point at theirs (docs/operations.md, "Metrics"); the alerts the run told:
+``[elastic_training] alert_notifier`` names ``cli/alert_inbox.py``'s notifier, writing a file, where a team names
 the SMTP or Slack provider's ("Alerts"); and the OpenLineage events, when the provider is installed: ``[openlineage]
 transport`` is its file transport ("Lineage").
 
@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from elastic_training.local.statsd import StatsdServer
+    from elastic_training.cli.statsd_server import StatsdServer
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = REPOSITORY / "dags"
-ALERTS_FILE = "alerts.jsonl"  # in the work directory: what local/alert_inbox.py's notifier was told
+ALERTS_FILE = "alerts.jsonl"  # in the work directory: what cli/alert_inbox.py's notifier was told
 LINEAGE_FILE = "openlineage.jsonl"  # in the work directory: the OpenLineage provider's file transport
-DEMO_NOTIFIER = "elastic_training.local.alert_inbox.InboxNotifier"
+DEMO_NOTIFIER = "elastic_training.cli.alert_inbox.InboxNotifier"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,7 +131,7 @@ def say(message: str) -> None:
 
 def _run(args: argparse.Namespace, workdir: Path) -> int:
     from elastic_training.cli.postgres import PostgresError
-    from elastic_training.local.statsd import StatsdServer
+    from elastic_training.cli.statsd_server import StatsdServer
     from elastic_training.local.upstream_cluster import UpstreamCluster
 
     started = time.monotonic()

@@ -24,7 +24,7 @@ priority class, Kueue queue, pull policy, extra env) are compared with xpk field
 
 The `local` runtime renders the very same JobSet (the same bytes for the same spec): `runtime` chooses the
 cluster and what its images mean, not the shape. The local cluster's kubelet runs the MaxText image's
-trainer command and the Pathways images through its image catalogue (local/cluster/images.py); the local
+trainer command and the Pathways images through its image catalogue (local/nodeagent/images.py); the local
 runtime only defaults the image, TPU type and topology when the spec leaves them unset (`operators.spec`:
 `LOCAL_MAXTEXT_IMAGE`, `LOCAL_TPU_TYPE` v5e, `LOCAL_TPU_TOPOLOGY` 2x2). `operators/` never imports `local/`.
 """

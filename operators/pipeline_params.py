@@ -100,7 +100,7 @@ DRILL_STEP_SECONDS: Final = "0.2"  # a drilled local run's step time (LOCAL_STEP
 # The local runtime's evaluation and synthesis commands: the ones a gke run is given, MaxText's evaluation
 # framework (maxtext e591f30: src/maxtext/eval/runner/run.py) and the project's synthesis program
 # (deploy/images/maxtext-synthesize), in the local MaxText image (spec.LOCAL_MAXTEXT_IMAGE), whose programs
-# the local cluster's image catalogue (local/cluster/images.py) maps to the stand-ins in local.workloads.
+# the local cluster's image catalogue (local/nodeagent/images.py) maps to the stand-ins in local.workloads.
 LOCAL_EVAL_COMMAND: Final = ("python3", "-m", "maxtext.eval.runner.run")
 LOCAL_SYNTH_COMMAND: Final = ("python3", "-m", "maxtext_synthesize")
 # The local model's max_target_length (local/workloads/config.py; MaxText's base.yml default is 2048) and its

@@ -43,7 +43,7 @@ RUNTIMES: Final[tuple[str, ...]] = get_args(Runtime)
 MAXTEXT_TRAIN_MODULE: Final = "maxtext.trainers.pre_train.train"
 DEFAULT_CONFIG_FILE: Final = "src/maxtext/configs/base.yml"
 # The `local` runtime's defaults when the spec leaves them unset: the same JobSet as on GKE, with an image
-# the local cluster's image catalogue runs as the MaxText stand-in (local/cluster/images.py) and the seed's
+# the local cluster's image catalogue runs as the MaxText stand-in (local/nodeagent/images.py) and the seed's
 # slice, v5e-16 (4x4: 4 hosts of 4 chips, so 4 worker pods a slice), which the local cluster's default
 # description (`v5e-small`: four 4x4 node pools, a 2x2 one for the pipeline's stages, and `cpu-np`) has pools for.
 LOCAL_MAXTEXT_IMAGE: Final = "localhost/maxtext:local-stand-in"

@@ -59,10 +59,10 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("operators/policy.py", "import elastic_training.local.cluster.nodes", "cli over plugin and local"),
+        ("operators/policy.py", "import elastic_training.local.nodeagent.nodes", "cli over plugin and local"),
         ("operators/policy.py", "import airflow.sdk", "import no Airflow"),
         ("operators/spec.py", "import elastic_training.operators.hooks", "one way through a run"),
-        ("local/cluster/nodes.py", "import elastic_training.operators.spec", "only the shared constants"),
+        ("local/nodeagent/nodes.py", "import elastic_training.operators.spec", "only the shared constants"),
     ],
 )
 def test_a_forbidden_import_breaks_the_lint(package_copy: Path, module: str, line: str, contract: str) -> None:
@@ -144,9 +144,9 @@ def tests_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "tests.operators.test_storage_outage imports tests.operators.test_lifecycle",
         ),
         (
-            "local/cluster/test_selectors.py",
+            "local/cluster/test_images.py",
             "from tests.local.cluster.conftest import cluster",
-            "tests.local.cluster.test_selectors imports tests.local.cluster.conftest",
+            "tests.local.cluster.test_images imports tests.local.cluster.conftest",
         ),
         (
             "dags/test_pipelines.py",

@@ -29,7 +29,6 @@ from elastic_training.local.controlplane.processes import (
     free_port,
     https_ok,
     listening,
-    log_tail,
     wait_until,
 )
 from elastic_training.local.group_reaper import GroupReaper
@@ -374,7 +373,3 @@ class ControlPlane:
         self._stop_component(self.components["kueue"])
         self._kueue_base = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **configuration}
         self._start_kueue(self.binaries)
-
-    def describe_failure(self) -> str:
-        """One line per component that is not running, with its log's last lines."""
-        return "; ".join(f"{c.name}: {log_tail(c.log_path)}" for c in self.components.values() if not c.running())

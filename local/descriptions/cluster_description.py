@@ -14,9 +14,9 @@ A description is YAML (``local/descriptions/*.yaml``)::
         pods: 110                   # optional, default 110 (the kubelet's maxPods)
         taints: [...]               # optional; a TPU pool defaults to GKE's google.com/tpu=present:NoSchedule
         provisioning: {onDemand: true, delaySeconds: 30}  # optional: no nodes until a pending pod asks,
-                                    # then all of them 30 s later (local/cluster/provisioning.py);
+                                    # then all of them 30 s later (local/gke/node_pools.py);
                                     # queued: true: GKE's queued provisioning, nodes only for a
-                                    # ProvisioningRequest (local/cluster/provisioning_requests.py)
+                                    # ProvisioningRequest (local/gke/provisioning_requests.py)
         repairSeconds: 120          # optional: how long a lost host keeps the pool NotReady (default 0)
 
 Nodes carry the labels GKE sets (verified against GKE's documentation of node labels and TPU node
@@ -30,8 +30,8 @@ slice is one node pool whose node count is the slice's host count (GKE creates a
 node pool atomically with exactly that many nodes), which is why ``nodeCount`` is checked.
 
 A description may also declare Kueue's ResourceFlavors, ClusterQueues (quotas), LocalQueues and priority
-classes under ``kueue:`` (:mod:`local.cluster.queue_description`); they are created when the cluster starts. Its
-``kueue.configuration`` is Kueue's manager Configuration (``waitForPodsReady``: :mod:`local.cluster.kueue_config`).
+classes under ``kueue:`` (:mod:`local.descriptions.queue_description`); they are created when the cluster starts. Its
+``kueue.configuration`` is Kueue's manager Configuration (``waitForPodsReady``: :mod:`local.descriptions.kueue_config`).
 
 Without a description the cluster has :data:`SINGLE_NODE`: one untainted node ``local-node`` with
 room for any plain pod (the behaviour before node pools existed).
@@ -119,11 +119,11 @@ class NodePool:
     taints: tuple[Mapping[str, str], ...] = ()
     node_names: tuple[str, ...] = ()  # explicit names (the single-node default); else generated
     # Provisioned on demand (GKE queued provisioning / node auto-provisioning): the nodes exist only once a
-    # pending pod asks for them, `provisioning_seconds` later (local/cluster/provisioning.py).
+    # pending pod asks for them, `provisioning_seconds` later (local/gke/node_pools.py).
     on_demand: bool = False
     provisioning_seconds: float = 0.0
     # Queued provisioning (`--enable-queued-provisioning`): provisioned only for a ProvisioningRequest, never for a
-    # pending pod; its nodes carry `cloud.google.com/gke-queued: "true"` (local/cluster/provisioning_requests.py).
+    # pending pod; its nodes carry `cloud.google.com/gke-queued: "true"` (local/gke/provisioning_requests.py).
     queued: bool = False
     repair_seconds: float = 0.0  # how long a lost host keeps its pool NotReady unless the fault says
 

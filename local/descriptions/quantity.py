@@ -48,12 +48,3 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if suffix in _DECIMAL:
         return number * _DECIMAL[suffix]
     return number * Fraction(10) ** int(suffix[1:])
-
-
-def format_quantity(value: Fraction, resource: str) -> str:
-    """A short string for ``value`` (cpu in millicores when fractional, otherwise a plain integer)."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    if resource == "cpu":
-        return f"{int(value * 1000)}m"
-    return str(int(value))

@@ -3,7 +3,7 @@
 ``cluster up`` serves it over HTTPS on 127.0.0.1 (a certificate from the cluster CA); the kubeconfig names it as the
 context ``elastic-training-local-faults``. It answers:
 
-- ``/_local/faults/...``: the faults (``local/cluster/faults.py`` lists the bodies), each done through its real
+- ``/_local/faults/...``: the faults (bodies below and in ``rules.py``), each done through its real
   mechanism by :class:`UpstreamFaults`; they need the admin's bearer token;
 - every other path: proxied to kube-apiserver unchanged (the client's own credentials go with it), after the API
   fault rules (``fail-requests``, ``latency``) had their say. ``expire-watches`` ends every watch open through the
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import signal
 import ssl
 import urllib.request
@@ -254,10 +253,6 @@ class FaultServer:
         self._watches.clear()
         if self._session is not None:
             await self._session.close()
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:

@@ -56,7 +56,7 @@ class ImagePullError(Exception):
     def __init__(self, image: str) -> None:
         known = ", ".join(entry.example for entry in CATALOGUE)
         super().__init__(
-            f'Failed to pull image "{image}": not found: the local image catalogue (local/cluster/images.py) '
+            f'Failed to pull image "{image}": not found: the local image catalogue (local/nodeagent/images.py) '
             f"has no image matching it; known: {known}"
         )
         self.image = image
@@ -115,7 +115,7 @@ class ImageEntry:
         shown = " ".join(argv) if has_command else f"<entrypoint> {' '.join(argv)}".strip()
         known = "; ".join(" ".join(p.command) or "<entrypoint>" for p in self.programs)
         raise ProgramNotFound(
-            f"the local stand-in of image {self.name} has no program for {shown!r} (local/cluster/images.py; "
+            f"the local stand-in of image {self.name} has no program for {shown!r} (local/nodeagent/images.py; "
             f"it runs: {known})"
         )
 

@@ -475,14 +475,6 @@ class PodWorker:
         return status
 
 
-def merged_status(stored: Obj, status: Obj) -> Obj:
-    """The kubelet's status plus the conditions others own (``DisruptionTarget``, ...), as the kubelet's
-    status manager keeps them (``mergePodStatus``)."""
-    mine = {c["type"] for c in status["conditions"]}
-    others = [c for c in (stored.get("status") or {}).get("conditions") or [] if c.get("type") not in mine]
-    return {**status, "conditions": [*status["conditions"], *others]}
-
-
 def pod_is_terminal(pod: Obj) -> bool:
     return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
 

@@ -1,6 +1,6 @@
 """What the MaxText image's `python3 -m maxtext.trainers.pre_train.train <config.yml> key=value ...` runs locally.
 
-The image catalogue (local/cluster/images.py) maps that command here with its arguments unchanged. The
+The image catalogue (local/nodeagent/images.py) maps that command here with its arguments unchanged. The
 command line is read as MaxText reads it (local/workloads/maxtext_config.py: every MaxText key accepted,
 unknown keys refused with MaxText's message, a traceback and exit code 1); the slice count and hosts per slice come from
 Pathways' view of the allocation, read from the JobSet the trainer runs in (local/workloads/
@@ -50,7 +50,7 @@ def _why_the_stand_in(argv: Sequence[str]) -> str:
     elastic = any(re.fullmatch(r"elastic_enabled=(?i:true|1|yes)", arg) for arg in argv)
     if elastic:
         return "an elastic run needs the Pathways proxy, which only GKE has"
-    return "no real MaxText on this machine (make maxtext builds .venv-maxtext; local/cluster/images.py)"
+    return "no real MaxText on this machine (make maxtext builds .venv-maxtext; local/nodeagent/images.py)"
 
 
 def main(argv: Sequence[str]) -> int:

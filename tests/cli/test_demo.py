@@ -71,7 +71,7 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     # the OpenLineage provider's events, its listener loaded in a process outside the repository's root.
     assert re.search(
         r"alerts: 0 told \(none: no full restart, budget spent, .*\) to the demo's notifier, "
-        r"elastic_training\.local\.alert_inbox\.InboxNotifier writing \S+alerts\.jsonl \(\[elastic_training\] "
+        r"elastic_training\.cli\.alert_inbox\.InboxNotifier writing \S+alerts\.jsonl \(\[elastic_training\] "
         r"alert_notifier; a team's own: the SMTP or Slack provider's notifier",
         out,
     )
@@ -103,7 +103,7 @@ def test_the_demo_airflow_is_private_and_wired_to_the_cluster(tmp_path: Path, mo
     assert str(tmp_path / "kubeconfig") in env["AIRFLOW_CONN_KUBERNETES_DEFAULT"]
     assert env["ELASTIC_TRAINING_DATA_DIR"] == str(tmp_path / "data")
     # Alerts to the demo's notifier, lineage to a file; the repository's root never on the path (docs/operations.md).
-    assert env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER"] == "elastic_training.local.alert_inbox.InboxNotifier"
+    assert env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER"] == "elastic_training.cli.alert_inbox.InboxNotifier"
     assert str(tmp_path / "alerts.jsonl") in env["AIRFLOW__ELASTIC_TRAINING__ALERT_NOTIFIER_KWARGS"]
     assert str(tmp_path / "openlineage.jsonl") in env["AIRFLOW__OPENLINEAGE__TRANSPORT"]
     assert str(REPOSITORY) not in env.get("PYTHONPATH", "").split(os.pathsep)
@@ -128,11 +128,11 @@ def test_demo_rejects_bad_arguments_before_starting_anything(
 
 
 def test_the_demo_says_which_alerts_its_notifier_was_told(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """What local/alert_inbox.py's notifier wrote when the operators' alerts called it (through Airflow's
+    """What cli/alert_inbox.py's notifier wrote when the operators' alerts called it (through Airflow's
     BaseNotifier, its subject rendered), as the demo reads it back: each event counted, a torn line skipped."""
     import logging
 
-    from elastic_training.local.alert_inbox import InboxNotifier
+    from elastic_training.cli.alert_inbox import InboxNotifier
     from elastic_training.operators import alerts
 
     inbox = tmp_path / "alerts.jsonl"

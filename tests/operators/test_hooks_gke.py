@@ -1,7 +1,7 @@
 """The GKE connection: the sync hook, the trigger and the live view reach the cluster with Google tokens that expire.
 
 kube-apiserver stands in for the GKE control plane (TLS with its own CA, tokens checked on every request through
-its token webhook, uncached); `local.cluster.gke.GoogleStandIn` for Google's OAuth token endpoint, the GKE API and
+its token webhook, uncached); `google_stand_in.GoogleStandIn` for Google's OAuth token endpoint, the GKE API and
 GKE's authenticator behind that webhook. Tokens live 4 s, so each test outlives several: every request must carry
 a live one, or kube-apiserver answers 401.
 """

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from tests.support.airflow_dags import states, xcom
 from tests.support.alert_notifier import FileNotifier, told
 from tests.support.jobset_dags import one_job_dag
@@ -16,7 +16,7 @@ from tests.support.lifecycle_runs import _StateStore, _TaskInstance
 
 
 @pytest.mark.slow
-def test_a_job_that_completes_succeeds(airflow_db: None, cluster_connection: LocalCluster) -> None:
+def test_a_job_that_completes_succeeds(airflow_db: None, cluster_connection: UpstreamCluster) -> None:
     dag = one_job_dag(
         "plain_ok", ["python", "-c", "import os; print('evaluated', os.environ['EXTRA'])"], env={"EXTRA": "1"}
     )
@@ -28,7 +28,7 @@ def test_a_job_that_completes_succeeds(airflow_db: None, cluster_connection: Loc
 
 
 @pytest.mark.slow
-def test_a_job_that_fails_fails_with_its_reason_and_log(airflow_db: None, cluster_connection: LocalCluster) -> None:
+def test_a_job_that_fails_fails_with_its_reason_and_log(airflow_db: None, cluster_connection: UpstreamCluster) -> None:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 

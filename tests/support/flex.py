@@ -1,4 +1,4 @@
-"""xpk's flex-start (DWS) Kueue objects (``local/cluster/xpk_flex.py``) set up through the official client.
+"""xpk's flex-start (DWS) Kueue objects (``local/gke/xpk_flex.py``) set up through the official client.
 
 xpk (AI-Hypercomputer/xpk ``src/xpk/core/kueue_manager.py``) adds the ``dws-prov`` AdmissionCheck (controller
 ``kueue.x-k8s.io/provisioning-request``, parameters the ProvisioningRequestConfig ``dws-config``: class

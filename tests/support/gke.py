@@ -19,9 +19,9 @@ from pathlib import Path
 
 from kubernetes import client, config, utils
 
-from elastic_training.local.cluster.gke import GoogleStandIn
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.rbac import ROLE_NAME, rbac_manifests
+from tests.support.google_stand_in import GoogleStandIn
 
 PROJECT, LOCATION, CLUSTER = "tpu-project", "us-east5", "tpu-cluster"
 CONN_ID = "gke_tpu"

@@ -1,4 +1,4 @@
-"""The metrics tests' StatsD: the local stand-in server (``local/statsd.py``) waited on with a deadline, and
+"""The metrics tests' StatsD: the local stand-in server (``cli/statsd_server.py``) waited on with a deadline, and
 Airflow's stats initialised from an environment as the task runner's ``main()`` does, for code that runs where
 ``main()`` does not (``dag.test()`` runs a task in its own process).
 """
@@ -9,7 +9,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 
-from elastic_training.local.statsd import Metric, StatsdServer
+from elastic_training.cli.statsd_server import Metric, StatsdServer
 
 
 class StatsdListener(StatsdServer):

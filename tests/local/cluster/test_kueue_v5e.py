@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
-from elastic_training.local.cluster import LocalCluster
+from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
     LABEL_GKE_NODEPOOL,
     LABEL_GKE_TPU_ACCELERATOR,
@@ -140,7 +140,7 @@ def test_a_jobset_without_the_queue_label_runs_at_once_as_before(k8s: K8s) -> No
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (no `kubectl` on PATH)")
-def test_kubectl_prints_kueues_tables_and_knows_the_short_names(k8s: K8s, cluster: LocalCluster) -> None:
+def test_kubectl_prints_kueues_tables_and_knows_the_short_names(k8s: K8s, cluster: UpstreamCluster) -> None:
     jobsets = JobSets(k8s.custom)
     name = unique("table")
     jobsets.create(pathways_like(name, 1))

@@ -17,7 +17,7 @@
   wants a live access token (401 ``UNAUTHENTICATED`` otherwise) and answers 404 ``NOT_FOUND`` for
   another cluster, with Google's JSON error body.
 
-:meth:`GoogleStandIn.review` is the local cluster's token webhook (``LocalCluster.add_token_webhook``), as
+:meth:`GoogleStandIn.review` answers kube-apiserver's token webhook (``UpstreamCluster.add_token_webhook``), as
 GKE's authenticator accepts a live Google access token as the Google account's email and refuses an
 expired one with 401. Plain HTTP, loopback only: Google's endpoints are HTTPS with public certificates.
 """
@@ -41,10 +41,20 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from elastic_training.local.cluster.rbac import AUTHENTICATED, UserInfo
-
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 CLOCK_SKEW_SECONDS = 300
+
+
+AUTHENTICATED = "system:authenticated"
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """Who a Google access token stands for, as GKE's authenticator answers kube-apiserver's TokenReview."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
 
 
 @dataclass

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from elastic_training.local.statsd import Metric, StatsdServer
+from elastic_training.cli.statsd_server import Metric, StatsdServer
 
 
 @pytest.mark.parametrize(
