@@ -41,6 +41,8 @@ LONGEST_FIRST = (
     "tests/dags/test_alerts_stack.py",
     "tests/cli/test_airflow.py",
     "tests/operators/test_elastic_operator_kueue.py",
+    # A lost host on real controllers: the node lifecycle's grace, pod GC's quarantine and the Job's back-off (~4 min).
+    "tests/local/cluster/test_gke_placement.py",
     # On the upstream control plane (issue 51): a cluster's start and stop each, and the node lifecycle controller's
     # 40 s grace for a lost host.
     "tests/local/faults/test_faults.py",
