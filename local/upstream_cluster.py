@@ -400,6 +400,23 @@ class _LostSlice:
             self._agent.unregister_nodes(self._nodes)
             self._deleted = True
 
+    def _wait_for_pod_gc(self, seconds: float = 120.0) -> None:
+        """Until pod GC has collected the pods bound to the deleted nodes (its 40 s quarantine, then its next pass):
+        a recreated TPU VM takes minutes on GKE, so its node never registers under pods of the VM before it. A
+        repair due sooner waits here, rather than leave those pods to a node that knows nothing of them."""
+        core = client.CoreV1Api(self._cluster.api)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                bound = [
+                    core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={n}").items for n in self._nodes
+                ]
+            except (client.ApiException, OSError):  # the cluster is stopping
+                return
+            if not any(bound):
+                return
+            time.sleep(1.0)
+
     def repair(self) -> list[str]:
         """The slice's VMs back (once; later calls do nothing); its nodes."""
         with self._lock:
@@ -407,6 +424,7 @@ class _LostSlice:
                 return []
             self._repaired = True
             if self._deleted:
+                self._wait_for_pod_gc()
                 self._agent.register_nodes(self._nodes, {})
             else:
                 for name in self._nodes:
