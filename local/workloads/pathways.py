@@ -1,7 +1,7 @@
 """`python -m elastic_training.local.workloads.pathways {server,proxy} --flag=value ...`: the Pathways server and
 proxy stand-ins.
 
-The image catalogue (local/cluster/images.py) runs this for Google's Pathways images with the flags the
+The image catalogue (local/nodeagent/images.py) runs this for Google's Pathways images with the flags the
 manifest gives them. The flags are those xpk renders (AI-Hypercomputer/xpk
 `src/xpk/templates/pathways_workload_create.yaml.j2` at 367c838) and google/pathways-job's controller adds
 (`internal/controller/pathwaysjob_controller.go` at c0cc759, `--enable_metrics_collection`):
