@@ -391,13 +391,16 @@ class _LostSlice:
             try:
                 if self._all_unknown():
                     break
-            except (client.ApiException, OSError):  # the cluster is stopping
+            except Exception:  # the cluster is stopping (its API gone, or refusing)
                 return
             time.sleep(1.0)
         with self._lock:
             if self._repaired or self._cluster.agent is None:
                 return
-            self._agent.unregister_nodes(self._nodes)
+            try:
+                self._agent.unregister_nodes(self._nodes)
+            except RuntimeError:  # the agent stopped meanwhile (the cluster is stopping)
+                return
             self._deleted = True
 
     def _wait_for_pod_gc(self, seconds: float = 120.0) -> None:
