@@ -158,7 +158,6 @@ class PodWorker:
         self._deleting = False
         self._removed = False  # the pod object is gone: write nothing more
         self._silent = False  # cluster shutdown: write nothing more
-        self._shutdown: tuple[str, str] | None = None  # terminated by the kubelet: (reason, message)
         self.task: asyncio.Task[None] | None = None
 
     # -- control from the kubelet ------------------------------------------------------------
@@ -184,12 +183,6 @@ class PodWorker:
         self._kill_timer = loop.call_at(deadline, self._kill_all)
         if grace_seconds <= 0:
             self._kill_all()
-
-    def shut_down(self, grace_seconds: float, reason: str, message: str) -> None:
-        """Kubelet-initiated termination: stop like a deletion, but the pod stays, ``Failed`` with ``reason``."""
-        self._shutdown = (reason, message)
-        self.request_termination(grace_seconds)
-        self._deleting = False
 
     def kill_now(self) -> None:
         """Forced deletion: the pod object is gone; SIGKILL every process at once."""
@@ -225,7 +218,7 @@ class PodWorker:
                 await asyncio.gather(*(self._supervise(c) for c in mains))
                 succeeded = all(c.exit_code == 0 for c in mains)
             await self._stop_sidecars(sidecars)
-            self._phase = "Succeeded" if succeeded and self._shutdown is None else "Failed"
+            self._phase = "Succeeded" if succeeded else "Failed"
             self._flush()
             if self._deleting and not self._removed and not self._silent:
                 self._finish_deletion()
@@ -470,8 +463,6 @@ class PodWorker:
         }
         if inits:
             status["initContainerStatuses"] = [c.status() for c in inits]
-        if self._shutdown is not None and terminal:
-            status["reason"], status["message"] = self._shutdown
         return status
 
 
