@@ -46,7 +46,9 @@ def _fault_lines(drill: Mapping[str, Any]) -> list[str]:
 def _recovery(number: int, recovery: RecoveryEntry, fault_at: Any) -> tuple[dict[str, Any], list[str]]:
     """One in-process recovery of the summary, and its lines: steps, detection after the fault, each phase."""
     detected = recovery.detected_at
-    detection = round(detected - fault_at, 3) if detected is not None and isinstance(fault_at, int | float) else None
+    known = detected is not None and isinstance(fault_at, int | float) and detected >= fault_at
+    # A recovery detected before the fault (slices that came up late at the start: a scale-up) is not its detection.
+    detection = round(detected - fault_at, 3) if known else None
     phases = recovery.phase_seconds.to_json()
     item = {
         "failed_step": recovery.failed_step,
@@ -57,8 +59,9 @@ def _recovery(number: int, recovery: RecoveryEntry, fault_at: Any) -> tuple[dict
         "detection_seconds": detection,
         "phases": phases,
     }
+    what = "scale-up in process (slices added)" if recovery.kind == "scale_up" else "in-process"
     lines = [
-        f"recovery {number}: in-process, failed at step {item['failed_step']}, restored step {item['restored_step']}, "
+        f"recovery {number}: {what}, failed at step {item['failed_step']}, restored step {item['restored_step']}, "
         f"{counted(item['steps_lost'], 'step')} lost, {counted(item['slices'], 'slice')} after it"
     ]
     if detection is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elastic_training.operators.pipeline_report import time_summary
+from elastic_training.operators.pipeline_report import recovery_summary, time_summary
 from elastic_training.operators.run_report import RunReport
 
 # The shape of a short local run behind Kueue: most of its wall time is not steps.
@@ -48,3 +48,23 @@ def test_counts_are_told_with_their_noun_singular_only_for_one() -> None:
     assert [counted(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
     assert counted(1, "in-process recovery", "in-process recoveries") == "1 in-process recovery"
     assert counted(3, "in-process recovery", "in-process recoveries") == "3 in-process recoveries"
+
+
+def test_a_scale_up_before_the_fault_is_named_so_and_not_taken_for_its_detection() -> None:
+    # Under load the slices can come up late at the start: the trainer scales up in process before the drill's kill.
+    report = RunReport.from_json(
+        {
+            "target_step": 59,
+            "recoveries": [
+                {"detected_at": 100.0, "failed_step": 0, "restored_step": 0, "steps_lost": 0, "kind": "scale_up"},
+                {"detected_at": 130.4, "failed_step": 25, "restored_step": 20, "steps_lost": 5, "kind": "slice_down"},
+            ],
+        }
+    )
+    drill = {"fired": True, "pod": "run-worker-1-0-x", "slice": 1, "step_seen": 25, "at_step": 25, "deleted_at": 130.0}
+    summary = recovery_summary(report, drill)
+    assert [r["detection_seconds"] for r in summary["recoveries"]] == [None, 0.4]
+    text = "\n".join(summary["lines"])
+    assert "recovery 1: scale-up in process (slices added), failed at step 0" in text
+    assert "recovery 2: in-process, failed at step 25, restored step 20, 5 steps lost" in text
+    assert text.count("fault -> detection") == 1
