@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import socket
 import ssl
 import threading
 import time
@@ -31,7 +32,6 @@ from kubernetes import client, config
 from elastic_training.local.controlplane import audit
 from elastic_training.local.controlplane.audit import AuditEvent
 from elastic_training.local.controlplane.cluster import ControlPlane
-from elastic_training.local.controlplane.processes import free_port
 from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description
 from elastic_training.local.descriptions.kueue_config import parse_configuration
 from elastic_training.local.faults import kube_faults
@@ -62,7 +62,10 @@ class UpstreamCluster:
         self.description = description if isinstance(description, ClusterDescription) else load_description(description)
         self.workdir = workdir.resolve()
         # The fault server's port, known before kube-apiserver starts: its token webhook is served there.
-        self._fault_server_port = free_port()
+        # Bound now and held until the fault server serves on it: kube-apiserver's token webhook names its port at
+        # start, and a port only picked (not held) meanwhile went to another process's pick (EADDRINUSE under load).
+        self._fault_socket = socket.create_server(("127.0.0.1", 0))
+        self._fault_server_port = int(self._fault_socket.getsockname()[1])
         self.control_plane = ControlPlane(
             self.workdir,
             port=port,
@@ -184,7 +187,7 @@ class UpstreamCluster:
                 shutdown_timeout=2.0,  # a client's kept-alive connection
             )
             await self._fault_runner.setup()
-            await web.TCPSite(self._fault_runner, "127.0.0.1", self.faults_port, ssl_context=context).start()
+            await web.SockSite(self._fault_runner, self._fault_socket, ssl_context=context).start()
 
         self._fault_thread = threading.Thread(target=loop.run_forever, name="fault-server", daemon=True)
         self._fault_thread.start()
@@ -212,6 +215,7 @@ class UpstreamCluster:
     def _stop_fault_server(self) -> None:
         loop, server = self._fault_loop, self.fault_server
         if loop is None or server is None:
+            self._fault_socket.close()  # never served on (a start that failed before it)
             return
         asyncio.run_coroutine_threadsafe(server.close(), loop).result(timeout=10)
         if self._fault_runner is not None:  # its listening socket closed, not left to the garbage collector
