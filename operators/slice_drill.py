@@ -103,13 +103,16 @@ def _kill(
 
     for pod in _live_pods(core, namespace, run_name, WORKER_REPLICATED_JOB):
         if (pod.metadata.labels or {}).get(LABEL_JOB_INDEX) == str(slice_index):
+            # The fault is when the delete is asked: its processes can be killed, and the trainer notice, before the
+            # API's answer comes back (seen under load: a detection before the answer).
+            asked = time.time()
             core.delete_namespaced_pod(
                 pod.metadata.name,
                 namespace,
                 body=client.V1DeleteOptions(grace_period_seconds=0),
                 grace_period_seconds=0,
             )
-            result.update(fired=True, pod=pod.metadata.name, step_seen=step, deleted_at=time.time())
+            result.update(fired=True, pod=pod.metadata.name, step_seen=step, deleted_at=asked)
             return result
     result["reason"] = f"no live worker pod of slice {slice_index}"
     return result

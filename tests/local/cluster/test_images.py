@@ -152,8 +152,12 @@ def test_unknown_image_waits_in_image_pull_backoff_and_the_pod_stays_pending(k8s
     )
     k8s.core.create_namespaced_pod("default", body)
     try:
-        waiting = wait_for(lambda: _waiting(k8s, "pull-fails", False))
-        assert waiting["reason"] in ("ErrImagePull", "ImagePullBackOff")
+        # ContainerCreating first, then the pull's failure
+        pulling = ("ErrImagePull", "ImagePullBackOff")
+        waiting = wait_for(
+            lambda: (w := _waiting(k8s, "pull-fails", False)) is not None and w["reason"] in pulling and w
+        )
+        assert waiting["reason"] in pulling
 
         def backing_off() -> dict[str, str] | None:
             current = _waiting(k8s, "pull-fails", False)
@@ -179,7 +183,10 @@ def test_a_sidecar_that_cannot_be_pulled_keeps_the_main_container_from_starting(
     )
     k8s.core.create_namespaced_pod("default", body)
     try:
-        waiting = wait_for(lambda: _waiting(k8s, "sidecar-pull-fails", True))
+        pulling = ("ErrImagePull", "ImagePullBackOff")  # after ContainerCreating
+        waiting = wait_for(
+            lambda: (w := _waiting(k8s, "sidecar-pull-fails", True)) is not None and w["reason"] in pulling and w
+        )
         assert 'Failed to pull image "gcr.io/p/not-pathways:1"' in waiting["message"] or waiting["reason"] == (
             "ImagePullBackOff"
         )
