@@ -1176,10 +1176,8 @@ def operators_connection(cluster: Any) -> str:
     """Airflow's ``kubernetes_default`` connection for the operators, as JSON: the shipped ServiceAccount and Role
     (``operators.rbac``; a token from the TokenRequest API), through the cluster's API fault proxy, so that the
     API faults (``cluster.faults.fail_requests``, ``latency``, ``expire_watches``) meet the operators' clients."""
-    from benchmarks.upstream import wait_for_service_account
     from tests.support.airflow_dags import write_operators_kubeconfig
 
-    wait_for_service_account(cluster.api, NAMESPACE)  # the trainers' pods run as `default`
     kubeconfig = write_operators_kubeconfig(cluster)
     return json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": NAMESPACE}}

@@ -101,11 +101,10 @@ _CLUSTER_SCRIPT = """
 import json, sys, time
 from pathlib import Path
 from kubernetes import client
-from benchmarks.upstream import AuditCounter, component_pids, request_totals, wait_for_service_account
+from benchmarks.upstream import AuditCounter, component_pids, request_totals
 from elastic_training.local.upstream_cluster import UpstreamCluster
 
 with UpstreamCluster(Path(sys.argv[1]), description="single-node") as cluster:
-    wait_for_service_account(cluster.api)
     counter = AuditCounter(cluster.audit_log_path)
     core = client.CoreV1Api(cluster.api)
     print(json.dumps({"kubeconfig": str(cluster.kubeconfig_path), "pids": component_pids(cluster)}), flush=True)

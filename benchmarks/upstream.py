@@ -126,11 +126,10 @@ def cpu_seconds(pid: int) -> float:
 _CLUSTER_SCRIPT = """
 import json, sys
 from pathlib import Path
-from benchmarks.upstream import component_pids, wait_for_service_account
+from benchmarks.upstream import component_pids
 from elastic_training.local.upstream_cluster import UpstreamCluster
 workdir, description, run_nodes = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "nodes"
 with UpstreamCluster(workdir, description=description, run_nodes=run_nodes) as cluster:
-    wait_for_service_account(cluster.api)
     print(json.dumps({"kubeconfig": str(cluster.kubeconfig_path), "pids": component_pids(cluster)}), flush=True)
     sys.stdin.read()
 """

@@ -56,13 +56,11 @@ def step_times(slices: int, steps: int, workdir: Path) -> dict[str, float]:
 
 def kill_to_next_step(runs: int, workdir: Path) -> list[dict[str, Any]]:
     """Recovery records of `runs` slice kills on the local cluster, each with the kill time added."""
-    from benchmarks.upstream import wait_for_service_account
     from elastic_training.local.upstream_cluster import UpstreamCluster
     from elastic_training.local.workloads.drill import DrillPlan, SliceKillDrill
 
     results = []
     with UpstreamCluster(workdir / "cluster", description="v5e-small") as cluster, SliceKillDrill(cluster) as drill:
-        wait_for_service_account(cluster.api)
         for run in range(runs):
             plan = DrillPlan(
                 name=f"bench-{run}",

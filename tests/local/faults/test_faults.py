@@ -101,9 +101,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamCluste
     if binaries.installed() is None:
         pytest.skip("the control plane's binaries are not built (make control-plane)")
     with UpstreamCluster(tmp_path_factory.mktemp("faults"), description=DESCRIPTION) as running:
-        core = client.CoreV1Api(running.api)
-        wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", NS)), 60)
-        yield running
+        yield running  # ready: default/default made (UpstreamCluster.start waits for it)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from kubernetes import client, config
 from elastic_training.local.controlplane import binaries
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from tests.support.local_cluster import K8s
-from tests.support.waiting import wait_for
 
 DESCRIPTION = Path(__file__).parent / "flex.yaml"
 
@@ -29,8 +28,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamCluste
 def k8s(cluster: UpstreamCluster) -> Iterator[K8s]:
     api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
-        core = client.CoreV1Api(api_client)
-        wait_for(lambda: _service_account(core), 60)  # pods need default/default (the service account controller)
+        core = client.CoreV1Api(api_client)  # default/default exists: UpstreamCluster.start waited for it
         yield K8s(
             api_client,
             core,
@@ -40,13 +38,3 @@ def k8s(cluster: UpstreamCluster) -> Iterator[K8s]:
         )
     finally:
         api_client.close()
-
-
-def _service_account(core: client.CoreV1Api) -> bool:
-    try:
-        core.read_namespaced_service_account("default", "default")
-    except client.ApiException as err:
-        if err.status != 404:
-            raise
-        return False
-    return True
