@@ -33,7 +33,6 @@ from elastic_training.local.controlplane import audit
 from elastic_training.local.controlplane.audit import AuditEvent
 from elastic_training.local.controlplane.cluster import ControlPlane
 from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description
-from elastic_training.local.descriptions.kueue_config import parse_configuration
 from elastic_training.local.faults import kube_faults
 from elastic_training.local.faults.server import TOKEN_REVIEW_PATH, FaultServer, TokenReviewer
 from elastic_training.local.gke import GkeStandIn, Rule
@@ -70,7 +69,7 @@ class UpstreamCluster:
             self.workdir,
             port=port,
             kubeconfig_path=kubeconfig_path,
-            kueue_configuration=self.description.kueue_configuration.manifest(),
+            kueue_configuration=copy.deepcopy(dict(self.description.kueue_configuration)),
             progress=progress,
             write_user_kubeconfig=False,  # written last, once nodes and faults are up
             token_webhook_url=f"https://127.0.0.1:{self._fault_server_port}{TOKEN_REVIEW_PATH}",
@@ -338,12 +337,13 @@ class UpstreamCluster:
     def configure_kueue(self, configuration: dict[str, Any]) -> dict[str, Any]:
         """A new Kueue Configuration: the ConfigMap edited, then the manager restarted (how a real Kueue takes it).
 
-        ``configuration`` is the Configuration document (``waitForPodsReady`` and the like), checked and defaulted
-        as Kueue does (:func:`parse_configuration`: a bad one is refused before the manager stops); the integrations
-        (JobSet's too), where the manager listens and its certificates stay as they are. Returns the Configuration
-        the manager now runs with.
+        ``configuration`` is the Configuration document (``waitForPodsReady`` and the like) as written: Kueue checks
+        and defaults it when it starts. One it refuses raises ``KueueConfigurationError`` (local/controlplane/
+        cluster.py) quoting Kueue's error; the manager then runs again with its previous configuration, and the
+        ConfigMap is unchanged. The integrations (JobSet's too), where the manager listens and its certificates stay
+        as they are. Returns the Configuration the manager now runs with.
         """
-        self.control_plane.restart_kueue(parse_configuration(configuration).manifest())
+        self.control_plane.restart_kueue(copy.deepcopy(configuration))
         self.kueue_reconfigured = True
         self._publish_kueue_configuration()
         return dict(yaml.safe_load(self.control_plane.kueue_configuration_path().read_text()))

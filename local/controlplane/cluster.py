@@ -10,6 +10,7 @@ those webhooks. A failure at any step stops whatever started and raises :class:`
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
@@ -37,6 +38,11 @@ from elastic_training.local.kubeconfig import write_kubeconfig
 SERVICE_CIDR = "10.96.0.0/16"
 KUEUE_NAMESPACE, KUEUE_SECRET = "kueue-system", "kueue-webhook-server-cert"
 KUEUE_FEATURE_GATES = "VisibilityOnDemand=false"  # its APIService accepts only a Service, which cannot route here
+KUEUE_REFUSAL = "Unable to load the configuration"  # what Kueue's main logs before it exits on a bad Configuration
+
+
+class KueueConfigurationError(ProcessError, ValueError):
+    """The Kueue manager refused its Configuration and exited; the message quotes Kueue's own error."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +81,7 @@ class ControlPlane:
         self.ports = Ports.pick(port)
         self.kubeconfig_path = (kubeconfig_path or self.workdir / "kubeconfig").resolve()
         self.audit_log_path = self.workdir / "audit.log"
-        self._kueue_base = kueue_configuration or {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-        }
+        self._kueue_base = dict(kueue_configuration or {})  # as given: Kueue checks it (configs.kueue_configuration)
         self._binaries = binaries
         self._write_user_kubeconfig = write_user_kubeconfig
         self._progress = progress or (lambda _line: None)
@@ -341,7 +344,10 @@ class ControlPlane:
         return self.workdir / "etc" / "kueue-config.yaml"
 
     def _start_kueue(self, binaries: upstream.Binaries) -> None:
+        """Start Kueue with :attr:`_kueue_base`; :class:`KueueConfigurationError` when it refuses it and exits."""
         self._mount_kueue_secret()
+        log_path = self.workdir / "logs" / "kueue.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0  # the log is appended to at each restart
         configs.write_yaml(
             self.kueue_configuration_path(),
             configs.kueue_configuration(
@@ -358,7 +364,13 @@ class ControlPlane:
             ],
             {"KUBECONFIG": str(self.kubeconfigs["kueue"])},
         )
-        wait_until(lambda: listening(self.ports.kueue_webhook), kueue, 120, "serving its webhooks")
+        try:
+            wait_until(lambda: listening(self.ports.kueue_webhook), kueue, 120, "serving its webhooks")
+        except ProcessError as exc:
+            refusal = _kueue_refusal(log_path, offset)
+            if refusal is None:
+                raise
+            raise KueueConfigurationError(f"Kueue refused its Configuration: {refusal}") from exc
 
     def _mount_kueue_secret(self) -> None:
         """Kueue's Deployment mounts its webhook Secret at ``certDir``; its rotator reads the files from there."""
@@ -369,7 +381,23 @@ class ControlPlane:
             pki.write_private(folder / key, value)
 
     def restart_kueue(self, configuration: dict[str, Any]) -> None:
-        """Stop the Kueue manager and start it with ``configuration`` (its ConfigMap edited, its pod restarted)."""
+        """Stop the Kueue manager and start it with ``configuration`` (its ConfigMap edited, its pod restarted); if it
+        refuses it (:class:`KueueConfigurationError`), start it again with the previous one and raise."""
+        previous = self._kueue_base
         self._stop_component(self.components["kueue"])
-        self._kueue_base = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **configuration}
-        self._start_kueue(self.binaries)
+        self._kueue_base = dict(configuration)
+        try:
+            self._start_kueue(self.binaries)
+        except ProcessError:
+            self._stop_component(self.components["kueue"])
+            self._kueue_base = previous
+            self._start_kueue(self.binaries)
+            raise
+
+
+def _kueue_refusal(log_path: Path, offset: int) -> str | None:
+    """Kueue's own error, from the line (JSON) its main logs before it exits on a bad Configuration; None if none."""
+    with open(log_path, "rb") as log:
+        log.seek(offset)
+        lines = [line for line in log.read().decode(errors="replace").splitlines() if KUEUE_REFUSAL in line]
+    return str(json.loads(lines[0]).get("error", lines[0])) if lines else None

@@ -10,6 +10,7 @@ cluster with its CA, one user with a token, the context ``elastic-training-local
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,13 +117,20 @@ def jobset_configuration(webhook_port: int, cert_dir: Path) -> dict[str, Any]:
     }
 
 
-def kueue_configuration(base: dict[str, Any], webhook_port: int, cert_dir: Path) -> dict[str, Any]:
-    """Kueue's manager Configuration: ``base`` (the description's, e.g. ``waitForPodsReady``) plus where it runs.
+KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")  # what the cluster runs: Jobs and JobSets
+
+
+def kueue_configuration(base: Mapping[str, Any], webhook_port: int, cert_dir: Path) -> dict[str, Any]:
+    """Kueue's manager Configuration: ``base`` (the description's or a fault's, e.g. ``waitForPodsReady``, as written:
+    Kueue checks and defaults it when it starts) with the integrations the cluster needs and where it runs.
 
     Its own certificate management stays on (Kueue's default); it finds the Secret made for it (``pki``).
     """
     return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
         **base,
+        "integrations": _with_frameworks(base.get("integrations")),
         "namespace": "kueue-system",
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {
@@ -135,3 +143,12 @@ def kueue_configuration(base: dict[str, Any], webhook_port: int, cert_dir: Path)
         "health": {"healthProbeBindAddress": "0"},
         "clientConnection": {"qps": 50, "burst": 100},
     }
+
+
+def _with_frameworks(integrations: Any) -> Any:
+    """``integrations`` with :data:`KUEUE_FRAMEWORKS` in its ``frameworks`` (another shape: for Kueue to refuse)."""
+    integrations = {} if integrations is None else integrations
+    frameworks = (integrations.get("frameworks") or []) if isinstance(integrations, Mapping) else None
+    if not isinstance(frameworks, list):
+        return integrations
+    return {**integrations, "frameworks": [*frameworks, *(f for f in KUEUE_FRAMEWORKS if f not in frameworks)]}

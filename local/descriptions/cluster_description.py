@@ -31,7 +31,7 @@ node pool atomically with exactly that many nodes), which is why ``nodeCount`` i
 
 A description may also declare Kueue's ResourceFlavors, ClusterQueues (quotas), LocalQueues and priority
 classes under ``kueue:`` (:mod:`local.descriptions.queue_description`); they are created when the cluster starts. Its
-``kueue.configuration`` is Kueue's manager Configuration (``waitForPodsReady``: :mod:`local.descriptions.kueue_config`).
+``kueue.configuration`` is Kueue's manager Configuration (``waitForPodsReady``), handed to Kueue as written.
 
 Without a description the cluster has :data:`SINGLE_NODE`: one untainted node ``local-node`` with
 room for any plain pod (the behaviour before node pools existed).
@@ -48,7 +48,6 @@ from typing import Any
 
 import yaml
 
-from elastic_training.local.descriptions.kueue_config import OFF, KueueConfiguration
 from elastic_training.local.descriptions.quantity import QuantityError, parse_quantity
 from elastic_training.local.descriptions.queue_description import (
     QueueDescriptionError,
@@ -136,7 +135,7 @@ class ClusterDescription:
     zone: str
     pools: tuple[NodePool, ...] = field(default_factory=tuple)
     queue_objects: tuple[QueueObject, ...] = ()  # Kueue's flavors, queues and priority classes (`kueue:`)
-    kueue_configuration: KueueConfiguration = OFF  # Kueue's manager Configuration (`kueue.configuration`)
+    kueue_configuration: Mapping[str, Any] = field(default_factory=dict)  # `kueue.configuration`, as written
 
     def node_names(self, pool: NodePool) -> list[str]:
         """The names of ``pool``'s nodes, ``gke-<cluster>-<pool>-<index>`` unless given."""

@@ -27,8 +27,8 @@ A description may carry (each entry is the upstream object's ``spec`` fields nex
         - {name: urgent, value: 1000}
       priorityClasses:                       # scheduling.k8s.io/v1 PriorityClass
         - {name: high, value: 750, description: High}
-      configuration:                         # Kueue's manager Configuration (local/descriptions/kueue_config.py)
-        waitForPodsReady:                    # absent: off (v0.17.1); {}: v0.19's defaults (timeout 30m)
+      configuration:                         # Kueue's manager Configuration, handed to Kueue as written
+        waitForPodsReady:                    # absent: off (v0.17); the timeout is required
           timeout: 5m
           recoveryTimeout: 3m                # default: the timeout; "0s": no recovery check
           requeuingStrategy: {timestamp: Eviction, backoffBaseSeconds: 60, backoffMaxSeconds: 3600,
@@ -38,7 +38,8 @@ Here the section's shape is checked (known fields, names, no duplicates), and a 
 flavor or a LocalQueue naming an undeclared ClusterQueue is refused (upstream would accept and leave the queue
 inactive: in a description it is a typo). The objects' own fields are checked where they are on GKE: by
 kube-apiserver (Kueue's CRD schemas, defaults) and Kueue's webhooks when the cluster applies them at start, which
-fails with their message. ``cohortName`` is Kueue's own: the real Kueue borrows and lends within a cohort.
+fails with their message; ``configuration`` by Kueue's manager, which refuses a bad one at its start (with its own
+message). ``cohortName`` is Kueue's own: the real Kueue borrows and lends within a cohort.
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from elastic_training.local.descriptions.kueue_config import ConfigurationError, KueueConfiguration, parse_configuration
 
 
 @dataclass(frozen=True)
@@ -105,14 +104,14 @@ class QueueDescriptionError(ValueError):
     """A bad ``kueue`` section; the message names the field."""
 
 
-def parse_kueue_configuration(raw: Any, where: str = "kueue") -> KueueConfiguration:
-    """The section's ``configuration`` (Kueue's manager Configuration), checked; off when absent."""
-    if not isinstance(raw, Mapping):
-        return parse_configuration(None)
-    try:
-        return parse_configuration(raw.get(CONFIGURATION), f"{where}.{CONFIGURATION}")
-    except ConfigurationError as exc:
-        raise QueueDescriptionError(str(exc)) from exc
+def parse_kueue_configuration(raw: Any, where: str = "kueue") -> dict[str, Any]:
+    """The section's ``configuration`` (Kueue's manager Configuration) as written (``{}``: absent); Kueue checks it."""
+    configuration = raw.get(CONFIGURATION) if isinstance(raw, Mapping) else None
+    if configuration is None:
+        return {}
+    if not isinstance(configuration, Mapping):
+        raise QueueDescriptionError(f"{where}.{CONFIGURATION}: must be a mapping (a Kueue Configuration)")
+    return copy.deepcopy(dict(configuration))
 
 
 @dataclass(frozen=True)

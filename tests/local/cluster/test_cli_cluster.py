@@ -252,7 +252,7 @@ def test_fault_commands_reach_a_running_cluster(
     configuration = kubeconfig.parent / "kueue-config.yaml"
     configuration.write_text("waitForPodsReady:\n  timeout: 5m\n  recoveryTimeout: 90s\n")
     code, applied = fault("kueue-configuration", str(configuration))
-    assert (code, applied["waitForPodsReady"]["recoveryTimeout"]) == (0, "1m30s")
+    assert (code, applied["waitForPodsReady"]["recoveryTimeout"]) == (0, "90s")  # as written: Kueue reads it
     assert "waitForPodsReady" not in fault("kueue-configuration", "-")[1]  # off again
 
 

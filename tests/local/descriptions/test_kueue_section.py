@@ -1,16 +1,22 @@
 """The ``kueue`` section of a cluster description: xpk's objects as Kueue stores them, and Kueue's manager
-Configuration (``waitForPodsReady``) checked as Kueue checks it."""
+Configuration (``waitForPodsReady``) handed to Kueue as written, which checks it when it starts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import psutil
 import pytest
 
-from elastic_training.local.descriptions.kueue_config import ConfigurationError, parse_configuration
+from elastic_training.local.controlplane import binaries, configs
+from elastic_training.local.controlplane.cluster import KueueConfigurationError
+from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.local.descriptions.queue_description import (
     QueueDescriptionError,
     parse_kueue_configuration,
     parse_queues,
 )
+from elastic_training.local.upstream_cluster import UpstreamCluster
 
 KUEUE = "kueue.x-k8s.io"
 
@@ -51,36 +57,49 @@ def test_a_description_keeps_cohort_name_and_converts_xpks_admission_checks() ->
     assert "retryStrategy" not in by_kind["ProvisioningRequestConfig"]["spec"]  # defaulted by kube-apiserver
 
 
-def test_wait_for_pods_ready_takes_upstreams_defaults_and_refuses_what_it_cannot_do() -> None:
-    assert parse_configuration(None).wait_for_pods_ready is None  # v0.17.1: off unless configured
-    v019 = parse_configuration({"waitForPodsReady": {}}).wait_for_pods_ready  # v0.19's defaults
-    assert v019 is not None
-    assert (v019.timeout_seconds, v019.recovery_timeout_seconds) == (1800.0, 1800.0)
-    strategy = v019.requeuing
-    assert (strategy.timestamp, strategy.backoff_limit_count) == ("Eviction", None)
-    assert [strategy.backoff_seconds(n) for n in (1, 2, 3, 7, 8)] == [60, 120, 240, 3600, 3600]
-    given = parse_configuration(
+def test_the_configuration_is_kept_as_written_with_the_integrations_the_cluster_needs(tmp_path: Path) -> None:
+    written = {"waitForPodsReady": {"timeout": "5m"}, "integrations": {"frameworks": ["pod"]}}
+    kept = parse_kueue_configuration({"configuration": written})
+    assert kept == written and kept is not written  # not defaulted nor checked here: Kueue does, at its start
+    assert parse_kueue_configuration({}) == parse_kueue_configuration(None) == {}  # absent: Kueue's defaults
+    with pytest.raises(QueueDescriptionError, match=r"kueue\.configuration: must be a mapping"):
+        parse_kueue_configuration({"configuration": ["waitForPodsReady"]})
+    handed = configs.kueue_configuration(kept, 9443, tmp_path)
+    assert (handed["apiVersion"], handed["kind"]) == ("config.kueue.x-k8s.io/v1beta2", "Configuration")
+    assert handed["integrations"]["frameworks"] == ["pod", "batch/job", "jobset.x-k8s.io/jobset"]
+    assert handed["waitForPodsReady"] == {"timeout": "5m"}
+    v1beta1 = configs.kueue_configuration({"apiVersion": "config.kueue.x-k8s.io/v1beta1"}, 9443, tmp_path)
+    assert v1beta1["apiVersion"] == "config.kueue.x-k8s.io/v1beta1"  # the user's version is Kueue's to read
+
+
+def test_a_configuration_kueue_refuses_fails_the_start_with_its_message_and_leaves_nothing(tmp_path: Path) -> None:
+    # Kueue's manager validates its Configuration at start (pkg/config/validation.go) and exits naming the field.
+    if binaries.installed() is None:
+        pytest.skip("the control plane's binaries are not built (make control-plane)")
+    description = parse_description(
         {
-            "waitForPodsReady": {
-                "timeout": "5m",
-                "recoveryTimeout": "1m30s",
-                "requeuingStrategy": {"backoffLimitCount": 3},
-            }
+            "nodePools": [
+                {"name": "cpu", "machineType": "e2-standard-4", "nodeCount": 1, "cpu": "4", "memory": "16Gi"}
+            ],
+            "kueue": {
+                "configuration": {"waitForPodsReady": {"timeout": "5m", "requeuingStrategy": {"timestamp": "Bogus"}}}
+            },
         }
-    ).wait_for_pods_ready
-    assert given is not None and (given.timeout_seconds, given.recovery_timeout_seconds) == (300.0, 90.0)
-    off = parse_configuration({"waitForPodsReady": {"timeout": "10m", "recoveryTimeout": "0s"}}).wait_for_pods_ready
-    assert off is not None and off.recovery_timeout_seconds is None  # "0s" turns the recovery check off
-    assert parse_configuration({"waitForPodsReady": {"enable": False, "timeout": "5m"}}).wait_for_pods_ready is None
-    for bad, message in (
-        ({"timeout": 300}, "waitForPodsReady.timeout: must be a duration"),
-        ({"timeout": "5 minutes"}, "invalid duration"),
-        ({"blockAdmission": True}, "blockAdmission: true is not modelled"),
-        ({"requeuingStrategy": {"timestamp": "Now"}}, 'Unsupported value: "Now"'),
-        ({"requeuingStrategy": {"backoffLimitCount": -1}}, "backoffLimitCount: must be an integer from 0"),
-        ({"retries": 3}, "waitForPodsReady.retries: unknown field"),
-    ):
-        with pytest.raises(ConfigurationError, match=message):
-            parse_configuration({"waitForPodsReady": bad})
-    with pytest.raises(QueueDescriptionError, match=r"kueue\.configuration\.waitForPodsReady\.timeout"):
-        parse_kueue_configuration({"configuration": {"waitForPodsReady": {"timeout": "-1s"}}})
+    )
+    before = _components()
+    cluster = UpstreamCluster(tmp_path, description=description, run_nodes=False)
+    with pytest.raises(KueueConfigurationError) as refused:
+        cluster.start()
+    assert str(refused.value) == (
+        "Kueue refused its Configuration: waitForPodsReady.requeuingStrategy.timestamp: "
+        'Unsupported value: "Bogus": supported values: "Creation", "Eviction"'
+    )
+    assert _components() == before
+    assert not cluster.kubeconfig_path.exists()
+
+
+def _components() -> set[int]:
+    """The pids of this process's control-plane children (etcd, kube-*, the managers) still running."""
+    names = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-controller", "kueue"}
+    children = psutil.Process().children(recursive=True)
+    return {c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and c.name() in names}

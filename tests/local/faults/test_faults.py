@@ -25,6 +25,7 @@ from kubernetes import client, config, watch
 
 from elastic_training.cli.main import main
 from elastic_training.local.controlplane import binaries
+from elastic_training.local.controlplane.cluster import KueueConfigurationError
 from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.local.faults import kube_faults
 from elastic_training.local.kubeconfig import FAULTS_CONTEXT
@@ -429,7 +430,7 @@ def test_kueue_configuration_edits_the_configmap_and_restarts_the_manager_with_i
 
     applied = cluster.faults.kueue_configuration({"waitForPodsReady": {"timeout": "5m"}})
 
-    assert applied["waitForPodsReady"]["timeout"] == "5m0s"  # defaulted as Kueue does: recoveryTimeout too
+    assert applied["waitForPodsReady"] == {"timeout": "5m"}  # as written: Kueue defaults it in its own memory
     assert "jobset.x-k8s.io/jobset" in applied["integrations"]["frameworks"]  # the rest of it kept
     assert "waitForPodsReady" in _kueue_configmap(core)
     assert cluster.control_plane.components["kueue"].pid != before  # a new manager process
@@ -445,6 +446,31 @@ def test_kueue_configuration_edits_the_configmap_and_restarts_the_manager_with_i
         code, off = cli("kueue-configuration", "-")
     assert code == 0 and "waitForPodsReady" not in off
     assert "waitForPodsReady" not in _kueue_configmap(core)
+
+
+def test_a_kueue_configuration_kueue_refuses_fails_with_its_message_and_the_previous_one_runs_again(
+    cluster: UpstreamCluster, core: client.CoreV1Api, cli: Any, tmp_path: Path
+) -> None:
+    # Kueue's manager reads its Configuration at start and exits on a bad one; the refusal is its own message.
+    running, published = cluster.control_plane.kueue_configuration_path().read_text(), _kueue_configmap(core)
+    with pytest.raises(
+        KueueConfigurationError, match=r'^Kueue refused its Configuration: time: invalid duration "abc"$'
+    ):
+        cluster.faults.kueue_configuration({"waitForPodsReady": {"timeout": "abc"}})
+    bad = tmp_path / "kueue-config.yaml"
+    bad.write_text("waitForPodsReady: {timeout: 5m, recoveryTimeout: -1m}\n")
+    code, refused = cli("kueue-configuration", str(bad))  # the fault endpoint: 400, Kueue's message
+    assert (code, refused["code"]) == (1, 400)
+    assert "waitForPodsReady.recoveryTimeout: Invalid value" in refused["message"]
+    assert cluster.control_plane.components["kueue"].running()
+    assert cluster.control_plane.kueue_configuration_path().read_text() == running
+    assert _kueue_configmap(core) == published
+    name = unique("after-refusal")
+    try:
+        _queued_jobset(cluster, name)  # the manager back with its previous configuration admits
+        wait_for(lambda: _admitted(cluster, name), 60)
+    finally:
+        _delete_jobset(cluster, name)
 
 
 # -- the API's faults, in the proxy ---------------------------------------------------------------------------
