@@ -27,6 +27,8 @@ from elastic_training.operators.constants import (
 )
 
 NAMESPACE = "default"
+# A request that hangs must not hold the poll past the fault's window: the next look asks again.
+REQUEST_TIMEOUT = 5
 
 
 @dataclass
@@ -67,7 +69,7 @@ class StepFaults:
 
     def _pods(self, replicated_job: str) -> list[Any]:
         selector = f"{LABEL_RUN_NAME}={self.run_name},{LABEL_REPLICATED_JOB_NAME}={replicated_job}"
-        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector, _request_timeout=REQUEST_TIMEOUT).items
         return sorted(
             (p for p in pods if p.metadata.deletion_timestamp is None),
             key=lambda p: p.metadata.creation_timestamp,
@@ -82,7 +84,12 @@ class StepFaults:
         if head is None:
             return None
         response = self.core.read_namespaced_pod_log(
-            head.metadata.name, NAMESPACE, container=HEAD_MAIN_CONTAINER, tail_lines=40, _preload_content=False
+            head.metadata.name,
+            NAMESPACE,
+            container=HEAD_MAIN_CONTAINER,
+            tail_lines=40,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT,
         )
         steps = [int(m.group(1)) for m in COMPLETED_STEP_RE.finditer(response.data.decode(errors="replace"))]
         return max(steps) if steps else None
@@ -92,7 +99,9 @@ class StepFaults:
         node agent kills its processes at once, the Job controller replaces it after its Job-tracking finalizer."""
         for pod in self._pods(WORKER_REPLICATED_JOB):
             if (pod.metadata.labels or {}).get(LABEL_JOB_INDEX) == str(slice_index):
-                self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+                self.core.delete_namespaced_pod(
+                    pod.metadata.name, NAMESPACE, grace_period_seconds=0, _request_timeout=REQUEST_TIMEOUT
+                )
                 return
         raise RuntimeError(f"no worker pod of slice {slice_index}")
 
@@ -122,6 +131,9 @@ class StepFaults:
             except Exception as error:  # a pod replaced under us: look again
                 self.errors.append(error)
             self._stop.wait(self.poll_seconds)
+
+    def __repr__(self) -> str:  # what an assertion on ``fired`` shows: the errors met looking
+        return f"StepFaults({self.run_name!r}, fired={self.fired}, errors={self.errors[-5:]!r})"
 
     @property
     def fired(self) -> list[int]:
