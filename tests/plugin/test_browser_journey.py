@@ -5,9 +5,10 @@ is started once for the module; headless Chromium, driven over the DevTools prot
 user does (issue 18, "What it must show"): the login page, typed credentials, the DAG page, the pause
 toggle, the Trigger button, the form with its defaults and every section opened (no field in error, its
 Trigger button enabled), the run followed to success, the run's "Elastic training" tab and the runs list
-with its ``pretrain`` task and a non-zero goodput. First ``elastic_training_nightly``, then
-``elastic_training_fault_drill``, whose tab must show the recovery and its phases. While ``pretrain``
-runs, the view is read as the page reads it, to see the live step from the head pod's log.
+with its ``pretrain`` task and a non-zero goodput. ``elastic_training_nightly`` first, then, while it runs,
+``elastic_training_fault_drill`` from its own form (the two train side by side), whose tab must show the recovery and
+its phases. While each ``pretrain`` runs, its view is read as the page reads it, to see the live step from the head
+pod's log.
 
 Then the capacity story (the stack's ``elastic_capacity_story``: a task that stores what the operator stores at the
 end of a flex-start run queued for quota, provisioning and evicted three ways, tests/support/capacity_run.py): its
@@ -191,40 +192,52 @@ async def trigger_from_the_form(tools: DevTools, stack: Stack, dag_id: str, out:
     return str(new[0])
 
 
-async def follow_to_the_end(
-    tools: DevTools, stack: Stack, dag_id: str, run_id: str, out: Path, seen: dict[str, Any]
-) -> None:
-    """Wait for the run to end; while ``pretrain`` runs, read its view as the page does and take one picture."""
-    run_path = f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
-    view_path = f"/elastic-training/api/runs/{dag_id}/{quote(run_id, safe='')}"
-    tab = f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/plugin/elastic-training"
-    seen["live"] = []
-    pictured = False
+async def picture_while_training(tools: DevTools, stack: Stack, dag_id: str, run_id: str, seen: dict[str, Any]) -> None:
+    """The run's tab while ``pretrain`` trains, in one picture if it is drawn in time; then back to a blank page."""
+    await tools.call(
+        "Page.navigate", url=f"{stack.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/plugin/elastic-training"
+    )
+    frame = FRAME_DOC.format(title="Elastic training")
+    ready = f"{frame} && {frame}.contentDocument.body && {frame}.contentDocument.body.dataset.ready"
+    with contextlib.suppress(TimeoutError):
+        await tools.until(f"{ready} === 'true'", timeout=60)
+        await shot(tools, OUTPUT / dag_id, "04-elastic-training-tab-while-training.png", seen)
+    await tools.call("Page.navigate", url="about:blank")
+
+
+async def follow_to_the_end(tools: DevTools, stack: Stack, seen: dict[str, dict[str, Any]]) -> None:
+    """Wait for the runs (``seen[dag_id]["run_id"]``, side by side) to end; while each one's ``pretrain`` runs, read
+    its view as the page does and take one picture of its tab."""
+    runs = {dag_id: quote(each["run_id"], safe="") for dag_id, each in seen.items()}
+    for each in seen.values():
+        each["live"] = []
+    pictured: set[str] = set()
     # Between the pictures the page waits on a blank tab: left on the run's page, Chromium re-rendered the UI's
     # polled grid for the minutes of each run (the view is read over REST meanwhile, as the page reads it).
     await tools.call("Page.navigate", url="about:blank")
     deadline = time.monotonic() + RUN_SECONDS
-    while (state := stack.call("GET", run_path)[1]["state"]) not in ("success", "failed"):
-        assert time.monotonic() < deadline, f"the run is still {state} after {RUN_SECONDS:.0f} s"
-        status, body = stack.call("GET", view_path)
-        if status == 200:
+    running = dict(runs)
+    while running:
+        for dag_id, run_id in list(running.items()):
+            run_path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
+            if (state := stack.call("GET", run_path)[1]["state"]) in ("success", "failed"):
+                seen[dag_id]["run_state"] = state
+                instances = stack.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]
+                seen[dag_id]["task_states"] = {ti["task_id"]: ti["state"] for ti in instances}
+                del running[dag_id]
+                continue
+            assert time.monotonic() < deadline, f"the {dag_id} run is still {state} after {RUN_SECONDS:.0f} s"
+            status, body = stack.call("GET", f"/elastic-training/api/runs/{dag_id}/{run_id}")
+            if status != 200:
+                continue
             [task] = [t for t in body["tasks"] if t["task_id"] == "pretrain"]
-            if task.get("live"):
-                live = task["live"]
-                seen["live"].append({k: live[k] for k in ("current_step", "recoveries_so_far", "error", "pod")})
-                if not pictured and live["current_step"] is not None:
-                    pictured = True
-                    await tools.call("Page.navigate", url=tab)
-                    frame = FRAME_DOC.format(title="Elastic training")
-                    ready = f"{frame} && {frame}.contentDocument.body && {frame}.contentDocument.body.dataset.ready"
-                    with contextlib.suppress(TimeoutError):
-                        await tools.until(f"{ready} === 'true'", timeout=60)
-                        await shot(tools, out, "04-elastic-training-tab-while-training.png", seen)
-                    await tools.call("Page.navigate", url="about:blank")
-        await asyncio.sleep(1.0)  # polls the REST API (the run's state, its live view) with the deadline above
-    seen["run_state"] = state
-    instances = stack.call("GET", f"{run_path}/taskInstances")[1]["task_instances"]
-    seen["task_states"] = {ti["task_id"]: ti["state"] for ti in instances}
+            if live := task.get("live"):
+                keys = ("current_step", "recoveries_so_far", "error", "pod")
+                seen[dag_id]["live"].append({k: live[k] for k in keys})
+                if dag_id not in pictured and live["current_step"] is not None:
+                    pictured.add(dag_id)
+                    await picture_while_training(tools, stack, dag_id, seen[dag_id]["run_id"], seen[dag_id])
+        await asyncio.sleep(1.0)  # polls the REST API (the runs' states, their live views) with the deadline above
 
 
 async def read_the_view(
@@ -280,22 +293,28 @@ async def read_the_view(
     await shot(tools, out, "08-failure-history.png", seen)
 
 
-async def journey(devtools_http: str, stack: Stack, dag_id: str, *, log_in_first: bool) -> dict[str, Any]:
-    out = OUTPUT / dag_id
-    seen: dict[str, Any] = {}
+async def journeys(devtools_http: str, stack: Stack) -> dict[str, dict[str, Any]]:
+    """Logged in, the nightly DAG triggered from its form, then the fault drill from its own while the nightly runs
+    (the two DAGs train side by side: four slices, the cluster's four v5e-16 pools), both followed to their end,
+    then each run's view read: what was seen, by DAG."""
+    seen: dict[str, dict[str, Any]] = {NIGHTLY: {}, DRILL: {}}
+    dag_id = NIGHTLY
     async with first_page(devtools_http) as tools:
         try:
-            if log_in_first:
-                await log_in(tools, stack, dag_id, out, seen)
-            run_id = await trigger_from_the_form(tools, stack, dag_id, out, seen)
-            seen["run_id"] = run_id
-            await follow_to_the_end(tools, stack, dag_id, run_id, out, seen)
-            await read_the_view(tools, stack, dag_id, run_id, out, seen)
+            await log_in(tools, stack, NIGHTLY, OUTPUT / NIGHTLY, seen[NIGHTLY])
+            for dag_id in (NIGHTLY, DRILL):
+                seen[dag_id]["run_id"] = await trigger_from_the_form(
+                    tools, stack, dag_id, OUTPUT / dag_id, seen[dag_id]
+                )
+            await follow_to_the_end(tools, stack, seen)
+            for dag_id in (NIGHTLY, DRILL):
+                await read_the_view(tools, stack, dag_id, seen[dag_id]["run_id"], OUTPUT / dag_id, seen[dag_id])
         except (TimeoutError, AssertionError) as error:
-            picture = await tools.screenshot(out / "failure.png")
+            picture = await tools.screenshot(OUTPUT / dag_id / "failure.png")
             where = await tools.js("location.href + '\\n' + document.body.innerText.slice(0, 1500)")
             raise AssertionError(f"{error}\nthe page ({picture}) shows: {where}\nseen so far: {seen}") from None
-    (out / "seen.json").write_text(json.dumps(seen, indent=1))
+    for dag_id, each in seen.items():
+        (OUTPUT / dag_id / "seen.json").write_text(json.dumps(each, indent=1))
     return seen
 
 
@@ -312,13 +331,18 @@ def listed_pretrain(seen: dict[str, Any], dag_id: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def nightly(stack: Stack, browser: str) -> dict[str, Any]:
-    return asyncio.run(journey(browser, stack, NIGHTLY, log_in_first=True))
+def both(stack: Stack, browser: str) -> dict[str, dict[str, Any]]:
+    return asyncio.run(journeys(browser, stack))
 
 
 @pytest.fixture(scope="module")
-def drill(stack: Stack, browser: str, nightly: dict[str, Any]) -> dict[str, Any]:
-    return asyncio.run(journey(browser, stack, DRILL, log_in_first=False))
+def nightly(both: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return both[NIGHTLY]
+
+
+@pytest.fixture(scope="module")
+def drill(both: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return both[DRILL]
 
 
 def test_nightly_logged_in_triggered_from_its_form_with_defaults_and_succeeded(nightly: dict[str, Any]) -> None:

@@ -1,13 +1,13 @@
 """A real elastic run with a slice killed mid-run: the operator's report of it, its metrics and lineage where
-Airflow sent them, then the run read back by a freshly started API app and seen in a real browser through a real
+Airflow sent them, then the run read back over HTTP and seen in a real browser, both through a freshly started
 ``airflow api-server`` with login required.
 
 The run: ``ElasticJobSetOperator`` through ``dag.test()`` on the local cluster, the JAX trainer and
 real Orbax checkpoints; a worker of slice 1 is killed at step 25 (tests/support/step_faults.py). It runs in a
 fresh Python process (tests/support/observed_run.py) whose Airflow is configured by its environment alone: StatsD
 to a socket this test listens on, OpenLineage's file transport to a file it reads (docs/operations.md).
-Afterwards nothing of that process is reused: the API app is built in a new Python process, and the
-browser talks to a new ``airflow api-server`` process, both reading only what was persisted.
+Afterwards nothing of that process is reused: the REST calls and the browser talk to a new ``airflow api-server``
+process (its API app built afresh), reading only what was persisted.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,36 +160,35 @@ def test_the_runs_lineage_reached_openlineage(finished_run: Any, lineage_events:
     )
 
 
-FRESH_APP = textwrap.dedent(
-    """
-    import json, sys
-    from fastapi.testclient import TestClient
-    from airflow.api_fastapi.app import create_app
+def fresh_answers(base: str, dag_id: str, run_id: str, user: str) -> dict[str, Any]:
+    """What a freshly started ``airflow api-server`` (``api_server``: a new process, only what was persisted to
+    read) answers for the run: the runs list and the run's view as ``user``, and the view to no one."""
+    import urllib.error
+    import urllib.request
 
-    dag_id, run_id, user, password = sys.argv[1:5]
-    with TestClient(create_app("core")) as client:
-        token = client.post("/auth/token", json={"username": user, "password": password}).json()["access_token"]
-        headers = {"Authorization": "Bearer " + token}
-        listed = client.get("/elastic-training/api/runs", headers=headers)
-        one = client.get(f"/elastic-training/api/runs/{dag_id}/{run_id}", headers=headers)
-        anonymous = client.get(f"/elastic-training/api/runs/{dag_id}/{run_id}")
-    print(json.dumps({"list": [listed.status_code, listed.json()], "run": [one.status_code, one.json()],
-                      "anonymous": anonymous.status_code}))
-    """
-)
+    def call(path: str, token: str | None = None, body: Any = None) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{base}{path}", data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=180) as response:
+                return int(response.status), json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return int(error.code), error.read().decode(errors="replace")
+
+    status, answer = call("/auth/token", body={"username": user, "password": USERS[user]})
+    assert status == 201, answer
+    token = answer["access_token"]
+    return {
+        "list": call("/elastic-training/api/runs", token),
+        "run": call(f"/elastic-training/api/runs/{dag_id}/{run_id}", token),
+        "anonymous": call(f"/elastic-training/api/runs/{dag_id}/{run_id}")[0],
+    }
 
 
-def test_a_fresh_api_app_reads_the_finished_run(finished_run: Any) -> None:
-    run_id = quote(finished_run.run_id, safe="")
-    done = subprocess.run(
-        [sys.executable, "-c", FRESH_APP, "elastic_ui", run_id, "viewer", USERS["viewer"]],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=os.environ.copy(),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    answers = json.loads(done.stdout.strip().splitlines()[-1])
+def test_a_fresh_api_app_reads_the_finished_run(finished_run: Any, api_server: str) -> None:
+    """The API app of a new ``airflow api-server`` process (the browser's below) reads the run back over HTTP."""
+    answers = fresh_answers(api_server, "elastic_ui", quote(finished_run.run_id, safe=""), "viewer")
     assert answers["anonymous"] == 401
     status, listed = answers["list"]
     assert status == 200
