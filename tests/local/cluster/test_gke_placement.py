@@ -1,7 +1,11 @@
-"""The operator's GKE JobSet on the default v5e-small cluster: 3 slices of 4 hosts and the head, placed as on GKE."""
+"""The operator's GKE JobSet on the default v5e-small cluster: 3 slices of 4 hosts and the head, placed as on GKE.
+
+One JobSet for the module (`placed`): the placement test reads it, the lost-host test then loses a host under it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -52,9 +56,33 @@ def _all_running(k8s: K8s, count: int) -> list[client.V1Pod] | None:
     return running if len(running) == count else None
 
 
-def test_three_four_host_slices_and_the_head_land_as_on_gke(k8s: K8s) -> None:
+def _delete_placed(k8s: K8s) -> None:
+    k8s.custom.delete_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
+    )
+    wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
+    # The next module may reuse the name: wait until the foreground deletion has removed the JobSet itself.
+    wait_for(
+        lambda: (
+            not k8s.custom.list_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", field_selector="metadata.name=placed"
+            )["items"]
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def placed(k8s: K8s) -> Iterator[list[client.V1Pod]]:
+    """The operator's GKE JobSet created and its 13 pods Running (those pods); deleted after the module's tests."""
     k8s.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", _gke_jobset())
-    pods = wait_for(lambda: _all_running(k8s, 13), timeout=60)
+    try:
+        yield wait_for(lambda: _all_running(k8s, 13), timeout=90)
+    finally:
+        _delete_placed(k8s)
+
+
+def test_three_four_host_slices_and_the_head_land_as_on_gke(k8s: K8s, placed: list[client.V1Pod]) -> None:
+    pods = placed
     pools = {n.metadata.name: n.metadata.labels[NODEPOOL] for n in k8s.core.list_node().items}
     by_job: dict[str, list[str]] = {}
     for pod in pods:
@@ -67,18 +95,6 @@ def test_three_four_host_slices_and_the_head_land_as_on_gke(k8s: K8s) -> None:
         (pool,) = {pools[n] for n in nodes}  # ... of one node pool
         slice_pools.append(pool)
     assert len(set(slice_pools)) == 3 and all(p.startswith("tpu-v5e-16-") for p in slice_pools)
-    k8s.custom.delete_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
-    )
-    wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
-    # The next test reuses the name: wait until the foreground deletion has removed the JobSet itself.
-    wait_for(
-        lambda: (
-            not k8s.custom.list_namespaced_custom_object(
-                "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", field_selector="metadata.name=placed"
-            )["items"]
-        )
-    )
 
 
 def _jobset_status(k8s: K8s) -> dict[str, Any]:
@@ -90,11 +106,9 @@ def _jobset_status(k8s: K8s) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.timeout(420)  # the lost slice re-forms about 135 s after the loss (below)
 def test_a_lost_host_spends_slice_budget_and_a_head_eviction_restarts_off_budget(
-    cluster: UpstreamCluster, k8s: K8s
+    cluster: UpstreamCluster, k8s: K8s, placed: list[client.V1Pod]
 ) -> None:
-    k8s.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", _gke_jobset())
-    pods = wait_for(lambda: _all_running(k8s, 13), timeout=90)
-    worker = next(p for p in pods if p.metadata.labels["batch.kubernetes.io/job-name"] == "placed-worker-0")
+    worker = next(p for p in placed if p.metadata.labels["batch.kubernetes.io/job-name"] == "placed-worker-0")
 
     # One host of slice 0 lost (its pool's hosts with it), as on GKE (measured on the real controllers, from the
     # loss): the node lifecycle controller marks the pool's nodes Unknown and their pods not Ready after its grace
@@ -123,15 +137,3 @@ def test_a_lost_host_spends_slice_budget_and_a_head_eviction_restarts_off_budget
     status = wait_for(lambda: (s := _jobset_status(k8s)).get("restarts") == 1 and s, timeout=60)
     assert status.get("restartsCountTowardsMax", 0) == 0
     assert not any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions") or [])
-    k8s.custom.delete_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "placed", propagation_policy="Foreground"
-    )
-    wait_for(lambda: not k8s.core.list_namespaced_pod("default", label_selector=f"{LABEL_JOBSET_NAME}=placed").items)
-    # The next test reuses the name: wait until the foreground deletion has removed the JobSet itself.
-    wait_for(
-        lambda: (
-            not k8s.custom.list_namespaced_custom_object(
-                "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", field_selector="metadata.name=placed"
-            )["items"]
-        )
-    )
