@@ -57,6 +57,7 @@ class UpstreamCluster:
         description: ClusterDescription | str | Path = "v5e-small",
         run_nodes: bool = True,
         progress: Any = None,
+        node_monitor_grace_seconds: int | None = None,
     ) -> None:
         self.description = description if isinstance(description, ClusterDescription) else load_description(description)
         self.workdir = workdir.resolve()
@@ -73,6 +74,7 @@ class UpstreamCluster:
             progress=progress,
             write_user_kubeconfig=False,  # written last, once nodes and faults are up
             token_webhook_url=f"https://127.0.0.1:{self._fault_server_port}{TOKEN_REVIEW_PATH}",
+            node_monitor_grace_seconds=node_monitor_grace_seconds,  # kube-controller-manager's default when None
         )
         self._run_nodes = run_nodes
         self.agent: NodeAgent | None = None

@@ -74,8 +74,12 @@ class ControlPlane:
         progress: Callable[[str], None] | None = None,
         write_user_kubeconfig: bool = True,
         token_webhook_url: str | None = None,
+        node_monitor_grace_seconds: int | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
+        # kube-controller-manager's --node-monitor-grace-period (its default, 50 s, when None): how long a node's
+        # lease may stand still before the node lifecycle controller marks it Unknown. Tests of a lost host set less.
+        self.node_monitor_grace_seconds = node_monitor_grace_seconds
         # kube-apiserver's token webhook (GKE's authenticator of Google access tokens), CA the cluster's: None, none
         self.token_webhook_url = token_webhook_url
         self.ports = Ports.pick(port)
@@ -313,8 +317,13 @@ class ControlPlane:
                 f"--root-ca-file={self.pki.ca}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*",
+                *self._node_monitor_flags(),
             ],
         ).check_running()
+
+    def _node_monitor_flags(self) -> list[str]:
+        grace = self.node_monitor_grace_seconds
+        return [] if grace is None else [f"--node-monitor-grace-period={grace}s"]
 
     def _start_scheduler(self, binaries: upstream.Binaries) -> None:
         self._component(

@@ -61,11 +61,14 @@ def start_control_plane(control_plane: ControlPlane) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A module sets kube-controller-manager's ``--node-monitor-grace-period`` with ``NODE_MONITOR_GRACE_SECONDS``
+    (the default, 50 s, without it)."""
     if binaries.installed() is None:
         pytest.skip("the control plane's binaries are not built (make control-plane)")
     workdir = tmp_path_factory.mktemp("controlplane")
-    control_plane = ControlPlane(workdir)
+    grace = getattr(request.module, "NODE_MONITOR_GRACE_SECONDS", None)
+    control_plane = ControlPlane(workdir, node_monitor_grace_seconds=grace)
     start_control_plane(control_plane)
     try:
         if control_plane.pki is None:

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,16 +122,50 @@ def _serve(*args: str, mark: str = "") -> Iterator[tuple[subprocess.Popen[str], 
         assert banner[-1].startswith("faults and the API fault proxy: https://127.0.0.1:"), banner
         yield process, line.split()[-2]
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
+        if process.poll() is None:  # a test that failed before stopping it: stopped as a user would, then killed
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    kubeconfig = tmp_path / "kubeconfig"
-    with _serve("--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "work")) as (process, _):
-        yield process, kubeconfig
+@dataclass(frozen=True)
+class Up:
+    """A ``cluster up`` serving with ``--kubeconfig``, ``--port`` and ``--workdir`` (and the test's own flags)."""
+
+    process: subprocess.Popen[str]
+    url: str
+    port: int
+    kubeconfig: Path
+    workdir: Path
+    mark: str  # in the environment of every process it started
+
+
+@contextmanager
+def _up_with_flags(directory: Path, *extra: str) -> Iterator[Up]:
+    """``cluster up`` on a free port, its kubeconfig and workdir under ``directory``, until the block ends."""
+    kubeconfig, workdir, mark = directory / "kubeconfig", directory / "work", uuid.uuid4().hex
+    with ExitStack() as stack:
+        for attempt in range(3):  # someone else may take the free port before the CLI binds it
+            port = _free_port()
+            try:
+                args = ["--kubeconfig", str(kubeconfig), "--port", str(port), "--workdir", str(workdir), *extra]
+                process, url = stack.enter_context(_serve(*args, mark=mark))
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
+        yield Up(process, url, port, kubeconfig, workdir, mark)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    """One ``cluster up`` without ``--description`` (v5e-small, the default) for the module: the tests below
+    share it in file order, and the SIGTERM test, the last of them, stops it."""
+    with _up_with_flags(tmp_path_factory.mktemp("served")) as up:
+        yield up
 
 
 # A pod whose shell forks a background child and a double-forked grandchild (reparented away from the
@@ -147,62 +182,39 @@ def _forked_pids(directory: Path) -> list[int]:
     return [int(f.read_text()) for f in files]
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_up_honours_its_flags_and_a_signal_stops_every_pod_process(tmp_path: Path, stop_signal: int) -> None:
-    kubeconfig, workdir, mark = tmp_path / "kubeconfig", tmp_path / "work", uuid.uuid4().hex
-    with ExitStack() as stack:
-        for attempt in range(3):  # someone else may take the free port before the CLI binds it
-            port = _free_port()
-            try:
-                args = ["--kubeconfig", str(kubeconfig), "--port", str(port), "--workdir", str(workdir)]
-                process, url = stack.enter_context(_serve(*args, mark=mark))
-                break
-            except AssertionError:
-                if attempt == 2:
-                    raise
-        assert url == f"https://127.0.0.1:{port}"
-        api_client = config.new_client_from_config(config_file=str(kubeconfig))
-        assert api_client.configuration.host == url
-        core = _core(kubeconfig)
-        command = ["sh", "-c", _FORKING.format(dir=tmp_path)]
-        created = core.create_namespaced_pod("default", pod("cli-forker", command=command, restart_policy="Never"))
-        forked = _forked_pids(tmp_path)
-        # --workdir holds the pod's log files and its working directory.
-        log_file = workdir / "logs" / created.metadata.uid / "main" / "0.log"
-        wait_for(lambda: log_file.exists() and "started" in log_file.read_text())
-        assert (workdir / "pods" / f"default_cli-forker_{created.metadata.uid}").is_dir()
-        # The listening API port belongs to a kube-apiserver process the CLI started.
-        control_plane = [pid for pid in _descendants(process.pid) if _command(pid).startswith("kube-apiserver")]
-        assert control_plane and process.pid in _marked(mark)
-        pod_processes = _descendants(process.pid)
-        assert all(process_alive(pid) for pid in forked) and process.pid in _marked(mark)
-        process.send_signal(stop_signal)
-        assert process.wait(timeout=60) == 0
-        # Every pod process is gone, the forked ones too, and so is the cluster's group reaper.
-        assert not [pid for pid in [*pod_processes, *forked] if process_alive(pid)]
-        assert _marked(mark) == []
+def _honours_its_flags_and_a_signal_stops_every_pod_process(up: Up, stop_signal: int, pids: Path) -> None:
+    """The URL, the kubeconfig and the workdir are the flags'; ``stop_signal`` ends it with every pod process."""
+    process = up.process
+    assert up.url == f"https://127.0.0.1:{up.port}"
+    api_client = config.new_client_from_config(config_file=str(up.kubeconfig))
+    assert api_client.configuration.host == up.url
+    core = _core(up.kubeconfig)
+    command = ["sh", "-c", _FORKING.format(dir=pids)]
+    created = core.create_namespaced_pod("default", pod("cli-forker", command=command, restart_policy="Never"))
+    forked = _forked_pids(pids)
+    # --workdir holds the pod's log files and its working directory.
+    log_file = up.workdir / "logs" / created.metadata.uid / "main" / "0.log"
+    wait_for(lambda: log_file.exists() and "started" in log_file.read_text())
+    assert (up.workdir / "pods" / f"default_cli-forker_{created.metadata.uid}").is_dir()
+    # The listening API port belongs to a kube-apiserver process the CLI started.
+    control_plane = [pid for pid in _descendants(process.pid) if _command(pid).startswith("kube-apiserver")]
+    assert control_plane and process.pid in _marked(up.mark)
+    pod_processes = _descendants(process.pid)
+    assert all(process_alive(pid) for pid in forked) and process.pid in _marked(up.mark)
+    process.send_signal(stop_signal)
+    assert process.wait(timeout=60) == 0
+    # Every pod process is gone, the forked ones too, and so is the cluster's group reaper.
+    assert not [pid for pid in [*pod_processes, *forked] if process_alive(pid)]
+    assert _marked(up.mark) == []
 
 
-def test_up_serves_the_nodes_of_its_description(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    description = tmp_path / "pools.yaml"
-    description.write_text(
-        "cluster: cli\nnodePools:\n  - {name: cpu-np, machineType: n2-standard-8, nodeCount: 2, cpu: 8, memory: 32Gi}\n"
-    )
-    args = ["--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w"), "--description", str(description)]
-    with _serve(*args):
-        core = _core(kubeconfig)
-        assert [n.metadata.name for n in core.list_node().items] == ["gke-cli-cpu-np-0", "gke-cli-cpu-np-1"]
-    with _serve("--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w2")):  # default: v5e-small
-        core = _core(kubeconfig)
-        pools = {n.metadata.labels["cloud.google.com/gke-nodepool"] for n in core.list_node().items}
-        assert pools == {*(f"tpu-v5e-16-{i}" for i in range(4)), "tpu-v5e-4", "cpu-np"}
+def test_up_without_a_description_serves_v5e_small(served: Up) -> None:
+    pools = {n.metadata.labels["cloud.google.com/gke-nodepool"] for n in _core(served.kubeconfig).list_node().items}
+    assert pools == {*(f"tpu-v5e-16-{i}" for i in range(4)), "tpu-v5e-4", "cpu-np"}
 
 
-def test_fault_commands_reach_a_running_cluster(
-    served: tuple[subprocess.Popen[str], Path], capsys: pytest.CaptureFixture[str]
-) -> None:
-    _, kubeconfig = served
+def test_fault_commands_reach_a_running_cluster(served: Up, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = served.kubeconfig
 
     def fault(*args: str) -> tuple[int, dict[str, Any]]:
         capsys.readouterr()
@@ -254,6 +266,21 @@ def test_fault_commands_reach_a_running_cluster(
     code, applied = fault("kueue-configuration", str(configuration))
     assert (code, applied["waitForPodsReady"]["recoveryTimeout"]) == (0, "90s")  # as written: Kueue reads it
     assert "waitForPodsReady" not in fault("kueue-configuration", "-")[1]  # off again
+
+
+def test_up_honours_its_flags_and_sigterm_stops_every_pod_process(served: Up, tmp_path: Path) -> None:
+    _honours_its_flags_and_a_signal_stops_every_pod_process(served, signal.SIGTERM, tmp_path)  # served's end
+
+
+def test_up_serves_its_descriptions_nodes_and_sigint_stops_every_pod_process(tmp_path: Path) -> None:
+    description = tmp_path / "pools.yaml"
+    description.write_text(
+        "cluster: cli\nnodePools:\n  - {name: cpu-np, machineType: n2-standard-8, nodeCount: 2, cpu: 8, memory: 32Gi}\n"
+    )
+    with _up_with_flags(tmp_path, "--description", str(description)) as up:
+        nodes = [n.metadata.name for n in _core(up.kubeconfig).list_node().items]
+        assert nodes == ["gke-cli-cpu-np-0", "gke-cli-cpu-np-1"]
+        _honours_its_flags_and_a_signal_stops_every_pod_process(up, signal.SIGINT, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -91,15 +91,6 @@ def test_the_audit_log_records_each_request_once(upstream: UpstreamCluster) -> N
     assert [(e.verb, e.namespace, e.username) for e in events] == [("list", "kube-system", "elastic-training-admin")]
 
 
-def test_stopping_leaves_no_process_behind(tmp_path: Path) -> None:
-    cluster = UpstreamCluster(tmp_path, description="single-node", run_nodes=False)
-    cluster.start()
-    pids = [c.pid for c in cluster.control_plane.components.values()]
-    assert len(pids) == 6 and all(psutil.pid_exists(p) for p in pids if p)
-    cluster.stop()
-    assert not [p for p in pids if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-
-
 def test_a_queue_object_kueue_refuses_fails_the_start_naming_the_field_and_leaves_nothing(tmp_path: Path) -> None:
     # The description parser checks the section's shape; the objects' own fields are checked where they are on GKE,
     # by kube-apiserver's CRD schema and Kueue's webhooks, when the cluster applies them.
@@ -127,3 +118,11 @@ def _components() -> set[int]:
     names = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-controller", "kueue"}
     children = psutil.Process().children(recursive=True)
     return {c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and c.name() in names}
+
+
+def test_stopping_leaves_no_process_behind(upstream: UpstreamCluster) -> None:
+    # The module's cluster, stopped by its last test (the fixture's own stop after it does nothing: stop is idempotent).
+    pids = [c.pid for c in upstream.control_plane.components.values()]
+    assert len(pids) == 6 and all(psutil.pid_exists(p) for p in pids if p)
+    upstream.stop()
+    assert not [p for p in pids if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -24,6 +24,10 @@ from tests.support.node_agent import (
 from tests.support.waiting import wait_for
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
+# kube-controller-manager's --node-monitor-grace-period for this module's cluster (GKE's, the default, is 50 s): the
+# promise is that the real node lifecycle controller marks a lost host, not after how long; 25 s still lets a lease
+# (renewed every 10 s) miss a renewal without the node being marked.
+NODE_MONITOR_GRACE_SECONDS = 25
 
 
 def _ready(node: client.V1Node) -> str:
