@@ -66,7 +66,6 @@ LONGEST_FIRST = (
     "tests/benchmarks/test_trigger_watch.py",
     "tests/operators/test_node_pool_avoidance.py",
     "tests/operators/checkpoints/test_real_maxtext.py",
-    "tests/operators/test_elastic_operator_repair.py",
     "tests/dags/test_pipelines.py",
     "tests/local/workloads/test_train.py",
     # make test-fast's longest (its selection has none of the above but the stack's unit): a file of 30-50 s that
