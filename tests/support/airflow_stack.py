@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -39,7 +38,7 @@ from typing import Any
 import psutil
 import pytest
 
-from elastic_training.cli.postgres import RunningPostgres
+from elastic_training.cli.postgres import RunningPostgres, free_port
 from tests.support.postgres import postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,9 +54,7 @@ NIGHTLY_DEADLINE = "20s"
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_port()  # below the ephemeral range: an outgoing connection cannot take it before the server binds
 
 
 def _launcher_env(home: Path) -> dict[str, str]:

@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.cli.main import main
+from elastic_training.local.controlplane import processes
 from elastic_training.local.kubeconfig import FAULTS_CONTEXT
 from tests.support.cluster_objects import pod
 from tests.support.control_plane import armed, process_alive, wait_armed
@@ -94,10 +95,7 @@ def _core(kubeconfig: Path) -> client.CoreV1Api:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return processes.free_port()  # below the ephemeral range: no outgoing connection takes it before the bind
 
 
 @contextmanager
