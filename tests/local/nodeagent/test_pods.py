@@ -7,19 +7,18 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from elastic_training.local.controlplane import binaries
 from elastic_training.local.descriptions.cluster_description import SINGLE_NODE
 from elastic_training.local.nodeagent import NodeAgent
 from tests.support.node_agent import (
-    CPU_NODE,
     NS,
-    TPU_NODES,
     Cluster,
     gone,
     pod_in_phase,
@@ -28,7 +27,33 @@ from tests.support.node_agent import (
     shell_pod,
     unique,
 )
+from tests.support.shared_cluster import shared_cluster
 from tests.support.waiting import wait_for
+
+# The suite's usual cluster, its agent the kubelet of every node (the process's shared cluster, reused and reset, not
+# a control plane of the module's own): two hosts of a v5e-16 slice, the single-host v5e pool and a CPU node.
+CLUSTER_DESCRIPTION = "v5e-small"
+TPU_NODES = ["gke-local-tpu-v5e-16-0-0", "gke-local-tpu-v5e-16-0-1"]
+SINGLE_HOST_POOL, SINGLE_HOST_NODE = "tpu-v5e-4", "gke-local-tpu-v5e-4-0"
+CPU_NODE = "gke-local-cpu-np-0"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The shared cluster's control plane and agent, and the official client as the cluster admin."""
+    if binaries.installed() is None:
+        pytest.skip("the control plane's binaries are not built (make control-plane)")
+    upstream = shared_cluster(CLUSTER_DESCRIPTION, tmp_path_factory.getbasetemp())
+    assert upstream.agent is not None
+    assert set(TPU_NODES) | {SINGLE_HOST_NODE, CPU_NODE} <= set(upstream.agent.node_names)
+    api_client = config.new_client_from_config(config_file=str(upstream.control_plane.kubeconfigs["admin"]))
+    try:
+        core = client.CoreV1Api(api_client)
+        yield Cluster(
+            upstream.control_plane, upstream.agent, upstream.description, core, client.CoordinationV1Api(api_client)
+        )
+    finally:
+        api_client.close()
 
 
 def _conditions(pod: client.V1Pod) -> dict[str, str]:
@@ -80,7 +105,7 @@ def test_the_real_scheduler_binds_a_pod_to_an_agent_node_and_it_runs(cluster: Cl
         name,
         "echo scheduled",
         node=None,
-        nodeSelector={"cloud.google.com/gke-nodepool": "tpu-v5e-8"},
+        nodeSelector={"cloud.google.com/gke-nodepool": SINGLE_HOST_POOL},
         tolerations=[toleration],
     )
     pod["spec"]["containers"][0]["resources"] = {"limits": {"google.com/tpu": "4"}}
@@ -88,7 +113,7 @@ def test_the_real_scheduler_binds_a_pod_to_an_agent_node_and_it_runs(cluster: Cl
 
     done = pod_in_phase(cluster.core, name, "Succeeded", "Failed")
 
-    assert done.status.phase == "Succeeded" and done.spec.node_name in TPU_NODES
+    assert done.status.phase == "Succeeded" and done.spec.node_name == SINGLE_HOST_NODE
 
 
 def test_a_deleted_pod_gets_sigterm_then_is_removed_with_its_processes_gone(cluster: Cluster) -> None:
