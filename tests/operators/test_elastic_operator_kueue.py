@@ -21,7 +21,6 @@ from kubernetes import client, config
 
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import (
-    ANNOTATION_EXCLUSIVE_TOPOLOGY,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -172,8 +171,15 @@ class Background:
             raise self.error
 
 
+# The cluster whose Kueue runs the pods-ready test's configuration (the last test's, not put back after it).
+_pods_ready_on: list[UpstreamCluster] = []
+
+
 @pytest.fixture
 def admin(cluster_connection: UpstreamCluster) -> Iterator[Cluster]:
+    if any(c is cluster_connection for c in _pods_ready_on):  # a test run after the pods-ready one: Kueue's own back
+        cluster_connection.faults.kueue_configuration({})  # off again, as v0.17 is
+        _pods_ready_on.clear()
     found = Cluster(cluster_connection)
     yield found
     for jobset in found.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, JOBSET_PLURAL)["items"]:
@@ -199,6 +205,14 @@ def queued_dag(dag_id: str, base: Path, **overrides: Any) -> Any:
         "max_full_restarts": 1,
     }
     return elastic_dag(dag_id, base, **{**arguments, **overrides})
+
+
+def _told(inbox: Path, event: str) -> bool:
+    """Whether the run's notifier has been told ``event`` (a line being written is read at the next look)."""
+    try:
+        return any(r["alert"]["event"] == event for r in told(inbox))
+    except ValueError:
+        return False
 
 
 def _admitted(admin: Cluster, name: str) -> bool:
@@ -256,6 +270,30 @@ def test_a_run_queued_longer_than_its_stall_timeout_is_admitted_later_and_succee
     assert told_queued["details"]["reason"], told_queued
 
 
+def _release_once_preempted(
+    admin: Cluster, run_name: str, seen: dict[str, Any], inbox: Path, stop: threading.Event
+) -> None:
+    """Once the blocker is made: the run suspended and its Workload evicted (``seen``), the blocker admitted and
+    running; then the blocker goes, freeing the quota."""
+    wait_for("the blocker", lambda: "blocker" in seen or stop.is_set(), timeout=600)
+    if stop.is_set():
+        return
+    [jobset] = admin.jobsets_of_run(run_name)
+    name = jobset["metadata"]["name"]
+    wait_for("the run suspended", lambda: (admin.jobset(name) or {}).get("spec", {}).get("suspend") is True)
+    workload = wait_for(
+        "its Workload evicted", lambda: (w := admin.workload_of(jobset)) and is_true(w, "Evicted") and w
+    )
+    seen["evicted"] = condition(workload, "Evicted")
+    seen["preempted"] = condition(workload, "Preempted")
+    wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-preempt"))
+    # It runs (its pods on the nodes the run's pods left) until the operator has told of the preemption, then
+    # finishes and frees the quota.
+    wait_for("the blocker running", lambda: admin.running_pods("blocker-preempt") == 1 + 3 * 4)
+    wait_for("the preemption told", lambda: _told(inbox, "preempted") or stop.is_set())
+    admin.delete("blocker-preempt")
+
+
 def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jobset(
     airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, tmp_path: Path
 ) -> None:
@@ -267,49 +305,33 @@ def test_a_run_preempted_mid_training_resumes_from_its_checkpoint_in_the_same_jo
         # 3 slices (48 chips) more than the 32 free: Kueue preempts the lower-priority run to admit it.
         seen["blocker"] = admin.create(blocker("blocker-preempt", slices=3))
 
-    def release_once_preempted(stop: threading.Event) -> None:
-        wait_for("the blocker", lambda: "blocker" in seen or stop.is_set(), timeout=600)
-        if stop.is_set():
-            return
-        [jobset] = admin.jobsets_of_run(run_name)
-        name = jobset["metadata"]["name"]
-        wait_for("the run suspended", lambda: (admin.jobset(name) or {}).get("spec", {}).get("suspend") is True)
-        workload = wait_for(
-            "its Workload evicted", lambda: (w := admin.workload_of(jobset)) and is_true(w, "Evicted") and w
-        )
-        seen["evicted"] = condition(workload, "Evicted")
-        seen["preempted"] = condition(workload, "Preempted")
-        wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-preempt"))
-        # It runs a while (its pods on the nodes the run's pods left), then finishes and frees the quota.
-        wait_for("the blocker running", lambda: admin.running_pods("blocker-preempt") == 1 + 3 * 4)
-        stop.wait(15)
-        admin.delete("blocker-preempt")
-
     with (
-        Background(release_once_preempted),
-        StepFaults(cluster_connection, run_name).at(25, preempt) as faults,
+        Background(lambda stop: _release_once_preempted(admin, run_name, seen, inbox, stop)),
+        StepFaults(cluster_connection, run_name).at(15, preempt) as faults,
     ):
         dag_run = queued_dag(
             "kueue_preempted",
             tmp_path,
-            # 0.3 s a step: the 34 steps after the blocker's creation outlast Kueue's preemption (blocker queued,
-            # run evicted, JobSet suspended, pods deleted). Stepping in milliseconds, the old trainer could finish
-            # all 60 first under load (CI, stop 49), and the new one had nothing to restore.
+            # 0.3 s a step: the 34 steps after the blocker's creation (at step 15, past the checkpoint of step 10)
+            # outlast Kueue's preemption (blocker queued, run evicted, JobSet suspended, pods deleted). Stepping in
+            # milliseconds, the old trainer could finish all its steps first under load (CI, stop 49), and the new
+            # one had nothing to restore.
+            steps=50,
             local_env={"LOCAL_STEP_SECONDS": "0.3"},
             stall_timeout="timedelta(minutes=6)",
             elastic_timeout_seconds=300,
             alerts=f"Alerts((FileNotifier(path={str(inbox)!r}),), queued_after=None)",
         ).test()
-    assert faults.fired == [25]
+    assert faults.fired == [15]
     assert states(dag_run) == {"pretrain": "success"}
     assert (seen["evicted"]["reason"], seen["preempted"]["reason"]) == ("Preempted", "InClusterQueue")
     report = xcom(dag_run, "pretrain")
-    assert report["final_step"] == 59
-    assert not report.get("already_at_target"), "the trainer finished its 60 steps before the preemption took it"
+    assert report["final_step"] == 49
+    assert not report.get("already_at_target"), "the trainer finished its 50 steps before the preemption took it"
     assert report["full_restarts"] == 0 and report["escalations"] == []
     assert report["slice_restarts"] == 0 and report["in_process_recoveries"] == 0
     [preemption] = report["preemptions"]
-    assert preemption["step"] >= 25 and preemption["restored_step"] % 10 == 0
+    assert preemption["step"] >= 15 and preemption["restored_step"] % 10 == 0
     assert 0 <= preemption["steps_lost"] <= 10  # at most one checkpoint period
     assert preemption["readmitted_at"] > preemption["at"]
     assert preemption["reason"].startswith("Preempted")
@@ -428,111 +450,10 @@ def test_a_run_asking_more_than_its_queue_can_ever_hold_fails_at_once_and_leaves
     wait_for("the stage's JobSet deleted", lambda: admin.jobset(stage_jobset) is None, timeout=120)
 
 
-# Kueue's waitForPodsReady on this cluster for the next test: a slice not back within RECOVERY_TIMEOUT seconds gets
-# the whole JobSet evicted (PodsReadyTimeout), requeued after a 5 s backoff.
-RECOVERY_TIMEOUT = 10
-REPAIR_SECONDS = 30.0  # GKE's auto-repair of the slice's node pool: longer than Kueue's recoveryTimeout
-
-
-@pytest.fixture
-def pods_ready(cluster_connection: UpstreamCluster) -> Iterator[None]:
-    cluster_connection.faults.kueue_configuration(
-        {
-            "waitForPodsReady": {
-                "timeout": "10m",
-                "recoveryTimeout": f"{RECOVERY_TIMEOUT}s",
-                "requeuingStrategy": {"backoffBaseSeconds": 5, "backoffMaxSeconds": 10},
-            }
-        }
-    )
-    yield
-    cluster_connection.faults.kueue_configuration({})  # off again, as v0.17 is
-
-
-def test_a_slice_repair_outlasting_recovery_timeout_is_evicted_by_kueue_and_resumed_from_its_checkpoint(
-    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, pods_ready: None, tmp_path: Path
-) -> None:
-    """GKE repairs the node pool of one slice for longer than Kueue's ``recoveryTimeout``, with every other pool
-    held (another team's admitted run): Kueue evicts the whole JobSet for a PodsReady timeout while Pathways waits
-    for the slice in process. The run waits it out as a recovery of its own kind: the same JobSet, admitted again
-    after Kueue's backoff, resumes from its last committed checkpoint; no full restart, no slice restart (a repair's
-    drain is an eviction), the eviction named in the report and counted against max_pods_ready_evictions."""
-    run_name = "kueue-pods-ready"
-    holder = blocker("blocker-pods-ready", slices=2, priority="very-high")
-    holder["metadata"]["annotations"] = {ANNOTATION_EXCLUSIVE_TOPOLOGY: LABEL_GKE_NODEPOOL}  # a slice per pool
-    admin.create(holder)  # 2 of the 4 v5e-16 pools
-    wait_for("the blocker admitted", lambda: _admitted(admin, "blocker-pods-ready"))
-    seen: dict[str, Any] = {}
-
-    def repair_slice_1(faults: StepFaults) -> None:
-        pods = faults.core.list_namespaced_pod(
-            NS, label_selector=f"elastic-training.airflow.apache.org/run-name={run_name},jobset.sigs.k8s.io/job-index=1"
-        ).items
-        node = next(p.spec.node_name for p in pods if p.status.phase == "Running" and p.spec.node_name)
-        pool = (faults.core.read_node(node).metadata.labels or {})[LABEL_GKE_NODEPOOL]
-        seen["repair"] = faults.cluster.faults.repair_node_pool(pool, REPAIR_SECONDS)
-
-    def watch_the_eviction(stop: threading.Event) -> None:
-        found = wait_for("the run's JobSet", lambda: admin.jobsets_of_run(run_name) or stop.is_set(), timeout=300)
-        if found is True:
-            return
-        [jobset] = found
-        workload = wait_for(
-            "Kueue's PodsReady timeout",
-            lambda: (
-                (
-                    (w := admin.workload_of(jobset))
-                    and (c := condition(w, "Evicted"))
-                    and c["status"] == "True"
-                    and c["reason"] == "PodsReadyTimeout"
-                    and w
-                )
-                or stop.is_set()
-            ),
-            timeout=600,
-        )
-        if workload is True:
-            return
-        seen["evicted"] = condition(workload, "Evicted")
-        seen["evictions"] = ((workload.get("status") or {}).get("schedulingStats") or {}).get("evictions")
-        seen["requeue_state"] = (workload.get("status") or {}).get("requeueState")
-
-    with (
-        Background(watch_the_eviction),
-        StepFaults(cluster_connection, run_name).at(25, repair_slice_1) as faults,
-    ):
-        dag_run = queued_dag(
-            "kueue_pods_ready",
-            tmp_path,
-            # 0.3 s a step: still training when the repair starts, and the steps after it take a while.
-            local_env={"LOCAL_STEP_SECONDS": "0.3"},
-            kueue_recovery_timeout=float(RECOVERY_TIMEOUT),  # the operator cannot read the ConfigMap here
-            stall_timeout="timedelta(minutes=6)",
-        ).test()
-    assert faults.fired == [25], faults.errors
-    assert states(dag_run) == {"pretrain": "success"}
-    assert seen["evicted"]["message"].startswith("Exceeded the PodsReady timeout default/jobset-")
-    # The slice failed after the pods were ready: Kueue's recoveryTimeout evicted it, not the start's timeout.
-    assert seen["evictions"] == [{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForRecovery", "count": 1}]
-    assert seen["requeue_state"]["count"] == 1
-    report = xcom(dag_run, "pretrain")
-    assert report["final_step"] == 59
-    # Nothing spent: no full restart, no slice restart (the repair's drain is an eviction), no preemption counted.
-    assert report["full_restarts"] == 0 and report["escalations"] == [] and report["slice_restarts"] == 0
-    assert (report["pods_ready_evictions"], report["evictions"], report["preemption_count"]) == (1, 1, 0)
-    [eviction] = report["preemptions"]
-    assert eviction["eviction"] == "pods_ready_timeout" and eviction["reason"].startswith("PodsReadyTimeout")
-    assert eviction["step"] >= 25 and eviction["restored_step"] % 10 == 0
-    assert 0 <= eviction["steps_lost"] <= 10  # resumed from its last committed checkpoint
-    assert eviction["readmitted_at"] > eviction["at"] and eviction["recreated"] is False
-    assert report["budgets"]["max_pods_ready_evictions"] == 3
-    assert report["budgets"]["pods_ready_recovery_timeout_seconds"] == RECOVERY_TIMEOUT
-    assert len(jobsets_of(cluster_connection, run_name)) == 1  # the same JobSet, resumed
-
-
 # -- flex-start (xpk --flex: the dws-prov admission check and its ProvisioningRequest) -----------------------------
-# Last in the module: they make two of its cluster's v5e-16 pools queued-provisioning ones for good (only a
-# ProvisioningRequest brings their nodes back), which a later run outside the flex queue could not schedule on.
+# After the tests on v5e-16 slices outside the flex queue: they make two of its cluster's v5e-16 pools
+# queued-provisioning ones for good (only a ProvisioningRequest brings their nodes back), which a later run outside
+# the flex queue could not schedule on (the pods-ready test after them takes the single-host pool).
 
 FLEX_QUEUE = "flex-queue"
 FLEX_POOLS = ("tpu-v5e-16-2", "tpu-v5e-16-3")  # made queued-provisioning pools: no nodes until a request takes them
@@ -554,7 +475,7 @@ def _flex(admin: Cluster, cluster: UpstreamCluster) -> None:
     for pool in FLEX_POOLS:
         cluster.faults.provision_on_demand(pool, 5.0, queued=True)
     create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
-    quotas = [
+    quotas: list[tuple[list[str], str, dict[str, Any]]] = [
         ([TPU_RESOURCE], "4xv5litepod-16", {TPU_RESOURCE: 32}),
         (["cpu", "memory"], "cpu-user", {"cpu": 480, "memory": "2000G"}),
     ]
@@ -616,17 +537,18 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
             "its Workload deactivated", lambda: (w := admin.workload_of(jobset)) and is_true(w, "Evicted") and w
         )
 
-    with StepFaults(cluster_connection, run_name).at(25, revoke) as faults:
-        # 0.3 s a step: the 34 steps after step 25 outlast the revocation (a ProvisioningRequest listed, its nodes
+    with StepFaults(cluster_connection, run_name).at(6, revoke) as faults:
+        # 0.3 s a step: the 34 steps after step 6 outlast the revocation (a ProvisioningRequest listed, its nodes
         # removed) by 10 s on a loaded machine, as the preemption test's must outlast Kueue's preemption.
         dag_run = queued_dag(
             "kueue_flex_revoked",
             tmp_path,
+            steps=40,
             queue_name="flex",
             queue_timeout=15.0,
             local_env={"LOCAL_STEP_SECONDS": "0.3"},
         ).test()
-    assert faults.fired == [25]
+    assert faults.fired == [6]
     assert len(revoked["nodes"]) == 8  # both slices' hosts
     assert states(dag_run) == {"pretrain": "failed"}
     workload = revoked["workload"]
@@ -641,3 +563,116 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
     assert report["failure"].startswith("Kueue will not admit the JobSet again: it was deactivated")
     assert "queue_timeout" not in report["failure"]
     assert "Rejected: the flex-start VMs were reclaimed" in report["failure"]
+
+
+# -- Kueue's waitForPodsReady (last in the module: Kueue restarted with a configuration of the test's own) ----------
+# A slice not back within RECOVERY_TIMEOUT seconds gets the whole JobSet evicted (PodsReadyTimeout), requeued after a
+# 5 s backoff. Kueue's own configuration is not put back after it (another restart): the cluster is marked
+# reconfigured (UpstreamCluster.kueue_reconfigured), so the next module gets a new one; a test of this module run
+# after it gets Kueue's own back first (the ``admin`` fixture).
+RECOVERY_TIMEOUT = 10
+REPAIR_SECONDS = 30.0  # GKE's auto-repair of the slice's node pool: longer than Kueue's recoveryTimeout
+# The run's one slice is the cluster's single-host v5e pool (2x2: one host of 4 chips; the only pool of its shape, so
+# the slice can come back only where it was). A drained 4-host v5e-16 slice would leave its worker Job 4 failed pods,
+# and the Job controller's back-off (10 s, doubled for each) would hold its pods 80 s past the repair's start.
+TPU_TYPE, TPU_TOPOLOGY, SINGLE_HOST_POOL = "v5e", "2x2", "tpu-v5e-4"
+
+
+@pytest.fixture
+def pods_ready(cluster_connection: UpstreamCluster) -> None:
+    cluster_connection.faults.kueue_configuration(
+        {
+            "waitForPodsReady": {
+                "timeout": "10m",
+                "recoveryTimeout": f"{RECOVERY_TIMEOUT}s",
+                "requeuingStrategy": {"backoffBaseSeconds": 5, "backoffMaxSeconds": 10},
+            }
+        }
+    )
+    _pods_ready_on[:] = [cluster_connection]
+
+
+def _watch_the_pods_ready_eviction(admin: Cluster, run_name: str, seen: dict[str, Any], stop: threading.Event) -> None:
+    """Kueue's PodsReady eviction of the run's Workload, as it was then (``seen``)."""
+    found = wait_for("the run's JobSet", lambda: admin.jobsets_of_run(run_name) or stop.is_set(), timeout=300)
+    if found is True:
+        return
+    [jobset] = found
+    workload = wait_for(
+        "Kueue's PodsReady timeout",
+        lambda: (
+            (
+                (w := admin.workload_of(jobset))
+                and (c := condition(w, "Evicted"))
+                and c["status"] == "True"
+                and c["reason"] == "PodsReadyTimeout"
+                and w
+            )
+            or stop.is_set()
+        ),
+        timeout=600,
+    )
+    if workload is True:
+        return
+    seen["evicted"] = condition(workload, "Evicted")
+    seen["evictions"] = ((workload.get("status") or {}).get("schedulingStats") or {}).get("evictions")
+    seen["requeue_state"] = (workload.get("status") or {}).get("requeueState")
+
+
+def test_a_slice_repair_outlasting_recovery_timeout_is_evicted_by_kueue_and_resumed_from_its_checkpoint(
+    airflow_db: None, cluster_connection: UpstreamCluster, admin: Cluster, pods_ready: None, tmp_path: Path
+) -> None:
+    """GKE repairs the node pool of the run's slice for longer than Kueue's ``recoveryTimeout``, with no other pool
+    for the slice to go to: Kueue evicts the whole JobSet (the Pathways head too) for a PodsReady timeout while
+    Pathways waits for the slice in process. The run waits it out as a recovery of its own kind: the same JobSet,
+    admitted again after Kueue's backoff, resumes from its last committed checkpoint; no full restart, no slice
+    restart (a repair's drain is an eviction), the eviction named in the report and counted against
+    max_pods_ready_evictions."""
+    run_name = "kueue-pods-ready"
+    seen: dict[str, Any] = {}
+
+    def repair_the_slice(faults: StepFaults) -> None:
+        selector = (
+            f"elastic-training.airflow.apache.org/run-name={run_name},jobset.sigs.k8s.io/replicatedjob-name=worker"
+        )
+        pods = faults.core.list_namespaced_pod(NS, label_selector=selector).items
+        node = next(p.spec.node_name for p in pods if p.status.phase == "Running" and p.spec.node_name)
+        pool = (faults.core.read_node(node).metadata.labels or {})[LABEL_GKE_NODEPOOL]
+        seen["repair"] = faults.cluster.faults.repair_node_pool(pool, REPAIR_SECONDS)
+
+    with (
+        Background(lambda stop: _watch_the_pods_ready_eviction(admin, run_name, seen, stop)),
+        StepFaults(cluster_connection, run_name).at(15, repair_the_slice) as faults,
+    ):
+        dag_run = queued_dag(
+            "kueue_pods_ready",
+            tmp_path,
+            steps=40,
+            num_slices=1,
+            tpu_type=TPU_TYPE,
+            tpu_topology=TPU_TOPOLOGY,
+            # 0.3 s a step: still training when the repair starts (its 25 steps after step 15 outlast the drain).
+            local_env={"LOCAL_STEP_SECONDS": "0.3"},
+            kueue_recovery_timeout=float(RECOVERY_TIMEOUT),  # the operator cannot read the ConfigMap here
+            stall_timeout="timedelta(minutes=6)",
+        ).test()
+    assert faults.fired == [15], faults.errors
+    assert seen["repair"]["nodePool"] == SINGLE_HOST_POOL and len(seen["repair"]["evictedPods"]) == 1
+    assert states(dag_run) == {"pretrain": "success"}
+    assert seen["evicted"]["message"].startswith("Exceeded the PodsReady timeout default/jobset-")
+    # The slice failed after the pods were ready: Kueue's recoveryTimeout evicted it, not the start's timeout.
+    assert seen["evictions"] == [{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForRecovery", "count": 1}]
+    assert seen["requeue_state"]["count"] == 1
+    report = xcom(dag_run, "pretrain")
+    assert report["final_step"] == 39
+    # Nothing spent: no full restart, no slice restart (the repair's drain is an eviction), no preemption counted.
+    assert report["full_restarts"] == 0 and report["escalations"] == [] and report["slice_restarts"] == 0
+    assert (report["pods_ready_evictions"], report["evictions"], report["preemption_count"]) == (1, 1, 0)
+    [eviction] = report["preemptions"]
+    assert eviction["eviction"] == "pods_ready_timeout" and eviction["reason"].startswith("PodsReadyTimeout")
+    assert eviction["step"] >= 15 and eviction["restored_step"] % 10 == 0
+    assert 0 <= eviction["steps_lost"] <= 10  # resumed from its last committed checkpoint
+    assert eviction["readmitted_at"] > eviction["at"] and eviction["recreated"] is False
+    assert report["budgets"]["max_pods_ready_evictions"] == 3
+    assert report["budgets"]["pods_ready_recovery_timeout_seconds"] == RECOVERY_TIMEOUT
+    assert len(jobsets_of(cluster_connection, run_name)) == 1  # the same JobSet, resumed
