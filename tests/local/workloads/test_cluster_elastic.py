@@ -7,7 +7,7 @@ of its own JobSet (found from its labels through the downward API) through the c
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,18 +27,10 @@ _LIVE = re.compile(r"completed step: (\d+), .*live slice count: (\d+)")
 CLUSTER_DESCRIPTION = "v5e-small"
 
 
-@pytest.fixture(scope="module")
-def drill(cluster: UpstreamCluster) -> Iterator[SliceKillDrill]:
-    with SliceKillDrill(cluster) as running:
-        yield running
-
-
-def _kill_slice_1(
-    drill: SliceKillDrill, tmp_path: Path, name: str, *keys: str, hold_file: Path | None = None
-) -> DrillObservation:
-    plan = DrillPlan(
+def _plan(base: Path, name: str, *keys: str, hold_file: Path | None = None) -> DrillPlan:
+    return DrillPlan(
         name=name,
-        base_output_directory=tmp_path,
+        base_output_directory=base,
         train_keys=[
             "steps=300",
             "checkpoint_period=20",
@@ -58,8 +50,37 @@ def _kill_slice_1(
         # 12 ms a step a run finished them all in 4.6 s, before it saw the lost slice).
         extra_env={**COMPILATION_CACHE_ENV, "LOCAL_STEP_SECONDS": "0.05"},
     )
-    seen = drill.run(plan)
-    (tmp_path / "head.log").write_text(seen.head_log + f"\nKILLED_AT {seen.killed_at} {seen.killed_pod}\n")
+
+
+def _drill(cluster: UpstreamCluster, plan: DrillPlan) -> DrillObservation:
+    with SliceKillDrill(cluster) as drill:  # its own API client: the two drills run on two threads
+        seen = drill.run(plan)
+    (plan.base_output_directory / "head.log").write_text(
+        seen.head_log + f"\nKILLED_AT {seen.killed_at} {seen.killed_pod}\n"
+    )
+    return seen
+
+
+@pytest.fixture(scope="module")
+def drills(
+    cluster: UpstreamCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[DrillPlan, DrillObservation]]:
+    """Both drills at once, each its own JobSet (they ask for no TPU and fit the CPU pool together): the module waits
+    for the longer one, not for one after the other."""
+    pause = tmp_path_factory.mktemp("pause-resume")
+    resize = tmp_path_factory.mktemp("replica-resize")
+    plans = {
+        "pause-resume": _plan(pause, "pause-resume"),
+        "replica-resize": _plan(
+            resize, "replica-resize", "elastic_min_slice_count=1", hold_file=resize / "slice-1-stays-down"
+        ),
+    }
+    with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+        futures = {name: pool.submit(_drill, cluster, plan) for name, plan in plans.items()}
+        return {name: (plans[name], future.result()) for name, future in futures.items()}
+
+
+def _finished_in_the_same_process(plan: DrillPlan, seen: DrillObservation) -> DrillObservation:
     assert seen.terminal_state == "Completed"
     assert seen.head_pod_kept and seen.head_restarts == 0  # the same trainer process throughout
     assert seen.jobset_status.get("restarts", 0) == 0
@@ -67,8 +88,10 @@ def _kill_slice_1(
     return seen
 
 
-def test_deleting_a_worker_pod_recovers_in_the_same_trainer_process(drill: SliceKillDrill, tmp_path: Path) -> None:
-    seen = _kill_slice_1(drill, tmp_path, "pause-resume")
+def test_deleting_a_worker_pod_recovers_in_the_same_trainer_process(
+    drills: dict[str, tuple[DrillPlan, DrillObservation]],
+) -> None:
+    seen = _finished_in_the_same_process(*drills["pause-resume"])
     assert [m[1] for m in ELASTIC_ATTEMPT_RE.finditer(seen.head_log)] == ["1", "2"]
     assert SUFFICIENT_SLICES_RE.findall(seen.head_log) == [("2", "2"), ("2", "2")]
     assert len(seen.worker_pods[1]) == 2 and len(seen.worker_pods[0]) == 1  # slice 1 was replaced
@@ -88,9 +111,8 @@ def test_deleting_a_worker_pod_recovers_in_the_same_trainer_process(drill: Slice
     assert steps[-1] == 299
 
 
-def test_replica_resize_finishes_on_fewer_slices(drill: SliceKillDrill, tmp_path: Path) -> None:
-    hold = tmp_path / "slice-1-stays-down"
-    seen = _kill_slice_1(drill, tmp_path, "replica-resize", "elastic_min_slice_count=1", hold_file=hold)
+def test_replica_resize_finishes_on_fewer_slices(drills: dict[str, tuple[DrillPlan, DrillObservation]]) -> None:
+    seen = _finished_in_the_same_process(*drills["replica-resize"])
     assert SUFFICIENT_SLICES_RE.findall(seen.head_log)[-1] == ("1", "1")
     [record] = seen.records
     assert record["active_slices"] == [0] and record["slices_before"] == [0, 1]
