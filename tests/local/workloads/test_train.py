@@ -115,9 +115,10 @@ def test_resume_after_kill_9_loses_at_most_a_period_plus_the_save_in_flight(
     _assert_all_valid(tmp_path / "k", [*range(0, 60, period), 59])
 
 
-def test_crash_during_async_save_leaves_that_step_unused(tmp_path: Path, small_model: list[str]) -> None:
+def test_crash_during_async_save_leaves_that_step_unused_and_fires_once(tmp_path: Path, small_model: list[str]) -> None:
     args = [f"base_output_directory={tmp_path}", "run_name=c", "steps=30", "checkpoint_period=10", *small_model]
-    crashed = run_module("elastic_training.local.workloads.train", args, LOCAL_FAULT_KILL_DURING_SAVE_STEP="20")
+    env = {KILL_DURING_SAVE_ENV: "20", KILL_DURING_SAVE_ONCE_ENV: "1"}
+    crashed = run_module("elastic_training.local.workloads.train", args, **env)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     assert ASYNC_SAVE_STARTED_RE.findall(crashed.stdout) == ["0", "10", "20"]
     assert f"Fault injection ({KILL_DURING_SAVE_ENV}): killing the process before the commit marker" in crashed.stdout
@@ -133,8 +134,10 @@ def test_crash_during_async_save_leaves_that_step_unused(tmp_path: Path, small_m
     assert half is not None and previous is not None
     assert {f.code for f in half.problems} == {Problem.COMMIT_MARKER_MISSING, Problem.COMMIT_TIMESTAMP_MISSING}
     assert half.items == previous.items  # the same arrays as a committed step
+    assert (run / "local-fault-killed-during-save-20").is_file()  # the once marker: the next run saves step 20
 
-    resumed = run_module("elastic_training.local.workloads.train", args)
+    # A rerun with the same environment (a full restart keeps the JobSet's env) does not fire again.
+    resumed = run_module("elastic_training.local.workloads.train", args, **env)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]  # never the half-written 20
     assert _steps(resumed.stdout) == list(range(11, 30))
@@ -182,20 +185,6 @@ def test_defaults_synchronous_saves_retention_and_no_final_save(tmp_path: Path) 
     # max_num_checkpoints_to_keep=2: only the newest two committed steps remain.
     assert _committed(tmp_path / "s" / "checkpoints") == [5, 10]
     assert sorted(p.name for p in (tmp_path / "s" / "checkpoints").iterdir() if p.name.isdigit()) == ["10", "5"]
-
-
-def test_kill_during_save_once_fires_in_the_first_run_only(tmp_path: Path, small_model: list[str]) -> None:
-    args = [f"base_output_directory={tmp_path}", "run_name=o", "steps=30", "checkpoint_period=10", *small_model]
-    env = {KILL_DURING_SAVE_ENV: "20", KILL_DURING_SAVE_ONCE_ENV: "1"}
-    crashed = run_module("elastic_training.local.workloads.train", args, **env)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
-    assert (tmp_path / "o" / "local-fault-killed-during-save-20").is_file()
-
-    # A rerun with the same environment (a full restart keeps the JobSet's env) saves step 20 this time.
-    resumed = run_module("elastic_training.local.workloads.train", args, **env)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert RESTORING_STEP_RE.findall(resumed.stdout) == ["10"]
-    assert _committed(tmp_path / "o" / "checkpoints") == [0, 10, 20, 29]
 
 
 def test_kill_during_save_or_later_fires_in_the_first_save_at_or_after_its_step(
