@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -121,16 +122,59 @@ def test_the_scale_form_compares_the_two_watch_triggerers() -> None:
     assert "over the window 2.0, 2.0, 2.0 -> 3.0, 3.0, 3.0" in text
 
 
+TINY_RUNS = {
+    # 2 JobSets, the polling baseline beside the watch trigger
+    "polling": ["--jobsets", "2", "--window", "3", "--deletes", "2", "--poll-interval", "2"],
+    # 2 of 4 JobSets queued by Kueue behind the 2 running ones, which the baseline triggerer watches alone
+    "queued": [
+        "--jobsets",
+        "4",
+        "--queued",
+        "0.5",
+        "--baseline",
+        "watch",
+        "--baseline-jobsets",
+        "2",
+        "--window",
+        "3",
+        "--deletes",
+        "2",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[int, str, str, Path]]]:
+    """Both tiny runs, started together: each has its own cluster, and most of a run's wall time is waiting (for
+    its cluster, its pods, its triggerers' start), so side by side they take little more than one. Their output
+    goes to files: a pipe nobody reads while the other run is awaited could fill and stall a run."""
+    root = tmp_path_factory.mktemp("trigger-watch")
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name, argv in TINY_RUNS.items():
+            command = [sys.executable, "-m", "benchmarks.trigger_watch", *argv, "--json", str(root / f"{name}.json")]
+            with (root / f"{name}.out").open("wb") as stdout, (root / f"{name}.err").open("wb") as stderr:
+                started[name] = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=stderr)
+        done = {}
+        for name, child in started.items():
+            child.wait(timeout=600)
+            text = {part: (root / f"{name}.{part}").read_text(errors="replace") for part in ("out", "err")}
+            done[name] = (child.returncode, text["out"], text["err"], root / f"{name}.json")
+        yield done
+    finally:
+        for child in started.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
 @pytest.mark.slow
-def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
-    out = tmp_path / "result.json"
-    command = [sys.executable, "-m", "benchmarks.trigger_watch", "--jobsets", "2", "--window", "3"]
-    command += ["--deletes", "2", "--poll-interval", "2", "--json", str(out)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+def test_tiny_run_reports_both_triggers(tiny_runs: dict[str, tuple[int, str, str, Path]]) -> None:
+    returncode, stdout, stderr, out = tiny_runs["polling"]
+    assert returncode == 0, stderr[-4000:]
     result = json.loads(out.read_text())
-    assert "| `JobSetTrigger` (watch) | 2 (0) | 2/2 |" in done.stdout
-    assert done.stdout.startswith(markdown(result).splitlines()[0])
+    assert "| `JobSetTrigger` (watch) | 2 (0) | 2/2 |" in stdout
+    assert stdout.startswith(markdown(result).splitlines()[0])
 
     for kind in ("watch", "polling"):
         row = result["triggerers"][kind]
@@ -155,13 +199,10 @@ def test_tiny_run_reports_both_triggers(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_tiny_queued_run_beside_a_watch_baseline(tmp_path: Path) -> None:
+def test_tiny_queued_run_beside_a_watch_baseline(tiny_runs: dict[str, tuple[int, str, str, Path]]) -> None:
     """2 of 4 JobSets queued by Kueue behind the 2 running ones, which the baseline triggerer watches alone."""
-    out = tmp_path / "result.json"
-    command = [sys.executable, "-m", "benchmarks.trigger_watch", "--jobsets", "4", "--queued", "0.5"]
-    command += ["--baseline", "watch", "--baseline-jobsets", "2", "--window", "3", "--deletes", "2", "--json", str(out)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+    returncode, _, stderr, out = tiny_runs["queued"]
+    assert returncode == 0, stderr[-4000:]
     result = json.loads(out.read_text())
     assert (result["jobsets"], result["queued"]) == (4, 2)
     assert "insufficient unused quota for cpu in flavor bench-flavor" in result["pending_message"]
