@@ -30,7 +30,9 @@ def workdir() -> Iterator[Path]:
 def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     workdir: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "--workdir", str(workdir), "--steps", "60", "--kill-at-step", "25", "--samples", "8"]) == 0
+    # 40 steps, not the default 80: the killed slice (after step 15, restored from step 10) and every stage after
+    # it are the same, with 25 steps still to train once the drill fires.
+    assert main(["demo", "--workdir", str(workdir), "--steps", "40", "--kill-at-step", "15", "--samples", "8"]) == 0
     out = capfd.readouterr().out
     # On the embedded PostgreSQL by default (docs/deploy.md, section D), stopped before the cluster.
     home = workdir / "airflow"
@@ -57,7 +59,7 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
         assert re.search(rf"{re.escape(part)} +: [0-9.]+ s \(", out), part
     assert re.search(r"after the last step \(tail\): [0-9.]+ s \(final checkpoint save", out)
     assert re.search(r"goodput [0-9.]+ = [0-9.]+ s of steps kept / [0-9.]+ s holding capacity", out)
-    assert "Validated checkpoint : step 59 at " in out
+    assert "Validated checkpoint : step 39 at " in out
     assert re.search(r"Evaluation metrics   : lambada_openai loss [0-9.]+, perplexity [0-9.]+, accuracy [0-9.]+%", out)
     assert "Synthetic samples    : 8 in " in out
     assert "Result: OK: every stage succeeded; 1 in-process recovery" in out
@@ -83,7 +85,7 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     # What the stages wrote stays in the given work directory; Airflow's own log went to a file.
     assert (
         len(
-            (next((workdir / "data").glob("demo-*")) / "synthetic" / "step_59" / "samples.jsonl")
+            (next((workdir / "data").glob("demo-*")) / "synthetic" / "step_39" / "samples.jsonl")
             .read_text()
             .splitlines()
         )
