@@ -54,7 +54,6 @@ LONGEST_FIRST = (
     "tests/operators/test_manifests_cluster.py",
     "tests/local/controlplane/test_control_plane.py",
     "tests/local/cluster/test_kueue_v5e.py",
-    "tests/local/gke/test_on_demand.py",
     "tests/operators/test_seed_scenarios.py",
     "tests/operators/test_real_maxtext_operator.py",
     "tests/benchmarks/test_chaos.py",  # one run since stop 50 (49 s idle), not the outage's (128 s)

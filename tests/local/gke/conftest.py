@@ -1,5 +1,9 @@
 """GKE's stand-ins under the real control plane: one :class:`UpstreamCluster` per test module, with the nodes of
-``flex.yaml`` (queued-provisioning pools, a pool provisioned on demand) and xpk's flex-start Kueue objects."""
+``flex.yaml`` (queued-provisioning pools, a pool provisioned on demand) and xpk's flex-start Kueue objects.
+
+Its own cluster, not the process's shared one (tests/support/shared_cluster.py): no other module asks for ``flex.yaml``,
+so taking the shared one would stop the process's cluster and make its next module start it again. The flex tests
+are one module (test_provisioning_requests.py), so they start it once."""
 
 from __future__ import annotations
 
