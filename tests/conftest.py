@@ -37,35 +37,38 @@ pytest_plugins = [
 # suite instead of alone at its end: a file of 60 s or more that comes late is what one process ends on while the
 # other idles (node-pool avoidance did, in the 2026-12-02 05:25 run).
 LONGEST_FIRST = (
-    "tests/plugin/test_browser_journey.py",  # with the two below: one unit (SHARED_UNITS)
+    # Session 58's order, from the durations of a fresh clone's run (ci6, load 6-10) less what that session cut:
+    # the four longest first, one for each process.
+    "tests/plugin/test_browser_journey.py",  # with the two below: one unit (SHARED_UNITS), ~390 s
     "tests/dags/test_alerts_stack.py",
     "tests/cli/test_airflow.py",
+    "tests/operators/test_seed_scenarios.py",  # two lost hosts on GKE's path (~2 min each)
     "tests/operators/test_elastic_operator_kueue.py",
-    # A lost host on real controllers: the node lifecycle's grace, pod GC's quarantine and the Job's back-off (~4 min).
-    "tests/local/cluster/test_gke_placement.py",
-    # On the upstream control plane (issue 51): a cluster's start and stop each, and the node lifecycle controller's
-    # 40 s grace for a lost host.
-    "tests/local/faults/test_faults.py",
-    "tests/local/nodeagent/test_pods.py",
-    "tests/local/cluster/test_cli_cluster.py",
-    "tests/local/gke/test_provisioning_requests.py",
+    "tests/operators/test_node_pool_avoidance.py",
+    "tests/local/cluster/test_gke_placement.py",  # a lost host on GKE's path
     "tests/operators/test_elastic_operator.py",
+    "tests/local/gke/test_provisioning_requests.py",  # its own flex cluster, pod GC's quarantine overlapped
+    "tests/operators/test_elastic_operator_rideouts.py",
+    "tests/benchmarks/test_chaos.py",
+    "tests/dags/test_pipelines.py",
+    "tests/packaging/test_wheel.py",
+    "tests/local/faults/test_faults.py",
+    "tests/operators/test_triggers.py",
+    "tests/plugin/test_real_run.py",
+    "tests/cli/test_private_clone.py",
+    "tests/operators/test_real_maxtext_operator.py",
+    "tests/cli/test_demo.py",
+    "tests/local/cluster/test_cli_cluster.py",
+    "tests/benchmarks/test_trigger_watch.py",
     "tests/local/nodeagent/test_nodes.py",
     "tests/operators/test_manifests_cluster.py",
+    "tests/local/workloads/test_cluster_elastic.py",
     "tests/local/controlplane/test_control_plane.py",
-    "tests/local/cluster/test_kueue_v5e.py",
-    "tests/operators/test_seed_scenarios.py",
-    "tests/operators/test_real_maxtext_operator.py",
-    "tests/benchmarks/test_chaos.py",  # one run since stop 50 (49 s idle), not the outage's (128 s)
-    "tests/operators/test_elastic_operator_rideouts.py",
     "tests/operators/test_elastic_operator_gcs.py",
-    "tests/packaging/test_wheel.py",
     "tests/local/workloads/test_gcs.py",
-    "tests/plugin/test_real_run.py",
-    "tests/benchmarks/test_trigger_watch.py",
-    "tests/operators/test_node_pool_avoidance.py",
+    "tests/local/cluster/test_kueue_v5e.py",
+    "tests/local/nodeagent/test_pods.py",
     "tests/operators/checkpoints/test_real_maxtext.py",
-    "tests/dags/test_pipelines.py",
     "tests/local/workloads/test_train.py",
     # make test-fast's longest (its selection has none of the above but the stack's unit): a file of 30-50 s that
     # starts last bounds its process (the 2026-12-02 09:36 run: 400 s of makespan against 335 s of durations each).
@@ -79,7 +82,6 @@ LONGEST_FIRST = (
     "tests/local/workloads/test_maxtext_synthesize.py",
     "tests/hostile/test_broken_environment.py",
     "tests/local/workloads/test_config.py",
-    "tests/operators/test_triggers.py",
     "tests/dags/test_dag_integrity.py",
     "tests/local/workloads/test_model.py",
     "tests/hostile/test_run_specs.py",
