@@ -7,17 +7,18 @@ hands each change to it:
 
 - a pod with a ``deletionTimestamp`` is stopped (SIGTERM, SIGKILL at ``deletionGracePeriodSeconds``); its worker
   writes the final status and deletes it with grace 0 and a UID precondition. One deleted before it ever ran is
-  deleted at once;
+  reported ``Failed`` and deleted at once;
 - a pod that disappears (a forced deletion, or one the watch's relist no longer finds) has its processes killed at
   once and nothing more written;
 - a pod that ended (``Succeeded``/``Failed``) is never started again, as the kubelet never restarts a terminal pod.
 
 A lost node's pods (:meth:`PodSync.lose_node`) have their processes killed and nothing written: its kubelet is gone.
-When the node comes back (:meth:`PodSync.restore_node`) a pod being deleted is deleted; one that is not is
-reported ``Failed``, its containers terminated ``ContainerStatusUnknown`` (exit 137), as the kubelet reports
-containers it cannot find. The real kubelet of a rebooted host would start ``OnFailure`` and ``Always`` containers
-again; a repaired TPU host comes back without its pods, which is the case this follows. Pods bound to a node while
-it was lost start when it comes back.
+When the node comes back (:meth:`PodSync.restore_node`) its pods are reported ``Failed``, their containers terminated
+``ContainerStatusUnknown`` (exit 137), as the kubelet reports containers it cannot find; one being deleted is then
+deleted (grace 0). The final status comes first, as the kubelet's: a Job with a ``podFailurePolicy`` keeps its pod's
+tracking finalizer until the pod is Failed. The real kubelet of a rebooted host would start ``OnFailure`` and
+``Always`` containers again; a repaired TPU host comes back without its pods, which is the case this follows. Pods
+bound to a node while it was lost start when it comes back.
 
 It does not admit pods (the scheduler's placement is trusted: no resource or taint check), and runs no probes.
 """
@@ -241,7 +242,7 @@ class PodSync:
             return
         if deleting:  # deleted before it ever ran here: nothing to stop
             self._finished.add(uid)
-            self._sink.delete_now(pod["metadata"]["namespace"], pod["metadata"]["name"], uid)
+            self._finish_deletion(pod)
             return
         if pod_is_terminal(pod):
             return
@@ -250,15 +251,28 @@ class PodSync:
         worker.start()
 
     def _settle_lost(self, pod: Obj) -> None:
-        """A pod whose processes died with its node: delete it if it is being deleted, else report it Failed."""
+        """A pod whose processes died with its node: report it Failed, and delete it if it is being deleted."""
         meta = pod["metadata"]
         uid = _uid(pod)
         self._lost_pods.discard(uid)
         self._sink.forget(uid)  # the node's kubelet writes again
-        if not meta.get("deletionTimestamp") and not pod_is_terminal(pod):
-            self._sink.write_status(meta["namespace"], meta["name"], uid, lost_pod_status(pod))
         if meta.get("deletionTimestamp"):
-            self._sink.delete_now(meta["namespace"], meta["name"], uid)
+            self._finish_deletion(pod)
+        elif not pod_is_terminal(pod):
+            self._sink.write_status(meta["namespace"], meta["name"], uid, lost_pod_status(pod))
+
+    def _finish_deletion(self, pod: Obj) -> None:
+        """A pod being deleted that has nothing (left) running here: its final status, then its grace-0 deletion.
+
+        As the kubelet's, the final status is terminal (``Failed`` unless it ended otherwise) before the pod is
+        deleted: a Job whose ``podFailurePolicy`` (or ``podReplacementPolicy: Failed``) waits for a Failed pod keeps
+        the pod's tracking finalizer until then, and the pod would stay Terminating for good.
+        """
+        meta = pod["metadata"]
+        uid = _uid(pod)
+        if not pod_is_terminal(pod):
+            self._sink.write_status(meta["namespace"], meta["name"], uid, lost_pod_status(pod))
+        self._sink.delete_now(meta["namespace"], meta["name"], uid)
 
     def _worker_exited(self, worker: PodWorker) -> None:
         self._workers.pop(worker.uid, None)

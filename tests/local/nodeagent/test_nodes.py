@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -28,6 +29,13 @@ UNREACHABLE = "node.kubernetes.io/unreachable"
 # promise is that the real node lifecycle controller marks a lost host, not after how long; 25 s still lets a lease
 # (renewed every 10 s) miss a renewal without the node being marked.
 NODE_MONITOR_GRACE_SECONDS = 25
+
+
+def _job(name: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """A Job of ``pod``'s spec whose ``podFailurePolicy`` makes the Job controller wait for a Failed pod."""
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
+    spec = {"backoffLimit": 0, "podFailurePolicy": policy, "template": {"spec": pod["spec"]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
 def _ready(node: client.V1Node) -> str:
@@ -83,13 +91,19 @@ def test_a_lost_host_is_marked_not_ready_by_the_node_lifecycle_controller_and_co
     for name in (kept, deleted):
         cluster.core.create_namespaced_pod(NS, shell_pod(name, "sleep 600", node=node, tolerations=[toleration]))
         running(cluster.core, name)
-    pids = cluster.agent.pids(NS, kept) + cluster.agent.pids(NS, deleted)
+    # A Job whose pod failure policy keeps its pod's tracking finalizer until the pod is Failed.
+    batch, job = client.BatchV1Api(cluster.core.api_client), unique("suspended")
+    batch.create_namespaced_job(NS, _job(job, shell_pod(job, "sleep 600", node=node, tolerations=[toleration])))
+    job_pod = wait_for(lambda: cluster.core.list_namespaced_pod(NS, label_selector=f"job-name={job}").items, 30)[0]
+    running(cluster.core, job_pod.metadata.name)
+    pids = [pid for name in (kept, deleted, job_pod.metadata.name) for pid in cluster.agent.pids(NS, name)]
 
     cluster.agent.lose_host(node)
 
     wait_for(lambda: not any(process_alive(pid) for pid in pids), timeout=10)
     assert cluster.core.read_namespaced_pod(kept, NS).status.phase == "Running"  # nobody reported it
     cluster.core.delete_namespaced_pod(deleted, NS)  # waits for the lost kubelet: Terminating
+    batch.patch_namespaced_job(job, NS, {"spec": {"suspend": True}})  # the Job controller deletes its pod so too
     started = time.monotonic()
 
     def not_ready() -> client.V1Node | None:
@@ -111,6 +125,8 @@ def test_a_lost_host_is_marked_not_ready_by_the_node_lifecycle_controller_and_co
 
     wait_for(ready_again, timeout=60, interval=0.5)
     wait_for(lambda: gone(cluster.core, deleted), timeout=30)
+    wait_for(lambda: gone(cluster.core, job_pod.metadata.name), timeout=30)
+    batch.delete_namespaced_job(job, NS, propagation_policy="Background")
     failed = pod_in_phase(cluster.core, kept, "Failed")
     terminated = failed.status.container_statuses[0].state.terminated
     assert (terminated.reason, terminated.exit_code) == ("ContainerStatusUnknown", 137)
