@@ -24,34 +24,21 @@ class ProcessError(RuntimeError):
     """A component exited or did not become ready; the message names it and quotes its log's last lines."""
 
 
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LOWEST_PICK = 10_000
-
-
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, below the kernel's ephemeral range.
+    """A port nothing listens on now, below the kernel's ephemeral range (from 10000).
 
-    A port is picked here and bound later by another process (etcd, Kueue, ...). The kernel's own pick (``bind`` to
-    0) comes from the ephemeral range, where any outgoing connection on the machine may take it as its local port in
-    between: on a loaded machine Kueue once found its webhook port so taken. Below that range only another explicit
-    pick can collide, and a random one rarely does."""
-    low = _ephemeral_low()
-    for _ in range(100):
-        port = random.randrange(LOWEST_PICK, low) if low > LOWEST_PICK + 1000 else 0
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-            return int(probe.getsockname()[1])
-    raise OSError(f"no free port on {host} between {LOWEST_PICK} and {low}")
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
+    The port is bound later by another process (etcd, Kueue, ...). The kernel's own pick (``bind`` to 0) is in the
+    ephemeral range, where an outgoing connection may take it as its local port meanwhile: on a loaded machine
+    Kueue once found its webhook port taken so. Below that range only another explicit pick can collide."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for _ in range(100):
+            low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+            with contextlib.suppress(OSError), socket.socket() as probe:
+                probe.bind((host, random.randrange(10_000, low)))
+                return int(probe.getsockname()[1])
+    with socket.socket() as probe:  # no such range here: the kernel's pick
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def log_tail(path: Path, lines: int = 5) -> str:
