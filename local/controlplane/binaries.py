@@ -216,19 +216,10 @@ def find_go(progress: Callable[[str], None] = print) -> str:
 
 def _pip_install_target(requirement: str, target: Path) -> None:
     partial = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent if target.parent.exists() else None))
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-deps",
-        "--target",
-        str(partial),
-        requirement,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    result = subprocess.run(
+        [*pip, "--no-deps", "--target", str(partial), requirement], capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
         last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]

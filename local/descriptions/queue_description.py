@@ -34,7 +34,7 @@ A description may carry (each entry is the upstream object's ``spec`` fields nex
           requeuingStrategy: {timestamp: Eviction, backoffBaseSeconds: 60, backoffMaxSeconds: 3600,
                               backoffLimitCount: 3}   # backoffLimitCount absent: requeued forever
 
-Here the section's shape is checked (known fields, names, no duplicates), and a ClusterQueue naming an undeclared
+Here the section's shape is checked (known sections, names, no duplicates), and a ClusterQueue naming an undeclared
 flavor or a LocalQueue naming an undeclared ClusterQueue is refused (upstream would accept and leave the queue
 inactive: in a description it is a typo). The objects' own fields are checked where they are on GKE: by
 kube-apiserver (Kueue's CRD schemas, defaults) and Kueue's webhooks when the cluster applies them at start, which
@@ -67,33 +67,16 @@ PRIORITY_CLASSES = ResourceType("scheduling.k8s.io/v1", "PriorityClass")
 PROVISIONING_REQUEST_CONFIGS = ResourceType("kueue.x-k8s.io/v1beta2", "ProvisioningRequestConfig")
 ADMISSION_CHECKS = ResourceType("kueue.x-k8s.io/v1beta2", "AdmissionCheck")
 
-_SECTIONS: dict[str, tuple[ResourceType, tuple[str, ...], bool]] = {
-    # section: (type, fields beside `name`, fields in `spec`?)
-    "resourceFlavors": (RESOURCE_FLAVORS, ("nodeLabels", "nodeTaints", "tolerations", "topologyName"), True),
-    "clusterQueues": (
-        CLUSTER_QUEUES,
-        (
-            "resourceGroups",
-            "cohortName",
-            "admissionChecks",
-            "admissionChecksStrategy",
-            "queueingStrategy",
-            "namespaceSelector",
-            "preemption",
-            "flavorFungibility",
-            "stopPolicy",
-        ),
-        True,
-    ),
-    "localQueues": (LOCAL_QUEUES, ("namespace", "clusterQueue", "stopPolicy"), True),
-    "workloadPriorityClasses": (WORKLOAD_PRIORITY_CLASSES, ("value", "description"), False),
-    "priorityClasses": (PRIORITY_CLASSES, ("value", "globalDefault", "description", "preemptionPolicy"), False),
-    "provisioningRequestConfigs": (
-        PROVISIONING_REQUEST_CONFIGS,
-        ("provisioningClassName", "parameters", "managedResources", "retryStrategy", "podSetUpdates"),
-        True,
-    ),
-    "admissionChecks": (ADMISSION_CHECKS, ("controllerName", "parameters"), True),
+# section: (type, fields in `spec`?). Each entry's fields beside its name go where the API has them; kube-apiserver
+# refuses an unknown one when the cluster applies it (server-side apply: "field not declared in schema").
+_SECTIONS: dict[str, tuple[ResourceType, bool]] = {
+    "resourceFlavors": (RESOURCE_FLAVORS, True),
+    "clusterQueues": (CLUSTER_QUEUES, True),
+    "localQueues": (LOCAL_QUEUES, True),
+    "workloadPriorityClasses": (WORKLOAD_PRIORITY_CLASSES, False),
+    "priorityClasses": (PRIORITY_CLASSES, False),
+    "provisioningRequestConfigs": (PROVISIONING_REQUEST_CONFIGS, True),
+    "admissionChecks": (ADMISSION_CHECKS, True),
 }
 
 
@@ -137,14 +120,14 @@ def parse_queues(raw: Any, where: str = "kueue") -> tuple[QueueObject, ...]:
             known = ", ".join((*_SECTIONS, CONFIGURATION))
             raise QueueDescriptionError(f"{where}.{key}: unknown field (known: {known})")
     objects: list[QueueObject] = []
-    for section, (rtype, fields, in_spec) in _SECTIONS.items():
+    for section, (rtype, in_spec) in _SECTIONS.items():
         entries = raw.get(section) or []
         if not isinstance(entries, list):
             raise QueueDescriptionError(f"{where}.{section}: must be a list")
         seen: set[tuple[str, str]] = set()
         for index, entry in enumerate(entries):
             here = f"{where}.{section}[{index}]"
-            body = _object(entry, rtype, fields, in_spec, here)
+            body = _object(entry, rtype, in_spec, here)
             key = (str(body["metadata"].get("namespace", "")), str(body["metadata"]["name"]))
             if key in seen:
                 raise QueueDescriptionError(f"{here}.name: duplicate {rtype.kind} {key[1]!r}")
@@ -154,12 +137,9 @@ def parse_queues(raw: Any, where: str = "kueue") -> tuple[QueueObject, ...]:
     return tuple(objects)
 
 
-def _object(entry: Any, rtype: ResourceType, fields: tuple[str, ...], in_spec: bool, here: str) -> dict[str, Any]:
+def _object(entry: Any, rtype: ResourceType, in_spec: bool, here: str) -> dict[str, Any]:
     if not isinstance(entry, Mapping):
-        raise QueueDescriptionError(f"{here}: must be a mapping with name and {', '.join(fields)}")
-    for key in entry:
-        if key != "name" and key not in fields:
-            raise QueueDescriptionError(f"{here}.{key}: unknown field (known: name, {', '.join(fields)})")
+        raise QueueDescriptionError(f"{here}: must be a mapping with a name and the {rtype.kind}'s fields")
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise QueueDescriptionError(f"{here}.name: required")

@@ -10,9 +10,9 @@ time moves only when the status flips. Kueue reads only those whose status is Tr
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
-Obj = dict[str, Any]
+from elastic_training.local.kube_objects import Obj
 
 ACCEPTED: Final = "Accepted"
 PROVISIONED: Final = "Provisioned"

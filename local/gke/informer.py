@@ -25,7 +25,8 @@ from kubernetes.client import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import HTTPError
 
-Obj = dict[str, Any]
+from elastic_training.local.kube_objects import Obj
+
 Handler = Callable[[str, Obj], None]
 WATCH_SECONDS = 240
 BACKOFF_INITIAL, BACKOFF_CAP = 0.2, 10.0

@@ -21,7 +21,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-Obj = dict[str, Any]
+from elastic_training.local.kube_objects import Obj as Obj  # re-exported: the modules beside use it from here
+
 _EFFECTS = ("NoSchedule", "NoExecute")
 
 

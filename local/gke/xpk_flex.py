@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-Obj = dict[str, Any]
+from elastic_training.local.kube_objects import Obj
+
 CHECK, CONFIG = "dws-prov", "dws-config"
 QUEUED_PROVISIONING_CLASS = "queued-provisioning.gke.io"
 LABEL_PROVISIONING_REQUEST = "autoscaling.gke.io/provisioning-request"

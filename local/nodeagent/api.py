@@ -18,9 +18,8 @@ from typing import Any, Final
 
 import aiohttp
 
+from elastic_training.local.kube_objects import Obj as Obj  # re-exported: the modules beside use it from here
 from elastic_training.local.kubeconfig import read_endpoint
-
-Obj = dict[str, Any]
 
 STRATEGIC_MERGE: Final = "application/strategic-merge-patch+json"
 MERGE_PATCH: Final = "application/merge-patch+json"

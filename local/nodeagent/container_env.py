@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-Obj = dict[str, Any]
+from elastic_training.local.kube_objects import Obj
 
 _LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']*)'\]$")
 

@@ -17,8 +17,9 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
+from elastic_training.local.kube_objects import now_rfc3339
 from elastic_training.local.nodeagent.api import TRANSPORT_ERRORS, ApiClient, ApiStatusError, Obj
-from elastic_training.local.nodeagent.nodes import NODE_STATUS_REPORT_SECONDS, AgentNode, report_status, rfc3339
+from elastic_training.local.nodeagent.nodes import NODE_STATUS_REPORT_SECONDS, AgentNode, report_status
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class Heartbeats:
         if not node.lost:
             return
         node.lost = False
-        node.ready_since = rfc3339()
+        node.ready_since = now_rfc3339()
         await self._beat_node(node, report=True)
 
     async def _run(self) -> None:

@@ -10,8 +10,8 @@ It does not decide whether the pod runs again: :mod:`elastic_training.local.node
 
 from __future__ import annotations
 
+from elastic_training.local.kube_objects import now_rfc3339
 from elastic_training.local.nodeagent.api import Obj
-from elastic_training.local.nodeagent.nodes import rfc3339
 
 UNKNOWN_REASON = "ContainerStatusUnknown"
 UNKNOWN_MESSAGE = "The container could not be located when the pod was terminated"
@@ -34,7 +34,7 @@ def _lost_container(status: Obj, now: str) -> Obj:
 
 def lost_pod_status(pod: Obj) -> Obj:
     """``pod``'s status as the kubelet reports it when none of its containers can be found: ``Failed``."""
-    now = rfc3339()
+    now = now_rfc3339()
     status: Obj = dict(pod.get("status") or {})
     for key in ("containerStatuses", "initContainerStatuses"):
         if key in status:

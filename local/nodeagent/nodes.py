@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from elastic_training.local.descriptions.cluster_description import ClusterDescription, node_object
+from elastic_training.local.kube_objects import now_rfc3339
 from elastic_training.local.nodeagent.api import STRATEGIC_MERGE, ApiClient, ApiStatusError, Obj
 
 NODE_STATUS_REPORT_SECONDS = 300.0  # the kubelet's nodeStatusReportFrequency (5 min while leases carry the heartbeat)
@@ -28,11 +28,6 @@ _PRESSURE_CONDITIONS = (
     ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
     ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 )
-
-
-def rfc3339(moment: datetime | None = None) -> str:
-    """A ``metav1.Time``: seconds precision, UTC."""
-    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -44,7 +39,7 @@ class AgentNode:
     port: int
     uid: str = ""
     lost: bool = False
-    ready_since: str = field(default_factory=rfc3339)  # the Ready condition's lastTransitionTime
+    ready_since: str = field(default_factory=now_rfc3339)  # the Ready condition's lastTransitionTime
     last_report: float = 0.0  # loop time of the last status write
 
     def status(self) -> Obj:
@@ -56,7 +51,7 @@ class AgentNode:
         return status
 
     def conditions(self) -> list[Obj]:
-        heartbeat = rfc3339()
+        heartbeat = now_rfc3339()
         conditions = [
             {
                 "type": kind,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -91,7 +92,26 @@ def test_the_audit_log_records_each_request_once(upstream: UpstreamCluster) -> N
     assert [(e.verb, e.namespace, e.username) for e in events] == [("list", "kube-system", "elastic-training-admin")]
 
 
-def test_a_queue_object_kueue_refuses_fails_the_start_naming_the_field_and_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("queues", "refusal"),
+    [
+        (
+            {"clusterQueues": [{"name": "cq", "queueingStrategy": "Random", "namespaceSelector": {}}]},
+            r"queueingStrategy.*Random|Random.*queueingStrategy",
+        ),
+        (  # a field the object does not have: server-side apply refuses it, as on GKE
+            {
+                "clusterQueues": [{"name": "cq", "namespaceSelector": {}}],
+                "localQueues": [{"name": "lq", "clusterQueue": "cq", "queue": "cq"}],
+            },
+            r"\.spec\.queue: field not declared in schema",
+        ),
+    ],
+    ids=["bad value", "unknown field"],
+)
+def test_a_queue_object_kueue_refuses_fails_the_start_naming_the_field_and_leaves_nothing(
+    tmp_path: Path, queues: dict[str, Any], refusal: str
+) -> None:
     # The description parser checks the section's shape; the objects' own fields are checked where they are on GKE,
     # by kube-apiserver's CRD schema and Kueue's webhooks, when the cluster applies them.
     description = parse_description(
@@ -99,15 +119,12 @@ def test_a_queue_object_kueue_refuses_fails_the_start_naming_the_field_and_leave
             "nodePools": [
                 {"name": "cpu", "machineType": "e2-standard-4", "nodeCount": 1, "cpu": "4", "memory": "16Gi"}
             ],
-            "kueue": {
-                "resourceFlavors": [{"name": "f"}],
-                "clusterQueues": [{"name": "cq", "queueingStrategy": "Random", "namespaceSelector": {}}],
-            },
+            "kueue": {"resourceFlavors": [{"name": "f"}], **queues},
         }
     )
     before = _components()
     cluster = UpstreamCluster(tmp_path, description=description, run_nodes=False)
-    with pytest.raises(ProcessError, match=r"queueingStrategy.*Random|Random.*queueingStrategy"):
+    with pytest.raises(ProcessError, match=refusal):
         cluster.start()
     assert _components() == before
     assert not cluster.kubeconfig_path.exists()

@@ -262,7 +262,6 @@ def test_a_description_without_kueue_has_no_queue_objects() -> None:
         ({"localQueues": [{"name": "lq", "clusterQueue": "nope"}]}, "clusterQueue 'nope' is not one of"),
         ({"resourceFlavors": [{"name": "other"}]}, "flavor 'v5e' is not one of kueue.resourceFlavors"),
         ({"colour": []}, "kueue.colour: unknown field"),
-        ({"localQueues": [{"name": "lq", "queue": "cq"}]}, "kueue.localQueues[0].queue: unknown field"),
     ],
 )
 def test_bad_kueue_sections_name_the_field(overrides: dict[str, Any], message: str) -> None:
