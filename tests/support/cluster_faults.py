@@ -11,7 +11,8 @@ from typing import Any
 from elastic_training.local.upstream_cluster import UpstreamCluster
 
 
-def _control(cluster: UpstreamCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def control(cluster: UpstreamCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST ``body`` to the fault endpoint's ``path`` as the admin, as ``elastic-training cluster fault`` does."""
     request = urllib.request.Request(
         f"{cluster.faults_url}/_local/faults/{path}",
         data=json.dumps(body).encode(),

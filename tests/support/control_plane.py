@@ -7,6 +7,7 @@ import os
 import uuid
 from typing import Any
 
+import psutil
 from kubernetes import client
 
 from elastic_training.operators.constants import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
@@ -201,3 +202,10 @@ def wait_processes_gone(pids: list[int], timeout: float = 30.0) -> None:
 def pods_of(core: client.CoreV1Api, selector: str) -> list[client.V1Pod]:
     items: list[client.V1Pod] = core.list_namespaced_pod(NS, label_selector=selector).items
     return items
+
+
+def control_plane_processes() -> set[int]:
+    """The pids of this process's control-plane children (etcd, kube-*, the managers) still running."""
+    names = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-controller", "kueue"}
+    children = psutil.Process().children(recursive=True)
+    return {c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and c.name() in names}

@@ -14,6 +14,7 @@ import pytest
 from elastic_training.local.controlplane.processes import ProcessError
 from elastic_training.local.descriptions.cluster_description import parse_description
 from elastic_training.local.upstream_cluster import UpstreamCluster
+from tests.support.control_plane import control_plane_processes
 
 
 @pytest.fixture(scope="module")
@@ -122,19 +123,12 @@ def test_a_queue_object_kueue_refuses_fails_the_start_naming_the_field_and_leave
             "kueue": {"resourceFlavors": [{"name": "f"}], **queues},
         }
     )
-    before = _components()
+    before = control_plane_processes()
     cluster = UpstreamCluster(tmp_path, description=description, run_nodes=False)
     with pytest.raises(ProcessError, match=refusal):
         cluster.start()
-    assert _components() == before
+    assert control_plane_processes() == before
     assert not cluster.kubeconfig_path.exists()
-
-
-def _components() -> set[int]:
-    """The pids of this process's control-plane children (etcd, kube-*, the managers) still running."""
-    names = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-controller", "kueue"}
-    children = psutil.Process().children(recursive=True)
-    return {c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and c.name() in names}
 
 
 def test_stopping_leaves_no_process_behind(upstream: UpstreamCluster) -> None:

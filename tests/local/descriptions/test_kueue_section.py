@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psutil
 import pytest
 
 from elastic_training.local.controlplane import binaries, configs
@@ -17,6 +16,7 @@ from elastic_training.local.descriptions.queue_description import (
     parse_queues,
 )
 from elastic_training.local.upstream_cluster import UpstreamCluster
+from tests.support.control_plane import control_plane_processes
 
 KUEUE = "kueue.x-k8s.io"
 
@@ -86,7 +86,7 @@ def test_a_configuration_kueue_refuses_fails_the_start_with_its_message_and_leav
             },
         }
     )
-    before = _components()
+    before = control_plane_processes()
     cluster = UpstreamCluster(tmp_path, description=description, run_nodes=False)
     with pytest.raises(KueueConfigurationError) as refused:
         cluster.start()
@@ -94,12 +94,5 @@ def test_a_configuration_kueue_refuses_fails_the_start_with_its_message_and_leav
         "Kueue refused its Configuration: waitForPodsReady.requeuingStrategy.timestamp: "
         'Unsupported value: "Bogus": supported values: "Creation", "Eviction"'
     )
-    assert _components() == before
+    assert control_plane_processes() == before
     assert not cluster.kubeconfig_path.exists()
-
-
-def _components() -> set[int]:
-    """The pids of this process's control-plane children (etcd, kube-*, the managers) still running."""
-    names = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-controller", "kueue"}
-    children = psutil.Process().children(recursive=True)
-    return {c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and c.name() in names}

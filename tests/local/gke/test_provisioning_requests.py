@@ -15,8 +15,6 @@ revoked nodes' names).
 
 from __future__ import annotations
 
-import json
-import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ import pytest
 from kubernetes import client
 
 from elastic_training.local.upstream_cluster import UpstreamCluster
+from tests.support.cluster_faults import control
 from tests.support.control_plane import NS, JobSets, unique
 from tests.support.flex import FLEX_NODE_SELECTOR, LABEL_PROVISIONING_REQUEST, provisioning_requests
 from tests.support.gke_flex import (
@@ -139,12 +138,12 @@ def test_the_fault_takes_an_idle_pools_nodes_away_until_a_pod_asks(k8s: K8s, clu
     k8s.core.create_namespaced_pod(NS, _pod(busy, "spare"))
     wait_for(lambda: _phase(k8s, busy) == "Running", 60)
     with pytest.raises(urllib.error.HTTPError) as refused:
-        _fault(cluster, "provision-on-demand", {"nodePool": "spare", "seconds": 1})
+        control(cluster, "provision-on-demand", {"nodePool": "spare", "seconds": 1})
     assert refused.value.code == 400
     assert f"node pool spare runs 1 pod(s) (default/{busy})" in refused.value.read().decode()
     k8s.core.delete_namespaced_pod(busy, NS, grace_period_seconds=0)
     wait_for(lambda: not k8s.core.list_namespaced_pod(NS, field_selector=f"metadata.name={busy}").items, 60)
-    answer = _fault(cluster, "provision-on-demand", {"nodePool": "spare", "seconds": 1})
+    answer = control(cluster, "provision-on-demand", {"nodePool": "spare", "seconds": 1})
     assert answer == {"nodePool": "spare", "nodes": ["gke-flex-spare-0"], "seconds": 1.0, "queued": False}
     assert _nodes(k8s, "spare") == []
     back = unique("back-on-spare")
@@ -165,7 +164,7 @@ def test_a_queued_pool_is_never_scaled_up_for_a_pod(k8s: K8s, cluster: UpstreamC
         60,
     )
     assert scheduled.reason == "Unschedulable"
-    answer = _fault(cluster, "provisioning", {"outcome": "delay", "seconds": 1})
+    answer = control(cluster, "provisioning", {"outcome": "delay", "seconds": 1})
     assert answer == {"outcome": "delay", "count": 1, "seconds": 1.0}
     assert cluster.faults.clear_provisioning_rules() == [{"outcome": "delay", "count": 1, "seconds": 1.0}]
     events = k8s.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}").items
@@ -287,23 +286,6 @@ def _nodes(k8s: K8s, pool: str) -> list[client.V1Node]:
 
 def _phase(k8s: K8s, name: str) -> str:
     return str(k8s.core.read_namespaced_pod(name, NS).status.phase)
-
-
-def _fault(cluster: UpstreamCluster, verb: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST to the fault endpoint with the admin's token, as ``elastic-training cluster fault`` does."""
-    request = urllib.request.Request(
-        f"https://127.0.0.1:{cluster.faults_port}/_local/faults/{verb}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={
-            "Authorization": f"Bearer {cluster.control_plane.identities['admin'].token}",
-            "Content-Type": "application/json",
-        },
-    )
-    context = ssl.create_default_context(cafile=str(cluster.ca_path))
-    with urllib.request.urlopen(request, timeout=60, context=context) as response:
-        answer: dict[str, Any] = json.loads(response.read())
-        return answer
 
 
 def _exists(k8s: K8s, pod: str) -> bool:
