@@ -31,8 +31,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     ephemeral range, where an outgoing connection may take it as its local port meanwhile: on a loaded machine
     Kueue once found its webhook port taken so. Below that range only another explicit pick can collide."""
     with contextlib.suppress(OSError, ValueError, IndexError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
         for _ in range(100):
-            low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
             with contextlib.suppress(OSError), socket.socket() as probe:
                 probe.bind((host, random.randrange(10_000, low)))
                 return int(probe.getsockname()[1])

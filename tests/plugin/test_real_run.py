@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import pytest
 
-from elastic_training.local.controlplane import processes
+from elastic_training.local.controlplane.processes import free_port
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.metrics import run_metrics
 from elastic_training.operators.run_report import RunReport
@@ -223,10 +223,6 @@ def test_extra_links_point_at_the_view(finished_run: Any) -> None:
 
 
 # ---- the browser ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    return processes.free_port()  # below the ephemeral range: no outgoing connection takes it before the bind
 
 
 def wait_http(url: str, timeout: float) -> None:

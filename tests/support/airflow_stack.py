@@ -53,10 +53,6 @@ ALERTS = "alerts.jsonl"
 NIGHTLY_DEADLINE = "20s"
 
 
-def _free_port() -> int:
-    return free_port()  # below the ephemeral range: an outgoing connection cannot take it before the server binds
-
-
 def _launcher_env(home: Path) -> dict[str, str]:
     """The user's environment, without the test session's Airflow settings (unit-test mode, its home)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_"))}
@@ -243,7 +239,7 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory, postgres_server: Run
     database of its own on the session's PostgreSQL server."""
     home = tmp_path_factory.mktemp("airflow-home")
     dags = _dags_folder(home / "dags", tmp_path_factory.mktemp("runs"))
-    port = _free_port()
+    port = free_port()
     output = home / "launcher.out"
     argv = [sys.executable, "-m", "elastic_training.cli", "airflow", "--port", str(port), "--home", str(home)]
     argv += ["--dags-folder", str(dags), "--startup-timeout", str(STARTUP_SECONDS), "--db", "external"]

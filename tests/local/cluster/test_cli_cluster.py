@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client, config
 
 from elastic_training.cli.main import main
-from elastic_training.local.controlplane import processes
+from elastic_training.local.controlplane.processes import free_port
 from elastic_training.local.kubeconfig import FAULTS_CONTEXT
 from tests.support.cluster_objects import pod
 from tests.support.control_plane import armed, process_alive, wait_armed
@@ -94,10 +94,6 @@ def _core(kubeconfig: Path) -> client.CoreV1Api:
     return core
 
 
-def _free_port() -> int:
-    return processes.free_port()  # below the ephemeral range: no outgoing connection takes it before the bind
-
-
 @contextmanager
 def _serve(*args: str, mark: str = "") -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``cluster up ARGS`` in the foreground; yields the process and the URL from its banner."""
@@ -147,7 +143,7 @@ def _up_with_flags(directory: Path, *extra: str) -> Iterator[Up]:
     kubeconfig, workdir, mark = directory / "kubeconfig", directory / "work", uuid.uuid4().hex
     with ExitStack() as stack:
         for attempt in range(3):  # someone else may take the free port before the CLI binds it
-            port = _free_port()
+            port = free_port()
             try:
                 args = ["--kubeconfig", str(kubeconfig), "--port", str(port), "--workdir", str(workdir), *extra]
                 process, url = stack.enter_context(_serve(*args, mark=mark))
@@ -318,7 +314,7 @@ def test_fault_without_a_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureF
     assert "cannot read the kubeconfig" in capsys.readouterr().err
     from elastic_training.local.kubeconfig import write_kubeconfig
 
-    stale = write_kubeconfig(tmp_path / "stale", f"http://127.0.0.1:{_free_port()}", "token")  # nothing listens
+    stale = write_kubeconfig(tmp_path / "stale", f"http://127.0.0.1:{free_port()}", "token")  # nothing listens
     assert main(["cluster", "fault", "--kubeconfig", str(stale), "show"]) == 2
     assert "no local cluster answers" in capsys.readouterr().err
 
