@@ -38,11 +38,8 @@ from elastic_training.local.faults.server import TOKEN_REVIEW_PATH, FaultServer,
 from elastic_training.local.gke import GkeStandIn, Rule
 from elastic_training.local.nodeagent import NodeAgent
 
-KUEUE_CONFIG_NAMESPACE, KUEUE_CONFIG_MAP, KUEUE_CONFIG_KEY = (
-    "kueue-system",
-    "kueue-manager-config",
-    "controller_manager_config.yaml",
-)
+KUEUE_CONFIG_NAMESPACE, KUEUE_CONFIG_MAP = "kueue-system", "kueue-manager-config"
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
 
 
 class UpstreamCluster:
@@ -61,9 +58,8 @@ class UpstreamCluster:
     ) -> None:
         self.description = description if isinstance(description, ClusterDescription) else load_description(description)
         self.workdir = workdir.resolve()
-        # The fault server's port, known before kube-apiserver starts: its token webhook is served there.
-        # Bound now and held until the fault server serves on it: kube-apiserver's token webhook names its port at
-        # start, and a port only picked (not held) meanwhile went to another process's pick (EADDRINUSE under load).
+        # The fault server's port serves kube-apiserver's token webhook, named at its start: bound now and held until
+        # the fault server serves on it (a port only picked meanwhile went to another process's pick under load).
         self._fault_socket = socket.create_server(("127.0.0.1", 0))
         self._fault_server_port = int(self._fault_socket.getsockname()[1])
         self.control_plane = ControlPlane(

@@ -107,6 +107,8 @@ class Informer:
         self._response = response
         started = time.monotonic()
         try:
+            if self._stopping.is_set():  # stop() ran before the response was there to shut down
+                return version
             for line in iter_resp_lines(response):
                 event = json.loads(line)
                 obj = event.get("object") or {}

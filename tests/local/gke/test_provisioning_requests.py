@@ -15,6 +15,8 @@ revoked nodes' names).
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from elastic_training.local.gke.informer import Informer
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from tests.support.cluster_faults import control
 from tests.support.control_plane import NS, JobSets, unique
@@ -297,3 +300,28 @@ def _exists(k8s: K8s, pod: str) -> bool:
             return False
         raise
     return True
+
+
+def test_an_informer_stopped_while_its_watch_opens_ends_at_once(k8s: K8s) -> None:
+    """The stand-ins' informer, stopped between its watch's request and its response: the watch, once open, is not
+    read. It was, until the server ended it 240 s later, so each cluster's stop waited 5 s for the thread and left
+    it running."""
+    loop = asyncio.new_event_loop()
+    stoppers: list[threading.Thread] = []
+
+    def list_pods(**kwargs: Any) -> Any:
+        response = k8s.core.list_namespaced_pod(NS, **kwargs)
+        if kwargs.get("watch"):
+            stoppers.append(threading.Thread(target=informer.stop))
+            stoppers[0].start()
+            stoppers[0].join(timeout=0.5)  # stop() found no response yet, and waits for this thread
+        return response
+
+    informer = Informer("stop-race", list_pods, loop, lambda kind, obj: None)
+    try:
+        informer.start()
+        wait_for(lambda: bool(stoppers), 30)
+        stoppers[0].join(timeout=30)
+        assert not [t for t in threading.enumerate() if t.name == "informer-stop-race"]
+    finally:
+        loop.close()
