@@ -32,8 +32,9 @@ class K8s:
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamCluster]:
     """A running local cluster (API, controllers, kubelet), shared by the tests of one module.
 
-    A module sets its nodes with ``CLUSTER_DESCRIPTION = ...`` (a ``ClusterDescription``, a YAML path or
-    a built-in name such as ``"v5e-small"``); without it the cluster has the single node ``local-node``.
+    A module sets its nodes with ``CLUSTER_DESCRIPTION = ...`` (a ``ClusterDescription``, a YAML path or a built-in
+    name); without it ``v5e-small``, as most modules': a worker process then starts its cluster once, not at each
+    change of description.
     """
     description = getattr(request.module, "CLUSTER_DESCRIPTION", None)
     yield shared_cluster(description, tmp_path_factory.getbasetemp())

@@ -34,12 +34,12 @@ _NO_FINALIZERS = {"metadata": {"finalizers": None}}
 
 
 def shared_cluster(description: ClusterDescription | str | Path | None, root: Path) -> UpstreamCluster:
-    """The process's cluster for ``description`` (``single-node`` when None), reset for its next user."""
+    """The process's cluster for ``description`` (``v5e-small`` when None), reset for its next user."""
     global _current
     if isinstance(description, ClusterDescription):
         described = description
     else:
-        described = load_description(description if description is not None else "single-node")
+        described = load_description(description if description is not None else "v5e-small")
     key = repr(described)
     if _current is not None:
         current_key, running = _current

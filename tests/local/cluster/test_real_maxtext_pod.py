@@ -25,8 +25,7 @@ from tests.support.waiting import wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 STEPS = 12
-# The suite's usual cluster (the pod asks for no TPU: it runs on the CPU pool), so the process's shared cluster is
-# reused rather than restarted with the single node (and again for the next module).
+# The suite's one description (the pod asks for no TPU: it runs on the CPU pool): the process's cluster is reused.
 CLUSTER_DESCRIPTION = "v5e-small"
 # Importing MaxText's trainer alone takes about a minute on a loaded 2-core machine.
 RUN_TIMEOUT_S = 600.0

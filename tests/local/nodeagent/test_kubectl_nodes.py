@@ -1,5 +1,6 @@
 """The built kubectl against the nodes the node agent registered: get nodes, cordon, drain (kube-apiserver's
-eviction subresource), uncordon. On the process's shared upstream cluster (one node, ``local-node``)."""
+eviction subresource), uncordon. On the process's shared upstream cluster (v5e-small: 19 nodes in 6 pools), one
+node of its CPU pool."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.support.waiting import wait_for
 # The process's shared upstream cluster and its clients (module fixtures), in place of the conftest's own.
 cluster = local_cluster.cluster
 k8s = local_cluster.k8s
+POOL = "cpu-np"  # v5e-small's CPU pool, 2 nodes
 
 
 def _kubectl(cluster: UpstreamCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -30,9 +32,9 @@ def _kubectl(cluster: UpstreamCluster, *args: str) -> subprocess.CompletedProces
 
 @pytest.fixture
 def node(cluster: UpstreamCluster) -> Iterator[str]:
-    """The cluster's one node, uncordoned again after the test."""
+    """A node of the CPU pool (untainted), uncordoned again after the test."""
     assert cluster.agent is not None
-    (name,) = cluster.agent.node_names
+    name = next(n for n in cluster.agent.node_names if n.startswith(f"gke-local-{POOL}-"))
     yield name
     _kubectl(cluster, "uncordon", name)
 
@@ -41,10 +43,11 @@ def test_get_nodes(cluster: UpstreamCluster, node: str) -> None:
     out = _kubectl(cluster, "get", "nodes").stdout
     assert header(out) == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
     table = rows(out)
-    assert sorted(table) == [node]
+    assert sorted(table) == sorted(cluster.agent.node_names if cluster.agent else ())
+    assert {row[1] for row in table.values()} == {"Ready"}
     assert table[node][1:3] == ["Ready", "<none>"]
-    pool = cluster.description.pools[0].name
-    wide = _kubectl(cluster, "get", "nodes", "-o", "wide", "-l", f"cloud.google.com/gke-nodepool={pool}").stdout
+    wide = _kubectl(cluster, "get", "nodes", "-o", "wide", "-l", f"cloud.google.com/gke-nodepool={POOL}").stdout
+    assert len(rows(wide)) == 2
     assert header(wide)[5:7] == ["INTERNAL-IP", "EXTERNAL-IP"]
     assert rows(wide)[node][5] == "127.0.0.1"
     assert not rows(_kubectl(cluster, "get", "nodes", "-l", "cloud.google.com/gke-nodepool=no-such-pool").stdout)

@@ -19,7 +19,7 @@ from tests.support.control_plane import NS, container, pod_pids, unique, wait_pr
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
 
-# The process's shared upstream cluster (the single node ``local-node``, as test_kubelet's) and its clients.
+# The process's shared upstream cluster (v5e-small, as test_kubelet's) and its clients.
 cluster = local_cluster.cluster
 k8s = local_cluster.k8s
 
