@@ -1,19 +1,19 @@
 """``GET /api/v1/namespaces/{ns}/pods/{name}/log``: container logs as the kubelet serves them.
 
-The kubelet (control plane) writes CRI-format files through :class:`LogStore` and records each
-container's state in ``status.containerStatuses`` / ``initContainerStatuses``; a ``follow``
-stream reads the file of the run it started on until that run has terminated (or the pod is
-gone) and everything it wrote has been sent.
+The kubelet (control plane) writes CRI-format files through :class:`LogStore` and records each container's state in
+``status.containerStatuses`` / ``initContainerStatuses``; a ``follow`` stream reads the file of the run it started on
+until that run has terminated (or the pod is gone) and everything it wrote has been sent.
 
-As in the kubelet's ``ReadLogs``, ``tailLines`` picks the last lines first and ``sinceTime``
-/ ``sinceSeconds`` then drops the older ones among them; ``limitBytes`` caps what is sent.
-Every file read runs in a worker thread, a bounded chunk at a time, so a large log never
-stalls the API's event loop.
+As in the kubelet's ``ReadLogs``, ``tailLines`` picks the last lines first and ``sinceTime`` / ``sinceSeconds`` then
+drops the older ones among them; ``limitBytes`` caps what is sent. Every file read runs in a worker thread, a bounded
+chunk at a time, so a large log never stalls the API's event loop; a follow's poll of a file that has not grown reads
+nothing (100 silent follows took half a core in thread hops).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
@@ -207,6 +207,8 @@ class _LogSender:
     async def send_until(self, offset: int, end: int | None) -> int:
         """Send the complete lines from ``offset`` to ``end`` (None: to what is written now); the offset reached."""
         while not self._budget.spent and (end is None or offset < end):
+            if end is None and os.fstat(self._handle.fileno()).st_size <= offset:
+                break  # nothing written since the last poll
             lines, reached = await asyncio.to_thread(read_lines, self._handle, offset, since=self._since, end=end)
             if lines:
                 await self._response.write(self._budget.take(_render(lines, self._timestamps)))

@@ -75,14 +75,13 @@ def _kill_before_commit(
     """Orbax's commit-file temporary path, except that committing `step_directory` (with `or_later`: that step's
     or a later step's directory) SIGKILLs the process.
 
-    The seam (Orbax 0.12.8): an async save's background thread first waits for the item handlers' write
-    futures (the array data), then finalizes the `items` item (its own `commit_success.txt`), writes
-    `_CHECKPOINT_METADATA`, and last calls `finalize()` on the step's temporary path, which under
-    `AtomicityMode.COMMIT_FILE` is the commit itself: the commit timestamp into `_CHECKPOINT_METADATA`, then
-    `<step>/commit_success.txt`. Killing on entry leaves the step complete but uncommitted: the worst case
-    for a reader, and what a crash just before the commit leaves. A synchronous save goes through the same
-    `finalize()`. Orbax also builds the item's temporary path from this class, hence the match on the step
-    directory itself.
+    The seam (Orbax 0.12.8): an async save's background thread first waits for the item handlers' write futures
+    (the array data), then finalizes the `items` item (its own `commit_success.txt`), writes `_CHECKPOINT_METADATA`,
+    and last calls `finalize()` on the step's temporary path, which under `AtomicityMode.COMMIT_FILE` is the commit
+    itself: the commit timestamp into `_CHECKPOINT_METADATA`, then `<step>/commit_success.txt`. Killing on entry
+    leaves the step complete but uncommitted: the worst case for a reader, and what a crash just before the commit
+    leaves. A synchronous save goes through the same `finalize()`. Orbax also builds the item's temporary path from
+    this class, hence the match on the step directory itself.
     """
 
     class KillBeforeCommitTemporaryPath(atomicity.CommitFileTemporaryPath):  # type: ignore[misc]

@@ -180,15 +180,14 @@ def slice_generations_from_pods(
 class KubernetesSliceHealth:
     """Slice health of the JobSet `jobset_name`, from its `worker` pods, watched in a background thread.
 
-    The number of pods a slice should have is `hosts_per_slice` (or the most ever seen at once for that
-    slice, if more), so a multi-VM slice that lost one pod (and has no replacement yet) is not mistaken for
-    a healthy one. A slice counts
-    only once the same incarnation has looked healthy for `min_ready_seconds` (Kubernetes' minReadySeconds
-    idea): a crash-looping worker is Running for a moment between restarts, and that is no slice.
+    The number of pods a slice should have is `hosts_per_slice` (or the most ever seen at once for that slice, if
+    more), so a multi-VM slice that lost one pod (and has no replacement yet) is not mistaken for a healthy one. A
+    slice counts only once the same incarnation has looked healthy for `min_ready_seconds` (Kubernetes'
+    minReadySeconds idea): a crash-looping worker is Running for a moment between restarts, and that is no slice.
 
-    The pods are listed once and then watched (local/workloads/pod_watch.py), as the resource manager hears
-    of a lost host when it happens rather than by asking: a change reaches `generations()` as soon as the
-    API server sends it, and nothing is spent while the pods do not change.
+    The pods are listed once and then watched (local/workloads/pod_watch.py), as the resource manager hears of a
+    lost host when it happens rather than by asking: a change reaches `generations()` as soon as the API server
+    sends it, and nothing is spent while the pods do not change.
     """
 
     def __init__(
