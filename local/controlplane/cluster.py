@@ -39,8 +39,7 @@ KUEUE_FEATURE_GATES = "VisibilityOnDemand=false"  # its APIService accepts only 
 KUEUE_REFUSAL = "Unable to load the configuration"  # what Kueue's main logs before it exits on a bad Configuration
 
 
-# On SIGTERM kube-apiserver's HTTP server waits for every open stream to end, its own loopback informers' among them,
-# for up to its request timeout; etcd holds all of its state, so it gets a second, not the others' grace.
+# On SIGTERM kube-apiserver waits for every open stream to end (its loopback informers' too); etcd holds its state.
 APISERVER_STOP_GRACE = 1.0
 
 

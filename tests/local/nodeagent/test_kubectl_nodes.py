@@ -43,7 +43,8 @@ def test_get_nodes(cluster: UpstreamCluster, node: str) -> None:
     out = _kubectl(cluster, "get", "nodes").stdout
     assert header(out) == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
     table = rows(out)
-    assert sorted(table) == sorted(cluster.agent.node_names if cluster.agent else ())
+    assert cluster.agent is not None
+    assert sorted(table) == sorted(cluster.agent.node_names)
     assert {row[1] for row in table.values()} == {"Ready"}
     assert table[node][1:3] == ["Ready", "<none>"]
     wide = _kubectl(cluster, "get", "nodes", "-o", "wide", "-l", f"cloud.google.com/gke-nodepool={POOL}").stdout
