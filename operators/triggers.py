@@ -225,6 +225,7 @@ class _Monitor:
         self.budgets = trigger.budgets
         self.changed = asyncio.Event()
         self.pods_changed = asyncio.Event()  # the pods subscription brought something: the head pod may be known
+        self.pods_listed = asyncio.Event()  # the pods subscription's first list arrived
         self.queue_managed = asyncio.Event()  # the JobSet carries a queue label: its Workload is watched
         self.admitted_once = False  # its Workload shows an admission, now or before (preempted, requeued)
         self.children = False  # subscribed to the Jobs and pods, following the log
@@ -430,6 +431,7 @@ class _Monitor:
                 for pod in items:
                     self._restarted(self.state.on_pod(pod, deleted=False, now=now))
                     self._note_scheduling(pod, deleted=False)
+                self.pods_listed.set()
             elif self._ours(obj):
                 self._restarted(self.state.on_pod(obj, deleted=kind == "DELETED", now=now))
                 self._note_scheduling(obj, deleted=kind == "DELETED")
@@ -500,13 +502,17 @@ class _Monitor:
         return None, None  # a new head pod: its whole log is short and all of it matters
 
     async def _catch_up_log(self) -> None:
-        """Fold the log's last lines (the final steps, the stop message) before reporting."""
-        pod, uid = self.state.head_pod, self.state.head_pod_uid
-        if pod is None or uid is None:
-            return
+        """Fold the log's last lines (the final steps, the stop message) before reporting.
+
+        A JobSet that ended before this trigger started (a task killed mid-run and run again, adopting it) is
+        decided on at once: the pods' first list, which names the head pod, is waited for, or nothing is read."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FINAL_LOG_WAIT_SECONDS):  # not wait_for: see _decide_loop
-                await self._read_log(pod, uid, follow=False)
+                if self.state.head_pod is None and self.children:
+                    await self.pods_listed.wait()
+                pod, uid = self.state.head_pod, self.state.head_pod_uid
+                if pod is not None and uid is not None:
+                    await self._read_log(pod, uid, follow=False)
 
 
 def _created(obj: dict[str, Any]) -> str:

@@ -331,6 +331,41 @@ async def test_a_jobset_gone_or_replaced_is_missing(cluster_connection: Upstream
         api.close()
 
 
+async def test_a_jobset_that_ended_before_its_trigger_started_is_read_from_its_head_log(
+    cluster_connection: UpstreamCluster,
+) -> None:
+    """Found by the chaos matrix on the real controllers: a task killed mid-run was run again after its JobSet had
+    completed. The adopting trigger decided at once, before the pods' first list named the head pod, so it read no
+    log, and the report said that no step had run and nothing had recovered."""
+    api = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
+    custom = client.CustomObjectsApi(api)
+    name = "ended-before"
+    body = sleeping_jobset(name, 1)
+    [head] = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    lines = ["completed step: 0, seconds: 0.5", "Elastic event detected", "completed step: 1, seconds: 0.1"]
+    head["command"] = ["sh", "-c", "; ".join(f"echo '{line}'" for line in lines)]
+    custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, body)
+    try:
+        uid = custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)[
+            "metadata"
+        ]["uid"]
+
+        def completed() -> bool:
+            jobset = custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
+            conditions = (jobset.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Completed" and c["status"] == "True" for c in conditions)
+
+        await wait_for("the JobSet completed", completed)
+        event = (await asyncio.wait_for(first_event(fresh_trigger(name, uid)), timeout=60)).payload
+        digest = MonitorState.from_json(event["state"]).digest
+        assert digest.steps_executed == 2 and digest.latest_step == 1
+    finally:
+        custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name, propagation_policy="Foreground"
+        )
+        api.close()
+
+
 async def test_a_final_decision_waits_out_the_settle_time(cluster_connection: UpstreamCluster) -> None:
     """A trigger that would fire at once (no such JobSet) decides again only once its settle time is over."""
     trigger = JobSetTrigger(
