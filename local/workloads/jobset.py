@@ -1,7 +1,5 @@
-"""A demo JobSet that runs the local workloads on the local cluster, shaped like xpk's Pathways JobSet.
-
-The operators render the real manifest (operators/manifests.py); this one is for the workloads' own tests,
-benchmark and demos, and keeps to what the workloads need.
+"""A demo JobSet that runs the local workloads on the local cluster, shaped like xpk's Pathways JobSet. The operators
+render the real manifest (operators/manifests.py); this one is for the workloads' own tests, benchmark and demos.
 """
 
 from __future__ import annotations
@@ -33,12 +31,14 @@ def elastic_jobset(
     hold_file: Path | None = None,
     extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A JobSet shaped like xpk's Pathways one: a `pathways-head` trainer and `slices` worker slices.
-
-    The head runs `python -m elastic_training.local.workloads.train <train_keys>` with `JOBSET_NAME` and `POD_NAMESPACE`
-    from the downward API; each worker slice (one pod, `restartPolicy: OnFailure`) runs the slice worker.
-    """
-    worker_args = ["--hold-file", str(hold_file)] if hold_file else []
+    """A JobSet shaped like xpk's Pathways one: a `pathways-head` trainer and `slices` worker slices. The head runs
+    `python -m elastic_training.local.workloads.train <train_keys>` with `JOBSET_NAME` and `POD_NAMESPACE` from the
+    downward API; each worker slice (one pod, `restartPolicy: OnFailure`) runs the slice worker, or with `hold_file`
+    exits 3 while that file exists."""
+    worker = ["python", "-m", "elastic_training.local.workloads.slice_worker"]
+    if hold_file:  # held in the shell: under load Python's start outlasted the trainer's 1 s of a slice looking whole
+        held = 'if [ -e "$0" ]; then echo "Slice worker $POD_NAME: held down by $0, exiting 3"; exit 3; fi; exec "$@"'
+        worker = ["sh", "-c", held, str(hold_file), *worker, "--hold-file", str(hold_file)]
     env = [
         {"name": "JOBSET_NAME", **_field(f"metadata.labels['{LABEL_JOBSET_NAME}']")},
         {"name": "POD_NAMESPACE", **_field("metadata.namespace")},
@@ -78,7 +78,7 @@ def elastic_jobset(
     worker = {
         "name": WORKER_CONTAINER,
         "image": "local",
-        "command": ["python", "-m", "elastic_training.local.workloads.slice_worker", *worker_args],
+        "command": worker,
         "env": env[2:],
     }
     return {
