@@ -35,10 +35,10 @@ def elastic_jobset(
     `python -m elastic_training.local.workloads.train <train_keys>` with `JOBSET_NAME` and `POD_NAMESPACE` from the
     downward API; each worker slice (one pod, `restartPolicy: OnFailure`) runs the slice worker, or with `hold_file`
     exits 3 while that file exists."""
-    worker = ["python", "-m", "elastic_training.local.workloads.slice_worker"]
+    argv = ["python", "-m", "elastic_training.local.workloads.slice_worker"]
     if hold_file:  # held in the shell: under load Python's start outlasted the trainer's 1 s of a slice looking whole
         held = 'if [ -e "$0" ]; then echo "Slice worker $POD_NAME: held down by $0, exiting 3"; exit 3; fi; exec "$@"'
-        worker = ["sh", "-c", held, str(hold_file), *worker, "--hold-file", str(hold_file)]
+        argv = ["sh", "-c", held, str(hold_file), *argv, "--hold-file", str(hold_file)]
     env = [
         {"name": "JOBSET_NAME", **_field(f"metadata.labels['{LABEL_JOBSET_NAME}']")},
         {"name": "POD_NAMESPACE", **_field("metadata.namespace")},
@@ -78,7 +78,7 @@ def elastic_jobset(
     worker = {
         "name": WORKER_CONTAINER,
         "image": "local",
-        "command": worker,
+        "command": argv,
         "env": env[2:],
     }
     return {
