@@ -126,7 +126,7 @@ bench: setup
 # The chaos matrix (benchmarks/chaos.py): RUNS seeded elastic runs through Airflow on the local cluster.
 # BUDGET bounds the whole matrix (no run starts after it), RUN_TIMEOUT each run; CHAOS_OUT keeps the records.
 # GCS=1 puts the run directories on gs:// (a GCS emulator per lane) and adds GCS 503 bursts and outages.
-# KUEUE=preempt or KUEUE=queue-wait runs a Kueue dimension instead (benchmarks/chaos_kueue.py); STALL=<seconds>
+# KUEUE=preempt, queue-wait, pods-ready or provisioning runs a Kueue dimension instead (benchmarks/chaos_kueue.py); STALL=<seconds>
 # sets every run's stall_timeout (a loaded machine may need more than the schedule's 60 s to the first step).
 RUNS ?= 50
 GCS ?= 0
