@@ -198,6 +198,11 @@ class Seen:
             return cls(jobset_uid=jobset_uid)
 
 
+# Kueue says why a Workload waits (its QuotaReserved condition) within seconds of its creation; on a loaded cluster it
+# took longer than a 10 s threshold. A wait is told with Kueue's reason, or this long past its threshold without one.
+REASON_GRACE_SECONDS = 30.0
+
+
 def _open_wait(state: MonitorState) -> float | None:
     """The start of the wait for admission under way (queued, or preempted and waiting), or ``None``."""
     digest = state.digest
@@ -236,13 +241,8 @@ def news(state: MonitorState, seen: Seen, *, now: float, queued_after: float | N
                 {"evictions": state.slice_evictions, "by_slice": dict(state.slice_evictions_by_slice)},
             )
         )
-    waiting_since = _open_wait(state)
-    if (
-        queued_after is not None
-        and waiting_since is not None
-        and seen.queued_since != waiting_since
-        and now - waiting_since >= queued_after
-    ):
+    waiting_since = _queued_news(state, seen, now=now, queued_after=queued_after)
+    if waiting_since is not None and queued_after is not None:
         waited = now - waiting_since
         said = f"; Kueue: {state.queue_reason}" if state.queue_reason else ""
         found.append(
@@ -263,10 +263,8 @@ def news(state: MonitorState, seen: Seen, *, now: float, queued_after: float | N
 
 def told(state: MonitorState, seen: Seen, *, now: float, queued_after: float | None) -> Seen:
     """``seen`` once :func:`news` has been told."""
-    waiting_since = _open_wait(state)
-    queued = seen.queued_since
-    if queued_after is not None and waiting_since is not None and now - waiting_since >= queued_after:
-        queued = waiting_since
+    waiting_since = _queued_news(state, seen, now=now, queued_after=queued_after)
+    queued = seen.queued_since if waiting_since is None else waiting_since
     return Seen(
         jobset_uid=seen.jobset_uid,
         preemptions=max(seen.preemptions, state.digest.preempted_spans),
@@ -280,7 +278,14 @@ def next_news_at(state: MonitorState, seen: Seen, *, queued_after: float | None)
     waiting_since = _open_wait(state)
     if queued_after is None or waiting_since is None or seen.queued_since == waiting_since:
         return None
-    return waiting_since + queued_after
+    return waiting_since + queued_after + (0.0 if state.queue_reason else REASON_GRACE_SECONDS)
+
+
+def _queued_news(state: MonitorState, seen: Seen, *, now: float, queued_after: float | None) -> float | None:
+    """The start of the wait for admission under way when it is news at ``now`` (past ``queued_after``, not told
+    yet, and Kueue has said why, or :data:`REASON_GRACE_SECONDS` more have passed without it), else ``None``."""
+    due = next_news_at(state, seen, queued_after=queued_after)
+    return _open_wait(state) if due is not None and now >= due else None
 
 
 def tell_news(alerts: Alerts, context: Mapping[str, Any], state: MonitorState, seen: Seen, log: Any) -> Seen:

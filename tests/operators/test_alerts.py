@@ -52,6 +52,23 @@ def test_a_wait_for_admission_is_news_once_past_its_threshold() -> None:
     assert alerts.news(state, Seen(jobset_uid="u-1"), now=10_000.0, queued_after=None) == []  # never told
 
 
+def test_a_wait_is_told_with_kueues_reason_or_without_it_once_the_grace_is_over() -> None:
+    """Found on the real controllers: at load 10 Kueue had not said why 13 s after the JobSet was created, and the
+    alert went out with no reason. It waits for Kueue's words, and goes without them past the grace."""
+    state, seen = _queued(100.0), Seen(jobset_uid="u-1")
+    state.queue_reason = ""
+    after = 100.0 + 60 + alerts.REASON_GRACE_SECONDS
+    assert alerts.news(state, seen, now=160.0, queued_after=60) == []
+    assert alerts.told(state, seen, now=160.0, queued_after=60) == seen  # nothing told: nothing marked
+    assert alerts.next_news_at(state, seen, queued_after=60) == after
+    [bare] = alerts.news(state, seen, now=after, queued_after=60)
+    assert bare.details["reason"] == "" and bare.message.endswith("(told after 60 s)")
+    state.queue_reason = "couldn't assign flavors to pod set worker: insufficient quota"  # Kueue said why
+    assert alerts.next_news_at(state, seen, queued_after=60) == 160.0
+    [told] = alerts.news(state, seen, now=161.0, queued_after=60)
+    assert "insufficient quota" in told.message
+
+
 def test_a_preemption_is_news_and_so_is_its_long_wait() -> None:
     state = _queued(1000.0, preempted=True)
     seen = Seen(jobset_uid="u-1")
