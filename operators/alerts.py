@@ -275,17 +275,23 @@ def told(state: MonitorState, seen: Seen, *, now: float, queued_after: float | N
 
 def next_news_at(state: MonitorState, seen: Seen, *, queued_after: float | None) -> float | None:
     """When a wait for admission under way becomes news if nothing changes (the trigger wakes then)."""
+    found = _queued_due(state, seen, queued_after=queued_after)
+    return None if found is None else found[1]
+
+
+def _queued_due(state: MonitorState, seen: Seen, *, queued_after: float | None) -> tuple[float, float] | None:
+    """The start of the wait for admission under way, not told yet, and when it is news: ``queued_after`` past its
+    start once Kueue has said why, :data:`REASON_GRACE_SECONDS` later without it; ``None`` when there is none."""
     waiting_since = _open_wait(state)
     if queued_after is None or waiting_since is None or seen.queued_since == waiting_since:
         return None
-    return waiting_since + queued_after + (0.0 if state.queue_reason else REASON_GRACE_SECONDS)
+    return waiting_since, waiting_since + queued_after + (0.0 if state.queue_reason else REASON_GRACE_SECONDS)
 
 
 def _queued_news(state: MonitorState, seen: Seen, *, now: float, queued_after: float | None) -> float | None:
-    """The start of the wait for admission under way when it is news at ``now`` (past ``queued_after``, not told
-    yet, and Kueue has said why, or :data:`REASON_GRACE_SECONDS` more have passed without it), else ``None``."""
-    due = next_news_at(state, seen, queued_after=queued_after)
-    return _open_wait(state) if due is not None and now >= due else None
+    """The start of the wait for admission under way when it is news at ``now``, else ``None``."""
+    found = _queued_due(state, seen, queued_after=queued_after)
+    return found[0] if found is not None and now >= found[1] else None
 
 
 def tell_news(alerts: Alerts, context: Mapping[str, Any], state: MonitorState, seen: Seen, log: Any) -> Seen:

@@ -21,7 +21,8 @@ from elastic_training.operators.constants import (
     LABEL_REPLICATED_JOB_NAME,
     WORKER_REPLICATED_JOB,
 )
-from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.observations import MonitorState, jobset_phase
+from elastic_training.operators.policy import JobSetPhase
 from elastic_training.operators.shared_watches import WatchKind, shared_watches
 from elastic_training.operators.triggers import JobSetTrigger
 from tests.support.trigger_runs import BUDGETS, first_event, fresh_trigger, sleeping_jobset, wait_for
@@ -352,8 +353,7 @@ async def test_a_jobset_that_ended_before_its_trigger_started_is_read_from_its_h
 
         def completed() -> bool:
             jobset = custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, "default", JOBSET_PLURAL, name)
-            conditions = (jobset.get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Completed" and c["status"] == "True" for c in conditions)
+            return jobset_phase(jobset)[0] is JobSetPhase.COMPLETED
 
         await wait_for("the JobSet completed", completed)
         event = (await asyncio.wait_for(first_event(fresh_trigger(name, uid)), timeout=60)).payload
