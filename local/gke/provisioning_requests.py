@@ -18,10 +18,10 @@ request now: ``fail`` (``Failed=True`` with the rule's reason and message, inste
 Provisioned; the nodes stay), ``revoke`` (``CapacityRevoked=True`` ``seconds`` after Provisioned, then the VMs go:
 the Node objects are deleted and their processes killed; pod GC deletes the orphaned pods).
 
-What Kueue does with each condition is the real Kueue's. Not done: the booking time after which an unused
-provisioned request expires by itself (GKE's 10 minutes), ``maxRunDurationSeconds``, partial capacity, other classes
-(``check-capacity.autoscaling.x-k8s.io``, ``best-effort-atomic-scale-up...``: left unanswered, as on a cluster
-without them).
+What Kueue does with each condition is the real Kueue's. Not done: the booking time after which an unused provisioned
+request expires by itself (GKE's 10 minutes), ``maxRunDurationSeconds``, partial capacity, other classes
+(``check-capacity.autoscaling.x-k8s.io``, ``best-effort-atomic-scale-up...``: left unanswered, as on a cluster without
+them).
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ class QueuedProvisioning:
             timer.cancel()
         for pool in booking.pools:
             self._pools.release(pool, remove_nodes=remove_nodes)
-        self._retry_waiting()
+        self._retry_waiting(key)
 
     def _forget(self, key: Key) -> None:
         """A deleted request: its nodes go once no pod runs on them (looked at again until then)."""
@@ -289,15 +289,15 @@ class QueuedProvisioning:
         self._give_back(key, remove_nodes=booking.provisioned)
 
     def _retry(self, key: Key) -> None:
-        request = self._informer.objects.get(key)
-        if request is not None:
+        # Read afresh: the watch may not yet have brought our own last write (a request just failed looks waiting).
+        if key in self._informer.objects and (request := self._get(key)) is not None:
             self._on_request("MODIFIED", request)
 
-    def _retry_waiting(self) -> None:
-        """Pools came free: the requests still waiting for capacity look again."""
+    def _retry_waiting(self, given_back: Key) -> None:
+        """Pools came free: the requests still waiting for capacity look again (not the one that gave them back)."""
         for key in list(self._informer.objects):
             booking = self._bookings.get(key)
-            if booking is None or not booking.pools:
+            if key != given_back and (booking is None or not booking.pools):
                 self._retry(key)
 
     # -- the API -------------------------------------------------------------------------------

@@ -179,11 +179,15 @@ def test_a_queued_pool_is_never_scaled_up_for_a_pod(k8s: K8s, cluster: UpstreamC
 def test_a_failed_request_without_retries_deactivates_the_workload(k8s: K8s, cluster: UpstreamCluster) -> None:
     queue, check = flex_queue(k8s, retry={"backoffLimitCount": 0})
     cluster.faults.provisioning("fail", message="GCE out of resources in the zone")
+    later = cluster.faults.provisioning("delay", seconds=60)  # for the next request: none, as Kueue makes no other
     name = unique("flex-fails")
     JobSets(k8s.custom).create(flex_jobset(name, queue))
     wl = wait_workload(k8s, name, lambda w: true(w, "Evicted"))
     failed = condition(wait_request(k8s, wl, check, test=lambda r: true(r, "Failed")), "Failed")
     assert failed is not None and failed["message"] == "GCE out of resources in the zone"
+    # The failed request gave its pools back for good. The responder once read its own stale cache, saw the request
+    # waiting, booked it again (taking the next rule) and provisioned it: a Failed request with nodes.
+    assert cluster.faults.clear_provisioning_rules() == [later]
     evicted = condition(wl, "Evicted")
     assert evicted is not None and evicted["reason"] == "DeactivatedDueToAdmissionCheck"
     assert evicted["message"] == f"The workload is deactivated due to Admission check(s): {check}, were rejected"
