@@ -409,11 +409,18 @@ class KueueActor:
         self._go.set()
 
     def _follow_revocation(self) -> None:
-        jobset = self._wait("the run's JobSet", self._run_jobset)
-        workload = self._wait(
-            "its Workload deactivated", lambda: (w := self._workload_of(jobset)) and is_true(w, "Evicted") and w
-        )
-        self.notes["evicted"] = _reason(condition(workload, "Evicted"))
+        def evicted(jobset: Obj | None) -> Obj | None:
+            workload = self._workload_of(jobset) if jobset else None
+            return workload if workload and is_true(workload, "Evicted") else None
+
+        try:
+            jobset = self._wait("the run's JobSet", self._run_jobset)
+            workload = self._wait("its Workload deactivated", lambda: evicted(jobset))
+        except InterruptedError:
+            # The run ended first: the operator read the deactivation a few seconds after the revocation, sooner
+            # than this thread's polls (a loaded harness) did. The Workload stays until the lane's cleanup: look once.
+            workload = evicted(self._run_jobset())
+        self.notes["evicted"] = _reason(condition(workload, "Evicted")) if workload else None
 
     def start(self) -> None:
         if self.fault.kind == QUEUE_WAIT:
