@@ -164,7 +164,9 @@ class QueuedProvisioning:
             return
         if (request.get("spec") or {}).get("provisioningClassName") != QUEUED_PROVISIONING_CLASS:
             return
-        if any(cond.is_true(request, k) for k in (cond.FAILED, cond.CAPACITY_REVOKED, cond.PROVISIONED)):
+        if key not in self._bookings:  # afresh: the event (or the cache) may predate our last write, e.g. its Failed
+            request = self._get(key) or {}
+        if not request or any(cond.is_true(request, k) for k in (cond.FAILED, cond.CAPACITY_REVOKED, cond.PROVISIONED)):
             return
         booking = self._bookings.setdefault(key, _Booking())
         if cond.find(request, cond.ACCEPTED) is None:
@@ -276,7 +278,7 @@ class QueuedProvisioning:
             timer.cancel()
         for pool in booking.pools:
             self._pools.release(pool, remove_nodes=remove_nodes)
-        self._retry_waiting(key)
+        self._retry_waiting()
 
     def _forget(self, key: Key) -> None:
         """A deleted request: its nodes go once no pod runs on them (looked at again until then)."""
@@ -289,15 +291,15 @@ class QueuedProvisioning:
         self._give_back(key, remove_nodes=booking.provisioned)
 
     def _retry(self, key: Key) -> None:
-        # Read afresh: the watch may not yet have brought our own last write (a request just failed looks waiting).
-        if key in self._informer.objects and (request := self._get(key)) is not None:
+        request = self._informer.objects.get(key)
+        if request is not None:
             self._on_request("MODIFIED", request)
 
-    def _retry_waiting(self, given_back: Key) -> None:
-        """Pools came free: the requests still waiting for capacity look again (not the one that gave them back)."""
+    def _retry_waiting(self) -> None:
+        """Pools came free: the requests still waiting for capacity look again."""
         for key in list(self._informer.objects):
             booking = self._bookings.get(key)
-            if key != given_back and (booking is None or not booking.pools):
+            if booking is None or not booking.pools:
                 self._retry(key)
 
     # -- the API -------------------------------------------------------------------------------

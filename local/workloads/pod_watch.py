@@ -1,13 +1,12 @@
 """Pods matching a selector, kept current by one list and then a watch: client-go's reflector, in small.
 
-The trainer stand-in learns two things from the cluster while it trains: which worker pods are up (slice
-health, local/workloads/slices.py) and whether its own pod's Pathways sidecars restarted
-(local/workloads/pathways_session.py). On GKE neither is polled: the resource manager hears a lost host
-from its own connection to it, and the JAX client's session breaks when the proxy goes (pathwaysutils
-0.1.13 only ever polls for slices coming *back*, `Manager._monitor_new_slices`, every `poll_interval`,
-10 s by default, `pathwaysutils/elastic/manager.py`). Listing the pods ten times a second stood in for
-that at the cost of a list (and its deserialization) every 100 ms; a watch hears the same change as it
-happens and costs nothing while nothing changes.
+The trainer stand-in learns two things from the cluster while it trains: which worker pods are up (slice health,
+local/workloads/slices.py) and whether its own pod's Pathways sidecars restarted (local/workloads/pathways_session.py).
+On GKE neither is polled: the resource manager hears a lost host from its own connection to it, and the JAX client's
+session breaks when the proxy goes (pathwaysutils 0.1.13 only ever polls for slices coming *back*,
+`Manager._monitor_new_slices`, every `poll_interval`, 10 s by default, `pathwaysutils/elastic/manager.py`). Listing the
+pods ten times a second stood in for that at the cost of a list (and its deserialization) every 100 ms; a watch hears
+the same change as it happens and costs nothing while nothing changes.
 
 What it keeps from client-go's `tools/cache/reflector.go` (`ListAndWatch`): the list gives the
 `resourceVersion` the watch starts from; the watch asks for bookmarks and ends after `timeoutSeconds`

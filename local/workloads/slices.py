@@ -1,11 +1,10 @@
 """Slice health: which slices of the trainer's allocation are up.
 
-On Pathways the resource manager knows when a TPU slice dies. Here a slice is one `job-index` of the
-head's JobSet's `worker` replicated job: `hosts_per_slice` pods (the worker Job's `completions`, one per
-TPU VM, as xpk renders a multi-host slice), and it is healthy only when all of them are Running, ready and
-not being deleted. One lost host loses its slice: a missing, failed or restarted pod changes or breaks the
-slice's incarnation, as a host event interrupts the whole multi-host slice on GKE.
-`KubernetesSliceHealth` reads that from the cluster the trainer runs in;
+On Pathways the resource manager knows when a TPU slice dies. Here a slice is one `job-index` of the head's JobSet's
+`worker` replicated job: `hosts_per_slice` pods (the worker Job's `completions`, one per TPU VM, as xpk renders a
+multi-host slice), and it is healthy only when all of them are Running, ready and not being deleted. One lost host loses
+its slice: a missing, failed or restarted pod changes or breaks the slice's incarnation, as a host event interrupts the
+whole multi-host slice on GKE. `KubernetesSliceHealth` reads that from the cluster the trainer runs in;
 `StaticSliceHealth` stands in when there is no cluster (all slices healthy unless a test marks one down).
 """
 
