@@ -62,6 +62,7 @@ BLOCKER_PRIORITY = "very-high"
 BLOCKER_RUNNING_BOUND_SECONDS = 180.0
 STEP_WAIT_SECONDS = 300.0  # every other wait on the cluster (suspension, eviction, admission)
 POLL_SECONDS = 0.3
+FINAL_LOOK_SECONDS = 20.0  # a revocation's eviction, looked for after the run ended (under the actor's 30 s join)
 QUEUED_SECONDS_TOLERANCE = 1.5  # Kubernetes stamps whole seconds
 FLEX_QUEUE, FLEX_CLUSTER_QUEUE = "flex", "flex-queue"
 FLEX_POOLS = ("tpu-v5e-16-1", "tpu-v5e-16-2", "tpu-v5e-16-3")  # one per slice a run may ask for (2 or 3)
@@ -417,9 +418,16 @@ class KueueActor:
             jobset = self._wait("the run's JobSet", self._run_jobset)
             workload = self._wait("its Workload deactivated", lambda: evicted(jobset))
         except InterruptedError:
-            # The run ended first: the operator read the deactivation a few seconds after the revocation, sooner
-            # than this thread's polls (a loaded harness) did. The Workload stays until the lane's cleanup: look once.
-            workload = evicted(self._run_jobset())
+            # The run ended first: the operator reads Kueue's DeactivationTarget, which Kueue writes before it evicts
+            # (Evicted=True), and a loaded harness polls late. The JobSet and its Workload stay until the lane's
+            # cleanup: look on for the eviction a while (the actor's stop waits 30 s for this thread).
+            jobset, deadline = self._run_jobset(), time.monotonic() + FINAL_LOOK_SECONDS
+            while (workload := evicted(jobset)) is None and jobset is not None and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+            if workload is None and jobset is not None:
+                found = self._workload_of(jobset) or {}
+                said = ((found.get("status") or {}).get("conditions")) or []
+                self.notes["conditions_at_end"] = [f"{c.get('type')}={c.get('status')}/{c.get('reason')}" for c in said]
         self.notes["evicted"] = _reason(condition(workload, "Evicted")) if workload else None
 
     def start(self) -> None:
