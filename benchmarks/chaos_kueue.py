@@ -62,7 +62,7 @@ BLOCKER_PRIORITY = "very-high"
 BLOCKER_RUNNING_BOUND_SECONDS = 180.0
 STEP_WAIT_SECONDS = 300.0  # every other wait on the cluster (suspension, eviction, admission)
 POLL_SECONDS = 0.3
-FINAL_LOOK_SECONDS = 20.0  # a revocation's eviction, looked for after the run ended (under the actor's 30 s join)
+DEACTIVATION_TARGET = "DeactivationTarget"
 QUEUED_SECONDS_TOLERANCE = 1.5  # Kubernetes stamps whole seconds
 FLEX_QUEUE, FLEX_CLUSTER_QUEUE = "flex", "flex-queue"
 FLEX_POOLS = ("tpu-v5e-16-1", "tpu-v5e-16-2", "tpu-v5e-16-3")  # one per slice a run may ask for (2 or 3)
@@ -410,25 +410,17 @@ class KueueActor:
         self._go.set()
 
     def _follow_revocation(self) -> None:
-        def evicted(jobset: Obj | None) -> Obj | None:
-            workload = self._workload_of(jobset) if jobset else None
-            return workload if workload and is_true(workload, "Evicted") else None
+        # Kueue writes DeactivationTarget (reason AdmissionCheck) first, then evicts (Evicted, reason
+        # DeactivatedDueToAdmissionCheck). The operator ends the run on the first, often before the second exists.
+        jobset = self._wait("the run's JobSet", self._run_jobset)
 
-        try:
-            jobset = self._wait("the run's JobSet", self._run_jobset)
-            workload = self._wait("its Workload deactivated", lambda: evicted(jobset))
-        except InterruptedError:
-            # The run ended first: the operator reads Kueue's DeactivationTarget, which Kueue writes before it evicts
-            # (Evicted=True), and a loaded harness polls late. The JobSet and its Workload stay until the lane's
-            # cleanup: look on for the eviction a while (the actor's stop waits 30 s for this thread).
-            jobset, deadline = self._run_jobset(), time.monotonic() + FINAL_LOOK_SECONDS
-            while (workload := evicted(jobset)) is None and jobset is not None and time.monotonic() < deadline:
-                time.sleep(POLL_SECONDS)
-            if workload is None and jobset is not None:
-                found = self._workload_of(jobset) or {}
-                said = ((found.get("status") or {}).get("conditions")) or []
-                self.notes["conditions_at_end"] = [f"{c.get('type')}={c.get('status')}/{c.get('reason')}" for c in said]
-        self.notes["evicted"] = _reason(condition(workload, "Evicted")) if workload else None
+        def deactivated() -> Obj | None:
+            found = self._workload_of(jobset)
+            return found if found and (is_true(found, "Evicted") or is_true(found, DEACTIVATION_TARGET)) else None
+
+        workload = self._wait("its Workload deactivated", deactivated)
+        self.notes["evicted"] = _reason(condition(workload, "Evicted")) if is_true(workload, "Evicted") else None
+        self.notes["deactivation_target"] = _reason(condition(workload, DEACTIVATION_TARGET))
 
     def start(self) -> None:
         if self.fault.kind == QUEUE_WAIT:
@@ -663,8 +655,11 @@ def _broken_provisioning(
     if fault.outcome == PROVISION_REVOKE:
         if outcome != "failed":
             broken.append(f"outcome {outcome}, not failed naming the revocation")
-        if notes.get("evicted") != "True/DeactivatedDueToAdmissionCheck":
-            broken.append(f"eviction {notes.get('evicted')!r}")
+        deactivated = ("True/DeactivatedDueToAdmissionCheck", "True/AdmissionCheck")
+        if notes.get("evicted") not in deactivated and notes.get("deactivation_target") not in deactivated:
+            broken.append(
+                f"eviction {notes.get('evicted')!r}, deactivation target {notes.get('deactivation_target')!r}"
+            )
         if not any(REVOKED_MESSAGE in s and " Rejected" in s for s in said):
             broken.append("the revocation is not in the report's provisioning notes")
         failure = str(report.get("failure") or "")

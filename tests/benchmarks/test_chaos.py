@@ -402,6 +402,12 @@ def test_provisioning_promises_are_judged_from_the_report_and_what_the_harness_s
     revoked = {**clean, "provisioning_notes": [ready, rejected], "failure": failure}
     seen = {"evicted": "True/DeactivatedDueToAdmissionCheck"}
     assert broken_promises(plan(PROVISION_REVOKE, 20), seen, revoked, "failed", [{}]) == []
+    # The operator ended the run on Kueue's DeactivationTarget, before Kueue wrote the eviction: the same promise kept.
+    target = {"evicted": None, "deactivation_target": "True/AdmissionCheck"}
+    assert broken_promises(plan(PROVISION_REVOKE, 20), target, revoked, "failed", [{}]) == []
+    assert broken_promises(plan(PROVISION_REVOKE, 20), {}, revoked, "failed", [{}]) == [
+        "eviction None, deactivation target None"
+    ]
     # Ended by queue_timeout instead of its deactivation: the Deactivated rule missed it.
     timed_out = {**revoked, "failure": f"not admitted by Kueue within queue_timeout ...: {REVOKED_MESSAGE}"}
     assert broken_promises(plan(PROVISION_REVOKE, 20), seen, timed_out, "failed", [{}]) == [
