@@ -404,10 +404,11 @@ class KueueActor:
         if workload is None:
             raise RuntimeError("the run has no Workload: nothing to revoke")
         request = f"{workload['metadata']['name']}-{FLEX_CHECK}-1"
+        # Follow from now: deleting 12 nodes can outlast the run, which the operator ends on Kueue's deactivation.
+        self._go.set()
         revoked = self._faults.provisioning("revoke", namespace=NAMESPACE, name=request, message=REVOKED_MESSAGE)
         self.notes["revoked_at"] = time.time()
         self.notes["revoked_nodes"] = len(revoked.get("nodes") or [])
-        self._go.set()
 
     def _follow_revocation(self) -> None:
         # Kueue writes DeactivationTarget (reason AdmissionCheck) first, then evicts (Evicted, reason
