@@ -62,7 +62,6 @@ BLOCKER_PRIORITY = "very-high"
 BLOCKER_RUNNING_BOUND_SECONDS = 180.0
 STEP_WAIT_SECONDS = 300.0  # every other wait on the cluster (suspension, eviction, admission)
 POLL_SECONDS = 0.3
-DEACTIVATION_TARGET = "DeactivationTarget"
 QUEUED_SECONDS_TOLERANCE = 1.5  # Kubernetes stamps whole seconds
 FLEX_QUEUE, FLEX_CLUSTER_QUEUE = "flex", "flex-queue"
 FLEX_POOLS = ("tpu-v5e-16-1", "tpu-v5e-16-2", "tpu-v5e-16-3")  # one per slice a run may ask for (2 or 3)
@@ -411,16 +410,18 @@ class KueueActor:
         self.notes["revoked_nodes"] = len(revoked.get("nodes") or [])
 
     def _follow_revocation(self) -> None:
+        from elastic_training.operators.queueing import DEACTIVATION_TARGET, EVICTED
+
         # Kueue writes DeactivationTarget (reason AdmissionCheck) first, then evicts (Evicted, reason
         # DeactivatedDueToAdmissionCheck). The operator ends the run on the first, often before the second exists.
         jobset = self._wait("the run's JobSet", self._run_jobset)
 
         def deactivated() -> Obj | None:
             found = self._workload_of(jobset)
-            return found if found and (is_true(found, "Evicted") or is_true(found, DEACTIVATION_TARGET)) else None
+            return found if found and (is_true(found, EVICTED) or is_true(found, DEACTIVATION_TARGET)) else None
 
         workload = self._wait("its Workload deactivated", deactivated)
-        self.notes["evicted"] = _reason(condition(workload, "Evicted")) if is_true(workload, "Evicted") else None
+        self.notes["evicted"] = _reason(condition(workload, EVICTED)) if is_true(workload, EVICTED) else None
         self.notes["deactivation_target"] = _reason(condition(workload, DEACTIVATION_TARGET))
 
     def start(self) -> None:

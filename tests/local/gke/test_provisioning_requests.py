@@ -185,8 +185,8 @@ def test_a_failed_request_without_retries_deactivates_the_workload(k8s: K8s, clu
     wl = wait_workload(k8s, name, lambda w: true(w, "Evicted"))
     failed = condition(wait_request(k8s, wl, check, test=lambda r: true(r, "Failed")), "Failed")
     assert failed is not None and failed["message"] == "GCE out of resources in the zone"
-    # The failed request gave its pools back for good. The responder once read its own stale cache, saw the request
-    # waiting, booked it again (taking the next rule) and provisioned it: a Failed request with nodes.
+    # The failed request gave its pools back for good. The responder once read a stale copy of it (its cache, or a
+    # watch event older than its own Failed), saw it waiting, booked it again (taking the next rule) and provisioned it.
     assert cluster.faults.clear_provisioning_rules() == [later]
     evicted = condition(wl, "Evicted")
     assert evicted is not None and evicted["reason"] == "DeactivatedDueToAdmissionCheck"
