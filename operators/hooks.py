@@ -152,6 +152,10 @@ REFUSAL_ADVICE = {
     404: f"the namespace may be gone, or the JobSet CRD not installed ({JOBSET_INSTALL_HINT})",
 }
 REFUSED_STATUSES = frozenset(REFUSAL_ADVICE)
+# The ClusterRole the project ships for each cluster-scoped resource an operator reads.
+CLUSTER_SCOPED_ADVICE = {
+    "nodes": "deploy/rbac-node-pools.yaml: `python -m elastic_training.operators.rbac --node-pools`, docs/rbac.md"
+}
 
 
 GKE_UNAUTHORIZED_ADVICE = (
@@ -283,6 +287,12 @@ class JobSetHook(KubernetesHook):
             return ClusterAccessError(
                 f"the Kubernetes API server {server} refused the credentials of {conn} (HTTP 401 Unauthorized): "
                 "the token is expired or invalid; renew it in the kubeconfig the connection uses"
+            )
+        if status == 403 and namespace is None:  # cluster-scoped (nodes): no namespaced Role can grant it
+            advice = CLUSTER_SCOPED_ADVICE.get(resource, "docs/rbac.md")
+            return ClusterAccessError(
+                f"{conn} may not {verb} {resource}, which are cluster-scoped, on {server} (HTTP 403 Forbidden): bind "
+                f"a ClusterRole that grants it to its service account ({advice})"
             )
         if status == 403:
             return ClusterAccessError(

@@ -537,6 +537,12 @@ def test_history_promises_are_judged_from_the_report_and_where_the_workers_ran()
         "the report does not say why the period was chosen",
     ]
     assert history_broken(plan, {**seen, "enabled": False}, "success") == ["the report has no node-pool avoidance"]
+    # The lane's account not let to list nodes (the real RBAC, before the lane bound the ClusterRole): no avoidance
+    # was tried, which the dimension cannot count as kept.
+    refused = "no node pool had a failure weight over 1 ...; RBAC forbids listing nodes, so no pool is avoided: ..."
+    assert history_broken(plan, {**seen, "reason": refused}, "success") == [
+        "the operators' account may not list nodes, so no avoidance was tried"
+    ]
     assert history_broken(plan, {**seen, "enabled": False}, "hung") == []  # nothing reported to judge
 
 

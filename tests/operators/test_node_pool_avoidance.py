@@ -50,7 +50,7 @@ from elastic_training.operators.constants import (
 from elastic_training.operators.failure_history import FailureHistory, FailureKind, RunRecord, SliceFailure
 from elastic_training.operators.pool_avoidance import choose_avoided_pools
 from elastic_training.operators.rbac import node_pool_reader_manifests
-from tests.support.airflow_dags import dag_from_source, states, xcom
+from tests.support.airflow_dags import dag_from_source, grant_node_reading, states, xcom
 from tests.support.history_variables import restore_history, stored_history
 from tests.support.step_faults import StepFaults
 
@@ -102,12 +102,7 @@ def history_dag(dag_id: str, base: Path, *, slices: int = 3, avoid: bool = False
 @pytest.fixture(scope="module")
 def node_reader(cluster_connection: UpstreamCluster) -> Iterator[UpstreamCluster]:
     """The operators' account may also list nodes (deploy/rbac-node-pools.yaml), as the option needs."""
-    admin = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
-    try:
-        for manifest in node_pool_reader_manifests(NAMESPACE):
-            utils.create_from_dict(admin, manifest)
-    finally:
-        admin.close()
+    grant_node_reading(cluster_connection)
     yield cluster_connection
 
 
@@ -510,6 +505,9 @@ def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_
     assert avoidance["enabled"] is True and avoidance["avoided"] == [] and avoidance["failing"] == [V5E_16[0]]
     assert "RBAC forbids listing nodes, so no pool is avoided" in avoidance["reason"], avoidance["reason"]
     assert "deploy/rbac-node-pools.yaml" in avoidance["reason"] and "403" in avoidance["reason"]
+    # Nodes are cluster-scoped: the hook's own words say so, and name no namespace and no namespaced Role.
+    assert "may not list nodes, which are cluster-scoped" in avoidance["reason"], avoidance["reason"]
+    assert "namespace" not in avoidance["reason"] and "deploy/rbac.yaml" not in avoidance["reason"]
     assert worker_affinity(cluster, report["jobset_name"]) is None and len(used) == 3
 
 

@@ -17,7 +17,7 @@ from kubernetes import client, config, utils
 
 from elastic_training.local.kubeconfig import write_kubeconfig
 from elastic_training.local.upstream_cluster import UpstreamCluster
-from elastic_training.operators.rbac import ROLE_NAME, rbac_manifests
+from elastic_training.operators.rbac import ROLE_NAME, node_pool_reader_manifests, rbac_manifests
 from tests.support.shared_cluster import shared_cluster
 
 NAMESPACE = "default"
@@ -91,6 +91,18 @@ def write_operators_kubeconfig(cluster: UpstreamCluster) -> Path:
     return write_kubeconfig(
         operators_kubeconfig(cluster), cluster.faults_url, issued.status.token, ca_pem=cluster.ca_pem
     )
+
+
+def grant_node_reading(cluster: UpstreamCluster) -> None:
+    """Bind the node-reading ClusterRole (deploy/rbac-node-pools.yaml) to the operators' account, as docs/rbac.md asks
+    of a deployment that turns ``avoid_failing_node_pools`` on: without it the real RBAC refuses the node list, and the
+    avoidance avoids nothing."""
+    admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    try:
+        for manifest in node_pool_reader_manifests(NAMESPACE):
+            utils.create_from_dict(admin, manifest)
+    finally:
+        admin.close()
 
 
 def _replace(admin: client.ApiClient, manifest: dict[str, Any]) -> None:
