@@ -567,9 +567,9 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
 
 # -- Kueue's waitForPodsReady (last in the module: Kueue restarted with a configuration of the test's own) ----------
 # A slice not back within RECOVERY_TIMEOUT seconds gets the whole JobSet evicted (PodsReadyTimeout), requeued after a
-# 5 s backoff. Kueue's own configuration is not put back after it (another restart): the cluster is marked
-# reconfigured (UpstreamCluster.kueue_reconfigured), so the next module gets a new one; a test of this module run
-# after it gets Kueue's own back first (the ``admin`` fixture).
+# 5 s backoff. Kueue's own configuration is not put back after it: the cluster is marked reconfigured
+# (UpstreamCluster.kueue_reconfigured), and the next module's reset restarts Kueue with its own; a test of this module
+# run after it gets Kueue's own back first (the ``admin`` fixture).
 RECOVERY_TIMEOUT = 10
 REPAIR_SECONDS = 30.0  # GKE's auto-repair of the slice's node pool: longer than Kueue's recoveryTimeout
 # The run's one slice is the cluster's single-host v5e pool (2x2: one host of 4 chips; the only pool of its shape, so

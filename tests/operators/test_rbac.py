@@ -222,7 +222,7 @@ def test_kueues_configuration_is_read_only_with_the_opt_in_role_and_its_file_is_
     refused = operator._pods_ready_timeouts()  # 403: the operators' options stand in
     assert refused is not None and refused.source.startswith("the task's kueue_pods_ready_timeout")
     assert refused.recovery_timeout_seconds == 120.0
-    # Kueue restarted with this Configuration (the shared cluster is then replaced for the next module)
+    # Kueue restarted with this Configuration (the shared cluster's reset restarts it with its own for the next module)
     cluster_connection.configure_kueue({"waitForPodsReady": {"timeout": "7m", "recoveryTimeout": "4m"}})
     admin = config.new_client_from_config(config_file=str(cluster_connection.kubeconfig_path))
     try:

@@ -2,15 +2,17 @@
 
 An upstream control plane takes about 12 s to start and 900 MiB to run (benchmarks/RESULTS.md), so the suite does not
 start one per module. Each xdist process keeps the cluster its last module asked for; a module that asks for the
-same description gets it back, cleaned (:func:`reset`): every workload object gone from every namespace the tests
-use, their pods gone from the nodes, the nodes uncordoned and their hosts back, the API faults and provisioning rules
-cleared. A module that asks for another description, or finds the cluster changed past what a reset undoes (Kueue's
-configuration restarted with other settings), gets a new cluster. The process stops the last one when it ends.
+same description gets it back, cleaned (:func:`reset`): Kueue's own configuration back (a module that restarted
+Kueue with other settings has it restarted with the description's, as an operator edits the ConfigMap back: about 2 s
+against a new cluster's 12), every workload object gone from every namespace the tests use, their pods gone from the
+nodes, the nodes uncordoned and their hosts back, the API faults and provisioning rules cleared. A module that asks for
+another description gets a new cluster. The process stops the last one when it ends.
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,7 @@ def shared_cluster(description: ClusterDescription | str | Path | None, root: Pa
     key = repr(described)
     if _current is not None:
         current_key, running = _current
-        if current_key == key and not _changed(running):
+        if current_key == key:
             reset(running)
             return running
         _current = None
@@ -54,13 +56,12 @@ def shared_cluster(description: ClusterDescription | str | Path | None, root: Pa
     return started
 
 
-def _changed(cluster: UpstreamCluster) -> bool:
-    """True when Kueue runs another configuration than the description's (a test restarted it with its own)."""
-    return bool(getattr(cluster, "kueue_reconfigured", False))
-
-
 def reset(cluster: UpstreamCluster) -> None:
-    """Undo what a module did: faults cleared, hosts back, nodes uncordoned, workloads deleted and their pods gone."""
+    """Undo what a module did: Kueue's own configuration back, faults cleared, hosts back, nodes uncordoned,
+    workloads deleted and their pods gone."""
+    if cluster.kueue_reconfigured:  # a test restarted Kueue with its own Configuration
+        cluster.configure_kueue(copy.deepcopy(dict(cluster.description.kueue_configuration)))
+        cluster.kueue_reconfigured = False
     cluster.faults.repair_lost_slices()
     cluster.faults.cancel()
     if cluster.fault_server is not None:
