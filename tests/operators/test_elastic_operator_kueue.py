@@ -47,6 +47,7 @@ from tests.support.flex import (
     typed,
 )
 from tests.support.kueue_objects import cond as condition
+from tests.support.shared_cluster import spoil
 from tests.support.step_faults import StepFaults
 
 pytestmark = pytest.mark.slow
@@ -472,6 +473,7 @@ def _flex(admin: Cluster, cluster: UpstreamCluster) -> None:
 
     # An earlier test's blocker may still be going (its foreground delete): only an idle pool can be taken away.
     wait_for("the flex pools idle", lambda: all(idle(pool) for pool in FLEX_POOLS), timeout=180)
+    spoil(cluster)  # the pools stay queued-provisioning: the next module gets a new cluster
     for pool in FLEX_POOLS:
         cluster.faults.provision_on_demand(pool, 5.0, queued=True)
     create_flex_check(admin.custom, managed_resource=TPU_RESOURCE)
@@ -568,8 +570,9 @@ def test_a_flex_run_whose_capacity_is_revoked_mid_run_is_not_waited_on_forever(
 # -- Kueue's waitForPodsReady (last in the module: Kueue restarted with a configuration of the test's own) ----------
 # A slice not back within RECOVERY_TIMEOUT seconds gets the whole JobSet evicted (PodsReadyTimeout), requeued after a
 # 5 s backoff. Kueue's own configuration is not put back after it: the cluster is marked reconfigured
-# (UpstreamCluster.kueue_reconfigured), and the next module's reset restarts Kueue with its own; a test of this module
-# run after it gets Kueue's own back first (the ``admin`` fixture).
+# (UpstreamCluster.kueue_reconfigured), and a later module's reset restarts Kueue with its own (the flex tests have
+# spoiled this cluster for the next module anyway); a test of this module run after it gets Kueue's own back first
+# (the ``admin`` fixture).
 RECOVERY_TIMEOUT = 10
 REPAIR_SECONDS = 30.0  # GKE's auto-repair of the slice's node pool: longer than Kueue's recoveryTimeout
 # The run's one slice is the cluster's single-host v5e pool (2x2: one host of 4 chips; the only pool of its shape, so

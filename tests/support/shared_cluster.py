@@ -6,7 +6,8 @@ same description gets it back, cleaned (:func:`reset`): Kueue's own configuratio
 Kueue with other settings has it restarted with the description's, as an operator edits the ConfigMap back: about 2 s
 against a new cluster's 12), every workload object gone from every namespace the tests use, their pods gone from the
 nodes, the nodes uncordoned and their hosts back, the API faults and provisioning rules cleared. A module that asks for
-another description gets a new cluster. The process stops the last one when it ends.
+another description, or follows one that changed the cluster past what a reset undoes (:func:`spoil`: node pools
+made queued-provisioning), gets a new cluster. The process stops the last one when it ends.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _CUSTOM = (
 )
 
 _current: tuple[str, UpstreamCluster] | None = None
+_spoiled: set[int] = set()  # id() of clusters changed past what a reset undoes
 _NO_FINALIZERS = {"metadata": {"finalizers": None}}
 
 
@@ -45,15 +47,21 @@ def shared_cluster(description: ClusterDescription | str | Path | None, root: Pa
     key = repr(described)
     if _current is not None:
         current_key, running = _current
-        if current_key == key:
+        if current_key == key and id(running) not in _spoiled:
             reset(running)
             return running
         _current = None
+        _spoiled.discard(id(running))
         running.stop()
     started = UpstreamCluster(root / f"cluster-{time.monotonic_ns()}", description=described)
     started.start()
     _current = (key, started)
     return started
+
+
+def spoil(cluster: UpstreamCluster) -> None:
+    """The next module gets a new cluster: this one was changed past what :func:`reset` undoes."""
+    _spoiled.add(id(cluster))
 
 
 def reset(cluster: UpstreamCluster) -> None:
