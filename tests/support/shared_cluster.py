@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import copy
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ _CUSTOM = (
 )
 
 _current: tuple[str, UpstreamCluster] | None = None
-_spoiled: set[int] = set()  # id() of clusters changed past what a reset undoes
+_spoiled: weakref.WeakSet[UpstreamCluster] = weakref.WeakSet()  # changed past what a reset undoes
 _NO_FINALIZERS = {"metadata": {"finalizers": None}}
 
 
@@ -47,11 +48,11 @@ def shared_cluster(description: ClusterDescription | str | Path | None, root: Pa
     key = repr(described)
     if _current is not None:
         current_key, running = _current
-        if current_key == key and id(running) not in _spoiled:
+        if current_key == key and running not in _spoiled:
             reset(running)
             return running
         _current = None
-        _spoiled.discard(id(running))
+        _spoiled.discard(running)
         running.stop()
     started = UpstreamCluster(root / f"cluster-{time.monotonic_ns()}", description=described)
     started.start()
@@ -61,7 +62,7 @@ def shared_cluster(description: ClusterDescription | str | Path | None, root: Pa
 
 def spoil(cluster: UpstreamCluster) -> None:
     """The next module gets a new cluster: this one was changed past what :func:`reset` undoes."""
-    _spoiled.add(id(cluster))
+    _spoiled.add(cluster)
 
 
 def reset(cluster: UpstreamCluster) -> None:

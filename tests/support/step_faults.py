@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from elastic_training.operators.constants import (
 )
 
 NAMESPACE = "default"
-# A request that hangs must not hold the poll past the fault's window: the next look asks again.
+# A request that hangs must not hold the injector past the fault's window: the next look asks again.
 REQUEST_TIMEOUT = 5
 # A follow silent this long is reopened (the head may have been replaced meanwhile; a stop is seen within it).
 FOLLOW_READ_TIMEOUT = 3
@@ -124,17 +124,13 @@ class StepFaults:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            head = self.head_pod() if self._pending() else None
-            if head is None:
-                self._stop.wait(self.poll_seconds)
-                continue
             try:
-                self._follow(head.metadata.name)
-            except (ReadTimeoutError, ProtocolError):
-                pass  # silent for FOLLOW_READ_TIMEOUT, or the stream cut: look for the head again
-            except Exception as error:  # a pod replaced under us: look again
+                head = self.head_pod() if self._pending() else None
+                if head is not None:
+                    self._follow(head.metadata.name)
+            except Exception as error:  # a pod replaced under us, an action refused: look again
                 self.errors.append(error)
-            # The stream ended (its container did, and the pod may still read Running a moment): not at once again.
+            # No head yet, or its stream ended (its container did, and the pod may still read Running a moment).
             self._stop.wait(self.poll_seconds)
 
     def _follow(self, pod: str) -> None:
@@ -150,19 +146,20 @@ class StepFaults:
         )
         try:
             partial = b""
-            for chunk in response.stream(4096):
+            for chunk in _chunks(response):
                 *lines, partial = (partial + chunk).split(b"\n")
                 for line in lines:
                     self._on_line(line.decode(errors="replace"))
                 if self._stop.is_set() or not self._pending():
                     return
         finally:
+            response.close()  # not back to the pool while the node agent still streams on it
             response.release_conn()
 
     def _on_line(self, line: str) -> None:
         """One fault at most a line, and the next at least ``poll_seconds`` later (as when this polled)."""
         match = COMPLETED_STEP_RE.search(line)
-        if match is None:
+        if match is None or self._stop.is_set():
             return
         step = int(match.group(1))
         for fault in self._pending():
@@ -182,3 +179,12 @@ class StepFaults:
 
 def kill_worker(slice_index: int = 0) -> Callable[[StepFaults], None]:
     return lambda faults: faults.kill_worker(slice_index)
+
+
+def _chunks(response: Any) -> Iterator[bytes]:
+    """The follow's chunks until it ends, goes silent for FOLLOW_READ_TIMEOUT, or is cut (then the caller looks for
+    the head again): only the stream's own errors end it quietly, not an action's."""
+    try:
+        yield from response.stream(4096)
+    except (ReadTimeoutError, ProtocolError):
+        return
