@@ -74,13 +74,7 @@ def write_operators_kubeconfig(cluster: UpstreamCluster) -> Path:
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
         manifests = rbac_manifests(NAMESPACE)
-        for manifest in manifests:  # the shared cluster may have them from an earlier module: replaced
-            try:
-                utils.create_from_dict(admin, manifest, namespace=NAMESPACE)
-            except utils.FailToCreateError as error:
-                if any(e.status != 409 for e in error.api_exceptions):
-                    raise
-                _replace(admin, manifest)
+        _create_or_replace(admin, manifests)
         (account,) = [m["metadata"]["name"] for m in manifests if m["kind"] == "ServiceAccount"]
         issued = client.CoreV1Api(admin).create_namespaced_service_account_token(
             account, NAMESPACE, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
@@ -99,18 +93,25 @@ def grant_node_reading(cluster: UpstreamCluster) -> None:
     avoidance avoids nothing."""
     admin = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     try:
-        for manifest in node_pool_reader_manifests(NAMESPACE):
-            try:
-                utils.create_from_dict(admin, manifest)
-            except utils.FailToCreateError as error:  # a shared cluster keeps cluster-scoped RBAC between modules
-                if any(e.status != 409 for e in error.api_exceptions):
-                    raise
+        _create_or_replace(admin, node_pool_reader_manifests(NAMESPACE))
     finally:
         admin.close()
 
 
+def _create_or_replace(admin: client.ApiClient, manifests: list[dict[str, Any]]) -> None:
+    """Create ``manifests``; one the shared cluster keeps from an earlier module is put back as shipped."""
+    for manifest in manifests:
+        try:
+            utils.create_from_dict(admin, manifest, namespace=NAMESPACE)
+        except utils.FailToCreateError as error:
+            if any(e.status != 409 for e in error.api_exceptions):
+                raise
+            _replace(admin, manifest)
+
+
 def _replace(admin: client.ApiClient, manifest: dict[str, Any]) -> None:
-    """Put the shipped ``manifest`` in place of the one an earlier module left (a test may have narrowed a Role)."""
+    """Put the shipped ``manifest`` in place of the one an earlier module left (a test may have narrowed a Role);
+    a ServiceAccount or the node-reading ClusterRole and its binding are kept as they are."""
     name, kind = manifest["metadata"]["name"], manifest["kind"]
     rbac = client.RbacAuthorizationV1Api(admin)
     if kind == "Role":
