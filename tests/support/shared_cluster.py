@@ -23,6 +23,7 @@ from kubernetes import client
 
 from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description
 from elastic_training.local.upstream_cluster import UpstreamCluster
+from elastic_training.operators.hooks import NOT_READY_TAINTS
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "kueue-system", "jobset-system"})
 RESET_SECONDS = 120.0
@@ -89,6 +90,26 @@ def reset(cluster: UpstreamCluster) -> None:
     for namespace in namespaces:
         _delete_workloads(api, namespace)
     _wait_for_no_pods(core, namespaces)
+    _wait_for_ready_nodes(core)
+
+
+def _wait_for_ready_nodes(core: client.CoreV1Api) -> None:
+    """Until every node is Ready and free of the node lifecycle controller's not-ready taints: a host repaired by the
+    reset (or re-registered by a repair) keeps them until the controller's next pass, and a module that counts on every
+    pool must not meet one still tainted. RuntimeError naming them after :data:`RESET_SECONDS`."""
+    deadline = time.monotonic() + RESET_SECONDS
+    while True:
+        waiting = sorted(n.metadata.name for n in core.list_node().items if not _schedulable(n))
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the shared cluster's reset left nodes not ready: {', '.join(waiting[:10])}")
+        time.sleep(0.5)
+
+
+def _schedulable(node: Any) -> bool:
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return ready and not any(t.key in NOT_READY_TAINTS for t in node.spec.taints or [])
 
 
 def _delete_workloads(api: client.ApiClient, namespace: str) -> None:
