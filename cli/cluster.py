@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from elastic_training.cli.supervisor import set_from_signal_handler
+
 if TYPE_CHECKING:
     from elastic_training.local.kubeconfig import Endpoint
 
@@ -254,10 +256,12 @@ def _up(args: argparse.Namespace) -> int:
     if problem is not None:
         return _error(problem)
     stop, up = threading.Event(), threading.Event()  # up: set once the cluster serves
+    signalled: list[int] = []  # the handler's own record: the Event is set on another thread, a moment later
 
     def on_signal(signum: int, frame: Any) -> None:
-        first = not stop.is_set()
-        stop.set()
+        first = not signalled
+        signalled.append(signum)
+        set_from_signal_handler(stop)
         if first and not up.is_set():  # a second signal does not interrupt the clean-up the first began
             raise _Stopped(signal.Signals(signum).name)  # unwinds the start, which stops what it started
 

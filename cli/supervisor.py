@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,12 @@ from pathlib import Path
 from typing import IO
 
 _PR_SET_PDEATHSIG = 1
+
+
+def set_from_signal_handler(event: threading.Event) -> None:
+    """``event.set()`` for a signal handler, on a thread of its own: the handler runs on the main thread, which may
+    hold the Event's lock at that moment (entering or leaving a wait on it), and the lock is not reentrant."""
+    threading.Thread(target=event.set, name="set-from-signal", daemon=True).start()
 
 
 def die_with_parent() -> None:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from typing import Final
 
 EXIT_FLAGS = 1
 EXIT_HELD = 3
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 HOLD_FILE_ENV: Final = "LOCAL_FAULT_HOLD_FILE"
 
 ROLE_SERVER: Final = "server"
@@ -187,23 +187,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if node == NODE_WORKER and hold and os.path.exists(hold):
         _say(f"Pathways worker {pod}: held down by {hold}, exiting {EXIT_HELD}")
         return EXIT_HELD
-    stopped = threading.Event()
-    received: list[int] = []
-
-    def stop(signum: int, frame: object) -> None:
-        del frame
-        _say(f"Pathways {node} {pod}: received {signal.Signals(signum).name}, exiting")
-        received.append(signum)
-        stopped.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # Blocked before the role is said to be up, and taken by sigwait: a handler setting an Event could deadlock on
+    # the Event's lock, which the main thread holds for a moment each time it enters its wait.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     shown = " ".join(f"--{k}={v}" for k, v in flags.values.items())
     _say(f"Pathways {node} {pod}: up ({shown})")
-    while not stopped.wait(3600):
-        pass
-    if received and received[0] == signal.SIGTERM:
+    signum = signal.sigwait(STOP_SIGNALS)
+    _say(f"Pathways {node} {pod}: received {signal.Signals(signum).name}, exiting")
+    if signum == signal.SIGTERM:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.kill(os.getpid(), signal.SIGTERM)  # ends the process here: exit 143, as the server's own
     return 0
 

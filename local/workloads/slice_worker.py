@@ -12,11 +12,11 @@ import argparse
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 
 EXIT_HELD = 3
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,18 +30,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.hold_file and os.path.exists(args.hold_file):
         print(f"Slice worker {pod}: held down by {args.hold_file}, exiting {EXIT_HELD}", flush=True)
         return EXIT_HELD
-    stopped = threading.Event()
-
-    def stop(signum: int, frame: object) -> None:
-        del frame
-        print(f"Slice worker {pod}: received {signal.Signals(signum).name}, exiting", flush=True)
-        stopped.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # Blocked before the slice is said to be up, and taken by sigwait: a handler setting an Event could deadlock on
+    # the Event's lock, which the main thread holds for a moment each time it enters its wait.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     print(f"Slice worker {pod}: slice up at {time.strftime('%Y-%m-%dT%H:%M:%S')}", flush=True)
-    while not stopped.wait(3600):
-        pass
+    signum = signal.sigwait(STOP_SIGNALS)
+    print(f"Slice worker {pod}: received {signal.Signals(signum).name}, exiting", flush=True)
     return 0
 
 
