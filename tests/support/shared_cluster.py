@@ -23,7 +23,7 @@ from kubernetes import client
 
 from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description
 from elastic_training.local.upstream_cluster import UpstreamCluster
-from elastic_training.operators.hooks import NOT_READY_TAINTS
+from elastic_training.operators.hooks import node_schedulable
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "kueue-system", "jobset-system"})
 RESET_SECONDS = 120.0
@@ -99,17 +99,12 @@ def _wait_for_ready_nodes(core: client.CoreV1Api) -> None:
     pool must not meet one still tainted. RuntimeError naming them after :data:`RESET_SECONDS`."""
     deadline = time.monotonic() + RESET_SECONDS
     while True:
-        waiting = sorted(n.metadata.name for n in core.list_node().items if not _schedulable(n))
+        waiting = sorted(n.metadata.name for n in core.list_node().items if not node_schedulable(n))
         if not waiting:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"the shared cluster's reset left nodes not ready: {', '.join(waiting[:10])}")
         time.sleep(0.5)
-
-
-def _schedulable(node: Any) -> bool:
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-    return ready and not any(t.key in NOT_READY_TAINTS for t in node.spec.taints or [])
 
 
 def _delete_workloads(api: client.ApiClient, namespace: str) -> None:
