@@ -108,7 +108,7 @@ class Outcome:
     seconds: float  # from the first step to the last save: what the run held its slices for, queue excluded
     failures: int
     goodput: float
-    replans: int = 0  # full restarts with a shorter period (:class:`Replan`)
+    replans: int = 0  # full restarts with a shorter period (a ``Replanner``'s)
 
 
 # After a failure, the period to go on with (None: the same) from (the period, the night's failures so far, the

@@ -9,7 +9,8 @@ with the calm nights' period, and MaxText cannot change its ``checkpoint_period`
 restart with a shorter period, decided after each failure from the night's own failures, with ``auto``'s rate as a
 prior worth one failure: the Gamma posterior's rate gives Young/Daly's period, and the run restarts with it when it
 is at least ``--factor`` times shorter and the rest of the night, at the posterior's rate, repays ``--restart``
-seconds of downtime. Everything else is ``benchmarks/checkpoint_period_auto.py``'s: its nights, seeds, sweep and
+seconds of downtime (on top of the failure's own recovery). The night's history record keeps the period it started
+with. Everything else is ``benchmarks/checkpoint_period_auto.py``'s: its nights, seeds, sweep and
 ``auto`` (``operators.advice.auto_period``); each night's history record is what the operator would keep.
 """
 
