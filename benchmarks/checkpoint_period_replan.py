@@ -17,7 +17,6 @@ with. Everything else is ``benchmarks/checkpoint_period_auto.py``'s: its nights,
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -43,27 +42,20 @@ from benchmarks.checkpoint_period_auto import (
 )
 from elastic_training.operators.advice import AUTO_SETTINGS, AutoSettings, auto_period
 from elastic_training.operators.failure_history import RunRecord
-
-RESTART_SECONDS = 300.0  # a full restart's downtime: new pods, JAX's start, the compilation, the restore
-FACTOR = 3.0
+from elastic_training.operators.period_replan import REPLAN_FACTOR, RESTART_SECONDS, RunSoFar, replan
 
 
 def replanner(night: Night, prior_mtbf: float | None, *, factor: float, restart_seconds: float) -> Replanner:
-    """The replan rule for one night, ``prior_mtbf`` the seconds between failures ``auto`` planned for (None: no
-    estimate, no replan)."""
-    step, save, recovery = night.step_seconds, night.save_seconds, night.recovery_seconds
-
-    def overhead(period: int, rate: float) -> float:
-        interval = period * step
-        return save / interval + (interval / 2 + recovery) * rate
+    """The replan rule (``operators.period_replan.replan``) for one night, ``prior_mtbf`` the seconds between
+    failures ``auto`` planned for (None: no estimate, no replan)."""
 
     def shorter(period: int, failures: int, seconds: float, steps_left: int) -> int | None:
-        if prior_mtbf is None:
-            return None
-        rate = (failures + 1) / (seconds + prior_mtbf)  # the prior: one failure over the planned MTBF
-        best = max(1, int(math.sqrt(2 * save / rate) / step))
-        gain = steps_left * step * (overhead(period, rate) - overhead(best, rate))
-        return best if best * factor <= period and gain > restart_seconds else None
+        run = RunSoFar(
+            period=period, failures=failures, training_seconds=seconds, steps_left=steps_left,
+            step_seconds=night.step_seconds, save_seconds=night.save_seconds, recovery_seconds=night.recovery_seconds,
+        )  # fmt: skip
+        found = replan(run, prior_mtbf, factor=factor, restart_seconds=restart_seconds)
+        return found.period if found is not None else None
 
     return shorter
 
@@ -103,7 +95,7 @@ def with_replan(result: ScheduleResult, args: argparse.Namespace) -> tuple[Sched
 def main(argv: Sequence[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--restart", type=float, default=RESTART_SECONDS, help="a full restart's downtime, s")
-    extra.add_argument("--factor", type=float, default=FACTOR, help="replan when this many times shorter")
+    extra.add_argument("--factor", type=float, default=REPLAN_FACTOR, help="replan when this many times shorter")
     known, rest = extra.parse_known_args(argv)
     args = parse(rest)
     args.restart, args.factor = known.restart, known.factor

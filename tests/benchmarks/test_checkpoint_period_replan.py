@@ -1,5 +1,5 @@
 """benchmarks/checkpoint_period_replan.py: a replan shortens the period from the failure it follows, at the restart's
-downtime; the rule replans a night that turns stormy and leaves a calm one alone; the command prints its table."""
+downtime; the rule is operators/period_replan.py's over the night's times; the command prints its table."""
 
 from __future__ import annotations
 
@@ -34,17 +34,12 @@ def test_a_replan_shortens_the_period_after_the_failure_at_the_restarts_cost() -
     assert math.isclose(replanned.seconds, 150 + 60 + 30 + 900 + 18 * 10.0)
 
 
-def test_the_rule_replans_a_stormy_night_and_leaves_a_calm_one_alone() -> None:
+def test_the_nights_rule_is_the_operators_with_the_nights_times() -> None:
     planned = night()
-    rule = replanner(planned, 36_000.0, factor=3.0, restart_seconds=300.0)  # planned: a failure every 10 h
-    planned_period = round(math.sqrt(2 * 10.0 * 36_000.0))  # Young/Daly's for that plan: 849 steps of 1 s
-    # Ten failures in the first half hour, 4 hours of steps left: the posterior's period is under a third of the
-    # planned one, and the rest of the night repays the restart.
-    shorter = rule(planned_period, 10, 1800.0, 14_400)
-    assert shorter is not None and shorter * 3 <= planned_period
-    assert rule(planned_period, 1, 7200.0, 14_400) is None  # one failure in 2 hours: not far from the plan
-    assert rule(planned_period, 10, 1800.0, 100) is None  # too little left to repay a restart
-    assert replanner(planned, None, factor=3.0, restart_seconds=300.0)(1000, 5, 600.0, 14_400) is None  # no plan
+    rule = replanner(planned, 36_000.0, factor=3.0, restart_seconds=300.0)
+    assert rule(849, 10, 1800.0, 14_400) == int(math.sqrt(2 * 10.0 * 37_800.0 / 11))
+    assert rule(849, 1, 7200.0, 14_400) is None
+    assert replanner(planned, None, factor=3.0, restart_seconds=300.0)(849, 10, 1800.0, 14_400) is None
 
 
 def test_the_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
