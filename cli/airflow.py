@@ -46,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from elastic_training.cli.supervisor import Child, Supervisor, set_from_signal_handler
+from elastic_training.cli.supervisor import Child, SignalRelay, Supervisor
 
 if TYPE_CHECKING:
     from elastic_training.cli.postgres import RunningPostgres
@@ -177,12 +177,9 @@ class _Stack:
     def say(self, message: str) -> None:
         print(f"[airflow] {message}", file=self.out, flush=True)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        del signum, frame
-        set_from_signal_handler(self.stop)
-
     def run(self) -> int:
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        relay = SignalRelay(self.stop)
+        previous = {s: signal.signal(s, lambda *_: relay()) for s in (signal.SIGINT, signal.SIGTERM)}
         started = time.monotonic()
         try:
             self._start()

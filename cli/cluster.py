@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from elastic_training.cli.supervisor import set_from_signal_handler
+from elastic_training.cli.supervisor import SignalRelay
 
 if TYPE_CHECKING:
     from elastic_training.local.kubeconfig import Endpoint
@@ -257,11 +257,12 @@ def _up(args: argparse.Namespace) -> int:
         return _error(problem)
     stop, up = threading.Event(), threading.Event()  # up: set once the cluster serves
     signalled: list[int] = []  # the handler's own record: the Event is set on another thread, a moment later
+    relay = SignalRelay(stop)
 
     def on_signal(signum: int, frame: Any) -> None:
         first = not signalled
         signalled.append(signum)
-        set_from_signal_handler(stop)
+        relay()
         if first and not up.is_set():  # a second signal does not interrupt the clean-up the first began
             raise _Stopped(signal.Signals(signum).name)  # unwinds the start, which stops what it started
 

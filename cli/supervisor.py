@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -27,10 +28,24 @@ from typing import IO
 _PR_SET_PDEATHSIG = 1
 
 
-def set_from_signal_handler(event: threading.Event) -> None:
-    """``event.set()`` for a signal handler, on a thread of its own: the handler runs on the main thread, which may
-    hold the Event's lock at that moment (entering or leaving a wait on it), and the lock is not reentrant."""
-    threading.Thread(target=event.set, name="set-from-signal", daemon=True).start()
+class SignalRelay:
+    """Sets ``event`` for a signal handler, which only calls the relay: a handler runs on the main thread, which may
+    hold the Event's lock at that moment (entering or leaving a wait on it), and that lock, like the one
+    ``Thread.start`` takes, is not reentrant. The relay puts into a ``SimpleQueue`` (whose ``put`` may be called from a
+    handler), and a thread started with the relay sets the Event."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self._queue: queue.SimpleQueue[None] = queue.SimpleQueue()
+        threading.Thread(target=self._relay, name="signal-relay", daemon=True).start()
+
+    def _relay(self) -> None:
+        while True:
+            self._queue.get()
+            self.event.set()
+
+    def __call__(self) -> None:
+        self._queue.put(None)
 
 
 def die_with_parent() -> None:

@@ -474,10 +474,7 @@ class JobSetHook(KubernetesHook):
         schedulable: dict[str, int] = {}
         for node in nodes.items:
             pool = (node.metadata.labels or {}).get(LABEL_GKE_NODEPOOL)
-            ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-            # A node back from NotReady keeps the lifecycle controller's taint a moment after it is Ready again.
-            tainted = any(t.key in NOT_READY_TAINTS for t in (node.spec.taints if node.spec else None) or [])
-            if pool and ready and not tainted and not (node.spec and node.spec.unschedulable):
+            if pool and node_schedulable(node):
                 schedulable[pool] = schedulable.get(pool, 0) + 1
         return sorted(p for p, count in schedulable.items() if count >= hosts)
 
@@ -512,6 +509,17 @@ class JobSetHook(KubernetesHook):
             if error.status in (400, 404):
                 return ""
             raise
+
+
+def node_schedulable(node: Any) -> bool:
+    """Whether a ``V1Node`` takes new pods: ``Ready=True``, not cordoned (``spec.unschedulable``) and without the
+    node lifecycle controller's not-ready taints, which a node back from NotReady keeps a moment after it is Ready."""
+    ready = any(
+        c.type == "Ready" and c.status == "True" for c in (node.status.conditions if node.status else None) or []
+    )
+    spec = node.spec
+    tainted = any(t.key in NOT_READY_TAINTS for t in (spec.taints if spec else None) or [])
+    return ready and not tainted and not (spec and spec.unschedulable)
 
 
 def _config_problem(error: BaseException) -> str:

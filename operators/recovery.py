@@ -52,6 +52,7 @@ from elastic_training.operators.constants import (
     ELASTIC_EVENT_RE,
     LIVE_SLICE_COUNT_RE,
     NO_CHECKPOINT_RE,
+    RECOVERY_RECORD_RE,
     RESTORING_STEP_RE,
     SAVED_CHECKPOINT_RE,
     SCALE_UP_RE,
@@ -166,6 +167,8 @@ class LogDigest:
 
     def feed(self, at: float, line: str) -> None:
         """Fold one log line logged at ``at`` (Unix seconds)."""
+        if RECOVERY_RECORD_RE.search(line):
+            return  # the local trainer's summary of a recovery already folded: its error quotes the event's line
         if (match := COMPLETED_STEP_RE.search(line)) is not None:
             try:
                 seconds = float(match.group(2))

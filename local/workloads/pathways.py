@@ -189,10 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_HELD
     # Blocked before the role is said to be up, and taken by sigwait: a handler setting an Event could deadlock on
     # the Event's lock, which the main thread holds for a moment each time it enters its wait.
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    shown = " ".join(f"--{k}={v}" for k, v in flags.values.items())
-    _say(f"Pathways {node} {pod}: up ({shown})")
-    signum = signal.sigwait(STOP_SIGNALS)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        shown = " ".join(f"--{k}={v}" for k, v in flags.values.items())
+        _say(f"Pathways {node} {pod}: up ({shown})")
+        signum = signal.sigwait(STOP_SIGNALS)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a caller in-process keeps its own mask
     _say(f"Pathways {node} {pod}: received {signal.Signals(signum).name}, exiting")
     if signum == signal.SIGTERM:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

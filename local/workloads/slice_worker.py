@@ -32,9 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_HELD
     # Blocked before the slice is said to be up, and taken by sigwait: a handler setting an Event could deadlock on
     # the Event's lock, which the main thread holds for a moment each time it enters its wait.
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    print(f"Slice worker {pod}: slice up at {time.strftime('%Y-%m-%dT%H:%M:%S')}", flush=True)
-    signum = signal.sigwait(STOP_SIGNALS)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        print(f"Slice worker {pod}: slice up at {time.strftime('%Y-%m-%dT%H:%M:%S')}", flush=True)
+        signum = signal.sigwait(STOP_SIGNALS)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a caller in-process keeps its own mask
     print(f"Slice worker {pod}: received {signal.Signals(signum).name}, exiting", flush=True)
     return 0
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 
-from elastic_training.cli.supervisor import Supervisor
+from elastic_training.cli.supervisor import SignalRelay, Supervisor
 
 # A parent that forks a grandchild, then both sleep; the parent optionally ignores SIGTERM.
 FAMILY = """
@@ -72,3 +74,19 @@ def test_a_child_that_exited_on_its_own_is_reported_with_its_output(tmp_path: Pa
     assert crashed.log_tail() == "boom"
     supervisor.stop_all(grace_seconds=30)
     assert all(child.exited() is not None for child in supervisor.children)
+
+
+def test_a_signal_relay_sets_its_event_from_a_handler() -> None:
+    """A handler only calls the relay (nothing there takes a lock the interrupted main thread may hold); its thread
+    sets the Event, which a main thread waiting on it then sees."""
+    stop = threading.Event()
+    relay = SignalRelay(stop)
+    previous = signal.signal(signal.SIGUSR1, lambda *_: relay())
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.wait(10), "the relay never set the event"
+        stop.clear()
+        os.kill(os.getpid(), signal.SIGUSR1)  # and again: the relay serves every signal, not the first only
+        assert stop.wait(10), "the relay set the event only once"
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

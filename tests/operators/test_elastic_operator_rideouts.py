@@ -140,10 +140,14 @@ def test_a_scale_up_after_a_replica_resize_is_a_recovery_in_the_report(
     report = xcom(dag_run, "pretrain")
     assert report["final_step"] == 59 and report["full_restarts"] == 0
     kinds = [r["kind"] for r in report["recoveries"]]
-    assert kinds[0] == "slice_down" and "scale_up" in kinds
-    assert report["scale_up_recoveries"] == kinds.count("scale_up") >= 1
+    # The killed slice's loss, then its scale-up. Under load the run may also start on the one slice its minimum
+    # allows and grow at its first checkpoint (ci27: a scale-up at step 0 first): that one is a recovery too.
+    lost = kinds.index("slice_down")
+    assert kinds.count("slice_down") == 1 and "scale_up" in kinds[lost:], kinds
+    assert report["scale_up_recoveries"] == kinds.count("scale_up") <= 2
     assert report["in_process_recoveries"] == len(kinds)
-    up = report["recoveries"][kinds.index("scale_up")]
+    assert all(r["complete"] for r in report["recoveries"]), report["recoveries"]  # none opened by a record line
+    up = report["recoveries"][lost + kinds[lost:].index("scale_up")]
     # Requested right after a checkpoint, so it restores that very step: nothing is run again.
     assert up["steps_lost"] == 0 and up["slices"] == 2 and up["complete"]
     assert up["detected_at"] <= up["slices_ready_at"] <= up["restored_at"] <= up["first_step_at"]

@@ -593,7 +593,8 @@ def test_a_hostile_history_never_fails_the_run_and_the_report_says_what_was_left
 
     # The run avoids one of the 4 pools for its 3 slices: every pool must be schedulable (a host repaired by the test
     # before may still carry the node lifecycle controller's taint), or too few are left and nothing is avoided.
-    until(lambda: len(JobSetHook().list_node_pools(v5e_16_selector(), hosts=4)) == 4, "every pool schedulable", 60)
+    hook, selector = JobSetHook(), v5e_16_selector()
+    until(lambda: len(hook.list_node_pools(selector, hosts=4)) == 4, "every pool schedulable", 60)
     _, report, used = fourth_run(cluster, history_dag("history_hostile", tmp_path, avoid=True), "history-hostile")
     avoidance = report["node_pool_avoidance"]
     assert avoidance["failing"] == ["np-gone", V5E_16[0]], avoidance["failing"]

@@ -155,7 +155,11 @@ def test_a_scale_up_is_a_recovery_in_the_report() -> None:
         (43.0, absl("Waiting for 3 slices. Poll interval: 10, Timeout: 300")),
         (44.0, absl("Sufficient slices active: 3 >= 3. Active indices: [0, 1, 2]")),
         (45.0, absl("restoring from this run's directory step 40")),
-        *steps(41, 60, 47.0),
+        *steps(41, 43, 47.0),
+        # The local trainer's summary of the recovery, logged once its first step is done: its error repeats the
+        # event's words, and is no second scale-up (ci27: a scale-up counted twice, the second never complete).
+        (48.5, absl('Recovery record: {"error": "Scale up requested.", "kind": "scale_up", "step_at_failure": 40}')),
+        *steps(43, 60, 49.0),
     ]
     digest = LogDigest().feed_all(log)
     [recovery] = digest.recoveries

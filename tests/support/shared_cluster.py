@@ -7,7 +7,8 @@ Kueue with other settings has it restarted with the description's, as an operato
 against a new cluster's 12), every workload object gone from every namespace the tests use, their pods gone from the
 nodes, the nodes uncordoned and their hosts back, the API faults and provisioning rules cleared. A module that asks for
 another description, or follows one that changed the cluster past what a reset undoes (:func:`spoil`: node pools
-made queued-provisioning), gets a new cluster. The process stops the last one when it ends.
+made queued-provisioning), gets a new cluster. The process stops the last one when it ends, or sooner when its
+modules stop needing it (:func:`release_if_unused`: the suite's order puts the modules that use it first).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kubernetes import client
 
 from elastic_training.local.descriptions.cluster_description import ClusterDescription, load_description
 from elastic_training.local.upstream_cluster import UpstreamCluster
-from elastic_training.operators.hooks import NOT_READY_TAINTS
+from elastic_training.operators.hooks import node_schedulable
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "kueue-system", "jobset-system"})
 RESET_SECONDS = 120.0
@@ -34,7 +35,12 @@ _CUSTOM = (
     ("kueue.x-k8s.io", "v1beta2", "workloads"),
 )
 
+# An idle v5e-small control plane costs about 5.5 % of a core, a start 12 CPU-s (docs/testing.md): one idle this
+# long has cost a start, so stopping it then never costs more than twice the best choice made knowing the future.
+IDLE_STOP_SECONDS = 220.0
+
 _current: tuple[str, UpstreamCluster] | None = None
+_last_used = 0.0  # time.monotonic() when a test that uses the cluster last ran
 _spoiled: weakref.WeakSet[UpstreamCluster] = weakref.WeakSet()  # changed past what a reset undoes
 _NO_FINALIZERS = {"metadata": {"finalizers": None}}
 
@@ -59,6 +65,22 @@ def shared_cluster(description: ClusterDescription | str | Path | None, root: Pa
     started.start()
     _current = (key, started)
     return started
+
+
+def mark_used() -> None:
+    """A test that uses the process's cluster runs now."""
+    global _last_used
+    _last_used = time.monotonic()
+
+
+def release_if_unused(*, none_to_come: bool) -> bool:
+    """Stop the process's cluster before a module that does not use it, when ``none_to_come`` (no module left for
+    this process is known to need it) or it has been idle :data:`IDLE_STOP_SECONDS`; whether it stopped one. A
+    later module that needs it starts a new one."""
+    if _current is None or not (none_to_come or time.monotonic() - _last_used > IDLE_STOP_SECONDS):
+        return False
+    stop_shared_cluster()
+    return True
 
 
 def spoil(cluster: UpstreamCluster) -> None:
@@ -99,17 +121,12 @@ def _wait_for_ready_nodes(core: client.CoreV1Api) -> None:
     pool must not meet one still tainted. RuntimeError naming them after :data:`RESET_SECONDS`."""
     deadline = time.monotonic() + RESET_SECONDS
     while True:
-        waiting = sorted(n.metadata.name for n in core.list_node().items if not _schedulable(n))
+        waiting = sorted(n.metadata.name for n in core.list_node().items if not node_schedulable(n))
         if not waiting:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"the shared cluster's reset left nodes not ready: {', '.join(waiting[:10])}")
         time.sleep(0.5)
-
-
-def _schedulable(node: Any) -> bool:
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-    return ready and not any(t.key in NOT_READY_TAINTS for t in node.spec.taints or [])
 
 
 def _delete_workloads(api: client.ApiClient, namespace: str) -> None:

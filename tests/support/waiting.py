@@ -16,7 +16,7 @@ BACKOFF = 1.5
 def wait_for(check: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.05) -> T:
     """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds.
 
-    The first pauses are ``interval`` long, then each half again as long, up to :data:`MAX_INTERVAL` (or
+    The first pause is ``interval`` long, each next one half again as long, up to :data:`MAX_INTERVAL` (or
     ``interval``, if longer): a condition met at once is seen at once, and a long wait polls a few times a second,
     not twenty (most checks read the API, and the suite's CPU is the machine's).
 

@@ -33,6 +33,7 @@ from tests.support.waiting import wait_for
 # The suite's usual cluster, its agent the kubelet of every node (the process's shared cluster, reused and reset, not
 # a control plane of the module's own): two hosts of a v5e-16 slice, the single-host v5e pool and a CPU node.
 CLUSTER_DESCRIPTION = "v5e-small"
+USES_SHARED_CLUSTER = True  # its `cluster` below asks for it (tests/conftest.py orders and releases by this)
 TPU_NODES = ["gke-local-tpu-v5e-16-0-0", "gke-local-tpu-v5e-16-0-1"]
 SINGLE_HOST_POOL, SINGLE_HOST_NODE = "tpu-v5e-4", "gke-local-tpu-v5e-4-0"
 CPU_NODE = "gke-local-cpu-np-0"

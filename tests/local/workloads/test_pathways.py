@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from elastic_training.local.workloads.pathways import FlagError, parse_flags
-from tests.support.workload_processes import run_module
+from tests.support.workload_processes import run_module, start_module
 
 RM = [
     "--server_port=29001",
@@ -73,3 +75,18 @@ def test_held_worker_exits_3(tmp_path: object) -> None:
     )
     assert done.returncode == 3
     assert "held down by" in done.stdout
+
+
+@pytest.mark.parametrize(("stop", "code"), [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 0)])
+def test_a_role_stays_up_until_stopped_sigterm_ending_it_as_the_servers_own(stop: signal.Signals, code: int) -> None:
+    """Up until a stop signal, however soon after its "up" line it comes: SIGTERM ends it by that signal (exit 143
+    in a shell), SIGINT with 0."""
+    process = start_module("elastic_training.local.workloads.pathways", ["server", *WORKER], LOCAL_POD_NAME="p-0")
+    try:
+        assert process.stdout is not None
+        assert "Pathways worker p-0: up" in process.stdout.readline()
+        process.send_signal(stop)  # at once: a signal that came as it entered its wait was once lost there
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == code and f"received {stop.name}, exiting" in rest

@@ -19,7 +19,7 @@ def test_stays_up_until_stopped_then_exits_0(signum: signal.Signals) -> None:
         assert process.stdout is not None
         first = process.stdout.readline()
         assert "Slice worker js-worker-1-0: slice up at" in first
-        # Up and staying up: nothing is left to do but wait for a signal (its wait is an hour long).
+        # Up and staying up: nothing is left to do but wait for a signal.
         with pytest.raises(subprocess.TimeoutExpired):
             process.wait(timeout=1.0)
         process.send_signal(signum)
