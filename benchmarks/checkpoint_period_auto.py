@@ -102,28 +102,37 @@ class Night:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One night under one period."""
+    """One night under one period (the night's first, when a replan changed it)."""
 
     period: int
     seconds: float  # from the first step to the last save: what the run held its slices for, queue excluded
     failures: int
     goodput: float
+    replans: int = 0  # full restarts with a shorter period (a ``Replanner``'s)
 
 
-def simulate_night(period: int, night: Night, *, steps: int) -> Outcome:
-    """Train ``steps`` steps with a save every ``period`` (and at the end), failing as ``night`` says.
+# After a failure, the period to go on with (None: the same) from (the period, the night's failures so far, the
+# training seconds at this failure, the steps left): a mid-night replan, bought with a full restart.
+Replanner = Callable[[int, int, float, int], int | None]
+
+
+def simulate_night(
+    period: int, night: Night, *, steps: int, replan: Replanner | None = None, restart_seconds: float = 0.0
+) -> Outcome:
+    """Train ``steps`` steps with a save every ``period`` (and at the end), failing as ``night`` says; after each
+    failure, ``replan`` may change the period, at ``restart_seconds`` more downtime.
 
     From a start at committed step ``c``, save ``k`` ends at ``k`` times (``period`` steps + a save): jumping from
     failure to failure keeps a night's cost to its failures, not its saves.
     """
     step, save, recovery = night.step_seconds, night.save_seconds, night.recovery_seconds
-    segment = period * step + save
-    t, committed, saves, failures = 0.0, 0, 0, 0
+    first, t, committed, saves, failures, replans = period, 0.0, 0, 0, 0, 0
     timed = night.failures()
     at = next(timed, math.inf)
     bad_saves = night.failing_saves()
     bad = next(bad_saves, None)
     while True:
+        segment = period * step + save
         left = steps - committed
         count = math.ceil(left / period)  # saves to the end; the last segment may be short
         last = left - (count - 1) * period
@@ -138,13 +147,16 @@ def simulate_night(period: int, night: Night, *, steps: int) -> Outcome:
             save_fails_at = t + k * segment + (period if k < count - 1 else last) * step + bad[1] * save
         failed_at = min(at, save_fails_at)
         if failed_at >= end:
-            return Outcome(period=period, seconds=end, failures=failures, goodput=steps * step / end)
+            return Outcome(first, seconds=end, failures=failures, goodput=steps * step / end, replans=replans)
         done = min(int((failed_at - t) // segment), count - 1)
         started = done + (1 if failed_at > t + done * segment + (period if done < count - 1 else last) * step else 0)
         saves, committed, failures = saves + started, committed + done * period, failures + 1
         t = failed_at + recovery
         if failed_at == save_fails_at:
             bad = next(bad_saves, None)
+        shorter = replan(period, failures, failed_at, steps - committed) if replan is not None else None
+        if shorter is not None and shorter != period:
+            period, t, replans = shorter, t + restart_seconds, replans + 1
 
 
 def record(night: Night, outcome: Outcome, n: int) -> RunRecord:

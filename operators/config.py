@@ -114,6 +114,23 @@ NIGHTLY_DEADLINE = Option(
     "``alert_notifier`` (Airflow's DeadlineAlert). Empty: no deadline.",
     example="08:00",
 )
+AUTO_REPLAN_FACTOR = Option(
+    "auto_replan_factor",
+    "float",
+    "3",
+    '``checkpoint_period="auto"`` restarts a run mid-way with a shorter period when its own slice failures call '
+    "for one at least this many times shorter than the one it runs, and the rest of the run repays the restart "
+    "(docs/operators.md, 'When the weather changes'). The restart spends no ``max_full_restarts``. 0: never.",
+    example="2",
+)
+AUTO_REPLAN_RESTART_SECONDS = Option(
+    "auto_replan_restart_seconds",
+    "string",
+    "",
+    "The downtime of a full restart that the mid-run replan weighs against what a shorter period saves, in "
+    "seconds. Empty: what the run's own start took (its JobSet's creation to its first step).",
+    example="300",
+)
 
 OPTIONS: tuple[Option, ...] = (
     GKE_PROJECT,
@@ -125,6 +142,8 @@ OPTIONS: tuple[Option, ...] = (
     ALERT_NOTIFIER_KWARGS,
     ALERT_QUEUED_AFTER,
     NIGHTLY_DEADLINE,
+    AUTO_REPLAN_FACTOR,
+    AUTO_REPLAN_RESTART_SECONDS,
 )
 
 

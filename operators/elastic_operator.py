@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from elastic_training.operators import alerts as alerting
-from elastic_training.operators import kube_names, manifests
+from elastic_training.operators import config, kube_names, manifests
 from elastic_training.operators.advice import auto_period, shape_fingerprint
 from elastic_training.operators.backoff import Backoff
 from elastic_training.operators.checkpoints import (
@@ -82,6 +82,7 @@ from elastic_training.operators.options import (
     Training,
     grouped,
 )
+from elastic_training.operators.period_replan import REPLAN_FACTOR, REPLAN_KEY, REPLAN_REASON, ReplanBasis
 from elastic_training.operators.policy import SHORT_POD_GRACE_SECONDS, Action, JobSetPhase, Reason, decide
 from elastic_training.operators.policy import Budgets as PolicyBudgets
 from elastic_training.operators.pool_avoidance import (
@@ -94,7 +95,13 @@ from elastic_training.operators.pool_avoidance import (
 )
 from elastic_training.operators.recovery import CostModel, run_report
 from elastic_training.operators.run_history import ANNOTATION_RUN_HISTORY
-from elastic_training.operators.run_report import BudgetAllowances, RunReport, escalations_of, period_choice_from_json
+from elastic_training.operators.run_report import (
+    BudgetAllowances,
+    PeriodReplan,
+    RunReport,
+    escalations_of,
+    period_choice_from_json,
+)
 from elastic_training.operators.run_state import RunState
 from elastic_training.operators.scheduling import describe, stranded
 from elastic_training.operators.shape_prior import ShapeEstimate, estimate_shape
@@ -445,6 +452,9 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 if isinstance(choice, Mapping)
                 else _fallback_period(spec.steps, self.auto_fallback_period)
             )
+            replanned = plan.get(REPLAN_KEY)
+            if isinstance(replanned, Mapping) and isinstance(replanned.get("period"), int):
+                period = min(period, max(1, replanned["period"]))  # only ever shorter: stored input
         if not avoided and period == spec.checkpoint_period:
             return spec
         planned = dataclasses.replace(spec, avoid_node_pools=avoided, checkpoint_period=period)
@@ -494,6 +504,8 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             raise AirflowException(self._abandoned_message(context, self._active, why))
         if status == EventStatus.UNSCHEDULABLE:
             return self._relax_avoidance(context, spec, run, str(event.get("message") or ""))
+        if status == EventStatus.REPLAN:
+            return self._replan_period(context, spec, run, event)
         if status == EventStatus.DEADLINE:
             timed_out = self._timed_out_message(context, self._active)
             self._alert_budget(run, "execution_timeout", "deadline", timed_out)
@@ -615,7 +627,66 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             relax_after_seconds=RELAX_AFTER_SECONDS if spec.avoid_node_pools else None,
             relax_not_before=relax_not_before,
             alerts=None if self.alerts is None else self.alerts.trigger_kwargs(self._seen(run)),
+            replan=self._replan_basis(spec, run),
         )
+
+    def _replan_basis(self, spec: ElasticRunSpec, run: RunState) -> dict[str, Any] | None:
+        """What the trigger weighs this run's slice failures against: an ``auto`` run's plan, once per try (a run
+        restarted shorter already is not replanned again); ``None`` when ``auto`` measured nothing to plan on."""
+        plan = run.plan or {}
+        if not self.auto_period or plan.get(REPLAN_KEY) is not None:
+            return None
+        factor, restart = self._replan_settings()
+        if factor == 0:
+            return None
+        choice = plan.get("checkpoint_period_choice")
+        basis = ReplanBasis.from_choice(spec.checkpoint_period, choice, factor=factor, restart_seconds=restart)
+        return None if basis is None else basis.to_json()
+
+    def _replan_settings(self) -> tuple[float, float | None]:
+        """``[elastic_training] auto_replan_factor`` and ``auto_replan_restart_seconds``; a value that is no
+        number (or out of range) is its default, with a warning: a setting never fails a run."""
+        factor_text = config.get_option(config.AUTO_REPLAN_FACTOR).strip()
+        restart_text = config.get_option(config.AUTO_REPLAN_RESTART_SECONDS).strip()
+        factor: float = REPLAN_FACTOR
+        restart: float | None = None
+        try:
+            factor = float(factor_text or REPLAN_FACTOR)
+            if not (factor == 0 or 1 <= factor < math.inf):
+                raise ValueError("not 0, nor from 1 up")
+        except ValueError as error:
+            self.log.warning("auto_replan_factor %r is unusable (%s): %s it is", factor_text, error, REPLAN_FACTOR)
+            factor = REPLAN_FACTOR
+        try:
+            restart = float(restart_text) if restart_text else None
+            if restart is not None and not 0 <= restart < math.inf:
+                raise ValueError("not a number of seconds >= 0")
+        except ValueError as error:
+            self.log.warning("auto_replan_restart_seconds %r is unusable (%s): measured", restart_text, error)
+            restart = None
+        return factor, restart
+
+    def _replan_period(self, context: Context, spec: ElasticRunSpec, run: RunState, event: dict[str, Any]) -> Any:
+        """The trigger's ``replan``: recreate the JobSet with the shorter period, as a full restart does (deleted and
+        gone first, resumed from its newest committed step), spending none; the report says why. MaxText reads
+        ``checkpoint_period`` once, at start, so a new incarnation is the only way to change it. An event that does
+        not hold a sound shorter period (stored input: the trigger's serialized state) changes nothing."""
+        found = event.get("replan")
+        period = found.get("period") if isinstance(found, Mapping) else None
+        if not isinstance(found, Mapping) or not isinstance(period, int) or not 1 <= period < spec.checkpoint_period:
+            self.log.warning("JobSet %s: an unusable replan event (%r): waiting on", run.jobset_name, found)
+            run.save(context)
+            return self._wait(context, spec, run)
+        why = (
+            f"{event.get('message') or 'the run failed more often than planned'}; JobSet {run.jobset_name} was "
+            "recreated with the shorter period (no full restart spent)"
+        )
+        run.plan = {**(run.plan or {}), REPLAN_KEY: {**found, "from_period": spec.checkpoint_period, "reason": why}}
+        run.budget_base += 1  # the recreation below counts one full restart: not against this try's budget
+        self.log.warning("checkpoint_period=auto replanned: %s", why)
+        shorter = self._planned(self.build_spec(), run)
+        self._escalate(context, shorter, run, REPLAN_REASON, why, None, replan=True)
+        return self._wait(context, shorter, run)
 
     def _relax_avoidance(self, context: Context, spec: ElasticRunSpec, run: RunState, seen: str) -> Any:
         """Worker pods unschedulable for ``RELAX_AFTER_SECONDS`` under the avoidance (the trigger's event, judged
@@ -745,8 +816,10 @@ class ElasticJobSetOperator(JobSetTaskOperator):
         pod_grace_seconds: int | None = None,
         *,
         relaxation: bool = False,
+        replan: bool = False,
     ) -> None:
-        """Record the escalation durably, then carry it out (a crash in between resumes it)."""
+        """Record the escalation durably, then carry it out (a crash in between resumes it). A ``relaxation`` or a
+        ``replan`` recreates the JobSet spending no full restart: nothing to alert."""
         self.log.warning("escalating to a full restart of %s: %s", run.jobset_name, message)
         run.escalations.append(
             {
@@ -757,11 +830,12 @@ class ElasticJobSetOperator(JobSetTaskOperator):
                 "latest_step": run.monitor.digest.latest_step,
                 "pod_grace_seconds": pod_grace_seconds,
                 **({"relaxation": True} if relaxation else {}),
+                **({"replan": True} if replan else {}),
             }
         )
         run.escalating = True
         run.save(context)
-        if not relaxation:  # a relaxation's recreation spends no full restart: nothing to alert
+        if not (relaxation or replan):
             self._alert(
                 alerting.full_restart(
                     reason,
@@ -854,6 +928,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             node_pools=tuple(run.node_pools()),
             node_pool_avoidance=Avoidance.from_json(avoidance) if avoidance else disabled(),
             checkpoint_period_choice=period_choice_from_json(plan.get("checkpoint_period_choice")),
+            checkpoint_period_replan=PeriodReplan.from_json(plan.get(REPLAN_KEY)),
         )
 
     def _record_history(

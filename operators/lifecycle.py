@@ -345,10 +345,11 @@ class JobSetTaskOperator(BaseOperator):
         relax_after_seconds: float | None = None,
         relax_not_before: float = 0.0,
         alerts: Mapping[str, Any] | None = None,
+        replan: Mapping[str, Any] | None = None,
     ) -> Any:
         """Watch ``handle`` with a `JobSetTrigger` until the policy wants the task to act (or, with
-        ``relax_after_seconds``, a worker pod stays unschedulable that long; or, with ``alerts``, has news for its
-        notifiers); resume there."""
+        ``relax_after_seconds``, a worker pod stays unschedulable that long; with ``alerts``, has news for its
+        notifiers; with ``replan``, its slice failures call for a shorter checkpoint period); resume there."""
         from elastic_training.operators.triggers import JobSetTrigger
 
         trigger = JobSetTrigger(
@@ -365,6 +366,7 @@ class JobSetTaskOperator(BaseOperator):
             relax_after_seconds=relax_after_seconds,
             relax_not_before=relax_not_before,
             alerts=alerts,
+            replan=replan,
         )
         return self._defer_or_wait(context, trigger)
 

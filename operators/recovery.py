@@ -631,7 +631,7 @@ def _counted(
         preemption_count=sum(1 for p in preemptions if p.eviction in ("", PREEMPTED)),
         pods_ready_evictions=sum(1 for p in preemptions if p.eviction == PODS_READY_TIMEOUT),
         evictions=len(preemptions),
-        full_restarts=sum(1 for e in escalations if not (e.preemption or e.relaxation)),
+        full_restarts=sum(1 for e in escalations if not (e.preemption or e.relaxation or e.replan)),
         preemption_recreations=sum(1 for e in escalations if e.preemption),
         jobset_restarts=sum(i.jobset_restarts for i in incarnations),
         escalations=tuple(escalations),

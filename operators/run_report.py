@@ -220,7 +220,8 @@ class Escalation:
 
     ``preemption``: a recreation a preemption forced (the trainer's exit 0 on SIGTERM), no full restart spent;
     ``relaxation``: a recreation that dropped the node-pool avoidance its workers could not be scheduled under
-    (``node_pool_avoidance.relaxed`` says why), no full restart spent.
+    (``node_pool_avoidance.relaxed`` says why), no full restart spent; ``replan``: a recreation with a shorter
+    ``checkpoint_period`` (``checkpoint_period_replan`` says why), no full restart spent.
     """
 
     reason: str = ""
@@ -236,6 +237,7 @@ class Escalation:
     # The old pods' grace period when the restart shortened it (a trainer past saving: hung, starting, waiting).
     pod_grace_seconds: int | None = None
     relaxation: bool = False
+    replan: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "quarantined": list(self.quarantined)}
@@ -244,6 +246,30 @@ class Escalation:
     def from_json(cls, data: Mapping[str, Any]) -> Escalation:
         """An escalation as the operator records it (its task state store entry) or a report carries it."""
         return cls(**_scalars(cls, data), quarantined=_strings(data, "quarantined"))
+
+
+@dataclass(frozen=True)
+class PeriodReplan:
+    """``checkpoint_period="auto"``'s restart mid-run (:mod:`operators.period_replan`): from ``from_period`` to
+    ``period``, the MTBF the run's own failures showed, the seconds the shorter period was to save net of the
+    restart, and why in words."""
+
+    period: int = 0
+    from_period: int = 0
+    mtbf_seconds: float = 0.0
+    net_gain_seconds: float = 0.0
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PeriodReplan | None:
+        """The replan a plan or report holds; ``None`` for none, or for one without a period."""
+        if not isinstance(data, Mapping):
+            return None
+        found = cls(**_scalars(cls, data))
+        return found if found.period >= 1 else None
 
 
 @dataclass(frozen=True)
@@ -435,6 +461,7 @@ class RunReport:
     node_pools: tuple[str, ...] = ()
     node_pool_avoidance: Avoidance | None = None
     checkpoint_period_choice: PeriodChoice | None = None
+    checkpoint_period_replan: PeriodReplan | None = None
     history_key: str | None = None
     history_notes: tuple[str, ...] = ()
     already_at_target: bool = False
@@ -473,15 +500,19 @@ class RunReport:
             return None
 
     def downtimes(self) -> list[float]:
-        """Each failure's downtime: a recovery's detection to first step, a full restart's delete to recreate."""
+        """Each failure's downtime: a recovery's detection to first step, a full restart's delete to recreate (a
+        replan's restart is no failure: the rate ``auto`` learns must not count its own restarts)."""
         found = [float(r.phase_seconds.total or 0.0) for r in self.recoveries]
-        return found + [float(e.seconds_to_recreate or 0.0) for e in self.escalations]
+        return found + [float(e.seconds_to_recreate or 0.0) for e in self.escalations if not e.replan]
 
     def history_record(self, *, run_id: str, ended_at: float, succeeded: bool, fingerprint: str = "") -> RunRecord:
         """The failure history's entry for this run (:mod:`operators.failure_history`); ``fingerprint``: its shape
         (:func:`operators.advice.shape_fingerprint`), which the report does not carry."""
         downtimes = self.downtimes()
-        period = self.checkpoint_period
+        # The period auto chose, not the replan's: auto's change bound centres on its own choices, as the
+        # benchmark's simulation keeps them (benchmarks/checkpoint_period_replan.py).
+        replanned = self.checkpoint_period_replan
+        period = replanned.from_period if replanned is not None and replanned.from_period else self.checkpoint_period
         avoided = self.node_pool_avoidance.avoided if self.node_pool_avoidance is not None else ()
         return RunRecord(
             run_id=run_id[:MAX_TEXT],
@@ -536,6 +567,8 @@ class RunReport:
                 **self.checkpoint_period_choice.to_json(),
                 "achieved_goodput": self.goodput,
             }
+        if self.checkpoint_period_replan is not None:
+            data["checkpoint_period_replan"] = self.checkpoint_period_replan.to_json()
         if self.already_at_target:
             data["already_at_target"] = True
         if self.failure is not None:
@@ -563,6 +596,7 @@ class RunReport:
             history_notes=_strings(data, "history_notes"),
             node_pool_avoidance=None if avoidance is None else Avoidance.from_json(avoidance),
             checkpoint_period_choice=period_choice_from_json(data.get("checkpoint_period_choice")),
+            checkpoint_period_replan=PeriodReplan.from_json(data.get("checkpoint_period_replan")),
         )
 
 

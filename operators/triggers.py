@@ -6,17 +6,18 @@ and follows the head pod's trainer log, folding all of it into a :class:`~operat
 The watches are the triggerer process's shared ones (:mod:`operators.shared_watches`: one list+watch per
 connection, namespace and kind, whatever the number of triggers); a JobSet Kueue has not admitted yet has no pods,
 so its trigger subscribes to its Jobs and pods, and follows the log, only once it is admitted.
-After every change it asks the pure policy what it would do; it wakes the operator (yields one event) only when
-the answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own
-deadline passed; for a JobSet whose workers keep off failing node pools (``relax_after_seconds`` set), when a
-worker pod has been unschedulable that long (:mod:`operators.scheduling`), so the operator can drop the avoidance;
-and, when it is given ``alerts``, when something the operator tells its notifiers about happened while it waited
-(a preemption, an eviction, a wait for admission past its threshold: :func:`operators.alerts.news`), with status
-``notice``. It is side-effect free: it never creates, deletes or patches anything, so running
-it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff; transient API
-errors never end it. A refusal does, after a few tries (as the provider's ``watch_pod_events`` gives up on a
-403): a watch's, or a log read's (``get pods/log`` refused, or a kubelet the API server cannot reach), since
-progress it cannot read would look like a stall and restart a healthy run.
+After every change it asks the pure policy what it would do; it wakes the operator (yields one event) only when the
+answer is not "continue": the JobSet ended, a budget is spent, training stalled, or its own deadline passed; for a
+JobSet whose workers keep off failing node pools (``relax_after_seconds`` set), when a worker pod has been unschedulable
+that long (:mod:`operators.scheduling`), so the operator can drop the avoidance; for a run ``checkpoint_period="auto"``
+planned (``replan`` set), when its slice failures so far call for a restart with a shorter period
+(:mod:`operators.period_replan`); and, when it is given ``alerts``, when something the operator tells its notifiers
+about happened while it waited (a preemption, an eviction, a wait for admission past its threshold:
+:func:`operators.alerts.news`), with status ``notice``. It is side-effect free: it never creates, deletes or patches
+anything, so running it twice (a triggerer failover) is harmless. Watches relist on 410 and reconnect with backoff;
+transient API errors never end it. A refusal does, after a few tries (as the provider's ``watch_pod_events`` gives up on
+a 403): a watch's, or a log read's (``get pods/log`` refused, or a kubelet the API server cannot reach), since progress
+it cannot read would look like a stall and restart a healthy run.
 
 Events are plain dicts: ``{"status": EventStatus, "reason", "message", "state", "name", "namespace"}``.
 """
@@ -44,8 +45,10 @@ from elastic_training.operators.constants import (
     WORKER_REPLICATED_JOB,
 )
 from elastic_training.operators.observations import MonitorState, parse_time
+from elastic_training.operators.period_replan import Replan, ReplanBasis, replan_run
 from elastic_training.operators.policy import Action, Budgets, JobSetPhase, RunPhase, decide
 from elastic_training.operators.queueing import QUOTA_RESERVED
+from elastic_training.operators.recovery import SLICE_DOWN
 from elastic_training.operators.scheduling import Unschedulable, describe, unschedulable
 from elastic_training.operators.shared_watches import SharedWatches, WatchKey, WatchKind, shared_watches
 
@@ -87,6 +90,7 @@ class EventStatus(StrEnum):
     DEADLINE = "deadline"
     ERROR = "error"
     UNSCHEDULABLE = "unschedulable"  # a worker pod unschedulable for relax_after_seconds (avoidance to drop)
+    REPLAN = "replan"  # an auto run's slice failures call for a restart with a shorter checkpoint period
     NOTICE = "notice"  # news for the operator's alerts (operators.alerts.news); the run goes on
 
 
@@ -112,6 +116,9 @@ class JobSetTrigger(BaseTrigger):
         and waits again).
     :param alerts: ``{"seen": Seen JSON, "queued_after": seconds or None}``: wake the operator (``notice``) on
         :func:`operators.alerts.news` since ``seen`` (``None``: never; the operator has no notifiers).
+    :param replan: a :class:`~operators.period_replan.ReplanBasis` (JSON): at each slice failure, yield a ``replan``
+        event (its ``replan`` key: the :class:`~operators.period_replan.Replan`) when the run's failures so far call
+        for a restart with a shorter period (``None``, or anything unsound: never).
     """
 
     def __init__(
@@ -132,6 +139,7 @@ class JobSetTrigger(BaseTrigger):
         relax_after_seconds: float | None = None,
         relax_not_before: float = 0.0,
         alerts: Mapping[str, Any] | None = None,
+        replan: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.name = name
@@ -149,6 +157,7 @@ class JobSetTrigger(BaseTrigger):
         self.relax_after_seconds = relax_after_seconds
         self.relax_not_before = relax_not_before
         self.alerts = dict(alerts) if alerts is not None else None
+        self.replan = dict(replan) if replan is not None else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -169,6 +178,7 @@ class JobSetTrigger(BaseTrigger):
                 "relax_after_seconds": self.relax_after_seconds,
                 "relax_not_before": self.relax_not_before,
                 "alerts": self.alerts,
+                "replan": self.replan,
             },
         )
 
@@ -234,8 +244,10 @@ class _Monitor:
         self.log = trigger.log
         # worker pods kube-scheduler left unschedulable, by uid (read again from the pods after a rebuild)
         self.unschedulable: dict[str, Unschedulable] = {}
+        self.replan_basis = ReplanBasis.from_json(trigger.replan)
+        self.replan_weighed = 0  # the slice failures the replan rule last weighed
 
-    def event(self, status: EventStatus, reason: str, message: str) -> dict[str, Any]:
+    def event(self, status: EventStatus, reason: str, message: str, **extra: Any) -> dict[str, Any]:
         return {
             "status": status.value,
             "reason": reason,
@@ -243,6 +255,7 @@ class _Monitor:
             "name": self.trigger.name,
             "namespace": self.trigger.namespace,
             "state": self.state.to_json(),
+            **extra,
         }
 
     async def run(self) -> dict[str, Any]:
@@ -313,6 +326,8 @@ class _Monitor:
             stranded, relax_at = self._stranded(now)
             if stranded and settling <= 0:
                 return self.event(EventStatus.UNSCHEDULABLE, EventStatus.UNSCHEDULABLE.value, describe(stranded, now))
+            if (replanned := self._replan(now)) is not None and settling <= 0:
+                return replanned
             told = self._news(now)
             if told and settling <= 0:
                 return self.event(EventStatus.NOTICE, told[0], told[1])
@@ -358,6 +373,26 @@ class _Monitor:
             self.unschedulable.pop(uid, None)
         else:
             self.unschedulable[uid] = waiting
+
+    def _replan(self, now: float) -> dict[str, Any] | None:
+        """A ``replan`` event when a slice failure not weighed yet makes the rule restart the run shorter."""
+        basis, digest = self.replan_basis, self.state.digest
+        recoveries = [*digest.recoveries, *([digest.open_recovery] if digest.open_recovery else [])]
+        failures = sum(1 for recovery in recoveries if recovery.kind == SLICE_DOWN)
+        if basis is None or failures <= self.replan_weighed or digest.first_step_at is None:
+            return None
+        self.replan_weighed = failures
+        training = now - digest.first_step_at
+        steps_left = self.trigger.target_step - (digest.latest_step if digest.latest_step is not None else -1)
+        restart = digest.first_step_at - self.state.started_at  # what this incarnation's start took
+        found = replan_run(
+            basis, failures=failures, training_seconds=training, steps_left=steps_left, restart_seconds=restart
+        )
+        if found is None:
+            return None
+        restart = basis.restart_seconds if basis.restart_seconds is not None else restart
+        message = replan_message(basis, found, failures=failures, training_seconds=training, restart_seconds=restart)
+        return self.event(EventStatus.REPLAN, EventStatus.REPLAN.value, message, replan=found.to_json())
 
     def _news(self, now: float) -> tuple[str, str] | None:
         """The first piece of news for the operator's alerts since what it told (``None``: none, or no alerts)."""
@@ -513,6 +548,18 @@ class _Monitor:
                 pod, uid = self.state.head_pod, self.state.head_pod_uid
                 if pod is not None and uid is not None:
                     await self._read_log(pod, uid, follow=False)
+
+
+def replan_message(
+    basis: ReplanBasis, found: Replan, *, failures: int, training_seconds: float, restart_seconds: float
+) -> str:
+    """Why the run is restarted with a shorter period, in figures."""
+    return (
+        f"{failures} slice failure{'s' if failures != 1 else ''} in {training_seconds / 60:.0f} min of training: an "
+        f"MTBF of {found.mtbf_seconds / 60:.0f} min against the {basis.planned_mtbf_seconds / 60:.0f} min "
+        f"checkpoint_period=auto planned for; checkpoint_period {basis.period} -> {found.period} saves "
+        f"{found.net_gain_seconds:.0f} s over the rest of the run, net of a {restart_seconds:.0f} s restart"
+    )
 
 
 def _created(obj: dict[str, Any]) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 from elastic_training.operators import run_layout
 from elastic_training.operators.advice import PeriodChoice
 from elastic_training.operators.observations import MonitorState
+from elastic_training.operators.period_replan import REPLAN_KEY
 from elastic_training.operators.pool_avoidance import Avoidance
 from elastic_training.operators.queueing import EvictionKind
 from elastic_training.operators.recovery import (
@@ -55,6 +56,7 @@ from elastic_training.operators.run_report import (
     BudgetAllowances,
     CapacityTimes,
     Escalation,
+    PeriodReplan,
     PreemptionEntry,
     RecoveryEntry,
     ReportError,
@@ -512,23 +514,29 @@ def plan(report: RunReport | None, state: Mapping[str, Any]) -> JsonObj:
 
     ``node_pool_avoidance`` (``avoid_failing_node_pools``: the pools avoided, the failing ones, why) is ``None``
     when the option was off; ``checkpoint_period_choice`` (``checkpoint_period="auto"``: the period, its bounds,
-    the goodput predicted and, once the run ended, achieved) is ``None`` for a fixed period. From the report; while
-    there is none, from the plan the operator keeps in the task state store.
+    the goodput predicted and, once the run ended, achieved) is ``None`` for a fixed period;
+    ``checkpoint_period_replan`` (the restart with a shorter period the run's own failures called for, and why) is
+    ``None`` when there was none. From the report; while there is none, from the plan the operator keeps in the task
+    state store.
     """
     avoidance: Avoidance | None = None
     choice: PeriodChoice | None = None
     achieved: float | None = None
+    replanned: PeriodReplan | None = None
     if report is not None:
         avoidance, choice, achieved = report.node_pool_avoidance, report.checkpoint_period_choice, report.goodput
+        replanned = report.checkpoint_period_replan
     elif isinstance(stored := state.get("plan"), Mapping):
         avoidance = Avoidance.from_json(stored.get("node_pool_avoidance"))
         try:
             choice = period_choice_from_json(stored.get("checkpoint_period_choice"))
+            replanned = PeriodReplan.from_json(stored.get(REPLAN_KEY))
         except ReportError:  # a plan this release cannot read: shown as none, never a failed page
             choice = None
     return {
         "node_pool_avoidance": avoidance.to_json() if avoidance is not None and avoidance.enabled else None,
         "checkpoint_period_choice": None if choice is None else {**choice.to_json(), "achieved_goodput": achieved},
+        REPLAN_KEY: None if replanned is None else replanned.to_json(),
     }
 
 

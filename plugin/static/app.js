@@ -555,6 +555,11 @@ function planPanel(plan) {
       el("p", { id: "plan-period-source" }, `From ${sources[choice.source] || choice.source || "–"}${interval}`),
       el("p", { class: "muted" }, choice.reason || ""));
   }
+  const replan = plan && plan.checkpoint_period_replan;
+  if (replan) {
+    parts.push(el("p", { id: "plan-replan" }, `Restarted mid-run with checkpoint_period ${replan.from_period} → ${replan.period} steps (no full restart spent)`),
+      el("p", { class: "muted" }, replan.reason || ""));
+  }
   return el("section", { class: "panel span12", id: "plan" }, el("h2", {}, "Decided from earlier runs"), ...parts);
 }
 

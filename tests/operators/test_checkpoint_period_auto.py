@@ -22,6 +22,7 @@ from elastic_training.operators.failure_history import FailureHistory, RunRecord
 from elastic_training.operators.spec import ElasticRunSpec
 from tests.support.airflow_dags import dag_from_source, states, xcom
 from tests.support.history_variables import stored_history
+from tests.support.step_faults import StepFaults, kill_worker
 
 pytestmark = pytest.mark.slow
 
@@ -127,3 +128,64 @@ def test_auto_picks_a_shorter_period_after_frequent_failures(
         chosen["calm"]["clamped"] == "run_length"
         and chosen["stormy"]["mtbf_seconds"] < chosen["calm"]["mtbf_seconds"] / 10
     )
+
+
+REPLAN_STEPS = 40
+REPLAN_SHAPE = shape_fingerprint(
+    ElasticRunSpec("x", "/x", steps=REPLAN_STEPS, checkpoint_period=1, num_slices=2, runtime="local")
+)
+
+
+def test_a_run_failing_sooner_than_planned_restarts_once_with_a_shorter_period_spending_no_full_restart(
+    airflow_db: None, cluster_connection: UpstreamCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 55's replan through the real trigger: the history plans a failure every ~90 s of training (one in each
+    of three runs' two minutes, period 12); the run's first slice failure, seconds into training, makes its rate
+    higher than planned (a shorter period is called for up to ~45 s in, so a loaded machine's slow start still
+    replans). With ``auto_replan_factor`` at 1.01 and the restart's downtime at 0 (so one failure is enough here; a
+    night takes a storm at the default 3), the trigger wakes the operator, which recreates the JobSet with the
+    shorter period: no full restart spent, the report and the history say why and from which period."""
+    from airflow.models import Variable
+
+    monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_FACTOR", "1.01")
+    monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_RESTART_SECONDS", "0")
+    key = "elastic_training_failure_history.auto-replan"
+    history = FailureHistory()
+    for n in range(3):
+        history = history.with_run(
+            RunRecord(
+                run_id=f"seed-{n}", ended_at=1_796_000_000.0 + n, slices=2, wall_seconds=90.0,
+                training_seconds=120.0, failures_total=1, mean_step_seconds=0.5, checkpoint_save_seconds=0.2,
+                recovery_seconds=2.0, checkpoint_period=10, fingerprint=REPLAN_SHAPE,
+            )
+        )  # fmt: skip
+    Variable.set(key, history.render())
+    planned = auto_period(history.runs, steps=REPLAN_STEPS, fallback=10, fingerprint=REPLAN_SHAPE, slices=2)
+    body = f"""
+    with DAG("auto_replan", schedule=None) as dag:
+        ElasticJobSetOperator(
+            task_id="pretrain", run_name="auto-replan", base_output_directory={str(tmp_path)!r},
+            steps={REPLAN_STEPS}, checkpoint_period="auto", num_slices=2, runtime="local", maxtext_args={{}},
+            max_full_restarts=1, stall_timeout=timedelta(minutes=6), deferrable=True, poll_interval=1.0,
+            local_env={{"LOCAL_STEP_SECONDS": "0.5"}}, failure_history_key={key!r},
+        )
+    """  # fmt: skip
+    with StepFaults(cluster_connection, "auto-replan") as faults:
+        faults.at(4, kill_worker(1))
+        dag_run = dag_from_source("auto_replan", body, HEADER).test()
+    assert faults.fired == [4], faults
+    assert states(dag_run) == {"pretrain": "success"}
+    report = xcom(dag_run, "pretrain")
+    replan = report["checkpoint_period_replan"]
+    assert report["checkpoint_period_choice"]["period"] == planned.period == replan["from_period"]
+    assert 1 <= replan["period"] < planned.period == replan["from_period"]
+    assert report["checkpoint_period"] == replan["period"]  # the second JobSet trained with it
+    assert f"checkpoint_period={replan['period']}" in trainer_args(cluster_connection, report["jobset_name"])
+    assert "1 slice failure in" in replan["reason"] and "no full restart spent" in replan["reason"]
+    [escalation] = report["escalations"]
+    assert escalation["reason"] == "checkpoint_period_replan" and escalation["replan"] is True
+    assert report["full_restarts"] == 0 and len(report["jobsets"]) == 2
+    assert report["final_step"] == REPLAN_STEPS - 1
+    # The history keeps the run with auto's own period and the one failure (the replan's restart is none).
+    newest = stored_history(key).runs[-1]
+    assert newest.checkpoint_period == planned.period and newest.failures_total == 1

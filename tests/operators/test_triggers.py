@@ -50,6 +50,7 @@ def test_serialize() -> None:
             "relax_after_seconds": None,
             "relax_not_before": 0.0,
             "alerts": None,
+            "replan": None,
         },
     )
     rebuilt = JobSetTrigger(**trigger.serialize()[1])

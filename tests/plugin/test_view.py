@@ -13,7 +13,13 @@ from elastic_training.operators.advice import auto_period
 from elastic_training.operators.observations import parse_time
 from elastic_training.operators.pool_avoidance import Avoidance, disabled
 from elastic_training.operators.recovery import MAX_STEP_POINTS, CostModel, Incarnation, LogDigest, run_report
-from elastic_training.operators.run_report import BudgetAllowances, RecoveryEntry, RunReport, escalations_of
+from elastic_training.operators.run_report import (
+    BudgetAllowances,
+    PeriodReplan,
+    RecoveryEntry,
+    RunReport,
+    escalations_of,
+)
 from elastic_training.plugin.view import budgets, run_view, timeline
 from tests.support.capacity_run import QUOTA, capacity_run
 
@@ -415,7 +421,25 @@ def test_the_view_shows_what_the_run_decided_from_earlier_runs() -> None:
     assert run_view(task=task, report=off, state={}, checkpoints=None)["plan"] == {
         "node_pool_avoidance": None,
         "checkpoint_period_choice": None,
+        "checkpoint_period_replan": None,
     }
+    # A replan mid-run (issue 55): from the plan while the run goes on, from the report once it ended; a stored one
+    # without a period is none.
+    replan = PeriodReplan(period=4, from_period=10, mtbf_seconds=30.0, net_gain_seconds=12.0, reason="3 failures")
+    replanned = {**state, "plan": {**plan_json, "checkpoint_period_replan": replan.to_json()}}
+    assert (
+        run_view(task=task, report=None, state=replanned, checkpoints=None, now=1031.0)["plan"][
+            "checkpoint_period_replan"
+        ]
+        == replan.to_json()
+    )
+    shown = dataclasses.replace(report, checkpoint_period_replan=replan)
+    assert run_view(task=task, report=shown, state={}, checkpoints=None)["plan"]["checkpoint_period_replan"] == {
+        "period": 4, "from_period": 10, "mtbf_seconds": 30.0, "net_gain_seconds": 12.0, "reason": "3 failures"
+    }  # fmt: skip
+    assert RunReport.from_json(shown.to_json()).checkpoint_period_replan == replan
+    broken = {**state, "plan": {**plan_json, "checkpoint_period_replan": {"period": "four"}}}
+    assert run_view(task=task, report=None, state=broken, checkpoints=None)["plan"]["checkpoint_period_replan"] is None
     # What reading the history left out or could not read, and the history the run used (the page's link).
     noted = dataclasses.replace(report, history_key="k.m1", history_notes=("the failure history k.m1: 1 left out",))
     assert run_view(task=task, report=noted, state={}, checkpoints=None)["history"] == {
