@@ -111,6 +111,10 @@ class ReplanBasis:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def restart_cost(self, measured_seconds: float) -> float:
+        """A restart's downtime: this basis's own, or else ``measured_seconds`` (the run's start)."""
+        return self.restart_seconds if self.restart_seconds is not None else max(0.0, measured_seconds)
+
     @classmethod
     def from_json(cls, data: Any) -> ReplanBasis | None:
         """The basis a trigger was serialized with; ``None`` for anything else (it only ever turns the rule off)."""
@@ -155,5 +159,5 @@ def replan_run(
         save_seconds=basis.save_seconds,
         recovery_seconds=basis.recovery_seconds,
     )
-    restart = basis.restart_seconds if basis.restart_seconds is not None else max(0.0, restart_seconds)
+    restart = basis.restart_cost(restart_seconds)
     return replan(run, basis.planned_mtbf_seconds, factor=basis.factor, restart_seconds=restart)

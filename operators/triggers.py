@@ -390,8 +390,9 @@ class _Monitor:
         )
         if found is None:
             return None
-        restart = basis.restart_seconds if basis.restart_seconds is not None else restart
-        message = replan_message(basis, found, failures=failures, training_seconds=training, restart_seconds=restart)
+        message = replan_message(
+            basis, found, failures=failures, training_seconds=training, restart_seconds=basis.restart_cost(restart)
+        )
         return self.event(EventStatus.REPLAN, EventStatus.REPLAN.value, message, replan=found.to_json())
 
     def _news(self, now: float) -> tuple[str, str] | None:

@@ -530,9 +530,12 @@ def plan(report: RunReport | None, state: Mapping[str, Any]) -> JsonObj:
         avoidance = Avoidance.from_json(stored.get("node_pool_avoidance"))
         try:
             choice = period_choice_from_json(stored.get("checkpoint_period_choice"))
-            replanned = PeriodReplan.from_json(stored.get(REPLAN_KEY))
         except ReportError:  # a plan this release cannot read: shown as none, never a failed page
             choice = None
+        try:
+            replanned = PeriodReplan.from_json(stored.get(REPLAN_KEY))
+        except ReportError:
+            replanned = None
     return {
         "node_pool_avoidance": avoidance.to_json() if avoidance is not None and avoidance.enabled else None,
         "checkpoint_period_choice": None if choice is None else {**choice.to_json(), "achieved_goodput": achieved},

@@ -159,8 +159,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
     path = _path(item)
     if path in _SHARED_CLUSTER_FILES:
-        shared_cluster.mark_used()
-        return
+        return  # its teardowns mark the cluster used
     if _module_started[-1:] != [path]:
         _module_started[:] = [path]
         shared_cluster.release_if_unused(none_to_come=path not in LONGEST_FIRST)
