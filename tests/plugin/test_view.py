@@ -439,7 +439,9 @@ def test_the_view_shows_what_the_run_decided_from_earlier_runs() -> None:
     }  # fmt: skip
     assert RunReport.from_json(shown.to_json()).checkpoint_period_replan == replan
     broken = {**state, "plan": {**plan_json, "checkpoint_period_replan": {"period": "four"}}}
-    assert run_view(task=task, report=None, state=broken, checkpoints=None)["plan"]["checkpoint_period_replan"] is None
+    shown_broken = run_view(task=task, report=None, state=broken, checkpoints=None)["plan"]
+    assert shown_broken["checkpoint_period_replan"] is None
+    assert shown_broken["checkpoint_period_choice"]["period"] == 10  # a garbled replan hides nothing else
     # What reading the history left out or could not read, and the history the run used (the page's link).
     noted = dataclasses.replace(report, history_key="k.m1", history_notes=("the failure history k.m1: 1 left out",))
     assert run_view(task=task, report=noted, state={}, checkpoints=None)["history"] == {
