@@ -168,3 +168,27 @@ def test_the_operators_settings_are_read_from_airflows_config_and_an_unusable_on
     run.plan = {**run.plan, "checkpoint_period_replan": {"period": 5}}
     assert operator._replan_basis(spec, run) is None  # replanned once this try already
     assert _elastic(tmp_path, "fixed", steps=2000)._replan_basis(spec, RunState({}, **ids)) is None  # a fixed period
+
+
+@pytest.mark.parametrize("found", [None, "x", {"period": "5"}, {"period": 0}, {"period": PLANNED_PERIOD}])
+def test_an_unusable_replan_event_changes_nothing_and_the_run_is_watched_on(found: Any, tmp_path: Any) -> None:
+    """The event is stored input (the trigger's serialized kwargs): one without a sound, shorter period recreates
+    nothing, spends nothing, records no replan, and the task defers again on the same JobSet."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from elastic_training.operators.run_state import STATE_KEY, RunState
+    from tests.support.lifecycle_runs import _elastic, _stored, _TaskInstance
+
+    operator = _elastic(tmp_path, "garbled", steps=2000, checkpoint_period="auto")
+    plan = {"try_number": 1, "checkpoint_period_choice": {**CHOICE, "period": PLANNED_PERIOD}}
+    store = _stored("garbled-js", "u-1", plan=plan)
+    context: Any = {"ti": _TaskInstance("pretrain", "manual__garbled"), "task_state_store": store}
+    run = RunState.load(context)
+    spec = operator._planned(operator.build_spec(), run)
+    assert spec.checkpoint_period == PLANNED_PERIOD
+    with pytest.raises(TaskDeferred) as deferred:
+        operator._replan_period(context, spec, run, {"status": "replan", "replan": found})
+    state = store[STATE_KEY]
+    assert state["jobset_name"] == "garbled-js" and not state.get("escalations")
+    assert "checkpoint_period_replan" not in state["plan"] and not state.get("budget_base")
+    assert deferred.value.trigger.name == "garbled-js" and deferred.value.trigger.replan is not None
