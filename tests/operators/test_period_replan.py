@@ -73,7 +73,8 @@ def test_the_basis_comes_from_a_measured_choice_and_anything_unsound_turns_the_r
     assert ReplanBasis.from_choice(PLANNED_PERIOD, {**CHOICE, "source": "prior"}) is not None
     assert ReplanBasis.from_choice(PLANNED_PERIOD, {**CHOICE, "source": "fallback"}) is None  # nothing measured
     assert ReplanBasis.from_choice(PLANNED_PERIOD, {**CHOICE, "mtbf_seconds": None}) is None  # no failure rate
-    for stored in (None, [], "x", {**basis.to_json(), "period": True}, {**basis.to_json(), "factor": 0.5}):
+    unsound: tuple[Any, ...] = (None, [], "x", {**basis.to_json(), "period": True}, {**basis.to_json(), "factor": 0.5})
+    for stored in unsound:
         assert ReplanBasis.from_json(stored) is None
     for figure in ("period", "step_seconds", "planned_mtbf_seconds"):
         assert ReplanBasis.from_json({**basis.to_json(), figure: "10"}) is None
@@ -82,7 +83,7 @@ def test_the_basis_comes_from_a_measured_choice_and_anything_unsound_turns_the_r
 
 def test_a_restart_costs_the_basis_own_downtime_or_else_the_measured_start() -> None:
     measured = ReplanBasis(PLANNED_PERIOD, PLANNED_MTBF, 1.0, 10.0, 60.0)
-    figures = {"failures": 10, "training_seconds": 1800.0, "steps_left": 14_400}
+    figures: dict[str, Any] = {"failures": 10, "training_seconds": 1800.0, "steps_left": 14_400}
     cheap = replan_run(measured, **figures, restart_seconds=100.0)
     assert cheap is not None and cheap == replan(run(10, 1800.0), PLANNED_MTBF, restart_seconds=100.0)
     # A start that took longer than the shorter period would save: no restart.
@@ -144,7 +145,7 @@ def test_the_operators_settings_are_read_from_airflows_config_and_an_unusable_on
 
     operator = _elastic(tmp_path, "settings", steps=2000, checkpoint_period="auto")
     spec = operator.build_spec()
-    ids = {"dag_id": "d", "task_id": "pretrain", "run_id": "r", "map_index": -1}
+    ids: dict[str, Any] = {"dag_id": "d", "task_id": "pretrain", "run_id": "r", "map_index": -1}
     run = RunState({"plan": {"try_number": 1, "checkpoint_period_choice": {**CHOICE, "period": PLANNED_PERIOD}}}, **ids)
     for name in ("FACTOR", "RESTART_SECONDS"):
         monkeypatch.delenv(f"AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_{name}", raising=False)
@@ -165,7 +166,7 @@ def test_the_operators_settings_are_read_from_airflows_config_and_an_unusable_on
     monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_FACTOR", "0")
     assert operator._replan_basis(spec, run) is None  # turned off
     monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_FACTOR", "3")
-    run.plan = {**run.plan, "checkpoint_period_replan": {"period": 5}}
+    run.plan = {**(run.plan or {}), "checkpoint_period_replan": {"period": 5}}
     assert operator._replan_basis(spec, run) is None  # replanned once this try already
     assert _elastic(tmp_path, "fixed", steps=2000)._replan_basis(spec, RunState({}, **ids)) is None  # a fixed period
 
