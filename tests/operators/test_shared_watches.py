@@ -205,6 +205,9 @@ async def test_a_queued_jobset_opens_no_pod_watch_until_it_is_admitted(
             {"spec": {"resourceGroups": cpu_quota(closed_queue, "1")}},
         )
         await wait_for("its head pod seen once admitted", lambda: monitor.state.head_pod is not None)
+        # The head pod can come from the pod watch before the Job watch has sent its list (a CI run found it).
+        both = {WatchKind.PODS, WatchKind.JOBS}
+        await wait_for("its pod and Job watches listed", lambda: both <= {k.kind for k in shared_watches().synced()})
         # One read of the audit log, split at the admission: the watches open as it is read (two reads differed).
         found = cluster_connection.audit_events(since)
         assert not counted([e for e in found if e.received_at < admitted], "pods", "jobs"), "none before admission"
