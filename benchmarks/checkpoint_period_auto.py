@@ -109,6 +109,7 @@ class Outcome:
     failures: int
     goodput: float
     replans: int = 0  # full restarts with a shorter period (a ``Replanner``'s)
+    failures_in_saves: int = 0  # of ``failures``, those that came while a save was written (the save is lost)
 
 
 # After a failure, the period to go on with (None: the same) from (the period, the night's failures so far, the
@@ -126,7 +127,7 @@ def simulate_night(
     failure to failure keeps a night's cost to its failures, not its saves.
     """
     step, save, recovery = night.step_seconds, night.save_seconds, night.recovery_seconds
-    first, t, committed, saves, failures, replans = period, 0.0, 0, 0, 0, 0
+    first, t, committed, saves, failures, replans, in_saves = period, 0.0, 0, 0, 0, 0, 0
     timed = night.failures()
     at = next(timed, math.inf)
     bad_saves = night.failing_saves()
@@ -147,10 +148,11 @@ def simulate_night(
             save_fails_at = t + k * segment + (period if k < count - 1 else last) * step + bad[1] * save
         failed_at = min(at, save_fails_at)
         if failed_at >= end:
-            return Outcome(first, seconds=end, failures=failures, goodput=steps * step / end, replans=replans)
+            return Outcome(first, end, failures, steps * step / end, replans=replans, failures_in_saves=in_saves)
         done = min(int((failed_at - t) // segment), count - 1)
-        started = done + (1 if failed_at > t + done * segment + (period if done < count - 1 else last) * step else 0)
-        saves, committed, failures = saves + started, committed + done * period, failures + 1
+        saving = failed_at > t + done * segment + (period if done < count - 1 else last) * step
+        saves, committed, failures = saves + done + saving, committed + done * period, failures + 1
+        in_saves += saving
         t = failed_at + recovery
         if failed_at == save_fails_at:
             bad = next(bad_saves, None)
@@ -159,8 +161,9 @@ def simulate_night(
             period, t, replans = shorter, t + restart_seconds, replans + 1
 
 
-def record(night: Night, outcome: Outcome, n: int) -> RunRecord:
-    """What the operator's history keeps of a night (its report's measurements)."""
+def record(night: Night, outcome: Outcome, n: int, *, in_saves: bool = True) -> RunRecord:
+    """What the operator's history keeps of a night (its report's measurements); ``in_saves=False``: as a record of
+    before ``failures_in_saves`` was kept."""
     return RunRecord(
         run_id=f"night-{n}",
         ended_at=float(n),
@@ -174,6 +177,7 @@ def record(night: Night, outcome: Outcome, n: int) -> RunRecord:
         checkpoint_period=outcome.period,
         goodput=min(1.0, outcome.goodput),
         fingerprint=FINGERPRINT,
+        failures_in_saves=outcome.failures_in_saves if in_saves else None,
     )
 
 
@@ -342,14 +346,15 @@ def auto_chooser(
     return choose
 
 
-def run_policy(choose: Chooser, nights: Sequence[Night], *, steps: int) -> list[Outcome]:
-    """The nights in order, each with the period ``choose`` picks from the history of the nights before."""
+def run_policy(choose: Chooser, nights: Sequence[Night], *, steps: int, in_saves: bool = True) -> list[Outcome]:
+    """The nights in order, each with the period ``choose`` picks from the history of the nights before
+    (``in_saves``: whether the records say which failures interrupted a save, as since issue 55)."""
     history: list[RunRecord] = []
     outcomes = []
     for n, night in enumerate(nights):
         outcome = simulate_night(choose(history), night, steps=steps)
         outcomes.append(outcome)
-        history.append(record(night, outcome, n))
+        history.append(record(night, outcome, n, in_saves=in_saves))
     return outcomes
 
 
@@ -436,9 +441,11 @@ def evaluate(
     periods: Sequence[int],
     chooser: Callable[[int], Chooser] = auto_chooser,
     before: Callable[[int], Chooser] | None = None,
+    in_saves: bool = True,
 ) -> ScheduleResult:
-    """One schedule: the sweep (best fixed, hindsight), ``chooser(steps)`` (``auto``) and ``before(steps)`` (``auto
-    before``, :data:`BEFORE_ISSUE_55` unless given) on the same nights."""
+    """One schedule: the sweep (best fixed, hindsight), ``chooser(steps)`` (``auto``; ``in_saves``: its records say
+    which failures interrupted a save) and ``before(steps)`` (``auto before``, :data:`BEFORE_ISSUE_55` unless given,
+    on records without it) on the same nights."""
     before = before or partial(auto_chooser, settings=BEFORE_ISSUE_55)
     sweep: dict[int, list[list[float]]] = {p: [] for p in periods}  # period -> per seed, per night goodput
     auto: list[list[Outcome]] = []
@@ -447,8 +454,8 @@ def evaluate(
         drawn = schedule_nights(name, seed, nights=nights, steps=steps)
         for p in periods:
             sweep[p].append([simulate_night(p, night, steps=steps).goodput for night in drawn])
-        auto.append(run_policy(chooser(steps), drawn, steps=steps))
-        former.append([o.goodput for o in run_policy(before(steps), drawn, steps=steps)])
+        auto.append(run_policy(chooser(steps), drawn, steps=steps, in_saves=in_saves))
+        former.append([o.goodput for o in run_policy(before(steps), drawn, steps=steps, in_saves=False)])
     best = max(periods, key=lambda p: sum(map(sum, sweep[p])))
     hindsight = [[max(sweep[p][i][n] for p in periods) for n in range(nights)] for i in range(len(seeds))]
     return ScheduleResult(
@@ -529,6 +536,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grid", type=int, default=40, help="periods swept for the best fixed and hindsight")
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
     parser.add_argument("--fallbacks", default="", help="e.g. 10,200: auto without the estimate, per fallback")
+    parser.add_argument(
+        "--no-save-split", action="store_true", help="auto's records without failures_in_saves (as before it was kept)"
+    )
     args = parser.parse_args(argv)
     if args.tune:
         args.first_seed = TUNE_SEEDS[0]
@@ -546,6 +556,7 @@ def run(args: argparse.Namespace, settings: AutoSettings = AUTO_SETTINGS) -> lis
             steps=args.steps,
             periods=periods,
             chooser=lambda steps: auto_chooser(steps, settings),
+            in_saves=not args.no_save_split,
         )
         for name in args.schedules.split(",")
     ]

@@ -33,6 +33,7 @@ from benchmarks.checkpoint_period_auto import (
     Outcome,
     Replanner,
     ScheduleResult,
+    auto_chooser,
     evaluate,
     grid,
     parse,
@@ -83,7 +84,7 @@ def with_replan(result: ScheduleResult, args: argparse.Namespace) -> tuple[Sched
     runs = [
         run_replanning(
             schedule_nights(result.name, seed, nights=args.nights, steps=args.steps), steps=args.steps,
-            factor=args.factor, restart_seconds=args.restart, settings=AUTO_SETTINGS,
+            factor=args.factor, restart_seconds=args.restart, settings=args.settings,
         )
         for seed in result.seeds
     ]  # fmt: skip
@@ -96,9 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--restart", type=float, default=RESTART_SECONDS, help="a full restart's downtime, s")
     extra.add_argument("--factor", type=float, default=REPLAN_FACTOR, help="replan when this many times shorter")
+    extra.add_argument(
+        "--auto", action="append", default=[], metavar="NAME=NUMBER", help="one of auto's settings, to tune"
+    )
     known, rest = extra.parse_known_args(argv)
     args = parse(rest)
     args.restart, args.factor = known.restart, known.factor
+    args.settings = replace(AUTO_SETTINGS, **{k: float(v) for k, v in (a.split("=", 1) for a in known.auto)})
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     started = time.process_time()
     print(
@@ -112,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = evaluate(
             name, seeds, nights=args.nights, steps=args.steps, periods=grid(args.steps, args.grid),
             before=lambda steps: lambda history: DEFAULT_PERIOD,
+            chooser=lambda steps: auto_chooser(steps, args.settings),
         )  # fmt: skip
         result, replans = with_replan(result, args)
         print(f"| {name} | {result.against_best().signed()} | {result.against_best(policy='auto replan').signed()} "

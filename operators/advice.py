@@ -690,22 +690,60 @@ def _fit_save_failures(pairs: Sequence[tuple[float, RunRecord]], prior: float) -
 
     The fit (maximum likelihood by expectation-maximisation, 100 rounds) is of each run's failures as Poisson with
     mean ``rate * slice-seconds + per_save * saves``, a run's saves being its training time over one period and
-    its save. It tells the two apart only where the runs' saves per second differ (the fallback's short period, a
-    change of period); else it stays near its starting guess, a tenth on saves, close to the rate-only model.
+    its save. Where a run's record says which failures interrupted a save (``failures_in_saves``), only those can
+    be the saves', against the steady rate's share of them (the time spent saving): the two are told apart at any
+    period. Where it does not (a record from before it was kept), they are told apart only where the runs' saves
+    per second differ (the fallback's short period, a change of period); else the fit stays near its starting
+    guess, a tenth on saves, close to the rate-only model.
     """
-    rows = []
-    for w, r in pairs:
-        if r.checkpoint_period is None or not r.mean_step_seconds or not r.training_seconds:
-            continue
-        segment = r.checkpoint_period * r.mean_step_seconds + (r.checkpoint_save_seconds or 0.0)
-        rows.append((w, float(r.failures_total), r.training_seconds * max(1, r.slices), r.training_seconds / segment))
-    saves = sum(w * n for w, _, _, n in rows)
-    exposure = sum(w * e for w, _, e, _ in rows)
-    seen = sum(w * f for w, f, _, _ in rows)
+    rows = [row for w, r in pairs if (row := _save_row(w, r)) is not None]
+    saves = sum(row.weight * row.saves for row in rows)
+    exposure = sum(row.weight * row.exposure for row in rows)
+    seen = sum(row.weight * row.failures for row in rows)
     if saves <= 0 or exposure <= 0 or seen <= 0:
         return 0.0, saves
     rate, per_save, on_saves = (0.9 * seen + prior) / exposure, 0.1 * seen / saves, 0.0
     for _ in range(100):
-        on_saves = sum(w * f * per_save * n / (rate * e + per_save * n) for w, f, e, n in rows if f > 0)
+        on_saves = sum(row.on_saves(rate, per_save) for row in rows)
         rate, per_save = (seen - on_saves + prior) / exposure, on_saves / saves
     return on_saves, saves
+
+
+@dataclass(frozen=True)
+class _SaveRow:
+    """One run as the save-failure fit reads it: its weight, failures, slice-seconds and saves; of its failures,
+    those that interrupted a save, and the share of its training spent saving (``None``: not recorded)."""
+
+    weight: float
+    failures: float
+    exposure: float
+    saves: float
+    in_saves: float | None
+    saving_share: float
+
+    def on_saves(self, rate: float, per_save: float) -> float:
+        """The weighted failures the saves brought, expected under ``rate`` and ``per_save``."""
+        brought = per_save * self.saves
+        if self.in_saves is None:
+            chance, candidates = rate * self.exposure, self.failures
+        else:
+            chance, candidates = rate * self.exposure * self.saving_share, self.in_saves
+        if candidates <= 0 or chance + brought <= 0:
+            return 0.0
+        return self.weight * candidates * brought / (chance + brought)
+
+
+def _save_row(weight: float, run: RunRecord) -> _SaveRow | None:
+    """``run`` as a row of the fit, or ``None`` where its period, step time or training time is unknown."""
+    if run.checkpoint_period is None or not run.mean_step_seconds or not run.training_seconds:
+        return None
+    save = run.checkpoint_save_seconds or 0.0
+    saves = run.training_seconds / (run.checkpoint_period * run.mean_step_seconds + save)
+    return _SaveRow(
+        weight=weight,
+        failures=float(run.failures_total),
+        exposure=run.training_seconds * max(1, run.slices),
+        saves=saves,
+        in_saves=None if run.failures_in_saves is None else float(min(run.failures_in_saves, run.failures_total)),
+        saving_share=min(1.0, saves * save / run.training_seconds),
+    )

@@ -152,6 +152,8 @@ class RunRecord:
     incarnation's first to last step, Kueue's suspensions taken out), the exposure ``checkpoint_period="auto"``
     counts failures over; ``None`` in entries from before it was kept. ``fingerprint``: the shape of the run
     (:func:`operators.advice.shape_fingerprint`), so ``auto`` learns only from runs like the next; ``""``: unknown.
+    ``failures_in_saves``: of ``failures_total``, the in-process recoveries that interrupted a save (the restore went
+    to a step older than the newest save started); ``None`` in entries from before it was kept.
     """
 
     run_id: str
@@ -170,6 +172,7 @@ class RunRecord:
     avoided_pools: tuple[str, ...] = ()
     training_seconds: float | None = None
     fingerprint: str = ""
+    failures_in_saves: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -189,6 +192,7 @@ class RunRecord:
             "avoided_pools": list(self.avoided_pools),
             "training_seconds": self.training_seconds,
             "fingerprint": self.fingerprint,
+            "failures_in_saves": self.failures_in_saves,
         }
 
     @classmethod
@@ -206,6 +210,8 @@ class RunRecord:
         if not isinstance(succeeded, bool):
             raise ValueError("succeeded must be true or false")
         period = entry.get("checkpoint_period")
+        total = _whole(entry, "failures_total")
+        in_saves = entry.get("failures_in_saves")
         return cls(
             run_id=_text(entry, "run_id", required=True),
             ended_at=_seconds(entry, "ended_at"),
@@ -214,7 +220,7 @@ class RunRecord:
             slices=_whole(entry, "slices"),
             succeeded=succeeded,
             wall_seconds=_optional_duration(entry, "wall_seconds"),
-            failures_total=_whole(entry, "failures_total"),
+            failures_total=total,
             mean_step_seconds=_optional_duration(entry, "mean_step_seconds"),
             checkpoint_save_seconds=_optional_duration(entry, "checkpoint_save_seconds"),
             recovery_seconds=_optional_duration(entry, "recovery_seconds"),
@@ -223,6 +229,8 @@ class RunRecord:
             avoided_pools=tuple(name for name in map(_pool, avoided) if name),
             training_seconds=_optional_duration(entry, "training_seconds"),
             fingerprint=_text(entry, "fingerprint"),
+            # at most the failures counted: an edit that says more is read as all of them
+            failures_in_saves=None if in_saves is None else min(_whole(entry, "failures_in_saves"), total),
         )
 
 

@@ -100,6 +100,18 @@ class Recovery:
     # A preemption: the eviction's kind (operators.queueing.EvictionKind: preempted, pods_ready_timeout, ...), "" when
     # Kueue's reason was not seen (read as a preemption).
     eviction: str = ""
+    # The newest save the trainer had started when the failure came (MaxText's async "Started ... save for step N";
+    # None: none yet). If the restore then goes to an older step, the failure interrupted that save.
+    saving_step: int | None = None
+
+    @property
+    def interrupted_save(self) -> bool:
+        """Whether the failure came while a save was being written: the restore went to a step older than the
+        newest save started (a save that had committed would have been restored). ``auto`` tells failures that
+        saves bring from the steady rate by this (:func:`operators.advice._fit_save_failures`)."""
+        if self.saving_step is None or self.restored_at is None:
+            return False
+        return self.restored_step is None or self.restored_step < self.saving_step
 
     @property
     def complete(self) -> bool:
@@ -146,6 +158,7 @@ class LogDigest:
     startup_steps: int = 0  # first steps after a start or restore: they include compilation
     startup_step_seconds: float = 0.0
     awaiting_first_step: bool = False
+    save_started_step: int | None = None  # the newest save the trainer started (its async save's first line)
     first_step_at: float | None = None
     first_step_seconds: float | None = None
     resumed_from_step: int | None = None  # the step restored before any step ran (-1: trained from scratch)
@@ -178,7 +191,8 @@ class LogDigest:
         elif ELASTIC_EVENT_RE.search(line):
             if not self._preempted_waiting():  # else: the old trainer saw the preemption take its slices
                 self._close_open()
-                self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step)
+                saving = self.save_started_step
+                self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step, saving_step=saving)
             self.progress_at = at
         elif SCALE_UP_RE.search(line):
             self._close_open()
@@ -200,9 +214,12 @@ class LogDigest:
             self._restored(at, int(match.group(1)))
         elif NO_CHECKPOINT_RE.search(line):
             self._restored(at, None)
-        elif ASYNC_SAVE_STARTED_RE.search(line) or SAVED_CHECKPOINT_RE.search(line):
-            # A save that starts (once the one before it is done) or ends: the trainer is at work, not stuck,
-            # however long the storage makes it wait.
+        elif (match := ASYNC_SAVE_STARTED_RE.search(line)) is not None:
+            # A save that starts (once the one before it is done): the trainer is at work, not stuck, however long
+            # the storage makes it wait.
+            self.progress_at = at
+            self.save_started_step = int(match.group(1))
+        elif SAVED_CHECKPOINT_RE.search(line):
             self.progress_at = at
         elif ELASTIC_ATTEMPTS_SPENT_RE.search(line):
             self.attempts_spent = True
@@ -465,6 +482,7 @@ def recovery_report(recovery: Recovery, *, mean_step_seconds: float | None, cost
         cost=None if chip_seconds is None else costs.cost(chip_seconds),
         complete=recovery.complete,
         kind=recovery.kind,
+        interrupted_save=recovery.interrupted_save,
     )
 
 

@@ -172,6 +172,7 @@ class RecoveryEntry:
     cost: float | None = None
     complete: bool = False
     kind: str = "slice_down"
+    interrupted_save: bool = False  # it came while a save was written: the restore went to an older step
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "phase_seconds": self.phase_seconds.to_json()}
@@ -531,6 +532,7 @@ class RunReport:
             avoided_pools=avoided,
             training_seconds=self.capacity.training_seconds if self.capacity is not None else None,
             fingerprint=fingerprint[:MAX_TEXT],
+            failures_in_saves=sum(1 for r in self.recoveries if r.interrupted_save),
         )
 
     # -- JSON ------------------------------------------------------------------------------------------

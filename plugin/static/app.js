@@ -465,7 +465,8 @@ function recoveryBars(recoveries) {
   const legend = el("div", { class: "legend" }, PHASES.map(([, label, color]) => el("span", {}, el("i", { style: `background:${color}` }), label)));
   const table = el("table", {}, el("thead", {}, el("tr", {}, ["#", "slices", "failed", "restored", "waiting for slices", "restore", "first step", "total", "steps lost", "chip time", "cost"].map((h) => el("th", {}, h)))),
     el("tbody", {}, recoveries.map((r, i) => el("tr", {}, el("td", {}, String(i + 1)), el("td", {}, fmt.num(r.slices)),
-      el("td", {}, fmt.num(r.failed_step)), el("td", {}, fmt.num(r.restored_step)),
+      el("td", r.interrupted_save ? { title: "it came while a save was written: the restore went to an older step" } : {},
+        fmt.num(r.failed_step) + (r.interrupted_save ? " (during a save)" : "")), el("td", {}, fmt.num(r.restored_step)),
       ...["wait_for_slices", "restore", "first_step", "total"].map((k) => el("td", { class: "num" }, fmt.secs((r.phase_seconds || {})[k]))),
       el("td", { class: "num" }, fmt.num(r.steps_lost)), el("td", { class: "num" }, fmt.secs(r.chip_seconds_lost)), el("td", { class: "num" }, fmt.money(r.cost))))));
   return el("div", {}, chart, legend, table);

@@ -53,6 +53,8 @@ def test_a_night_costs_its_saves_and_what_each_failure_loses() -> None:
     # A failing save (the third, half written) is the same as a failure at that moment.
     bad_save = simulate_night(100, night(saves=[(1, 0.5)]), steps=1000)
     assert bad_save.failures == 1 and math.isclose(bad_save.seconds, 1100 + 105 + 60)
+    # The history is told which failures came while a save was written (the restore goes to an older step).
+    assert (in_save.failures_in_saves, bad_save.failures_in_saves, failed.failures_in_saves) == (1, 1, 0)
     # The last segment is short (1050 steps: ten of 100, one of 50) and saved too, as MaxText saves at the end.
     assert simulate_night(100, night(), steps=1050).seconds == 1050 + 11 * 10.0
 

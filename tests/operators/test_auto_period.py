@@ -190,6 +190,24 @@ def test_failures_that_saves_bring_make_saves_dearer_not_the_period_shorter() ->
     assert choose(steady, settings=AUTO_SETTINGS).period == pytest.approx(choose(steady).period, rel=0.1)
 
 
+def test_failures_that_interrupted_saves_are_told_apart_at_one_period() -> None:
+    # The same six nights at period 200, 4 failures each, now recorded with which of them interrupted a save (the
+    # restore went to an older step). A save takes 20 of every 220 s: by chance about 0.4 of 4 would.
+    def nights(in_saves: int | None) -> list[RunRecord]:
+        runs = [past(f"n{n}", failures=4, training=12_000.0, period=200) for n in range(6)]
+        return [dataclasses.replace(r, failures_in_saves=in_saves) for r in runs]
+
+    unknown = choose(nights(None), settings=AUTO_SETTINGS)
+    brought = choose(nights(3), settings=AUTO_SETTINGS)
+    steady = choose(nights(0), settings=AUTO_SETTINGS)
+    # Three in four during a save, ten times chance: the saves brought them, the hours are calmer, the period longer.
+    assert brought.mtbf_seconds > 2.5 * steady.mtbf_seconds  # type: ignore[operator]
+    assert brought.period > unknown.period
+    # None during a save: every failure is the hours', as the rate-only model reads them.
+    assert steady.mtbf_seconds == pytest.approx(choose(nights(0)).mtbf_seconds, rel=1e-6)
+    assert steady.period <= unknown.period
+
+
 def test_never_more_often_than_a_save_allows() -> None:
     # A save of 50 steps' time and a failure every 36 s: the model wants ~60 s; the floor is 50 steps.
     choice = choose([past("a", failures=100, save=50.0)])

@@ -168,7 +168,7 @@ def test_a_run_report_becomes_a_history_entry() -> None:
         "checkpoint_save_seconds": 0.25,
         "checkpoint_period": 10,
         "goodput": 0.8,
-        "recoveries": [{"phase_seconds": {"total": 4.0}}],
+        "recoveries": [{"phase_seconds": {"total": 4.0}, "interrupted_save": True}, {"phase_seconds": {"total": 2.0}}],
         "escalations": [{"seconds_to_recreate": 8.0}],
         "node_pool_avoidance": {"avoided": ["c"]},
     }
@@ -177,9 +177,20 @@ def test_a_run_report_becomes_a_history_entry() -> None:
     )
     assert record.failures == (failure("b", host="gke-b-1"),)
     assert record.pools == ("a", "b") and record.slices == 2 and record.avoided_pools == ("c",)
-    assert record.failures_total == 2 and record.recovery_seconds == 6.0
+    assert record.failures_total == 3 and record.recovery_seconds == pytest.approx(14.0 / 3)
+    assert record.failures_in_saves == 1  # the recovery that interrupted a save
     assert (record.wall_seconds, record.mean_step_seconds, record.checkpoint_save_seconds) == (100.0, 0.5, 0.25)
     assert RunRecord.from_json(record.to_json()) == record
+
+
+def test_failures_in_saves_are_read_back_checked_and_never_more_than_the_failures() -> None:
+    sound = {"run_id": "r", "ended_at": T0, "failures_total": 2}
+    assert RunRecord.from_json(sound).failures_in_saves is None  # an entry from before it was kept
+    assert RunRecord.from_json({**sound, "failures_in_saves": 1}).failures_in_saves == 1
+    assert RunRecord.from_json({**sound, "failures_in_saves": 9}).failures_in_saves == 2  # an edit: all of them
+    for broken in (-1, 1.5, "1", True):
+        with pytest.raises(ValueError):
+            RunRecord.from_json({**sound, "failures_in_saves": broken})
 
 
 def placed(uid: str, slice_index: int, pool: str, node: str, **kwargs: Any) -> dict[str, Any]:

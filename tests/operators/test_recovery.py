@@ -8,7 +8,7 @@ import pytest
 
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, Recovery, recovery_report, run_report
 from elastic_training.operators.run_report import escalations_of
-from tests.support.recovery_logs import absl, one_recovery_log, queued_then_preempted, steps
+from tests.support.recovery_logs import absl, one_recovery_log, queued_then_preempted, recovery_lines, steps
 
 
 def test_fold_one_recovery() -> None:
@@ -40,6 +40,31 @@ def test_a_checkpoint_save_is_progress_a_silent_trainer_is_not() -> None:
     assert digest.progress_at == 120.0
     digest.feed(130.0, absl("Waiting for 2 slices. Poll interval: 0.5, Timeout: 300.0"))
     assert digest.progress_at == 120.0
+
+
+def test_a_failure_that_interrupted_a_save_is_told_by_the_step_restored() -> None:
+    """A save of step 30 started, then the failure: restored to 20, the save never committed (it interrupted it);
+    restored to 30, the save had committed before the failure (it did not)."""
+
+    def fold(restored: int) -> Recovery:
+        lines = [
+            *steps(0, 31, 1.0),
+            (32.0, absl("Started an asynchronous checkpoint save for step 30")),
+            *steps(31, 35, 33.0),
+            *recovery_lines(40.0, restored=restored),
+            *steps(restored + 1, restored + 5, 45.0),
+        ]
+        [recovery] = LogDigest().feed_all(lines).recoveries
+        return recovery
+
+    interrupted, committed = fold(20), fold(30)
+    assert (interrupted.saving_step, interrupted.interrupted_save) == (30, True)
+    assert (committed.saving_step, committed.interrupted_save) == (30, False)
+    entry = recovery_report(interrupted, mean_step_seconds=1.0, costs=CostModel(chips=4)).to_json()
+    assert entry["interrupted_save"] is True
+    # No save started before the failure (or the restore not seen yet): nothing to tell.
+    [before_any] = LogDigest().feed_all(one_recovery_log()).recoveries
+    assert before_any.saving_step is None and not before_any.interrupted_save
 
 
 def test_recovery_cost_hand_worked() -> None:
