@@ -23,9 +23,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # about twice its memory (435 -> 834 MiB idle), which GOMEMLIMIT bounds. Behaviour is unchanged (docs/testing.md).
 os.environ.setdefault("GOGC", "400")
 os.environ.setdefault("GOMEMLIMIT", "1536MiB")
-# And on one core each: on two cores shared with the tests, a Go runtime's idle processors spin looking for work and
-# its collector marks on both. A v5e-small cluster's start, alone: 9.5 -> 8.3 CPU-s (three of each, session 65).
-os.environ.setdefault("GOMAXPROCS", "1")
 
 # Shared fixtures: a GCS emulator the tests start themselves, real Orbax checkpoints, real MaxText's runs, a
 # PostgreSQL server per test process.
