@@ -43,29 +43,25 @@ pytest_plugins = [
 # other idles (node-pool avoidance did, in the 2026-12-02 05:25 run).
 LONGEST_FIRST = (
     # Session 58's order, from the durations of a fresh clone's run (ci6, load 6-10) less what that session cut:
-    # the four longest first, one for each process. Session 65 (ci33's timeline of CPU use): the lost-host and
-    # queue files wait out upstream's timers, and four of them side by side left the cores 40-50 % idle for minutes;
-    # the files that keep a core busy (real MaxText, the wheel's install, the JAX trainers) now come between them.
+    # the four longest first, one for each process.
     "tests/plugin/test_browser_journey.py",  # with the two below: one unit (SHARED_UNITS), ~390 s
     "tests/dags/test_alerts_stack.py",
     "tests/cli/test_airflow.py",
     "tests/operators/test_seed_scenarios.py",  # two lost hosts on GKE's path (~2 min each)
     "tests/operators/test_elastic_operator_kueue.py",
-    "tests/operators/test_real_maxtext_operator.py",  # CPU: real MaxText
     "tests/operators/test_node_pool_avoidance.py",
-    "tests/packaging/test_wheel.py",  # CPU: a wheel's install and bytecode
     "tests/local/cluster/test_gke_placement.py",  # a lost host on GKE's path
-    "tests/local/workloads/test_train.py",  # CPU: JAX trainers
     "tests/operators/test_elastic_operator.py",
-    "tests/operators/checkpoints/test_real_maxtext.py",  # CPU: real MaxText
     "tests/local/gke/test_provisioning_requests.py",  # its own flex cluster, pod GC's quarantine overlapped
     "tests/operators/test_elastic_operator_rideouts.py",
     "tests/benchmarks/test_chaos.py",
     "tests/dags/test_pipelines.py",
+    "tests/packaging/test_wheel.py",
     "tests/local/faults/test_faults.py",
     "tests/operators/test_triggers.py",
     "tests/plugin/test_real_run.py",
     "tests/cli/test_private_clone.py",
+    "tests/operators/test_real_maxtext_operator.py",
     "tests/cli/test_demo.py",
     "tests/local/cluster/test_cli_cluster.py",
     "tests/benchmarks/test_trigger_watch.py",
@@ -77,6 +73,8 @@ LONGEST_FIRST = (
     "tests/local/workloads/test_gcs.py",
     "tests/local/cluster/test_kueue_v5e.py",
     "tests/local/nodeagent/test_pods.py",
+    "tests/operators/checkpoints/test_real_maxtext.py",
+    "tests/local/workloads/test_train.py",
     # make test-fast's longest (its selection has none of the above but the stack's unit): a file of 30-50 s that
     # starts last bounds its process (the 2026-12-02 09:36 run: 400 s of makespan against 335 s of durations each).
     "tests/plugin/test_api.py",  # with the three below: one unit (SHARED_UNITS)
