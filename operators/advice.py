@@ -744,6 +744,9 @@ def _save_row(weight: float, run: RunRecord) -> _SaveRow | None:
         failures=float(run.failures_total),
         exposure=run.training_seconds * max(1, run.slices),
         saves=saves,
-        in_saves=None if run.failures_in_saves is None else float(min(run.failures_in_saves, run.failures_total)),
+        # without a save time the steady rate's share of them is unknown: fitted as a run that does not say
+        in_saves=None
+        if run.failures_in_saves is None or save <= 0
+        else float(min(run.failures_in_saves, run.failures_total)),
         saving_share=min(1.0, saves * save / run.training_seconds),
     )

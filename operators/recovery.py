@@ -100,15 +100,19 @@ class Recovery:
     # A preemption: the eviction's kind (operators.queueing.EvictionKind: preempted, pods_ready_timeout, ...), "" when
     # Kueue's reason was not seen (read as a preemption).
     eviction: str = ""
-    # The newest save the trainer had started when the failure came (MaxText's async "Started ... save for step N";
-    # None: none yet). If the restore then goes to an older step, the failure interrupted that save.
+    # The newest save the trainer had started since its last restore when the failure came (MaxText's async "Started
+    # ... save for step N"; None: none). If the restore then goes to an older step, the failure interrupted that save.
     saving_step: int | None = None
+    async_saves: bool = False  # the trainer had logged an async save's start before: its saves can be told apart
 
     @property
-    def interrupted_save(self) -> bool:
+    def interrupted_save(self) -> bool | None:
         """Whether the failure came while a save was being written: the restore went to a step older than the
-        newest save started (a save that had committed would have been restored). ``auto`` tells failures that
-        saves bring from the steady rate by this (:func:`operators.advice._fit_save_failures`)."""
+        newest save started (a save that had committed would have been restored). ``None``: not known, as no async
+        save was seen before it (synchronous saves log only their end; or the failure came before the first save).
+        ``auto`` tells failures that saves bring from the steady rate by this (``operators.advice``)."""
+        if not self.async_saves:
+            return None
         if self.saving_step is None or self.restored_at is None:
             return False
         return self.restored_step is None or self.restored_step < self.saving_step
@@ -158,7 +162,8 @@ class LogDigest:
     startup_steps: int = 0  # first steps after a start or restore: they include compilation
     startup_step_seconds: float = 0.0
     awaiting_first_step: bool = False
-    save_started_step: int | None = None  # the newest save the trainer started (its async save's first line)
+    save_started_step: int | None = None  # the newest save the trainer started since its last restore (async)
+    async_saves_seen: bool = False  # an async save's start was logged: MaxText's async_checkpointing (its default)
     first_step_at: float | None = None
     first_step_seconds: float | None = None
     resumed_from_step: int | None = None  # the step restored before any step ran (-1: trained from scratch)
@@ -191,8 +196,12 @@ class LogDigest:
         elif ELASTIC_EVENT_RE.search(line):
             if not self._preempted_waiting():  # else: the old trainer saw the preemption take its slices
                 self._close_open()
-                saving = self.save_started_step
-                self.open_recovery = Recovery(detected_at=at, failed_step=self.latest_step, saving_step=saving)
+                self.open_recovery = Recovery(
+                    detected_at=at,
+                    failed_step=self.latest_step,
+                    saving_step=self.save_started_step,
+                    async_saves=self.async_saves_seen,
+                )
             self.progress_at = at
         elif SCALE_UP_RE.search(line):
             self._close_open()
@@ -218,7 +227,7 @@ class LogDigest:
             # A save that starts (once the one before it is done): the trainer is at work, not stuck, however long
             # the storage makes it wait.
             self.progress_at = at
-            self.save_started_step = int(match.group(1))
+            self.save_started_step, self.async_saves_seen = int(match.group(1)), True
         elif SAVED_CHECKPOINT_RE.search(line):
             self.progress_at = at
         elif ELASTIC_ATTEMPTS_SPENT_RE.search(line):
@@ -371,6 +380,7 @@ class LogDigest:
 
     def _restored(self, at: float, step: int | None) -> None:
         self.restores += 1
+        self.save_started_step = None  # a save begun before the restore is not one the next failure can interrupt
         self.progress_at = at
         self.last_restore_at, self.last_restored_step = at, step
         self.awaiting_first_step = True

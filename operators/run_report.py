@@ -126,7 +126,7 @@ def _scalars(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     absent reads as ``None``, any other one absent, zero or empty as its default."""
     values = {}
     for name, reader, optional, default in _scalar_fields(cls):
-        value = reader(data, name)
+        value = None if optional and data.get(name) is None else reader(data, name)
         values[name] = value if optional else (value or default)
     return values
 
@@ -172,7 +172,7 @@ class RecoveryEntry:
     cost: float | None = None
     complete: bool = False
     kind: str = "slice_down"
-    interrupted_save: bool = False  # it came while a save was written: the restore went to an older step
+    interrupted_save: bool | None = None  # it came while a save was written (None: not known, no async save seen)
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "phase_seconds": self.phase_seconds.to_json()}
@@ -532,8 +532,14 @@ class RunReport:
             avoided_pools=avoided,
             training_seconds=self.capacity.training_seconds if self.capacity is not None else None,
             fingerprint=fingerprint[:MAX_TEXT],
-            failures_in_saves=sum(1 for r in self.recoveries if r.interrupted_save),
+            failures_in_saves=self.failures_in_saves(),
         )
+
+    def failures_in_saves(self) -> int | None:
+        """The in-process recoveries that interrupted a save; ``None`` when none of them could tell (synchronous
+        saves, or every failure before the first save), so ``auto`` fits this run as one that does not say."""
+        known = [r.interrupted_save for r in self.recoveries if r.interrupted_save is not None]
+        return sum(known) if known else None
 
     # -- JSON ------------------------------------------------------------------------------------------
 

@@ -206,6 +206,10 @@ def test_failures_that_interrupted_saves_are_told_apart_at_one_period() -> None:
     # None during a save: every failure is the hours', as the rate-only model reads them.
     assert steady.mtbf_seconds == pytest.approx(choose(nights(0)).mtbf_seconds, rel=1e-6)
     assert steady.period <= unknown.period
+    # Without a save time the steady rate's share of in-save failures is unknown: read as a run that does not say.
+    untimed = [dataclasses.replace(r, checkpoint_save_seconds=None) for r in nights(3)]
+    as_unknown = [dataclasses.replace(r, failures_in_saves=None) for r in untimed]
+    assert choose(untimed, settings=AUTO_SETTINGS) == choose(as_unknown, settings=AUTO_SETTINGS)
 
 
 def test_never_more_often_than_a_save_allows() -> None:

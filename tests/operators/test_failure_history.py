@@ -179,6 +179,10 @@ def test_a_run_report_becomes_a_history_entry() -> None:
     assert record.pools == ("a", "b") and record.slices == 2 and record.avoided_pools == ("c",)
     assert record.failures_total == 3 and record.recovery_seconds == pytest.approx(14.0 / 3)
     assert record.failures_in_saves == 1  # the recovery that interrupted a save
+    # No recovery could tell (synchronous saves): the history does not say, rather than say none.
+    unknown = {**report, "recoveries": [{"phase_seconds": {"total": 4.0}}]}
+    told = RunReport.from_json({"target_step": 99, **unknown}).history_record(run_id="r", ended_at=T0, succeeded=True)
+    assert told.failures_in_saves is None
     assert (record.wall_seconds, record.mean_step_seconds, record.checkpoint_save_seconds) == (100.0, 0.5, 0.25)
     assert RunRecord.from_json(record.to_json()) == record
 

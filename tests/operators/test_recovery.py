@@ -62,9 +62,28 @@ def test_a_failure_that_interrupted_a_save_is_told_by_the_step_restored() -> Non
     assert (committed.saving_step, committed.interrupted_save) == (30, False)
     entry = recovery_report(interrupted, mean_step_seconds=1.0, costs=CostModel(chips=4)).to_json()
     assert entry["interrupted_save"] is True
-    # No save started before the failure (or the restore not seen yet): nothing to tell.
+    # No async save logged before the failure (synchronous saves log only their end): not known, not "no".
     [before_any] = LogDigest().feed_all(one_recovery_log()).recoveries
-    assert before_any.saving_step is None and not before_any.interrupted_save
+    assert before_any.saving_step is None and before_any.interrupted_save is None
+    synchronous = [*steps(0, 31, 1.0), (32.0, absl("Saved a checkpoint at step 30.")), *recovery_lines(40.0, 20)]
+    [recovery] = LogDigest().feed_all([*synchronous, *steps(21, 25, 45.0)]).recoveries
+    assert recovery.interrupted_save is None
+
+
+def test_a_save_lost_to_one_failure_is_not_lost_again_by_the_next() -> None:
+    """Save 30 interrupted, restored to 20; a second failure at step 25, before any new save, interrupted nothing:
+    the restore forgets the save begun before it (a storm of failures is not a storm of saves)."""
+    lines = [
+        *steps(0, 31, 1.0),
+        (32.0, absl("Started an asynchronous checkpoint save for step 30")),
+        *recovery_lines(40.0, restored=20),
+        *steps(21, 26, 45.0),
+        *recovery_lines(60.0, restored=20),
+        *steps(21, 25, 65.0),
+    ]
+    first, second = LogDigest().feed_all(lines).recoveries
+    assert (first.interrupted_save, second.interrupted_save) == (True, False)
+    assert second.saving_step is None
 
 
 def test_recovery_cost_hand_worked() -> None:
