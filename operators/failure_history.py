@@ -211,7 +211,7 @@ class RunRecord:
             raise ValueError("succeeded must be true or false")
         period = entry.get("checkpoint_period")
         total = _whole(entry, "failures_total")
-        in_saves = entry.get("failures_in_saves")
+        in_saves = _count_or_none(entry.get("failures_in_saves"), total)
         return cls(
             run_id=_text(entry, "run_id", required=True),
             ended_at=_seconds(entry, "ended_at"),
@@ -229,8 +229,7 @@ class RunRecord:
             avoided_pools=tuple(name for name in map(_pool, avoided) if name),
             training_seconds=_optional_duration(entry, "training_seconds"),
             fingerprint=_text(entry, "fingerprint"),
-            # at most the failures counted: an edit that says more is read as all of them
-            failures_in_saves=None if in_saves is None else min(_whole(entry, "failures_in_saves"), total),
+            failures_in_saves=in_saves,
         )
 
 
@@ -407,6 +406,14 @@ def _whole(entry: Mapping[str, Any], key: str, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 2**31 - 1:
         raise ValueError(f"{key} must be a whole number from {minimum} to {2**31 - 1}")
     return value
+
+
+def _count_or_none(value: Any, most: int) -> int | None:
+    """A count of at most ``most`` as read back; ``None`` for anything else (a hint ``auto`` can do without: an
+    edit that garbles it costs the run's entry nothing else), and ``most`` for more than that."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return min(value, most)
 
 
 def _seconds(entry: Mapping[str, Any], key: str) -> float:
