@@ -93,6 +93,15 @@ def with_replan(result: ScheduleResult, args: argparse.Namespace) -> tuple[Sched
     return replace(result, nightly=nightly), replans
 
 
+def _setting(given: str) -> tuple[str, float | int | bool]:
+    """``NAME=NUMBER`` as one of ``AutoSettings``' fields, of that field's type."""
+    name, _, number = given.partition("=")
+    if not hasattr(AUTO_SETTINGS, name):
+        raise SystemExit(f"--auto {given!r}: no such setting of auto (operators.advice.AutoSettings)")
+    kind = type(getattr(AUTO_SETTINGS, name))
+    return name, kind(float(number))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--restart", type=float, default=RESTART_SECONDS, help="a full restart's downtime, s")
@@ -103,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     known, rest = extra.parse_known_args(argv)
     args = parse(rest)
     args.restart, args.factor = known.restart, known.factor
-    args.settings = replace(AUTO_SETTINGS, **{k: float(v) for k, v in (a.split("=", 1) for a in known.auto)})
+    args.settings = replace(AUTO_SETTINGS, **dict(_setting(a) for a in known.auto))
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     started = time.process_time()
     print(
