@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from benchmarks.checkpoint_period_auto import (
     DEFAULT_PERIOD,
@@ -112,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     known, rest = extra.parse_known_args(argv)
     args = parse(rest)
     args.restart, args.factor = known.restart, known.factor
-    args.settings = replace(AUTO_SETTINGS, **dict(_setting(a) for a in known.auto))
+    chosen: dict[str, Any] = dict(_setting(a) for a in known.auto)
+    args.settings = replace(AUTO_SETTINGS, **chosen)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     started = time.process_time()
     print(
