@@ -738,15 +738,15 @@ def _save_row(weight: float, run: RunRecord) -> _SaveRow | None:
     if run.checkpoint_period is None or not run.mean_step_seconds or not run.training_seconds:
         return None
     save = run.checkpoint_save_seconds or 0.0
-    saves = run.training_seconds / (run.checkpoint_period * run.mean_step_seconds + save)
+    segment = run.checkpoint_period * run.mean_step_seconds + save  # a period's steps and its save
     return _SaveRow(
         weight=weight,
         failures=float(run.failures_total),
         exposure=run.training_seconds * max(1, run.slices),
-        saves=saves,
+        saves=run.training_seconds / segment,
         # without a save time the steady rate's share of them is unknown: fitted as a run that does not say
         in_saves=None
         if run.failures_in_saves is None or save <= 0
         else float(min(run.failures_in_saves, run.failures_total)),
-        saving_share=min(1.0, saves * save / run.training_seconds),
+        saving_share=save / segment,
     )
