@@ -212,7 +212,8 @@ class AutoSettings:
     - ``half_life_runs``: a run's weight halves every this many runs back, so the rate follows a fleet that
       changes without forgetting last week's storm after three calm nights;
     - ``prior_failures``: failures counted on top of those seen (weighted evidence plus this): calm nights are no
-      proof failures never come (with none in T seconds, 1/T is the rate's usual one-event bound);
+      proof failures never come. Half a failure is Jeffreys' prior for a Poisson rate; tuned with the replan's
+      factor (session 66) against 1 (calm nights ran periods 2-4 times too short for a week), 0.6 and 0.75;
     - ``min_training_runs``: the fallback is kept until the runs looked at trained, together, at least this many
       runs of this length (``steps`` times the step time): a run that died in its first minutes says little;
     - ``max_increase``, ``max_decrease``: the period moves at most by these factors from the last such run's;
@@ -230,7 +231,7 @@ class AutoSettings:
 
     runs: int = 50
     half_life_runs: float = 10.0
-    prior_failures: float = 1.0
+    prior_failures: float = 0.5
     min_training_runs: float = 0.5
     max_increase: float = 4.0
     max_decrease: float = 8.0

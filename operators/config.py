@@ -117,11 +117,11 @@ NIGHTLY_DEADLINE = Option(
 AUTO_REPLAN_FACTOR = Option(
     "auto_replan_factor",
     "float",
-    "3",
+    "2",
     '``checkpoint_period="auto"`` restarts a run mid-way with a shorter period when its own slice failures call '
     "for one at least this many times shorter than the one it runs, and the rest of the run repays the restart "
     "(docs/operators.md, 'When the weather changes'). The restart spends no ``max_full_restarts``. 0: never.",
-    example="2",
+    example="3",
 )
 AUTO_REPLAN_RESTART_SECONDS = Option(
     "auto_replan_restart_seconds",

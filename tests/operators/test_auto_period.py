@@ -30,6 +30,13 @@ from tests.support.reports import full_report
 STEPS = 5_000  # of 1 s: half a run, the evidence needed to leave the fallback, is 2500 s of training
 SHAPE = "v1:0123456789abcdef"
 RATE_ONLY = dataclasses.replace(AUTO_SETTINGS, save_failures=False)
+PRIOR = AUTO_SETTINGS.prior_failures  # the failures assumed on top of those seen (Jeffreys' half a failure)
+
+
+def young_daly(save_seconds: float, mtbf_seconds: float) -> tuple[int, int]:
+    """The whole steps of 1 s either side of Young/Daly's first-order interval."""
+    tau = math.sqrt(2 * save_seconds * mtbf_seconds)
+    return math.floor(tau), math.ceil(tau)
 
 
 def past(
@@ -71,12 +78,15 @@ def test_frequent_failures_pick_a_shorter_period_than_none() -> None:
     assert stormy.period < calm.period
     lower, upper = stormy.bounds
     assert lower <= stormy.period <= upper and lower <= calm.period <= upper == STEPS // 2
-    # Young/Daly: 10 failures in 3600 s, one more assumed, a save of 20 s: tau* = sqrt(2 * 20 * 3600 / 11) = 114.4 s;
-    # a calm run: sqrt(2 * 20 * 3600) = 379.5 s, not "never".
-    assert stormy.mtbf_seconds == round(3600 / 11, 6) and stormy.period in (114, 115) and stormy.clamped is None
-    assert calm.mtbf_seconds == 3600.0 and calm.period in (379, 380) and calm.clamped is None
+    # Young/Daly: 10 failures in 3600 s, half a failure more assumed, a save of 20 s: tau* = sqrt(2 * 20 * 3600 /
+    # 10.5) = 117.1 s; a calm run: sqrt(2 * 20 * 3600 / 0.5) = 536.7 s, not "never".
+    assert stormy.mtbf_seconds == round(3600 / (10 + PRIOR), 6) and stormy.clamped is None
+    assert stormy.period in young_daly(20, 3600 / (10 + PRIOR))
+    assert calm.mtbf_seconds == 3600 / PRIOR and calm.period in young_daly(20, 3600 / PRIOR) and calm.clamped is None
     assert stormy.predicted_goodput is not None and 0 < stormy.predicted_goodput < 1
-    assert "10 failure(s) (+1 assumed) over 3600 slice-seconds of training: one every 327 s" in stormy.reason
+    every = round(3600 / (10 + PRIOR))
+    said = f"10 failure(s) (+{PRIOR:g} assumed) over 3600 slice-seconds of training: one every {every} s"
+    assert said in stormy.reason
     # Only a run too short for the model's interval reaches the run-length bound.
     short = choose([past("a", failures=0)], steps=400)
     assert short.period == 200 and short.clamped == "run_length"
@@ -84,9 +94,10 @@ def test_frequent_failures_pick_a_shorter_period_than_none() -> None:
 
 def test_the_same_model_as_the_advice() -> None:
     choice = choose([past("a", failures=5)])
+    assert (2 * (5 + PRIOR)).is_integer()  # the advice counts whole failures: 5 and those assumed, over two hours
     inputs = AdviceInputs(
-        failures=5 + 1,
-        wall_seconds=3600.0,
+        failures=int(2 * (5 + PRIOR)),
+        wall_seconds=2 * 3600.0,
         step_seconds=1.0,
         checkpoint_save_seconds=20.0,
         checkpoint_period=1,
@@ -106,13 +117,13 @@ def test_the_rate_is_over_training_time_not_the_wall_time_around_it() -> None:
 
 
 def test_failures_count_per_slice_and_scale_to_the_run() -> None:
-    # Two runs of 2 slices for an hour each, 8 failures: one every 4 slice-hours with the one assumed... per slice.
+    # Two runs of 2 slices for an hour each, 4 failures each, and the failures assumed: per slice.
     runs = [past("a", failures=4, slices=2), past("b", failures=4, slices=2)]
     weights = 1 + 0.5 ** (1 / AUTO_SETTINGS.half_life_runs)  # the older run weighs less
     on_two = choose(runs, slices=2)
     on_four = choose(runs, slices=4)
     slice_seconds = 2 * 3600.0 * weights
-    assert on_two.mtbf_seconds == pytest.approx(slice_seconds / ((4 * weights + 1) * 2), rel=1e-6)
+    assert on_two.mtbf_seconds == pytest.approx(slice_seconds / ((4 * weights + PRIOR) * 2), rel=1e-6)
     assert on_four.mtbf_seconds == pytest.approx(on_two.mtbf_seconds / 2, rel=1e-6)
     assert on_four.period < on_two.period and on_four.slices == 4
 
@@ -169,10 +180,11 @@ def test_the_choice_carries_an_interval_that_narrows_with_evidence() -> None:
         assert c.goodput_low <= c.predicted_goodput <= c.goodput_high  # type: ignore[operator]
     width = {c.runs: c.mtbf_high_seconds / c.mtbf_low_seconds for c in (few, many)}  # type: ignore[operator]
     assert width[1] > 5 > 2 > width[40]
-    # 3 failures + 1 assumed in 3600 s: the Gamma(4) posterior's 5 % and 95 % points of the rate are 1.366 and 7.754
-    # failures per 3600 s (chi-square with 8 degrees of freedom, halved); the approximation is within 2 %.
-    assert few.mtbf_high_seconds == pytest.approx(3600 / 1.366, rel=0.02)
-    assert few.mtbf_low_seconds == pytest.approx(3600 / 7.754, rel=0.02)
+    # 3 failures + 0.5 assumed in 3600 s: the Gamma(3.5) posterior's 5 % and 95 % points of the rate are 1.084 and
+    # 7.034 failures per 3600 s (chi-square with 7 degrees of freedom, halved); the approximation is within 2 %.
+    assert PRIOR == 0.5
+    assert few.mtbf_high_seconds == pytest.approx(3600 / 1.084, rel=0.02)
+    assert few.mtbf_low_seconds == pytest.approx(3600 / 7.034, rel=0.02)
     # It survives the report's JSON, the plan's too.
     assert period_choice_from_json(json.loads(json.dumps(many.to_json()))) == many
 

@@ -149,17 +149,17 @@ def test_the_operators_settings_are_read_from_airflows_config_and_an_unusable_on
     run = RunState({"plan": {"try_number": 1, "checkpoint_period_choice": {**CHOICE, "period": PLANNED_PERIOD}}}, **ids)
     for name in ("FACTOR", "RESTART_SECONDS"):
         monkeypatch.delenv(f"AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_{name}", raising=False)
-    assert operator._replan_settings() == (3.0, None)  # the defaults: 3 times shorter, the restart measured
+    assert operator._replan_settings() == (2.0, None)  # the defaults: 2 times shorter, the restart measured
     basis = ReplanBasis.from_json(operator._replan_basis(spec, run))
     assert basis == ReplanBasis(spec.checkpoint_period, PLANNED_MTBF, 1.0, 10.0, 60.0)
-    monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_FACTOR", "2")
+    monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_FACTOR", "3")
     monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_RESTART_SECONDS", "300")
-    assert operator._replan_settings() == (2.0, 300.0)
+    assert operator._replan_settings() == (3.0, 300.0)
     for factor, restart in (("x", "-1"), ("0.5", "nan"), ("inf", "soon")):
         monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_FACTOR", factor)
         monkeypatch.setenv("AIRFLOW__ELASTIC_TRAINING__AUTO_REPLAN_RESTART_SECONDS", restart)
         capsys.readouterr()
-        assert operator._replan_settings() == (3.0, None)
+        assert operator._replan_settings() == (2.0, None)
         warned = capsys.readouterr().out  # Airflow's task logger writes there
         assert f"auto_replan_factor {factor!r} is unusable" in warned
         assert f"auto_replan_restart_seconds {restart!r} is unusable" in warned
