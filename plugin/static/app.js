@@ -42,6 +42,8 @@ const fmt = {
     if (range < 7200) return `${(s / 60).toFixed(range < 600 ? 1 : 0)} min`;
     return `${(s / 3600).toFixed(1)} h`;
   },
+  // a time from the chart's origin, signed: a wait that began before the first step read is "−0.33 s", not "+-0.33 s"
+  offset(s) { return s < 0 ? `−${fmt.secs(-s)}` : `+${fmt.secs(s)}`; },
   pct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; },
   num(x) { return x === null || x === undefined ? "–" : String(x); },
   // "1 step lost", "9 steps lost", "– steps lost" (as operators/pipeline_report.py counted says it)
@@ -423,13 +425,13 @@ function waitsTable(t) {
   waits.forEach((w, i) => {
     rows.push(el("tr", { class: `wait wait-${w.kind}` }, el("td", {}, String(i + 1)),
       el("td", {}, el("i", { class: "swatch", style: `background:${spanFill(w)}` }), spanName(w)),
-      el("td", { class: "num" }, `+${fmt.secs(w.from - t0)}`), el("td", { class: "num" }, fmt.secs(w.seconds)),
+      el("td", { class: "num" }, fmt.offset(w.from - t0)), el("td", { class: "num" }, fmt.secs(w.seconds)),
       el("td", { class: "num" }, w.step === undefined ? "–" : fmt.num(w.step)), el("td", { class: "num" }, w.steps_lost === undefined ? "–" : fmt.num(w.steps_lost)),
       el("td", {}, w.reason || "–")));
     for (const p of spans.filter((q) => q.kind === "provisioning" && q.from >= w.from && q.from < w.to)) {
       rows.push(el("tr", { class: "wait wait-provisioning" }, el("td", {}, ""),
         el("td", {}, "└ ", el("i", { class: "swatch", style: `background:${spanFill(p)}` }), el("span", { title: "quota reserved, admission checks pending" }, "provisioning")),
-        el("td", { class: "num" }, `+${fmt.secs(p.from - t0)}`), el("td", { class: "num" }, fmt.secs(p.seconds)),
+        el("td", { class: "num" }, fmt.offset(p.from - t0)), el("td", { class: "num" }, fmt.secs(p.seconds)),
         el("td", {}, ""), el("td", {}, ""),
         el("td", {}, (p.said || []).join("; ") || "–")));
     }

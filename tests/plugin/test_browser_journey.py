@@ -47,6 +47,9 @@ NIGHTLY = "elastic_training_nightly"
 DRILL = "elastic_training_fault_drill"
 DIALOG = "[...document.querySelectorAll('[role=dialog]')].find(d => d.innerText.includes('Trigger Dag -'))"
 FRAME_DOC = "document.querySelector('iframe[title=\"{title}\"]')"
+# A wait's start in the waits table, from the chart's first point and signed: one begun before it (a real run is
+# queued before its first step) reads with a minus sign (U+2212), "\u22120.33 s", not "+-0.33 s".
+WAIT_START = re.compile("[+\u2212]\\d+(\\.\\d+)? (s|min|h)")
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +271,7 @@ async def read_the_view(
         "rewinds: d.querySelectorAll('#timeline .rewind').length,"
         "checkpoints: d.querySelectorAll('#checkpoints tr.ckpt').length,"
         "valid: d.querySelectorAll('#checkpoints .valid').length,"
+        "wait_starts: [...d.querySelectorAll('#waits tbody tr')].map(r => r.cells[2].textContent),"
         "page: location.pathname }; })()"
     )
     await shot(tools, out, "06-elastic-training-tab.png", seen)
@@ -384,6 +388,7 @@ def test_fault_drill_view_shows_the_recovery_and_its_phases(drill: dict[str, Any
     assert tab["failures"] == 1 and tab["rewinds"] == 1 and tab["recoveries"] == "1"
     assert tab["note"].startswith("Trained ") and "with 1 in-process recovery" in tab["note"], tab
     assert percent(tab["goodput"]) > 0, tab
+    assert all(WAIT_START.fullmatch(start) for start in tab["wait_starts"]), tab
     row = listed_pretrain(drill, DRILL)
     assert row[6] == "1" and percent(row[8]) > 0, row  # recoveries, goodput
     assert drill["history"]["runs"] == [drill["run_id"]], drill["history"]  # the run joined its failure history
@@ -516,6 +521,7 @@ def test_the_run_view_tells_quota_provisioning_and_each_eviction_apart(stack: St
     ], seen["markers"]
     # The waits table: each wait, then the provisioning within it, with Kueue's own words.
     rows = [(row[1], row[-1]) for row in seen["waits"]]
+    assert all(WAIT_START.fullmatch(row[2]) for row in seen["waits"]), seen["waits"]
     assert [name for name, _ in rows] == [
         "queued for quota",
         "└ provisioning",
