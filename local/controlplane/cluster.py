@@ -319,6 +319,9 @@ class ControlPlane:
                 f"--root-ca-file={self.pki.ca}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*",
+                # The Job controller's syncs, back-offs and expectations, in its log: a replacement pod it never
+                # created (ci40: a deleted worker pod not replaced for 60 s) can then be told from a slow one.
+                "--vmodule=job_controller=4,backoff_utils=4,controller_utils=4",
                 *self._node_monitor_flags(),
             ],
         ).check_running()
