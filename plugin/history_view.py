@@ -41,6 +41,7 @@ KIND_ORDER = (
     FailureKind.DELETED,
 )
 BAR_HEIGHT, BAR_GAP, LABEL_WIDTH, CHART_WIDTH = 22, 8, 170, 640
+LEGEND_STEP = CHART_WIDTH // len(KIND_ORDER)  # a legend entry's width: its swatch and its kind's name
 
 
 def history_json(history: FailureHistory, runs: int) -> dict[str, Any]:
@@ -97,8 +98,8 @@ def chart_svg(runs: Sequence[RunRecord]) -> str:
         total = sum(tally.by_kind.values())
         parts.append(f'<text class="count" x="{x + 6:.1f}" y="{y + BAR_HEIGHT * 0.7:.1f}">{total}</text>')
     legend_y = height - 8
-    for n, kind in enumerate(KIND_ORDER):
-        x = LABEL_WIDTH + n * 120
+    for n, kind in enumerate(KIND_ORDER):  # from the left edge: five kinds in a row fit the chart's width
+        x = n * LEGEND_STEP
         parts.append(f'<rect x="{x}" y="{legend_y - 10}" width="10" height="10" fill="{KIND_COLOURS[kind]}"/>')
         parts.append(f'<text x="{x + 14}" y="{legend_y}">{kind.value}</text>')
     parts.append("</svg>")
@@ -204,7 +205,8 @@ def history_page(
         f"<h1>{escape(title)}</h1>{_keys_nav(key, keys or {key: ''}) if key else ''}{_notes(notes)}"
         f'<p class="muted">Slice failures per GKE node pool over the last {len(looked_at)} run(s) '
         f"(of {len(history.runs)} kept). Lost hosts and trainer errors count against a pool "
-        "(avoid_failing_node_pools); evictions and preemptions are the platform's.</p>"
+        "(avoid_failing_node_pools); evictions and preemptions are the platform's decisions, deletions a person's "
+        "or a tool's (the fault drill's).</p>"
         f"{empty}<section>{chart_svg(looked_at)}</section>"
         f"<h2>Runs</h2>{table}<h2>Pools</h2>{''.join(sections)}</body></html>"
     )

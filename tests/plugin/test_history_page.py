@@ -7,12 +7,14 @@ from the metadata database.
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ElementTree
 from typing import Any
 
 import pytest
 
-from elastic_training.operators.failure_history import FailureHistory
+from elastic_training.operators.failure_history import FailureHistory, FailureKind, RunRecord, SliceFailure
 from elastic_training.operators.history_store import history_key, run_key
+from elastic_training.plugin.history_view import chart_svg
 from tests.support.airflow_auth import auth
 from tests.support.airflow_dags import dag_from_source, states
 
@@ -105,6 +107,21 @@ def test_the_history_page_draws_failures_per_pool_and_links_them(api: Any, histo
     assert "gke-b-2" in html and "night-3" in html
     # What came from the Variable is escaped, never markup.
     assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+
+
+def test_the_chart_legend_names_every_kind_within_the_chart() -> None:
+    # One failure of each kind on one pool: each bar's kind has its swatch and name in the legend, and every name
+    # ends inside the drawing (at 640 px the fifth, "deleted", once began past its right edge and was cut off).
+    failures = tuple(SliceFailure(at=1.0, kind=kind, pool="tpu-a", slice=0) for kind in FailureKind)
+    svg = ElementTree.fromstring(chart_svg([RunRecord(run_id="r", ended_at=2.0, failures=failures, pools=("tpu-a",))]))
+    width = float(svg.attrib["width"])
+    ns = "{http://www.w3.org/2000/svg}"
+    legend = [t for t in svg.iter(f"{ns}text") if t.text in {k.value for k in FailureKind}]
+    assert sorted(t.text or "" for t in legend) == sorted(k.value for k in FailureKind)
+    for text in legend:  # 13 px sans-serif: at most about 8 px a character
+        assert float(text.attrib["x"]) + 8 * len(text.text or "") <= width, (text.text, text.attrib["x"], width)
+    bars = {rect.attrib["data-kind"] for rect in svg.iter(f"{ns}rect") if "data-kind" in rect.attrib}
+    assert bars == {k.value for k in FailureKind}
 
 
 def test_a_task_without_history_says_so(api: Any, history: None) -> None:
