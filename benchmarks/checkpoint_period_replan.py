@@ -1,5 +1,5 @@
-"""What a mid-night replan would buy ``checkpoint_period="auto"`` (issue 55's "a loop that follows a rising failure
-rate"): a simulation of a policy the operator does not have yet.
+"""What a mid-night replan buys ``checkpoint_period="auto"`` (issue 55's "a loop that follows a rising failure
+rate"): a simulation of the operator's policy (``operators.period_replan.replan``) on the ``auto`` benchmark's nights.
 
     .venv/bin/python -m benchmarks.checkpoint_period_replan --tune --nights 21     # the tuning seeds
     .venv/bin/python -m benchmarks.checkpoint_period_replan --nights 21            # the report seeds

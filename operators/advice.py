@@ -226,7 +226,8 @@ class AutoSettings:
       slice-hours count beside the runs' afterwards too (else only its failures do, as before issue 55). 0.2 is
       the mean of a rate spread evenly in log scale from 0.018 to 0.75 failures per slice-hour (one every 2.3
       slice-days to one every 80 slice-minutes: the calm to the stormy nights of the benchmark); tuned on its
-      tuning seeds against 0.05 and 0.1 (worse on stormy nights) and 0.3 (no better).
+      tuning seeds against 0.05 and 0.1 (worse on stormy nights) and 0.3 (no better), when ``prior_failures`` was
+      1 (not tuned again at 0.5: the first night's mean rate is the same, only its interval wider).
     """
 
     runs: int = 50

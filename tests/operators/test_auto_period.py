@@ -333,13 +333,13 @@ ESTIMATE = ShapeEstimate(step_seconds=2.0, save_seconds=16.0, recovery_seconds=1
 
 
 def test_before_any_run_the_prior_chooses_and_says_so() -> None:
-    # The stated prior (0.2 failures a slice-hour, one failure's weight) on 4 slices: one failure every 4500 s,
+    # The stated prior (0.2 failures a slice-hour, half a failure's weight) on 4 slices: one failure every 4500 s,
     # so Young's sqrt(2 * 16 * 4500) = 379 s, about 190 steps of 2 s, not the fallback's 10.
     first = choose([], slices=4, estimate=ESTIMATE, settings=AUTO_SETTINGS)
     assert first.source == "prior" and first.runs == 0 and first.mtbf_seconds == 4500.0
     assert abs(first.period - math.sqrt(2 * 16 * 4500) / 2) <= 1
     assert first.period_low is not None and first.period_high is not None
-    assert first.period_low < first.period < first.period_high  # one failure's evidence: a wide interval
+    assert first.period_low < first.period < first.period_high  # half a failure's evidence: a wide interval
     assert "no run of this shape measured yet, so the prior: a test's estimate" in first.reason
     assert "0.2 per slice-hour" in first.reason
     # No estimate (a model the table does not list): the fallback, and the choice says so.
