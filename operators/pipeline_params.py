@@ -507,11 +507,11 @@ def _capacity_fields() -> list[ParamDef]:
                 "title": "Checkpoint period from history",
                 "description": "Pretraining's checkpoint_period=auto: the Young/Daly period from the failure rate "
                 "(per slice and hour of training) and save time of earlier runs of the same model and shape, the "
-                "newest weighing most. Before any such run: from the model's size, the TPU and a stated prior "
-                "rate (the period above only where they cannot be estimated). Between one save's steps and half "
-                "the run, at most 4x longer or 8x shorter than the last run's; a run failing far more often than "
-                "planned restarts once with a shorter period. The report shows the period, why, its 90% interval, "
-                "the predicted and the achieved goodput.",
+                "newest weighing most. Until half a run of this shape has trained: from the model's size, the TPU "
+                "and a stated prior rate (the period above only where they cannot be estimated). Between one "
+                "save's steps and half the run, at most 4x longer or 8x shorter than the last run's; a run failing "
+                "far more often than planned may restart once with a shorter period. The report shows the "
+                "period, why, its 90% interval, the predicted and the achieved goodput.",
                 "section": SECTION_BUDGETS,
             },
         ),

@@ -321,7 +321,7 @@ class ControlPlane:
                 "--controllers=*",
                 # The Job controller's syncs, back-offs and expectations, in its log: a replacement pod it never
                 # created (ci40: a deleted worker pod not replaced for 60 s) can then be told from a slow one.
-                "--vmodule=job_controller=4,backoff_utils=4,controller_utils=4",
+                "--vmodule=job_controller=4,tracking_utils=4,controller_utils=4",
                 *self._node_monitor_flags(),
             ],
         ).check_running()

@@ -43,7 +43,7 @@ const fmt = {
     return `${(s / 3600).toFixed(1)} h`;
   },
   // a time from the chart's origin, signed: a wait that began before the first step read is "−0.33 s", not "+-0.33 s"
-  offset(s) { return s < 0 ? `−${fmt.secs(-s)}` : `+${fmt.secs(s)}`; },
+  offset(s) { return s <= -0.005 ? `−${fmt.secs(-s)}` : `+${fmt.secs(Math.max(s, 0))}`; },
   pct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; },
   num(x) { return x === null || x === undefined ? "–" : String(x); },
   // "1 step lost", "9 steps lost", "– steps lost" (as operators/pipeline_report.py counted says it)
