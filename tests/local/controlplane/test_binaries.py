@@ -14,12 +14,12 @@ from elastic_training.local.controlplane.binaries import WRAPPERS, BuildError
 
 def test_each_wrapper_pins_one_upstream_release_in_its_go_mod() -> None:
     versions = {w.name: w.version for w in WRAPPERS}
-    assert versions == {"etcd": "v3.6.8", "kubernetes": "v1.35.4", "jobset": "v0.11.1", "kueue": "v0.17.0"}
+    assert versions == {"etcd": "v3.6.8", "kubernetes": "v1.36.3", "jobset": "v0.11.1", "kueue": "v0.17.0"}
     kubernetes = next(w for w in WRAPPERS if w.name == "kubernetes")
     go_mod = (kubernetes.directory / "go.mod").read_text()
     # every staging module is replaced with its published release of the same minor (kubernetes#79384)
-    assert go_mod.count("=> k8s.io/") == 31 and go_mod.count(" v0.35.4\n") >= 31
-    assert "-X k8s.io/component-base/version.gitVersion=v1.35.4" in kubernetes.ldflags()
+    assert go_mod.count("=> k8s.io/") == 33 and go_mod.count(" v0.36.3\n") >= 33
+    assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in kubernetes.ldflags()
 
 
 def test_the_cache_is_outside_the_checkout_keyed_by_version_and_wrapper(
@@ -28,7 +28,7 @@ def test_the_cache_is_outside_the_checkout_keyed_by_version_and_wrapper(
     monkeypatch.setenv(binaries.CACHE_ENV, str(tmp_path))
     folder = binaries.install_dir(WRAPPERS[1])
     assert folder.parent == tmp_path / "control-plane"
-    assert folder.name.startswith("kubernetes-v1.35.4-")
+    assert folder.name.startswith("kubernetes-v1.36.3-")
     monkeypatch.delenv(binaries.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert binaries.cache_root() == tmp_path / "xdg" / "elastic-training"

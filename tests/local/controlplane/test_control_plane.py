@@ -29,8 +29,8 @@ def kubectl(cluster: UpstreamCluster, *args: str) -> str:
 
 def test_kubectl_version_names_the_real_server_release(upstream: UpstreamCluster) -> None:
     version = json.loads(kubectl(upstream, "version", "-o", "json"))
-    assert version["serverVersion"]["gitVersion"] == "v1.35.4"
-    assert (version["serverVersion"]["major"], version["serverVersion"]["minor"]) == ("1", "35")
+    assert version["serverVersion"]["gitVersion"] == "v1.36.3"
+    assert (version["serverVersion"]["major"], version["serverVersion"]["minor"]) == ("1", "36")
 
 
 def test_the_api_port_belongs_to_a_kube_apiserver_process(upstream: UpstreamCluster) -> None:
