@@ -121,7 +121,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
     _SHARED_CLUSTER_FILES.update(_path(item) for item in items if uses_shared_cluster(item))
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:  # the controller collects nothing: it learns the cluster's files from its workers
+    # The controller collects nothing: it learns the shared cluster's files from its processes (read and removed by
+    # SharedFixtureScheduling).
+    if workerinput is not None and config.getvalue("dist") == "loadfile":
         _cluster_files_path(workerinput["testrunuid"]).write_text(json.dumps(sorted(_SHARED_CLUSTER_FILES)))
 
     def order(item: pytest.Item) -> tuple[int, bool]:
