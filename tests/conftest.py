@@ -125,8 +125,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _SHARED_CLUSTER_FILES.update(_path(item) for item in items if uses_shared_cluster(item))
     workerinput = getattr(config, "workerinput", None)
     # The controller collects nothing: it learns the shared cluster's files from its processes (read and removed by
-    # SharedFixtureScheduling).
-    if workerinput is not None and config.getvalue("dist") == "loadfile":
+    # SharedFixtureScheduling). Not from the worker's options: pytest-xdist sets their `dist` to "no".
+    if workerinput is not None and light_workers() > 0:
         _cluster_files_path(workerinput["testrunuid"]).write_text(json.dumps(sorted(_SHARED_CLUSTER_FILES)))
 
     def order(item: pytest.Item) -> tuple[int, bool]:

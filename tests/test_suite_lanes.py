@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,23 @@ def test_the_cluster_files_are_read_once_and_a_broken_list_is_not_known(
     assert read_cluster_files("run1") is None
     written.write_text(json.dumps({"tests/a.py": True}))
     assert read_cluster_files("run1") is None
+
+
+def test_the_light_process_runs_the_last_file_of_a_real_run(tmp_path: Path) -> None:
+    """Two processes, one light, over two files that use no cluster: the light one (gw1) runs the last file, the
+    other the first, and the list of the cluster's files is gone after the run."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    files = ["tests/operators/test_policy.py", "tests/operators/test_spec.py"]
+    env = {**os.environ, conftest.LIGHT_WORKERS_ENV: "1", "TMPDIR": str(tmp_path), "PYTEST_ADDOPTS": ""}
+    command = [sys.executable, "-m", "pytest", "-vv", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile"]
+    done = subprocess.run([*command, *files], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    by_process: dict[str, set[str]] = {}
+    for process, path in re.findall(r"^\[(gw\d+)\].* PASSED (tests/[^:]+\.py)::", done.stdout, re.MULTILINE):
+        by_process.setdefault(process, set()).add(path)
+    assert by_process == {"gw0": {files[0]}, "gw1": {files[1]}}, done.stdout[-3000:]
+    assert list(tmp_path.glob("elastic-training-cluster-files-*")) == []
