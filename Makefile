@@ -73,12 +73,8 @@ maxtext-lock: setup
 # backoffs), and three finished in 16 min against 21.5, green idle and loaded (docs/testing.md). Four since
 # 2026-12-06 (stop 50): three left the CPU a third idle too; four ran 634 s against 734 s idle, and green
 # beside a busy loop (683 s).
-# TEST_LIGHT_WORKERS more processes take only files that use no shared cluster, from the order's end
-# (tests/conftest.py, "Light processes"): they fill the minutes when the four wait on upstream's timers.
 TEST_WORKERS ?= 4
-TEST_LIGHT_WORKERS ?= 1
-PYTEST := ELASTIC_TRAINING_TEST_LIGHT_WORKERS=$(TEST_LIGHT_WORKERS) $(BIN)/python -m pytest -q \
-	-n $(shell expr $(TEST_WORKERS) + $(TEST_LIGHT_WORKERS)) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The whole suite runs real MaxText once (tests/support/real_maxtext.py), so it needs .venv-maxtext.
 test: setup control-plane maxtext

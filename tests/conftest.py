@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,8 +58,8 @@ LONGEST_FIRST = (
     "tests/dags/test_pipelines.py",
     "tests/packaging/test_wheel.py",
     "tests/local/faults/test_faults.py",
-    # A shared-cluster file of ~95 s (issue 55's replan): after LONGEST_FIRST it was what a process ended the suite on
-    # once the light process had taken the files of the end (session 67).
+    # A shared-cluster file of ~95 s (issue 55's replan), which had no place here and went out among the suite's last
+    # files (ci33: it started at 826 s of 971), the longest of them (session 67).
     "tests/operators/test_checkpoint_period_auto.py",
     "tests/operators/test_triggers.py",
     "tests/plugin/test_real_run.py",
@@ -117,17 +115,12 @@ SHARED_UNITS = {
 }
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the longest files first, then the other files that use the process's shared cluster, then the rest (a
     stable sort: each part keeps its order). After the first two parts no file needs the shared cluster, so a
     process that reaches the third stops its own (``pytest_runtest_setup``) instead of keeping it idle."""
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
     _SHARED_CLUSTER_FILES.update(_path(item) for item in items if uses_shared_cluster(item))
-    workerinput = getattr(config, "workerinput", None)
-    # The controller collects nothing: it learns the shared cluster's files from its processes (read and removed by
-    # SharedFixtureScheduling). Not from the worker's options: pytest-xdist sets their `dist` to "no".
-    if workerinput is not None and light_workers() > 0:
-        _cluster_files_path(workerinput["testrunuid"]).write_text(json.dumps(sorted(_SHARED_CLUSTER_FILES)))
 
     def order(item: pytest.Item) -> tuple[int, bool]:
         path = _path(item)
@@ -194,77 +187,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     config.option.loadscopereorder = False
 
     class SharedFixtureScheduling(LoadFileScheduling):  # type: ignore[misc]
-        light: frozenset[str] = frozenset()  # the light processes' ids
-        cluster_files: set[str] | None = None  # None: not known, and the light processes take nothing
-
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return SHARED_UNITS.get(path, path)
 
-        def schedule(self) -> None:
-            if self.collection is None and self.nodes:
-                self.light = light_processes([node.gateway.id for node in self.nodes], light_workers())
-                self.cluster_files = read_cluster_files(self.nodes[0].workerinput["testrunuid"])
-            super().schedule()
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if node.gateway.id in self.light:
-                scope = light_scope(list(self.workqueue), self.cluster_files)
-                if scope is None:
-                    node.shutdown()
-                    return
-                self.workqueue.move_to_end(scope, last=False)
-            super()._assign_work_unit(node)
-
     return SharedFixtureScheduling(config, log)
-
-
-# Light processes: ELASTIC_TRAINING_TEST_LIGHT_WORKERS of the xdist processes (the Makefile's TEST_LIGHT_WORKERS, the
-# last ones) take files from the end of the order, and only files that do not use the shared cluster. The other
-# processes wait on upstream's timers (lost hosts, pod GC, back-offs) for minutes in the suite's first half, when the
-# cores sat a third idle; a light process runs the CPU-bound files of its end then, starting no cluster of its own.
-LIGHT_WORKERS_ENV = "ELASTIC_TRAINING_TEST_LIGHT_WORKERS"
-
-
-def light_workers() -> int:
-    """How many of the processes are light (0 when unset or not a whole number)."""
-    value = os.environ.get(LIGHT_WORKERS_ENV, "0")
-    return int(value) if value.isdigit() else 0
-
-
-def light_processes(ids: list[str], count: int) -> frozenset[str]:
-    """The last ``count`` of the xdist processes' ids (gw0, gw1, ...), never all of them."""
-    ordered = sorted(ids, key=lambda gateway: int(gateway[2:]) if gateway[2:].isdigit() else -1)
-    count = min(count, len(ordered) - 1)
-    return frozenset(ordered[len(ordered) - count :] if count > 0 else ())
-
-
-def light_scope(queue: list[str], cluster_files: set[str] | None) -> str | None:
-    """The scope a light process takes next: the last in the queue that is a file using no shared cluster and no unit
-    of ``SHARED_UNITS``; None when there is none, or when the cluster's files are not known."""
-    if cluster_files is None:
-        return None
-    units = set(SHARED_UNITS.values())
-    for scope in reversed(queue):
-        if scope not in units and scope not in cluster_files:
-            return scope
-    return None
-
-
-def _cluster_files_path(testrunuid: str) -> Path:
-    return Path(tempfile.gettempdir()) / f"elastic-training-cluster-files-{testrunuid}.json"
-
-
-def read_cluster_files(testrunuid: str) -> set[str] | None:
-    """The files that use the shared cluster, as the workers wrote them at their collection (None if unreadable)."""
-    path = _cluster_files_path(testrunuid)
-    try:
-        files = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    finally:
-        path.unlink(missing_ok=True)
-    return {str(name) for name in files} if isinstance(files, list) else None
 
 
 @pytest.fixture(scope="session", autouse=True)
