@@ -58,8 +58,8 @@ LONGEST_FIRST = (
     "tests/dags/test_pipelines.py",
     "tests/packaging/test_wheel.py",
     "tests/local/faults/test_faults.py",
-    # A shared-cluster file of ~95 s (issue 55's replan), which had no place here and went out among the suite's last
-    # files (ci33: it started at 826 s of 971), the longest of them (session 67).
+    # ~95 s on the shared cluster (issue 55's replan). Unlisted, it went out among the suite's last files, the longest
+    # of them (ci33: it started at 826 s of 971).
     "tests/operators/test_checkpoint_period_auto.py",
     "tests/operators/test_triggers.py",
     "tests/plugin/test_real_run.py",
