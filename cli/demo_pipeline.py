@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from elastic_training.operators.pipeline_config import PipelineConfig
-from elastic_training.operators.pipeline_report import counted, recovery_summary, stage_lines, time_summary
+from elastic_training.operators.pipeline_report import counted, recovery_summary, share, stage_lines, time_summary
 from elastic_training.operators.run_report import RunReport
 
 DAG_ID = "elastic_training_nightly"
@@ -259,7 +259,7 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
         ),
         "pretrain": (
             f"JobSet {pretrain.jobset_name}: final step {pretrain.final_step} of "
-            f"{pretrain.target_step}, goodput {pretrain.goodput}"
+            f"{pretrain.target_step}, goodput {share(pretrain.goodput)}"
             if pretrain
             else ""
         ),

@@ -19,7 +19,7 @@ _PHASE_TITLES = {
     "first_step": "restore -> first step",
     "total": "detection -> first step",
 }
-__all__ = ["PHASES", "counted", "recovery_summary", "stage_lines", "time_summary"]
+__all__ = ["PHASES", "counted", "recovery_summary", "share", "stage_lines", "time_summary"]
 
 
 def counted(number: Any, noun: str, plural: str | None = None) -> str:
@@ -121,8 +121,9 @@ def stage_lines(stages: Sequence[tuple[str, str, float | None, str]]) -> list[st
     return lines
 
 
-def _share(value: Any) -> str:
-    return "n/a" if not isinstance(value, int | float) else f"{value:.3f}"
+def share(value: Any) -> str:
+    """A share such as goodput as the report prints it (``0.536``), ``n/a`` where it is not known."""
+    return "n/a" if not isinstance(value, int | float) or isinstance(value, bool) else f"{value:.3f}"
 
 
 def time_summary(report: RunReport, queue_name: str | None = None) -> list[str]:
@@ -159,7 +160,7 @@ def time_summary(report: RunReport, queue_name: str | None = None) -> list[str]:
         f"  {'after the last step (tail)':<26}: {_seconds(times.tail_seconds)} "
         "(final checkpoint save, shutdown, the JobSet's completion seen)",
         f"  {'other':<26}: {_seconds(rest)} (the operator's checks and launch; a full restart's recreation)",
-        f"goodput {_share(goodput)} = {_seconds(kept)} of steps kept / {_seconds(holding)} holding capacity "
-        f"(queue time apart); {_share(report.goodput_with_queue)} over the whole wall time",
+        f"goodput {share(goodput)} = {_seconds(kept)} of steps kept / {_seconds(holding)} holding capacity "
+        f"(queue time apart); {share(report.goodput_with_queue)} over the whole wall time",
     ]
     return lines

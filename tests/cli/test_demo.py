@@ -58,7 +58,10 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     for part in ("queued before admission", "admission -> first step", "first step -> last step"):
         assert re.search(rf"{re.escape(part)} +: [0-9.]+ s \(", out), part
     assert re.search(r"after the last step \(tail\): [0-9.]+ s \(final checkpoint save", out)
-    assert re.search(r"goodput [0-9.]+ = [0-9.]+ s of steps kept / [0-9.]+ s holding capacity", out)
+    goodput = re.search(r"goodput ([0-9.]+) = [0-9.]+ s of steps kept / [0-9.]+ s holding capacity", out)
+    assert goodput
+    # The stage's line says the same goodput as the time summary, to the same three places.
+    assert re.search(rf"pretrain +success .+final step \d+ of \d+, goodput {re.escape(goodput[1])}\n", out), out
     assert "Validated checkpoint : step 39 at " in out
     assert re.search(r"Evaluation metrics   : lambada_openai loss [0-9.]+, perplexity [0-9.]+, accuracy [0-9.]+%", out)
     assert "Synthetic samples    : 8 in " in out

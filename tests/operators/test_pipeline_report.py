@@ -50,6 +50,13 @@ def test_counts_are_told_with_their_noun_singular_only_for_one() -> None:
     assert counted(3, "in-process recovery", "in-process recoveries") == "3 in-process recoveries"
 
 
+def test_a_share_reads_to_three_places_and_n_a_where_it_is_not_a_number() -> None:
+    from elastic_training.operators.pipeline_report import share
+
+    assert [share(v) for v in (0.5357, 1, 0.0)] == ["0.536", "1.000", "0.000"]
+    assert [share(v) for v in (None, "0.5", True)] == ["n/a", "n/a", "n/a"]
+
+
 def test_a_scale_up_before_the_fault_is_named_so_and_not_taken_for_its_detection() -> None:
     # Under load the slices can come up late at the start: the trainer scales up in process before the drill's kill.
     report = RunReport.from_json(
