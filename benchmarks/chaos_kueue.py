@@ -708,11 +708,12 @@ def _pods_ready_broken(
 
 
 def _resumed_within_a_period(plan: Schedule, entries: list[Obj]) -> list[str]:
-    """The first eviction resumed from a committed step (a multiple of the period), at most one period lost."""
+    """The first eviction resumed from a committed step (a multiple of the period, or the final step: an eviction
+    after its commit resumes there), at most one period lost."""
     broken = []
     for entry in entries[:1]:
         restored, lost = entry.get("restored_step"), entry.get("steps_lost")
-        if restored is not None and restored % plan.checkpoint_period != 0:
+        if restored is not None and restored % plan.checkpoint_period != 0 and restored != plan.steps - 1:
             broken.append(f"restored step {restored}, not a checkpoint")
         if lost is None or not 0 <= int(lost) <= plan.checkpoint_period:
             broken.append(f"steps lost {lost}")

@@ -238,6 +238,7 @@ class LogDigest:
             self.config_error = match.group(1).strip()[:500]
         elif (match := ALREADY_AT_TARGET_RE.search(line)) is not None:
             self.already_at_target = [int(match.group(1)), int(match.group(2))]
+            self._resumed_at_target(at, int(match.group(2)))
 
     def feed_all(self, lines: Iterable[tuple[float, str]]) -> LogDigest:
         for at, line in lines:
@@ -390,6 +391,13 @@ class LogDigest:
         if recovery is not None and recovery.restored_at is None:
             recovery.restored_at = at
             recovery.restored_step = step
+
+    def _resumed_at_target(self, at: float, newest: int) -> None:
+        # A preemption after the final step was committed: the trainer admitted again finds that checkpoint and
+        # refuses to train (before any restore), so the run resumes at it with nothing to run again.
+        recovery = self.open_recovery
+        if recovery is not None and recovery.kind == PREEMPTION and recovery.restored_at is None:
+            recovery.restored_at, recovery.restored_step = at, newest
 
     def _close_open(self) -> None:
         if self.open_recovery is not None:

@@ -310,6 +310,13 @@ def test_kueue_promises_are_judged_from_the_report_and_what_the_harness_saw() ->
         "restored step 15, not a checkpoint",
         "steps lost 12",
     ]
+    # Preempted after the final step's commit: the run resumes at that step, which is no multiple of the period.
+    final = preempt.steps - 1
+    assert final % preempt.checkpoint_period != 0
+    at_target = {**kept, "preemptions": [{"step": final, "restored_step": final, "steps_lost": 0}]}
+    assert broken_promises(preempt, notes, at_target, "success", [{}]) == []
+    unknown = {**kept, "preemptions": [{"step": final, "restored_step": None, "steps_lost": None}]}
+    assert broken_promises(preempt, notes, unknown, "success", [{}]) == ["steps lost None"]
 
     queued = schedule(1, 0, kueue="queue-wait")
     jobset = {

@@ -254,6 +254,27 @@ def test_a_preemption_is_counted_apart_with_its_steps_lost_and_queue_time_apart_
     assert report["goodput_with_queue"] == pytest.approx(60 / 420, abs=1e-4)
 
 
+def test_a_preemption_after_the_final_commit_resumes_there_with_no_step_lost() -> None:
+    """Kueue preempts the run after its final step (29) was committed; admitted again, MaxText finds that
+    checkpoint and refuses to train before any restore. Nothing is run again: the preemption's steps lost are 0,
+    not unknown, and it resumed at step 29 (chaos preempt run 27 on Kubernetes 1.36.3 read ``None``)."""
+    digest = LogDigest()
+    digest.queued(0.0, preempted=False)
+    digest.admitted(10.0)
+    digest.feed_all([(12.0, absl("No existing checkpoints found, not restoring checkpoint.")), *steps(0, 30, 20.0)])
+    digest.queued(51.0, preempted=True, reason="Preempted: Preempted to accommodate a workload")
+    digest.admitted(90.0)
+    refusal = "RuntimeError: Requested training up to step 30, but a checkpoint already exists at step 29 (which …"
+    digest.feed_all([(95.0, refusal)])
+    [preemption] = [r for r in digest.all_recoveries if r.kind == "preemption"]
+    assert (preemption.failed_step, preemption.restored_step, preemption.steps_lost) == (29, 29, 0)
+    assert preemption.restored_at == 95.0 and not preemption.complete  # no first step follows a refusal
+    assert digest.already_at_target == [30, 29] and digest.restores == 1  # the first start's: none after it
+    # A refusal with no preemption open (a rerun of a finished run) touches no recovery.
+    rerun = LogDigest().feed_all([(1.0, refusal)])
+    assert rerun.already_at_target == [30, 29] and rerun.all_recoveries == []
+
+
 def test_a_report_without_kueue_keeps_its_old_keys_and_meaning() -> None:
     digest = LogDigest().feed_all(one_recovery_log())
     report = run_report(
