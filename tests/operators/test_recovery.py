@@ -8,7 +8,14 @@ import pytest
 
 from elastic_training.operators.recovery import CostModel, Incarnation, LogDigest, Recovery, recovery_report, run_report
 from elastic_training.operators.run_report import escalations_of
-from tests.support.recovery_logs import absl, one_recovery_log, queued_then_preempted, recovery_lines, steps
+from tests.support.recovery_logs import (
+    absl,
+    one_recovery_log,
+    queued_then_preempted,
+    recovery_lines,
+    steps,
+    trained_then_preempted,
+)
 
 
 def test_fold_one_recovery() -> None:
@@ -258,17 +265,12 @@ def test_a_preemption_after_the_final_commit_resumes_there_with_no_step_lost() -
     """Kueue preempts the run after its final step (29) was committed; admitted again, MaxText finds that
     checkpoint and refuses to train before any restore. Nothing is run again: the preemption's steps lost are 0,
     not unknown, and it resumed at step 29 (chaos preempt run 27 on Kubernetes 1.36.3 read ``None``)."""
-    digest = LogDigest()
-    digest.queued(0.0, preempted=False)
-    digest.admitted(10.0)
-    digest.feed_all([(12.0, absl("No existing checkpoints found, not restoring checkpoint.")), *steps(0, 30, 20.0)])
-    digest.queued(51.0, preempted=True, reason="Preempted: Preempted to accommodate a workload")
-    digest.admitted(90.0)
+    digest = trained_then_preempted()
     refusal = "RuntimeError: Requested training up to step 30, but a checkpoint already exists at step 29 (which …"
-    digest.feed_all([(95.0, refusal)])
+    digest.feed_all([(345.0, refusal)])
     [preemption] = [r for r in digest.all_recoveries if r.kind == "preemption"]
     assert (preemption.failed_step, preemption.restored_step, preemption.steps_lost) == (29, 29, 0)
-    assert preemption.restored_at == 95.0 and not preemption.complete  # no first step follows a refusal
+    assert preemption.restored_at == 345.0 and not preemption.complete  # no first step follows a refusal
     assert digest.already_at_target == [30, 29] and digest.restores == 1  # the first start's: none after it
     # A refusal with no preemption open (a rerun of a finished run) touches no recovery.
     rerun = LogDigest().feed_all([(1.0, refusal)])

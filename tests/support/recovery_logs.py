@@ -70,13 +70,19 @@ def one_recovery_log() -> list[tuple[float, str]]:
     ]
 
 
-def queued_then_preempted() -> LogDigest:
-    """Queued 100 s, trained steps 0..29, preempted at 140 for 200 s, restored step 20, trained to 59."""
+def trained_then_preempted() -> LogDigest:
+    """Queued 100 s, trained steps 0..29, preempted at 140 for 200 s: admitted again at 340, nothing logged since."""
     digest = LogDigest()
     digest.queued(0.0, preempted=False)
     digest.admitted(100.0)
     digest.feed_all([(105.0, absl("No existing checkpoints found, not restoring checkpoint.")), *steps(0, 30, 110.0)])
     digest.queued(140.0, preempted=True, reason="Preempted: Preempted to accommodate a workload")
     digest.admitted(340.0)
+    return digest
+
+
+def queued_then_preempted() -> LogDigest:
+    """Queued 100 s, trained steps 0..29, preempted at 140 for 200 s, restored step 20, trained to 59."""
+    digest = trained_then_preempted()
     digest.feed_all([(350.0, absl("restoring from this run's directory step 20")), *steps(21, 60, 360.0)])
     return digest
