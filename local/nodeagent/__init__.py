@@ -1,4 +1,4 @@
-"""The node agent: the only part of the local cluster that is ours, playing each node's kubelet.
+"""The node agent: the part of the local cluster that plays each node's kubelet (local/README.md: what else is ours).
 
 No kubelet or container runtime can run here, so one Python process registers the cluster description's nodes with
 the real kube-apiserver, keeps their leases, runs the pods bound to them as local processes through the image
