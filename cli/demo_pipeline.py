@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from elastic_training.operators.pipeline_config import PipelineConfig
@@ -233,28 +234,48 @@ def _instances(dag_run: Any) -> dict[str, tuple[str, float | None]]:
         }
 
 
-def build_report(dag_run: Any) -> tuple[str, bool]:
-    """The demo's report and whether every stage succeeded."""
-    instances = _instances(dag_run)
+@dataclass(frozen=True)
+class _Outputs:
+    """What the stages left in XCom, read once for the report."""
+
+    values: dict[str, Any]
+    config: PipelineConfig | None
+    pretrain: RunReport | None
+    drill: dict[str, Any]
+    checkpoint: dict[str, Any]
+    metrics: dict[str, Any]
+    dataset: dict[str, Any]
+    refused: Any
+
+
+def _outputs(dag_run: Any) -> _Outputs:
     values = {task_id: _xcom(dag_run, task_id) for task_id in STAGES}
-    config = PipelineConfig.from_json(values["validate_params"]) if values["validate_params"] else None
     pretrain_json = values["pretrain"] or _xcom(dag_run, "pretrain", "report")
-    pretrain = RunReport.from_json(pretrain_json) if isinstance(pretrain_json, Mapping) else None
-    drill = values["slice_failure_result"] or {}
-    checkpoint = values["validate_checkpoint"] or {}
-    metrics = values["gate_on_eval"] or _xcom(dag_run, "gate_on_eval", "metrics") or {}
-    dataset = values["publish_synthetic_dataset"] or {}
-    refused = _xcom(dag_run, "validate_params", "refused")
-    results = {
+    return _Outputs(
+        values=values,
+        config=PipelineConfig.from_json(values["validate_params"]) if values["validate_params"] else None,
+        pretrain=RunReport.from_json(pretrain_json) if isinstance(pretrain_json, Mapping) else None,
+        drill=values["slice_failure_result"] or {},
+        checkpoint=values["validate_checkpoint"] or {},
+        metrics=values["gate_on_eval"] or _xcom(dag_run, "gate_on_eval", "metrics") or {},
+        dataset=values["publish_synthetic_dataset"] or {},
+        refused=_xcom(dag_run, "validate_params", "refused"),
+    )
+
+
+def _stage_results(out: _Outputs) -> dict[str, str]:
+    """Each stage's one-line result, by task id."""
+    config, pretrain, drill, checkpoint, metrics = out.config, out.pretrain, out.drill, out.checkpoint, out.metrics
+    armed = out.values["arm_slice_failure"] or {}
+    return {
         "validate_params": (
             f"run {config.run_name}: {config.steps} steps, {config.num_slices} slices, {config.runtime} runtime"
             if config
-            else f"refused: {refused}"
+            else f"refused: {out.refused}"
         ),
         "arm_slice_failure": (
-            f"drill pod {values['arm_slice_failure'].get('jobset_name')} armed for step "
-            f"{values['arm_slice_failure'].get('at_step')}"
-            if (values["arm_slice_failure"] or {}).get("armed")
+            f"drill pod {armed.get('jobset_name')} armed for step {armed.get('at_step')}"
+            if armed.get("armed")
             else "no drill"
         ),
         "pretrain": (
@@ -273,36 +294,37 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
             if checkpoint
             else ""
         ),
-        "evaluate": f"JobSet {(values['evaluate'] or {}).get('jobset_name', '')}",
+        "evaluate": f"JobSet {(out.values['evaluate'] or {}).get('jobset_name', '')}",
         "gate_on_eval": (
             f"loss {metrics.get('loss', float('nan')):.4f} (max {metrics.get('max_eval_loss')}), "
             f"perplexity {metrics.get('perplexity', float('nan')):.3f}"
             if metrics
             else ""
         ),
-        "synthesize": f"JobSet {(values['synthesize'] or {}).get('jobset_name', '')}",
-        "publish_synthetic_dataset": (f"Asset event {dataset.get('uri')}" if dataset else ""),
+        "synthesize": f"JobSet {(out.values['synthesize'] or {}).get('jobset_name', '')}",
+        "publish_synthetic_dataset": (f"Asset event {out.dataset.get('uri')}" if out.dataset else ""),
     }
-    stages = [
-        (task_id, instances.get(task_id, ("not run", None))[0], instances.get(task_id, ("", None))[1], results[task_id])
-        for task_id in STAGES
-    ]
-    ok = all(state == "success" for _, state, _, _ in stages)
+
+
+def _pretraining_lines(out: _Outputs) -> list[str]:
+    """The recovery timeline, then pretraining's time and goodput."""
+    lines = ["", "Recovery timeline:"]
+    if out.pretrain is None:
+        return [*lines, "  pretraining left no report"]
+    summary = recovery_summary(out.pretrain, out.drill)
+    lines += [f"  {line}" for line in summary["lines"]]
+    escalations = summary["escalations"]
+    lines.append(f"  escalations: {len(escalations)}" + ("" if escalations else " (no full restart was needed)"))
+    lines += ["", "Pretraining's time and goodput:"]
+    queue = out.config.queue_name if out.config else None
+    return lines + [f"  {line}" for line in time_summary(out.pretrain, queue)]
+
+
+def _closing_lines(out: _Outputs, ok: bool) -> list[str]:
+    """The outputs the later stages made, and the one-line result."""
+    checkpoint, metrics, dataset, pretrain = out.checkpoint, out.metrics, out.dataset, out.pretrain
     recoveries = pretrain.in_process_recoveries if pretrain else 0
-    lines = ["", "=" * 78, f"Pipeline report: {DAG_ID}, run {dag_run.run_id}", "=" * 78, "Stages:"]
-    lines += stage_lines(stages)
-    lines += ["", "Recovery timeline:"]
-    if pretrain is not None:
-        summary = recovery_summary(pretrain, drill)
-        lines += [f"  {line}" for line in summary["lines"]]
-        escalations = summary["escalations"]
-        lines.append(f"  escalations: {len(escalations)}" + ("" if escalations else " (no full restart was needed)"))
-    else:
-        lines.append("  pretraining left no report")
-    if pretrain is not None:
-        lines += ["", "Pretraining's time and goodput:"]
-        lines += [f"  {line}" for line in time_summary(pretrain, config.queue_name if config else None)]
-    lines += [
+    return [
         "",
         f"Validated checkpoint : step {checkpoint.get('step')} at {checkpoint.get('path')}",
         f"Evaluation metrics   : {metrics.get('task')} loss {metrics.get('loss')}, perplexity "
@@ -317,7 +339,21 @@ def build_report(dag_run: Any) -> tuple[str, bool]:
             else "not every stage succeeded (Airflow's log has the details)"
         ),
     ]
-    return "\n".join(lines), ok
+
+
+def build_report(dag_run: Any) -> tuple[str, bool]:
+    """The demo's report and whether every stage succeeded."""
+    instances = _instances(dag_run)
+    out = _outputs(dag_run)
+    results = _stage_results(out)
+    stages = [
+        (task_id, instances.get(task_id, ("not run", None))[0], instances.get(task_id, ("", None))[1], results[task_id])
+        for task_id in STAGES
+    ]
+    ok = all(state == "success" for _, state, _, _ in stages)
+    lines = ["", "=" * 78, f"Pipeline report: {DAG_ID}, run {dag_run.run_id}", "=" * 78, "Stages:"]
+    lines += stage_lines(stages)
+    return "\n".join([*lines, *_pretraining_lines(out), *_closing_lines(out, ok)]), ok
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ def _field(path: str) -> dict[str, Any]:
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def _replicated_job(name: str, replicas: int, restart: str, backoff: int, container: dict[str, Any]) -> dict[str, Any]:
+    pod = {"restartPolicy": restart, "terminationGracePeriodSeconds": 5, "containers": [container]}
+    job = {"completionMode": "Indexed", "completions": 1, "parallelism": 1, "backoffLimit": backoff}
+    return {"name": name, "replicas": replicas, "template": {"spec": {**job, "template": {"spec": pod}}}}
+
+
 def elastic_jobset(
     name: str,
     train_keys: Sequence[str],
@@ -48,39 +54,9 @@ def elastic_jobset(
         *({"name": k, "value": v} for k, v in (extra_env or {}).items()),
     ]
 
-    def job(replicas: int, restart: str, backoff: int, container: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "replicas": replicas,
-            "template": {
-                "spec": {
-                    "completionMode": "Indexed",
-                    "completions": 1,
-                    "parallelism": 1,
-                    "backoffLimit": backoff,
-                    "template": {
-                        "spec": {
-                            "restartPolicy": restart,
-                            "terminationGracePeriodSeconds": 5,
-                            "containers": [container],
-                        }
-                    },
-                }
-            },
-        }
-
-    head = {
-        "name": HEAD_MAIN_CONTAINER,
-        "image": "local",
-        "command": ["python", "-m", "elastic_training.local.workloads.train"],
-        "args": list(train_keys),
-        "env": env,
-    }
-    worker = {
-        "name": WORKER_CONTAINER,
-        "image": "local",
-        "command": argv,
-        "env": env[2:],
-    }
+    train = ["python", "-m", "elastic_training.local.workloads.train"]
+    head = {"name": HEAD_MAIN_CONTAINER, "image": "local", "command": train, "args": list(train_keys), "env": env}
+    worker = {"name": WORKER_CONTAINER, "image": "local", "command": argv, "env": env[2:]}
     return {
         "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
         "kind": "JobSet",
@@ -89,8 +65,8 @@ def elastic_jobset(
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD_REPLICATED_JOB]},
             "failurePolicy": {"maxRestarts": 0},
             "replicatedJobs": [
-                {"name": HEAD_REPLICATED_JOB, **job(1, "Never", 0, head)},
-                {"name": WORKER_REPLICATED_JOB, **job(slices, "OnFailure", 100, worker)},
+                _replicated_job(HEAD_REPLICATED_JOB, 1, "Never", 0, head),
+                _replicated_job(WORKER_REPLICATED_JOB, slices, "OnFailure", 100, worker),
             ],
         },
     }

@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from elastic_training.local.workloads.config import ConfigError, SynthesizeConfig, run_main
@@ -96,15 +96,10 @@ def _boolean(key: str, value: str) -> bool:
     raise ConfigError(key, f"expected true or false, got {value!r}")
 
 
-def to_config(argv: Sequence[str]) -> SynthesizeConfig:
-    """The local synthesis settings from the program's command line; `ConfigError` names the key or flag."""
-    args = build_parser().parse_args(list(argv))
-    if args.num_samples < 1:
-        raise ConfigError("--num_samples", "must be at least 1")
-    if "=" in args.maxtext_config:
-        raise ConfigError(args.maxtext_config, "the first positional argument must be a MaxText config file")
+def _maxtext_keys(items: Sequence[str]) -> dict[str, str]:
+    """The ``key=value`` arguments, each a MaxText key the stand-in models."""
     keys: dict[str, str] = {}
-    for item in args.maxtext_keys:
+    for item in items:
         match = _KEY_VALUE.match(item)
         if not match:
             raise ConfigError(item, "expected key=value")
@@ -113,15 +108,11 @@ def to_config(argv: Sequence[str]) -> SynthesizeConfig:
         if match["key"] not in KNOWN_KEYS:
             raise ConfigError(match["key"], "a MaxText key the local synthesis stand-in does not model")
         keys[match["key"]] = match["value"]
-    path = keys.get("load_parameters_path", "")
-    checkpoint = _CHECKPOINT_PATH.match(path)
-    if not checkpoint:
-        raise ConfigError("load_parameters_path", f"expected <run directory>/checkpoints/<step>/items, got {path!r}")
-    base, _, run_name = checkpoint["run"].rstrip("/").rpartition("/")
-    if keys.get("model_name", "default") != "default":
-        raise ConfigError("model_name", f"the local trainer has one model, 'default'; got {keys['model_name']!r}")
-    if not _boolean("return_log_prob", keys.get("return_log_prob", "false")):
-        raise ConfigError("return_log_prob", "must be True when using OfflineEngine")
+    return keys
+
+
+def _sampling_temperature(keys: Mapping[str, str]) -> float:
+    """The sampling temperature the keys ask for: 0 for greedy decoding."""
     tokenizer = keys.get("tokenizer_type", "sentencepiece")
     if tokenizer not in TOKENIZER_TYPES:
         raise ConfigError("tokenizer_type", f"must be one of {', '.join(TOKENIZER_TYPES)}, got {tokenizer!r}")
@@ -136,6 +127,27 @@ def to_config(argv: Sequence[str]) -> SynthesizeConfig:
         raise ConfigError("decode_sampling_temperature", "expected a number") from None
     if not temperature > 0:
         raise ConfigError("decode_sampling_temperature", f"must be positive, got {temperature}")
+    return 0.0 if strategy == "greedy" else temperature
+
+
+def to_config(argv: Sequence[str]) -> SynthesizeConfig:
+    """The local synthesis settings from the program's command line; `ConfigError` names the key or flag."""
+    args = build_parser().parse_args(list(argv))
+    if args.num_samples < 1:
+        raise ConfigError("--num_samples", "must be at least 1")
+    if "=" in args.maxtext_config:
+        raise ConfigError(args.maxtext_config, "the first positional argument must be a MaxText config file")
+    keys = _maxtext_keys(args.maxtext_keys)
+    path = keys.get("load_parameters_path", "")
+    checkpoint = _CHECKPOINT_PATH.match(path)
+    if not checkpoint:
+        raise ConfigError("load_parameters_path", f"expected <run directory>/checkpoints/<step>/items, got {path!r}")
+    base, _, run_name = checkpoint["run"].rstrip("/").rpartition("/")
+    if keys.get("model_name", "default") != "default":
+        raise ConfigError("model_name", f"the local trainer has one model, 'default'; got {keys['model_name']!r}")
+    if not _boolean("return_log_prob", keys.get("return_log_prob", "false")):
+        raise ConfigError("return_log_prob", "must be True when using OfflineEngine")
+    temperature = _sampling_temperature(keys)
     dims: dict[str, Any] = {key: _integer(key, keys[key]) for key in _MODEL_KEYS if key in keys}
     if "per_device_batch_size" in keys:
         _integer("per_device_batch_size", keys["per_device_batch_size"])
@@ -151,7 +163,7 @@ def to_config(argv: Sequence[str]) -> SynthesizeConfig:
         run_name=run_name,
         checkpoint_step=int(checkpoint["step"]),
         num_samples=args.num_samples,
-        temperature=0.0 if strategy == "greedy" else temperature,
+        temperature=temperature,
         sample_seed=args.sample_seed,
         synthetic_output_directory=args.output_directory,
         **dims,
