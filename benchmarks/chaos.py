@@ -671,6 +671,93 @@ def run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bo
         return _run_one(on_gcs, plan, run_timeout, cut_by_budget=cut_by_budget)
 
 
+class _TaskProcess:
+    """The run's Airflow task process: started, killed as a dead worker is and started again, stopped at the end."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.command, self.env, self.log_path = command, env, log_path
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        with self.lock:
+            self._start()
+
+    def _start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.processes.append(
+                subprocess.Popen(
+                    self.command,
+                    cwd=REPO,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def kill_and_restart(self) -> None:
+        with self.lock:
+            self._kill()  # no on_kill, no cleanup: the worker died
+            self._start()
+
+    def _kill(self) -> None:
+        current = self.processes[-1]
+        os.killpg(current.pid, signal.SIGKILL)
+        current.wait()
+
+    def done(self) -> bool:
+        with self.lock:
+            return self.processes[-1].poll() is not None
+
+    def stop(self) -> None:
+        """Kill the task process if it still runs: it has its own session, so nothing else stops it."""
+        with self.lock:
+            if self.processes and self.processes[-1].poll() is None:
+                self._kill()
+
+    def wait(self, started: float, run_timeout: float) -> bool:
+        """Wait for the task process to end; True (and killed) when the run outlasted ``run_timeout``."""
+        while not self.done():
+            if time.time() - started > run_timeout:
+                self.stop()
+                return True
+            time.sleep(0.5)
+        return False
+
+
+def _arm_kueue(actor: Any, plan: Schedule, watch: RunWatch) -> None:
+    """Set up the run's Kueue fault before its task starts, and start the actor that plays it."""
+    fault = plan.kueue_fault
+    if fault is not None and fault.kind == QUEUE_WAIT:
+        actor.hold_queue()
+        watch.fired.append(Fired(fault, time.time(), None, None, note=actor.blocker))
+    elif fault is not None and fault.kind == PROVISION:
+        actor.prepare_provisioning()
+        if fault.step == 0:
+            watch.fired.append(Fired(fault, time.time(), None, None, note=fault.outcome))
+    elif fault is not None and fault.kind == PODS_READY:
+        actor.hold_other_pools()
+    actor.start()
+
+
+def _task_report(result: dict[str, Any] | None) -> dict[str, Any]:
+    xcom = (result or {}).get("xcom") or {}
+    report: dict[str, Any] = xcom.get("return_value") or xcom.get("report") or {}
+    return report
+
+
+def _add_kueue(record: dict[str, Any], plan: Schedule, actor: Any, watch: RunWatch, report: dict[str, Any]) -> None:
+    from benchmarks.chaos_kueue import broken_promises
+
+    jobsets = [watch.last_seen[n] for n in watch.jobsets_seen if n in watch.last_seen]
+    record["kueue"] = {**actor.notes, "errors": actor.errors}
+    record["kueue_broken"] = broken_promises(plan, actor.notes, report, record["outcome"], jobsets)
+    record["preemptions"] = report.get("preemptions")
+    record["preemption_recreations"] = report.get("preemption_recreations")
+    record["queued_seconds"] = report.get("queued_seconds")
+
+
 def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: bool) -> dict[str, Any]:
     base = lane.base or str(lane.root / "runs")
     if not base.startswith("gs://"):
@@ -683,30 +770,8 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
     result_path = lane.root / f"{plan.run_name}.result.json"
     log_path = lane.root / f"{plan.run_name}.log"
     result_path.unlink(missing_ok=True)
-
-    processes: list[subprocess.Popen[bytes]] = []
-    lock = threading.Lock()
-
-    def start_task() -> None:
-        with log_path.open("ab") as log:
-            processes.append(
-                subprocess.Popen(
-                    child_command("_task", str(dag_file), logical_date, str(result_path)),
-                    cwd=REPO,
-                    env={**lane.env, **lane.storage_env},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-
-    def kill_task() -> None:
-        with lock:
-            current = processes[-1]
-            os.killpg(current.pid, signal.SIGKILL)  # no on_kill, no cleanup: the worker died
-            current.wait()
-            start_task()
-
+    command = child_command("_task", str(dag_file), logical_date, str(result_path))
+    task = _TaskProcess(command, {**lane.env, **lane.storage_env}, log_path)
     print(
         f"[chaos] run {plan.index}: {plan.run_name} steps={plan.steps} slices={plan.num_slices} "
         f"budgets={plan.max_slice_restarts}/{plan.max_full_restarts}: {plan.describe()}",
@@ -718,80 +783,36 @@ def _run_one(lane: Lane, plan: Schedule, run_timeout: float, *, cut_by_budget: b
         from benchmarks.chaos_kueue import KueueActor
 
         actor = KueueActor(lane.cluster.kubeconfig_path, plan, lane.cluster.faults)
-    watch = RunWatch(lane.cluster, plan, files, kill_task, lane.gcs_proxy, log_path, actor)
-    hung = False
+    watch = RunWatch(lane.cluster, plan, files, task.kill_and_restart, lane.gcs_proxy, log_path, actor)
     try:
         if actor is not None:
-            if plan.kueue_fault is not None and plan.kueue_fault.kind == QUEUE_WAIT:
-                actor.hold_queue()
-                watch.fired.append(Fired(plan.kueue_fault, time.time(), None, None, note=actor.blocker))
-            elif plan.kueue_fault is not None and plan.kueue_fault.kind == PROVISION:
-                actor.prepare_provisioning()
-                if plan.kueue_fault.step == 0:
-                    watch.fired.append(Fired(plan.kueue_fault, time.time(), None, None, note=plan.kueue_fault.outcome))
-            elif plan.kueue_fault is not None and plan.kueue_fault.kind == PODS_READY:
-                actor.hold_other_pools()
-            actor.start()
-        with lock:
-            start_task()
+            _arm_kueue(actor, plan, watch)
+        task.start()
         watch.start()
-        while True:
-            with lock:
-                current = processes[-1]
-                done = current.poll() is not None
-            if done:
-                break
-            if time.time() - started > run_timeout:
-                hung = True
-                with lock:
-                    os.killpg(processes[-1].pid, signal.SIGKILL)
-                    processes[-1].wait()
-                break
-            time.sleep(0.5)
+        hung = task.wait(started, run_timeout)
     finally:
         watch.stop()  # first: a task kill it fires would start another task process
         if actor is not None:
             actor.stop()
-        with lock:  # interrupted: the task process has its own session, so it must be stopped here
-            if processes and processes[-1].poll() is None:
-                os.killpg(processes[-1].pid, signal.SIGKILL)
-                processes[-1].wait()
+        task.stop()  # interrupted: the task process has its own session, so it must be stopped here
         lane.cluster.faults.clear_api_faults()
         if lane.gcs_proxy is not None:
             lane.gcs_proxy.clear()
     wall = time.time() - started
     result = json.loads(result_path.read_text()) if result_path.exists() and not hung else None
     record = evaluate(
-        plan,
-        watch,
-        result,
-        hung=hung,
-        wall=wall,
-        run_timeout=run_timeout,
-        run_directory=files.uri,
-        log_path=log_path,
+        plan, watch, result, hung=hung, wall=wall, run_timeout=run_timeout, run_directory=files.uri, log_path=log_path
     )
     if plan.history:
-        xcom = (result or {}).get("xcom") or {}
-        report = xcom.get("return_value") or xcom.get("report") or {}
-        record["history"] = history_seen(report, watch)
+        record["history"] = history_seen(_task_report(result), watch)
         record["history_broken"] = history_broken(plan, record["history"], record["outcome"])
     if actor is not None:
-        from benchmarks.chaos_kueue import broken_promises
-
-        xcom = (result or {}).get("xcom") or {}
-        report = xcom.get("return_value") or xcom.get("report") or {}
-        jobsets = [watch.last_seen[n] for n in watch.jobsets_seen if n in watch.last_seen]
-        record["kueue"] = {**actor.notes, "errors": actor.errors}
-        record["kueue_broken"] = broken_promises(plan, actor.notes, report, record["outcome"], jobsets)
-        record["preemptions"] = report.get("preemptions")
-        record["preemption_recreations"] = report.get("preemption_recreations")
-        record["queued_seconds"] = report.get("queued_seconds")
+        _add_kueue(record, plan, actor, watch, _task_report(result))
     if hung and cut_by_budget:
         record["outcome"], record["why"] = "cut", f"the harness's budget ended {run_timeout:.0f} s into the run"
     if record["outcome"] != "success" and "no report" in record["why"]:
         record["why"] = last_error(log_path) or record["why"]
-    record["task_processes"] = len(processes)
+    record["task_processes"] = len(task.processes)
     record["log"] = str(log_path)
     cleanup(lane.cluster, plan)
     return record
@@ -899,48 +920,41 @@ def cleanup(cluster: Any, plan: Schedule) -> None:
 # -- evaluation -------------------------------------------------------------------------------------------
 
 
-def evaluate(
-    plan: Schedule,
-    watch: RunWatch,
-    result: dict[str, Any] | None,
-    *,
-    hung: bool,
-    wall: float,
-    run_timeout: float,
-    run_directory: str,
-    log_path: Path | None = None,
-) -> dict[str, Any]:
-    """The record of one run: outcome, invariants, escalations judged against the faults that fired."""
-    from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
-
-    xcom = (result or {}).get("xcom") or {}
-    report = xcom.get("return_value") or xcom.get("report") or {}
+def _outcome(
+    result: dict[str, Any] | None, report: dict[str, Any], *, hung: bool, run_timeout: float
+) -> tuple[str, str]:
+    """The run's outcome and why, from its task's result."""
     state = (result or {}).get("state")
     if hung:
-        outcome, why = "hung", f"still running after its bound of {run_timeout:.0f} s; killed"
-    elif result is None:
-        outcome, why = "error", "the task process left no result"
-    elif state == "success":
-        outcome, why = "success", f"final step {report.get('final_step')}"
-    else:
-        outcome = "failed" if state == "failed" else f"state {state}"
-        why = str(report.get("failure") or "no report (see the log)").splitlines()[0]
+        return "hung", f"still running after its bound of {run_timeout:.0f} s; killed"
+    if result is None:
+        return "error", "the task process left no result"
+    if state == "success":
+        return "success", f"final step {report.get('final_step')}"
+    outcome = "failed" if state == "failed" else f"state {state}"
+    return outcome, str(report.get("failure") or "no report (see the log)").splitlines()[0]
+
+
+def _final_valid_step(run_directory: str) -> tuple[int | None, str]:
+    """The newest valid committed step of the run directory, and why there is none when validation failed."""
+    from elastic_training.operators.checkpoints import ValidationOptions, validate_checkpoints
 
     try:
-        validation = validate_checkpoints(
-            f"{run_directory}/checkpoints", options=ValidationOptions(require_commit_marker=True)
-        )
-        final_valid = validation.latest_valid_step
+        options = ValidationOptions(require_commit_marker=True)
+        return validate_checkpoints(f"{run_directory}/checkpoints", options=options).latest_valid_step, ""
     except Exception as error:
-        final_valid = None
-        why += f" (validation failed: {error})"
+        return None, f" (validation failed: {error})"
 
-    # checkpoint_period="auto" (the history dimension) chose the period in use: the report says which.
-    period = int(report.get("checkpoint_period") or plan.checkpoint_period) if plan.history else plan.checkpoint_period
+
+def _quarantined_steps(report: dict[str, Any]) -> set[int]:
     quarantined = [q for e in report.get("escalations") or [] for q in e.get("quarantined") or []]
-    quarantined_steps = {
-        int(Path(q).name.split(".", 1)[0]) for q in quarantined if Path(q).name.split(".")[0].isdigit()
-    }
+    return {int(Path(q).name.split(".", 1)[0]) for q in quarantined if Path(q).name.split(".")[0].isdigit()}
+
+
+def _steps_lost(
+    watch: RunWatch, period: int, quarantined_steps: set[int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """The committed step's regressions, the trainers' restores, and the most steps lost beyond one period."""
     # The newest committed step over time: it may go back only by a quarantine the report names.
     regressions: list[dict[str, Any]] = []
     high = -1
@@ -963,15 +977,42 @@ def evaluate(
     for restore in restores:
         if restore["committed"] not in quarantined_steps:
             lost = max(lost, restore["committed"] - restore["restored"] - period)
-    lost = max(0, lost)
+    return regressions, restores, max(0, lost)
 
+
+def _judged_escalations(
+    plan: Schedule, watch: RunWatch, report: dict[str, Any], log_path: Path | None
+) -> tuple[list[dict[str, Any]], int]:
+    """Every escalation judged against the faults that fired, and how many the report does not know."""
     # The task logs hold every escalation, also those a rerun's report no longer knows.
     logged = escalations_from_log(log_path) if log_path is not None else []
     reported = {str(e.get("jobset_name")): e for e in report.get("escalations") or []}
     escalations = [judge(plan, watch, {**e, **reported.get(e["jobset_name"], {})}) for e in logged] or [
         judge(plan, watch, e) for e in reported.values()
     ]
-    report_missing = max(0, len(logged) - len(reported))
+    return escalations, max(0, len(logged) - len(reported))
+
+
+def evaluate(
+    plan: Schedule,
+    watch: RunWatch,
+    result: dict[str, Any] | None,
+    *,
+    hung: bool,
+    wall: float,
+    run_timeout: float,
+    run_directory: str,
+    log_path: Path | None = None,
+) -> dict[str, Any]:
+    """The record of one run: outcome, invariants, escalations judged against the faults that fired."""
+    report = _task_report(result)
+    outcome, why = _outcome(result, report, hung=hung, run_timeout=run_timeout)
+    final_valid, validation_error = _final_valid_step(run_directory)
+    why += validation_error
+    # checkpoint_period="auto" (the history dimension) chose the period in use: the report says which.
+    period = int(report.get("checkpoint_period") or plan.checkpoint_period) if plan.history else plan.checkpoint_period
+    regressions, restores, lost = _steps_lost(watch, period, _quarantined_steps(report))
+    escalations, report_missing = _judged_escalations(plan, watch, report, log_path)
     false_success = outcome == "success" and (final_valid is None or final_valid < plan.target_step)
     fired = [f.to_json() for f in watch.fired]
     judged = plan
@@ -1293,6 +1334,18 @@ def stop_lanes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
+def _lane_records(roots: Sequence[Path]) -> dict[int, dict[str, Any]]:
+    """The records the lanes wrote, by run index."""
+    records: dict[int, dict[str, Any]] = {}
+    for root in roots:
+        path = root / "records.jsonl"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                records[int(record["index"])] = record
+    return records
+
+
 def run_matrix(
     out: Path,
     seed: int,
@@ -1309,6 +1362,7 @@ def run_matrix(
     """The runs ``runs`` (indices), split over ``jobs`` lanes; the records in run order."""
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + budget
+    dimension = ["gcs" if gcs else "local", kueue or "-", str(stall_timeout or "-"), "history" if history else "-"]
     lanes = []
     for lane in range(jobs):
         indices = [i for n, i in enumerate(runs) if n % jobs == lane]
@@ -1316,27 +1370,8 @@ def run_matrix(
             continue
         root = out / f"lane{lane}"
         (root / "records.jsonl").unlink(missing_ok=True)
-        lanes.append(
-            (
-                root,
-                subprocess.Popen(
-                    child_command(
-                        "_lane",
-                        str(root),
-                        str(seed),
-                        ",".join(map(str, indices)),
-                        str(deadline),
-                        str(run_timeout),
-                        "gcs" if gcs else "local",
-                        kueue or "-",
-                        str(stall_timeout or "-"),
-                        "history" if history else "-",
-                    ),
-                    cwd=REPO,
-                    start_new_session=True,
-                ),
-            )
-        )
+        arguments = [str(root), str(seed), ",".join(map(str, indices)), str(deadline), str(run_timeout), *dimension]
+        lanes.append((root, subprocess.Popen(child_command("_lane", *arguments), cwd=REPO, start_new_session=True)))
     try:
         for _, process in lanes:
             process.wait(timeout=max(1.0, deadline - time.time() + run_timeout + 300))
@@ -1344,13 +1379,7 @@ def run_matrix(
         pass
     finally:  # also when this process is interrupted: a lane left behind would keep its cluster and pods
         stop_lanes([process for _, process in lanes])
-    records: dict[int, dict[str, Any]] = {}
-    for root, _ in lanes:
-        path = root / "records.jsonl"
-        if path.exists():
-            for line in path.read_text().splitlines():
-                record = json.loads(line)
-                records[int(record["index"])] = record
+    records = _lane_records([root for root, _ in lanes])
     for index in runs:
         if index not in records:
             plan = schedule(seed, index, gcs=gcs, kueue=kueue, history=history)
@@ -1461,8 +1490,8 @@ def markdown(records: Sequence[dict[str, Any]], command: str, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+def _child(args: Sequence[str]) -> int | None:
+    """Run the child process ``args`` names (a lane, a task, a database reset); None for the harness itself."""
     if args and args[0] == "_task":
         return run_task(Path(args[1]), args[2], Path(args[3]))
     if args and args[0] == "_resetdb":
@@ -1480,7 +1509,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             stall_timeout=None if stall == "-" else int(stall),
             history=history == "history",
         )
+    return None
 
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
@@ -1517,6 +1549,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="every run's stall_timeout in seconds (default: the schedule's 60); a loaded machine may take longer "
         "than 60 s to its first step. A queue wait is this plus its extra seconds",
     )
+    return parser
+
+
+def _options(args: Sequence[str]) -> argparse.Namespace:
+    parser = _parser()
     options = parser.parse_args(args)
     if options.stall_timeout is not None and options.stall_timeout < 10:
         parser.error(f"--stall-timeout must be at least 10 seconds, got {options.stall_timeout}")
@@ -1524,17 +1561,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--kueue runs write to local disk: drop --gcs")
     if options.kueue and options.history:
         parser.error("--history runs the matrix's faults, not a Kueue dimension's: drop --kueue")
+    return options
 
+
+def _print_schedules(options: argparse.Namespace) -> None:
+    for plan in schedules(options.seed, options.runs, gcs=options.gcs, kueue=options.kueue, history=options.history):
+        print(json.dumps(plan.to_json()))
+        print(
+            f"# run {plan.index}: {plan.describe()}; expected full restarts "
+            f"{list(plan.expected().escalations)}, possible {list(plan.expected().possible)}; "
+            f"survivable={plan.expected().survivable}"
+        )
+
+
+def _broken_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of runs that broke a promise."""
+    return [
+        r
+        for r in records
+        if (r.get("max_coexisting_jobsets") or 0) > 1
+        or (r.get("steps_lost_beyond_period") or 0) > 0
+        or r.get("false_success")
+        or r.get("kueue_broken")
+        or r.get("history_broken")
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    child = _child(args)
+    if child is not None:
+        return child
+    options = _options(args)
     if options.dry_run:
-        for plan in schedules(
-            options.seed, options.runs, gcs=options.gcs, kueue=options.kueue, history=options.history
-        ):
-            print(json.dumps(plan.to_json()))
-            print(
-                f"# run {plan.index}: {plan.describe()}; expected full restarts "
-                f"{list(plan.expected().escalations)}, possible {list(plan.expected().possible)}; "
-                f"survivable={plan.expected().survivable}"
-            )
+        _print_schedules(options)
         return 0
     out = (options.out or Path(tempfile.mkdtemp(prefix="chaos-"))).resolve()  # sqlite needs absolute paths
     indices = [int(i) for i in options.only.split(",") if i] or list(range(options.runs))
@@ -1558,16 +1618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "chaos.md").write_text(table)
     print(table)
     print(f"records: {out / 'chaos.jsonl'}")
-    bad = [
-        r
-        for r in records
-        if (r.get("max_coexisting_jobsets") or 0) > 1
-        or (r.get("steps_lost_beyond_period") or 0) > 0
-        or r.get("false_success")
-        or r.get("kueue_broken")
-        or r.get("history_broken")
-    ]
-    return 1 if bad else 0
+    return 1 if _broken_runs(records) else 0
 
 
 if __name__ == "__main__":

@@ -230,29 +230,9 @@ class Schedule:
         return data
 
 
-def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "", history: bool = False) -> Schedule:
-    """The schedule of run ``index`` under ``seed`` (drawn from ``random.Random(seed + index)``).
-
-    With ``gcs`` the run writes to ``gs://`` and may also get GCS 503s, drawn after everything else: the
-    other faults of a run are the same with or without it. With ``kueue`` (one of :data:`KUEUE_DIMENSIONS`)
-    the run has the same shape and only its Kueue fault (:func:`kueue_schedule`). With ``history`` the faults are
-    those without it, and the run turns the history options on.
-    """
-    if history:
-        if kueue:
-            raise ValueError("the history dimension runs without Kueue: drop kueue")
-        return replace(schedule(seed, index, gcs=gcs), history=True)
-    rng = random.Random(seed + index)
-    steps = rng.choice((40, 50, 60))
-    num_slices = rng.choice((2, 3))
-    max_slice_restarts = rng.choice((2, 3))
-    max_full_restarts = rng.choice((1, 2, 2))
-    if kueue:
-        return kueue_schedule(seed, index, kueue, steps, num_slices, max_slice_restarts, max_full_restarts)
-    last = steps - 4  # leave the final save alone: a fault after it has nothing left to hit
+def _slice_faults(rng: random.Random, num_slices: int, last: int) -> list[Fault]:
+    """One to four slice events, several slices at once sometimes, close together or far apart."""
     faults: list[Fault] = []
-
-    # Slice faults: one to four events, several slices at once sometimes, close together or far apart.
     events = rng.choice((0, 1, 1, 2, 2, 3, 4))
     apart = rng.random() < 0.5
     step = rng.randint(4, max(5, last // 2))
@@ -268,7 +248,12 @@ def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "", histo
             )
         )
         step += rng.randint(8, 16) if apart else rng.randint(1, 3)
+    return faults
 
+
+def _other_faults(rng: random.Random, last: int, *, gcs: bool) -> tuple[int | None, list[Fault]]:
+    """The step of a kill in a save (or None), and the faults that are not a slice's, drawn after the slices'."""
+    faults: list[Fault] = []
     kill_during_save_step = None
     if rng.random() < 0.2:
         kill_during_save_step = rng.choice([s for s in range(CHECKPOINT_PERIOD, last, CHECKPOINT_PERIOD)])
@@ -290,8 +275,11 @@ def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "", histo
             faults.append(Fault(step=at, kind=GCS_ERRORS, count=rng.randint(2, GCS_BURST_MAX)))
         else:
             faults.append(Fault(step=at, kind=GCS_ERRORS, seconds=round(rng.uniform(*GCS_OUTAGE_SECONDS), 1)))
+    return kill_during_save_step, faults
 
-    # A kill in a save and another fault on the same step would race; move the other one on.
+
+def _spaced(faults: list[Fault], kill_during_save_step: int | None) -> list[Fault]:
+    """The faults by step, each moved on past a kill in a save: on the same step the two would race."""
     taken = {kill_during_save_step} if kill_during_save_step is not None else set()
     spaced: list[Fault] = []
     for fault in sorted(faults, key=lambda f: f.step):
@@ -299,6 +287,32 @@ def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "", histo
         while moved.step in taken or moved.step - 1 in taken:
             moved = Fault(moved.step + 2, moved.kind, moved.slices, moved.code, moved.count, moved.seconds)
         spaced.append(moved)
+    return spaced
+
+
+def schedule(seed: int, index: int, *, gcs: bool = False, kueue: str = "", history: bool = False) -> Schedule:
+    """The schedule of run ``index`` under ``seed`` (drawn from ``random.Random(seed + index)``).
+
+    With ``gcs`` the run writes to ``gs://`` and may also get GCS 503s, drawn after everything else: the
+    other faults of a run are the same with or without it. With ``kueue`` (one of :data:`KUEUE_DIMENSIONS`)
+    the run has the same shape and only its Kueue fault (:func:`kueue_schedule`). With ``history`` the faults are
+    those without it, and the run turns the history options on.
+    """
+    if history:
+        if kueue:
+            raise ValueError("the history dimension runs without Kueue: drop kueue")
+        return replace(schedule(seed, index, gcs=gcs), history=True)
+    rng = random.Random(seed + index)
+    steps = rng.choice((40, 50, 60))
+    num_slices = rng.choice((2, 3))
+    max_slice_restarts = rng.choice((2, 3))
+    max_full_restarts = rng.choice((1, 2, 2))
+    if kueue:
+        return kueue_schedule(seed, index, kueue, steps, num_slices, max_slice_restarts, max_full_restarts)
+    last = steps - 4  # leave the final save alone: a fault after it has nothing left to hit
+    faults = _slice_faults(rng, num_slices, last)
+    kill_during_save_step, others = _other_faults(rng, last, gcs=gcs)
+    spaced = _spaced([*faults, *others], kill_during_save_step)
     return Schedule(
         seed=seed,
         index=index,
