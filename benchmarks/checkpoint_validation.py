@@ -126,7 +126,7 @@ def run_case(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="100M,1G")
     parser.add_argument("--layouts", default="ocdbt,zarr")
@@ -139,49 +139,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--restore-repeat", type=int, default=2)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _start_emulator() -> Any:
+    """A GCS emulator the storage clients (and TensorStore) of this process reach."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support.gcs_emulator import _ENV, start_emulator
+
+    emulator = start_emulator()
+    os.environ.update(
+        {**_ENV, "STORAGE_EMULATOR_HOST": emulator.endpoint, "TENSORSTORE_GCS_HTTP_URL": emulator.endpoint}
+    )
+    return emulator
+
+
+def _case(args: argparse.Namespace, target: str, size: int, layout: str, emulator: Any) -> dict[str, Any]:
+    """One case on local disk (a temporary directory, removed after) or in a new bucket of the emulator."""
+    tmp = tempfile.mkdtemp(prefix="ckpt-bench-") if target == "local" else ""
+    root = f"{tmp}/run" if target == "local" else f"{emulator.create_bucket()}/run"
+    try:
+        return run_case(
+            root,
+            target,
+            size,
+            layout,
+            args.arrays,
+            args.repeat,
+            args.restore_repeat,
+            upload=emulator.upload_dir if target == "gcs" and emulator else None,
+            workers=args.workers,
+        )
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     sizes = [_size(s) for s in args.sizes.split(",")]
-    layouts = args.layouts.split(",")
     targets = args.targets.split(",")
     results: list[dict[str, Any]] = []
     emulator = None
     try:
         if "gcs" in targets:
-            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-            from tests.support.gcs_emulator import _ENV, start_emulator
-
-            emulator = start_emulator()
-            os.environ.update(
-                {**_ENV, "STORAGE_EMULATOR_HOST": emulator.endpoint, "TENSORSTORE_GCS_HTTP_URL": emulator.endpoint}
-            )
+            emulator = _start_emulator()
         for target in targets:
             for size in sizes:
                 if target == "gcs" and size > _size(args.gcs_max_size):
                     continue
-                for layout in layouts:
-                    if target == "local":
-                        tmp = tempfile.mkdtemp(prefix="ckpt-bench-")
-                        root = f"{tmp}/run"
-                    else:
-                        assert emulator is not None
-                        root = f"{emulator.create_bucket()}/run"
-                    try:
-                        row = run_case(
-                            root,
-                            target,
-                            size,
-                            layout,
-                            args.arrays,
-                            args.repeat,
-                            args.restore_repeat,
-                            upload=emulator.upload_dir if target == "gcs" and emulator else None,
-                            workers=args.workers,
-                        )
-                    finally:
-                        if target == "local":
-                            shutil.rmtree(tmp, ignore_errors=True)
-                    results.append(row)
-                    print(json.dumps(row), file=sys.stderr, flush=True)
+                for layout in args.layouts.split(","):
+                    results.append(_case(args, target, size, layout, emulator))
+                    print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     finally:
         if emulator is not None:
             emulator.stop()

@@ -71,7 +71,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -243,86 +244,102 @@ def _send_user_agent(agent: str) -> None:
     async_k8s.ApiClient.__init__ = init  # type: ignore[method-assign]
 
 
-def run_triggerer(kind: str, names: list[str], poll_interval: float, agent: str | None = None) -> int:
-    """Run one trigger per JobSet on one loop; JSON lines out (ready, events, usage), commands in."""
-    from elastic_training.operators.observations import MonitorState
-    from elastic_training.operators.triggers import JobSetTrigger, _Monitor
+Emit = Callable[[dict[str, Any]], None]
+Started = tuple[list["asyncio.Task[None]"], Callable[[], bool]]
 
-    if agent:
-        _send_user_agent(agent)
 
+def _emitter() -> Emit:
+    """Print one JSON line per message, whole, from any thread."""
     lock = threading.Lock()
 
     def emit(message: dict[str, Any]) -> None:
         with lock:
             print(json.dumps(message), flush=True)
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        ready = threading.Event()
+    return emit
 
-        def commands() -> None:
-            for line in sys.stdin:
-                if line.strip() == "usage":
-                    emit({"usage": _usage()})
-            loop.call_soon_threadsafe(stop.set)
 
-        threading.Thread(target=commands, daemon=True).start()
-        before = _usage()
-        tasks: list[asyncio.Task[None]] = []
-        if kind == "watch":
-            monitors = [await _watch_monitor(n, JobSetTrigger, _Monitor, MonitorState, _budgets()) for n in names]
-            for name, monitor in zip(names, monitors, strict=True):
+async def _start_watches(names: list[str], emit: Emit) -> Started:
+    """One ``JobSetTrigger`` monitor per JobSet, each on a task; and whether every one has synced."""
+    from elastic_training.operators.observations import MonitorState
+    from elastic_training.operators.triggers import JobSetTrigger, _Monitor
 
-                async def watch(name: str = name, monitor: Any = monitor) -> None:
-                    # After its event a fresh trigger watches on (as after the operator defers again), with a
-                    # budget that the restart already seen does not spend, so it stays for the steady window.
-                    while True:
-                        event = await monitor.run()
-                        restarts = event["state"]["slice_restarts"]
-                        emit({"event": name, "at": time.time(), "reason": event["reason"], "slice_restarts": restarts,
-                              "counted_at": monitor.counted_at})  # fmt: skip
-                        monitor = await _watch_monitor(name, JobSetTrigger, _Monitor, MonitorState, _budgets(1 << 20))
+    tasks: list[asyncio.Task[None]] = []
+    monitors = [await _watch_monitor(n, JobSetTrigger, _Monitor, MonitorState, _budgets()) for n in names]
+    for name, monitor in zip(names, monitors, strict=True):
 
-                tasks.append(asyncio.create_task(watch()))
+        async def watch(name: str = name, monitor: Any = monitor) -> None:
+            # After its event a fresh trigger watches on (as after the operator defers again), with a
+            # budget that the restart already seen does not spend, so it stays for the steady window.
+            while True:
+                event = await monitor.run()
+                restarts = event["state"]["slice_restarts"]
+                emit({"event": name, "at": time.time(), "reason": event["reason"], "slice_restarts": restarts,
+                      "counted_at": monitor.counted_at})  # fmt: skip
+                monitor = await _watch_monitor(name, JobSetTrigger, _Monitor, MonitorState, _budgets(1 << 20))
 
-            def synced() -> bool:
-                # A JobSet Kueue has not admitted has no pods: its Workload read as pending is all there is.
-                return all(
-                    (m.state.head_pod and m.state.pods and m.state.jobs) or m.state.queue_state == "pending"
-                    for m in monitors
-                )
-        else:
-            polling = _polling_trigger_class()
-            triggers = [polling(name=n, namespace=NS, budgets=_budgets(), poll_interval=poll_interval) for n in names]
-            for name, trigger in zip(names, triggers, strict=True):
+        tasks.append(asyncio.create_task(watch()))
 
-                async def poll(name: str = name, trigger: Any = trigger) -> None:
-                    await asyncio.sleep(random.uniform(0, poll_interval))
-                    while True:
-                        async for event in trigger.run():
-                            emit({"event": name, "at": time.time(), **event.payload})
-                        trigger = polling(
-                            name=name, namespace=NS, budgets=_budgets(1 << 20), poll_interval=poll_interval
-                        )
+    def synced() -> bool:
+        # A JobSet Kueue has not admitted has no pods: its Workload read as pending is all there is.
+        return all(
+            (m.state.head_pod and m.state.pods and m.state.jobs) or m.state.queue_state == "pending" for m in monitors
+        )
 
-                tasks.append(asyncio.create_task(poll()))
+    return tasks, synced
 
-            def synced() -> bool:
-                return all(t.polls > 0 for t in triggers)
 
-        while not stop.is_set() and not ready.is_set():
-            if synced():
-                ready.set()
-                emit({"ready": time.time(), "before": before})
-            await asyncio.sleep(0.05)
-        await stop.wait()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def _start_polls(names: list[str], poll_interval: float, emit: Emit) -> Started:
+    """One polling trigger per JobSet, each on a task, started at a random point of its interval."""
+    polling = _polling_trigger_class()
+    triggers = [polling(name=n, namespace=NS, budgets=_budgets(), poll_interval=poll_interval) for n in names]
+    tasks: list[asyncio.Task[None]] = []
+    for name, trigger in zip(names, triggers, strict=True):
 
-    asyncio.run(main())
+        async def poll(name: str = name, trigger: Any = trigger) -> None:
+            await asyncio.sleep(random.uniform(0, poll_interval))
+            while True:
+                async for event in trigger.run():
+                    emit({"event": name, "at": time.time(), **event.payload})
+                trigger = polling(name=name, namespace=NS, budgets=_budgets(1 << 20), poll_interval=poll_interval)
+
+        tasks.append(asyncio.create_task(poll()))
+    return tasks, lambda: all(t.polls > 0 for t in triggers)
+
+
+async def _serve_triggers(kind: str, names: list[str], poll_interval: float, emit: Emit) -> None:
+    """Start the triggers, say when they are ready, answer ``usage`` on stdin, and stop when stdin closes."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            if line.strip() == "usage":
+                emit({"usage": _usage()})
+        loop.call_soon_threadsafe(stop.set)
+
+    threading.Thread(target=commands, daemon=True).start()
+    before = _usage()
+    if kind == "watch":
+        tasks, synced = await _start_watches(names, emit)
+    else:
+        tasks, synced = _start_polls(names, poll_interval, emit)
+    while not stop.is_set():
+        if synced():
+            emit({"ready": time.time(), "before": before})
+            break
+        await asyncio.sleep(0.05)
+    await stop.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_triggerer(kind: str, names: list[str], poll_interval: float, agent: str | None = None) -> int:
+    """Run one trigger per JobSet on one loop; JSON lines out (ready, events, usage), commands in."""
+    if agent:
+        _send_user_agent(agent)
+    asyncio.run(_serve_triggers(kind, names, poll_interval, _emitter()))
     return 0
 
 
@@ -540,26 +557,161 @@ def _wait_streams(
         time.sleep(0.5)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """The JobSets the benchmark makes (the first running, the rest queued) and what each triggerer watches."""
+
+    names: list[str]
+    running: list[str]
+    queued: list[str]
+    baseline_label: str
+    triggerers: dict[str, tuple[str, list[str]]]  # label: (kind, the JobSets it watches)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(self.triggerers)
+
+    @property
+    def in_queue(self) -> bool:
+        return bool(self.queued)
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    queued_count = round(args.jobsets * args.queued)
+    names = [f"bench-tw-{i:04d}" for i in range(args.jobsets)]
+    baseline_label = "polling" if args.baseline == "polling" else "baseline"
+    # The baseline watches the admitted JobSets first: at 1,000 with 90 % queued and 100, exactly the 100 running.
+    triggerers = {"watch": ("watch", names), baseline_label: (args.baseline, names[: args.baseline_jobsets])}
+    split = args.jobsets - queued_count
+    return _Plan(names, names[:split], names[split:], baseline_label, triggerers)
+
+
+def _make_jobsets(core: client.CoreV1Api, custom: client.CustomObjectsApi, plan: _Plan) -> str:
+    """Create the running JobSets, wait for their pods, then the queued ones behind them; Kueue's pending message."""
+    if plan.in_queue:
+        _create_queue(custom, len(plan.running))
+    for name in plan.running:
+        custom.create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", _jobset(name, plan.in_queue)
+        )
+    _wait_running(core, 2 * len(plan.running), timeout=60 + 2 * len(plan.running))
+    for name in plan.queued:  # after the running ones hold the whole quota: these wait behind them
+        custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NS, "jobsets", _jobset(name, True))
+    pending_message = _wait_pending(custom, len(plan.queued), timeout=60 + len(plan.queued)) if plan.queued else ""
+    _say(f"{len(plan.running)} JobSets running, {len(plan.queued)} queued; starting the triggerers")
+    return pending_message
+
+
+def _triggerer_env(workdir: Path, kubeconfig: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        AIRFLOW_HOME=str(workdir / "airflow"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__LOGGING__LOGGING_LEVEL="WARNING",
+        AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": NS}}
+        ),
+    )
+    return env
+
+
+def _sync_triggerers(
+    args: argparse.Namespace, plan: _Plan, cluster: Child, triggerers: dict[str, Child], env: dict[str, str]
+) -> dict[str, Any]:
+    """Start each triggerer (into ``triggerers``) and wait until every trigger has listed and opened its streams."""
+    readings: dict[str, Any] = {"counts_start": cluster.ask("counts", "counts")["counts"]}
+    readings["totals_start"] = cluster.ask("totals", "totals")["totals"]
+    for label, (kind, watched) in plan.triggerers.items():
+        argv = [sys.executable, "-m", "benchmarks.trigger_watch", "--triggerer", kind]
+        argv += ["--poll-interval", str(args.poll_interval), "--names", ",".join(watched)]
+        if kind == "watch":
+            argv += ["--agent", AGENT_PREFIX + label]
+        triggerers[label] = Child(argv, env)
+    timeout = 300 + 2 * len(plan.names)
+    readings["ready"] = {label: child.next("ready", timeout=timeout) for label, child in triggerers.items()}
+    # Every watch trigger has listed; wait until its watches and its log follow are open too.
+    running = set(plan.running)
+    readings["expected"] = {
+        label: _streams(watched, running, plan.in_queue)
+        for label, (kind, watched) in plan.triggerers.items()
+        if kind == "watch"
+    }
+    readings["counts_ready"] = _wait_streams(
+        cluster, readings["counts_start"], readings["expected"], plan.labels, timeout=timeout
+    )
+    readings["totals_ready"] = cluster.ask("totals", "totals")["totals"]
+    return readings
+
+
+def _detect(
+    args: argparse.Namespace,
+    plan: _Plan,
+    cluster: Child,
+    core: client.CoreV1Api,
+    triggerers: dict[str, Child],
+    readings: dict[str, Any],
+) -> dict[str, Any]:
+    """Force-delete a worker pod of ``--deletes`` JobSets every triggerer watches, and wait for their events."""
+    _say("all triggers synced; force-deleting worker pods")
+    counts_detect_start = cluster.ask("counts", "counts")["counts"]
+    deletes: dict[str, float] = {}
+    watched_by_all = set.intersection(*(set(w) for _, w in plan.triggerers.values()))
+    candidates = [n for n in plan.running if n in watched_by_all]
+    for name in random.sample(candidates, min(args.deletes, len(candidates))):
+        workers = core.list_namespaced_pod(
+            NS, label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB}={WORKER_JOB}"
+        ).items
+        deletes[name] = cluster.ask(f"delete {NS} {workers[0].metadata.name}", "at")["at"]
+        time.sleep(random.uniform(0.5, 1.5))
+    deadline = time.monotonic() + 2 * args.poll_interval + 60
+    while time.monotonic() < deadline and any(set(deletes) - set(c.events) for c in triggerers.values()):
+        time.sleep(0.2)
+    events = {label: dict(child.events) for label, child in triggerers.items()}
+    counts_detect_end = cluster.ask("counts", "counts")["counts"]
+    # The triggers that fired were replaced by fresh ones; wait for their streams before the window.
+    rearmed = _streams(list(deletes), set(plan.running), plan.in_queue)[1]  # the shared watches stay open
+    expected = {label: (w, f + rearmed) for label, (w, f) in readings["expected"].items()}
+    _wait_streams(cluster, readings["counts_start"], expected, plan.labels, timeout=120 + len(plan.names) / 5)
+    return {
+        "deletes": deletes,
+        "events": events,
+        "counts_detect_start": counts_detect_start,
+        "counts_detect_end": counts_detect_end,
+    }
+
+
+def _steady_window(
+    args: argparse.Namespace, cluster: Child, triggerers: dict[str, Child], pids: dict[str, int], load: dict[str, Any]
+) -> dict[str, Any]:
+    """Every reading at the start and the end of the steady window, with nothing done in it."""
+    _say(f"steady window of {args.window:.0f} s")
+    load["window_start"] = list(os.getloadavg())
+    start = {
+        "usage_start": {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()},
+        "cluster_start": _cluster_cpu(pids),
+        "counts_window_start": cluster.ask("counts", "counts")["counts"],
+        "totals_window_start": cluster.ask("totals", "totals")["totals"],
+    }
+    time.sleep(args.window)
+    end = {
+        "counts_window_end": cluster.ask("counts", "counts")["counts"],
+        "totals_window_end": cluster.ask("totals", "totals")["totals"],
+        "usage_end": {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()},
+        "cluster_end": _cluster_cpu(pids),
+    }
+    load["window_end"] = list(os.getloadavg())
+    return {**start, **end}
+
+
 def drive(args: argparse.Namespace) -> dict[str, Any]:
     """Run the whole benchmark; every number it measured."""
     workdir = Path(tempfile.mkdtemp(prefix="trigger-watch-bench-"))
-    queued_count = round(args.jobsets * args.queued)
-    names = [f"bench-tw-{i:04d}" for i in range(args.jobsets)]
-    running, queued = names[: args.jobsets - queued_count], names[args.jobsets - queued_count :]
-    in_queue = queued_count > 0
-    baseline_label = "polling" if args.baseline == "polling" else "baseline"
-    # The baseline watches the admitted JobSets first: at 1,000 with 90 % queued and 100, exactly the 100 running.
-    plan: dict[str, tuple[str, list[str]]] = {
-        "watch": ("watch", names),
-        baseline_label: (args.baseline, names[: args.baseline_jobsets]),
-    }
-    labels = tuple(plan)
+    plan = _plan(args)
     # The cluster's stderr (its shutdown with streams still open is noisy) goes to a file.
     cluster = Child([sys.executable, "-c", _CLUSTER_SCRIPT, str(workdir / "cluster")], stderr=workdir / "cluster.err")
     _say(f"work directory {workdir}")
     triggerers: dict[str, Child] = {}
-    load: dict[str, list[float]] = {"start": list(os.getloadavg())}
-    pending_message = ""
+    readings: dict[str, Any] = {"load": {"start": list(os.getloadavg())}}
     try:
         started = cluster.next("kubeconfig", timeout=300)
         kubeconfig = started["kubeconfig"]
@@ -567,97 +719,34 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         api_client = config.new_client_from_config(config_file=kubeconfig)
         api_client.user_agent = DRIVER_AGENT
         core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
-        if in_queue:
-            _create_queue(custom, len(running))
-        for name in running:
-            custom.create_namespaced_custom_object(
-                "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", _jobset(name, in_queue)
-            )
-        _wait_running(core, 2 * len(running), timeout=60 + 2 * len(running))
-        for name in queued:  # after the running ones hold the whole quota: these wait behind them
-            custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NS, "jobsets", _jobset(name, True))
-        if queued:
-            pending_message = _wait_pending(custom, len(queued), timeout=60 + len(queued))
-        _say(f"{len(running)} JobSets running, {len(queued)} queued; starting the triggerers")
-
-        env = dict(os.environ)
-        env.update(
-            AIRFLOW_HOME=str(workdir / "airflow"),
-            AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            AIRFLOW__LOGGING__LOGGING_LEVEL="WARNING",
-            AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps(
-                {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig, "namespace": NS}}
-            ),
-        )
-        counts_start = cluster.ask("counts", "counts")["counts"]
-        totals_start = cluster.ask("totals", "totals")["totals"]
-        for label, (kind, watched) in plan.items():
-            argv = [sys.executable, "-m", "benchmarks.trigger_watch", "--triggerer", kind]
-            argv += ["--poll-interval", str(args.poll_interval), "--names", ",".join(watched)]
-            if kind == "watch":
-                argv += ["--agent", AGENT_PREFIX + label]
-            triggerers[label] = Child(argv, env)
-        ready = {label: child.next("ready", timeout=300 + 2 * len(names)) for label, child in triggerers.items()}
-        # Every watch trigger has listed; wait until its watches and its log follow are open too.
-        run_set = set(running)
-        expected = {
-            label: _streams(watched, run_set, in_queue) for label, (kind, watched) in plan.items() if kind == "watch"
-        }
-        counts_ready = _wait_streams(cluster, counts_start, expected, labels, timeout=300 + 2 * len(names))
-        totals_ready = cluster.ask("totals", "totals")["totals"]
-
-        _say("all triggers synced; force-deleting worker pods")
-        counts_detect_start = cluster.ask("counts", "counts")["counts"]
-        deletes: dict[str, float] = {}
-        watched_by_all = set.intersection(*(set(w) for _, w in plan.values()))
-        candidates = [n for n in running if n in watched_by_all]
-        for name in random.sample(candidates, min(args.deletes, len(candidates))):
-            workers = core.list_namespaced_pod(
-                NS, label_selector=f"{LABEL_JOBSET_NAME}={name},{LABEL_REPLICATED_JOB}={WORKER_JOB}"
-            ).items
-            deletes[name] = cluster.ask(f"delete {NS} {workers[0].metadata.name}", "at")["at"]
-            time.sleep(random.uniform(0.5, 1.5))
-        deadline = time.monotonic() + 2 * args.poll_interval + 60
-        while time.monotonic() < deadline and any(set(deletes) - set(c.events) for c in triggerers.values()):
-            time.sleep(0.2)
-        events = {label: dict(child.events) for label, child in triggerers.items()}
-        counts_detect_end = cluster.ask("counts", "counts")["counts"]
-        # The triggers that fired were replaced by fresh ones; wait for their streams before the window.
-        rearmed = _streams(list(deletes), run_set, in_queue)[1]  # their log follows; the shared watches stay open
-        expected = {label: (w, f + rearmed) for label, (w, f) in expected.items()}
-        _wait_streams(cluster, counts_start, expected, labels, timeout=120 + len(names) / 5)
-
-        _say(f"steady window of {args.window:.0f} s")
-        load["window_start"] = list(os.getloadavg())
-        usage_start = {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()}
-        cluster_start = _cluster_cpu(pids)
-        counts_window_start = cluster.ask("counts", "counts")["counts"]
-        totals_window_start = cluster.ask("totals", "totals")["totals"]
-        time.sleep(args.window)
-        counts_window_end = cluster.ask("counts", "counts")["counts"]
-        totals_window_end = cluster.ask("totals", "totals")["totals"]
-        usage_end = {label: child.ask("usage", "usage")["usage"] for label, child in triggerers.items()}
-        cluster_end = _cluster_cpu(pids)
-        load["window_end"] = list(os.getloadavg())
+        readings["pending_message"] = _make_jobsets(core, custom, plan)
+        readings |= _sync_triggerers(args, plan, cluster, triggerers, _triggerer_env(workdir, kubeconfig))
+        readings |= _detect(args, plan, cluster, core, triggerers, readings)
+        readings |= _steady_window(args, cluster, triggerers, pids, readings["load"])
     finally:
         for child in triggerers.values():
             child.close()
         cluster.close()
+    return _result(args, plan, readings)
 
-    hours = args.window / 3600
-    startup = _by_client(counts_start, counts_ready, labels)
-    steady = _by_client(counts_window_start, counts_window_end, labels)
+
+def _result(args: argparse.Namespace, plan: _Plan, r: dict[str, Any]) -> dict[str, Any]:
+    """What the benchmark measured, from its readings."""
+    startup = _by_client(r["counts_start"], r["counts_ready"], plan.labels)
+    steady = _by_client(r["counts_window_start"], r["counts_window_end"], plan.labels)
+    cluster_start, cluster_end = r["cluster_start"], r["cluster_end"]
+    totals_window_end = r["totals_window_end"]
     result: dict[str, Any] = {
-        "jobsets": len(names),
-        "queued": len(queued),
-        "pending_message": pending_message,
-        "baseline": baseline_label,
+        "jobsets": len(plan.names),
+        "queued": len(plan.queued),
+        "pending_message": r["pending_message"],
+        "baseline": plan.baseline_label,
         "window_seconds": args.window,
         "poll_interval_seconds": args.poll_interval,
-        "load_average": load,
+        "load_average": r["load"],
         "startup_requests": startup,
         "window_requests": steady,
-        "detection_phase_requests": _by_client(counts_detect_start, counts_detect_end, labels),
+        "detection_phase_requests": _by_client(r["counts_detect_start"], r["counts_detect_end"], plan.labels),
         "cluster_cpu_share_of_one_core": _cpu_share(cluster_start, cluster_end),
         "cluster_cpu_share_by_process": {
             name: (cluster_end["by"][name] - cluster_start["by"][name]) / (cluster_end["wall"] - cluster_start["wall"])
@@ -665,46 +754,59 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         },
         # kube-apiserver's own counts (all clients: the triggerers, the controllers, the node agent)
         "apiserver_requests": {
-            "startup": difference(totals_start["requests"], totals_ready["requests"]),
-            "window": difference(totals_window_start["requests"], totals_window_end["requests"]),
+            "startup": difference(r["totals_start"]["requests"], r["totals_ready"]["requests"]),
+            "window": difference(r["totals_window_start"]["requests"], totals_window_end["requests"]),
             "open_longrunning_at_window_end": totals_window_end["open_longrunning"],
         },
-        "triggerers": {},
+        "triggerers": {
+            label: _triggerer_result(label, kind, watched, plan, r, startup[label], steady[label], args.window)
+            for label, (kind, watched) in plan.triggerers.items()
+        },
     }
-    for label, (kind, watched) in plan.items():
-        latencies = [events[label][n]["at"] - t for n, t in deletes.items() if n in events[label]]
-        counted = [
-            events[label][n]["counted_at"] - t for n, t in deletes.items() if events[label].get(n, {}).get("counted_at")
-        ]
-        reasons = sorted({events[label][n]["reason"] for n in deletes if n in events[label]})
-        start_per_jobset = sum(startup[label].values()) / len(watched)
-        steady_per_hour = sum(steady[label].values()) / len(watched) / hours
-        result["triggerers"][label] = {
-            "kind": kind,
-            "jobsets": len(watched),
-            "queued": sum(1 for n in watched if n not in run_set),
-            "same_as_running": set(watched) == run_set,
-            "detections": len(latencies),
-            "deletes": len(deletes),
-            "reasons": reasons,
-            "latency_seconds": latencies,
-            "counted_seconds": counted,
-            "counted_median": statistics.median(counted) if counted else None,
-            "latency_median": statistics.median(latencies) if latencies else None,
-            "latency_p95": _percentile(latencies, 0.95) if latencies else None,
-            "latency_p99": _percentile(latencies, 0.99) if latencies else None,
-            "latency_max": max(latencies) if latencies else None,
-            "startup_requests_per_jobset": start_per_jobset,
-            "steady_requests": sum(steady[label].values()),
-            "steady_requests_per_jobset_hour": steady_per_hour,
-            "steady_requests_per_jobset_minute": steady_per_hour / 60,
-            "cpu_share_of_one_core": _cpu_share(usage_start[label], usage_end[label]),
-            "poll_seconds_median": usage_end[label].get("poll_seconds_median"),
-            "rss_mib_before_triggers": ready[label]["before"]["rss_kib"] / 1024,
-            "rss_mib": usage_end[label]["rss_kib"] / 1024,
-            "max_rss_mib": usage_end[label]["maxrss_kib"] / 1024,
-        }
     return result
+
+
+def _triggerer_result(
+    label: str,
+    kind: str,
+    watched: list[str],
+    plan: _Plan,
+    r: dict[str, Any],
+    startup: dict[str, int],
+    steady: dict[str, int],
+    window: float,
+) -> dict[str, Any]:
+    """One triggerer's detections, requests, CPU and memory."""
+    deletes, events = r["deletes"], r["events"][label]
+    latencies = [events[n]["at"] - t for n, t in deletes.items() if n in events]
+    counted = [events[n]["counted_at"] - t for n, t in deletes.items() if events.get(n, {}).get("counted_at")]
+    steady_per_hour = sum(steady.values()) / len(watched) / (window / 3600)
+    usage_end = r["usage_end"][label]
+    return {
+        "kind": kind,
+        "jobsets": len(watched),
+        "queued": sum(1 for n in watched if n not in set(plan.running)),
+        "same_as_running": set(watched) == set(plan.running),
+        "detections": len(latencies),
+        "deletes": len(deletes),
+        "reasons": sorted({events[n]["reason"] for n in deletes if n in events}),
+        "latency_seconds": latencies,
+        "counted_seconds": counted,
+        "counted_median": statistics.median(counted) if counted else None,
+        "latency_median": statistics.median(latencies) if latencies else None,
+        "latency_p95": _percentile(latencies, 0.95) if latencies else None,
+        "latency_p99": _percentile(latencies, 0.99) if latencies else None,
+        "latency_max": max(latencies) if latencies else None,
+        "startup_requests_per_jobset": sum(startup.values()) / len(watched),
+        "steady_requests": sum(steady.values()),
+        "steady_requests_per_jobset_hour": steady_per_hour,
+        "steady_requests_per_jobset_minute": steady_per_hour / 60,
+        "cpu_share_of_one_core": _cpu_share(r["usage_start"][label], usage_end),
+        "poll_seconds_median": usage_end.get("poll_seconds_median"),
+        "rss_mib_before_triggers": r["ready"][label]["before"]["rss_kib"] / 1024,
+        "rss_mib": usage_end["rss_kib"] / 1024,
+        "max_rss_mib": usage_end["maxrss_kib"] / 1024,
+    }
 
 
 def _ms(seconds: float | None) -> str:
@@ -721,10 +823,9 @@ def _row_label(label: str, row: dict[str, Any], poll_interval: float) -> str:
     return "`JobSetTrigger` (watch)" if label == "watch" else f"`JobSetTrigger` (watch), {label}"
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """The results as the Markdown rows RESULTS.md records."""
+def _table(result: dict[str, Any]) -> list[str]:
+    """The heading and one row per triggerer."""
     triggerers = result["triggerers"]
-    watch, other = triggerers["watch"], triggerers[result["baseline"]]
     queued = f", {result['queued']} of them queued by Kueue" if result["queued"] else ""
     rows = [
         f"{result['jobsets']} JobSets{queued}, steady window {result['window_seconds']:.0f} s, "
@@ -745,41 +846,51 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {100 * row['cpu_share_of_one_core']:.1f} % "
             f"| {row['rss_mib']:.0f} ({row['rss_mib_before_triggers']:.0f}) |"
         )
-    rows.append("")
+    return rows
+
+
+def _comparison(result: dict[str, Any]) -> list[str]:
+    """The watch trigger against its baseline: a polling one, or a watch one on fewer JobSets."""
+    watch, other = result["triggerers"]["watch"], result["triggerers"][result["baseline"]]
     if other["kind"] == "polling":
         polling_hour = other["steady_requests_per_jobset_hour"]
         steady = _ratio(polling_hour, watch["steady_requests_per_jobset_hour"])
         first_hour = _ratio(
             polling_hour, watch["steady_requests_per_jobset_hour"] + watch["startup_requests_per_jobset"]
         )
-        rows += [
+        return [
             f"Requests per JobSet-hour, polling / watch: {steady} steady; {first_hour} when the watch trigger is "
             "also charged its start requests within the hour (polling is not: its first poll is an ordinary poll).",
             f"A poll (both requests, in the provider's style with a new API client each time) took "
             f"{_ms(other['poll_seconds_median'])} (median); the polling period is the interval plus that.",
         ]
-    else:
-        scale = watch["jobsets"] / other["jobsets"]
-        grown = {k: r["rss_mib"] - r["rss_mib_before_triggers"] for k, r in (("watch", watch), ("other", other))}
+    scale = watch["jobsets"] / other["jobsets"]
+    grown = {k: r["rss_mib"] - r["rss_mib_before_triggers"] for k, r in (("watch", watch), ("other", other))}
+    rows = [
+        f"{watch['jobsets']} against {other['jobsets']} JobSets ({scale:g}x) in one run: CPU "
+        f"{_ratio(watch['cpu_share_of_one_core'], other['cpu_share_of_one_core'])}, steady requests "
+        f"{_ratio(watch['steady_requests'], other['steady_requests'], none='n/a (none in the baseline)')}, "
+        "RSS above the process's own "
+        f"{_ratio(grown['watch'], grown['other'])}; "
+        f"detection p99 {_ms(watch['latency_p99'])} against {_ms(other['latency_p99'])}."
+    ]
+    if other["same_as_running"] and result["queued"]:
+        extra_cpu = watch["cpu_share_of_one_core"] - other["cpu_share_of_one_core"]
+        extra_requests = (watch["steady_requests"] - other["steady_requests"]) / (result["window_seconds"] / 60)
         rows.append(
-            f"{watch['jobsets']} against {other['jobsets']} JobSets ({scale:g}x) in one run: CPU "
-            f"{_ratio(watch['cpu_share_of_one_core'], other['cpu_share_of_one_core'])}, steady requests "
-            f"{_ratio(watch['steady_requests'], other['steady_requests'], none='n/a (none in the baseline)')}, "
-            "RSS above the process's own "
-            f"{_ratio(grown['watch'], grown['other'])}; "
-            f"detection p99 {_ms(watch['latency_p99'])} against {_ms(other['latency_p99'])}."
+            f"The baseline watches exactly the running JobSets, so the difference is the {result['queued']} "
+            f"queued ones: {100 * extra_cpu:.2f} % of one core in all, "
+            f"{extra_requests / result['queued']:.2f} requests per queued JobSet-minute."
         )
-        if other["same_as_running"] and result["queued"]:
-            extra_cpu = watch["cpu_share_of_one_core"] - other["cpu_share_of_one_core"]
-            extra_requests = (watch["steady_requests"] - other["steady_requests"]) / (result["window_seconds"] / 60)
-            rows.append(
-                f"The baseline watches exactly the running JobSets, so the difference is the {result['queued']} "
-                f"queued ones: {100 * extra_cpu:.2f} % of one core in all, "
-                f"{extra_requests / result['queued']:.2f} requests per queued JobSet-minute."
-            )
+    return rows
+
+
+def _cluster_lines(result: dict[str, Any]) -> list[str]:
+    """The cluster's CPU, the requests by kind, the events' reasons and the load."""
+    triggerers = result["triggerers"]
     load = result["load_average"]
     by_process = result.get("cluster_cpu_share_by_process") or {}
-    rows += [
+    return [
         f"The cluster (kube-apiserver, etcd, the controllers, JobSet, Kueue, the node agent) used "
         f"{100 * result['cluster_cpu_share_of_one_core']:.0f} % of one core in the window"
         + (": " + ", ".join(f"{name} {100 * share:.1f} %" for name, share in by_process.items()) if by_process else "")
@@ -799,6 +910,11 @@ def markdown(result: dict[str, Any]) -> str:
             else "."
         ),
     ]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results as the Markdown rows RESULTS.md records."""
+    rows = [*_table(result), "", *_comparison(result), *_cluster_lines(result)]
     apiserver = result.get("apiserver_requests")
     if apiserver:
         window = apiserver["window"]

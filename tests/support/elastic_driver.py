@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_training.local.workloads.config import TrainConfig, parse_args
@@ -34,42 +35,49 @@ from elastic_training.local.workloads.train import ensure_host_devices
 _MONITOR_TIMEOUT_SECONDS = 60.0
 
 
-def main() -> int:
-    down_after, slice_index, up_after = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    config = parse_args(TrainConfig, sys.argv[4:])
-    configure_logging()
-    ensure_host_devices(config.device_count)
-    import jax
+@dataclass
+class _Script:
+    """When the driver takes its slice down and brings it back (the module docstring), and when it did."""
 
+    down_after: int
+    slice_index: int
+    up_step: int | None  # back once this step has completed again
+    up_seconds: float | None  # back this long after it went down
+    trainer: Any = None
+    times: dict[str, float | None] = field(default_factory=lambda: {"down_at": None, "up_at": None})
+
+    @classmethod
+    def from_argv(cls, down_after: str, slice_index: str, up_after: str) -> _Script:
+        up_step = int(up_after.removeprefix("step:")) if up_after.startswith("step:") else None
+        up_seconds = None if up_after == "never" or up_step is not None else float(up_after)
+        return cls(int(down_after), int(slice_index), up_step, up_seconds)
+
+
+def _in_trainer_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _scripted_health(script: _Script, num_slices: int) -> Any:
+    """A ``StaticSliceHealth`` that flips the script's slice down and up from inside its own health calls."""
     from elastic_training.local.workloads.slices import Generation, StaticSliceHealth
-    from elastic_training.local.workloads.trainer import Trainer
-
-    up_step = int(up_after.removeprefix("step:")) if up_after.startswith("step:") else None
-    up_seconds = None if up_after == "never" or up_step is not None else float(up_after)
-    trainer: Trainer | None = None
-    times: dict[str, float | None] = {"down_at": None, "up_at": None}
-
-    def in_trainer_thread() -> bool:
-        return threading.current_thread() is threading.main_thread()
 
     class ScriptedSliceHealth(StaticSliceHealth):
-        """Flips `slice_index` down and up at fixed points of the run (see the module docstring)."""
-
         def __init__(self, num_slices: int) -> None:
             super().__init__(num_slices)
             self.wait_saw_down = False
 
         def _bring_up(self) -> None:
-            self.set_up(slice_index)
-            times["up_at"] = time.time()
+            self.set_up(script.slice_index)
+            script.times["up_at"] = time.time()
 
         def generations(self) -> Mapping[int, Generation]:
-            if trainer is not None and in_trainer_thread():
+            trainer, times = script.trainer, script.times
+            if trainer is not None and _in_trainer_thread():
                 last = trainer.last_completed_step if trainer.last_completed_step is not None else -1
                 down = times["down_at"] is not None
-                back_due = up_step is not None and trainer.attempts >= 2 and last >= up_step
-                if not down and last >= down_after:
-                    self.set_down(slice_index)
+                back_due = script.up_step is not None and trainer.attempts >= 2 and last >= script.up_step
+                if not down and last >= script.down_after:
+                    self.set_down(script.slice_index)
                     times["down_at"] = time.time()
                 elif down and back_due and times["up_at"] is None:
                     self._bring_up()
@@ -77,26 +85,30 @@ def main() -> int:
             return super().generations()
 
         def refresh(self) -> frozenset[int]:
-            down_at = times["down_at"]
-            waiting = in_trainer_thread() and down_at is not None and times["up_at"] is None
+            down_at, up_seconds = script.times["down_at"], script.up_seconds
+            waiting = _in_trainer_thread() and down_at is not None and script.times["up_at"] is None
             if waiting and up_seconds is not None and self.wait_saw_down and time.time() - (down_at or 0) >= up_seconds:
                 self._bring_up()
             healthy = super().refresh()
-            if waiting and slice_index not in healthy:
+            if waiting and script.slice_index not in healthy:
                 self.wait_saw_down = True
             return healthy
 
         def _wait_for_the_monitor(self) -> None:
-            assert trainer is not None and trainer.manager is not None
+            assert script.trainer is not None and script.trainer.manager is not None
             deadline = time.monotonic() + _MONITOR_TIMEOUT_SECONDS
-            while slice_index not in trainer.manager.available_inactive_slices:
+            while script.slice_index not in script.trainer.manager.available_inactive_slices:
                 if time.monotonic() > deadline:
                     raise TimeoutError("pathwaysutils' monitor never noticed the slice come back")
                 time.sleep(0.005)
 
-    health = ScriptedSliceHealth(config.num_slices)
-    trainer = Trainer(config, health)
-    # What each step really ran on, read from the arrays handed to the jitted step (not from the log).
+    return ScriptedSliceHealth(num_slices)
+
+
+def _record_batches(trainer: Any) -> list[dict[str, object]]:
+    """What each step really ran on, read from the arrays handed to the jitted step (not from the log)."""
+    import jax
+
     batches: list[dict[str, object]] = []
     step_fn = trainer.step_fn
 
@@ -104,7 +116,7 @@ def main() -> int:
         param_devices = {d.id for leaf in jax.tree.leaves(state["params"]) for d in leaf.sharding.device_set}
         batches.append(
             {
-                "attempt": trainer.attempts if trainer is not None else 0,
+                "attempt": trainer.attempts,
                 "rows": tokens.shape[0],
                 "devices": sorted(d.id for d in tokens.sharding.device_set),
                 "shard_rows": sorted(shard.data.shape[0] for shard in tokens.addressable_shards),
@@ -114,6 +126,18 @@ def main() -> int:
         return step_fn(state, tokens)
 
     trainer.step_fn = recording_step
+    return batches
+
+
+def main() -> int:
+    script = _Script.from_argv(*sys.argv[1:4])
+    config = parse_args(TrainConfig, sys.argv[4:])
+    configure_logging()
+    ensure_host_devices(config.device_count)
+    from elastic_training.local.workloads.trainer import Trainer
+
+    trainer = script.trainer = Trainer(config, _scripted_health(script, config.num_slices))
+    batches = _record_batches(trainer)
     code = trainer.run()
     result = {
         "code": code,
@@ -121,7 +145,7 @@ def main() -> int:
         "last_step": trainer.last_completed_step,
         "records": trainer.recovery_log.read(),
         "batches": batches,
-        **times,
+        **script.times,
     }
     print("DRIVER_RESULT " + json.dumps(result), flush=True)
     return code
