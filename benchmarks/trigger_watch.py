@@ -337,6 +337,10 @@ async def _serve_triggers(kind: str, names: list[str], poll_interval: float, emi
 
 def run_triggerer(kind: str, names: list[str], poll_interval: float, agent: str | None = None) -> int:
     """Run one trigger per JobSet on one loop; JSON lines out (ready, events, usage), commands in."""
+    # Imported before the triggers' "before" reading, whichever kind: the process's own memory includes Airflow's.
+    import elastic_training.operators.observations
+    import elastic_training.operators.triggers  # noqa: F401
+
     if agent:
         _send_user_agent(agent)
     asyncio.run(_serve_triggers(kind, names, poll_interval, _emitter()))
