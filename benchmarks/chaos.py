@@ -1062,13 +1062,14 @@ def is_false_failure(
     fired: Sequence[dict[str, Any]],
     jobsets_seen: Sequence[str],
 ) -> bool:
-    """A failure although the full restarts the faults warranted fit ``max_full_restarts``.
+    """A failure although the full restarts the faults warranted fit ``max_full_restarts`` (never a run whose
+    flex-start capacity was revoked: that fails by design, and :func:`chaos_kueue.broken_promises` judges how).
 
     A GCS fault may or may not cost one: count those it did, the escalations it explains and the restart the
     operator refused when the budget was spent, if an outage (or, for a stall, a burst) hit the JobSet that
     needed it.
     """
-    if outcome == "success":
+    if outcome == "success" or plan.revokes_capacity:  # a revocation fails the run by design: Kueue's promises judge it
         return False
     expected = plan.expected()
     by_outage = sum(1 for e in escalations if e.get("outage"))

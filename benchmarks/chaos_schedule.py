@@ -202,14 +202,17 @@ class Schedule:
             for f in self.faults
             if f.kind == GCS_ERRORS and (f.seconds > 0 or self.stall_timeout_seconds <= GCS_BURST_DELAY_SEEN_SECONDS)
         )
-        # Revoked capacity: Kueue deactivates the Workload, nothing admits it again; the operator fails the run at its
-        # queue_timeout, naming the revocation (docs/operators.md), spending no budget.
-        revoked = any(f.kind == PROVISION and f.outcome == PROVISION_REVOKE for f in self.faults)
         return Expected(
             tuple(escalations),
-            survivable=len(escalations) + len(possible) <= self.max_full_restarts and not revoked,
+            survivable=len(escalations) + len(possible) <= self.max_full_restarts and not self.revokes_capacity,
             possible=possible,
         )
+
+    @property
+    def revokes_capacity(self) -> bool:
+        """Revoked capacity: Kueue deactivates the Workload, nothing admits it again; the operator fails the run at
+        its queue_timeout, naming the revocation (docs/operators.md), spending no budget."""
+        return any(f.kind == PROVISION and f.outcome == PROVISION_REVOKE for f in self.faults)
 
     def describe(self) -> str:
         parts = [f.describe() for f in self.faults]

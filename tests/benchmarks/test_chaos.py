@@ -424,6 +424,10 @@ def test_provisioning_promises_are_judged_from_the_report_and_what_the_harness_s
         "slice_restarts=2",
         "2 JobSets",
     ]
+    # A revocation fails the run by design: never a false failure (Kueue's promises above judge it), while a failed
+    # delayed request with the budget unspent still is one.
+    assert not is_false_failure(plan(PROVISION_REVOKE, 20), "failed", failure, [], [], ["js"])
+    assert is_false_failure(plan(PROVISION_DELAY), "failed", "no report (see the log)", [], [], ["js"])
 
 
 def test_the_pods_ready_dimension_repairs_one_of_the_runs_slices_past_kueues_recovery_timeout() -> None:
