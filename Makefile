@@ -121,6 +121,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.checkpoint_validation --sizes 100M,1G --targets gcs --workers 4 --repeat 5 --restore-repeat 1
 	$(BIN)/python -m benchmarks.trigger_watch --jobsets 100 --window 660 --deletes 20
 	$(BIN)/python -m benchmarks.recovery_phases --repeat 3
+	$(BIN)/python -m benchmarks.lost_host --repeat 2
 	$(BIN)/python -m benchmarks.gcs_burst_delay --counts 2,5 --repeat 1
 
 # The chaos matrix (benchmarks/chaos.py): RUNS seeded elastic runs through Airflow on the local cluster.
