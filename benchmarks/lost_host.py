@@ -37,7 +37,6 @@ from kubernetes import client, config
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import LABEL_JOBSET_NAME
 from elastic_training.operators.manifests import elastic_jobset
-from elastic_training.operators.spec import ElasticRunSpec
 
 NAMESPACE = "default"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -49,22 +48,9 @@ BASELINE_PHASES = ("replacement_created", "running")
 
 def _jobset(name: str) -> dict[str, Any]:
     """The operator's GKE JobSet of 3 v5e 4x4 slices, its containers a ``sleep`` of the ``local`` image."""
-    spec = ElasticRunSpec(
-        run_name=name,
-        base_output_directory="gs://bucket/runs",
-        steps=100,
-        checkpoint_period=10,
-        num_slices=3,
-        image="us-docker.pkg.dev/p/maxtext:1",
-        tpu_type="v5e",
-        tpu_topology="4x4",
-    )
-    jobset = elastic_jobset(spec, name=name, namespace=NAMESPACE, labels={})
-    for rjob in jobset["spec"]["replicatedJobs"]:
-        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
-            if container.get("command"):
-                container["image"], container["args"], container["command"] = "local", [], ["sleep", "3600"]
-    return jobset
+    from tests.support.gke_jobsets import asleep, v5e_16_spec
+
+    return asleep(elastic_jobset(v5e_16_spec(name), name=name, namespace=NAMESPACE, labels={}), 3600)
 
 
 class Bench:

@@ -14,7 +14,7 @@ from kubernetes import client
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import ANNOTATION_EXCLUSIVE_TOPOLOGY, LABEL_JOBSET_NAME
 from elastic_training.operators.manifests import elastic_jobset
-from elastic_training.operators.spec import ElasticRunSpec
+from tests.support.gke_jobsets import asleep, v5e_16_spec
 from tests.support.local_cluster import K8s
 from tests.support.waiting import wait_for
 
@@ -26,27 +26,11 @@ TRAINER_SECONDS = 900
 
 
 def _gke_jobset() -> dict[str, Any]:
-    spec = ElasticRunSpec(
-        run_name="placed",
-        base_output_directory="gs://bucket/runs",
-        steps=100,
-        checkpoint_period=10,
-        num_slices=3,
-        image="us-docker.pkg.dev/p/maxtext:1",
-        tpu_type="v5e",
-        tpu_topology="4x4",
-    )
-    jobset = elastic_jobset(spec, name="placed", namespace="default", labels={})
+    jobset = elastic_jobset(v5e_16_spec("placed"), name="placed", namespace="default", labels={})
     for rjob in jobset["spec"]["replicatedJobs"]:
         if rjob["name"] == "worker":  # as rendered: one slice per node pool, as xpk and pathways-job set it
             assert rjob["template"]["metadata"]["annotations"][ANNOTATION_EXCLUSIVE_TOPOLOGY] == NODEPOOL
-        pod_spec = rjob["template"]["spec"]["template"]["spec"]
-        for container in pod_spec["containers"]:
-            if container.get("command"):  # the trainer: placement only here, so something that stays up
-                # (the catalogue's MaxText image runs MaxText's entry points only: `sleep` needs the `local` image)
-                container["image"], container["args"] = "local", []
-                container["command"] = ["sleep", str(TRAINER_SECONDS)]
-    return jobset
+    return asleep(jobset, TRAINER_SECONDS)  # the trainer: placement only here, so something that stays up
 
 
 def _all_running(k8s: K8s, count: int) -> list[client.V1Pod] | None:

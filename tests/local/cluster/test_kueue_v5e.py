@@ -20,8 +20,8 @@ from elastic_training.operators.constants import (
     TPU_RESOURCE,
 )
 from elastic_training.operators.manifests import elastic_jobset
-from elastic_training.operators.spec import ElasticRunSpec
 from tests.support.control_plane import NS, JobSets, condition, job_template, jobset_manifest, pods_of, unique
+from tests.support.gke_jobsets import asleep, v5e_16_spec
 from tests.support.kubectl import header, kubectl, rows
 from tests.support.kueue_objects import KUEUE, V, cond, running_pods, workload_of, workload_when
 from tests.support.local_cluster import K8s
@@ -180,23 +180,9 @@ def test_kubectl_prints_kueues_tables_and_knows_the_short_names(k8s: K8s, cluste
 
 def _rendered(name: str, priority_class: str) -> Obj:
     """The JobSet the operator renders for GKE (3 slices of v5e 4x4, exclusive per node pool), in the queue."""
-    spec = ElasticRunSpec(
-        run_name=name,
-        base_output_directory="gs://bucket/runs",
-        steps=100,
-        checkpoint_period=10,
-        num_slices=3,
-        image="us-docker.pkg.dev/p/maxtext:1",
-        tpu_type="v5e",
-        tpu_topology="4x4",
-        priority_class=priority_class,
-    )
+    spec = v5e_16_spec(name, priority_class=priority_class)
     jobset = elastic_jobset(spec, name=name, namespace=NS, labels={LABEL_KUEUE_QUEUE_NAME: "multislice-queue"})
-    for rjob in jobset["spec"]["replicatedJobs"]:
-        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
-            if container.get("command"):  # the trainer: something that stays up (`sleep` needs the `local` image)
-                container["image"], container["command"], container["args"] = "local", ["sleep", "300"], []
-    return jobset
+    return asleep(jobset, 300)  # the trainer: something that stays up
 
 
 def test_a_higher_priority_run_preempts_a_running_one_which_resumes_after_it(k8s: K8s) -> None:

@@ -19,6 +19,7 @@ from elastic_training.local.descriptions.cluster_description import (
 from elastic_training.local.descriptions.quantity import QuantityError, parse_quantity
 from elastic_training.operators.manifests import HEAD_NODE_POOL, elastic_jobset
 from elastic_training.operators.spec import ElasticRunSpec
+from tests.support.gke_jobsets import v5e_16_spec
 
 
 def _requests(pod_spec: dict[str, Any]) -> dict[str, Fraction]:
@@ -96,17 +97,7 @@ def test_default_description_is_four_v5e_16_slices_a_single_host_pool_and_a_cpu_
 
 
 def test_default_cpu_pool_fits_the_rendered_pathways_head() -> None:
-    spec = ElasticRunSpec(
-        run_name="fit",
-        base_output_directory="gs://bucket/runs",
-        steps=100,
-        checkpoint_period=10,
-        num_slices=3,
-        image="us-docker.pkg.dev/p/maxtext:1",
-        tpu_type="v5e",
-        tpu_topology="4x4",
-    )
-    jobset = elastic_jobset(spec, name="fit", namespace="default", labels={})
+    jobset = elastic_jobset(v5e_16_spec("fit"), name="fit", namespace="default", labels={})
     head = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "pathways-head")
     head_pod = head["template"]["spec"]["template"]["spec"]
     wanted = _requests(head_pod)
