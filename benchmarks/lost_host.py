@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ from kubernetes import client, config
 from elastic_training.local.upstream_cluster import UpstreamCluster
 from elastic_training.operators.constants import LABEL_JOBSET_NAME
 from elastic_training.operators.manifests import elastic_jobset
+from tests.support.gke_jobsets import asleep, v5e_16_spec
+from tests.support.waiting import wait_for
 
 NAMESPACE = "default"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -44,13 +47,33 @@ PODS = 13  # the head and 3 slices of 4 hosts
 POLL_SECONDS = 0.2
 LOST_PHASES = ("marked", "nodes_deleted", "pods_gone", "replacement_created", "running")
 BASELINE_PHASES = ("replacement_created", "running")
+Check = Callable[["Seen"], bool]
 
 
 def _jobset(name: str) -> dict[str, Any]:
     """The operator's GKE JobSet of 3 v5e 4x4 slices, its containers a ``sleep`` of the ``local`` image."""
-    from tests.support.gke_jobsets import asleep, v5e_16_spec
-
     return asleep(elastic_jobset(v5e_16_spec(name), name=name, namespace=NAMESPACE, labels={}), 3600)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One read of the cluster: every node's readiness, and the JobSet's pods."""
+
+    nodes: dict[str, bool]  # by name: whether its ``Ready`` condition is ``True``
+    pods: list[client.V1Pod]
+
+    def workers(self, name: str, slice_index: int) -> set[str]:
+        """The uids of the pods of the slice's Job."""
+        job = f"{name}-worker-{slice_index}"
+        return {p.metadata.uid for p in self.pods if p.metadata.labels.get(JOB_NAME_LABEL) == job}
+
+    def running_again(self, lost: set[str]) -> bool:
+        """Every pod of the JobSet running, none of them one the fault took (a lost host's pods stay Running, their
+        status unwritten, until pod GC fails them)."""
+        running = {
+            p.metadata.uid for p in self.pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        }
+        return len(running) == PODS and not lost & running
 
 
 class Bench:
@@ -60,97 +83,64 @@ class Bench:
         api = config.new_client_from_config(config_file=str(kubeconfig))
         self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
 
-    def pods(self, name: str) -> list[client.V1Pod]:
-        items: list[client.V1Pod] = self.core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"{LABEL_JOBSET_NAME}={name}"
-        ).items
-        return items
-
-    def running(self, name: str) -> list[client.V1Pod]:
-        # (a lost host's pods stay Running, their status unwritten, until pod GC fails them)
-        pods = self.pods(name)
-        return [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
-
-    def nodes(self) -> dict[str, bool]:
-        """Every node by name: whether its ``Ready`` condition is ``True``."""
-        ready = {}
+    def seen(self, name: str) -> Seen:
+        """The nodes and ``name``'s pods, one list each."""
+        nodes = {}
         for node in self.core.list_node().items:
             conditions = {c.type: c.status for c in node.status.conditions or []}
-            ready[node.metadata.name] = conditions.get("Ready") == "True"
-        return ready
+            nodes[node.metadata.name] = conditions.get("Ready") == "True"
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOBSET_NAME}={name}").items
+        return Seen(nodes, list(pods))
 
 
-def _until(what: str, test: Callable[[], Any], timeout: float) -> Any:
+def _phases(bench: Bench, name: str, checks: dict[str, Check], since: float, timeout: float) -> dict[str, float]:
+    """Seconds from ``since`` until each check first held on a read of the cluster, read until every one has."""
+    held: dict[str, float] = {}
     deadline = time.monotonic() + timeout
-    while not (value := test()):
+    while len(held) < len(checks):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(POLL_SECONDS)
-    return value
-
-
-def _phases(checks: dict[str, Callable[[], bool]], since: float, timeout: float) -> dict[str, float]:
-    """Seconds from ``since`` until each check first held, polled together until every one has."""
-    seen: dict[str, float] = {}
-    deadline = time.monotonic() + timeout
-    while len(seen) < len(checks):
-        if time.monotonic() > deadline:
-            missing = [phase for phase in checks if phase not in seen]
+            missing = [phase for phase in checks if phase not in held]
             raise TimeoutError(f"not within {timeout:.0f} s of the fault: {', '.join(missing)}")
-        for phase, check in checks.items():
-            if phase not in seen and check():
-                seen[phase] = round(time.time() - since, 2)
+        seen, at = bench.seen(name), round(time.time() - since, 2)
+        held |= {phase: at for phase, check in checks.items() if phase not in held and check(seen)}
         time.sleep(POLL_SECONDS)
-    return {phase: seen[phase] for phase in checks}
-
-
-def _worker_pods(bench: Bench, name: str, slice_index: int) -> list[client.V1Pod]:
-    job = f"{name}-worker-{slice_index}"
-    return [p for p in bench.pods(name) if p.metadata.labels.get(JOB_NAME_LABEL) == job]
+    return {phase: held[phase] for phase in checks}
 
 
 def baseline(bench: Bench, name: str) -> dict[str, float]:
     """Force-delete one worker pod of slice 1; the phases of its replacement."""
-    pods = _worker_pods(bench, name, 1)
-    old = {p.metadata.uid for p in pods}
+    before = bench.seen(name)
+    old = before.workers(name, 1)
+    deleted = next(p for p in before.pods if p.metadata.uid in old)
     since = time.time()
-    bench.core.delete_namespaced_pod(pods[0].metadata.name, NAMESPACE, grace_period_seconds=0)
-    checks = {
-        "replacement_created": lambda: bool(_uids(_worker_pods(bench, name, 1)) - old),
-        "running": lambda: _running_again(bench, name, {pods[0].metadata.uid}),
+    bench.core.delete_namespaced_pod(deleted.metadata.name, NAMESPACE, grace_period_seconds=0)
+    checks: dict[str, Check] = {
+        "replacement_created": lambda seen: bool(seen.workers(name, 1) - old),
+        "running": lambda seen: seen.running_again({deleted.metadata.uid}),
     }
-    return _phases(checks, since, timeout=120)
-
-
-def _uids(pods: list[client.V1Pod]) -> set[str]:
-    return {p.metadata.uid for p in pods}
-
-
-def _running_again(bench: Bench, name: str, lost: set[str]) -> bool:
-    """Every pod of the JobSet running, none of them one the fault took."""
-    running = bench.running(name)
-    return len(running) == PODS and not lost & _uids(running)
+    return _phases(bench, name, checks, since, timeout=120)
 
 
 def lost_host(cluster: UpstreamCluster, bench: Bench, name: str) -> dict[str, float]:
     """Lose one host of slice 0 (its whole pool with it); the phases until the slice runs again."""
-    pods = _worker_pods(bench, name, 0)
-    old = _uids(pods)
-    nodes = set(cluster.faults.pool_nodes(cluster.faults.pool_of(pods[0].spec.node_name)))
-    checks = {
-        "marked": lambda: not any(ready for node, ready in bench.nodes().items() if node in nodes),
-        "nodes_deleted": lambda: not nodes & set(bench.nodes()),
-        "pods_gone": lambda: not old & _uids(_worker_pods(bench, name, 0)),
-        "replacement_created": lambda: bool(_uids(_worker_pods(bench, name, 0)) - old),
-        "running": lambda: _running_again(bench, name, old),
+    before = bench.seen(name)
+    old = before.workers(name, 0)
+    host = next(p.spec.node_name for p in before.pods if p.metadata.uid in old)
+    nodes = set(cluster.faults.pool_nodes(cluster.faults.pool_of(host)))
+    checks: dict[str, Check] = {
+        "marked": lambda seen: not any(ready for node, ready in seen.nodes.items() if node in nodes),
+        "nodes_deleted": lambda seen: not nodes & set(seen.nodes),
+        "pods_gone": lambda seen: not old & seen.workers(name, 0),
+        "replacement_created": lambda seen: bool(seen.workers(name, 0) - old),
+        "running": lambda seen: seen.running_again(old),
     }
     since = time.time()
     try:
-        cluster.faults.lose_host(pods[0].spec.node_name, repair_seconds=3600)
-        return _phases(checks, since, timeout=420)
+        cluster.faults.lose_host(host, repair_seconds=3600)
+        return _phases(bench, name, checks, since, timeout=420)
     finally:
         cluster.faults.repair_lost_slices()
-        _until("the repaired pool Ready", lambda: all(bench.nodes().get(n) for n in nodes), timeout=120)
+        wait_for(lambda: all(bench.seen(name).nodes.get(n) for n in nodes), timeout=120)  # the repaired pool Ready
 
 
 def repetition(cluster: UpstreamCluster, bench: Bench, index: int) -> dict[str, Any]:
@@ -158,7 +148,7 @@ def repetition(cluster: UpstreamCluster, bench: Bench, index: int) -> dict[str, 
     name = f"lost-host-{index}"
     bench.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", _jobset(name))
     try:
-        _until(f"{name}'s {PODS} pods running", lambda: len(bench.running(name)) == PODS, timeout=180)
+        wait_for(lambda: bench.seen(name).running_again(set()), timeout=180)
         result = {"baseline": baseline(bench, name)}
         result["lost_host"] = lost_host(cluster, bench, name)
         return result
@@ -166,7 +156,7 @@ def repetition(cluster: UpstreamCluster, bench: Bench, index: int) -> dict[str, 
         bench.custom.delete_namespaced_custom_object(
             "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name, propagation_policy="Foreground"
         )
-        _until(f"{name}'s pods deleted", lambda: not bench.pods(name), timeout=120)
+        wait_for(lambda: not bench.seen(name).pods, timeout=120)
 
 
 def _median(results: list[dict[str, Any]], kind: str, phase: str) -> str:

@@ -785,12 +785,12 @@ def _triggerer_result(
     latencies = [events[n]["at"] - t for n, t in deletes.items() if n in events]
     counted = [events[n]["counted_at"] - t for n, t in deletes.items() if events.get(n, {}).get("counted_at")]
     steady_per_hour = sum(steady.values()) / len(watched) / (window / 3600)
-    usage_end = r["usage_end"][label]
+    usage_end, running = r["usage_end"][label], set(plan.running)
     return {
         "kind": kind,
         "jobsets": len(watched),
-        "queued": sum(1 for n in watched if n not in set(plan.running)),
-        "same_as_running": set(watched) == set(plan.running),
+        "queued": sum(1 for n in watched if n not in running),
+        "same_as_running": set(watched) == running,
         "detections": len(latencies),
         "deletes": len(deletes),
         "reasons": sorted({events[n]["reason"] for n in deletes if n in events}),
