@@ -899,6 +899,7 @@ class ElasticJobSetOperator(JobSetTaskOperator):
 
     def _report(self, spec: ElasticRunSpec, run: RunState, final_step: int | None) -> RunReport:
         incarnations = [*run.incarnations(), run.current_incarnation()]
+        now = time.time()
         report = run_report(
             incarnations=incarnations,
             escalations=escalations_of(run.escalations),
@@ -906,10 +907,11 @@ class ElasticJobSetOperator(JobSetTaskOperator):
             run_directory=spec.run_directory,
             target_step=spec.target_step,
             final_step=final_step,
-            wall_seconds=time.time() - run.started_at,
+            wall_seconds=now - run.started_at,
             costs=CostModel(chips=spec.total_chips, price_per_chip_hour=self.price_per_chip_hour),
             full_restart_seconds_lost=sum(float(e.get("seconds_to_recreate") or 0.0) for e in run.escalations),
-            ended_at=time.time(),
+            ended_at=now,
+            released_at=run.monitor.ended_at,
             budgets=BudgetAllowances.of(
                 self.policy_budgets,
                 jobset_max_restarts=self.budgets.jobset_max_restarts,

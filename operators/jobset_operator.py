@@ -92,7 +92,9 @@ class JobSetOperator(JobSetTaskOperator):
         ``queue_name=``, ``workload_priority_class=``, ``queue_timeout=`` still work for one release, with an
         :class:`~operators.options.ElasticTrainingDeprecationWarning`.
 
-    Returns ``{"jobset_name", "namespace", "stage", "seconds"}``.
+    Returns ``{"jobset_name", "namespace", "stage", "seconds", "resume_seconds"}``: ``seconds`` from the task's
+    start to the JobSet's end as Kubernetes stamps it (its ``Completed`` condition), ``resume_seconds`` from then
+    to the task's return (the trigger firing, the scheduler and a worker resuming the deferred task).
     """
 
     template_fields: Sequence[str] = ("name", "image", "command", "args", "env", "namespace")
@@ -226,7 +228,10 @@ class JobSetOperator(JobSetTaskOperator):
         state = MonitorState.from_json(event.get("state"))
         name = str(event.get("name"))
         self._active = Handle(name, state.jobset_uid)
-        seconds = round(time.time() - state.started_at, 3) if state.started_at else None
+        now = time.time()
+        # Until the JobSet ended as Kubernetes stamps it: Airflow's resume of the task after that holds no capacity.
+        end = min(now, state.ended_at) if state.ended_at and state.ended_at >= state.started_at else now
+        seconds = round(end - state.started_at, 3) if state.started_at else None
         if self.alerts is not None:
             seen = alerting.tell_news(self.alerts, context, state, _seen(context, state.jobset_uid), self.log)
             _save_seen(context, seen)
@@ -240,7 +245,14 @@ class JobSetOperator(JobSetTaskOperator):
             why = f"watching JobSet {name} failed: {event.get('message')}"
             raise AirflowException(self._abandoned_message(context, self._active, why))
         if state.phase is JobSetPhase.COMPLETED:
-            return {"jobset_name": name, "namespace": self.namespace, "stage": self.stage, "seconds": seconds}
+            resumed = round(now - end, 3)
+            return {
+                "jobset_name": name,
+                "namespace": self.namespace,
+                "stage": self.stage,
+                "seconds": seconds,
+                "resume_seconds": resumed,
+            }
         if state.phase is JobSetPhase.MISSING:
             raise AirflowFailException(f"JobSet {name} was deleted outside this task")
         if event.get("status") == EventStatus.DECISION and state.phase is JobSetPhase.SUSPENDED:

@@ -74,6 +74,7 @@ def run_metrics(report: RunReport) -> list[tuple[str, str, float]]:
     if report.capacity is not None:
         sent.append(("timing", f"{PREFIX}.queued_time", report.capacity.queued_seconds))
         sent.append(("timing", f"{PREFIX}.provisioning_time", report.capacity.provisioning_seconds))
+        sent.append(("timing", f"{PREFIX}.resume_time", report.capacity.resume_seconds))
     for recovery in report.recoveries:
         phases = [("detection", detection_seconds(report, recovery)), *recovery.phase_seconds.items()]
         sent.extend(("timing", f"{PREFIX}.recovery_time.{phase}", seconds) for phase, seconds in phases)

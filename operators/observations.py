@@ -151,6 +151,18 @@ def jobset_phase(jobset: Obj | None) -> tuple[JobSetPhase, str]:
     return JobSetPhase.ACTIVE, ""
 
 
+def jobset_ended_at(jobset: Obj | None) -> float | None:
+    """When the JobSet ended, as Kubernetes stamps it: its true ``Completed`` or ``Failed`` condition's
+    ``lastTransitionTime`` (whole seconds); ``None`` while it has not ended or carries no such time."""
+    conditions = _status(jobset or {}).get("conditions") or []
+    for condition in conditions:
+        if not isinstance(condition, Mapping) or str(condition.get("status")) != "True":
+            continue
+        if condition.get("type") in ("Completed", "Failed"):
+            return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
 def _slice_index(labels: Mapping[str, Any]) -> int | None:
     try:
         return int(str(labels.get(LABEL_JOB_INDEX, "")))
@@ -273,6 +285,8 @@ class MonitorState:
     # exclusive placement sets to the leader's pool (a Job's pods may move to another pool after a failure)
     job_pools: dict[str, str] = field(default_factory=dict)
     pools_seen: list[str] = field(default_factory=list)  # every pool this incarnation's slices ran on
+    # when the JobSet ended (its terminal condition's time, Kubernetes' whole seconds): the run held no capacity after
+    ended_at: float | None = None
 
     # -- folding cluster objects -------------------------------------------------------------
 
@@ -288,6 +302,8 @@ class MonitorState:
         self.phase = phase
         if detail:
             self.failure_detail = detail[:1000]
+        if phase in (JobSetPhase.COMPLETED, JobSetPhase.FAILED) and self.ended_at is None:
+            self.ended_at = jobset_ended_at(jobset)
         if jobset is not None and phase in (JobSetPhase.ACTIVE, JobSetPhase.SUSPENDED):
             self._on_suspension(jobset, now)
 
@@ -761,12 +777,21 @@ class MonitorState:
         values["version"] = STATE_VERSION
         values["phase"] = JobSetPhase(values.get("phase", JobSetPhase.ACTIVE))
         values["digest"] = LogDigest.from_json(values.get("digest"))
+        values["ended_at"] = _stored_time(values.get("ended_at"))
         values["jobs"] = {str(k): WorkerJob(**v) for k, v in (values.get("jobs") or {}).items()}
         values["pods"] = {str(k): WorkerPod(**v) for k, v in (values.get("pods") or {}).items()}
         values["failures"] = {str(k): PodFailure.from_json(v) for k, v in (values.get("failures") or {}).items()}
         state = cls(**values)
         state._recount()
         return state
+
+
+def _stored_time(value: object) -> float | None:
+    """A stored Unix time as a float; ``None`` for anything else (stored state is untrusted; a time it cannot
+    read only loses the report its end stamp)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
 
 
 def _startup_detail(digest: LogDigest, up: float) -> str:

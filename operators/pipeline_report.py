@@ -132,8 +132,9 @@ def time_summary(report: RunReport, queue_name: str | None = None) -> list[str]:
     ``goodput`` (run report) is the time of the steps kept over the time the run held capacity: the wall time
     less the time queued behind Kueue. A short run on the local cluster is mostly not steps: admission to the
     first step (pods scheduled and started, imports, compilation, a restore), the recoveries and checkpoint saves
-    between steps, and the tail after the last step (the final save, shutdown, the JobSet's completion seen), so
-    its goodput is low; these lines say which part took what.
+    between steps, and the tail after the last step (the final save, shutdown, until the JobSet completed), so
+    its goodput is low; these lines say which part took what. The wall time ends at the JobSet's end as Kubernetes
+    stamps it when that is known: what follows, Airflow resuming the deferred task, holds no chips and is said apart.
     """
     times = report.capacity or CapacityTimes()
     known_times = report.capacity is not None
@@ -158,9 +159,14 @@ def time_summary(report: RunReport, queue_name: str | None = None) -> list[str]:
         f"  {'first step -> last step':<26}: {_seconds(training)} ({_seconds(kept)} of steps kept; "
         f"{_seconds(between)} recoveries, checkpoint saves, steps run again)",
         f"  {'after the last step (tail)':<26}: {_seconds(times.tail_seconds)} "
-        "(final checkpoint save, shutdown, the JobSet's completion seen)",
+        "(final checkpoint save, shutdown, until the JobSet's completion)",
         f"  {'other':<26}: {_seconds(rest)} (the operator's checks and launch; a full restart's recreation)",
         f"goodput {share(goodput)} = {_seconds(kept)} of steps kept / {_seconds(holding)} holding capacity "
         f"(queue time apart); {share(report.goodput_with_queue)} over the whole wall time",
     ]
+    if times.resume_seconds is not None:
+        lines.append(
+            f"then, no capacity held: {_seconds(times.resume_seconds)} from the JobSet's end to the report "
+            "(Airflow resuming the deferred task; outside the wall time and goodput)"
+        )
     return lines

@@ -601,6 +601,7 @@ def run_report(
     checkpoint_period: int | None = None,
     checkpoint_save_seconds: float | None = None,
     ended_at: float | None = None,
+    released_at: float | None = None,
 ) -> RunReport:
     """The run report (:class:`operators.run_report.RunReport`): counts, recoveries with cost, goodput.
 
@@ -611,10 +612,16 @@ def run_report(
     checkpoint-period advice (:mod:`operators.advice`; ``None`` when they were not measured).
     ``ended_at`` (Unix time the report is made; default: the newest time the digests know) closes an open queue
     wait and measures the tail after the last step. ``goodput`` is productive step time over the time the run
-    held capacity (queue time apart); ``goodput_with_queue`` over the whole wall time.
+    held capacity (queue time apart); ``goodput_with_queue`` over the whole wall time. ``released_at``: when the
+    last JobSet ended, as Kubernetes stamps it (:func:`holding_end`); the time from then to ``ended_at`` held no
+    capacity, so it leaves the wall time and the tail and is told apart as ``capacity.resume_seconds``.
     """
     entries = _entries(incarnations, escalations, costs)
-    times = capacity(incarnations, ended_at)
+    last_step = incarnations[-1].digest.latest_step_at if incarnations else None
+    held_until = holding_end(ended_at, released_at, last_step)
+    resume = None if held_until is None or ended_at is None else round(ended_at - held_until, 3)
+    wall_seconds = max(0.0, wall_seconds - (resume or 0.0))
+    times = dataclasses.replace(capacity(incarnations, held_until or ended_at), resume_seconds=resume)
     base = RunReport(
         jobset_name=incarnations[-1].jobset_name if incarnations else None,
         namespace=namespace,
@@ -685,6 +692,15 @@ def _counted(
         resumed_from_step=resumed,
         trained_nothing=trained_nothing,
     )
+
+
+def holding_end(ended_at: float | None, released_at: float | None, last_step_at: float | None) -> float | None:
+    """When the run stopped holding capacity: the JobSet's end ``released_at`` (Kubernetes' whole seconds, so
+    never before the last step seen, ``last_step_at``) and never after the report, ``ended_at``; ``None`` when
+    either end is unknown."""
+    if ended_at is None or released_at is None:
+        return None
+    return min(ended_at, max(released_at, last_step_at or released_at))
 
 
 def first_step_span(digest: LogDigest, end: float, *, started_at: float | None = None) -> tuple[float, float] | None:

@@ -281,6 +281,9 @@ class CapacityTimes:
     ``provisioning_spans``: the parts of them with quota reserved and admission checks pending (flex-start capacity
     being provisioned), ``provisioning_seconds`` their sum; ``provisioning_notes``: ``(at, what a check said)``;
     ``queue_notes``: ``(at, what Kueue said of a wait for quota)`` while it lasted.
+    ``resume_seconds``: from the JobSet's end (its terminal condition, as Kubernetes stamps it) to the report: the
+    trigger firing, the scheduler queueing the deferred task again, a worker resuming it. No capacity is held then,
+    so it is outside the wall time goodput divides by; ``None`` when the JobSet's end is not known.
     """
 
     queued_seconds: float = 0.0
@@ -293,6 +296,7 @@ class CapacityTimes:
     provisioning_spans: tuple[tuple[float, float | None], ...] = ()
     provisioning_notes: tuple[tuple[float, str], ...] = ()
     queue_notes: tuple[tuple[float, str], ...] = ()
+    resume_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -246,6 +246,7 @@ function capacityNote(c) {
   if (c.admission_to_first_step_seconds !== null && c.admission_to_first_step_seconds !== undefined) times.push(`admission to first step ${fmt.secs(c.admission_to_first_step_seconds)}`);
   if (c.training_seconds) times.push(`training ${fmt.secs(c.training_seconds)}`);
   if (c.tail_seconds) times.push(`after the last step ${fmt.secs(c.tail_seconds)}`);
+  if (c.resume_seconds) times.push(`then Airflow's resume of the task ${fmt.secs(c.resume_seconds)} (no chips held, outside goodput)`);
   const all = c.preemptions || [];
   const pre = all.filter((p) => !p.eviction || p.eviction === "preempted"), other = all.filter((p) => p.eviction && p.eviction !== "preempted");
   if (pre.length) times.push(`${fmt.counted(pre.length, "preemption")} (${pre.map((p) => `at step ${fmt.num(p.step)}, ${fmt.counted(p.steps_lost, "step")} lost`).join("; ")})`);
@@ -517,7 +518,7 @@ function advicePanel(t) {
   const g = t.goodput || {};
   const rows = [
     ["goodput", fmt.pct(g.goodput)],
-    ["wall time", fmt.secs(g.wall_seconds)],
+    ["wall time (to the JobSet's end)", fmt.secs(g.wall_seconds)],
     ["mean step time", fmt.secs(g.mean_step_seconds)],
     ["chips", fmt.num(g.chips)],
     ["chip time lost", fmt.secs(g.chip_seconds_lost)],

@@ -58,6 +58,8 @@ def test_demo_runs_the_nightly_dag_with_a_killed_slice_and_reports_every_stage(
     for part in ("queued before admission", "admission -> first step", "first step -> last step"):
         assert re.search(rf"{re.escape(part)} +: [0-9.]+ s \(", out), part
     assert re.search(r"after the last step \(tail\): [0-9.]+ s \(final checkpoint save", out)
+    # The real JobSet controller stamped its Completed condition: Airflow's resume after it is said apart.
+    assert re.search(r"then, no capacity held: [0-9.]+ s from the JobSet's end to the report", out), out
     goodput = re.search(r"goodput ([0-9.]+) = [0-9.]+ s of steps kept / [0-9.]+ s holding capacity", out)
     assert goodput
     # The stage's line says the same goodput as the time summary, to the same three places.

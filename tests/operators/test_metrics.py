@@ -31,6 +31,7 @@ REPORT = {
     "goodput": 0.81,
     "queued_seconds": 12.5,
     "provisioning_seconds": 4.0,
+    "resume_seconds": 2.5,
     "slice_failures": [
         {"at": 990.0, "kind": "lost_host", "slice": 1},
         {"at": 1096.0, "kind": "trainer_error", "slice": 0},
@@ -58,6 +59,7 @@ def test_the_names_and_values_of_a_report() -> None:
         ("incr", "elastic_training.steps_lost", 7),
         ("timing", "elastic_training.queued_time", 12.5),
         ("timing", "elastic_training.provisioning_time", 4.0),
+        ("timing", "elastic_training.resume_time", 2.5),
         ("timing", "elastic_training.recovery_time.detection", 10.0),
         ("timing", "elastic_training.recovery_time.wait_for_slices", 2.0),
         ("timing", "elastic_training.recovery_time.restore", 1.5),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from elastic_training.operators.observations import (
     MAX_RESTART_TIMES_KEPT,
     STATE_VERSION,
     MonitorState,
+    jobset_ended_at,
     jobset_phase,
     normalize_timestamp,
 )
@@ -364,6 +366,32 @@ def test_head_pod_and_permanent_exit() -> None:
 )
 def test_jobset_phase(jobset: dict[str, Any] | None, phase: JobSetPhase, detail: str) -> None:
     assert jobset_phase(jobset) == (phase, detail)
+
+
+def _ended(kind: str, at: str, status: str = "True") -> dict[str, Any]:
+    condition = {"type": kind, "status": status, "reason": "AllJobsCompleted", "lastTransitionTime": at}
+    return {
+        "metadata": {"uid": "j"},
+        "status": {"terminalState": kind if status == "True" else "", "conditions": [condition]},
+    }
+
+
+def test_the_jobset_end_is_kubernetes_stamp_of_its_terminal_condition_and_survives_its_deletion() -> None:
+    state = MonitorState(jobset_uid="j", started_at=5.0)
+    state.on_jobset(_ended("Completed", "2026-12-08T01:01:24Z", status="False"))
+    assert state.ended_at is None
+    state.on_jobset(_ended("Completed", "2026-12-08T01:01:24Z"))
+    stamped = datetime(2026, 12, 8, 1, 1, 24, tzinfo=UTC).timestamp()
+    assert state.ended_at == stamped and jobset_ended_at(_ended("Failed", "2026-12-08T01:01:24Z")) == stamped
+    state.on_jobset(None)  # deleted after it ended: its end stays known
+    assert state.phase is JobSetPhase.MISSING and state.ended_at == stamped
+    assert MonitorState.from_json(json.loads(json.dumps(state.to_json()))).ended_at == stamped
+
+
+@pytest.mark.parametrize("stored", ["yesterday", True, -1.0, 0, float("nan"), [1.0]])
+def test_a_stored_jobset_end_that_is_no_time_is_dropped_not_fatal(stored: object) -> None:
+    data = MonitorState(jobset_uid="j").to_json() | {"ended_at": stored}
+    assert MonitorState.from_json(data).ended_at is None
 
 
 def test_log_cursor_orders_kubelet_timestamps_and_skips_replayed_lines() -> None:

@@ -35,6 +35,16 @@ def test_the_wall_time_is_split_into_queue_startup_training_and_tail() -> None:
     )
 
 
+def test_airflow_resuming_the_task_is_said_after_the_goodput_and_outside_the_wall_time() -> None:
+    lines = time_summary(RunReport.from_json(REPORT | {"resume_seconds": 14.2}))
+    assert lines[0].startswith("time: 40.00 s wall")
+    assert lines[-2].startswith("goodput 0.100 = 3.50 s of steps kept / 35.00 s holding capacity")
+    assert lines[-1] == (
+        "then, no capacity held: 14.20 s from the JobSet's end to the report "
+        "(Airflow resuming the deferred task; outside the wall time and goodput)"
+    )
+
+
 def test_what_a_report_does_not_know_reads_n_a_and_no_queue_is_said() -> None:
     lines = time_summary(RunReport.from_json({"target_step": 9, "wall_seconds": 10.0, "preemptions": [{}]}))
     assert lines[0] == "time: 10.00 s wall (no Kueue queue; 1 preemption)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -259,6 +260,40 @@ def test_a_preemption_is_counted_apart_with_its_steps_lost_and_queue_time_apart_
     # 60 productive steps of 1 s (69 run, 9 lost): over the 120 s the run held its chips, apart from the queue.
     assert report["goodput"] == pytest.approx(60 / 120, abs=1e-4)
     assert report["goodput_with_queue"] == pytest.approx(60 / 420, abs=1e-4)
+
+
+def _preempted_report(wall: float, ended_at: float, released_at: float | None) -> dict[str, Any]:
+    return run_report(
+        incarnations=[Incarnation("run", 0, 0, queued_then_preempted())],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=59,
+        final_step=59,
+        wall_seconds=wall,
+        costs=CostModel(chips=8),
+        ended_at=ended_at,
+        released_at=released_at,
+    ).to_json()
+
+
+def test_airflow_resuming_the_task_after_the_jobset_ended_holds_no_capacity() -> None:
+    """The JobSet completed at 402 (its last step at 398); the deferred task resumed and reported at 430. The
+    28 s after 402 are the trigger, the scheduler and a worker: the run's wall time, tail and goodput end at 402
+    and the resume is said apart (the nightly run on the real scheduler read a 15.4 s tail, 14 s of it this)."""
+    report = _preempted_report(430.0, 430.0, 402.0)
+    assert report["wall_seconds"] == 402.0 and report["resume_seconds"] == 28.0
+    assert report["tail_seconds"] == pytest.approx(402.0 - 398.0)
+    assert report["goodput"] == pytest.approx(60 / (402 - 300), abs=1e-4)
+    assert report["goodput_with_queue"] == pytest.approx(60 / 402, abs=1e-4)
+    # Kubernetes stamps whole seconds: a completion stamped before the last step seen ends there, not earlier.
+    truncated = _preempted_report(430.0, 430.0, 397.0)
+    assert truncated["tail_seconds"] == 0.0 and truncated["resume_seconds"] == 32.0
+    # A stamp after the report (clock skew) leaves nothing to resume; an unknown end changes nothing.
+    skewed = _preempted_report(430.0, 430.0, 435.0)
+    assert skewed["resume_seconds"] == 0.0 and skewed["wall_seconds"] == 430.0
+    unknown = _preempted_report(430.0, 430.0, None)
+    assert unknown["resume_seconds"] is None and unknown["tail_seconds"] == pytest.approx(430.0 - 398.0)
 
 
 def test_a_preemption_after_the_final_commit_resumes_there_with_no_step_lost() -> None:

@@ -46,6 +46,7 @@ DOCUMENTED_KEYS = set(
         "admission_to_first_step_seconds",
         "training_seconds",
         "tail_seconds",
+        "resume_seconds",
         "last_step_at",
         "slice_evictions",
         "escalations",

@@ -130,7 +130,7 @@ def test_the_runs_metrics_reached_statsd(finished_run: Any, statsd: StatsdListen
     # The recovery's phases, the detection among them: the kill (the pod's own time) to MaxText's elastic event.
     for phase in ("detection", "wait_for_slices", "restore", "first_step", "total"):
         assert f"elastic_training.recovery_time.{phase}" in values, phase
-    assert "elastic_training.queued_time" in values
+    assert "elastic_training.queued_time" in values and "elastic_training.resume_time" in values
 
 
 def test_the_runs_lineage_reached_openlineage(finished_run: Any, lineage_events: Path) -> None:
