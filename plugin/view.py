@@ -21,8 +21,9 @@ starting, training, recovering, preempted, evicted for another reason, deactivat
 the time queued, from admission to the first step, training, and after the last step; the preemptions and every
 other eviction (each with its ``eviction`` kind: a PodsReady timeout, a stopped queue, ...) with when and the steps
 they cost. The timeline's ``spans`` draw the queue waits, the preemptions, the other evictions (kind ``evicted``,
-named by their ``eviction``), the provisioning within a wait and the tail after the last step (final save,
-shutdown, completion seen) as spans of their own, so an idle stretch is never read as training badput; each wait's
+named by their ``eviction``), the provisioning within a wait, the tail after the last step (final save,
+shutdown, until the JobSet's end) and Airflow resuming the task after that end as spans of their own, so an idle
+stretch is never read as training badput; each wait's
 span carries its short name (``label``), the provisioning within it and, after an eviction, Kueue's words and the
 steps it cost, so the page's waits table reads from the spans alone. The budgets show the PodsReady-timeout evictions
 against ``max_pods_ready_evictions``; an eviction is never counted as one of MaxText's in-process retries.
@@ -325,6 +326,18 @@ def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
     if last is not None and ended_at is not None and ended_at > last:
         seconds = round(ended_at - last, 3)
         found.append({"kind": "tail", "from": last, "to": ended_at, "seconds": seconds, "label": "after the last step"})
+    resume = cap.times.resume_seconds
+    if last is not None and tail is not None and resume:  # after the JobSet's end: Airflow resuming the task
+        released = last + tail
+        found.append(
+            {
+                "kind": "resume",
+                "from": released,
+                "to": round(released + resume, 3),
+                "seconds": resume,
+                "label": "Airflow resuming the task",
+            }
+        )
     return found
 
 

@@ -323,7 +323,8 @@ function timelineChart(t) {
     const fill = spanFill(sp);
     const a = x(Math.max(sp.from, t0)), b = x(Math.min(sp.to, t1));
     if (b <= a) continue;
-    const tail = sp.kind === "tail" ? " (final save, shutdown, completion seen)" : "";
+    const tail = sp.kind === "tail" ? " (final save, shutdown, until the JobSet completed)"
+      : sp.kind === "resume" ? " (after the JobSet's end: the trigger, the scheduler and a worker; no chips held)" : "";
     const said = [sp.reason, ...(sp.said || [])].filter(Boolean).join("; ");
     chart.append(svg("rect", { x: a, y: T, width: b - a, height: H - T - B, fill, "fill-opacity": 0.8, class: `span span-${sp.kind}`, "data-label": spanName(sp) },
       svg("title", {}, `${spanName(sp)} ${fmt.secs(sp.seconds)}${tail}${said ? ` (Kueue: ${said})` : ""}`)));
@@ -375,7 +376,7 @@ function timelineChart(t) {
 }
 
 // Each wait's colour: quota, provisioning, and each kind of eviction apart (a preemption is not a PodsReady timeout).
-const SPAN_FILLS = { queued: "#fefcbf", provisioning: "#c6f6d5", preempted: "#feebc8", tail: "#e2e8f0" };
+const SPAN_FILLS = { queued: "#fefcbf", provisioning: "#c6f6d5", preempted: "#feebc8", tail: "#e2e8f0", resume: "#f7fafc" };
 const EVICTION_FILLS = { pods_ready_timeout: "#fed7d7", queue_stopped: "#e9d8fd", admission_check: "#bee3f8",
   node_failures: "#fbb6ce", deactivated: "#cbd5e0", requeuing_limit_exceeded: "#cbd5e0", other: "#fed7e2" };
 function spanFill(sp) {
@@ -388,11 +389,12 @@ function spanName(sp) {
   if (sp.kind === "queued") return "queued for quota";
   if (sp.kind === "provisioning") return "provisioning (quota reserved, admission checks pending)";
   if (sp.kind === "tail") return "after the last step";
+  if (sp.kind === "resume") return "Airflow resuming the task (no chips held)";
   return sp.eviction || sp.label || sp.kind;
 }
 
 function spanLegend(spans) {
-  const order = ["queued", "provisioning", "preempted", "evicted", "tail"];
+  const order = ["queued", "provisioning", "preempted", "evicted", "tail", "resume"];
   const seen = new Map();
   for (const sp of [...spans].sort((p, q) => order.indexOf(p.kind) - order.indexOf(q.kind))) {
     const key = sp.kind === "evicted" ? `evicted:${sp.eviction_kind}` : sp.kind;

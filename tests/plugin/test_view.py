@@ -284,9 +284,14 @@ def _queued_preempted_digest(
 
 
 def _queued_preempted_view(
-    *, task_ended_at: float, digest: LogDigest | None = None, budgets: BudgetAllowances | None = None
+    *,
+    task_ended_at: float,
+    digest: LogDigest | None = None,
+    budgets: BudgetAllowances | None = None,
+    released_at: float | None = None,
 ) -> dict[str, Any]:
-    """The view of that run, its report written at t=430 and its task ended at ``task_ended_at``."""
+    """The view of that run, its report written at t=430 and its task ended at ``task_ended_at``; its JobSet ended
+    at ``released_at`` when known."""
     digest = digest or _queued_preempted_digest()
     report = run_report(
         incarnations=[Incarnation("js", 0, 0, digest)],
@@ -298,6 +303,7 @@ def _queued_preempted_view(
         wall_seconds=430.0,
         costs=CostModel(chips=8),
         ended_at=430.0,
+        released_at=released_at,
         budgets=budgets,
     )
     task = {"task_id": "pretrain", "start_ts": 0.0, "end_ts": task_ended_at}
@@ -325,6 +331,16 @@ def test_the_tail_span_is_the_reports_tail_not_the_tasks_end_date() -> None:
     view = _queued_preempted_view(task_ended_at=431.5)
     [tail] = [s for s in view["timeline"]["spans"] if s["kind"] == "tail"]
     assert tail["seconds"] == view["capacity"]["tail_seconds"] == 32.0 and tail["to"] == 430.0
+
+
+def test_airflow_resuming_the_task_after_the_jobset_ended_is_a_span_of_its_own_after_the_tail() -> None:
+    """The JobSet completed at 402; the report came at 430: the tail ends at 402, and the chart shows the 28 s
+    after it as Airflow's, not the run's (the nightly's chart on the real scheduler ran on 10 s past its tail)."""
+    view = _queued_preempted_view(task_ended_at=430.5, released_at=402.0)
+    assert view["capacity"]["tail_seconds"] == 4.0 and view["capacity"]["resume_seconds"] == 28.0
+    spans = [(s["kind"], s["from"], s["to"], s["seconds"]) for s in view["timeline"]["spans"]]
+    assert spans[-2:] == [("tail", 398.0, 402.0, 4.0), ("resume", 402.0, 430.0, 28.0)]
+    assert view["goodput"]["wall_seconds"] == 402.0
 
 
 def test_a_queued_run_still_waiting_says_so_with_kueue_s_reason() -> None:
