@@ -229,8 +229,9 @@ class JobSetOperator(JobSetTaskOperator):
         name = str(event.get("name"))
         self._active = Handle(name, state.jobset_uid)
         now = time.time()
-        # Until the JobSet ended as Kubernetes stamps it: Airflow's resume of the task after that holds no capacity.
-        end = min(now, state.ended_at) if state.ended_at and state.ended_at >= state.started_at else now
+        # Until the JobSet ended as Kubernetes stamps it (whole seconds: never before the task started): Airflow's
+        # resume of the task after that holds no capacity.
+        end = min(now, max(state.ended_at, state.started_at)) if state.ended_at else now
         seconds = round(end - state.started_at, 3) if state.started_at else None
         if self.alerts is not None:
             seen = alerting.tell_news(self.alerts, context, state, _seen(context, state.jobset_uid), self.log)

@@ -618,7 +618,8 @@ def run_report(
     """
     entries = _entries(incarnations, escalations, costs)
     last_step = incarnations[-1].digest.latest_step_at if incarnations else None
-    held_until = holding_end(ended_at, released_at, last_step)
+    started = None if ended_at is None else ended_at - wall_seconds
+    held_until = holding_end(ended_at, released_at, max((t for t in (last_step, started) if t), default=None))
     resume = None if held_until is None or ended_at is None else round(ended_at - held_until, 3)
     wall_seconds = max(0.0, wall_seconds - (resume or 0.0))
     times = dataclasses.replace(capacity(incarnations, held_until or ended_at), resume_seconds=resume)
@@ -694,13 +695,13 @@ def _counted(
     )
 
 
-def holding_end(ended_at: float | None, released_at: float | None, last_step_at: float | None) -> float | None:
+def holding_end(ended_at: float | None, released_at: float | None, not_before: float | None) -> float | None:
     """When the run stopped holding capacity: the JobSet's end ``released_at`` (Kubernetes' whole seconds, so
-    never before the last step seen, ``last_step_at``) and never after the report, ``ended_at``; ``None`` when
-    either end is unknown."""
+    never before ``not_before``: the last step seen, or the run's start) and never after the report, ``ended_at``;
+    ``None`` when either end is unknown."""
     if ended_at is None or released_at is None:
         return None
-    return min(ended_at, max(released_at, last_step_at or released_at))
+    return min(ended_at, max(released_at, not_before or released_at))
 
 
 def first_step_span(digest: LogDigest, end: float, *, started_at: float | None = None) -> tuple[float, float] | None:

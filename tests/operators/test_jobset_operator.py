@@ -26,8 +26,9 @@ def test_a_job_that_completes_succeeds(airflow_db: None, cluster_connection: Ups
     assert result["stage"] == "evaluate" and result["jobset_name"].startswith("plain-ok-")
     assert xcom(dag_run, "job", "jobset_name") == result["jobset_name"]
     # Timed to the Completed condition the real JobSet controller stamped (whole seconds, so before the task's
-    # return): the time Airflow took to resume the task after it is told apart.
-    assert result["seconds"] > 0 and result["resume_seconds"] > 0, result
+    # return; never before the task's start, which a JobSet done in under a second may be stamped before): the
+    # time Airflow took to resume the task after it is told apart. Not folded, it would read 0.0.
+    assert result["seconds"] >= 0 and result["resume_seconds"] > 0, result
 
 
 @pytest.mark.slow

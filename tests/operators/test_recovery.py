@@ -292,6 +292,20 @@ def test_airflow_resuming_the_task_after_the_jobset_ended_holds_no_capacity() ->
     # A stamp after the report (clock skew) leaves nothing to resume; an unknown end changes nothing.
     skewed = _preempted_report(430.0, 430.0, 435.0)
     assert skewed["resume_seconds"] == 0.0 and skewed["wall_seconds"] == 430.0
+    # A run with no step seen: the JobSet's end, truncated, is never before the run's start (430 - 430 = 0 here).
+    stepless = run_report(
+        incarnations=[Incarnation("run", 0, 0, LogDigest())],
+        escalations=[],
+        namespace="default",
+        run_directory="/r",
+        target_step=59,
+        final_step=None,
+        wall_seconds=0.6,
+        costs=CostModel(chips=8),
+        ended_at=1000.5,
+        released_at=999.0,
+    ).to_json()
+    assert stepless["wall_seconds"] == 0.0 and stepless["resume_seconds"] == 0.6
     unknown = _preempted_report(430.0, 430.0, None)
     assert unknown["resume_seconds"] is None and unknown["tail_seconds"] == pytest.approx(430.0 - 398.0)
 
