@@ -127,7 +127,15 @@ class SliceKillDrill:
 
         def progress() -> int:
             self._note_workers(plan.name, seen)
-            step = max(_steps(self.head_log(head.metadata.name, tail_lines=50)), default=-1)
+            try:
+                log = self.head_log(head.metadata.name, tail_lines=50)
+            except client.ApiException as error:
+                if error.status not in (400, 404):
+                    raise
+                # A pod just bound: its node does not know it yet (404, as a kubelet says) or its container waits
+                # to start (400). No step yet.
+                log = ""
+            step = max(_steps(log), default=-1)
             self._on_step(step)
             return step
 
