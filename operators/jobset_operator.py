@@ -94,7 +94,8 @@ class JobSetOperator(JobSetTaskOperator):
 
     Returns ``{"jobset_name", "namespace", "stage", "seconds", "resume_seconds"}``: ``seconds`` from the task's
     start to the JobSet's end as Kubernetes stamps it (its ``Completed`` condition), ``resume_seconds`` from then
-    to the task's return (the trigger firing, the scheduler and a worker resuming the deferred task).
+    to the task's return (the trigger firing, the scheduler and a worker resuming the deferred task, and any retry
+    of the task in between; ``None`` when the JobSet's end is not known).
     """
 
     template_fields: Sequence[str] = ("name", "image", "command", "args", "env", "namespace")
@@ -231,8 +232,8 @@ class JobSetOperator(JobSetTaskOperator):
         now = time.time()
         # Until the JobSet ended as Kubernetes stamps it (whole seconds: never before the task started): Airflow's
         # resume of the task after that holds no capacity.
-        end = min(now, max(state.ended_at, state.started_at)) if state.ended_at else now
-        seconds = round(end - state.started_at, 3) if state.started_at else None
+        end = min(now, max(state.ended_at, state.started_at or 0.0)) if state.ended_at else None
+        seconds = round((end or now) - state.started_at, 3) if state.started_at else None
         if self.alerts is not None:
             seen = alerting.tell_news(self.alerts, context, state, _seen(context, state.jobset_uid), self.log)
             _save_seen(context, seen)
@@ -246,7 +247,7 @@ class JobSetOperator(JobSetTaskOperator):
             why = f"watching JobSet {name} failed: {event.get('message')}"
             raise AirflowException(self._abandoned_message(context, self._active, why))
         if state.phase is JobSetPhase.COMPLETED:
-            resumed = round(now - end, 3)
+            resumed = None if end is None else round(now - end, 3)
             return {
                 "jobset_name": name,
                 "namespace": self.namespace,

@@ -789,9 +789,13 @@ class MonitorState:
 def _stored_time(value: object) -> float | None:
     """A stored Unix time as a float; ``None`` for anything else (stored state is untrusted; a time it cannot
     read only loses the report its end stamp)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)  # an integer too large for a float raises
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
 def _startup_detail(digest: LogDigest, up: float) -> str:

@@ -167,6 +167,6 @@ def time_summary(report: RunReport, queue_name: str | None = None) -> list[str]:
     if times.resume_seconds is not None:
         lines.append(
             f"then, no capacity held: {_seconds(times.resume_seconds)} from the JobSet's end to the report "
-            "(Airflow resuming the deferred task; outside the wall time and goodput)"
+            "(Airflow resuming the deferred task, and any retry of it; outside the wall time and goodput)"
         )
     return lines

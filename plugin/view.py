@@ -277,10 +277,14 @@ def capacity_view(report: RunReport | None, state: Mapping[str, Any], now: float
     return _capacity(report, state, now).to_json()
 
 
+RESUME_LABEL = "Airflow resuming the task"
+
+
 def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
     """The timeline's spans: each wait for Kueue (queued for quota, preempted, or evicted for another reason, which the
     span names with Kueue's words and the steps it cost; within it, provisioning: quota reserved and the admission
-    checks pending, with what the checks said) and the tail after the last step. ``label`` is the span's short name."""
+    checks pending, with what the checks said), the tail after the last step and Airflow's resume of the task after
+    the JobSet's end. ``label`` is the span's short name."""
     evicted_at = {p.at: p for p in cap.preemptions}
     provisioning: list[JsonObj] = []
     for start, done in cap.times.provisioning_spans:  # within a wait: quota reserved, capacity being provisioned
@@ -320,24 +324,22 @@ def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
             span.update(reason=entry.reason, step=entry.step, steps_lost=entry.steps_lost)
         found.append(span)
     found.extend(provisioning)
-    last, tail = cap.times.last_step_at, cap.times.tail_seconds
+    return found + _after_the_last_step(cap.times, ended_at)
+
+
+def _after_the_last_step(times: CapacityTimes, ended_at: float | None) -> list[JsonObj]:
+    """The tail after the last step and, after the JobSet's end, Airflow resuming the task."""
+    found: list[JsonObj] = []
+    last, tail, resume = times.last_step_at, times.tail_seconds, times.resume_seconds
     if last is not None and tail is not None:
         ended_at = last + tail  # the report's own tail: the task's end date comes a moment after the report
     if last is not None and ended_at is not None and ended_at > last:
         seconds = round(ended_at - last, 3)
         found.append({"kind": "tail", "from": last, "to": ended_at, "seconds": seconds, "label": "after the last step"})
-    resume = cap.times.resume_seconds
-    if last is not None and tail is not None and resume:  # after the JobSet's end: Airflow resuming the task
+    if last is not None and tail is not None and resume:
         released = last + tail
-        found.append(
-            {
-                "kind": "resume",
-                "from": released,
-                "to": round(released + resume, 3),
-                "seconds": resume,
-                "label": "Airflow resuming the task",
-            }
-        )
+        to = round(released + resume, 3)
+        found.append({"kind": "resume", "from": released, "to": to, "seconds": resume, "label": RESUME_LABEL})
     return found
 
 

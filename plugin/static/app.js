@@ -376,7 +376,7 @@ function timelineChart(t) {
 }
 
 // Each wait's colour: quota, provisioning, and each kind of eviction apart (a preemption is not a PodsReady timeout).
-const SPAN_FILLS = { queued: "#fefcbf", provisioning: "#c6f6d5", preempted: "#feebc8", tail: "#e2e8f0", resume: "#f7fafc" };
+const SPAN_FILLS = { queued: "#fefcbf", provisioning: "#c6f6d5", preempted: "#feebc8", tail: "#e2e8f0", resume: "#e6f0fa" };
 const EVICTION_FILLS = { pods_ready_timeout: "#fed7d7", queue_stopped: "#e9d8fd", admission_check: "#bee3f8",
   node_failures: "#fbb6ce", deactivated: "#cbd5e0", requeuing_limit_exceeded: "#cbd5e0", other: "#fed7e2" };
 function spanFill(sp) {
@@ -520,7 +520,7 @@ function advicePanel(t) {
   const g = t.goodput || {};
   const rows = [
     ["goodput", fmt.pct(g.goodput)],
-    ["wall time (to the JobSet's end)", fmt.secs(g.wall_seconds)],
+    [(t.capacity || {}).resume_seconds != null ? "wall time (to the JobSet's end)" : "wall time", fmt.secs(g.wall_seconds)],
     ["mean step time", fmt.secs(g.mean_step_seconds)],
     ["chips", fmt.num(g.chips)],
     ["chip time lost", fmt.secs(g.chip_seconds_lost)],

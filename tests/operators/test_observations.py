@@ -388,7 +388,7 @@ def test_the_jobset_end_is_kubernetes_stamp_of_its_terminal_condition_and_surviv
     assert MonitorState.from_json(json.loads(json.dumps(state.to_json()))).ended_at == stamped
 
 
-@pytest.mark.parametrize("stored", ["yesterday", True, -1.0, 0, float("nan"), [1.0]])
+@pytest.mark.parametrize("stored", ["yesterday", True, -1.0, 0, float("nan"), [1.0], 10**400])
 def test_a_stored_jobset_end_that_is_no_time_is_dropped_not_fatal(stored: object) -> None:
     data = MonitorState(jobset_uid="j").to_json() | {"ended_at": stored}
     assert MonitorState.from_json(data).ended_at is None

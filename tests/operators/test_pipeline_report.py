@@ -41,7 +41,7 @@ def test_airflow_resuming_the_task_is_said_after_the_goodput_and_outside_the_wal
     assert lines[-2].startswith("goodput 0.100 = 3.50 s of steps kept / 35.00 s holding capacity")
     assert lines[-1] == (
         "then, no capacity held: 14.20 s from the JobSet's end to the report "
-        "(Airflow resuming the deferred task; outside the wall time and goodput)"
+        "(Airflow resuming the deferred task, and any retry of it; outside the wall time and goodput)"
     )
 
 

@@ -244,10 +244,13 @@ def test_get_watch_prints_each_change_as_a_table_row(k8s: K8s, kubeconfig: Path,
         watcher.kill()
         watcher.wait(timeout=10)
         k8s.core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-    statuses = [line.split()[2] for line in lines if line.startswith(name)]
+    # Whole rows only: the kill may cut kubectl's last row short, and readline returns the cut part at EOF
+    # (ci58, at load 11: a row with fewer than three columns).
+    rows = [line.split() for line in lines if line.startswith(name) and line.endswith("\n")]
+    statuses = [row[2] for row in rows]
     assert statuses[0] in ("Pending", "ContainerCreating", "Running")
     assert "Running" in statuses and statuses[-1] == "Completed"
-    assert all(line.split()[1] in ("0/1", "1/1") for line in lines if line.startswith(name))
+    assert all(row[1] in ("0/1", "1/1") for row in rows)
 
 
 def test_wait_for_a_jobset_condition(k8s: K8s, kubeconfig: Path) -> None:
