@@ -282,9 +282,10 @@ class CapacityTimes:
     being provisioned), ``provisioning_seconds`` their sum; ``provisioning_notes``: ``(at, what a check said)``;
     ``queue_notes``: ``(at, what Kueue said of a wait for quota)`` while it lasted.
     ``resume_seconds``: from the JobSet's end (its terminal condition, as Kubernetes stamps it) to the report: the
-    trigger firing, the scheduler queueing the deferred task again, a worker resuming it, and any retry of the task
-    in between. No chips are held then (after a ``Failed`` end the JobSet's pods may still be stopping), so it is
-    outside the wall time goodput divides by; ``None`` when the JobSet's end is not known.
+    trigger firing (after its ``defer_settle_seconds`` hold when the run ended within it), the scheduler queueing the
+    deferred task again, a worker resuming it, and any retry of the task in between. No chips are held then (after a
+    ``Failed`` end the JobSet's pods may still be stopping), so it is outside the wall time goodput divides by;
+    ``None`` when the JobSet's end is not known.
     """
 
     queued_seconds: float = 0.0
