@@ -24,6 +24,7 @@ from elastic_training.operators.manifests import JobSpec, lint_job
 from elastic_training.operators.observations import MonitorState
 from elastic_training.operators.options import Capacity, OptionGroup, grouped
 from elastic_training.operators.policy import Budgets, JobSetPhase, Reason
+from elastic_training.operators.recovery import holding_end
 from elastic_training.operators.shown import shown
 from elastic_training.operators.spec import SpecError, check_runtime
 from elastic_training.operators.triggers import EventStatus
@@ -230,9 +231,8 @@ class JobSetOperator(JobSetTaskOperator):
         name = str(event.get("name"))
         self._active = Handle(name, state.jobset_uid)
         now = time.time()
-        # Until the JobSet ended as Kubernetes stamps it (whole seconds: never before the task started): Airflow's
-        # resume of the task after that holds no capacity.
-        end = min(now, max(state.ended_at, state.started_at or 0.0)) if state.ended_at else None
+        # Until the JobSet ended as Kubernetes stamps it: Airflow's resume of the task after that holds no capacity.
+        end = holding_end(now, state.ended_at, state.started_at or None)
         seconds = round((end or now) - state.started_at, 3) if state.started_at else None
         if self.alerts is not None:
             seen = alerting.tell_news(self.alerts, context, state, _seen(context, state.jobset_uid), self.log)

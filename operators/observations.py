@@ -138,8 +138,7 @@ def jobset_phase(jobset: Obj | None) -> tuple[JobSetPhase, str]:
     if jobset is None:
         return JobSetPhase.MISSING, ""
     status = _status(jobset)
-    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
-    true = {str(c.get("type")): c for c in conditions if str(c.get("status")) == "True"}
+    true = _true_conditions(jobset)
     terminal = str(status.get("terminalState") or "")
     for phase, kind in ((JobSetPhase.FAILED, "Failed"), (JobSetPhase.COMPLETED, "Completed")):
         if terminal == kind or kind in true:
@@ -154,13 +153,15 @@ def jobset_phase(jobset: Obj | None) -> tuple[JobSetPhase, str]:
 def jobset_ended_at(jobset: Obj | None) -> float | None:
     """When the JobSet ended, as Kubernetes stamps it: its true ``Completed`` or ``Failed`` condition's
     ``lastTransitionTime`` (whole seconds); ``None`` while it has not ended or carries no such time."""
-    conditions = _status(jobset or {}).get("conditions") or []
-    for condition in conditions:
-        if not isinstance(condition, Mapping) or str(condition.get("status")) != "True":
-            continue
-        if condition.get("type") in ("Completed", "Failed"):
-            return parse_time(condition.get("lastTransitionTime"))
-    return None
+    true = _true_conditions(jobset or {})
+    ended = true.get("Failed") or true.get("Completed")  # as jobset_phase: Failed first
+    return None if ended is None else parse_time(ended.get("lastTransitionTime"))
+
+
+def _true_conditions(obj: Obj) -> dict[str, Obj]:
+    """``obj``'s conditions whose status is ``True``, by type."""
+    conditions = [c for c in _status(obj).get("conditions") or [] if isinstance(c, Mapping)]
+    return {str(c.get("type")): c for c in conditions if str(c.get("status")) == "True"}
 
 
 def _slice_index(labels: Mapping[str, Any]) -> int | None:
@@ -824,11 +825,7 @@ def _running_at(pod: Obj, container: str) -> float | None:
 
 def _failed_at(job: Obj) -> float | None:
     """When a Job failed: its ``FailureTarget`` condition (set first, upstream), else its ``Failed`` one."""
-    conditions = {
-        str(c.get("type")): c
-        for c in _status(job).get("conditions") or []
-        if isinstance(c, Mapping) and str(c.get("status")) == "True"
-    }
+    conditions = _true_conditions(job)
     for kind in ("FailureTarget", "Failed"):
         if kind in conditions:
             return parse_time(conditions[kind].get("lastTransitionTime"))

@@ -277,9 +277,6 @@ def capacity_view(report: RunReport | None, state: Mapping[str, Any], now: float
     return _capacity(report, state, now).to_json()
 
 
-RESUME_LABEL = "Airflow resuming the task"
-
-
 def _spans(cap: _Capacity, ended_at: float | None) -> list[JsonObj]:
     """The timeline's spans: each wait for Kueue (queued for quota, preempted, or evicted for another reason, which the
     span names with Kueue's words and the steps it cost; within it, provisioning: quota reserved and the admission
@@ -331,15 +328,19 @@ def _after_the_last_step(times: CapacityTimes, ended_at: float | None) -> list[J
     """The tail after the last step and, after the JobSet's end, Airflow resuming the task."""
     found: list[JsonObj] = []
     last, tail, resume = times.last_step_at, times.tail_seconds, times.resume_seconds
-    if last is not None and tail is not None:
-        ended_at = last + tail  # the report's own tail: the task's end date comes a moment after the report
-    if last is not None and ended_at is not None and ended_at > last:
-        seconds = round(ended_at - last, 3)
-        found.append({"kind": "tail", "from": last, "to": ended_at, "seconds": seconds, "label": "after the last step"})
-    if last is not None and tail is not None and resume:
-        released = last + tail
-        to = round(released + resume, 3)
-        found.append({"kind": "resume", "from": released, "to": to, "seconds": resume, "label": RESUME_LABEL})
+    if last is None:
+        return found
+    # The report's own tail: the task's end date comes a moment after the report.
+    end = last + tail if tail is not None else ended_at
+    if end is not None and end > last:
+        found.append(
+            {"kind": "tail", "from": last, "to": end, "seconds": round(end - last, 3), "label": "after the last step"}
+        )
+    if tail is not None and resume:
+        to = round(last + tail + resume, 3)
+        found.append(
+            {"kind": "resume", "from": last + tail, "to": to, "seconds": resume, "label": "Airflow resuming the task"}
+        )
     return found
 
 

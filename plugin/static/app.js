@@ -323,11 +323,11 @@ function timelineChart(t) {
     const fill = spanFill(sp);
     const a = x(Math.max(sp.from, t0)), b = x(Math.min(sp.to, t1));
     if (b <= a) continue;
-    const tail = sp.kind === "tail" ? " (final save, shutdown, until the JobSet completed)"
+    const why = sp.kind === "tail" ? " (final save, shutdown, until the JobSet completed)"
       : sp.kind === "resume" ? " (after the JobSet's end: the trigger, the scheduler and a worker; no chips held)" : "";
     const said = [sp.reason, ...(sp.said || [])].filter(Boolean).join("; ");
     chart.append(svg("rect", { x: a, y: T, width: b - a, height: H - T - B, fill, "fill-opacity": 0.8, class: `span span-${sp.kind}`, "data-label": spanName(sp) },
-      svg("title", {}, `${spanName(sp)} ${fmt.secs(sp.seconds)}${tail}${said ? ` (Kueue: ${said})` : ""}`)));
+      svg("title", {}, `${spanName(sp)} ${fmt.secs(sp.seconds)}${why}${said ? ` (Kueue: ${said})` : ""}`)));
   }
   for (const sp of tl.spans || []) {
     const a = x(Math.max(sp.from, t0)), b = x(Math.min(sp.to, t1));
